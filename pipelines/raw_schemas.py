@@ -159,7 +159,9 @@ ALIBABA2018 = {
 }
 
 GOOGLE2011_DERIVED = {
-    # job6336594489_5min_sum.csv.gz: per-job sums over all its tasks, every 300 s
+    # job<id>_5min_sum.csv.gz: per-job sums over all its tasks, every 300 s. job_id comes from the
+    # file name; the other 18 columns are the file's, in order (SOURCE.md). cpi_sum / mai_sum are
+    # sums over tasks: divide by n_tasks for a mean.
     "job_sums": {
         "job_id": I64,
         "time_s": I64,
@@ -168,8 +170,18 @@ GOOGLE2011_DERIVED = {
         "cpu_rate_sum_frac": F64,
         "canonical_mem_sum_frac": F64,
         "assigned_mem_sum_frac": F64,
+        "unmapped_page_cache_sum_frac": F64,
+        "total_page_cache_sum_frac": F64,
         "max_mem_sum_frac": F64,
+        "disk_io_time_sum_frac": F64,
+        "local_disk_sum_frac": F64,
         "max_cpu_rate_sum_frac": F64,
+        "max_disk_io_time_sum_frac": F64,
+        "cpi_sum": F64,
+        "mai_sum": F64,
+        "sample_portion_sum": F64,
+        "aggregation_type_sum": F64,
+        "sampled_cpu_rate_sum_frac": F64,
     },
     # GCD_VMs/vm_<job>_<k>: 288 five-minute points of one job-day, percent of a machine
     "job_days": {

@@ -1,0 +1,145 @@
+"""Canonical tables, one partition per trace source: workloads, 5-minute usage, the long-running filter."""
+
+
+import polars as pl
+from dagster import (
+    AllPartitionMapping,
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetDep,
+    AssetExecutionContext,
+    AssetOut,
+    Config,
+    MetadataValue,
+    Output,
+    StaticPartitionsDefinition,
+    asset,
+    multi_asset,
+)
+from pydantic import Field
+
+from assets.raw import raw_table_name
+from assets.resources import Warehouse
+from pipelines.sources import SOURCES
+from pipelines.long_running import LongRunningConfig, filter_long_running
+from pipelines.usage import UsageConfig, build_usage
+from pipelines.workloads import build_workloads
+
+SOURCE_PARTITIONS = StaticPartitionsDefinition(list(SOURCES))
+"""Downstream of the raw layer, a partition is a trace source."""
+
+PAPER_MIN_BINS = dict(LongRunningConfig().min_contiguous_bins)
+
+
+def _raw_deps() -> list[AssetDep]:
+    return [
+        AssetDep(raw_table_name(s.name, t), partition_mapping=AllPartitionMapping())
+        for s in SOURCES.values()
+        for t in s.tables
+    ]
+
+
+def load_raw(warehouse: Warehouse, source: str) -> dict[str, pl.LazyFrame]:
+    """The raw tables of one source that have been materialised, as lazy scans."""
+    return {
+        t: warehouse.scan(raw_table_name(source, t))
+        for t in SOURCES[source].tables
+        if warehouse.has_table(raw_table_name(source, t))
+    }
+
+
+@asset(
+    partitions_def=SOURCE_PARTITIONS,
+    deps=_raw_deps(),
+    group_name="core",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+)
+def core__workloads(context: AssetExecutionContext, warehouse: Warehouse) -> pl.DataFrame:
+    """One row per workload (Google: a task; Alibaba: a container; derived: a job or job-day): source,
+    machine, start/end (trace seconds), number of usage records, requested CPU and memory as fractions of
+    a machine, priority, scheduling class, final state and whether it was only partly recorded."""
+    raw = load_raw(warehouse, context.partition_key)
+    context.log.info(f"raw tables available: {sorted(raw)}")
+    return build_workloads(context.partition_key, raw)
+
+
+class UsageRunConfig(Config):
+    fill_policy: str = Field(default="none", description="none | hold | linear: how gaps between bins are filled")
+    max_fill_bins: int = Field(default=0, description="longest gap (in 5-min bins) that the policy may fill")
+
+
+@asset(
+    partitions_def=SOURCE_PARTITIONS,
+    deps=_raw_deps(),
+    group_name="core",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+)
+def core__usage(context: AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse) -> pl.DataFrame:
+    """One row per workload per 5-minute bin: CPU and memory as fractions of one machine, the number of raw
+    samples averaged into the bin, and whether the gap-filling policy produced it (`is_filled`)."""
+    raw = load_raw(warehouse, context.partition_key)
+    cfg = UsageConfig(fill_policy=config.fill_policy, max_fill_bins=config.max_fill_bins)
+    df = build_usage(context.partition_key, raw, cfg)
+    context.add_output_metadata({"n_filled_bins": int(df["is_filled"].sum()) if len(df) else 0})
+    return df
+
+
+class LongRunningRunConfig(Config):
+    min_contiguous_bins: dict[str, int] = Field(
+        default=PAPER_MIN_BINS,
+        description="per source: minimum contiguous 5-min records (TVW-RL: 6000 Google, 2000 Alibaba)",
+    )
+
+
+@multi_asset(
+    outs={
+        "core__long_running": AssetOut(
+            io_manager_key="table_io",
+            description="Workloads that pass the TVW-RL filter: not evicted/killed/failed/lost, fully recorded, "
+            "with at least N contiguous 5-minute records; with the contiguous window kept.",
+            kinds={"parquet", "polars"},
+        ),
+        "core__long_running_report": AssetOut(
+            io_manager_key="table_io",
+            description="How many workloads the long-running filter kept, and dropped for each reason.",
+            kinds={"parquet", "polars"},
+        ),
+    },
+    partitions_def=SOURCE_PARTITIONS,
+    group_name="core",
+    check_specs=[
+        AssetCheckSpec(
+            "every_workload_counted_once",
+            asset="core__long_running_report",
+            description="the report's counts add up to the number of workloads of the source",
+        )
+    ],
+)
+def core__long_running(
+    context: AssetExecutionContext,
+    config: LongRunningRunConfig,
+    core__workloads: pl.DataFrame,
+    core__usage: pl.DataFrame,
+):
+    cfg = LongRunningConfig(min_contiguous_bins={**PAPER_MIN_BINS, **config.min_contiguous_bins})
+    kept, report = filter_long_running(core__workloads, core__usage, cfg)
+    context.log.info("long-running filter:\n" + str(report))
+    n_reported = int(report["n_workloads"].sum()) if len(report) else 0
+    yield Output(kept, output_name="core__long_running")
+    yield Output(
+        report,
+        output_name="core__long_running_report",
+        metadata={"report": MetadataValue.md("\n".join(f"- {r}: {n}" for _, r, n in report.iter_rows()))},
+    )
+    yield AssetCheckResult(
+        asset_key="core__long_running_report",
+        check_name="every_workload_counted_once",
+        passed=n_reported == len(core__workloads),
+        metadata={"n_reported": n_reported, "n_workloads": len(core__workloads)},
+    )
+
+
+CORE_ASSETS = [core__workloads, core__usage, core__long_running]
+CORE_CHECKS: list = []

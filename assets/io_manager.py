@@ -1,0 +1,67 @@
+"""An IO manager that stores polars frames as Parquet tables in the `Warehouse`, one file per partition."""
+
+
+import polars as pl
+from dagster import (
+    ConfigurableIOManager,
+    InputContext,
+    MetadataValue,
+    OutputContext,
+    ResourceDependency,
+    TableColumn,
+    TableSchema,
+)
+
+from assets.resources import Warehouse
+
+
+def table_name(asset_key_path: list[str]) -> str:
+    return "__".join(asset_key_path)
+
+
+def markdown_preview(df: pl.DataFrame, n: int = 10, max_chars: int = 40) -> str:
+    """The first `n` rows of `df` as a Markdown table (long cells shortened)."""
+
+    def cell(v: object) -> str:
+        s = "" if v is None else str(v)
+        s = s.replace("|", "\\|").replace("\n", " ")
+        return s if len(s) <= max_chars else s[: max_chars - 1] + "…"
+
+    head = df.head(n)
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in head.iter_rows()]
+    return "\n".join(lines)
+
+
+def frame_metadata(df: pl.DataFrame) -> dict:
+    """Row count, column schema and a preview: what the UI shows for every table."""
+    schema = TableSchema(columns=[TableColumn(name=c, type=str(t)) for c, t in df.schema.items()])
+    return {
+        "dagster/row_count": len(df),
+        "dagster/column_schema": schema,
+        "preview": MetadataValue.md(markdown_preview(df)),
+    }
+
+
+class TableIOManager(ConfigurableIOManager):
+    """Writes each output frame to `tables/<asset>/<partition>.parquet` and refreshes its DuckDB view;
+    loads an input as the concatenation of the upstream partitions it depends on."""
+
+    warehouse: ResourceDependency[Warehouse]
+
+    def handle_output(self, context: OutputContext, obj: pl.DataFrame) -> None:
+        if obj is None:
+            return
+        if not isinstance(obj, pl.DataFrame):
+            raise TypeError(f"{context.asset_key.to_user_string()}: expected a polars DataFrame, got {type(obj)}")
+        name = table_name(context.asset_key.path)
+        key = context.partition_key if context.has_partition_key else None
+        path = self.warehouse.write(name, obj, key)
+        context.add_output_metadata({**frame_metadata(obj), "path": MetadataValue.path(str(path))})
+
+    def load_input(self, context: InputContext) -> pl.DataFrame:
+        name = table_name(context.asset_key.path)
+        keys = list(context.asset_partition_keys) if context.has_asset_partitions else None
+        if keys is not None and not keys:
+            keys = None
+        return self.warehouse.scan(name, keys).collect()

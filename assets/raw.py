@@ -1,0 +1,110 @@
+"""Raw tables: one partitioned asset per (trace source, table), one partition per input shard.
+
+The assets are generated from the `SOURCES` registry: adding a source module adds its tables here
+with no Dagster code. Partitions are the shard files found in the trace folder when the
+definitions load (restart `dagster dev`, or reload the code location, after adding files).
+"""
+
+
+import dataclasses
+from pathlib import Path
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    StaticPartitionsDefinition,
+    asset,
+)
+
+from assets.resources import Warehouse
+from pipelines.raw_schemas import RAW_SCHEMAS
+from pipelines.sources import SOURCES, TraceSource
+from pipelines.ingest import ingest_shard
+
+QUARANTINE_TABLE = "raw_quarantine"
+NO_SHARD = "no-shard-found"
+"""Placeholder partition of a table whose folder has no shard yet (materialising it fails clearly)."""
+
+
+def raw_table_name(source: str, table: str) -> str:
+    return f"raw_{source}__{table}"
+
+
+def _describe(source: TraceSource, table: str) -> str:
+    cols = ", ".join(f"`{c}` {t}" for c, t in RAW_SCHEMAS[source.name][table].items())
+    return (
+        f"Raw `{table}` table of the `{source.name}` trace, parsed from its genuine files under "
+        f"`<trace dir>/{source.folder}/`, one Parquet file per input shard (zstd). Rows that cannot be "
+        f"parsed go to `{QUARANTINE_TABLE}` with file, line and reason.\n\nColumns: {cols}"
+    )
+
+
+def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> AssetsDefinition:
+    """The partitioned asset that ingests one table of one source, shard by shard."""
+    name = raw_table_name(source.name, table)
+    shards = sorted(source.discover(trace_root, table)) or [NO_SHARD]
+
+    @asset(
+        name=name,
+        group_name=f"raw_{source.name}",
+        partitions_def=StaticPartitionsDefinition(shards),
+        description=_describe(source, table),
+        check_specs=[
+            AssetCheckSpec(
+                "rows_add_up",
+                asset=name,
+                description="rows read = rows written + rows quarantined, for the shard just ingested",
+            )
+        ],
+        kinds={"parquet", "polars"},
+    )
+    def _raw(context: AssetExecutionContext, warehouse: Warehouse) -> MaterializeResult:
+        shard = context.partition_key
+        found = source.discover(trace_root, table)
+        if shard not in found:
+            raise FileNotFoundError(
+                f"{name}: shard {shard!r} not found under {trace_root / source.folder} "
+                f"(found {len(found)} shard(s)); check TVW_TRACE_DIR"
+            )
+        out = warehouse.partition_path(name, shard)
+        quarantine = warehouse.partition_path(QUARANTINE_TABLE, f"{source.name}__{table}__{shard}")
+        stats = ingest_shard(source, table, found[shard], out, quarantine)
+        warehouse.refresh_view(name)
+        warehouse.refresh_view(QUARANTINE_TABLE)
+        context.log.info(
+            f"{name}[{shard}]: {stats.rows_in} rows in, {stats.rows_written} written, "
+            f"{stats.rows_quarantined} quarantined"
+        )
+        added_up = stats.rows_in == stats.rows_written + stats.rows_quarantined
+        return MaterializeResult(
+            metadata={
+                **{k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, int | float)},
+                "dagster/row_count": stats.rows_written,
+                "source_file": MetadataValue.path(str(found[shard])),
+                "path": MetadataValue.path(str(out)),
+            },
+            check_results=[
+                AssetCheckResult(
+                    check_name="rows_add_up",
+                    passed=added_up,
+                    severity=AssetCheckSeverity.ERROR,
+                    metadata={
+                        "rows_in": stats.rows_in,
+                        "rows_written": stats.rows_written,
+                        "rows_quarantined": stats.rows_quarantined,
+                    },
+                )
+            ],
+        )
+
+    return _raw
+
+
+def build_raw_assets(trace_root: Path) -> list[AssetsDefinition]:
+    """Every raw asset of every registered source."""
+    return [build_raw_asset(src, table, trace_root) for src in SOURCES.values() for table in src.tables]

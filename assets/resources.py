@@ -1,0 +1,116 @@
+"""The warehouse: Parquet files as the store of record, DuckDB views over them as the query layer.
+
+Layout under `root`:
+    tables/<table>/<partition>.parquet   one file per Dagster partition ("all" when unpartitioned)
+    tvw.duckdb                            one view per table over tables/<table>/*.parquet
+
+Writers never hold the DuckDB file: they write Parquet atomically, then open the database for the
+instant it takes to (re)create the view. A user's `duckdb warehouse/tvw.duckdb` session therefore
+only conflicts with a writer during that instant, and then the view refresh is retried.
+"""
+
+
+import re
+import time
+from pathlib import Path
+
+import duckdb
+import polars as pl
+from dagster import ConfigurableResource, get_dagster_logger
+
+from pipelines.storage import write_parquet_atomic
+
+UNPARTITIONED = "all"
+CLI_STORAGE_VERSION = "v1.4.0"
+"""Oldest storage format readable by both duckdb 2.0 (Python) and the duckdb-cli 1.5 command."""
+_SAFE = re.compile(r"[^A-Za-z0-9_.=-]")
+
+
+def partition_file_stem(partition_key: str | None) -> str:
+    """File name (without .parquet) for a partition key: shard names keep their stem, unsafe chars become '_'."""
+    if not partition_key:
+        return UNPARTITIONED
+    stem = partition_key
+    for suffix in (".gz", ".tar", ".csv"):
+        stem = stem.removesuffix(suffix)
+    return _SAFE.sub("_", stem)
+
+
+class Warehouse(ConfigurableResource):
+    """Where every table lives: Parquet files under `root`, DuckDB views in `root/tvw.duckdb`."""
+
+    root: str
+
+    @property
+    def duckdb_path(self) -> Path:
+        return Path(self.root) / "tvw.duckdb"
+
+    def table_dir(self, table: str) -> Path:
+        return Path(self.root) / "tables" / table
+
+    def partition_path(self, table: str, partition_key: str | None) -> Path:
+        return self.table_dir(table) / f"{partition_file_stem(partition_key)}.parquet"
+
+    def table_files(self, table: str, partition_keys: list[str] | None = None) -> list[Path]:
+        """Existing files of a table (optionally only the given partitions), sorted."""
+        if partition_keys is not None:
+            return [p for k in partition_keys if (p := self.partition_path(table, k)).exists()]
+        d = self.table_dir(table)
+        return sorted(d.glob("*.parquet")) if d.exists() else []
+
+    def has_table(self, table: str) -> bool:
+        return bool(self.table_files(table))
+
+    def scan(self, table: str, partition_keys: list[str] | None = None) -> pl.LazyFrame:
+        """Lazy scan over a table's files; raises naming the table when it has none."""
+        files = self.table_files(table, partition_keys)
+        if not files:
+            raise FileNotFoundError(
+                f"table {table!r} has no Parquet files under {self.table_dir(table)}"
+                + (f" for partitions {partition_keys}" if partition_keys else "")
+                + ": materialise it first"
+            )
+        return pl.scan_parquet([str(f) for f in files])
+
+    def write(self, table: str, df: pl.DataFrame, partition_key: str | None = None) -> Path:
+        """Write one partition of a table atomically and refresh its view."""
+        path = write_parquet_atomic(df, self.partition_path(table, partition_key))
+        self.refresh_view(table)
+        return path
+
+    def refresh_view(self, table: str, retries: int = 20) -> None:
+        """(Re)create the DuckDB view of `table` over its files; drop it when it has none."""
+        files = self.table_files(table)
+        glob = str(self.table_dir(table) / "*.parquet").replace("'", "''")
+        sql = (
+            f"CREATE OR REPLACE VIEW \"{table}\" AS SELECT * FROM read_parquet('{glob}', union_by_name = true)"
+            if files
+            else f'DROP VIEW IF EXISTS "{table}"'
+        )
+        self.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(retries):
+            try:
+                self._ensure_database()
+                with duckdb.connect(str(self.duckdb_path)) as con:
+                    con.execute(sql)
+                return
+            except duckdb.IOException as exc:  # another process holds the file lock
+                if attempt == retries - 1:
+                    get_dagster_logger().warning(f"could not refresh DuckDB view {table!r}: {exc}")
+                    return
+                time.sleep(0.25)
+
+    def _ensure_database(self) -> None:
+        """Create the database file in a storage format the `duckdb` command-line tool (duckdb-cli 1.5)
+        can open; the Python package (2.0) would otherwise write a newer one that the CLI refuses."""
+        if self.duckdb_path.exists():
+            return
+        path = str(self.duckdb_path).replace("'", "''")
+        with duckdb.connect() as con:
+            con.execute(f"ATTACH '{path}' AS warehouse (STORAGE_VERSION '{CLI_STORAGE_VERSION}')")
+            con.execute("DETACH warehouse")
+
+    def query(self, sql: str) -> pl.DataFrame:
+        """Run a read-only query against the views (opens the database read-only)."""
+        with duckdb.connect(str(self.duckdb_path), read_only=True) as con:
+            return pl.from_arrow(con.execute(sql).to_arrow_table())

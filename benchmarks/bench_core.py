@@ -1,0 +1,168 @@
+"""Benchmark of the canonical layer on a synthetic Google 2011 task_usage: build_usage + filter_long_running.
+
+Generates (seeded) a raw task_usage dataset of `--tasks` x `--windows` five-minute windows (default 10k x 2000 =
+20 M rows, written as several Parquet files like the ingest's datasets) and the matching task_events in the raw schemas, then times
+build_workloads, build_usage and filter_long_running on `pl.scan_parquet(files)` and prints rows/s and the peak
+RSS of the process. Only the raw columns the canonical layer reads get values; the others are all null. About 0.1 % of windows are dropped (gaps), 1 % of windows are split into two shorter
+windows (two records in one bin), 5 % of tasks end with a terminal event.
+
+    python benchmarks/bench_core.py [--tasks 10000] [--windows 2000] [--seed 0] [--dir /tmp/bench_core]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipelines.long_running import LongRunningConfig, filter_long_running
+from pipelines.raw_schemas import GOOGLE2011
+from pipelines.usage import UsageConfig, build_usage_with_report
+from pipelines.workloads import build_workloads
+
+US = 1_000_000
+TASKS_PER_JOB = 100
+USAGE_COLS = [
+    "start_time_us",
+    "end_time_us",
+    "job_id",
+    "task_index",
+    "machine_id",
+    "cpu_rate_frac",
+    "canonical_mem_frac",
+]
+
+
+def to_raw_schema(df: pl.DataFrame, table: str) -> pl.DataFrame:
+    """`df` in the raw schema of `table`: columns in order, cast, the ones not generated all null."""
+    schema = GOOGLE2011[table]
+    return df.select(
+        [(pl.col(c) if c in df.columns else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()]
+    )
+
+
+def generate_usage_chunk(
+    rng: np.random.Generator, first_task: int, n_tasks: int, n_windows: int
+) -> pl.DataFrame:
+    """task_usage rows of tasks first_task .. first_task + n_tasks - 1, windows of 300 s from trace time 600 s."""
+    task = np.repeat(np.arange(first_task, first_task + n_tasks), n_windows)
+    start_s = 600 + 300 * np.tile(np.arange(n_windows), n_tasks)
+    keep = rng.random(task.size) >= 0.001
+    task, start_s = task[keep], start_s[keep]
+    split = rng.random(task.size) < 0.01  # a restart inside the window: two records [s, s+60), [s+60, s+300)
+    task = np.concatenate([task, task[split]])
+    end_s = np.concatenate([np.where(split, start_s + 60, start_s + 300), start_s[split] + 300])
+    start_s = np.concatenate([start_s, start_s[split] + 60])
+    n = task.size
+    return pl.DataFrame(
+        {
+            "start_time_us": start_s * US,
+            "end_time_us": end_s * US,
+            "job_id": task // TASKS_PER_JOB + 1,
+            "task_index": task % TASKS_PER_JOB,
+            "machine_id": task % 12_500,
+            "cpu_rate_frac": rng.gamma(2.0, 0.01, n),
+            "canonical_mem_frac": rng.gamma(2.0, 0.02, n),
+        }
+    ).pipe(to_raw_schema, "task_usage")
+
+
+def generate_events(rng: np.random.Generator, n_tasks: int) -> pl.DataFrame:
+    """SUBMIT + SCHEDULE at time 0 for every task; 5 % also get a terminal event (EVICT..LOST) at 1 h."""
+    task = np.arange(n_tasks)
+    ended = task[rng.random(n_tasks) < 0.05]
+    all_task = np.concatenate([task, task, ended])
+    etype = np.concatenate([np.zeros(n_tasks), np.ones(n_tasks), rng.integers(2, 7, ended.size)])
+    time_us = np.concatenate([np.zeros(2 * n_tasks), np.full(ended.size, 3600 * US)])
+    n = all_task.size
+    return pl.DataFrame(
+        {
+            "time_us": time_us.astype(np.int64),
+            "job_id": all_task // TASKS_PER_JOB + 1,
+            "task_index": all_task % TASKS_PER_JOB,
+            "machine_id": all_task % 12_500,
+            "event_type": etype,
+            "priority": rng.integers(0, 12, n),
+            "scheduling_class": rng.integers(0, 4, n),
+            "cpu_request_frac": rng.random(n) * 0.1,
+            "mem_request_frac": rng.random(n) * 0.1,
+        }
+    ).pipe(to_raw_schema, "task_events")
+
+
+def write_dataset(args: argparse.Namespace) -> dict[str, list[Path]]:
+    rng = np.random.default_rng(args.seed)
+    root = Path(args.dir)
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "task_usage").mkdir(parents=True)
+    (root / "task_events").mkdir(parents=True)
+    files = []
+    for i, first in enumerate(range(0, args.tasks, args.tasks_per_file)):
+        chunk = generate_usage_chunk(rng, first, min(args.tasks_per_file, args.tasks - first), args.windows)
+        files.append(root / "task_usage" / f"part-{i:05d}.parquet")
+        chunk.write_parquet(files[-1])
+    events = root / "task_events" / "part-00000.parquet"
+    generate_events(rng, args.tasks).write_parquet(events)
+    return {"task_usage": files, "task_events": [events]}
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=10_000)
+    ap.add_argument("--windows", type=int, default=2_000)
+    ap.add_argument("--tasks-per-file", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dir", default="/tmp/bench_core")
+    ap.add_argument("--fill", default="none", choices=["none", "hold", "linear"])
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    files = write_dataset(args)
+    t_gen = time.perf_counter() - t0
+    rss_gen = peak_rss_mib()
+    raw = {table: pl.scan_parquet(paths) for table, paths in files.items()}
+    n_rows = raw["task_usage"].select(pl.len()).collect().item()
+    print(
+        f"generated {n_rows:,} task_usage rows ({args.tasks:,} tasks x {args.windows:,} windows) in {t_gen:.1f} s"
+    )
+
+    t0 = time.perf_counter()
+    workloads = build_workloads("google2011", raw)
+    t_wl = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    usage, counts = build_usage_with_report(
+        "google2011", raw, UsageConfig(args.fill, 2 if args.fill != "none" else 0)
+    )
+    t_usage = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cfg = LongRunningConfig(min_contiguous_bins={"google2011": min(6000, args.windows // 2)})
+    kept, report = filter_long_running(workloads, usage, cfg)
+    t_lr = time.perf_counter() - t0
+
+    print(
+        f"build_workloads     {t_wl:7.2f} s  {n_rows / t_wl / 1e6:6.2f} M raw rows/s  -> {workloads.height:,} workloads"
+    )
+    print(
+        f"build_usage         {t_usage:7.2f} s  {n_rows / t_usage / 1e6:6.2f} M raw rows/s  -> {usage.height:,} bins"
+    )
+    print(
+        f"filter_long_running {t_lr:7.2f} s  {usage.height / t_lr / 1e6:6.2f} M bins/s  -> {kept.height:,} kept"
+    )
+    total = t_usage + t_lr
+    print(f"build_usage + filter {total:6.2f} s  {n_rows / total / 1e6:6.2f} M raw rows/s")
+    print(f"peak RSS: {peak_rss_mib():,.0f} MiB (after generation: {rss_gen:,.0f} MiB)")
+    print(dict(zip(report["reason"], report["n_workloads"], strict=True)))
+    print(dict(zip(counts["count"], counts["n"], strict=True)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Timings of the EC pipeline (features, DTW, k sweep with silhouette) on seeded synthetic usage series.
+
+    python benchmarks/bench_ec.py --n 1000
+    python benchmarks/bench_ec.py --n 10000 --skip-dtw
+
+Prints seconds per stage and peak memory (ru_maxrss). Series: n workloads x 2 resources x --length bins,
+a mix of daily sines, square waves, ramps and random walks with random levels, amplitudes and noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import warnings
+
+import numpy as np
+import polars as pl
+
+from pipelines.equivalence import (
+    DtwConfig,
+    EcConfig,
+    dtw_cross,
+    dtw_matrix,
+    fit_kmedoids,
+    prepare_dtw,
+    sweep_dtw,
+    sweep_kmeans,
+)
+from pipelines.features import (
+    TemporalConfig,
+    aggregate_from_values,
+    series_from_arrays,
+    series_matrix,
+    temporal_features,
+)
+from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, USAGE
+
+
+def generate(n: int, length: int, seed: int) -> np.ndarray:
+    """(n, 2, length) usage fractions in [0, 1]."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(length)
+    kind = rng.integers(0, 4, size=n)
+    level = rng.uniform(0.05, 0.6, size=(n, 2, 1))
+    amp = rng.uniform(0.02, 0.3, size=(n, 2, 1))
+    phase = rng.uniform(0, 2 * np.pi, size=(n, 1, 1))
+    out = np.empty((n, 2, length))
+    shapes = {
+        0: lambda m: np.sin(2 * np.pi * t / 288 + phase[m]),
+        1: lambda m: np.sign(np.sin(2 * np.pi * t / 576 + phase[m])),
+        2: lambda m: np.broadcast_to(t / length - 0.5, (int(m.sum()), 1, length)),
+        3: lambda m: np.cumsum(rng.standard_normal((int(m.sum()), 1, length)), axis=2) / np.sqrt(length),
+    }
+    for kd, shape in shapes.items():
+        m = kind == kd
+        out[m] = level[m] + amp[m] * shape(m)
+    out += 0.01 * rng.standard_normal(out.shape)
+    return np.clip(out, 0.0, 1.0)
+
+
+def timed(label: str, fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    res = fn(*args, **kwargs)
+    print(f"{label:<58s} {time.perf_counter() - t0:9.2f} s", flush=True)
+    return res
+
+
+def bench_frames(values: np.ndarray) -> None:
+    """series_matrix on a canonical USAGE / LONG_RUNNING pair built from `values`."""
+    n, _, length = values.shape
+    ids = np.repeat(np.array([f"w{i:06d}" for i in range(n)]), length)
+    usage = pl.DataFrame(
+        {
+            "source": "bench",
+            "workload_id": ids,
+            "bin_start_s": np.tile(np.arange(length) * BIN_SECONDS, n),
+            "cpu_frac": values[:, 0].ravel(),
+            "mem_frac": values[:, 1].ravel(),
+            "n_samples": 1,
+            "is_filled": False,
+        }
+    ).cast(USAGE)
+    lr = pl.DataFrame(
+        {c: None for c in LONG_RUNNING}
+        | {
+            "source": "bench",
+            "workload_id": [f"w{i:06d}" for i in range(n)],
+            "run_start_s": 0,
+            "n_run_bins": length,
+        }
+    ).cast(LONG_RUNNING)
+    s = timed(f"series_matrix from USAGE ({usage.height:,} rows)", series_matrix, usage, lr, None)
+    assert s.n == n and np.allclose(s.values, values)
+
+
+def bench_tsfresh_ratio(values: np.ndarray, cfg: TemporalConfig, numpy_s: float) -> None:
+    from tsfresh.feature_extraction import feature_calculators as fc
+
+    m = min(20, len(values))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in values[:m].reshape(-1, values.shape[2]):
+            [fc.autocorrelation(x, lag) for lag in cfg.lags]
+            fc.linear_trend(x, [{"attr": "slope"}])
+            list(fc.agg_linear_trend(x, [{"attr": "slope", "chunk_len": cfg.agg_chunk_len, "f_agg": "mean"}]))
+            fc.mean(x), fc.mean_abs_change(x), fc.standard_deviation(x)
+    per_series = (time.perf_counter() - t0) / m
+    print(
+        f"tsfresh calculators, same features: {per_series * 1e3:.1f} ms/workload -> "
+        f"{per_series * len(values):.1f} s extrapolated for n={len(values)} "
+        f"({per_series * len(values) / numpy_s:.0f}x the numpy time)"
+    )
+
+
+def bench_dtw(values: np.ndarray, cfg: EcConfig, exact_n: int) -> None:
+    d = cfg.dtw
+    timed("numba compile (tiny DTW call)", dtw_matrix, np.zeros((2, 2, 4)), d)
+    prepared = timed("prepare_dtw (z-normalise, downsample)", prepare_dtw, values, d)
+    print(f"  DTW series length {prepared.shape[2]}, window {d.window_frac}, downsample {d.downsample}")
+    m = min(exact_n, len(values))
+    dist = timed(
+        f"exact DTW matrix n={m} ({m * (m - 1) // 2:,} pairs x 2 resources)", dtw_matrix, prepared[:m], d
+    )
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for k in range(cfg.k_min, cfg.k_max + 1):
+        fit_kmedoids(dist, k, cfg.n_init, rng, cfg.kmedoids_max_iter)
+    print(
+        f"{f'k-medoids k={cfg.k_min}..{cfg.k_max} x {cfg.n_init} inits on n={m}':<58s} "
+        f"{time.perf_counter() - t0:9.2f} s"
+    )
+    if len(values) > d.exact_max_n:
+        res = timed(
+            f"sampled DTW sweep n={len(values)} (sample {d.sample_size})",
+            sweep_dtw,
+            series_from_arrays([str(i) for i in range(len(values))], values),
+            cfg,
+        )
+        n_union = len(np.unique(np.concatenate(list(res.medoids.values()))))
+        print(
+            f"  medoid union {n_union}; best silhouette row: "
+            f"{max((r for r in res.rows if r['silhouette'] is not None), key=lambda r: r['silhouette'])}"
+        )
+        one = timed("  DTW of all workloads to 10 medoids", dtw_cross, prepared, prepared[:10], d)
+        assert one.shape == (len(values), 10)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--length", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-init", type=int, default=50)
+    p.add_argument("--dtw-downsample", type=int, default=10)
+    p.add_argument("--dtw-window", type=float, default=None, help="Sakoe-Chiba fraction; default full DTW")
+    p.add_argument("--dtw-exact-n", type=int, default=500, help="size of the exact-matrix DTW run")
+    p.add_argument("--dtw-sample", type=int, default=300)
+    p.add_argument("--skip-dtw", action="store_true")
+    p.add_argument("--skip-frames", action="store_true", help="skip series_matrix on a USAGE frame")
+    a = p.parse_args()
+
+    cfg = EcConfig(
+        n_init=a.n_init,
+        dtw=DtwConfig(window_frac=a.dtw_window, downsample=a.dtw_downsample, sample_size=a.dtw_sample),
+    )
+    print(f"n={a.n} length={a.length} resources=2 n_init={cfg.n_init} k={cfg.k_min}..{cfg.k_max}")
+    values = timed("generate series", generate, a.n, a.length, a.seed)
+    if not a.skip_frames:
+        bench_frames(values)
+    agg = timed("aggregate features (numpy)", aggregate_from_values, values)
+    t0 = time.perf_counter()
+    temporal = temporal_features(values, cfg.temporal)
+    numpy_s = time.perf_counter() - t0
+    print(f"{'temporal features (numpy, ' + str(temporal.shape[1]) + ' columns)':<58s} {numpy_s:9.2f} s")
+    bench_tsfresh_ratio(values, cfg.temporal, numpy_s)
+    for name, feats in (("aggregate", agg), ("temporal", temporal)):
+        res = timed(f"K-Means++ sweep + silhouette, {name}", sweep_kmeans, feats, name, cfg)
+        best = max((r for r in res.rows if r["silhouette"] is not None), key=lambda r: r["silhouette"])
+        print(
+            f"  best k={best['k']} silhouette={best['silhouette']:.3f} on {best['n_silhouette_points']} points"
+        )
+    if not a.skip_dtw:
+        bench_dtw(values, cfg, a.dtw_exact_n)
+    print(f"peak memory (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

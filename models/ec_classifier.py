@@ -1,0 +1,303 @@
+"""EC prediction for TVW-RL's run-time logic (Algorithm 1, ClassifyToEC): meta information + partial usage -> EC label.
+
+Inputs per workload:
+- meta (n, 4) float in META_COLUMNS order (requested cpu/mem fraction of a machine, priority, scheduling class);
+  NaN marks a missing value. Missing values are imputed with the training mean and flagged by one is_missing column
+  per meta column.
+- prefix (n, 2, j) float: the first j 5-minute bins of (cpu_frac, mem_frac), or None. The model uses the first m bins
+  (`ClassifierConfig.prefix_bins`; m = 0 means meta only). At prediction time a prefix shorter than m, or NaN bins
+  (a running workload younger than m bins), is zero-padded in standardised space, i.e. the missing bins are set to
+  their training mean; no separate meta-only model is kept.
+
+Model (TVW-RL "Implementation", EC Prediction): two dense ReLU layers and a softmax output, trained with Adam on
+categorical cross-entropy (CrossEntropyLoss on logits; softmax applied in `predict_proba`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from sklearn.metrics import f1_score
+from sklearn.model_selection import train_test_split
+from torch import nn
+
+from models.forecaster import torch_threads
+
+META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
+"""Meta-feature columns (from the WORKLOADS table) in the order `meta` arrays use."""
+
+ACCURACY_ROWS = {
+    "prefix_bins": pl.Int64,
+    "accuracy": pl.Float64,
+    "macro_f1": pl.Float64,
+    "majority_accuracy": pl.Float64,  # accuracy of always predicting the training set's most common EC
+    "n_train": pl.Int64,
+    "n_test": pl.Int64,
+}
+"""One row per prefix length of `classifier_accuracy_table`."""
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """EC classifier size and training budget (the paper gives the architecture, not the sizes)."""
+
+    prefix_bins: int = (
+        12  # m: first bins of cpu and mem usage fed to the model (0 = meta only); 12 bins = 1 h
+    )
+    hidden_sizes: tuple[int, int] = (64, 32)  # the two dense ReLU layers
+    epochs: int = 200  # passes over the training set
+    batch_size: int = 64  # workloads per Adam step
+    lr: float = 1e-3  # Adam learning rate
+    test_frac: float = 0.3  # held-out share for `classifier_accuracy_table`
+    seed: int = 0  # seeds init, shuffling and the train/test split
+    n_threads: int | None = 1  # torch intra-op threads while training (restored after); None = leave as is
+
+
+class EcClassifier(nn.Module):
+    """Two dense ReLU layers and a linear output; forward gives logits (softmax in `probabilities`).
+
+    Input normalisation (imputation means, standardisation stats) lives in buffers, so the state_dict is self-contained.
+    """
+
+    def __init__(self, n_meta: int, prefix_bins: int, n_classes: int, hidden_sizes: tuple[int, int]) -> None:
+        super().__init__()
+        n_in = 2 * n_meta + 2 * prefix_bins  # meta, is_missing flags, cpu bins, mem bins
+        self.net = nn.Sequential(
+            nn.Linear(n_in, hidden_sizes[0]),
+            nn.ReLU(),
+            nn.Linear(hidden_sizes[0], hidden_sizes[1]),
+            nn.ReLU(),
+            nn.Linear(hidden_sizes[1], n_classes),
+        )
+        self.register_buffer("meta_fill", torch.zeros(n_meta, dtype=torch.float64))
+        self.register_buffer("input_mean", torch.zeros(n_in, dtype=torch.float64))
+        self.register_buffer("input_std", torch.ones(n_in, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.forward(x), dim=1)
+
+
+def meta_matrix(workloads: pl.DataFrame) -> np.ndarray:
+    """(n, 4) float meta array from a WORKLOADS-like frame, META_COLUMNS order, nulls as NaN."""
+    missing = [c for c in META_COLUMNS if c not in workloads.columns]
+    if missing:
+        raise ValueError(f"workloads frame lacks meta column(s) {missing}")
+    return workloads.select([pl.col(c).cast(pl.Float64) for c in META_COLUMNS]).to_numpy().astype(np.float64)
+
+
+def _raw_features(meta: np.ndarray, prefixes: np.ndarray | None, meta_fill: np.ndarray, m: int) -> np.ndarray:
+    """Unstandardised inputs: imputed meta, is_missing flags, first m cpu bins, first m mem bins (NaN = missing)."""
+    is_missing = np.isnan(meta)
+    parts = [np.where(is_missing, meta_fill[None, :], meta), is_missing.astype(np.float64)]
+    if m > 0:
+        pre = np.full((meta.shape[0], 2, m), np.nan)
+        if prefixes is not None:
+            j = min(m, prefixes.shape[2])
+            pre[:, :, :j] = prefixes[:, :, :j]
+        parts.append(pre.reshape(meta.shape[0], 2 * m))
+    return np.concatenate(parts, axis=1)
+
+
+def _check_inputs(meta: np.ndarray, prefixes: np.ndarray | None, n_meta: int | None = None) -> np.ndarray:
+    meta = np.asarray(meta, dtype=np.float64)
+    if meta.ndim != 2 or (n_meta is not None and meta.shape[1] != n_meta):
+        raise ValueError(f"meta must have shape (n, {n_meta or 'n_meta'}), got {meta.shape}")
+    if prefixes is not None:
+        if prefixes.ndim != 3 or prefixes.shape[:2] != (meta.shape[0], 2):
+            raise ValueError(f"prefixes must have shape ({meta.shape[0]}, 2, bins), got {prefixes.shape}")
+    return meta
+
+
+@dataclass(frozen=True)
+class TrainedClassifier:
+    """A trained EcClassifier with its label set and config; `predict` is ClassifyToEC."""
+
+    model: EcClassifier
+    classes: np.ndarray  # EC label of each output unit
+    cfg: ClassifierConfig
+
+    def features(self, meta: np.ndarray, prefixes: np.ndarray | None) -> torch.Tensor:
+        """Standardised model inputs; missing prefix bins become 0 (their training mean)."""
+        meta = _check_inputs(meta, prefixes, self.model.meta_fill.shape[0])
+        raw = _raw_features(meta, prefixes, self.model.meta_fill.numpy(), self.cfg.prefix_bins)
+        z = (raw - self.model.input_mean.numpy()) / self.model.input_std.numpy()
+        return torch.from_numpy(np.nan_to_num(z, nan=0.0).astype(np.float32))
+
+    def predict_proba(self, meta: np.ndarray, prefixes: np.ndarray | None = None) -> np.ndarray:
+        """(n, n_classes) softmax probabilities, columns in `classes` order."""
+        with torch.no_grad():
+            return self.model.probabilities(self.features(meta, prefixes)).numpy()
+
+    def predict(self, meta: np.ndarray, prefixes: np.ndarray | None = None) -> np.ndarray:
+        """EC label per workload (prefixes may be shorter than prefix_bins, NaN-padded, or None)."""
+        return self.classes[self.predict_proba(meta, prefixes).argmax(axis=1)]
+
+    def save(self, path: str | Path) -> None:
+        """One torch file: state_dict (with normalisation buffers), config, label set, input sizes."""
+        torch.save(
+            {
+                "state_dict": self.model.state_dict(),
+                "config": dataclasses.asdict(self.cfg),
+                "classes": self.classes.tolist(),
+                "n_meta": int(self.model.meta_fill.shape[0]),
+            },
+            Path(path),
+        )
+
+
+def load_classifier(path: str | Path) -> TrainedClassifier:
+    """Read a file written by `TrainedClassifier.save`."""
+    blob = torch.load(Path(path), weights_only=True)
+    cfg_dict = dict(blob["config"])
+    cfg_dict["hidden_sizes"] = tuple(cfg_dict["hidden_sizes"])
+    cfg = ClassifierConfig(**cfg_dict)
+    classes = np.asarray(blob["classes"])
+    model = EcClassifier(blob["n_meta"], cfg.prefix_bins, len(classes), cfg.hidden_sizes)
+    model.load_state_dict(blob["state_dict"])
+    model.eval()
+    return TrainedClassifier(model=model, classes=classes, cfg=cfg)
+
+
+def train_classifier(
+    meta: np.ndarray, prefixes: np.ndarray | None, labels: np.ndarray, cfg: ClassifierConfig
+) -> TrainedClassifier:
+    """Fit normalisation stats and the network on all given workloads (split beforehand to evaluate)."""
+    meta = _check_inputs(meta, prefixes)
+    labels = np.asarray(labels)
+    if labels.shape != (meta.shape[0],):
+        raise ValueError(f"labels has shape {labels.shape}; expected ({meta.shape[0]},)")
+    classes, y = np.unique(labels, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"labels contain {len(classes)} class(es) {classes.tolist()}; a classifier needs at least 2"
+        )
+    if cfg.prefix_bins > 0 and (prefixes is None or prefixes.shape[2] < cfg.prefix_bins):
+        have = 0 if prefixes is None else prefixes.shape[2]
+        raise ValueError(f"training needs a usage prefix of {cfg.prefix_bins} bins per workload, got {have}")
+
+    # normalisation: training means fill missing meta; every input column standardised with training stats
+    fill, _ = _column_stats(meta)
+    mean, std = _column_stats(_raw_features(meta, prefixes, fill, cfg.prefix_bins))
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = EcClassifier(meta.shape[1], cfg.prefix_bins, len(classes), cfg.hidden_sizes)
+    _init_parameters(model, gen)
+    model.meta_fill.copy_(torch.from_numpy(fill))
+    model.input_mean.copy_(torch.from_numpy(mean))
+    model.input_std.copy_(torch.from_numpy(std))
+    trained = TrainedClassifier(model=model, classes=classes, cfg=cfg)
+
+    x, y_t = trained.features(meta, prefixes), torch.from_numpy(y.astype(np.int64))
+    model.train()
+    with torch_threads(cfg.n_threads):
+        _train_epochs(model, x, y_t, cfg, gen)
+    model.eval()
+    return trained
+
+
+def _train_epochs(
+    model: EcClassifier, x: torch.Tensor, y: torch.Tensor, cfg: ClassifierConfig, gen: torch.Generator
+) -> None:
+    """Adam on categorical cross-entropy, shuffled minibatches."""
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    for _ in range(cfg.epochs):
+        order = torch.randperm(len(x), generator=gen)
+        for start in range(0, len(order), cfg.batch_size):
+            b = order[start : start + cfg.batch_size]
+            loss = nn.functional.cross_entropy(model(x[b]), y[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+def _column_stats(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and std over the finite entries; mean 0 for an all-missing column, std 1 where it is 0."""
+    finite = np.isfinite(a)
+    count = np.maximum(finite.sum(axis=0), 1)
+    mean = np.where(finite, a, 0.0).sum(axis=0) / count
+    var = (np.where(finite, a - mean, 0.0) ** 2).sum(axis=0) / count
+    std = np.sqrt(var)
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def _init_parameters(module: nn.Module, generator: torch.Generator) -> None:
+    """torch's default uniform(+-1/sqrt(fan_in)) initialisation for Linear layers, drawn from `generator`."""
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear):
+            bound = 1.0 / np.sqrt(sub.in_features)
+            with torch.no_grad():
+                sub.weight.uniform_(-bound, bound, generator=generator)
+                sub.bias.uniform_(-bound, bound, generator=generator)
+
+
+def evaluate(
+    clf: TrainedClassifier, meta: np.ndarray, prefixes: np.ndarray | None, labels: np.ndarray
+) -> tuple[float, float]:
+    """(accuracy, macro F1) of `clf` on the given (held-out) workloads."""
+    labels = np.asarray(labels)
+    pred = clf.predict(meta, prefixes)
+    return float((pred == labels).mean()), float(f1_score(labels, pred, average="macro", zero_division=0))
+
+
+def split_train_test(labels: np.ndarray, test_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded (train_idx, test_idx); stratified by label when every class has >= 2 members and the test set
+    can hold one of each class, plain random otherwise."""
+    labels = np.asarray(labels)
+    n = len(labels)
+    classes, counts = np.unique(labels, return_counts=True)
+    if len(classes) < 2:
+        raise ValueError(f"labels contain {len(classes)} class(es); a classifier needs at least 2")
+    n_test = max(1, round(test_frac * n))
+    if n - n_test < 2:
+        raise ValueError(
+            f"too few workloads to split: {n} workloads, test_frac={test_frac} leaves {n - n_test} to train"
+        )
+    stratify = labels if counts.min() >= 2 and len(classes) <= n_test <= n - len(classes) else None
+    idx = np.arange(n)
+    train_idx, test_idx = train_test_split(idx, test_size=n_test, random_state=seed, stratify=stratify)
+    if len(np.unique(labels[train_idx])) < 2:
+        raise ValueError(
+            f"training split of {len(train_idx)} workloads holds a single class; need more workloads"
+        )
+    return np.sort(train_idx), np.sort(test_idx)
+
+
+def usage_prefixes(series: np.ndarray | Sequence[np.ndarray], m: int) -> np.ndarray:
+    """(n, 2, m) first m bins of each (2, L_i) usage series; NaN where a series is shorter than m."""
+    out = np.full((len(series), 2, m), np.nan)
+    for i, s in enumerate(series):
+        s = np.asarray(s, dtype=np.float64)
+        j = min(m, s.shape[1])
+        out[i, :, :j] = s[:, :j]
+    return out
+
+
+def classifier_accuracy_table(
+    meta: np.ndarray,
+    series: np.ndarray | Sequence[np.ndarray],
+    labels: np.ndarray,
+    prefix_lengths: Sequence[int],
+    cfg: ClassifierConfig,
+) -> pl.DataFrame:
+    """Held-out accuracy / macro F1 of the EC classifier per usage-prefix length (ACCURACY_ROWS), one shared split."""
+    labels = np.asarray(labels)
+    train_idx, test_idx = split_train_test(labels, cfg.test_frac, cfg.seed)
+    values, counts = np.unique(labels[train_idx], return_counts=True)
+    majority = float((labels[test_idx] == values[counts.argmax()]).mean())
+    rows = []
+    for m in prefix_lengths:
+        pre = usage_prefixes(series, m) if m > 0 else None
+        c = dataclasses.replace(cfg, prefix_bins=m)
+        clf = train_classifier(meta[train_idx], None if pre is None else pre[train_idx], labels[train_idx], c)
+        acc, f1 = evaluate(clf, meta[test_idx], None if pre is None else pre[test_idx], labels[test_idx])
+        rows.append((m, acc, f1, majority, len(train_idx), len(test_idx)))
+    return pl.DataFrame(rows, schema=ACCURACY_ROWS, orient="row")

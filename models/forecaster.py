@@ -1,0 +1,300 @@
+"""Multivariate usage forecaster after LSTNet (Lai et al. 2018), the model behind TVW-RL's prediction-gain proxy.
+
+Data: a list of workloads, each a float array (2, L_i) of (cpu_frac, mem_frac) per 5-minute bin. One model is shared
+by all workloads it is trained on; a training sample is a window of `window` past bins of one workload and its target
+is the value `horizon` bins after the window's last bin (LSTNet's single-step convention).
+
+Each workload's series are standardised with the mean/std of that workload's own training part, so workloads of very
+different sizes share one model; predictions are returned in the original units (fractions of a machine).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+N_SERIES = 2
+"""cpu and mem."""
+
+_STD_FLOOR = 1e-6
+"""Smallest std used to standardise a series (a constant series would otherwise divide by zero)."""
+
+
+@dataclass(frozen=True)
+class ForecasterConfig:
+    """LSTNet size and training budget. Defaults are small: fast enough for the prediction-gain sweep on 2 cores."""
+
+    window: int = 24  # past bins fed to the model (LSTNet "window")
+    horizon: int = 1  # predict the value this many bins after the window's last bin
+    conv_channels: int = 16  # LSTNet hidCNN: output channels of the 1-D convolution
+    kernel_size: int = 6  # LSTNet CNN kernel: bins covered by one convolution
+    hidden_size: int = 16  # LSTNet hidRNN: GRU state size
+    skip_period: int = 0  # LSTNet skip: period p of the skip-GRU in bins; 0 turns the skip-GRU off
+    skip_hidden: int = 4  # LSTNet hidSkip: skip-GRU state size
+    ar_window: int = 8  # LSTNet highway window: last bins seen by the linear autoregressive part; 0 = off
+    dropout: float = 0.0  # dropout after the convolution and GRUs (seeded masks)
+    epochs: int = 4  # passes over the (subsampled) training windows, at least
+    min_steps: int = (
+        150  # more epochs are run until this many Adam steps (equal compute for small and big fits)
+    )
+    batch_size: int = 128  # windows per Adam step
+    lr: float = 1e-2  # Adam learning rate
+    max_train_windows: int | None = 2000  # windows drawn (without replacement) per fit; None = all of them
+    seed: int = 0  # seeds parameter init, window subsampling, shuffling and dropout
+    n_threads: int | None = (
+        1  # torch intra-op threads while fitting/predicting (restored after); None = leave as is
+    )
+
+    def __post_init__(self) -> None:
+        if self.window < self.kernel_size:
+            raise ValueError(f"window ({self.window}) must be >= kernel_size ({self.kernel_size})")
+        if self.ar_window > self.window:
+            raise ValueError(f"ar_window ({self.ar_window}) must be <= window ({self.window})")
+        if self.skip_period > 0 and (self.window - self.kernel_size + 1) < self.skip_period:
+            raise ValueError(
+                f"skip_period ({self.skip_period}) needs window - kernel_size + 1 >= skip_period "
+                f"(window={self.window}, kernel_size={self.kernel_size})"
+            )
+        if self.horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {self.horizon}")
+
+
+def paper_scale() -> ForecasterConfig:
+    """Lai et al. 2018's published LSTNet settings (hidCNN=hidRNN=100, kernel 6, skip 24, hidSkip 5,
+    highway 24, window 168, dropout 0.2, Adam lr 1e-3, batch 128, 100 epochs), on all training windows.
+    At 5-minute bins a 168-bin window is 14 h and period 24 is 2 h (Lai et al. used hourly data)."""
+    return ForecasterConfig(
+        window=168,
+        conv_channels=100,
+        kernel_size=6,
+        hidden_size=100,
+        skip_period=24,
+        skip_hidden=5,
+        ar_window=24,
+        dropout=0.2,
+        epochs=100,
+        batch_size=128,
+        lr=1e-3,
+        max_train_windows=None,
+        min_steps=0,
+    )
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run a block with `n` torch intra-op threads, then restore the previous count. Nets this small are
+    fastest single-threaded: on 2 busy cores, 2 threads measured about 10x slower than 1."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class LSTNet(nn.Module):
+    """Conv1d over time -> GRU (+ optional skip-GRU) -> linear, plus a linear AR highway on the raw last bins.
+
+    Input (batch, window, N_SERIES) standardised usage; output (batch, N_SERIES) standardised prediction.
+    """
+
+    def __init__(self, cfg: ForecasterConfig, generator: torch.Generator) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.generator = generator  # dropout masks come from here, never from the global RNG
+        self.conv = nn.Conv1d(N_SERIES, cfg.conv_channels, cfg.kernel_size)
+        self.gru = nn.GRU(cfg.conv_channels, cfg.hidden_size, batch_first=True)
+        n_out_in = cfg.hidden_size
+        self.skip_gru = None
+        if cfg.skip_period > 0:
+            self.skip_gru = nn.GRU(cfg.conv_channels, cfg.skip_hidden, batch_first=True)
+            n_out_in += cfg.skip_period * cfg.skip_hidden
+        self.out = nn.Linear(n_out_in, N_SERIES)
+        self.ar = nn.Linear(cfg.ar_window, 1) if cfg.ar_window > 0 else None
+        _init_parameters(self, generator)
+
+    def _dropout(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.cfg.dropout
+        if not self.training or p <= 0.0:
+            return x
+        keep = torch.rand(x.shape, generator=self.generator) >= p
+        return x * keep / (1.0 - p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = x.shape[0]
+        # convolution over time: (batch, channels, T') with T' = window - kernel + 1
+        c = self._dropout(torch.relu(self.conv(x.transpose(1, 2))))
+        c_seq = c.transpose(1, 2)
+        _, h = self.gru(c_seq)
+        r = self._dropout(h[-1])
+        if self.skip_gru is not None:
+            p = self.cfg.skip_period
+            n_steps = c_seq.shape[1] // p
+            # the last n_steps*p conv outputs, regrouped so each phase of the period is one sequence
+            s = c_seq[:, -n_steps * p :, :].reshape(batch, n_steps, p, -1).transpose(1, 2)
+            _, hs = self.skip_gru(s.reshape(batch * p, n_steps, -1))
+            r = torch.cat([r, self._dropout(hs[-1].reshape(batch, -1))], dim=1)
+        y = self.out(r)
+        if self.ar is not None:
+            # one AR filter shared by cpu and mem, applied to each series' last ar_window raw values
+            z = x[:, -self.cfg.ar_window :, :].transpose(1, 2)
+            y = y + self.ar(z).squeeze(-1)
+        return y
+
+
+def _init_parameters(module: nn.Module, generator: torch.Generator) -> None:
+    """torch's default uniform(+-1/sqrt(fan_in)) initialisation, drawn from `generator` (not the global RNG)."""
+    for sub in module.modules():
+        if isinstance(sub, nn.GRU):
+            fan_in = sub.hidden_size
+        elif isinstance(sub, nn.Conv1d | nn.Linear):
+            fan_in = sub.weight[0].numel()
+        else:
+            continue
+        bound = 1.0 / math.sqrt(fan_in)
+        with torch.no_grad():
+            for p in sub.parameters(recurse=False):
+                p.uniform_(-bound, bound, generator=generator)
+
+
+@dataclass(frozen=True)
+class FittedForecaster:
+    """A trained LSTNet and the config it was trained with."""
+
+    model: LSTNet
+    cfg: ForecasterConfig
+    final_loss: float  # mean squared error (standardised units) of the last epoch
+
+
+def as_series_list(values: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Check usage series and return them as a list of float64 (2, L_i) arrays; raise naming the bad workload."""
+    out = []
+    for i, v in enumerate(values):
+        a = np.asarray(v, dtype=np.float64)
+        if a.ndim != 2 or a.shape[0] != N_SERIES:
+            raise ValueError(f"workload {i}: usage must have shape (2, L) (cpu, mem), got {a.shape}")
+        if not np.isfinite(a).all():
+            raise ValueError(f"workload {i}: usage has {int((~np.isfinite(a)).sum())} non-finite value(s)")
+        out.append(a)
+    return out
+
+
+def series_stats(series: list[np.ndarray], n_train: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per workload and resource mean and std of the first n_train[i] bins: two (n, 2) arrays."""
+    mean = np.stack([s[:, :t].mean(axis=1) for s, t in zip(series, n_train, strict=True)])
+    std = np.stack([s[:, :t].std(axis=1) for s, t in zip(series, n_train, strict=True)])
+    return mean, np.maximum(std, _STD_FLOOR)
+
+
+def _windows(z: np.ndarray, targets: np.ndarray, cfg: ForecasterConfig) -> np.ndarray:
+    """Input windows (len(targets), window, 2) of standardised series z (2, L) for the given target bins."""
+    ends = targets - cfg.horizon + 1  # exclusive end of each input window
+    idx = ends[:, None] - cfg.window + np.arange(cfg.window)[None, :]
+    return z[:, idx].transpose(1, 2, 0)
+
+
+def _training_windows(
+    z: list[np.ndarray], n_train: Sequence[int], cfg: ForecasterConfig, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """All (or `max_train_windows` sampled) training windows whose target lies in the training part."""
+    first = cfg.window + cfg.horizon - 1  # first target bin with a full window before it
+    pairs = [(i, t) for i, nt in enumerate(n_train) for t in range(first, nt)]
+    if not pairs:
+        raise ValueError(
+            f"no training windows: every training part is shorter than window+horizon={first + 1}"
+        )
+    pairs = np.asarray(pairs)
+    if cfg.max_train_windows is not None and len(pairs) > cfg.max_train_windows:
+        pairs = pairs[np.sort(rng.choice(len(pairs), cfg.max_train_windows, replace=False))]
+    xs, ys = [], []
+    for i in np.unique(pairs[:, 0]):
+        t = pairs[pairs[:, 0] == i, 1]
+        xs.append(_windows(z[i], t, cfg))
+        ys.append(z[i][:, t].T)
+    return np.concatenate(xs).astype(np.float32), np.concatenate(ys).astype(np.float32)
+
+
+def fit_forecaster(
+    values: np.ndarray | Sequence[np.ndarray], n_train: Sequence[int] | None, cfg: ForecasterConfig
+) -> FittedForecaster:
+    """Train one LSTNet on the first n_train[i] bins of every workload (all bins when n_train is None)."""
+    with torch_threads(cfg.n_threads):
+        return _fit(values, n_train, cfg)
+
+
+def _fit(
+    values: np.ndarray | Sequence[np.ndarray], n_train: Sequence[int] | None, cfg: ForecasterConfig
+) -> FittedForecaster:
+    series = as_series_list(values)
+    n_train = [s.shape[1] for s in series] if n_train is None else list(n_train)
+    mean, std = series_stats(series, n_train)
+    z = [(s - m[:, None]) / sd[:, None] for s, m, sd in zip(series, mean, std, strict=True)]
+    x, y = _training_windows(z, n_train, cfg, np.random.default_rng(cfg.seed))
+    x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = LSTNet(cfg, gen)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    model.train()
+    epoch_loss = float("nan")
+    n_batches = math.ceil(len(x_t) / cfg.batch_size)
+    for _ in range(max(cfg.epochs, math.ceil(cfg.min_steps / n_batches))):
+        # one epoch: shuffled minibatches, Adam on mean squared error
+        order = torch.randperm(len(x_t), generator=gen)
+        total = 0.0
+        for start in range(0, len(order), cfg.batch_size):
+            b = order[start : start + cfg.batch_size]
+            loss = nn.functional.mse_loss(model(x_t[b]), y_t[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(b)
+        epoch_loss = total / len(x_t)
+    model.eval()
+    return FittedForecaster(model=model, cfg=cfg, final_loss=epoch_loss)
+
+
+def predict_series(
+    fitted: FittedForecaster,
+    values: np.ndarray | Sequence[np.ndarray],
+    n_train: Sequence[int],
+    batch_size: int = 4096,
+) -> list[np.ndarray]:
+    """One-step-ahead predictions for bins n_train[i]..L_i-1 of every workload, each (2, L_i - n_train[i]),
+    in the original units. Inputs are the actual past bins (teacher forcing), standardised with the
+    workload's own training-part stats."""
+    with torch_threads(fitted.cfg.n_threads):
+        return _predict(fitted, as_series_list(values), n_train, batch_size)
+
+
+def _predict(
+    fitted: FittedForecaster, series: list[np.ndarray], n_train: Sequence[int], batch_size: int
+) -> list[np.ndarray]:
+    cfg = fitted.cfg
+    mean, std = series_stats(series, n_train)
+    out = []
+    with torch.no_grad():
+        for i, (s, nt) in enumerate(zip(series, n_train, strict=True)):
+            if nt < cfg.window + cfg.horizon - 1:
+                raise ValueError(
+                    f"workload {i}: training part has {nt} bins, fewer than window+horizon-1="
+                    f"{cfg.window + cfg.horizon - 1} needed before the first predicted bin"
+                )
+            z = (s - mean[i][:, None]) / std[i][:, None]
+            x = _windows(z, np.arange(nt, s.shape[1]), cfg).astype(np.float32)
+            preds = [
+                fitted.model(torch.from_numpy(x[j : j + batch_size])).numpy()
+                for j in range(0, len(x), batch_size)
+            ]
+            p = np.concatenate(preds) if preds else np.zeros((0, N_SERIES), dtype=np.float32)
+            out.append(p.T.astype(np.float64) * std[i][:, None] + mean[i][:, None])
+    return out

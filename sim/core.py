@@ -1,0 +1,664 @@
+"""Batched cluster simulator for time-varying workloads (TVW-RL, DeepPlace, DeepRM), batch axis first.
+
+Model (every choice made here, in one place):
+
+- Time is logical steps t = 0, 1, ... Each env of a batch has its own t. Jobs of a sequence are sorted by arrival
+  (`sim.jobs`); a job enters the FIFO queue at its arrival_step.
+- Actions per decision: a in 0..M-1 places the HEAD of the queue on machine a at the current step (time does not
+  advance, so several placements can happen within one step, as in DeepRM); a = M holds: the current step is
+  closed (penalties credited), t advances by one and the jobs arriving at t+1 join the queue. Whenever an env's
+  queue is empty (after a placement, a hold or at reset) time advances automatically until a job arrives or the
+  episode ends, so the agent is only asked when it has a job to place. Because only the head is ever placed and
+  jobs are sorted by arrival, placed jobs are a prefix of the job index range and the queue is the contiguous range
+  [next_job, n_arrived).
+- A placed job starts at once (there is no "scheduled but not started" phase) and uses usage[t - start] units each
+  step of its duration. Committed usage of placed jobs lives in a ring timeline (B, M, D, W), W = T_max, indexed by
+  absolute time mod W: placing adds the job's profile, closing a step clears its slot.
+- Validity (action mask): hold is always valid. Placing needs a non-empty queue and, by `placement_check`:
+  "first_step" (default): current free units of the machine (C_d - job usage - background noise at t) cover the
+  head's first-step usage in every d; "request": they cover the head's request; "none": any machine. Later steps may
+  overshoot: usage varies over time (TVW-RL lets the agent learn to avoid it through P_O). A masked action raises
+  ValueError naming the env and action (or is treated as hold with invalid_action="hold"). Actions of envs whose
+  episode has ended are ignored (reward 0).
+- Background noise (robustness study): uniform integer 0..n units per machine, resource and step, drawn at reset
+  from the env's seed for steps 0..max_steps. It counts in current usage, the mask, unused units, shortage and the
+  image (its own colour), not in contention or utilisation (it is not a workload). Shape perturbation: uniform
+  integer -1..1 added to each step of each job's profile at reset, clipped to 0..C_d; requests stay as given.
+- Oversized jobs (a step's usage or the request above C_d): ValueError naming the sequence, job and workload, or with
+  oversize="clip" clipped to C_d and counted in `state.n_clipped`.
+- Penalties (TVW-RL, "Rewards Design"), all credited when a step t is closed, for that step:
+  P_W = -K_w |Q_t| (every waiting job, backlog included); P_U = -sum_d sum_{m used at t} U_m(t,d)^K_u with U in raw
+  units (C_d - usage incl. noise, floored at 0), a machine being used when a workload runs on it at t;
+  P_C = -K_c sum_{m,d} sum_{i<j on m} u_i(t,d) u_j(t,d): the realised overlap at t of every co-located pair, so
+  summed over an episode it is exactly -K_c sum Cr(m,d) with Cr the time-aligned inner product over the pair's lives
+  (pairs that are truncated away are credited only for the part realised); implemented by adding, at placement,
+  new profile x committed timeline into a per-env ring of future overlap. P_O = -K_o per (workload, resource) the
+  first time the workload's machine is short (usage incl. noise > C_d) in that resource while it runs.
+  The reward of a step() call is the sum of penalties of the steps it closed (0 for a pure placement); `info` holds
+  each component per env.
+- Episode end: terminated when every job has been placed and has finished (t >= last end); an env with no jobs is
+  terminated at reset. Truncated when t reaches max_steps first.
+- Purity: step() never mutates its input state (arrays it changes are copied first); the JobBatch is shared.
+  The optional `Trace` buffer is the one mutable thing: step() writes the closed steps' rows into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from sim import penalties
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+
+PENALTY_NAMES = ("contention", "underutil", "overshoot", "wait")
+"""Order of the penalty components in `State.penalty_totals` and `Trace.penalties`."""
+
+
+@dataclass(frozen=True)
+class State:
+    """Batched simulator state (B envs, M machines, D resources, J jobs, W = T_max ring slots)."""
+
+    jobs: JobBatch
+    """The (validated, possibly perturbed) job sequences; shared between states, never mutated."""
+    t: np.ndarray
+    """(B,) int64: current logical step."""
+    next_job: np.ndarray
+    """(B,) int64: index of the queue head = number of jobs placed so far."""
+    n_arrived: np.ndarray
+    """(B,) int64: jobs with arrival_step <= t (the queue is [next_job, n_arrived))."""
+    timeline: np.ndarray
+    """(B, M, D, W) int32: committed usage of placed jobs, slot (time mod W)."""
+    overlap: np.ndarray
+    """(B, W) int64: pairwise overlap sum_{m,d,i<j} u_i u_j still to be realised, slot (time mod W)."""
+    busy_until: np.ndarray
+    """(B, M) int64: end step (exclusive) of the last-ending job placed on the machine (0 if none)."""
+    job_machine: np.ndarray
+    """(B, J) int64: machine of each placed job, -1 if not placed."""
+    job_start: np.ndarray
+    """(B, J) int64: start step of each placed job, -1 if not placed."""
+    has_overshot: np.ndarray
+    """(B, J, D) bool: the job has already been charged its first overshoot in resource d."""
+    noise: np.ndarray | None
+    """(B, max_steps + 1, M, D) int16 background units per step, or None when noise is off."""
+    is_terminated: np.ndarray
+    """(B,) bool: all jobs placed and finished."""
+    is_truncated: np.ndarray
+    """(B,) bool: max_steps reached first."""
+    penalty_totals: np.ndarray
+    """(B, 4) float64: cumulative penalties per component, in PENALTY_NAMES order (negative numbers)."""
+    n_clipped: np.ndarray
+    """(B,) int64: job-steps or requests clipped to capacity at reset (oversize="clip")."""
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.t.shape[0])
+
+    @property
+    def is_done(self) -> np.ndarray:
+        """(B,) bool: terminated or truncated."""
+        return self.is_terminated | self.is_truncated
+
+
+class QueueHead(NamedTuple):
+    """The job at the head of each env's queue (zeros where the queue is empty)."""
+
+    request: np.ndarray
+    """(B, D) int16 requested units."""
+    usage: np.ndarray
+    """(B, T_max, D) int16 full usage profile."""
+    ec_label: np.ndarray
+    """(B,) int64 EC label."""
+    has_job: np.ndarray
+    """(B,) bool: the queue is non-empty."""
+    duration: np.ndarray
+    """(B,) int64 duration in steps."""
+
+
+@dataclass
+class Trace:
+    """Preallocated per-step recording of a batch of episodes (mutable: step() fills row t when closing step t)."""
+
+    usage: np.ndarray
+    """(B, max_steps, M, D) int16: R(m,t,d), units used by workloads (noise excluded)."""
+    background: np.ndarray
+    """(B, max_steps, M, D) int16: background noise units at t (zeros when noise is off)."""
+    is_active: np.ndarray
+    """(B, max_steps, M) bool: A(t), a workload runs on the machine at t."""
+    queue_length: np.ndarray
+    """(B, max_steps) int64: |Q_t| when step t was closed."""
+    contention: np.ndarray
+    """(B, max_steps) int64: realised pairwise overlap sum_{m,d} sum_{i<j} u_i(t,d) u_j(t,d) (units^2)."""
+    penalties: np.ndarray
+    """(B, max_steps, 4) float64: penalty components credited for step t (PENALTY_NAMES order)."""
+    capacity: np.ndarray
+    """(D,) int64: C_d."""
+
+
+# validation and reset
+
+
+def validate_jobs(cfg: SimConfig, jobs: JobBatch) -> tuple[JobBatch, np.ndarray]:
+    """Check every job fits a machine; returns (jobs, n_clipped per row). Raises ValueError naming the sequence,
+    job and workload whose usage in some step or request exceeds C_d (or clips, with cfg.oversize="clip"), or
+    whose label is >= G, or whose D differs from the config's."""
+    if jobs.n_resources != cfg.n_resources:
+        raise ValueError(f"jobs have {jobs.n_resources} resources, config has {cfg.n_resources}")
+    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    bad_label = is_real & ((jobs.ec_label < 0) | (jobs.ec_label >= cfg.n_labels))
+    if bad_label.any():
+        b, j = np.argwhere(bad_label)[0]
+        raise ValueError(
+            f"{jobs.describe_job(b, j)}: ec_label {jobs.ec_label[b, j]} outside 0..{cfg.n_labels - 1} (n_labels)"
+        )
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+    over_use = (jobs.usage > cap).any(axis=(2, 3))
+    over_req = (jobs.request > cap).any(axis=2)
+    is_over = is_real & (over_use | over_req)
+    if not is_over.any():
+        return jobs, np.zeros(jobs.batch_size, dtype=np.int64)
+    if cfg.oversize == "raise":
+        b, j = np.argwhere(is_over)[0]
+        what = "usage" if over_use[b, j] else "request"
+        peak = jobs.usage[b, j].max(axis=0) if over_use[b, j] else jobs.request[b, j]
+        raise ValueError(
+            f"{jobs.describe_job(b, j)}: {what} {peak.tolist()} units exceeds machine capacity "
+            f"{list(cfg.capacity_units)} ({int(is_over.sum())} oversized jobs in the batch; "
+            "use oversize='clip' to clip and count them)"
+        )
+    n_clipped = (jobs.usage > cap).sum(axis=(1, 2, 3)) + (jobs.request > cap).sum(axis=(1, 2))
+    clipped = replace(
+        jobs,
+        usage=np.minimum(jobs.usage, cap.astype(np.int16)),
+        request=np.minimum(jobs.request, cap.astype(np.int16)),
+    )
+    return clipped, n_clipped.astype(np.int64)
+
+
+def _env_rngs(cfg: SimConfig, n_envs: int, seed) -> list[np.random.Generator]:
+    if seed is None:
+        seed = cfg.seed
+    if np.ndim(seed) == 0:
+        return [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(n_envs)]
+    seeds = list(np.asarray(seed).reshape(-1))
+    if len(seeds) != n_envs:
+        raise ValueError(f"got {len(seeds)} seeds for {n_envs} envs")
+    return [np.random.default_rng(int(s)) for s in seeds]
+
+
+def _perturb(cfg: SimConfig, jobs: JobBatch, rngs: list[np.random.Generator]) -> JobBatch:
+    """TVW-RL shape perturbation: uniform integer -1..1 per job step and resource, clipped to 0..C_d."""
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+    alive = np.arange(jobs.max_duration)[None, None, :] < jobs.duration[:, :, None]
+    delta = np.stack([rng.integers(-1, 2, size=jobs.usage.shape[1:]) for rng in rngs])
+    usage = np.clip(jobs.usage + delta * alive[..., None], 0, cap).astype(np.int16)
+    return replace(jobs, usage=usage)
+
+
+def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | None = None) -> State:
+    """Initial state of B = jobs.batch_size envs at t = 0 (advanced to the first arrival).
+
+    seed: an int (per-env generators spawned from it with numpy SeedSequence), or one int per env (env b uses
+    default_rng(seed[b]): B single envs reset with seed=[s_b] reproduce a batched reset with seed=s), or None
+    (cfg.seed). Randomness is used only for noise and shape perturbation."""
+    jobs, n_clipped = validate_jobs(cfg, jobs)
+    n_envs, n_m, n_d = jobs.batch_size, cfg.n_machines, cfg.n_resources
+    rngs = _env_rngs(cfg, n_envs, seed)
+    if cfg.is_shape_perturbed:
+        jobs = _perturb(cfg, jobs, rngs)
+    noise = None
+    if cfg.noise_max_units > 0:
+        shape = (cfg.max_steps + 1, n_m, n_d)
+        noise = np.stack([rng.integers(0, cfg.noise_max_units + 1, size=shape) for rng in rngs]).astype(
+            np.int16
+        )
+    width = max(jobs.max_duration, 1)
+    t = np.zeros(n_envs, dtype=np.int64)
+    state = State(
+        jobs=jobs,
+        t=t,
+        next_job=np.zeros(n_envs, dtype=np.int64),
+        n_arrived=(jobs.arrival_step <= 0).sum(axis=1).astype(np.int64),
+        timeline=np.zeros((n_envs, n_m, n_d, width), dtype=np.int32),
+        overlap=np.zeros((n_envs, width), dtype=np.int64),
+        busy_until=np.zeros((n_envs, n_m), dtype=np.int64),
+        job_machine=np.full((n_envs, jobs.max_jobs), -1, dtype=np.int64),
+        job_start=np.full((n_envs, jobs.max_jobs), -1, dtype=np.int64),
+        has_overshot=np.zeros((n_envs, jobs.max_jobs, n_d), dtype=bool),
+        noise=noise,
+        is_terminated=jobs.n_jobs == 0,
+        is_truncated=np.zeros(n_envs, dtype=bool),
+        penalty_totals=np.zeros((n_envs, len(PENALTY_NAMES)), dtype=np.float64),
+        n_clipped=n_clipped,
+    )
+    # an empty cluster with an empty queue earns no penalty: skipping to the first arrival loses no reward
+    fields = _mutable(state)
+    _advance_idle(cfg, fields, np.zeros((n_envs, len(PENALTY_NAMES))), None)
+    return State(**fields)
+
+
+# step
+
+
+_MUTABLE_FIELDS = (
+    "t",
+    "next_job",
+    "n_arrived",
+    "timeline",
+    "overlap",
+    "busy_until",
+    "job_machine",
+    "job_start",
+    "has_overshot",
+    "is_terminated",
+    "is_truncated",
+    "penalty_totals",
+)
+
+
+def _mutable(state: State) -> dict:
+    """Field dict of the state with every array step() may write copied (copy-on-write)."""
+    fields = {f: getattr(state, f) for f in State.__dataclass_fields__}
+    for f in _MUTABLE_FIELDS:
+        fields[f] = fields[f].copy()
+    return fields
+
+
+def step(
+    cfg: SimConfig, state: State, actions: np.ndarray, trace: Trace | None = None
+) -> tuple[State, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Apply one action per env: returns (new_state, reward (B,) float64, terminated (B,), truncated (B,), info).
+
+    info: "penalty_<name>" (B,) float64 per component of this call's reward, "n_steps_closed" (B,) int64,
+    "is_placed" (B,) bool (the action placed a job). The input state is not mutated."""
+    n_envs, n_m = state.batch_size, cfg.n_machines
+    actions = np.asarray(actions).reshape(-1)
+    if actions.shape[0] != n_envs:
+        raise ValueError(f"expected {n_envs} actions, got {actions.shape[0]}")
+    actions = actions.astype(np.int64)
+    out_of_range = (actions < 0) | (actions > n_m)
+    if out_of_range.any():
+        b = int(np.flatnonzero(out_of_range)[0])
+        raise ValueError(f"env {b}: action {actions[b]} outside 0..{n_m}")
+    is_done = state.is_done
+    mask = action_mask(cfg, state)
+    is_bad = ~mask[np.arange(n_envs), actions] & ~is_done
+    if is_bad.any():
+        if cfg.invalid_action == "raise":
+            b = int(np.flatnonzero(is_bad)[0])
+            why = (
+                "queue is empty" if queue_length(state)[b] == 0 else "head job does not fit (placement_check)"
+            )
+            raise ValueError(
+                f"env {b}: action {actions[b]} is invalid ({why}); valid: {np.flatnonzero(mask[b])}"
+            )
+        actions = np.where(is_bad, n_m, actions)
+    fields = _mutable(state)
+    pen = np.zeros((n_envs, len(PENALTY_NAMES)), dtype=np.float64)
+    is_placed = (actions < n_m) & ~is_done
+    if is_placed.any():
+        _place(fields, np.flatnonzero(is_placed), actions[is_placed])
+    is_hold = (actions == n_m) & ~is_done
+    n_closed = np.zeros(n_envs, dtype=np.int64)
+    if is_hold.any():
+        n_closed += _close_step(cfg, fields, is_hold, pen, trace)
+    n_closed += _advance_idle(cfg, fields, pen, trace)
+    fields["penalty_totals"] += pen
+    new = State(**fields)
+    info = {f"penalty_{name}": pen[:, i] for i, name in enumerate(PENALTY_NAMES)}
+    info["n_steps_closed"] = n_closed
+    info["is_placed"] = is_placed
+    return new, pen.sum(axis=1), new.is_terminated.copy(), new.is_truncated.copy(), info
+
+
+def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:
+    """Start the head job of each env in rows on the given machine at the env's current step."""
+    jobs: JobBatch = f["jobs"]
+    width = f["timeline"].shape[3]
+    n_d = f["timeline"].shape[2]
+    j = f["next_job"][rows]
+    t = f["t"][rows]
+    prof = jobs.usage[rows, j].astype(np.int32).transpose(0, 2, 1)  # (n, D, W)
+    slots = (t[:, None] + np.arange(width)[None, :]) % width  # (n, W): slot of t, t+1, ...
+    index = (rows[:, None, None], machines[:, None, None], np.arange(n_d)[None, :, None], slots[:, None, :])
+    committed = f["timeline"][index]
+    # contention (TVW-RL Cr): the new job's overlap with every co-located job, realised step by step later
+    f["overlap"][rows[:, None], slots] += (prof * committed).sum(axis=1)
+    f["timeline"][index] = committed + prof
+    f["job_machine"][rows, j] = machines
+    f["job_start"][rows, j] = t
+    ends = t + jobs.duration[rows, j]
+    f["busy_until"][rows, machines] = np.maximum(f["busy_until"][rows, machines], ends)
+    f["next_job"][rows] = j + 1
+
+
+def _advance_idle(cfg: SimConfig, f: dict, pen: np.ndarray, trace: Trace | None) -> np.ndarray:
+    """Close steps of envs whose queue is empty until a job arrives or the episode ends."""
+    n_closed = np.zeros(f["t"].shape[0], dtype=np.int64)
+    while True:
+        is_idle = (f["n_arrived"] == f["next_job"]) & ~(f["is_terminated"] | f["is_truncated"])
+        if not is_idle.any():
+            return n_closed
+        n_closed += _close_step(cfg, f, is_idle, pen, trace)
+
+
+def _close_step(
+    cfg: SimConfig, f: dict, is_closing: np.ndarray, pen: np.ndarray, trace: Trace | None
+) -> np.ndarray:
+    """Credit the penalties of step t for the envs in is_closing, record it, and move them to t + 1."""
+    jobs: JobBatch = f["jobs"]
+    rows = np.flatnonzero(is_closing)
+    t = f["t"][rows]
+    slot = t % f["timeline"].shape[3]
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+    usage = f["timeline"][rows, :, :, slot]  # (n, M, D)
+    background = f["noise"][rows, t] if f["noise"] is not None else 0
+    total = usage + background
+    is_used = f["busy_until"][rows] > t[:, None]
+    qlen = f["n_arrived"][rows] - f["next_job"][rows]
+    step_pen = np.stack(
+        [
+            penalties.contention_penalty(f["overlap"][rows, slot], cfg.k_contention),
+            penalties.underutil_penalty(np.maximum(cap - total, 0), is_used, cfg.k_underutil),
+            penalties.overshoot_penalty(_first_overshoots(f, rows, t, total > cap), cfg.k_overshoot),
+            penalties.wait_penalty(qlen, cfg.k_wait),
+        ],
+        axis=1,
+    )
+    pen[rows] += step_pen
+    if trace is not None:
+        is_recorded = t < trace.usage.shape[1]
+        r, tr = rows[is_recorded], t[is_recorded]
+        trace.usage[r, tr] = usage[is_recorded]
+        trace.background[r, tr] = (total - usage)[is_recorded]
+        trace.is_active[r, tr] = is_used[is_recorded]
+        trace.queue_length[r, tr] = qlen[is_recorded]
+        trace.contention[r, tr] = f["overlap"][r, slot[is_recorded]]
+        trace.penalties[r, tr] = step_pen[is_recorded]
+    f["timeline"][rows, :, :, slot] = 0
+    f["overlap"][rows, slot] = 0
+    t = t + 1
+    f["t"][rows] = t
+    f["n_arrived"][rows] = (jobs.arrival_step[rows] <= t[:, None]).sum(axis=1)
+    is_finished = (f["next_job"][rows] == jobs.n_jobs[rows]) & (f["busy_until"][rows].max(axis=1) <= t)
+    f["is_terminated"][rows] = is_finished
+    f["is_truncated"][rows] = ~is_finished & (t >= cfg.max_steps)
+    return is_closing.astype(np.int64)
+
+
+def _first_overshoots(f: dict, rows: np.ndarray, t: np.ndarray, is_short: np.ndarray) -> np.ndarray:
+    """Count (workload, resource) pairs running on a short machine at t for the first time, and mark them."""
+    jobs: JobBatch = f["jobs"]
+    if not is_short.any():
+        return np.zeros(rows.shape[0], dtype=np.int64)
+    machine = f["job_machine"][rows]
+    start = f["job_start"][rows]
+    is_running = (machine >= 0) & (start <= t[:, None]) & (start + jobs.duration[rows] > t[:, None])
+    short_j = is_short[np.arange(rows.shape[0])[:, None], np.maximum(machine, 0)]  # (n, J, D)
+    is_first = short_j & is_running[..., None] & ~f["has_overshot"][rows]
+    f["has_overshot"][rows] |= is_first
+    return is_first.sum(axis=(1, 2))
+
+
+# masks and observations
+
+
+def _head_index(state: State) -> np.ndarray:
+    return np.minimum(state.next_job, state.jobs.max_jobs - 1)
+
+
+def action_mask(cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, M + 1) bool: valid actions; column M (hold) is always True. Done envs: only hold."""
+    n_envs = state.batch_size
+    has_job = (state.n_arrived > state.next_job) & ~state.is_done
+    if cfg.placement_check == "none":
+        fits = np.ones((n_envs, cfg.n_machines), dtype=bool)
+    else:
+        head = _head_index(state)
+        rows = np.arange(n_envs)
+        if cfg.placement_check == "first_step":
+            need = state.jobs.usage[rows, head, 0]
+        else:
+            need = state.jobs.request[rows, head]
+        cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+        fits = (current_usage(cfg, state) + need[:, None, :] <= cap).all(axis=2)
+    mask = np.ones((n_envs, cfg.n_machines + 1), dtype=bool)
+    mask[:, : cfg.n_machines] = fits & has_job[:, None]
+    return mask
+
+
+def observe(cfg: SimConfig, state: State) -> dict[str, np.ndarray]:
+    """Observation dict (numpy, batch first):
+
+    machines (B, M, D, h, C_d) int8: row h-1 is step t, row h-1-k is step t-k; along a row, units are filled
+      left to right by the workloads running on the machine in start order, each unit carrying its colour
+      1 + label * max_instances + shade (shade = rank among co-located instances of that label, capped at
+      max_instances - 1: DeepPlace instance colouring), then background noise units (cfg.noise_pixel); 0 = free.
+      Usage above C_d is cut off (overshoot is invisible here but penalised). The last axis is max C_d wide;
+      narrower resources leave their extra pixels 0.
+    scheduled (B, M) int8: jobs placed on the machine during the current step (DeepPlace's scheduled-not-started
+      column: jobs start immediately here, so this is what "just scheduled" means).
+    queue (B, queue_size, 1 + D) int16: per visible slot (label + 1, request units...), 0 = empty slot.
+    backlog (B,) int64: waiting jobs beyond the visible slots (DeepRM).
+    action_mask (B, M + 1) int8.
+    Slower than step(): it gathers the last h steps of every recently running job."""
+    machines = _machine_image(cfg, state)
+    n_envs, n_m = state.batch_size, cfg.n_machines
+    rows = np.arange(n_envs)
+    is_now = (state.job_machine >= 0) & (state.job_start == state.t[:, None])
+    flat = (rows[:, None] * n_m + np.maximum(state.job_machine, 0))[is_now]
+    scheduled = np.bincount(flat, minlength=n_envs * n_m).reshape(n_envs, n_m)
+    slots = state.next_job[:, None] + np.arange(cfg.queue_size)[None, :]
+    is_waiting = slots < state.n_arrived[:, None]
+    slots = np.minimum(slots, state.jobs.max_jobs - 1)
+    queue = np.zeros((n_envs, cfg.queue_size, 1 + cfg.n_resources), dtype=np.int16)
+    queue[..., 0] = (state.jobs.ec_label[rows[:, None], slots] + 1) * is_waiting
+    queue[..., 1:] = state.jobs.request[rows[:, None], slots] * is_waiting[..., None]
+    return {
+        "machines": machines,
+        "scheduled": np.minimum(scheduled, 127).astype(np.int8),
+        "queue": queue,
+        "backlog": np.maximum(queue_length(state) - cfg.queue_size, 0).astype(np.int64),
+        "action_mask": action_mask(cfg, state).astype(np.int8),
+    }
+
+
+def _machine_image(cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, M, D, h, max C_d) int8 colour image of the last h steps (see observe)."""
+    jobs = state.jobs
+    n_envs, n_m, n_d, hist = state.batch_size, cfg.n_machines, cfg.n_resources, cfg.history_steps
+    width = max(cfg.capacity_units)
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+    image = np.zeros(n_envs * n_m * n_d * hist * width, dtype=np.int8)
+    first_row = state.t - hist + 1  # step shown in row 0
+    end = state.job_start + jobs.duration
+    bi, ji = np.nonzero((state.job_machine >= 0) & (end > first_row[:, None]))
+    m, label = state.job_machine[bi, ji], jobs.ec_label[bi, ji]
+    colour = (
+        1 + label * cfg.max_instances + np.minimum(_instance_rank(bi, m, label, ji), cfg.max_instances - 1)
+    )
+    # usage of each job in each shown row: (N, h, D)
+    k = first_row[bi, None] + np.arange(hist)[None, :] - state.job_start[bi, ji, None]
+    is_alive = (k >= 0) & (k < jobs.duration[bi, ji, None])
+    amount = jobs.usage[bi[:, None], ji[:, None], np.clip(k, 0, jobs.max_duration - 1)] * is_alive[..., None]
+    # one group per (env, machine, resource, row); fill its pixels in job (= start) order
+    amount = amount.transpose(0, 2, 1).reshape(-1)  # entries ordered like group: (N, D, h)
+    group = np.broadcast_to(
+        ((bi[:, None, None] * n_m + m[:, None, None]) * n_d + np.arange(n_d)[None, :, None]) * hist
+        + np.arange(hist)[None, None, :],
+        (bi.shape[0], n_d, hist),
+    ).reshape(-1)
+    entry_colour = np.repeat(colour, n_d * hist)
+    entry_cap = np.tile(np.repeat(cap, hist), bi.shape[0])
+    has_units = np.flatnonzero(amount > 0)
+    # stable sort keeps job (= start) order inside a group
+    order = has_units[np.argsort(group[has_units], kind="stable")]
+    group, amount, entry_colour, entry_cap = (
+        group[order],
+        amount[order],
+        entry_colour[order],
+        entry_cap[order],
+    )
+    ends = np.cumsum(amount)
+    is_first = np.r_[True, group[1:] != group[:-1]] if group.size else np.zeros(0, dtype=bool)
+    base = np.maximum.accumulate(np.where(is_first, ends - amount, 0)) if group.size else ends
+    offset = ends - amount - base  # units already used in the row by earlier jobs
+    rep = np.repeat(np.arange(group.size), amount)
+    within = np.arange(rep.size) - np.repeat(ends - amount, amount)
+    pos = offset[rep] + within
+    keep = pos < entry_cap[rep]
+    image[group[rep][keep] * width + pos[keep]] = entry_colour[rep][keep]
+    image = image.reshape(n_envs, n_m, n_d, hist, width)
+    if state.noise is not None:
+        _paint_noise(cfg, state, image, first_row)
+    return image
+
+
+def _instance_rank(bi: np.ndarray, m: np.ndarray, label: np.ndarray, ji: np.ndarray) -> np.ndarray:
+    """Rank of each job among the shown jobs with the same (env, machine, label), by start (= index) order."""
+    if bi.size == 0:
+        return bi
+    order = np.lexsort((ji, label, m, bi))
+    key = np.stack([bi, m, label], axis=1)[order]
+    is_first = np.r_[True, (key[1:] != key[:-1]).any(axis=1)]
+    pos = np.arange(order.size)
+    rank_sorted = pos - np.maximum.accumulate(np.where(is_first, pos, 0))
+    rank = np.empty_like(rank_sorted)
+    rank[order] = rank_sorted
+    return rank
+
+
+def _paint_noise(cfg: SimConfig, state: State, image: np.ndarray, first_row: np.ndarray) -> None:
+    """Append background-noise units after the workloads' units in every row (in place)."""
+    steps = first_row[:, None] + np.arange(cfg.history_steps)[None, :]  # (B, h)
+    noise = state.noise[np.arange(state.batch_size)[:, None], np.clip(steps, 0, None)]  # (B, h, M, D)
+    noise = (noise * (steps >= 0)[..., None, None]).transpose(0, 2, 3, 1)  # (B, M, D, h)
+    used = (image > 0).sum(axis=-1)
+    pix = np.arange(image.shape[-1])
+    cap = np.asarray(cfg.capacity_units)[None, None, :, None, None]
+    is_noise = (pix >= used[..., None]) & (pix < (used + noise)[..., None]) & (pix < cap)
+    image[is_noise] = cfg.noise_pixel
+
+
+def make_trace(cfg: SimConfig, batch_size: int) -> Trace:
+    """Zeroed Trace for batch_size envs and cfg.max_steps steps."""
+    shape = (batch_size, cfg.max_steps, cfg.n_machines, cfg.n_resources)
+    return Trace(
+        usage=np.zeros(shape, dtype=np.int16),
+        background=np.zeros(shape, dtype=np.int16),
+        is_active=np.zeros(shape[:3], dtype=bool),
+        queue_length=np.zeros(shape[:2], dtype=np.int64),
+        contention=np.zeros(shape[:2], dtype=np.int64),
+        penalties=np.zeros((*shape[:2], len(PENALTY_NAMES)), dtype=np.float64),
+        capacity=np.asarray(cfg.capacity_units, dtype=np.int64),
+    )
+
+
+# views for heuristics
+
+
+def current_usage(cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, M, D) int64: units in use now on each machine, workloads plus background noise."""
+    rows = np.arange(state.batch_size)
+    usage = state.timeline[rows, :, :, state.t % state.timeline.shape[3]].astype(np.int64)
+    if state.noise is not None:
+        usage += state.noise[rows, np.minimum(state.t, state.noise.shape[1] - 1)]
+    return usage
+
+
+def committed_future_usage(state: State, horizon: int) -> np.ndarray:
+    """(B, M, D, horizon) int64: units that already placed jobs will use at t, t+1, ..., t+horizon-1 (noise
+    excluded; zero beyond the longest job)."""
+    width = state.timeline.shape[3]
+    ahead = np.arange(horizon)
+    slots = (state.t[:, None] + np.minimum(ahead, width - 1)[None, :]) % width  # (B, H)
+    out = np.take_along_axis(state.timeline, slots[:, None, None, :], axis=3).astype(np.int64)
+    out[..., ahead >= width] = 0
+    return out
+
+
+def placed_requests(state: State) -> np.ndarray:
+    """(B, M, D) int64: sum of requests of the jobs running on each machine now."""
+    n_envs, n_m = state.batch_size, state.busy_until.shape[1]
+    is_run = jobs_running(state)
+    flat = (np.arange(n_envs)[:, None] * n_m + np.maximum(state.job_machine, 0))[is_run]
+    req = state.jobs.request[is_run]
+    out = np.zeros((n_envs * n_m, req.shape[1] if req.ndim == 2 else state.jobs.n_resources), dtype=np.int64)
+    np.add.at(out, flat, req)
+    return out.reshape(n_envs, n_m, -1)
+
+
+def queue_head(state: State) -> QueueHead:
+    """The head job of every env's queue."""
+    rows, head = np.arange(state.batch_size), _head_index(state)
+    has_job = (state.n_arrived > state.next_job) & ~state.is_done
+    jobs = state.jobs
+    return QueueHead(
+        request=jobs.request[rows, head] * has_job[:, None],
+        usage=jobs.usage[rows, head] * has_job[:, None, None],
+        ec_label=jobs.ec_label[rows, head] * has_job,
+        has_job=has_job,
+        duration=jobs.duration[rows, head] * has_job,
+    )
+
+
+def queue_length(state: State) -> np.ndarray:
+    """(B,) int64: |Q_t|, waiting jobs (visible slots plus backlog)."""
+    return state.n_arrived - state.next_job
+
+
+def machines_used(state: State) -> np.ndarray:
+    """(B, M) bool: a workload runs on the machine now."""
+    return state.busy_until > state.t[:, None]
+
+
+def jobs_running(state: State) -> np.ndarray:
+    """(B, J) bool: the job is placed and running at t."""
+    t = state.t[:, None]
+    return (state.job_machine >= 0) & (state.job_start <= t) & (state.job_start + state.jobs.duration > t)
+
+
+def splice_states(state: State, rows: np.ndarray, fresh: State) -> State:
+    """A copy of `state` whose envs `rows` are replaced by the envs of `fresh` (len(rows) envs, same padding of
+    jobs J and T_max); used to reset some envs of a batch (vector-env autoreset)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    fields = {}
+    for name in State.__dataclass_fields__:
+        old, new = getattr(state, name), getattr(fresh, name)
+        if name == "jobs":
+            fields[name] = _splice_jobs(old, rows, new)
+        elif old is None:
+            fields[name] = None
+        else:
+            if old.shape[1:] != new.shape[1:]:
+                raise ValueError(
+                    f"cannot splice states: field {name} has shape {new.shape[1:]} != {old.shape[1:]}"
+                )
+            arr = old.copy()
+            arr[rows] = new
+            fields[name] = arr
+    return State(**fields)
+
+
+def _splice_jobs(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> JobBatch:
+    arrays = {}
+    for name in ("arrival_step", "duration", "usage", "request", "ec_label", "n_jobs"):
+        arr = getattr(jobs, name).copy()
+        arr[rows] = getattr(fresh, name)
+        arrays[name] = arr
+
+    def splice_tuple(old: tuple, new: tuple) -> tuple:
+        if not old or not new:
+            return ()
+        out = list(old)
+        for i, r in enumerate(rows):
+            out[r] = new[i]
+        return tuple(out)
+
+    return JobBatch(
+        **arrays,
+        sequence_keys=splice_tuple(jobs.sequence_keys, fresh.sequence_keys),
+        workload_ids=splice_tuple(jobs.workload_ids, fresh.workload_ids),
+    )

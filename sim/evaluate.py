@@ -1,0 +1,154 @@
+"""Evaluation runner: every policy on every test sequence, the metrics table, its summary and TVW-RL-style plots.
+
+`evaluate_policies` runs the batched simulator over all sequences of one (source, load) at once per policy and
+seed, and returns one row per (source, load_pct, policy, sequence_id, seed) with every metric of
+`sim.metrics.episode_metrics`. `summarise` gives the mean and a t-based 95 % interval per (source, load, policy,
+metric); `plot_results` draws TVW-RL Fig. 4/5 (utilisation, fragmentation, machines used, overshoot per load).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import SEQUENCE_KEY, JobBatch
+from sim.metrics import episode_metrics, episode_trace
+from sim.policies import Policy, decide, make_policy
+
+RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
+"""Columns identifying one result row."""
+
+PLOT_METRICS = (
+    ("avg_util_cpu_frac", "CPU utilisation"),
+    ("avg_util_mem_frac", "Memory utilisation"),
+    ("avg_frag_cpu_frac", "CPU fragmentation"),
+    ("avg_frag_mem_frac", "Memory fragmentation"),
+    ("machines_used", "# machines used"),
+    ("avg_overshoot_pct", "% overshoot"),
+)
+"""TVW-RL Fig. 4/5 panels (a)-(f): metric column and title."""
+
+
+def run_episodes(
+    policy: Policy, cfg: SimConfig, jobs: JobBatch, seed: int, max_decisions: int | None = None
+) -> list[dict[str, float]]:
+    """Roll `policy` over the B sequences of `jobs` until every episode ends; metrics per sequence.
+
+    The simulator is reset with `seed` (noise, shape perturbation) and the policy draws from
+    default_rng(seed). Raises RuntimeError naming the policy if the episodes do not end within
+    `max_decisions` calls (default: a bound no valid rollout reaches: every job placed once, every step held once).
+    """
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    trace = core.make_trace(cfg, jobs.batch_size)
+    limit = max_decisions or int(jobs.max_jobs + cfg.max_steps + 1)
+    for _ in range(limit):
+        if state.is_done.all():
+            break
+        state, actions = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, actions, trace)
+    if not state.is_done.all():
+        raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")
+    return [episode_metrics(episode_trace(trace, state, b)) for b in range(jobs.batch_size)]
+
+
+def evaluate_policies(
+    jobs_frame: pl.DataFrame,
+    policies: Sequence[str],
+    cfg: SimConfig,
+    seeds: Sequence[int] = (0,),
+    split: str | None = "test",
+) -> pl.DataFrame:
+    """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
+
+    `jobs_frame`: `sim__job_sequences` rows; only `split` is evaluated (None: every row). All sequences of a
+    (source, load_pct) run as one batch. Metrics columns: see `sim.metrics.episode_metrics`.
+    """
+    frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
+    if frame.height == 0:
+        raise ValueError(f"evaluate_policies: no job sequences for split {split!r}")
+    rows: list[dict] = []
+    for (source, load), group in frame.group_by("source", "load_pct", maintain_order=True):
+        jobs = JobBatch.from_frame(group)
+        seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
+        for name in policies:
+            policy = make_policy(name)
+            for seed in seeds:
+                for seq_id, metrics in zip(seq_ids, run_episodes(policy, cfg, jobs, seed), strict=True):
+                    key = dict(zip(RESULT_KEY, (source, load, name, seq_id, seed), strict=True))
+                    rows.append({**key, **metrics})
+    return (
+        pl.DataFrame(rows)
+        .with_columns(
+            pl.col("load_pct").cast(pl.Int32),
+            pl.col("sequence_id").cast(pl.Int32),
+            pl.col("seed").cast(pl.Int64),
+        )
+        .sort("source", "load_pct", "policy", "sequence_id", "seed")
+    )
+
+
+def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """Mean and t-based `confidence` interval per (source, load_pct, policy, metric), over sequences and seeds.
+
+    Columns: source, load_pct, policy, metric, n, mean, std, ci_low, ci_high (interval = mean -/+ t * std /
+    sqrt(n), t the Student quantile with n - 1 degrees of freedom; equal to the mean when n = 1). NaN values of
+    a metric (e.g. mean wait with nothing placed) are left out of its n.
+    """
+    metric_cols = [c for c in results.columns if c not in RESULT_KEY]
+    long = results.unpivot(
+        index=["source", "load_pct", "policy"], on=metric_cols, variable_name="metric", value_name="value"
+    ).filter(pl.col("value").is_not_nan())
+    out = long.group_by("source", "load_pct", "policy", "metric", maintain_order=True).agg(
+        n=pl.len(), mean=pl.col("value").mean(), std=pl.col("value").std().fill_null(0.0)
+    )
+    t = np.array([stats.t.ppf(0.5 + confidence / 2, n - 1) if n > 1 else 0.0 for n in out["n"].to_list()])
+    half = pl.Series(t) * out["std"] / out["n"].cast(pl.Float64).sqrt()
+    return out.with_columns(ci_low=pl.col("mean") - half, ci_high=pl.col("mean") + half).sort(
+        "source", "load_pct", "policy", "metric"
+    )
+
+
+def plot_results(summary: pl.DataFrame) -> bytes:
+    """PNG bytes: one row of panels per source, one panel per TVW-RL Fig. 4/5 metric, loads on the x axis and a
+    bar per policy with its 95 % interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = sorted(summary["source"].unique().to_list())
+    policies = sorted(summary["policy"].unique().to_list())
+    loads = sorted(summary["load_pct"].unique().to_list())
+    fig, axes = plt.subplots(
+        len(sources), len(PLOT_METRICS), figsize=(3.2 * len(PLOT_METRICS), 2.8 * len(sources)), squeeze=False
+    )
+    width = 0.8 / max(len(policies), 1)
+    for r, source in enumerate(sources):
+        for c, (metric, title) in enumerate(PLOT_METRICS):
+            ax = axes[r][c]
+            for k, policy in enumerate(policies):
+                part = summary.filter(
+                    (pl.col("source") == source) & (pl.col("metric") == metric) & (pl.col("policy") == policy)
+                )
+                by_load = {row["load_pct"]: row for row in part.iter_rows(named=True)}
+                mean = np.array([by_load[x]["mean"] if x in by_load else np.nan for x in loads])
+                low = np.array([by_load[x]["ci_low"] if x in by_load else np.nan for x in loads])
+                high = np.array([by_load[x]["ci_high"] if x in by_load else np.nan for x in loads])
+                xs = np.arange(len(loads)) + (k - (len(policies) - 1) / 2) * width
+                ax.bar(xs, mean, width, yerr=np.vstack([mean - low, high - mean]), capsize=2, label=policy)
+            ax.set_xticks(np.arange(len(loads)), [f"{x}%" for x in loads])
+            ax.set_title(f"{title}\n{source}", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,246 @@
+"""Job sequences as padded numpy arrays, batch axis first: the simulator's input.
+
+One batch element is one job sequence (one episode). Jobs of a sequence are sorted by arrival step
+(stable on job_index): the simulator relies on it (the queue is FIFO and always a contiguous index range).
+Entries beyond `n_jobs[b]` are padding (zeros, label 0, arrival at a huge step) and never arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+PAD_ARRIVAL = np.iinfo(np.int64).max // 4  # padding jobs "arrive" after any reachable step
+
+SEQUENCE_KEY = ("source", "load_pct", "split", "sequence_id")
+"""Columns of `sim__job_sequences` that identify one sequence (one batch element)."""
+
+JOB_SEQUENCE_COLUMNS = (
+    *SEQUENCE_KEY,
+    "job_index",
+    "arrival_step",
+    "workload_id",
+    "ec_label",
+    "duration_steps",
+    "cpu_units",
+    "mem_units",
+    "cpu_request_units",
+    "mem_request_units",
+    "is_long_running",
+)
+
+
+@dataclass(frozen=True)
+class JobBatch:
+    """B job sequences, padded to J jobs and T_max steps; D resources (cpu, mem)."""
+
+    arrival_step: np.ndarray
+    """(B, J) int64: logical step at which the job enters the queue (sorted within a row)."""
+    duration: np.ndarray
+    """(B, J) int64: steps the job runs once placed (>= 1 for real jobs, 0 for padding)."""
+    usage: np.ndarray
+    """(B, J, T_max, D) int16: quantised units used in each step of the job's life (0 beyond duration)."""
+    request: np.ndarray
+    """(B, J, D) int16: requested units (peak usage unless the table says otherwise)."""
+    ec_label: np.ndarray
+    """(B, J) int64: equivalence-class label in 0..G-1."""
+    n_jobs: np.ndarray
+    """(B,) int64: real jobs per row; entries beyond are padding."""
+    sequence_keys: tuple[tuple, ...] = ()
+    """Per row, the (source, load_pct, split, sequence_id) it came from (for error messages)."""
+    workload_ids: tuple[tuple[str, ...], ...] = ()
+    """Per row, workload_id of each real job (for error messages and traces)."""
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.arrival_step.shape[0])
+
+    @property
+    def max_jobs(self) -> int:
+        return int(self.arrival_step.shape[1])
+
+    @property
+    def max_duration(self) -> int:
+        return int(self.usage.shape[2])
+
+    @property
+    def n_resources(self) -> int:
+        return int(self.usage.shape[3])
+
+    def describe_job(self, b: int, j: int) -> str:
+        """Human-readable name of job j of row b: its sequence key, index and workload id."""
+        key = self.sequence_keys[b] if b < len(self.sequence_keys) else (f"row {b}",)
+        wid = self.workload_ids[b][j] if b < len(self.workload_ids) and j < len(self.workload_ids[b]) else "?"
+        return f"sequence {key} job {j} (workload {wid})"
+
+    def select(self, rows: Sequence[int] | np.ndarray) -> JobBatch:
+        """A JobBatch of the given rows (repeats allowed), same padding."""
+        rows = np.asarray(rows, dtype=np.int64)
+        pick = lambda tup: tuple(tup[r] for r in rows) if tup else ()  # noqa: E731
+        return JobBatch(
+            arrival_step=self.arrival_step[rows],
+            duration=self.duration[rows],
+            usage=self.usage[rows],
+            request=self.request[rows],
+            ec_label=self.ec_label[rows],
+            n_jobs=self.n_jobs[rows],
+            sequence_keys=pick(self.sequence_keys),
+            workload_ids=pick(self.workload_ids),
+        )
+
+    @staticmethod
+    def from_jobs(sequences: Sequence[Sequence[dict]], n_resources: int = 2) -> JobBatch:
+        """Build from plain Python: one list per sequence of dicts with keys arrival_step, usage
+        (list of per-step lists of D units), ec_label, and optionally request (D units; default peak)
+        and workload_id. Handy for tests and synthetic workloads."""
+        n_rows = len(sequences)
+        n_max = max([len(s) for s in sequences] + [1])
+        t_max = max([len(j["usage"]) for s in sequences for j in s] + [1])
+        batch = _empty(n_rows, n_max, t_max, n_resources)
+        wids: list[tuple[str, ...]] = []
+        for b, seq in enumerate(sequences):
+            order = sorted(range(len(seq)), key=lambda i: (seq[i]["arrival_step"], i))
+            for j, i in enumerate(order):
+                job = seq[i]
+                prof = np.asarray(job["usage"], dtype=np.int64).reshape(-1, n_resources)
+                _fill(batch, b, j, job["arrival_step"], prof, job.get("request"), job["ec_label"])
+            batch["n_jobs"][b] = len(seq)
+            wids.append(tuple(str(seq[i].get("workload_id", f"job{i}")) for i in order))
+        keys = tuple(("python", 0, "", b) for b in range(n_rows))
+        return JobBatch(**batch, sequence_keys=keys, workload_ids=tuple(wids))
+
+    @staticmethod
+    def from_frame(df: pl.DataFrame) -> JobBatch:
+        """Build from the `sim__job_sequences` table: one row per (source, load_pct, split, sequence_id),
+        ordered by that key; jobs ordered by (arrival_step, job_index). Raises ValueError naming the
+        sequence and job on a null arrival/duration/label, a negative arrival, a non-positive duration, or
+        usage lists whose length differs from duration_steps."""
+        missing = [c for c in JOB_SEQUENCE_COLUMNS if c not in df.columns]
+        if missing:
+            raise ValueError(f"job sequence frame lacks columns {missing}")
+        df = df.sort([*SEQUENCE_KEY, "arrival_step", "job_index"])
+        groups = df.partition_by(list(SEQUENCE_KEY), maintain_order=True, as_dict=False)
+        n_max = max([g.height for g in groups] + [1])
+        t_max = max([int(df["duration_steps"].max() or 1), 1])
+        batch = _empty(len(groups), n_max, t_max, 2)
+        keys, wids = [], []
+        for b, g in enumerate(groups):
+            key = tuple(g.row(0, named=True)[c] for c in SEQUENCE_KEY)
+            keys.append(key)
+            wids.append(tuple(str(w) for w in g["workload_id"].to_list()))
+            for j, row in enumerate(g.iter_rows(named=True)):
+                prof = _profile_of_row(row, key, j)
+                request = (row["cpu_request_units"], row["mem_request_units"])
+                if request[0] is None or request[1] is None:
+                    request = None
+                _fill(batch, b, j, row["arrival_step"], prof, request, row["ec_label"])
+            batch["n_jobs"][b] = g.height
+        return JobBatch(**batch, sequence_keys=tuple(keys), workload_ids=tuple(wids))
+
+
+def stack_job_batches(batches: Sequence[JobBatch]) -> JobBatch:
+    """Concatenate JobBatches along the batch axis, re-padding J and T_max to the largest."""
+    n_max = max(b.max_jobs for b in batches)
+    t_max = max(b.max_duration for b in batches)
+    d = batches[0].n_resources
+    parts = []
+    for jb in batches:
+        dj, dt = n_max - jb.max_jobs, t_max - jb.max_duration
+        parts.append(
+            dict(
+                arrival_step=np.pad(jb.arrival_step, ((0, 0), (0, dj)), constant_values=PAD_ARRIVAL),
+                duration=np.pad(jb.duration, ((0, 0), (0, dj))),
+                usage=np.pad(jb.usage, ((0, 0), (0, dj), (0, dt), (0, 0))),
+                request=np.pad(jb.request, ((0, 0), (0, dj), (0, 0))),
+                ec_label=np.pad(jb.ec_label, ((0, 0), (0, dj))),
+                n_jobs=jb.n_jobs,
+            )
+        )
+    if any(p["usage"].shape[3] != d for p in parts):
+        raise ValueError("cannot stack JobBatches with different numbers of resources")
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    keys = tuple(k for jb in batches for k in (jb.sequence_keys or [("?",)] * jb.batch_size))
+    wids = tuple(w for jb in batches for w in (jb.workload_ids or [()] * jb.batch_size))
+    return JobBatch(**arrays, sequence_keys=keys, workload_ids=wids)
+
+
+def _empty(n_rows: int, n_max: int, t_max: int, n_res: int) -> dict:
+    return dict(
+        arrival_step=np.full((n_rows, n_max), PAD_ARRIVAL, dtype=np.int64),
+        duration=np.zeros((n_rows, n_max), dtype=np.int64),
+        usage=np.zeros((n_rows, n_max, t_max, n_res), dtype=np.int16),
+        request=np.zeros((n_rows, n_max, n_res), dtype=np.int16),
+        ec_label=np.zeros((n_rows, n_max), dtype=np.int64),
+        n_jobs=np.zeros(n_rows, dtype=np.int64),
+    )
+
+
+def _fill(batch: dict, b: int, j: int, arrival, prof: np.ndarray, request, label) -> None:
+    """Write job j of row b; prof is (duration, D) units."""
+    if arrival is None or arrival < 0:
+        raise ValueError(f"row {b} job {j}: arrival_step must be a non-negative integer, got {arrival}")
+    if len(prof) < 1:
+        raise ValueError(f"row {b} job {j}: empty usage profile (duration must be >= 1)")
+    if label is None or label < 0:
+        raise ValueError(f"row {b} job {j}: ec_label must be a non-negative integer, got {label}")
+    if (prof < 0).any():
+        raise ValueError(f"row {b} job {j}: negative usage units")
+    batch["arrival_step"][b, j] = arrival
+    batch["duration"][b, j] = len(prof)
+    batch["usage"][b, j, : len(prof)] = prof
+    batch["request"][b, j] = prof.max(axis=0) if request is None else np.asarray(request)
+    batch["ec_label"][b, j] = label
+
+
+def _profile_of_row(row: dict, key: tuple, j: int) -> np.ndarray:
+    """(duration, 2) units from the cpu_units / mem_units lists of one table row."""
+    dur = row["duration_steps"]
+    cpu, mem = row["cpu_units"], row["mem_units"]
+    if dur is None or cpu is None or mem is None:
+        raise ValueError(f"sequence {key} job {j}: null duration_steps, cpu_units or mem_units")
+    if not (len(cpu) == len(mem) == dur):
+        raise ValueError(
+            f"sequence {key} job {j} (workload {row['workload_id']}): duration_steps={dur} but "
+            f"len(cpu_units)={len(cpu)}, len(mem_units)={len(mem)}"
+        )
+    if any(v is None for v in cpu) or any(v is None for v in mem):
+        raise ValueError(f"sequence {key} job {j} (workload {row['workload_id']}): null usage units")
+    return np.stack([np.asarray(cpu, dtype=np.int64), np.asarray(mem, dtype=np.int64)], axis=1)
+
+
+def pad_job_batch(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
+    """Re-pad a JobBatch to exactly (max_jobs, max_duration); ValueError if it has more jobs or longer ones."""
+    if jobs.n_jobs.max(initial=0) > max_jobs or (jobs.duration.max(initial=0) > max_duration):
+        raise ValueError(
+            f"job batch with up to {int(jobs.n_jobs.max(initial=0))} jobs of up to "
+            f"{int(jobs.duration.max(initial=0))} steps does not fit padding ({max_jobs}, {max_duration})"
+        )
+    jobs = _trim(jobs, max_jobs, max_duration)
+    dj, dt = max_jobs - jobs.max_jobs, max_duration - jobs.max_duration
+    return JobBatch(
+        arrival_step=np.pad(jobs.arrival_step, ((0, 0), (0, dj)), constant_values=PAD_ARRIVAL),
+        duration=np.pad(jobs.duration, ((0, 0), (0, dj))),
+        usage=np.pad(jobs.usage, ((0, 0), (0, dj), (0, dt), (0, 0))),
+        request=np.pad(jobs.request, ((0, 0), (0, dj), (0, 0))),
+        ec_label=np.pad(jobs.ec_label, ((0, 0), (0, dj))),
+        n_jobs=jobs.n_jobs,
+        sequence_keys=jobs.sequence_keys,
+        workload_ids=jobs.workload_ids,
+    )
+
+
+def _trim(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
+    """Drop padding beyond (max_jobs, max_duration) (callers checked only padding is dropped)."""
+    return JobBatch(
+        arrival_step=jobs.arrival_step[:, :max_jobs],
+        duration=jobs.duration[:, :max_jobs],
+        usage=jobs.usage[:, :max_jobs, :max_duration],
+        request=jobs.request[:, :max_jobs],
+        ec_label=jobs.ec_label[:, :max_jobs],
+        n_jobs=jobs.n_jobs,
+        sequence_keys=jobs.sequence_keys,
+        workload_ids=jobs.workload_ids,
+    )

@@ -1,0 +1,144 @@
+"""Operational metrics of one episode (TVW-RL, "Metrics for Operational Excellence"), from a recorded trace.
+
+Notation: T steps (0..T-1, the observation period until every job finished, or until truncation), M machines,
+R(m,t,d) units used by workloads, A(t) the machines where a workload runs at t, U_m(t,d) = max(0, C_d - R - noise)
+unused units, S(m,t,d) = max(0, R + noise - C_d) shortage. Background noise counts in U and S (it occupies the
+machine), not in R (it is not a scheduled workload).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.core import PENALTY_NAMES, State, Trace
+
+
+@dataclass(frozen=True)
+class EpisodeTrace:
+    """The recorded history of one finished (or truncated) episode."""
+
+    usage: np.ndarray
+    """(T, M, D) int: R(m,t,d), workload units per machine and step."""
+    background: np.ndarray
+    """(T, M, D) int: background noise units (zeros without noise)."""
+    is_active: np.ndarray
+    """(T, M) bool: m in A(t)."""
+    capacity: np.ndarray
+    """(D,) int: C_d."""
+    contention: np.ndarray
+    """(T,) int: realised pairwise overlap sum_{m,d,i<j} u_i u_j per step; sums to sum_{m,d} Cr(m,d)."""
+    penalties: np.ndarray
+    """(T, 4) float: penalty components credited per step (PENALTY_NAMES order)."""
+    wait_steps: np.ndarray
+    """(n_placed,) int: placement step - arrival step of every placed job."""
+    is_machine_placed: np.ndarray
+    """(M,) bool: at least one workload was placed on the machine during the episode."""
+    n_unplaced: int
+    """Jobs never placed (only after truncation)."""
+
+
+def episode_trace(trace: Trace, state: State, row: int) -> EpisodeTrace:
+    """Cut env `row` out of a batched Trace, with placements from the episode's final State."""
+    n_steps = int(min(state.t[row], trace.usage.shape[1]))
+    jobs = state.jobs
+    n_jobs = int(jobs.n_jobs[row])
+    machine = state.job_machine[row, :n_jobs]
+    is_placed = machine >= 0
+    waits = state.job_start[row, :n_jobs][is_placed] - jobs.arrival_step[row, :n_jobs][is_placed]
+    n_machines = trace.usage.shape[2]
+    return EpisodeTrace(
+        usage=trace.usage[row, :n_steps].astype(np.int64),
+        background=trace.background[row, :n_steps].astype(np.int64),
+        is_active=trace.is_active[row, :n_steps].copy(),
+        capacity=trace.capacity.copy(),
+        contention=trace.contention[row, :n_steps].copy(),
+        penalties=trace.penalties[row, :n_steps].copy(),
+        wait_steps=waits.astype(np.int64),
+        is_machine_placed=np.bincount(machine[is_placed], minlength=n_machines) > 0,
+        n_unplaced=int((~is_placed).sum()),
+    )
+
+
+def unused_units(ep: EpisodeTrace) -> np.ndarray:
+    """(T, M, D) U_m(t,d) on active machines, 0 elsewhere."""
+    free = np.maximum(ep.capacity - ep.usage - ep.background, 0)
+    return free * ep.is_active[..., None]
+
+
+def shortage_units(ep: EpisodeTrace) -> np.ndarray:
+    """(T, M, D) S(m,t,d) = max(0, usage incl. noise - C_d)."""
+    return np.maximum(ep.usage + ep.background - ep.capacity, 0)
+
+
+def avg_util(ep: EpisodeTrace, d: int) -> float:
+    """Avg Util(d) = sum_t sum_m R(m,t,d) / (T * max_t |A(t)| * C_d); 0 when T = 0 or no machine was active."""
+    n_steps = ep.usage.shape[0]
+    peak_active = int(ep.is_active.sum(axis=1).max()) if n_steps else 0
+    if peak_active == 0:
+        return 0.0
+    return float(ep.usage[:, :, d].sum() / (n_steps * peak_active * ep.capacity[d]))
+
+
+def avg_frag(ep: EpisodeTrace, d: int) -> float:
+    """Avg Frag(d) = 1 - (1/T) sum_t max_{m in A(t)} U_m(t,d) / sum_{m in A(t)} U_m(t,d).
+
+    A step whose active machines have no unused unit (or with no active machine) contributes a ratio of 1: nothing
+    is fragmented then. 0 when T = 0."""
+    unused = unused_units(ep)[:, :, d]
+    n_steps = unused.shape[0]
+    if n_steps == 0:
+        return 0.0
+    total = unused.sum(axis=1)
+    ratio = np.where(total > 0, unused.max(axis=1) / np.maximum(total, 1), 1.0)
+    return float(1.0 - ratio.sum() / n_steps)
+
+
+def avg_overshoot_pct(ep: EpisodeTrace) -> float:
+    """Avg Overshoot % = 100 * sum_d sum_t sum_m S(m,t,d) / (T * M * C_d), M = every machine of the cluster (the
+    paper's normaliser: total capacity), summed (not averaged) over d as written in the paper. 0 when T = 0."""
+    n_steps, n_machines = ep.usage.shape[:2]
+    if n_steps == 0:
+        return 0.0
+    per_d = shortage_units(ep).sum(axis=(0, 1)) / (n_steps * n_machines * ep.capacity)
+    return float(100.0 * per_d.sum())
+
+
+def machines_used(ep: EpisodeTrace) -> int:
+    """# of machines where at least one workload was placed at some point."""
+    return int(ep.is_machine_placed.sum())
+
+
+def contention_score(ep: EpisodeTrace) -> float:
+    """sum_d sum_m Cr(m,d) realised during the episode (units^2)."""
+    return float(ep.contention.sum())
+
+
+def mean_wait(ep: EpisodeTrace) -> float:
+    """Mean steps from arrival to placement over placed jobs (NaN if none was placed)."""
+    return float(ep.wait_steps.mean()) if ep.wait_steps.size else float("nan")
+
+
+def total_penalty(ep: EpisodeTrace) -> float:
+    """Sum of all penalty components over the episode (the undiscounted return)."""
+    return float(ep.penalties.sum())
+
+
+def episode_metrics(ep: EpisodeTrace) -> dict[str, float]:
+    """Every metric of one episode, flat, names with units; per-resource metrics for d = cpu (0), mem (1), ..."""
+    n_res = ep.capacity.shape[0]
+    names = ("cpu", "mem")[:n_res] if n_res <= 2 else tuple(f"r{d}" for d in range(n_res))
+    out: dict[str, float] = {"n_steps": float(ep.usage.shape[0])}
+    for d, name in enumerate(names):
+        out[f"avg_util_{name}_frac"] = avg_util(ep, d)
+        out[f"avg_frag_{name}_frac"] = avg_frag(ep, d)
+    out["avg_overshoot_pct"] = avg_overshoot_pct(ep)
+    out["machines_used"] = float(machines_used(ep))
+    out["contention_score_units2"] = contention_score(ep)
+    out["mean_wait_steps"] = mean_wait(ep)
+    out["n_unplaced"] = float(ep.n_unplaced)
+    out["total_penalty"] = total_penalty(ep)
+    for i, name in enumerate(PENALTY_NAMES):
+        out[f"penalty_{name}"] = float(ep.penalties[:, i].sum())
+    return out

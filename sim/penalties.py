@@ -1,0 +1,47 @@
+"""TVW-RL penalty components (AAAI 2021, "Rewards Design for RL"), as small array functions.
+
+The simulator credits them per closed time step (`sim.core`); `contention_score` is the paper's Cr(m, d) for a
+whole machine history, used as the reference the per-step crediting must sum to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def contention_score(profiles: Sequence[np.ndarray], starts: Sequence[int]) -> float:
+    """Cr(m, d) = sum_{i<j} <R(W_i, d), R(W_j, d)>: time-aligned inner products of every pair of workloads that ran
+    on one machine (1-D usage profiles in units, start steps), zero-padded so only the overlap counts."""
+    if not profiles:
+        return 0.0
+    end = max(s + len(p) for s, p in zip(starts, profiles, strict=True))
+    aligned = np.zeros((len(profiles), end), dtype=np.float64)
+    for i, (s, p) in enumerate(zip(starts, profiles, strict=True)):
+        aligned[i, s : s + len(p)] = p
+    total = aligned.sum(axis=0)
+    # sum_{i<j} a_i a_j = ((sum a)^2 - sum a^2) / 2 at every step
+    return float(((total**2 - (aligned**2).sum(axis=0)) / 2).sum())
+
+
+def contention_penalty(overlap_units2: np.ndarray, k_contention: float) -> np.ndarray:
+    """P_C = -K_c * (realised pairwise overlap sum_{m,d} sum_{i<j} u_i u_j at this step), per env."""
+    return -k_contention * np.asarray(overlap_units2, dtype=np.float64)
+
+
+def underutil_penalty(unused_units: np.ndarray, is_used: np.ndarray, k_underutil: float) -> np.ndarray:
+    """P_U = -sum_d sum_{m used} U_m(t, d)^K_u per env; unused_units (B, M, D) raw units >= 0,
+    is_used (B, M) bool (a workload runs on the machine)."""
+    powered = np.power(unused_units.astype(np.float64), k_underutil)
+    return -(powered * is_used[..., None]).sum(axis=(1, 2))
+
+
+def overshoot_penalty(n_first_overshoots: np.ndarray, k_overshoot: float) -> np.ndarray:
+    """P_O = -K_o per (workload, resource) overshooting for the first time at this step, per env."""
+    return -k_overshoot * np.asarray(n_first_overshoots, dtype=np.float64)
+
+
+def wait_penalty(queue_length: np.ndarray, k_wait: float) -> np.ndarray:
+    """P_W = -K_w * |Q_t| per env (every waiting job, backlog included)."""
+    return -k_wait * np.asarray(queue_length, dtype=np.float64)

@@ -1,0 +1,341 @@
+"""Schedulers: heuristic baselines behind one registry (`POLICIES`), shared later with learned policies.
+
+A policy maps a batched simulator state to one action per env (`sim.core`): 0..M-1 places the queue head on
+that machine, M holds. Every policy here returns only actions allowed by `sim.core.action_mask`, and holds when
+nothing fits by its own rule. Requests are peak-based (the table's `*_request_units`, the job's peak usage by
+default), as TVW-RL gives Tetris and DeepRM.
+
+Which job goes next: the simulator places only the queue head. A policy that chooses among queued jobs (DeepRM's
+SJF and Packer) also has `pick_job(cfg, state, rng) -> (B,) visible slot`; `decide` moves that job to the head
+with `promote_queued_job` (the others keep their FIFO order) before calling `act`. Since every queued job has
+already arrived, the reorder keeps the simulator's invariants (arrived jobs precede the rest, placed jobs are a
+prefix). The same hook serves a learned DeepRM agent.
+
+Baselines (TVW-RL "Baselines", DeepRM section 4.1, kube-scheduler's default scoring):
+- best_fit: FIFO; among machines the head fits on now (the action mask), the one with the fewest available units
+  of the head's dominant resource on CURRENT usage (TVW-RL's vanilla Best-Fit, blind to future usage).
+- first_fit: the lowest-index machine the head fits on.
+- random_valid: a uniformly random machine the head fits on.
+- tetris: machines whose free capacity BY REQUESTS covers the head's peak request; the one maximising the
+  alignment dot(request / C, free_by_requests / C) (Tetris' packing score, fairness knob off).
+- kube_default: kube-scheduler's NodeResourcesFit filter on requests, then LeastAllocated + BalancedAllocation
+  (equal weights; scores 0..100) on requests including the pod's; ties broken at random like kube-scheduler.
+- deeprm_sjf / deeprm_packer: DeepRM's heuristics on its monolithic view (capacity M x C_d, peak requests): among
+  visible queued jobs whose request fits the cluster's total free capacity by requests, the shortest job (SJF) or
+  the best-aligned one (Packer: max dot(request, monolithic free)); then Best-Fit by requests picks the machine
+  (TVW-RL feeds DeepRM's job through Best-Fit); hold when it fits no single machine (fragmentation).
+- ec_peak_aware (ours): knows the head's usage profile and the machines' committed future usage; prefers already
+  used machines on which head + committed never exceeds C_d (lowest resulting peak, then least overlap), else
+  opens an empty machine, else holds rather than overshoot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import (
+    State,
+    action_mask,
+    committed_future_usage,
+    current_usage,
+    machines_used,
+    placed_requests,
+    queue_head,
+    queue_length,
+)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A scheduler: one action per env, only valid ones (hold = M when nothing fits)."""
+
+    name: str
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        """(B,) int64 actions in 0..M."""
+        ...
+
+
+@runtime_checkable
+class JobPicker(Protocol):
+    """A policy that also chooses which visible queued job goes next (DeepRM)."""
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        """(B,) int64 slot in 0..queue_size-1 of the job to place next (0 = the head)."""
+        ...
+
+
+# --- shared helpers -------------------------------------------------------------------------------
+
+
+def _capacity(cfg: SimConfig) -> np.ndarray:
+    return np.asarray(cfg.capacity_units, dtype=np.int64)
+
+
+def free_by_requests(cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, M, D) int64: C_d minus the requests of the jobs running on each machine (may be negative)."""
+    return _capacity(cfg)[None, None, :] - placed_requests(state)
+
+
+def dominant_resource(request: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """(B,) index of the resource with the largest request share of C_d (first on ties)."""
+    return np.argmax(request / capacity[None, :], axis=1)
+
+
+def choose(score: np.ndarray, allowed: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    """(B,) argmax of `score` (B, M) over allowed machines; M (hold) where none is allowed.
+
+    Ties go to the lowest index, or to a uniformly random one of the best when `rng` is given.
+    """
+    n_envs, n_m = score.shape
+    masked = np.where(allowed, score.astype(np.float64), -np.inf)
+    if rng is not None:
+        best = masked == masked.max(axis=1, keepdims=True)
+        masked = np.where(best & allowed, rng.random((n_envs, n_m)), -np.inf)
+    actions = np.argmax(masked, axis=1).astype(np.int64)
+    return np.where(allowed.any(axis=1), actions, n_m)
+
+
+def valid_machines(cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, M) bool: machines the simulator lets the head go to now."""
+    return action_mask(cfg, state)[:, : cfg.n_machines]
+
+
+def fits_by_requests(cfg: SimConfig, state: State, request: np.ndarray) -> np.ndarray:
+    """(B, M) bool: placing a job with `request` (B, D) keeps every machine's requests within C_d."""
+    return (free_by_requests(cfg, state) >= request[:, None, :]).all(axis=2)
+
+
+def _best_fit_scores(free: np.ndarray, request: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """(B, M) score = minus the available units of the job's dominant resource (fewest left wins)."""
+    dom = dominant_resource(request, capacity)
+    return -np.take_along_axis(free, dom[:, None, None], axis=2)[..., 0]
+
+
+# --- queue reordering (DeepRM) --------------------------------------------------------------------
+
+
+def visible_queue(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray]:
+    """Job indices (B, K) of the K = queue_size visible slots and whether each slot holds a waiting job."""
+    slots = state.next_job[:, None] + np.arange(cfg.queue_size)[None, :]
+    is_waiting = (slots < state.n_arrived[:, None]) & ~state.is_done[:, None]
+    return np.minimum(slots, state.jobs.max_jobs - 1), is_waiting
+
+
+def promote_queued_job(state: State, slot: np.ndarray) -> State:
+    """A state whose queue has the job at visible `slot` (B,) moved to the head; the jobs it passes keep their
+    order. Only waiting jobs move, so every simulator invariant holds; the JobBatch is copied, not mutated."""
+    slot = np.asarray(slot, dtype=np.int64)
+    rows = np.flatnonzero(slot > 0)
+    if rows.size == 0:
+        return state
+    jobs = state.jobs
+    head = state.next_job[rows]
+    if (head + slot[rows] >= state.n_arrived[rows]).any():
+        b = int(rows[np.argmax(head + slot[rows] >= state.n_arrived[rows])])
+        raise ValueError(
+            f"env {b}: slot {slot[b]} is not a waiting job (queue length {queue_length(state)[b]})"
+        )
+    # permutation of the job axis per row: [.., head+s, head, head+1, .., head+s-1, ..]
+    n_jobs = jobs.max_jobs
+    perm = np.tile(np.arange(n_jobs), (rows.size, 1))
+    idx = np.arange(n_jobs)[None, :]
+    lo, hi = head[:, None], (head + slot[rows])[:, None]
+    perm = np.where((idx > lo) & (idx <= hi), idx - 1, perm)
+    perm = np.where(idx == lo, hi, perm)
+    arrays = {}
+    for name in ("arrival_step", "duration", "usage", "request", "ec_label"):
+        a = getattr(jobs, name).copy()
+        a[rows] = np.take_along_axis(a[rows], perm.reshape(perm.shape + (1,) * (a.ndim - 2)), axis=1)
+        arrays[name] = a
+    wids = list(jobs.workload_ids)
+    for r, p in zip(rows, perm, strict=True):
+        if r < len(wids) and len(wids[r]) == n_jobs:
+            wids[r] = tuple(wids[r][i] for i in p)
+        elif r < len(wids):
+            real = list(wids[r]) + [""] * (n_jobs - len(wids[r]))
+            wids[r] = tuple(real[i] for i in p[: len(wids[r])])
+    return replace(state, jobs=replace(jobs, **arrays, workload_ids=tuple(wids)))
+
+
+def decide(
+    policy: Policy, cfg: SimConfig, state: State, rng: np.random.Generator
+) -> tuple[State, np.ndarray]:
+    """(state to step from, actions): applies a JobPicker's choice of queued job, then asks for the machine."""
+    if isinstance(policy, JobPicker):
+        state = promote_queued_job(state, policy.pick_job(cfg, state, rng))
+    return state, np.asarray(policy.act(cfg, state, rng), dtype=np.int64)
+
+
+# --- the heuristics -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BestFit:
+    """FIFO; the fitting machine with the fewest available units of the head's dominant resource now."""
+
+    name: str = "best_fit"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        head = queue_head(state)
+        free = _capacity(cfg)[None, None, :] - current_usage(cfg, state)
+        return choose(_best_fit_scores(free, head.request, _capacity(cfg)), valid_machines(cfg, state))
+
+
+@dataclass(frozen=True)
+class FirstFit:
+    """FIFO; the lowest-index machine the head fits on."""
+
+    name: str = "first_fit"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return choose(np.zeros((state.batch_size, cfg.n_machines)), valid_machines(cfg, state))
+
+
+@dataclass(frozen=True)
+class RandomValid:
+    """FIFO; a uniformly random machine among those the head fits on."""
+
+    name: str = "random_valid"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return choose(np.zeros((state.batch_size, cfg.n_machines)), valid_machines(cfg, state), rng)
+
+
+@dataclass(frozen=True)
+class Tetris:
+    """FIFO; among machines whose free capacity by requests covers the head's request, max alignment score."""
+
+    name: str = "tetris"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        cap = _capacity(cfg)
+        request = queue_head(state).request.astype(np.int64)
+        free = free_by_requests(cfg, state)
+        score = ((request[:, None, :] / cap) * (free / cap)).sum(axis=2)
+        allowed = valid_machines(cfg, state) & fits_by_requests(cfg, state, request)
+        return choose(score, allowed)
+
+
+def kube_scores(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """kube-scheduler default score (0..200) of nodes with `requested` (B, M, D) units after adding the pod.
+
+    LeastAllocated: mean over resources of (C - requested) / C * 100 (equal weights).
+    BalancedAllocation: (1 - std over resources of min(requested / C, 1)) * 100, population std.
+    """
+    frac = requested / capacity
+    least = ((1.0 - frac) * 100.0).mean(axis=2)
+    balanced = (1.0 - np.minimum(frac, 1.0).std(axis=2)) * 100.0
+    return least + balanced
+
+
+@dataclass(frozen=True)
+class KubeDefault:
+    """FIFO; NodeResourcesFit filter on requests, LeastAllocated + BalancedAllocation score, random ties."""
+
+    name: str = "kube_default"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        request = queue_head(state).request.astype(np.int64)
+        requested = placed_requests(state) + request[:, None, :]
+        allowed = valid_machines(cfg, state) & fits_by_requests(cfg, state, request)
+        return choose(kube_scores(requested, _capacity(cfg)), allowed, rng)
+
+
+def _deeprm_pickable(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(job index (B, K), request (B, K, D), pickable (B, K)): waiting jobs fitting the monolithic free capacity."""
+    jobs_idx, is_waiting = visible_queue(cfg, state)
+    rows = np.arange(state.batch_size)[:, None]
+    request = state.jobs.request[rows, jobs_idx].astype(np.int64)
+    total_free = (cfg.n_machines * _capacity(cfg))[None, :] - placed_requests(state).sum(axis=1)
+    return jobs_idx, request, is_waiting & (request <= total_free[:, None, :]).all(axis=2)
+
+
+def _deeprm_act(cfg: SimConfig, state: State) -> np.ndarray:
+    """Best-Fit by requests for the head (the job DeepRM picked): fewest free units of its dominant resource."""
+    request = queue_head(state).request.astype(np.int64)
+    allowed = valid_machines(cfg, state) & fits_by_requests(cfg, state, request)
+    return choose(_best_fit_scores(free_by_requests(cfg, state), request, _capacity(cfg)), allowed)
+
+
+@dataclass(frozen=True)
+class DeepRMSJF:
+    """DeepRM's Shortest-Job-First over the visible queue (monolithic view), placed by Best-Fit on requests."""
+
+    name: str = "deeprm_sjf"
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        jobs_idx, _, pickable = _deeprm_pickable(cfg, state)
+        duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
+        slot = np.argmin(np.where(pickable, duration, np.iinfo(np.int64).max), axis=1)
+        return np.where(pickable.any(axis=1), slot, 0)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return _deeprm_act(cfg, state)
+
+
+@dataclass(frozen=True)
+class DeepRMPacker:
+    """DeepRM's Packer: the visible job best aligned with the monolithic free capacity, then Best-Fit on requests."""
+
+    name: str = "deeprm_packer"
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        _, request, pickable = _deeprm_pickable(cfg, state)
+        total = cfg.n_machines * _capacity(cfg)
+        total_free = total[None, :] - placed_requests(state).sum(axis=1)
+        align = ((request / total) * (total_free / total)[:, None, :]).sum(axis=2)
+        slot = np.argmax(np.where(pickable, align, -np.inf), axis=1)
+        return np.where(pickable.any(axis=1), slot, 0)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return _deeprm_act(cfg, state)
+
+
+@dataclass(frozen=True)
+class ECPeakAware:
+    """Ours: pack onto used machines where head profile + committed future usage stays within C_d (lowest peak,
+    then least overlap), else open an empty machine, else hold rather than overshoot."""
+
+    name: str = "ec_peak_aware"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        cap = _capacity(cfg)
+        head = queue_head(state)
+        horizon = state.jobs.max_duration
+        profile = head.usage.astype(np.int64).transpose(0, 2, 1)[:, None]  # (B, 1, D, T)
+        committed = committed_future_usage(state, horizon)  # (B, M, D, T)
+        combined = committed + profile
+        peak = (combined / cap[None, None, :, None]).max(axis=(2, 3))  # (B, M) share of capacity
+        is_safe = (combined <= cap[None, None, :, None]).all(axis=(2, 3))
+        overlap = (committed * profile).sum(axis=(2, 3)) / float(cap.sum() ** 2 * horizon)
+        valid = valid_machines(cfg, state)
+        used = machines_used(state) | (committed > 0).any(axis=(2, 3))
+        pack = choose(-(peak + 1e-3 * overlap), valid & used & is_safe)
+        spread = choose(np.zeros_like(peak), valid & ~used)
+        return np.where(pack < cfg.n_machines, pack, spread)
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "best_fit": BestFit,
+    "first_fit": FirstFit,
+    "random_valid": RandomValid,
+    "tetris": Tetris,
+    "kube_default": KubeDefault,
+    "deeprm_sjf": DeepRMSJF,
+    "deeprm_packer": DeepRMPacker,
+    "ec_peak_aware": ECPeakAware,
+}
+"""Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""
+
+
+def make_policy(name: str, **kwargs) -> Policy:
+    """An instance of the registered policy `name`; a clear error lists the known ones."""
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
+    return POLICIES[name](**kwargs)

@@ -1,0 +1,109 @@
+import numpy as np
+import pytest
+import torch
+
+from models.ec_classifier import (
+    ClassifierConfig,
+    EcClassifier,
+    classifier_accuracy_table,
+    evaluate,
+    load_classifier,
+    split_train_test,
+    train_classifier,
+    usage_prefixes,
+)
+
+FAST = ClassifierConfig(prefix_bins=6, hidden_sizes=(16, 8), epochs=60, batch_size=32, lr=1e-2)
+
+
+def _separable(n: int, seed: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """3 ECs, unbalanced (50/30/20 %): EC = level of cpu usage; meta cpu request weakly tied to the EC."""
+    rng = np.random.default_rng(seed)
+    labels = rng.choice(3, size=n, p=[0.5, 0.3, 0.2])
+    meta = np.stack(
+        [
+            0.1 + 0.05 * labels + rng.normal(0, 0.05, n),
+            rng.uniform(0, 0.3, n),
+            rng.integers(0, 12, n),
+            rng.integers(0, 4, n),
+        ],
+        axis=1,
+    ).astype(np.float64)
+    meta[rng.random(meta.shape) < 0.1] = np.nan  # missing meta values get imputed
+    series = [
+        np.stack([np.full(40, 0.1 + 0.2 * lab), np.full(40, 0.2)]) + rng.normal(0, 0.02, (2, 40))
+        for lab in labels
+    ]
+    return meta, series, labels
+
+
+def test_beats_the_majority_class_on_separable_data():
+    meta, series, labels = _separable(90, seed=0)
+    table = classifier_accuracy_table(meta, series, labels, (0, 6), FAST)
+    assert table.columns == ["prefix_bins", "accuracy", "macro_f1", "majority_accuracy", "n_train", "n_test"]
+    assert table["prefix_bins"].to_list() == [0, 6]
+    assert table["n_train"].to_list() == [63, 63] and table["n_test"].to_list() == [27, 27]
+    with_prefix = table.row(1, named=True)
+    assert with_prefix["accuracy"] >= 0.9
+    assert with_prefix["accuracy"] > with_prefix["majority_accuracy"] + 0.3
+    assert with_prefix["macro_f1"] >= 0.85
+
+
+def test_save_load_round_trip_gives_identical_predictions(tmp_path):
+    meta, series, labels = _separable(40, seed=1)
+    prefixes = usage_prefixes(series, 6)
+    clf = train_classifier(meta, prefixes, labels + 10, FAST)  # arbitrary label values survive
+    path = tmp_path / "ec_classifier.pt"
+    clf.save(path)
+    loaded = load_classifier(path)
+    assert isinstance(loaded.model, EcClassifier) and loaded.cfg == clf.cfg
+    np.testing.assert_array_equal(loaded.predict(meta, prefixes), clf.predict(meta, prefixes))
+    np.testing.assert_array_equal(loaded.predict_proba(meta, None), clf.predict_proba(meta, None))
+    assert set(loaded.predict(meta, prefixes)) <= {10, 11, 12}
+    assert evaluate(loaded, meta, prefixes, labels + 10) == evaluate(clf, meta, prefixes, labels + 10)
+
+
+def test_short_or_missing_prefix_is_zero_padded():
+    meta, series, labels = _separable(30, seed=2)
+    clf = train_classifier(meta, usage_prefixes(series, 6), labels, FAST)
+    none = clf.features(meta[:3], None).numpy()
+    short = clf.features(meta[:3], usage_prefixes(series[:3], 2)).numpy()
+    # the prefix part (after 4 meta + 4 is_missing columns) is 0 where bins are missing
+    assert (none[:, 8:] == 0).all()
+    assert (short[:, 8 + 2 : 8 + 6] == 0).all() and (short[:, 8 + 6 + 2 :] == 0).all()
+    assert not (short[:, 8:10] == 0).all()
+    assert clf.predict(meta[:3]).shape == (3,)
+
+
+def test_same_seed_same_model():
+    meta, series, labels = _separable(30, seed=3)
+    a = train_classifier(meta, usage_prefixes(series, 6), labels, FAST)
+    b = train_classifier(meta, usage_prefixes(series, 6), labels, FAST)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_split_is_stratified_and_seeded():
+    labels = np.array([0] * 10 + [1] * 10)
+    tr, te = split_train_test(labels, 0.3, seed=0)
+    assert len(te) == 6 and (labels[te] == 0).sum() == 3
+    assert np.array_equal(te, split_train_test(labels, 0.3, seed=0)[1])
+    assert set(tr) | set(te) == set(range(20)) and not set(tr) & set(te)
+
+
+def test_bad_inputs_name_the_problem():
+    meta = np.zeros((6, 4))
+    with pytest.raises(ValueError, match="1 class"):
+        train_classifier(meta, None, np.zeros(6, int), ClassifierConfig(prefix_bins=0))
+    with pytest.raises(ValueError, match="1 class"):
+        split_train_test(np.zeros(6, int), 0.3, 0)
+    with pytest.raises(ValueError, match="too few workloads to split: 2 workloads"):
+        split_train_test(np.array([0, 1]), 0.3, 0)
+    with pytest.raises(ValueError, match="usage prefix of 6 bins"):
+        train_classifier(meta, None, np.array([0, 1] * 3), ClassifierConfig(prefix_bins=6))
+    with pytest.raises(ValueError, match="labels has shape"):
+        train_classifier(meta, None, np.array([0, 1]), ClassifierConfig(prefix_bins=0))
+    with pytest.raises(ValueError, match=r"meta must have shape \(n, 4\)"):
+        train_classifier(meta, None, np.array([0, 1] * 3), ClassifierConfig(prefix_bins=0)).predict(
+            np.zeros((2, 3))
+        )

@@ -1,0 +1,102 @@
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from models.forecaster import ForecasterConfig
+from models.prediction_gain import (
+    GainConfig,
+    choose_mapping,
+    effective_gain,
+    gain_pct,
+    gaining_fraction,
+    mapping_gain_table,
+    pearson,
+    prediction_gain,
+)
+
+FAST = GainConfig(
+    forecaster=ForecasterConfig(
+        window=12, kernel_size=3, conv_channels=8, hidden_size=8, ar_window=4, min_steps=100
+    )
+)
+
+
+def test_eg_and_f_hand_case():
+    # EG = (10*2 + 0*3 + 20*5) / 10 = 12; f = (2 + 5) / 10
+    assert effective_gain([10.0, -5.0, 20.0], [2, 3, 5]) == pytest.approx(12.0)
+    assert gaining_fraction([10.0, -5.0, 20.0], [2, 3, 5]) == pytest.approx(0.7)
+    assert effective_gain([float("nan"), 50.0], [3, 1]) == pytest.approx(12.5)
+    assert gaining_fraction([0.0, 50.0], [3, 1]) == pytest.approx(0.25)
+
+
+def test_gain_pct_and_pearson():
+    assert gain_pct(0.6, 0.5) == pytest.approx(20.0)
+    assert gain_pct(-0.3, -0.6) == pytest.approx(50.0)  # relative to |corr_global|
+    assert math.isnan(gain_pct(0.6, 0.0))
+    assert pearson(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])) == pytest.approx(1.0)
+    assert pearson(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
+    assert math.isnan(pearson(np.array([1.0, 1.0]), np.array([1.0, 2.0])))
+
+
+def test_choose_mapping_best_eg_then_f_then_smaller_k():
+    rows = [
+        {"method": "aggregate", "k": 5, "eg_pct": 6.8, "f_frac": 0.65},
+        {"method": "temporal", "k": 6, "eg_pct": 9.8, "f_frac": 0.58},
+        {"method": "dtw", "k": 3, "eg_pct": 9.8, "f_frac": 0.60},
+        {"method": "dtw", "k": 4, "eg_pct": 9.8, "f_frac": 0.60},
+    ]
+    assert choose_mapping(rows) == ("dtw", 3)
+    assert choose_mapping(pl.DataFrame(rows[:2])) == ("temporal", 6)
+    with pytest.raises(ValueError, match="no mappings"):
+        choose_mapping([])
+
+
+def _ar_workloads(phis: list[float], length: int, seed: int) -> np.ndarray:
+    """AR(1) usage around 0.3: phi = +0.9 (smooth) and -0.9 (alternating) have the same spread, opposite dynamics."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for phi in phis:
+        x = np.zeros((2, length))
+        noise = rng.normal(0, 1, (2, length))
+        for t in range(1, length):
+            x[:, t] = phi * x[:, t - 1] + noise[:, t]
+        out.append(0.3 + 0.02 * x)
+    return np.stack(out)
+
+
+def test_ecs_with_opposite_dynamics_gain_over_the_global_model():
+    values = _ar_workloads([0.9] * 3 + [-0.9] * 3, length=150, seed=1)
+    r = prediction_gain(values, np.array([0, 0, 0, 1, 1, 1]), FAST)
+    assert r.rows["ec_label"].to_list() == [0, 1]
+    assert (r.rows["gain_pct"] > 0).all(), r.rows
+    assert r.f_frac == 1.0
+    assert r.eg_pct == pytest.approx(effective_gain(r.rows["gain_pct"].to_list(), [3, 3]))
+    assert r.rows["corr_ec"].min() > 0.5
+
+
+def test_small_ecs_are_reported_not_trained():
+    values = _ar_workloads([0.9, 0.9, -0.9], length=80, seed=2)
+    cfg = GainConfig(
+        forecaster=ForecasterConfig(
+            window=8, kernel_size=3, hidden_size=4, conv_channels=4, ar_window=4, min_steps=10
+        )
+    )
+    table = mapping_gain_table(values, {("temporal", 2): np.array([5, 5, 7])}, cfg)
+    r = prediction_gain(values, np.array([5, 5, 7]), cfg)
+    assert r.rows.filter(pl.col("ec_label") == 7)["status"].to_list() == ["too_small"]
+    assert r.rows.filter(pl.col("ec_label") == 7)["gain_pct"].to_list() == [0.0]
+    assert r.n_ecs_too_small == 1 and r.k == 2 and r.n_workloads == 3
+    assert table.row(0, named=True)["n_ecs_too_small"] == 1
+    assert table["eg_pct"].to_list() == pytest.approx([r.eg_pct])
+
+
+def test_bad_inputs():
+    values = _ar_workloads([0.5, 0.5], length=15, seed=3)
+    with pytest.raises(ValueError, match="workload 0: series of 15 bins is too short"):
+        prediction_gain(values, np.array([0, 1]), FAST)
+    with pytest.raises(ValueError, match="labels has shape"):
+        prediction_gain(_ar_workloads([0.5, 0.5], 100, 3), np.array([0, 1, 2]), FAST)
+    with pytest.raises(ValueError, match="train_frac"):
+        GainConfig(train_frac=1.0)

@@ -1,0 +1,182 @@
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.equivalence import (
+    EC_ASSIGNMENTS,
+    EC_PROFILES,
+    EC_SILHOUETTE,
+    DtwConfig,
+    EcConfig,
+    assignments_frame,
+    best_k,
+    dtw_cross,
+    dtw_matrix,
+    fit_kmedoids,
+    plot_profiles,
+    plot_silhouette,
+    prepare_dtw,
+    profiles_frame,
+    sweep_methods,
+)
+from pipelines.features import TemporalConfig, series_from_arrays
+
+FAST = EcConfig(k_min=3, k_max=6, n_init=5, temporal=TemporalConfig(lags=(1, 6, 12), agg_chunk_len=12))
+PLANTED = np.repeat(np.arange(4), 10)
+
+
+def _planted(seed: int = 0, n_per: int = 10, length: int = 96):
+    """4 well-separated shapes (sine, square, ramp up, ramp down), n_per noisy copies each, in order."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(length)
+    shapes = [
+        0.3 + 0.1 * np.sin(2 * np.pi * t / 24),
+        0.6 + 0.2 * np.sign(np.sin(2 * np.pi * t / 48 + 0.1)),
+        0.1 + 0.4 * t / length,
+        0.9 - 0.4 * t / length,
+    ]
+    values = np.array([s + 0.01 * rng.standard_normal((2, length)) for s in shapes for _ in range(n_per)])
+    return series_from_arrays([f"w{i:02d}" for i in range(len(values))], values)
+
+
+def _dtw_reference(x, y):
+    """Textbook full DTW (sqrt of summed squared differences on the best path)."""
+    n, m = len(x), len(y)
+    acc = np.full((n + 1, m + 1), np.inf)
+    acc[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            acc[i, j] = (x[i - 1] - y[j - 1]) ** 2 + min(acc[i - 1, j], acc[i, j - 1], acc[i - 1, j - 1])
+    return np.sqrt(acc[n, m])
+
+
+def test_dtw_hand_cases_and_reference():
+    full = DtwConfig()
+    # a time shift costs nothing under DTW; a level shift of 1 over 3 bins costs sqrt(3) per resource
+    a = np.array([[[0.0, 0.0, 1.0, 2.0]] * 2, [[0.0, 1.0, 2.0, 2.0]] * 2])
+    assert dtw_matrix(a, full)[0, 1] == 0.0
+    b = np.array([[[0.0, 0.0, 0.0]] * 2, [[1.0, 1.0, 1.0]] * 2])
+    assert dtw_matrix(b, full)[0, 1] == pytest.approx(np.sqrt(3) / np.sqrt(3))  # divided by sqrt(length)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 2, 12))
+    d = dtw_cross(x, x, full)
+    ref = [
+        [np.mean([_dtw_reference(x[i, r], x[j, r]) for r in (0, 1)]) / np.sqrt(12) for j in range(4)]
+        for i in range(4)
+    ]
+    np.testing.assert_allclose(d, ref, rtol=1e-12)
+    np.testing.assert_allclose(dtw_matrix(x, full), ref, rtol=1e-12, atol=1e-15)
+    # a Sakoe-Chiba band can only make the distance larger, and radius >= length equals full DTW
+    banded = dtw_cross(x, x, DtwConfig(window_frac=0.1))
+    assert (banded >= d - 1e-12).all() and (banded > d + 1e-9).any()
+    np.testing.assert_allclose(dtw_cross(x, x, DtwConfig(window_frac=1.0)), d)
+
+
+def test_prepare_dtw_downsamples_and_znormalises_constant_to_zero():
+    values = np.array([[[1.0, 3.0, 5.0, 7.0, 9.0], [2.0, 2.0, 2.0, 2.0, 2.0]]])
+    out = prepare_dtw(values, DtwConfig(downsample=2))
+    assert out.tolist() == [[[-1.0, 1.0], [0.0, 0.0]]]  # block means [2, 6], last bin dropped
+
+
+def test_kmedoids_on_a_hand_matrix():
+    x = np.array([0.0, 1.0, 2.0, 10.0, 11.0, 12.0])
+    dist = np.abs(x[:, None] - x[None, :])
+    medoids, labels, cost = fit_kmedoids(dist, 2, n_init=10, rng=np.random.default_rng(0))
+    assert sorted(medoids.tolist()) == [1, 4]
+    assert labels[:3].tolist() == [labels[0]] * 3 and labels[3:].tolist() == [labels[3]] * 3
+    assert labels[0] != labels[3]
+    assert cost == 4.0
+
+
+def test_kmedoids_with_duplicate_points_keeps_k_clusters():
+    dist = np.zeros((4, 4))
+    medoids, labels, cost = fit_kmedoids(dist, 2, n_init=3, rng=np.random.default_rng(0))
+    assert len(set(labels.tolist())) == 2 and cost == 0.0
+
+
+@pytest.mark.parametrize("method", ["temporal", "dtw"])
+def test_silhouette_picks_planted_k(method):
+    series = _planted()
+    sweep = sweep_methods(series, "syn", EcConfig(**{**FAST.__dict__, "methods": (method,)}))
+    assert sweep.best_k == {method: 4}
+    labels = sweep.labels[method][4]
+    assert (labels == PLANTED).all()  # relabelled by size then first member: planted order
+    assert sweep.silhouette.schema == pl.Schema(EC_SILHOUETTE)
+    assert sweep.silhouette["k"].to_list() == [3, 4, 5, 6]
+
+
+def test_sampled_dtw_assigns_every_workload_to_a_sampled_medoid():
+    series = _planted()
+    cfg = EcConfig(**{**FAST.__dict__, "methods": ("dtw",), "dtw": DtwConfig(exact_max_n=20, sample_size=16)})
+    sweep = sweep_methods(series, "syn", cfg)
+    sil = sweep.silhouette
+    assert sil["n_silhouette_points"].to_list() == [16] * 4 and sil["n_workloads"].to_list() == [40] * 4
+    assert any("sample of 16" in n for n in sweep.notes)
+    for k, labels in sweep.labels["dtw"].items():
+        medoids = sweep.medoids["dtw"][k]
+        assert labels.shape == (40,) and labels[medoids].tolist() == list(range(k))
+        # each sampled medoid is the nearest medoid of the workloads it labels
+        d = dtw_cross(
+            prepare_dtw(series.values, cfg.dtw), prepare_dtw(series.values[medoids], cfg.dtw), cfg.dtw
+        )
+        assert (d[np.arange(40), labels] <= d.min(axis=1) + 1e-12).all()
+
+
+def test_too_few_workloads_skips_k_with_a_warning():
+    series = series_from_arrays(["a", "b", "c", "d", "e"], _planted().values[::8])
+    sweep = sweep_methods(series, "syn", FAST)
+    sil = sweep.silhouette
+    skipped = sil.filter(pl.col("is_skipped"))
+    assert sorted(set(skipped["k"].to_list())) == [5, 6]
+    assert skipped.height == 6 and skipped["silhouette"].null_count() == 6
+    assert sum("k=5 skipped: n_workloads 5 <= k 5" in w for w in sweep.warnings) == 3
+    assert sweep.counts["n_k_skipped"] == 6
+    assert set(sweep.labels["temporal"]) == {3, 4}
+
+
+def test_identical_workloads_skip_every_k_without_crashing():
+    series = series_from_arrays([f"w{i}" for i in range(8)], np.full((8, 2, 30), 0.25))
+    sweep = sweep_methods(series, "syn", FAST)
+    assert sweep.silhouette["is_skipped"].all()
+    assert all("distinct" in r for r in sweep.silhouette["skip_reason"].to_list())
+    assert sweep.best_k == {"aggregate": None, "temporal": None, "dtw": None}
+    assert sweep.counts["n_constant_cpu"] == 8 and sweep.counts["n_k_skipped"] == 12
+
+
+def test_best_k_breaks_ties_by_smallest_k():
+    sil = pl.DataFrame(
+        {
+            "source": ["s"] * 3,
+            "method": ["m"] * 3,
+            "k": [3, 4, 5],
+            "silhouette": [0.5, 0.7, 0.7],
+            "n_workloads": [9] * 3,
+            "n_silhouette_points": [9] * 3,
+            "is_skipped": [False] * 3,
+            "skip_reason": [None] * 3,
+        },
+        schema=EC_SILHOUETTE,
+    )
+    assert best_k(sil) == {"m": 4}
+
+
+def test_frames_and_plots():
+    series = _planted(n_per=5)
+    sweep = sweep_methods(series, "syn", FAST)
+    assign = assignments_frame(sweep, "temporal", 4)
+    assert assign.schema == pl.Schema(EC_ASSIGNMENTS) and assign.height == 20
+    assert assign["ec_label"].to_list() == np.repeat(np.arange(4), 5).tolist()
+    prof = profiles_frame(sweep, series, "temporal", 4)
+    assert prof.schema == pl.Schema(EC_PROFILES) and prof.height == 4 * 96
+    # K-Means profile: members' mean series
+    first = prof.filter(pl.col("ec_label") == 0).sort("step")
+    np.testing.assert_allclose(first["cpu_frac"].to_numpy(), series.values[:5, 0].mean(axis=0))
+    assert first["n_members"].unique().to_list() == [5]
+    # DTW profile: the medoid's own series
+    dtw = profiles_frame(sweep, series, "dtw", 4).filter(pl.col("ec_label") == 2).sort("step")
+    medoid = sweep.medoids["dtw"][4][2]
+    np.testing.assert_array_equal(dtw["mem_frac"].to_numpy(), series.values[medoid, 1])
+    with pytest.raises(KeyError, match="no labels for method 'dtw', k=9"):
+        assignments_frame(sweep, "dtw", 9)
+    assert plot_silhouette(sweep.silhouette)[:4] == b"\x89PNG"
+    assert plot_profiles(pl.concat([prof, profiles_frame(sweep, series, "dtw", 3)]))[:4] == b"\x89PNG"

@@ -1,0 +1,180 @@
+import warnings
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.features import (
+    AGGREGATE_FEATURES,
+    TemporalConfig,
+    aggregate_from_values,
+    minmax_normalise,
+    series_from_arrays,
+    series_matrix,
+    temporal_feature_names,
+    temporal_features,
+)
+from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, USAGE
+
+CFG = TemporalConfig(lags=(1, 2), agg_chunk_len=2)
+
+
+def _features(x: list[float], cfg: TemporalConfig = CFG) -> dict[str, float]:
+    """Temporal features of one series used as both resources; the cpu half by short name."""
+    values = np.array([[x, x]], dtype=float)
+    names, _ = temporal_feature_names(len(x), cfg)
+    row = temporal_features(values, cfg)[0]
+    return {
+        name.removeprefix("cpu__"): v for name, v in zip(names, row, strict=True) if name.startswith("cpu")
+    }
+
+
+def test_linear_trend_and_mean_abs_change_by_hand():
+    f = _features([1.0, 2.0, 3.0, 4.0])
+    assert f["linear_trend__slope"] == pytest.approx(1.0)
+    assert f["mean"] == pytest.approx(2.5)
+    assert f["mean_abs_change"] == pytest.approx(1.0)
+    assert f["standard_deviation"] == pytest.approx(np.sqrt(1.25))
+    g = _features([1.0, 3.0, 2.0, 6.0])
+    assert g["mean_abs_change"] == pytest.approx(7.0 / 3.0)  # |2| + |-1| + |4| over 3 changes
+
+
+def test_agg_linear_trend_keeps_partial_last_chunk():
+    # chunk means [1.5, 3.5, 5.0] (last chunk is [5] alone) -> slope (5.0 - 1.5) / 2
+    f = _features([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert f["agg_linear_trend__slope__chunk_len_2__mean"] == pytest.approx(1.75)
+
+
+def test_autocorrelation_of_alternating_series():
+    f = _features([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    assert f["autocorrelation__lag_1"] == pytest.approx(-1.0)
+    assert f["autocorrelation__lag_2"] == pytest.approx(1.0)
+
+
+def test_constant_series_gives_zero_not_nan():
+    f = _features([0.3, 0.3, 0.3, 0.3])
+    assert f["autocorrelation__lag_1"] == 0.0
+    assert f["standard_deviation"] == 0.0
+    assert f["linear_trend__slope"] == pytest.approx(0.0)
+    s = series_from_arrays(["a"], np.full((1, 2, 4), 0.3))
+    assert s.is_constant.tolist() == [[True, True]]
+
+
+def test_lags_longer_than_series_are_left_out_with_a_note():
+    names, notes = temporal_feature_names(10, TemporalConfig(lags=(1, 12), agg_chunk_len=12))
+    assert "cpu__autocorrelation__lag_1" in names
+    assert not any("lag_12" in n or "agg_linear" in n for n in names)
+    assert len(notes) == 2
+
+
+def test_temporal_features_equal_tsfresh():
+    fc = pytest.importorskip("tsfresh.feature_extraction.feature_calculators")
+    cfg = TemporalConfig(lags=(1, 12, 288), agg_chunk_len=12)
+    rng = np.random.default_rng(7)
+    length = 301  # not a multiple of 12: the last agg_linear_trend chunk is partial
+    t = np.arange(length)
+    values = 0.2 + 0.05 * np.sin(2 * np.pi * t / 288)[None, None] + 0.02 * rng.random((5, 2, length))
+    names, _ = temporal_feature_names(length, cfg)
+    ours = temporal_features(values, cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            for r, res in enumerate(("cpu", "mem")):
+                x = values[i, r]
+                ref = [fc.autocorrelation(x, lag) for lag in cfg.lags]
+                ref.append(dict(fc.linear_trend(x, [{"attr": "slope"}]))['attr_"slope"'])
+                agg = fc.agg_linear_trend(x, [{"attr": "slope", "chunk_len": 12, "f_agg": "mean"}])
+                ref.append(next(iter(agg))[1])
+                ref += [fc.mean(x), fc.mean_abs_change(x), fc.standard_deviation(x)]
+                cols = [j for j, n in enumerate(names) if n.startswith(res)]
+                np.testing.assert_allclose(ours[i, cols], ref, rtol=1e-6, atol=1e-12)
+
+
+def test_aggregate_features_by_hand():
+    cpu = [0.1, 0.2, 0.0, 0.1]
+    mem = [0.2, 0.2, 0.5, 0.3]
+    f = dict(zip(AGGREGATE_FEATURES, aggregate_from_values(np.array([[cpu, mem]]))[0], strict=True))
+    # ratio over bins with cpu > 0: [2, 1, 3]
+    expected = {
+        "cpu_total_frac_s": 0.4 * BIN_SECONDS,
+        "cpu_mean_frac": 0.1,
+        "mem_total_frac_s": 1.2 * BIN_SECONDS,
+        "mem_mean_frac": 0.3,
+        "duration_s": 4 * BIN_SECONDS,
+        "ratio_mean": 2.0,
+        "ratio_std": np.sqrt(2 / 3),
+        "ratio_norm_std": np.sqrt(2 / 3) / 2,
+    }
+    assert f == pytest.approx(expected)
+
+
+def test_minmax_normalise_constant_column_is_zero():
+    out = minmax_normalise(np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 5.0]]))
+    assert out.tolist() == [[0.0, 0.0], [1.0, 0.0], [0.5, 0.0]]
+
+
+def _tables():
+    def rows(wid, start_bin, cpu, mem):
+        return [
+            {
+                "source": "s",
+                "workload_id": wid,
+                "bin_start_s": (start_bin + i) * BIN_SECONDS,
+                "cpu_frac": c,
+                "mem_frac": m,
+                "n_samples": 1,
+                "is_filled": False,
+            }
+            for i, (c, m) in enumerate(zip(cpu, mem, strict=True))
+        ]
+
+    usage = (
+        rows("a", 9, [0.9, 0.1, 0.2, 0.3, 0.4, 0.5], [0.9, 0.5, 0.4, 0.3, 0.2, 0.1])  # bin 9 outside window
+        + rows("b", 20, [0.1, 0.1, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2])
+        + rows("c", 0, [0.1, float("nan"), 0.1, 0.1], [0.1, 0.1, 0.1, 0.1])
+        + rows("d", 0, [0.1, 0.1], [0.1, 0.1])
+        + rows("d", 3, [0.1, 0.1], [0.1, 0.1])
+    )
+    lr = [("a", 10, 5), ("b", 20, 4), ("c", 0, 4), ("d", 0, 5), ("e", 0, 4)]
+    lr_rows = [
+        {c: None for c in LONG_RUNNING}
+        | {"source": "s", "workload_id": w, "run_start_s": s * 300, "n_run_bins": n}
+        for w, s, n in lr
+    ]
+    return pl.DataFrame(usage, schema=USAGE), pl.DataFrame(lr_rows, schema=LONG_RUNNING)
+
+
+def test_series_matrix_truncates_to_shortest_and_counts_skips():
+    usage, lr = _tables()
+    s = series_matrix(usage, lr, None)
+    assert s.workload_ids.tolist() == ["a", "b"]
+    assert s.length == 4
+    assert s.values[0].tolist() == [[0.1, 0.2, 0.3, 0.4], [0.5, 0.4, 0.3, 0.2]]
+    assert s.values[1].tolist() == [[0.1, 0.1, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2]]
+    assert s.lengths.tolist() == [5, 4]
+    assert s.is_constant.tolist() == [[False, False], [False, True]]
+    assert dict(s.skipped.iter_rows()) == {
+        "c": "nan_or_negative_value",
+        "d": "missing_bins",
+        "e": "no_usage_in_window",
+    }
+    # aggregates over the whole kept window: "a" has 5 bins, "b" equals the array-based definition
+    assert s.aggregate[0, 4] == 5 * BIN_SECONDS
+    assert s.aggregate[0, 0] == pytest.approx(1.5 * BIN_SECONDS)
+    np.testing.assert_allclose(s.aggregate[1], aggregate_from_values(s.values[1:])[0])
+
+
+def test_series_matrix_configured_length_skips_short_windows():
+    usage, lr = _tables()
+    s = series_matrix(usage, lr, 5)
+    assert s.workload_ids.tolist() == ["a"]
+    assert s.values.shape == (1, 2, 5)
+    assert dict(s.skipped.iter_rows())["b"] == "window_shorter_than_length"
+    assert s.skipped.height == 4
+
+
+def test_series_from_arrays_rejects_nan():
+    values = np.zeros((2, 2, 3))
+    values[1, 0, 2] = np.nan
+    with pytest.raises(ValueError, match=r"index\(es\) \[1\]"):
+        series_from_arrays(["a", "b"], values)

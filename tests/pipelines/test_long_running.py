@@ -1,0 +1,152 @@
+"""filter_long_running on hand-made workloads and usage: one case per reason, precedence, runs, report sums."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from pipelines.long_running import LongRunningConfig, filter_long_running
+from pipelines.schemas import LONG_RUNNING, USAGE, WORKLOADS
+
+CFG = LongRunningConfig(min_contiguous_bins={"google2011": 3, "alibaba2018": 2, "google2011_derived": 3})
+
+
+def workloads(rows: list[tuple[str, str, str, bool]]) -> pl.DataFrame:
+    """(source, workload_id, final_state, is_partial) -> WORKLOADS frame (other columns null/0)."""
+    data = [
+        {c: None for c in WORKLOADS}
+        | dict(source=s, workload_id=w, final_state=f, is_partial=p, n_usage_records=0)
+        for s, w, f, p in rows
+    ]
+    return pl.DataFrame(data, schema=WORKLOADS)
+
+
+def usage(rows: list[tuple[str, str, list[int]]], filled: set[tuple[str, int]] = frozenset()) -> pl.DataFrame:
+    """(source, workload_id, bins in units of 300 s) -> USAGE frame; bins in `filled` are gap-filled."""
+    data = [
+        dict(
+            source=s,
+            workload_id=w,
+            bin_start_s=b * 300,
+            cpu_frac=0.1,
+            mem_frac=0.1,
+            n_samples=0 if (w, b) in filled else 1,
+            is_filled=(w, b) in filled,
+        )  # fmt: skip
+        for s, w, bins in rows
+        for b in bins
+    ]
+    return pl.DataFrame(data, schema=USAGE)
+
+
+G = "google2011"
+WORKLOADS_ALL = workloads([
+    (G, "kept", "running", False),
+    (G, "no_usage", "running", False),
+    (G, "killed", "killed", False),
+    (G, "evicted", "evicted", False),
+    (G, "partial", "running", True),
+    (G, "short", "running", False),
+    (G, "filled", "finished", False),
+    (G, "killed_no_usage", "killed", True),
+    (G, "failed_partial", "failed", True),
+    (G, "tie", "unknown", False),
+])  # fmt: skip
+USAGE_ALL = usage(
+    [
+        (G, "kept", [0, 1, 2]),
+        (G, "killed", [0, 1, 2, 3]),
+        (G, "evicted", [0, 1, 2]),
+        (G, "partial", [0, 1, 2]),
+        (G, "short", [0, 1, 3, 4]),  # longest run 2 < 3
+        (G, "filled", [0, 1, 3, 4, 5]),  # 3..5 with 4 filled: run of 3 from bin 3
+        (G, "failed_partial", [0, 1, 2]),
+        (G, "tie", [5, 6, 7, 0, 1, 2]),  # two runs of 3, unsorted: the earliest wins
+        (G, "orphan", [0, 1, 2]),  # not a workload
+    ],
+    filled={("filled", 4)},
+)
+
+
+def reasons(report: pl.DataFrame) -> dict[str, int]:
+    return dict(zip(report["reason"], report["n_workloads"], strict=True))
+
+
+def test_each_reason_and_precedence():
+    kept, report = filter_long_running(WORKLOADS_ALL, USAGE_ALL, CFG)
+    assert reasons(report) == {
+        "no_usage": 2,  # no_usage, killed_no_usage (no_usage wins over the bad state)
+        "bad_final_state": 3,  # killed, evicted, failed_partial (bad state wins over partial)
+        "partial": 1,
+        "too_short": 1,
+        "kept": 3,  # kept, filled, tie
+        "usage_without_workload": 1,
+    }
+    five = report.filter(pl.col("reason") != "usage_without_workload")["n_workloads"].sum()
+    assert five == WORKLOADS_ALL.height
+    assert kept.schema == pl.Schema(LONG_RUNNING)
+    assert kept.select("workload_id", "run_start_s", "n_run_bins").rows() == [
+        ("filled", 900, 3),
+        ("kept", 0, 3),
+        ("tie", 0, 3),
+    ]
+
+
+def test_report_lists_every_reason_even_when_zero():
+    _, report = filter_long_running(
+        workloads([(G, "a", "running", False)]), usage([(G, "a", [0, 1, 2])]), CFG
+    )
+    assert report.rows() == [
+        (G, "no_usage", 0),
+        (G, "bad_final_state", 0),
+        (G, "partial", 0),
+        (G, "too_short", 0),
+        (G, "kept", 1),
+    ]
+
+
+def test_drop_partial_false_keeps_partial_workloads_and_lost_is_dropped():
+    cfg = LongRunningConfig(min_contiguous_bins={G: 3}, drop_partial=False)
+    wl = workloads([(G, "partial", "running", True), (G, "lost", "lost", False)])
+    kept, report = filter_long_running(wl, usage([(G, "partial", [0, 1, 2]), (G, "lost", [0, 1, 2])]), cfg)
+    assert kept["workload_id"].to_list() == ["partial"]
+    assert reasons(report)["bad_final_state"] == 1
+
+
+def test_thresholds_are_per_source_and_at_least_is_inclusive():
+    a = "alibaba2018"
+    wl = workloads([(G, "g2", "running", False), (a, "a2", "running", False), (a, "a1", "running", False)])
+    use = usage([(G, "g2", [0, 1]), (a, "a2", [0, 1]), (a, "a1", [4])])
+    kept, report = filter_long_running(wl, use, CFG)
+    assert kept["workload_id"].to_list() == ["a2"]  # Alibaba needs 2 bins, Google 3
+    assert report.filter(pl.col("reason") == "too_short").rows() == [(a, "too_short", 1), (G, "too_short", 1)]
+
+
+def test_paper_defaults():
+    cfg = LongRunningConfig()
+    assert cfg.min_contiguous_bins == {"google2011": 6000, "alibaba2018": 2000, "google2011_derived": 6000}
+    assert set(cfg.drop_states) >= {"evicted", "killed", "failed"}
+    kept, report = filter_long_running(
+        workloads([(G, "a", "running", False)]), usage([(G, "a", list(range(5999)))])
+    )
+    assert kept.height == 0 and reasons(report)["too_short"] == 1
+    kept, _ = filter_long_running(
+        workloads([(G, "a", "running", False)]), usage([(G, "a", list(range(6000)))])
+    )
+    assert kept["n_run_bins"].to_list() == [6000]
+
+
+def test_duplicate_bins_are_an_error():
+    use = usage([(G, "a", [0, 1, 1, 2])])
+    with pytest.raises(ValueError, match="duplicate.*'a'"):
+        filter_long_running(workloads([(G, "a", "running", False)]), use, CFG)
+
+
+def test_source_without_threshold_is_an_error():
+    with pytest.raises(ValueError, match="no threshold.*google2019"):
+        filter_long_running(workloads([("google2019", "a", "running", False)]), usage([]), CFG)
+
+
+def test_accepts_lazy_usage():
+    kept, _ = filter_long_running(WORKLOADS_ALL, USAGE_ALL.lazy(), CFG)
+    assert kept["workload_id"].to_list() == ["filled", "kept", "tie"]

@@ -1,0 +1,154 @@
+"""Trace sources on genuine-format fixtures (cuts of the real files, see tests/fixtures/README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipelines.raw_schemas import RAW_SCHEMAS
+from pipelines.schemas import QUARANTINE
+from pipelines.sources import SOURCES, IngestError
+
+ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+
+
+def parse_all(source: str, table: str, path: Path, batch_bytes: int = 1 << 20):
+    batches = list(SOURCES[source].iter_batches(table, path, batch_bytes))
+    rows = pl.concat([b.rows for b in batches])
+    quarantine = pl.concat([b.quarantine for b in batches])
+    return rows, quarantine, sum(b.n_lines for b in batches), sum(b.n_invalid_markers for b in batches)
+
+
+def only_shard(source: str, table: str) -> Path:
+    shards = SOURCES[source].discover(ROOT, table)
+    assert len(shards) == 1, shards
+    return next(iter(shards.values()))
+
+
+def test_registry_names_folders_and_tables():
+    assert set(SOURCES) == {"google2011", "alibaba2018", "google2011_derived"}
+    for name, src in SOURCES.items():
+        assert src.name == name
+        assert src.tables == tuple(RAW_SCHEMAS[name])
+    assert SOURCES["google2011"].folder == "google-2011"
+    assert SOURCES["alibaba2018"].folder == "alibaba-2018"
+    assert SOURCES["google2011_derived"].folder == "google-2011-derived"
+
+
+def test_discover_uses_file_names_as_shard_keys():
+    g = SOURCES["google2011"]
+    assert list(g.discover(ROOT, "task_usage")) == ["part-00000-of-00500.csv.gz"]
+    assert list(g.discover(ROOT, "machine_events")) == ["part-00000-of-00001.csv.gz"]
+    assert g.discover(ROOT, "task_constraints") == {}
+    assert g.discover(ROOT / "nowhere", "task_usage") == {}
+    a = SOURCES["alibaba2018"]
+    assert list(a.discover(ROOT, "container_usage")) == ["container_usage.tar.gz"]
+    assert list(a.discover(ROOT, "machine_usage")) == ["machine_usage.csv.gz"]
+    assert a.discover(ROOT, "batch_instance") == {}
+    d = SOURCES["google2011_derived"]
+    assert list(d.discover(ROOT, "job_sums")) == ["job6336594489_5min_sum.csv.gz"]
+    assert list(d.discover(ROOT, "job_days")) == ["GCD_VMs.tiny.tar.gz"]
+
+
+def test_alibaba_discover_accepts_cut_names_and_prefers_tarball(tmp_path):
+    folder = tmp_path / "alibaba-2018"
+    folder.mkdir()
+    for name in ["machine_usage.first10000rows.csv", "machine_usage.csv.gz", "machine_meta.csv", "notes.txt"]:
+        (folder / name).write_text("x\n")
+    a = SOURCES["alibaba2018"]
+    assert list(a.discover(tmp_path, "machine_usage")) == [
+        "machine_usage.csv.gz",
+        "machine_usage.first10000rows.csv",
+    ]
+    (folder / "machine_usage.tar.gz").write_text("x")
+    assert list(a.discover(tmp_path, "machine_usage")) == ["machine_usage.tar.gz"]
+
+
+def test_google_task_usage_exact_first_row():
+    rows, q, n, markers = parse_all("google2011", "task_usage", only_shard("google2011", "task_usage"))
+    assert rows.schema == pl.Schema(RAW_SCHEMAS["google2011"]["task_usage"])
+    assert (n, rows.height, q.height, markers) == (300, 300, 0, 0)
+    first = rows.row(0, named=True)
+    assert first["start_time_us"] == 600_000_000 and first["end_time_us"] == 900_000_000
+    assert (first["job_id"], first["task_index"], first["machine_id"]) == (3418309, 0, 4155527081)
+    assert first["cpu_rate_frac"] == 0.001562 and first["cpi"] == 2.445
+    assert first["is_aggregated"] is True and first["sampled_cpu_rate_frac"] == 0.0
+
+
+def test_google_task_events_empty_fields_are_null():
+    rows, q, n, _ = parse_all("google2011", "task_events", only_shard("google2011", "task_events"))
+    assert (n, rows.height, q.height) == (300, 300, 0)
+    r1, r3 = rows.row(0, named=True), rows.row(2, named=True)
+    assert r1["missing_info"] == 2 and r1["cpu_request_frac"] is None and r1["is_different_machines"] is None
+    assert r3["missing_info"] is None and r3["job_id"] == 3418314 and r3["priority"] == 9
+    assert (r3["cpu_request_frac"], r3["mem_request_frac"], r3["disk_request_frac"]) == (
+        0.125,
+        0.07446,
+        0.0004244,
+    )
+    assert r3["is_different_machines"] is False
+    assert r3["user"] == "70s3v5qRyCO/1PCdI6fVXnrW8FU/w+5CKRSa72xgcIo="
+
+
+def test_google_machine_events_first_row():
+    rows, _, n, _ = parse_all("google2011", "machine_events", only_shard("google2011", "machine_events"))
+    assert n == 200
+    assert rows.row(0) == (0, 5, 0, "HofLGzk1Or/8Ildj2+Lqv0UGGvY82NLoni8+J/Yy0RU=", 0.5, 0.2493)
+
+
+def test_alibaba_container_usage_tarball_quarantines_empty_container_id():
+    rows, q, n, _ = parse_all("alibaba2018", "container_usage", only_shard("alibaba2018", "container_usage"))
+    assert (n, rows.height, q.height) == (300, 200, 100)
+    assert q.schema == pl.Schema(QUARANTINE)
+    assert set(q["reason"]) == {"empty container_id"}
+    assert q["line_number"].to_list() == list(range(1, 101))
+    assert q.row(99, named=True)["raw_line"] == ",m_998,777400,7,100,1.43,0,0,0.02,0.02,1"
+    assert q["source_file"][0] == "container_usage.tar.gz" and q["table"][0] == "container_usage"
+    assert rows.row(0) == ("c_1", "m_2556", 86610, 12.0, 88.0, None, None, None, 1.22, 1.15, 7.0)
+
+
+def test_alibaba_invalid_marker_becomes_null_and_is_counted():
+    rows, q, n, markers = parse_all(
+        "alibaba2018", "machine_usage", only_shard("alibaba2018", "machine_usage")
+    )
+    assert (n, rows.height, q.height, markers) == (300, 300, 0, 1)
+    row = rows.row(113, named=True)  # file line 12114: m_1934,212730,72,95,,,37.49,28.09,-1
+    assert (row["machine_id"], row["time_s"], row["disk_io_pct"]) == ("m_1934", 212730, None)
+    assert rows["disk_io_pct"].null_count() == 1
+
+
+def test_derived_job_sums_takes_job_id_from_file_name():
+    rows, q, n, _ = parse_all("google2011_derived", "job_sums", only_shard("google2011_derived", "job_sums"))
+    assert (n, rows.height, q.height) == (50, 50, 0)
+    assert rows.schema == pl.Schema(RAW_SCHEMAS["google2011_derived"]["job_sums"])
+    r = rows.row(1, named=True)
+    assert (r["job_id"], r["time_s"], r["n_tasks"], r["n_machines"]) == (6336594489, 879156, 15400, 15400)
+    assert r["cpu_rate_sum_frac"] == 70.972984314 and r["sampled_cpu_rate_sum_frac"] == 71.0558776855
+    assert rows["time_s"].diff().drop_nulls().unique().to_list() == [300]
+
+
+def test_derived_job_days_one_row_per_point():
+    rows, q, n, _ = parse_all("google2011_derived", "job_days", only_shard("google2011_derived", "job_days"))
+    assert (n, rows.height, q.height) == (864, 864, 0)
+    assert rows.row(0) == (1218322450, 1, 0, 6.763, 5.103)
+    per_member = (
+        rows.group_by("day_index")
+        .agg(pl.len(), lo=pl.col("step").min(), hi=pl.col("step").max())
+        .sort("day_index")
+    )
+    assert per_member.rows() == [(1, 288, 0, 287), (2, 288, 0, 287), (6, 288, 0, 287)]
+
+
+def test_small_batches_give_the_same_rows():
+    path = only_shard("google2011", "task_events")
+    big, _, _, _ = parse_all("google2011", "task_events", path, batch_bytes=1 << 20)
+    small, _, n, _ = parse_all("google2011", "task_events", path, batch_bytes=2000)
+    assert n == 300
+    assert small.equals(big)
+
+
+def test_unknown_table_raises():
+    with pytest.raises(IngestError, match="unknown"):
+        SOURCES["google2011"].discover(ROOT, "container_usage")
