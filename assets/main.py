@@ -45,15 +45,13 @@ def _ops_config_for(job_def, run_config: dict) -> dict:
     return {**QUIET, "ops": ops} if ops else dict(QUIET)
 
 
-def run_all(run_config: dict, log=print) -> list[str]:
-    """Materialise every layer; return a list of failures (empty when all succeeded)."""
-    from dagster import DagsterInstance, materialize
+def run_all(defs, instance, run_config: dict, log=print) -> list[str]:
+    """Materialise every layer of `defs` on `instance`; return the failed runs (empty when all succeeded)."""
+    from dagster import materialize
 
     from assets.core import SOURCE_PARTITIONS
-    from assets.definitions import defs
     from assets.raw import NO_SHARD
 
-    instance = DagsterInstance.get()
     resources = defs.resources
     failures: list[str] = []
     raw_assets = [a for a in defs.assets if any(k.path[0].startswith("raw_") for k in a.keys)]
@@ -104,13 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     home = _ensure_dagster_home()
     config_path = args.config or (None if "TVW_TRACE_DIR" in os.environ else SAMPLE_CONFIG)
 
-    from assets.definitions import trace_dir, warehouse_dir
+    from dagster import DagsterInstance
+
+    from assets.definitions import defs, trace_dir, warehouse_dir
 
     print(f"traces:    {trace_dir()}")
     print(f"warehouse: {warehouse_dir()}")
     print(f"config:    {config_path or 'paper defaults'}")
     t0 = time.perf_counter()
-    failures = run_all(_run_config(config_path))
+    failures = run_all(defs, DagsterInstance.get(), _run_config(config_path))
     db = warehouse_dir() / "tvw.duckdb"
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")

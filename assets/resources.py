@@ -113,4 +113,4 @@ class Warehouse(ConfigurableResource):
     def query(self, sql: str) -> pl.DataFrame:
         """Run a read-only query against the views (opens the database read-only)."""
         with duckdb.connect(str(self.duckdb_path), read_only=True) as con:
-            return pl.from_arrow(con.execute(sql).to_arrow_table())
+            return pl.from_arrow(con.sql(sql).to_arrow_table())

@@ -29,7 +29,11 @@ def make_jobs(n_envs: int, n_jobs: int, max_duration: int, rng: np.random.Genera
         for a in arrivals:
             dur = int(rng.integers(5, max_duration + 1))
             seq.append(
-                dict(arrival_step=int(a), usage=rng.integers(1, 4, size=(dur, 2)).tolist(), ec_label=int(rng.integers(8)))
+                dict(
+                    arrival_step=int(a),
+                    usage=rng.integers(1, 4, size=(dur, 2)).tolist(),
+                    ec_label=int(rng.integers(8)),
+                )
             )
         seqs.append(seq)
     return JobBatch.from_jobs(seqs)
@@ -74,7 +78,9 @@ def main() -> None:
         for n_envs in (1, 256):
             step_rate, obs_rate = bench_step(cfg, n_envs, args.seconds)
             rates[n_envs] = step_rate
-            print(f"M={n_machines:3d} B={n_envs:4d}: step {step_rate:12,.0f} env-steps/s   observe {obs_rate:10,.0f} env-obs/s")
+            print(
+                f"M={n_machines:3d} B={n_envs:4d}: step {step_rate:12,.0f} env-steps/s   observe {obs_rate:10,.0f} env-obs/s"
+            )
         print(f"M={n_machines:3d} batched/single ratio: {rates[256] / rates[1]:.1f}x")
 
 

@@ -1,0 +1,146 @@
+"""Heuristic schedulers: valid actions over whole episodes, and the expected machine on hand-made states."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.synthetic import (
+    DeepPlaceConfig,
+    DeepRMConfig,
+    build_deepplace_sequences,
+    build_deeprm_sequences,
+)
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.policies import (
+    POLICIES,
+    DeepRMPacker,
+    DeepRMSJF,
+    decide,
+    kube_scores,
+    make_policy,
+    promote_queued_job,
+)
+
+CFG3 = SimConfig(n_machines=3, max_steps=60)
+
+
+def _job(cpu, mem, wid: str, arrival: int = 0) -> dict:
+    return {
+        "arrival_step": arrival,
+        "usage": [[c, m] for c, m in zip(cpu, mem, strict=True)],
+        "ec_label": 1,
+        "workload_id": wid,
+    }
+
+
+def _state_after(placements: list[int], jobs: list[dict]) -> core.State:
+    """Reset one env with `jobs` (all arriving at 0) and place the first ones on the given machines."""
+    state = core.reset(CFG3, JobBatch.from_jobs([jobs]), 0)
+    for machine in placements:
+        state, *_ = core.step(CFG3, state, np.array([machine]))
+    return state
+
+
+@pytest.fixture()
+def three_machines() -> core.State:
+    # m0 runs (2 cpu, 2 mem), m1 (6, 1), m2 (0, 4); the head asks for (2, 1): cpu-dominant
+    jobs = [
+        _job([2] * 5, [2] * 5, "a"),
+        _job([6] * 5, [1] * 5, "b"),
+        _job([0] * 5, [4] * 5, "c"),
+        _job([2] * 5, [1] * 5, "head"),
+    ]
+    return _state_after([0, 1, 2], jobs)
+
+
+@pytest.mark.parametrize(
+    ("name", "machine"),
+    [
+        ("first_fit", 0),  # lowest index that fits
+        ("best_fit", 1),  # fewest free cpu units now: 2
+        ("tetris", 2),  # alignment (2,1).(free) by requests: m0 18, m1 11, m2 20
+        ("kube_default", 0),  # least-allocated + balanced: m0 150, m1 100, m2 137.5
+        ("ec_peak_aware", 0),  # lowest resulting peak share: m0 4/8, m1 8/8, m2 5/8
+    ],
+)
+def test_hand_made_state_picks_expected_machine(three_machines, name: str, machine: int) -> None:
+    action = make_policy(name).act(CFG3, three_machines, np.random.default_rng(0))
+    assert action.tolist() == [machine]
+
+
+def test_kube_scores_literal() -> None:
+    requested = np.array([[[4, 3], [8, 2], [2, 5]]])
+    assert kube_scores(requested, np.array([8, 8])).tolist() == [[150.0, 100.0, 137.5]]
+
+
+def test_request_based_policies_hold_when_no_machine_has_room() -> None:
+    jobs = [_job([7] * 3, [1] * 3, f"x{i}") for i in range(3)] + [_job([2] * 3, [1] * 3, "head")]
+    state = _state_after([0, 1, 2], jobs)
+    for name in ("tetris", "kube_default", "deeprm_sjf", "ec_peak_aware", "best_fit"):
+        assert make_policy(name).act(CFG3, state, np.random.default_rng(0)).tolist() == [3], name
+
+
+def test_ec_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
+    # m0 idles now but spikes to 7 cpu at step 2; m1 steady at 3; the head uses 2 cpu throughout
+    jobs = [
+        _job([1, 1, 7, 1], [1] * 4, "spiky"),
+        _job([3] * 4, [1] * 4, "steady"),
+        _job([2] * 4, [1] * 4, "head"),
+    ]
+    state = _state_after([0, 1], jobs)
+    assert make_policy("ec_peak_aware").act(CFG3, state, None).tolist() == [1]
+    jobs = [_job([1, 1, 7, 1], [1] * 4, "spiky"), _job([2] * 4, [1] * 4, "head")]
+    state = _state_after([0], jobs)
+    assert make_policy("ec_peak_aware").act(CFG3, state, None).tolist() == [1]  # m0 would overshoot: open m1
+
+
+def test_deeprm_pick_and_promote_keep_fifo_for_the_others() -> None:
+    jobs = [_job([1] * 5, [1] * 5, "long"), _job([1] * 2, [1] * 2, "short"), _job([3] * 3, [1] * 3, "big")]
+    state = core.reset(CFG3, JobBatch.from_jobs([jobs]), 0)
+    assert DeepRMSJF().pick_job(CFG3, state, None).tolist() == [1]
+    assert DeepRMPacker().pick_job(CFG3, state, None).tolist() == [
+        2
+    ]  # largest request aligns best when empty
+    moved = promote_queued_job(state, np.array([2]))
+    assert moved.jobs.workload_ids[0] == ("big", "long", "short")
+    assert moved.jobs.duration[0].tolist() == [3, 5, 2]
+    assert state.jobs.workload_ids[0] == ("long", "short", "big")  # the input is not mutated
+    new_state, actions = decide(DeepRMSJF(), CFG3, state, np.random.default_rng(0))
+    assert new_state.jobs.workload_ids[0][0] == "short" and actions.tolist() == [0]
+
+
+@pytest.fixture(scope="module")
+def episode_jobs() -> JobBatch:
+    dp, _ = build_deepplace_sequences(
+        DeepPlaceConfig(n_train_sequences=0, n_test_sequences=2, loads_pct=(80,))
+    )
+    drm = build_deeprm_sequences(DeepRMConfig(n_train_sequences=0, n_test_sequences=2, loads_pct=(80,)))
+    return JobBatch.from_frame(pl.concat([dp, drm]))
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("cfg", [SimConfig(), SimConfig(noise_max_units=2, placement_check="request")])
+def test_every_policy_takes_only_valid_actions(episode_jobs, name: str, cfg: SimConfig) -> None:
+    policy = make_policy(name)
+    assert policy.name == name
+    rng = np.random.default_rng(1)
+    state = core.reset(cfg, episode_jobs, 1)
+    for _ in range(episode_jobs.max_jobs + cfg.max_steps + 1):
+        if state.is_done.all():
+            break
+        state, actions = decide(policy, cfg, state, rng)
+        mask = core.action_mask(cfg, state)
+        assert actions.shape == (state.batch_size,)
+        assert mask[np.arange(state.batch_size), actions].all()
+        state, *_ = core.step(cfg, state, actions)
+    assert state.is_done.all()
+    assert (state.job_machine >= 0).sum() > 0
+
+
+def test_unknown_policy_lists_the_registry() -> None:
+    with pytest.raises(KeyError, match="best_fit"):
+        make_policy("no_such_policy")
