@@ -135,30 +135,33 @@ def main() -> None:
         f"generated {n_rows:,} task_usage rows ({args.tasks:,} tasks x {args.windows:,} windows) in {t_gen:.1f} s"
     )
 
-    t0 = time.perf_counter()
-    workloads = build_workloads("google2011", raw)
-    t_wl = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    usage, counts = build_usage_with_report(
-        "google2011", raw, UsageConfig(args.fill, 2 if args.fill != "none" else 0)
-    )
-    t_usage = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    cfg = LongRunningConfig(min_contiguous_bins={"google2011": min(6000, args.windows // 2)})
-    kept, report = filter_long_running(workloads, usage, cfg)
-    t_lr = time.perf_counter() - t0
+    timings = {}
 
-    print(
-        f"build_workloads     {t_wl:7.2f} s  {n_rows / t_wl / 1e6:6.2f} M raw rows/s  -> {workloads.height:,} workloads"
-    )
-    print(
-        f"build_usage         {t_usage:7.2f} s  {n_rows / t_usage / 1e6:6.2f} M raw rows/s  -> {usage.height:,} bins"
-    )
-    print(
-        f"filter_long_running {t_lr:7.2f} s  {usage.height / t_lr / 1e6:6.2f} M bins/s  -> {kept.height:,} kept"
-    )
-    total = t_usage + t_lr
-    print(f"build_usage + filter {total:6.2f} s  {n_rows / total / 1e6:6.2f} M raw rows/s")
+    def timed(name: str, fn, *a):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(*a)
+        timings[name] = (time.perf_counter() - t0, time.process_time() - c0)
+        return out
+
+    fill_cfg = UsageConfig(args.fill, 2 if args.fill != "none" else 0)
+    workloads = timed("build_workloads", build_workloads, "google2011", raw)
+    usage, counts = timed("build_usage", build_usage_with_report, "google2011", raw, fill_cfg)
+    cfg = LongRunningConfig(min_contiguous_bins={"google2011": min(6000, args.windows // 2)})
+    kept, report = timed("filter_long_running", filter_long_running, workloads, usage, cfg)
+
+    # wall and process CPU time (user + sys, all threads): on a shared machine CPU time is the steadier figure
+    print(f"{'stage':22s} {'wall s':>7s} {'cpu s':>7s} {'M rows/s wall':>14s}  out")
+    outs = {
+        "build_workloads": workloads.height,
+        "build_usage": usage.height,
+        "filter_long_running": kept.height,
+    }
+    for name, (wall, cpu) in timings.items():
+        n_in = usage.height if name == "filter_long_running" else n_rows
+        print(f"{name:22s} {wall:7.2f} {cpu:7.2f} {n_in / wall / 1e6:14.2f}  {outs[name]:,}")
+    wall = timings["build_usage"][0] + timings["filter_long_running"][0]
+    cpu = timings["build_usage"][1] + timings["filter_long_running"][1]
+    print(f"{'usage + filter':22s} {wall:7.2f} {cpu:7.2f} {n_rows / wall / 1e6:14.2f}  (raw rows in)")
     print(f"peak RSS: {peak_rss_mib():,.0f} MiB (after generation: {rss_gen:,.0f} MiB)")
     print(dict(zip(report["reason"], report["n_workloads"], strict=True)))
     print(dict(zip(counts["count"], counts["n"], strict=True)))

@@ -141,25 +141,19 @@ def promote_queued_job(state: State, slot: np.ndarray) -> State:
         raise ValueError(
             f"env {b}: slot {slot[b]} is not a waiting job (queue length {queue_length(state)[b]})"
         )
-    # permutation of the job axis per row: [.., head+s, head, head+1, .., head+s-1, ..]
-    n_jobs = jobs.max_jobs
-    perm = np.tile(np.arange(n_jobs), (rows.size, 1))
-    idx = np.arange(n_jobs)[None, :]
-    lo, hi = head[:, None], (head + slot[rows])[:, None]
-    perm = np.where((idx > lo) & (idx <= hi), idx - 1, perm)
-    perm = np.where(idx == lo, hi, perm)
-    arrays = {}
-    for name in ("arrival_step", "duration", "usage", "request", "ec_label"):
-        a = getattr(jobs, name).copy()
-        a[rows] = np.take_along_axis(a[rows], perm.reshape(perm.shape + (1,) * (a.ndim - 2)), axis=1)
-        arrays[name] = a
+    # rotate the range [head, head + slot] of each affected row right by one: the picked job lands on the head
+    arrays = {
+        name: getattr(jobs, name).copy()
+        for name in ("arrival_step", "duration", "usage", "request", "ec_label")
+    }
     wids = list(jobs.workload_ids)
-    for r, p in zip(rows, perm, strict=True):
-        if r < len(wids) and len(wids[r]) == n_jobs:
-            wids[r] = tuple(wids[r][i] for i in p)
-        elif r < len(wids):
-            real = list(wids[r]) + [""] * (n_jobs - len(wids[r]))
-            wids[r] = tuple(real[i] for i in p[: len(wids[r])])
+    for r, lo, hi in zip(rows, head, head + slot[rows], strict=True):
+        for a in arrays.values():
+            a[r, lo : hi + 1] = np.roll(a[r, lo : hi + 1], 1, axis=0)
+        if r < len(wids) and hi < len(wids[r]):
+            w = list(wids[r])
+            w[lo : hi + 1] = [w[hi], *w[lo:hi]]
+            wids[r] = tuple(w)
     return replace(state, jobs=replace(jobs, **arrays, workload_ids=tuple(wids)))
 
 
