@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dagster import Definitions, in_process_executor
 
-from assets import core
+from assets import cluster, core, ec
 from assets.io_manager import TableIOManager
 from assets.jobs import build_jobs
 from assets.raw import build_raw_assets
@@ -33,7 +33,7 @@ def build_definitions(traces: Path, warehouse_root: Path) -> Definitions:
     """Definitions for a given trace folder and warehouse (tests point these at tmp_path)."""
     warehouse = Warehouse(root=str(warehouse_root))
     raw_assets = build_raw_assets(traces)
-    all_assets = [*raw_assets, *core.CORE_ASSETS]
+    all_assets = [*raw_assets, *core.CORE_ASSETS, *ec.EC_ASSETS, *cluster.CLUSTER_ASSETS]
     return Definitions(
         assets=all_assets,
         asset_checks=[*core.CORE_CHECKS],

@@ -7,6 +7,7 @@ RSS of the process. Only the raw columns the canonical layer reads get values; t
 windows (two records in one bin), 5 % of tasks end with a terminal event.
 
     python benchmarks/bench_core.py [--tasks 10000] [--windows 2000] [--seed 0] [--dir /tmp/bench_core]
+        [--fill none|hold|linear] [--sink]   (--sink: scan_usage -> sink_parquet, the path for full-scale data)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import polars as pl
 
 from pipelines.long_running import LongRunningConfig, filter_long_running
 from pipelines.raw_schemas import GOOGLE2011
-from pipelines.usage import UsageConfig, build_usage_with_report
+from pipelines.usage import UsageConfig, build_usage_with_report, scan_usage
 from pipelines.workloads import build_workloads
 
 US = 1_000_000
@@ -123,6 +124,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", default="/tmp/bench_core")
     ap.add_argument("--fill", default="none", choices=["none", "hold", "linear"])
+    ap.add_argument(
+        "--sink", action="store_true", help="stream usage to Parquet (scan_usage) instead of collecting"
+    )
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -145,19 +149,23 @@ def main() -> None:
 
     fill_cfg = UsageConfig(args.fill, 2 if args.fill != "none" else 0)
     workloads = timed("build_workloads", build_workloads, "google2011", raw)
-    usage, counts = timed("build_usage", build_usage_with_report, "google2011", raw, fill_cfg)
+    if args.sink:  # the full-scale path: usage never held in memory
+        usage_path = Path(args.dir) / "usage.parquet"
+        usage_lf, counts_lf = scan_usage("google2011", raw, fill_cfg)
+        timed("build_usage", lambda: usage_lf.sink_parquet(usage_path))
+        counts = counts_lf.collect(engine="streaming")
+        usage = pl.scan_parquet(usage_path)
+    else:
+        usage, counts = timed("build_usage", build_usage_with_report, "google2011", raw, fill_cfg)
     cfg = LongRunningConfig(min_contiguous_bins={"google2011": min(6000, args.windows // 2)})
     kept, report = timed("filter_long_running", filter_long_running, workloads, usage, cfg)
 
     # wall and process CPU time (user + sys, all threads): on a shared machine CPU time is the steadier figure
     print(f"{'stage':22s} {'wall s':>7s} {'cpu s':>7s} {'M rows/s wall':>14s}  out")
-    outs = {
-        "build_workloads": workloads.height,
-        "build_usage": usage.height,
-        "filter_long_running": kept.height,
-    }
+    n_bins = usage.lazy().select(pl.len()).collect().item()
+    outs = {"build_workloads": workloads.height, "build_usage": n_bins, "filter_long_running": kept.height}
     for name, (wall, cpu) in timings.items():
-        n_in = usage.height if name == "filter_long_running" else n_rows
+        n_in = n_bins if name == "filter_long_running" else n_rows
         print(f"{name:22s} {wall:7.2f} {cpu:7.2f} {n_in / wall / 1e6:14.2f}  {outs[name]:,}")
     wall = timings["build_usage"][0] + timings["filter_long_running"][0]
     cpu = timings["build_usage"][1] + timings["filter_long_running"][1]

@@ -40,9 +40,8 @@ class ForecasterConfig:
     ar_window: int = 8  # LSTNet highway window: last bins seen by the linear autoregressive part; 0 = off
     dropout: float = 0.0  # dropout after the convolution and GRUs (seeded masks)
     epochs: int = 4  # passes over the (subsampled) training windows, at least
-    min_steps: int = (
-        150  # more epochs are run until this many Adam steps (equal compute for small and big fits)
-    )
+    # more epochs are run until this many Adam steps: equal compute for small (per-EC) and big (global) fits
+    min_steps: int = 100
     batch_size: int = 128  # windows per Adam step
     lr: float = 1e-2  # Adam learning rate
     max_train_windows: int | None = 2000  # windows drawn (without replacement) per fit; None = all of them
@@ -207,12 +206,15 @@ def _training_windows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """All (or `max_train_windows` sampled) training windows whose target lies in the training part."""
     first = cfg.window + cfg.horizon - 1  # first target bin with a full window before it
-    pairs = [(i, t) for i, nt in enumerate(n_train) for t in range(first, nt)]
-    if not pairs:
+    counts = np.maximum(np.asarray(n_train, dtype=np.int64) - first, 0)
+    if counts.sum() == 0:
         raise ValueError(
             f"no training windows: every training part is shorter than window+horizon={first + 1}"
         )
-    pairs = np.asarray(pairs)
+    # (workload, target bin) pairs, built without a Python loop over bins
+    workload = np.repeat(np.arange(len(counts)), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    pairs = np.stack([workload, first + offsets], axis=1)
     if cfg.max_train_windows is not None and len(pairs) > cfg.max_train_windows:
         pairs = pairs[np.sort(rng.choice(len(pairs), cfg.max_train_windows, replace=False))]
     xs, ys = [], []
@@ -269,7 +271,7 @@ def predict_series(
     n_train: Sequence[int],
     batch_size: int = 4096,
 ) -> list[np.ndarray]:
-    """One-step-ahead predictions for bins n_train[i]..L_i-1 of every workload, each (2, L_i - n_train[i]),
+    """Predictions (`horizon` bins ahead) for bins n_train[i]..L_i-1 of every workload, each (2, L_i - n_train[i]),
     in the original units. Inputs are the actual past bins (teacher forcing), standardised with the
     workload's own training-part stats."""
     with torch_threads(fitted.cfg.n_threads):

@@ -26,6 +26,7 @@ import polars as pl
 from numba import njit, prange
 from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
+from threadpoolctl import threadpool_limits
 
 from pipelines.features import (
     SeriesSet,
@@ -106,6 +107,9 @@ class EcConfig:
     """Silhouette on a seeded sample of this many workloads when there are more (one matrix per method)."""
     kmedoids_max_iter: int = 100
     """Cap on assign/update rounds of one K-Medoids run."""
+    kmeans_threads: int | None = 1
+    """OpenMP threads of K-Means; None = library default. Small fits on a busy 2-core machine ran 20x
+    slower with the default (threads spin-waiting), so one thread is the default."""
     temporal: TemporalConfig = field(default_factory=TemporalConfig)
     """Which temporal features are used."""
     dtw: DtwConfig = field(default_factory=DtwConfig)
@@ -331,7 +335,7 @@ def sweep_kmeans(features: np.ndarray, method: str, cfg: EcConfig) -> _MethodRes
         score = None
         if reason is None:
             km = KMeans(n_clusters=k, init="k-means++", n_init=cfg.n_init, random_state=cfg.seed)
-            with pywarnings.catch_warnings():
+            with pywarnings.catch_warnings(), threadpool_limits(cfg.kmeans_threads, user_api="openmp"):
                 pywarnings.simplefilter("ignore")  # ties at k close to n_distinct; counted via _score
                 labels = km.fit_predict(x)
             out.labels[k], _ = _relabel(labels, k)

@@ -112,6 +112,14 @@ def series_matrix(usage: pl.DataFrame, long_running: pl.DataFrame, length: int |
     """
     usage = check_schema(usage, USAGE, "usage")
     lr = check_schema(long_running, LONG_RUNNING, "long_running")
+    sources = lr["source"].unique().to_list()
+    if len(sources) > 1:
+        raise ValueError(
+            f"long_running holds several sources {sorted(map(str, sources))}; call once per source"
+        )
+    dupes = lr.filter(pl.col("workload_id").is_duplicated())["workload_id"].unique().to_list()
+    if dupes:
+        raise ValueError(f"long_running lists workload(s) {dupes[:5]} more than once")
     windows = lr.select(
         "source",
         "workload_id",
@@ -162,7 +170,9 @@ def _check_windows(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         n_bad=bad_value.sum(),
         n_misaligned=((pl.col("bin_start_s") - pl.col("run_start_s")) % BIN_SECONDS != 0).sum(),
     )
-    out = windows.select("workload_id", "n_run_bins").join(per, on="workload_id", how="left")
+    out = windows.select("workload_id", "n_run_bins").join(
+        per, on="workload_id", how="left", maintain_order="left"
+    )
     reason = (
         pl.when(pl.col("n_run_bins") < 1)
         .then(pl.lit("empty_window"))
@@ -205,7 +215,9 @@ def _aggregate_from_rows(rows: pl.DataFrame, valid: pl.DataFrame) -> np.ndarray:
         ratio_mean=ratio.mean(),
         ratio_std=ratio.std(ddof=0),
     )
-    df = valid.select("workload_id", "n_run_bins").join(per, on="workload_id", how="left")
+    df = valid.select("workload_id", "n_run_bins").join(
+        per, on="workload_id", how="left", maintain_order="left"
+    )
     n_bins = df["n_run_bins"].to_numpy().astype(np.float64)
     cpu_sum, mem_sum = df["cpu_sum"].to_numpy(), df["mem_sum"].to_numpy()
     r_mean = np.nan_to_num(df["ratio_mean"].fill_null(0.0).to_numpy().astype(np.float64))

@@ -106,16 +106,30 @@ def _report(judged: pl.DataFrame, orphans: pl.DataFrame) -> pl.DataFrame:
 
 
 def filter_long_running(
-    workloads: pl.DataFrame, usage: pl.DataFrame | pl.LazyFrame, cfg: LongRunningConfig = LongRunningConfig()
+    workloads: pl.DataFrame,
+    usage: pl.DataFrame | pl.LazyFrame,
+    cfg: LongRunningConfig = LongRunningConfig(),
+    n_partitions: int = 1,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(LONG_RUNNING: the kept workloads with their longest contiguous window, LONG_RUNNING_REPORT)."""
+    """(LONG_RUNNING: the kept workloads with their longest contiguous window, LONG_RUNNING_REPORT).
+
+    `usage` may be lazy (e.g. `pl.scan_parquet` of the usage files). The run search holds one partition of the
+    usage bins in memory; with `n_partitions > 1` it makes that many passes, each over the workloads whose id
+    hashes to it (runs never cross workloads, so the result is the same).
+    """
     workloads = check_schema(workloads, WORKLOADS, "workloads")
     unknown = set(workloads["source"].unique().drop_nulls()) - set(cfg.min_contiguous_bins)
     if unknown:
         raise ValueError(
             f"LongRunningConfig.min_contiguous_bins has no threshold for source(s) {sorted(unknown)}"
         )
-    runs = longest_runs(usage).collect(engine="streaming")
+    parts = [
+        usage.lazy().filter(pl.col("workload_id").hash(seed=0) % n_partitions == i)
+        if n_partitions > 1
+        else usage
+        for i in range(n_partitions)
+    ]
+    runs = pl.concat([longest_runs(part).collect(engine="streaming") for part in parts])
     dup = runs.filter(pl.col("n_dup_bins") > 0)
     if dup.height:
         raise ValueError(

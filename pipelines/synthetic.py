@@ -35,7 +35,7 @@ from pipelines.job_sequences import (
     quantise_usage,
 )
 
-DEEPPLACE_SOURCE = "deeplace_synthetic"
+DEEPPLACE_SOURCE = "deepplace_synthetic"
 DEEPRM_SOURCE = "deeprm_synthetic"
 SPLIT_CODE = {"train": 0, "test": 1}
 """Seed component per split, so train and test draws never share a random stream."""
@@ -176,7 +176,7 @@ def _draw_templates(
 
 
 def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]:
-    """DeepPlace synthetic sequences (source "deeplace_synthetic") for every load and split, and stats."""
+    """DeepPlace synthetic sequences (source "deepplace_synthetic") for every load and split, and stats."""
     seq_cfg = SequenceConfig(
         n_machines=cfg.n_machines,
         capacity_units=cfg.capacity_units,

@@ -6,6 +6,11 @@ both as lazy plans (for `sink_parquet` at full Google scale: ~1.2 billion task_u
 over rows or workloads in Python). Bins: `bin_start_s = floor(t / 300) * 300` in the source's trace time. Rows come in no particular order
 unless `UsageConfig.sort_rows`.
 
+Memory: the (workload, bin) group-by holds one entry per output bin (~3.8 GB peak RSS at 20 M bins), so at full
+Google scale run it per time chunk: filter task_usage on `start_time_us` to ranges whose bounds are multiples of
+300 s (a record's bin depends only on its start, so chunks never share a bin) and write each chunk's usage;
+gap filling then needs a pass of its own over the assembled table (`fill_gaps`).
+
 Validity: a raw row whose CPU or memory value is null, NaN or negative (or, Google, whose window ends before it
 starts) is dropped and counted under `rows_dropped_<reason>` (first matching reason in that order). Nothing is
 dropped silently.

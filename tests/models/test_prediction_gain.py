@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -90,6 +91,8 @@ def test_small_ecs_are_reported_not_trained():
     assert r.n_ecs_too_small == 1 and r.k == 2 and r.n_workloads == 3
     assert table.row(0, named=True)["n_ecs_too_small"] == 1
     assert table["eg_pct"].to_list() == pytest.approx([r.eg_pct])
+    raw = prediction_gain(values, np.array([5, 5, 7]), replace(cfg, correlation_space="raw"))
+    assert raw.rows["n_workloads"].to_list() == [2, 1] and -1.0 <= raw.rows["corr_ec"][0] <= 1.0
 
 
 def test_bad_inputs():
@@ -100,3 +103,5 @@ def test_bad_inputs():
         prediction_gain(_ar_workloads([0.5, 0.5], 100, 3), np.array([0, 1, 2]), FAST)
     with pytest.raises(ValueError, match="train_frac"):
         GainConfig(train_frac=1.0)
+    with pytest.raises(ValueError, match="correlation_space"):
+        GainConfig(correlation_space="pooled")

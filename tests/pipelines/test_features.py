@@ -178,3 +178,12 @@ def test_series_from_arrays_rejects_nan():
     values[1, 0, 2] = np.nan
     with pytest.raises(ValueError, match=r"index\(es\) \[1\]"):
         series_from_arrays(["a", "b"], values)
+
+
+def test_series_matrix_duplicate_bins_and_several_sources():
+    usage, lr = _tables()
+    doubled = pl.concat([usage, usage.filter(pl.col("workload_id") == "b").head(1)])
+    assert dict(series_matrix(doubled, lr, None).skipped.iter_rows())["b"] == "duplicate_bins"
+    other = lr.head(1).with_columns(source=pl.lit("t"))
+    with pytest.raises(ValueError, match="several sources"):
+        series_matrix(usage, pl.concat([lr, other]), None)

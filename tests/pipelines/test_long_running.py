@@ -150,3 +150,9 @@ def test_source_without_threshold_is_an_error():
 def test_accepts_lazy_usage():
     kept, _ = filter_long_running(WORKLOADS_ALL, USAGE_ALL.lazy(), CFG)
     assert kept["workload_id"].to_list() == ["filled", "kept", "tie"]
+
+
+def test_partitioned_run_search_gives_the_same_result():
+    one = filter_long_running(WORKLOADS_ALL, USAGE_ALL, CFG)
+    three = filter_long_running(WORKLOADS_ALL, USAGE_ALL.lazy(), CFG, n_partitions=3)
+    assert one[0].equals(three[0]) and one[1].equals(three[1])

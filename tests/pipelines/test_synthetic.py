@@ -55,7 +55,7 @@ def deepplace() -> pl.DataFrame:
 def test_deepplace_frame_split_and_load(deepplace) -> None:
     df = deepplace
     assert df.schema == pl.Schema(JOB_SEQUENCES)
-    assert (df["source"] == "deeplace_synthetic").all()
+    assert (df["source"] == "deepplace_synthetic").all()
     train = set(df.filter(pl.col("split") == "train")["workload_id"])
     test = set(df.filter(pl.col("split") == "test")["workload_id"])
     assert len(train) <= 50 and len(test) <= 18 and not train & test
