@@ -128,6 +128,9 @@ def ec__mapping(
 ):
     source = context.partition_key
     cfg = _ec_config(config)
+    if core__long_running.is_empty():
+        yield from _empty_outputs(context, "no long-running workloads")
+        return
     series = series_matrix(core__usage, core__long_running, cfg.series_length)
     for row in series.skipped.group_by("reason").len().iter_rows():
         context.log.warning(f"{source}: {row[1]} workload(s) skipped: {row[0]}")
@@ -173,6 +176,7 @@ class ClassifierRunConfig(Config):
                                    "classifies an incoming workload with resource_usage = null)")
     epochs: int = Field(default=200, description="training epochs")
     seed: int = Field(default=0, description="seed of initialisation, shuffling and the split")
+    min_per_class: int = Field(default=5, description="train only with at least this many workloads per EC")
 
 
 def classifier_path(warehouse: Warehouse, source: str) -> Path:
@@ -198,8 +202,12 @@ def ec__classifier_accuracy(
 ) -> pl.DataFrame:
     source = context.partition_key
     labels_df = ec__assignments.join(core__workloads, on=["source", "workload_id"], how="inner")
-    if labels_df["ec_label"].n_unique() < 2:
-        context.log.warning(f"{source}: fewer than 2 ECs labelled; no classifier trained")
+    n_classes = labels_df["ec_label"].n_unique()
+    if n_classes < 2 or labels_df.height < config.min_per_class * n_classes:
+        context.log.warning(
+            f"{source}: {labels_df.height} labelled workloads in {n_classes} EC(s): fewer than 2 ECs or than "
+            f"{config.min_per_class} per EC; no classifier trained"
+        )
         return pl.DataFrame(schema=CLASSIFIER_ACCURACY)
     series = series_matrix(core__usage, core__long_running, None)
     order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
