@@ -58,3 +58,28 @@ def test_long_running_come_from_derived_series(materialised):
     wh, _, _ = materialised
     kept = wh.query("select source, count(*) as n from core__long_running group by source")
     assert dict(kept.iter_rows()).get("google2011_derived", 0) > 0
+
+
+def test_ec_tables_on_the_derived_fixture(materialised):
+    wh, _, _ = materialised
+    sil = wh.query("select method, k, is_skipped from ec__silhouette where source = 'google2011_derived'")
+    assert set(sil["method"]) == {"aggregate", "temporal", "dtw"}
+    assert sil["k"].min() == 3
+    chosen = wh.query("select method, k from ec__method_comparison where is_chosen")
+    assert chosen.height == 1
+    method, k = chosen.row(0)
+    labels = wh.query("select distinct method, k, ec_label from ec__assignments")
+    assert set(labels["method"]) == {method} and set(labels["k"]) == {k}
+    assert labels["ec_label"].max() < k
+
+
+def test_every_policy_is_evaluated(materialised):
+    from sim.policies import POLICIES
+
+    wh, _, _ = materialised
+    evaluated = set(wh.query("select distinct policy from eval__baselines")["policy"])
+    assert evaluated == set(POLICIES)
+    sources = set(wh.query("select distinct source from sim__job_sequences")["source"])
+    assert {"deepplace_synthetic", "deeprm_synthetic", "google2011_derived"} <= sources
+    summary = wh.query("select count(*) as n from eval__summary where metric = 'avg_util_cpu_frac'")
+    assert summary["n"][0] > 0
