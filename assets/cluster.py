@@ -7,6 +7,7 @@ import polars as pl
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 from pydantic import Field
 
+from assets.core import long_running_usage
 from assets.ec import png_markdown
 from assets.resources import Warehouse
 from pipelines.job_sequences import JOB_SEQUENCES, SequenceConfig, build_job_sequences
@@ -50,7 +51,7 @@ def sim__job_sequences(
     arrival step, the EC label and the quantised per-step CPU and memory units (C_d = 8) of a window cut from
     a long-running workload; train and test sequences never share a workload. Real sources come from
     `core__long_running`; `deepplace_synthetic` and `deeprm_synthetic` are the papers' synthetic workloads."""
-    usage, long_running = _read_optional(warehouse, "core__usage"), _read_optional(warehouse, "core__long_running")
+    long_running = _read_optional(warehouse, "core__long_running")
     assignments = _read_optional(warehouse, "ec__assignments")
     seq_cfg = SequenceConfig(
         loads_pct=tuple(config.loads_pct), step_bins=config.step_bins, seed=config.seed,
@@ -64,7 +65,7 @@ def sim__job_sequences(
             notes[source] = f"skipped: {n} long-running workloads"
             continue
         lr = long_running.filter(pl.col("source") == source)
-        use = usage.filter(pl.col("source") == source)
+        use = long_running_usage(warehouse, source, lr)
         ec = assignments.filter(pl.col("source") == source) if assignments is not None else None
         df, stats = build_job_sequences(use, lr, ec, seq_cfg)
         frames.append(df)

@@ -10,6 +10,7 @@ from dagster import (
     AssetExecutionContext,
     AssetOut,
     Config,
+    MaterializeResult,
     MetadataValue,
     Output,
     StaticPartitionsDefinition,
@@ -19,10 +20,12 @@ from dagster import (
 from pydantic import Field
 
 from assets.raw import raw_table_name
+from assets.io_manager import frame_metadata
 from assets.resources import Warehouse
 from pipelines.sources import SOURCES
 from pipelines.long_running import LongRunningConfig, filter_long_running
-from pipelines.usage import UsageConfig, build_usage
+from pipelines.schemas import USAGE, empty_frame
+from pipelines.usage import UsageConfig, iter_usage_chunks
 from pipelines.workloads import build_workloads
 
 SOURCE_PARTITIONS = StaticPartitionsDefinition(list(SOURCES))
@@ -73,17 +76,36 @@ class UsageRunConfig(Config):
     partitions_def=SOURCE_PARTITIONS,
     deps=_raw_deps(),
     group_name="core",
-    io_manager_key="table_io",
     kinds={"parquet", "polars"},
 )
-def core__usage(context: AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse) -> pl.DataFrame:
+def core__usage(
+    context: AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse
+) -> MaterializeResult:
     """One row per workload per 5-minute bin: CPU and memory as fractions of one machine, the number of raw
-    samples averaged into the bin, and whether the gap-filling policy produced it (`is_filled`)."""
-    raw = load_raw(warehouse, context.partition_key)
+    samples averaged into the bin, and whether the gap-filling policy produced it (`is_filled`). Written as a
+    folder of chunk files per source (one per slice of trace time), never held in memory whole."""
+    source = context.partition_key
+    raw = load_raw(warehouse, source)
     cfg = UsageConfig(fill_policy=config.fill_policy, max_fill_bins=config.max_fill_bins)
-    df = build_usage(context.partition_key, raw, cfg)
-    context.add_output_metadata({"n_filled_bins": int(df["is_filled"].sum()) if len(df) else 0})
-    return df
+    counts: list[pl.DataFrame] = []
+
+    def chunks():
+        for usage, chunk_counts in iter_usage_chunks(source, raw, cfg):
+            counts.append(chunk_counts)
+            yield usage
+
+    folder, rows = warehouse.write_chunks("core__usage", source, chunks(), empty_frame(USAGE))
+    totals = pl.concat(counts).group_by("count").agg(pl.col("n").sum()) if counts else pl.DataFrame()
+    context.log.info(f"{source}: {rows} usage bins written; counts: {dict(totals.iter_rows())}")
+    preview = warehouse.scan("core__usage", [source]).head(10).collect()
+    return MaterializeResult(
+        metadata={
+            **{k: int(v) for k, v in totals.iter_rows()},
+            **frame_metadata(preview),
+            "dagster/row_count": rows,
+            "path": MetadataValue.path(str(folder)),
+        }
+    )
 
 
 class LongRunningRunConfig(Config):
@@ -91,6 +113,12 @@ class LongRunningRunConfig(Config):
         default=PAPER_MIN_BINS,
         description="per source: minimum contiguous 5-min records (TVW-RL: 6000 Google, 2000 Alibaba)",
     )
+
+
+def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataFrame) -> pl.DataFrame:
+    """The usage bins of one source's long-running workloads (a semi-join on the lazy scan: small)."""
+    ids = long_running.select("source", "workload_id").unique()
+    return warehouse.scan("core__usage", [source]).join(ids.lazy(), on=["source", "workload_id"], how="semi").collect()
 
 
 @multi_asset(
@@ -109,6 +137,7 @@ class LongRunningRunConfig(Config):
     },
     partitions_def=SOURCE_PARTITIONS,
     group_name="core",
+    deps=["core__usage"],
     check_specs=[
         AssetCheckSpec(
             "every_workload_counted_once",
@@ -120,11 +149,12 @@ class LongRunningRunConfig(Config):
 def core__long_running(
     context: AssetExecutionContext,
     config: LongRunningRunConfig,
+    warehouse: Warehouse,
     core__workloads: pl.DataFrame,
-    core__usage: pl.DataFrame,
 ):
     cfg = LongRunningConfig(min_contiguous_bins={**PAPER_MIN_BINS, **config.min_contiguous_bins})
-    kept, report = filter_long_running(core__workloads, core__usage, cfg)
+    usage = warehouse.scan("core__usage", [context.partition_key])
+    kept, report = filter_long_running(core__workloads, usage, cfg)
     context.log.info("long-running filter:\n" + str(report))
     n_reported = int(report["n_workloads"].sum()) if len(report) else 0
     yield Output(kept, output_name="core__long_running")

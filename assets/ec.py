@@ -14,7 +14,7 @@ import polars as pl
 from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
 from pydantic import Field
 
-from assets.core import SOURCE_PARTITIONS
+from assets.core import SOURCE_PARTITIONS, long_running_usage
 from assets.resources import Warehouse
 from models.ec_classifier import (
     ACCURACY_ROWS,
@@ -119,11 +119,12 @@ def _empty_outputs(context: AssetExecutionContext, why: str):
     },
     partitions_def=SOURCE_PARTITIONS,
     group_name="ec",
+    deps=["core__usage"],
 )
 def ec__mapping(
     context: AssetExecutionContext,
     config: EcRunConfig,
-    core__usage: pl.DataFrame,
+    warehouse: Warehouse,
     core__long_running: pl.DataFrame,
 ):
     source = context.partition_key
@@ -131,7 +132,8 @@ def ec__mapping(
     if core__long_running.is_empty():
         yield from _empty_outputs(context, "no long-running workloads")
         return
-    series = series_matrix(core__usage, core__long_running, cfg.series_length)
+    usage = long_running_usage(warehouse, source, core__long_running)
+    series = series_matrix(usage, core__long_running, cfg.series_length)
     for row in series.skipped.group_by("reason").len().iter_rows():
         context.log.warning(f"{source}: {row[1]} workload(s) skipped: {row[0]}")
     if series.n < cfg.k_min + 1:
@@ -187,6 +189,7 @@ def classifier_path(warehouse: Warehouse, source: str) -> Path:
     partitions_def=SOURCE_PARTITIONS,
     group_name="ec",
     io_manager_key="table_io",
+    deps=["core__usage"],
     description="Held-out accuracy and macro-F1 of the EC classifier (TVW-RL Algorithm 1, ClassifyToEC: two "
     "dense ReLU layers and a softmax) per usage-prefix length m, with the majority-class baseline. The "
     "model trained on all labelled workloads is saved beside the warehouse for the simulator.",
@@ -197,7 +200,6 @@ def ec__classifier_accuracy(
     warehouse: Warehouse,
     ec__assignments: pl.DataFrame,
     core__workloads: pl.DataFrame,
-    core__usage: pl.DataFrame,
     core__long_running: pl.DataFrame,
 ) -> pl.DataFrame:
     source = context.partition_key
@@ -209,7 +211,8 @@ def ec__classifier_accuracy(
             f"{config.min_per_class} per EC; no classifier trained"
         )
         return pl.DataFrame(schema=CLASSIFIER_ACCURACY)
-    series = series_matrix(core__usage, core__long_running, None)
+    usage = long_running_usage(warehouse, source, core__long_running)
+    series = series_matrix(usage, core__long_running, None)
     order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
     labels_df = labels_df.filter(pl.col("workload_id").is_in(list(order)))
     idx = np.array([order[w] for w in labels_df["workload_id"]])

@@ -1,8 +1,9 @@
 """The warehouse: Parquet files as the store of record, DuckDB views over them as the query layer.
 
 Layout under `root`:
-    tables/<table>/<partition>.parquet   one file per Dagster partition ("all" when unpartitioned)
-    tvw.duckdb                            one view per table over tables/<table>/*.parquet
+    tables/<table>/<partition>.parquet          one file per Dagster partition ("all" when unpartitioned)
+    tables/<table>/<partition>/chunk-NNNNN.parquet  or a folder of chunks, for tables too big to hold whole
+    tvw.duckdb                                   one view per table over tables/<table>/**/*.parquet
 
 Writers never hold the DuckDB file: they write Parquet atomically, then open the database for the
 instant it takes to (re)create the view. A user's `duckdb warehouse/tvw.duckdb` session therefore
@@ -11,7 +12,10 @@ only conflicts with a writer during that instant, and then the view refresh is r
 
 
 import re
+import shutil
 import time
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
@@ -51,12 +55,20 @@ class Warehouse(ConfigurableResource):
     def partition_path(self, table: str, partition_key: str | None) -> Path:
         return self.table_dir(table) / f"{partition_file_stem(partition_key)}.parquet"
 
+    def partition_files(self, table: str, partition_key: str | None) -> list[Path]:
+        """The file of one partition, or its chunk files when it is stored as a folder."""
+        single = self.partition_path(table, partition_key)
+        if single.exists():
+            return [single]
+        folder = single.with_suffix("")
+        return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+
     def table_files(self, table: str, partition_keys: list[str] | None = None) -> list[Path]:
         """Existing files of a table (optionally only the given partitions), sorted."""
         if partition_keys is not None:
-            return [p for k in partition_keys if (p := self.partition_path(table, k)).exists()]
+            return [f for k in partition_keys for f in self.partition_files(table, k)]
         d = self.table_dir(table)
-        return sorted(d.glob("*.parquet")) if d.exists() else []
+        return sorted(d.glob("**/*.parquet")) if d.exists() else []
 
     def has_table(self, table: str) -> bool:
         return bool(self.table_files(table))
@@ -75,13 +87,48 @@ class Warehouse(ConfigurableResource):
     def write(self, table: str, df: pl.DataFrame, partition_key: str | None = None) -> Path:
         """Write one partition of a table atomically and refresh its view."""
         path = write_parquet_atomic(df, self.partition_path(table, partition_key))
+        shutil.rmtree(path.with_suffix(""), ignore_errors=True)  # a chunked version of this partition
         self.refresh_view(table)
         return path
+
+    def write_chunks(
+        self, table: str, partition_key: str | None, chunks: Iterable[pl.DataFrame], empty: pl.DataFrame
+    ) -> tuple[Path, int]:
+        """Write one partition as a folder of chunk files without ever holding it whole.
+
+        Chunks go to a temporary sibling folder, which then replaces the partition's folder (and any single
+        file of it): a crash mid-way leaves the previous version. Returns (folder, rows written). `empty`
+        (a frame with the table's schema) is written as the one chunk when `chunks` yields no rows, so the
+        partition still exists with its schema.
+        """
+        folder = self.partition_path(table, partition_key).with_suffix("")
+        staging = Path(self.root) / ".staging"  # outside tables/, so views and scans never see half a partition
+        tmp = staging / f"{table}.{folder.name}.{uuid.uuid4().hex}"
+        tmp.mkdir(parents=True)
+        rows, n = 0, 0
+        try:
+            for chunk in chunks:
+                if chunk.height:
+                    write_parquet_atomic(chunk, tmp / f"chunk-{n:05d}.parquet")
+                    rows, n = rows + chunk.height, n + 1
+            if n == 0:
+                write_parquet_atomic(empty, tmp / "chunk-00000.parquet")
+            old = staging / f"{table}.{folder.name}.{uuid.uuid4().hex}.old"
+            if folder.exists():
+                folder.rename(old)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp.rename(folder)
+            shutil.rmtree(old, ignore_errors=True)
+            self.partition_path(table, partition_key).unlink(missing_ok=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.refresh_view(table)
+        return folder, rows
 
     def refresh_view(self, table: str, retries: int = 20) -> None:
         """(Re)create the DuckDB view of `table` over its files; drop it when it has none."""
         files = self.table_files(table)
-        glob = str(self.table_dir(table) / "*.parquet").replace("'", "''")
+        glob = str(self.table_dir(table) / "**" / "*.parquet").replace("'", "''")
         sql = (
             f"CREATE OR REPLACE VIEW \"{table}\" AS SELECT * FROM read_parquet('{glob}', union_by_name = true)"
             if files
