@@ -25,12 +25,18 @@ SYNTHETIC_SOURCES = ("deepplace_synthetic", "deeprm_synthetic")
 
 
 class JobSequencesConfig(Config):
-    n_train_sequences: int = Field(default=100, description="training sequences per (source, load) (TVW-RL: 100)")
+    n_train_sequences: int = Field(
+        default=100, description="training sequences per (source, load) (TVW-RL: 100)"
+    )
     n_test_sequences: int = Field(default=30, description="test sequences per (source, load) (TVW-RL: 30)")
-    loads_pct: list[int] = Field(default=[30, 50, 80], description="average cluster loads (TVW-RL: 30/50/80 %)")
+    loads_pct: list[int] = Field(
+        default=[30, 50, 80], description="average cluster loads (TVW-RL: 30/50/80 %)"
+    )
     step_bins: int = Field(default=12, description="5-minute bins per logical step (12: one hour)")
     min_workloads: int = Field(default=2, description="a trace source needs this many long-running workloads")
-    include_synthetic: bool = Field(default=True, description="add the DeepPlace and DeepRM synthetic workloads")
+    include_synthetic: bool = Field(
+        default=True, description="add the DeepPlace and DeepRM synthetic workloads"
+    )
     seed: int = Field(default=0, description="seed of arrivals, cuts and splits")
 
 
@@ -54,14 +60,19 @@ def sim__job_sequences(
     long_running = _read_optional(warehouse, "core__long_running")
     assignments = _read_optional(warehouse, "ec__assignments")
     seq_cfg = SequenceConfig(
-        loads_pct=tuple(config.loads_pct), step_bins=config.step_bins, seed=config.seed,
-        n_train_sequences=config.n_train_sequences, n_test_sequences=config.n_test_sequences,
+        loads_pct=tuple(config.loads_pct),
+        step_bins=config.step_bins,
+        seed=config.seed,
+        n_train_sequences=config.n_train_sequences,
+        n_test_sequences=config.n_test_sequences,
     )
     frames, notes = [], {}
     counts = long_running.group_by("source").len() if long_running is not None else pl.DataFrame()
     for source, n in counts.iter_rows():
         if n < config.min_workloads:
-            context.log.warning(f"{source}: {n} long-running workload(s) < {config.min_workloads}; no sequences")
+            context.log.warning(
+                f"{source}: {n} long-running workload(s) < {config.min_workloads}; no sequences"
+            )
             notes[source] = f"skipped: {n} long-running workloads"
             continue
         lr = long_running.filter(pl.col("source") == source)
@@ -72,10 +83,12 @@ def sim__job_sequences(
         notes[source] = {k: v for k, v in stats.items() if isinstance(v, int | float | str)}
     if config.include_synthetic:
         n = dict(n_train_sequences=config.n_train_sequences, n_test_sequences=config.n_test_sequences)
-        dp, _ = build_deepplace_sequences(dataclasses.replace(DeepPlaceConfig(), seed=config.seed, **n,
-                                                             loads_pct=tuple(config.loads_pct)))
-        rm = build_deeprm_sequences(dataclasses.replace(DeepRMConfig(), seed=config.seed, **n,
-                                                        loads_pct=tuple(config.loads_pct)))
+        dp, _ = build_deepplace_sequences(
+            dataclasses.replace(DeepPlaceConfig(), seed=config.seed, **n, loads_pct=tuple(config.loads_pct))
+        )
+        rm = build_deeprm_sequences(
+            dataclasses.replace(DeepRMConfig(), seed=config.seed, **n, loads_pct=tuple(config.loads_pct))
+        )
         frames += [dp, rm]
     out = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=JOB_SEQUENCES)
     context.add_output_metadata({"per_source": MetadataValue.json(notes)})
@@ -101,8 +114,13 @@ def eval__baselines(
     if unknown:
         raise ValueError(f"eval__baselines: unknown policies {unknown}; registered: {sorted(POLICIES)}")
     n_labels = max(8, int(sim__job_sequences["ec_label"].max() or 0) + 1)
-    cfg = SimConfig(n_machines=config.n_machines, max_steps=config.max_steps, n_labels=n_labels,
-                    noise_max_units=config.noise_max_units, oversize="clip")
+    cfg = SimConfig(
+        n_machines=config.n_machines,
+        max_steps=config.max_steps,
+        n_labels=n_labels,
+        noise_max_units=config.noise_max_units,
+        oversize="clip",
+    )
     results = evaluate_policies(sim__job_sequences, config.policies, cfg, seeds=config.seeds, split="test")
     context.log.info(f"{results.height} episodes evaluated")
     return results

@@ -1,6 +1,8 @@
 """Canonical tables, one partition per trace source: workloads, 5-minute usage, the long-running filter."""
 
+from pathlib import Path
 
+import duckdb
 import polars as pl
 from dagster import (
     AllPartitionMapping,
@@ -19,12 +21,12 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.raw import raw_table_name
 from assets.io_manager import frame_metadata
+from assets.raw import raw_table_name
 from assets.resources import Warehouse
-from pipelines.sources import SOURCES
 from pipelines.long_running import LongRunningConfig, filter_long_running
-from pipelines.schemas import USAGE, empty_frame
+from pipelines.schemas import BIN_SECONDS, USAGE, empty_frame
+from pipelines.sources import SOURCES
 from pipelines.usage import UsageConfig, iter_usage_chunks
 from pipelines.workloads import build_workloads
 
@@ -68,8 +70,34 @@ def core__workloads(context: AssetExecutionContext, warehouse: Warehouse) -> pl.
 
 
 class UsageRunConfig(Config):
-    fill_policy: str = Field(default="none", description="none | hold | linear: how gaps between bins are filled")
+    fill_policy: str = Field(
+        default="none", description="none | hold | linear: how gaps between bins are filled"
+    )
     max_fill_bins: int = Field(default=0, description="longest gap (in 5-min bins) that the policy may fill")
+
+
+USAGE_INVARIANTS_SQL = """
+select
+    count(*) filter (where bin_start_s % {bin_s} <> 0)                       as n_off_grid,
+    count(*) filter (where cpu_frac < 0 or mem_frac < 0
+                        or isnan(cpu_frac) or isnan(mem_frac))               as n_bad_values,
+    count(*) filter (where is_filled and n_samples <> 0)                     as n_filled_with_samples,
+    count(*) - count(distinct (workload_id, bin_start_s))                    as n_duplicate_bins
+from read_parquet({files})
+"""
+
+
+def check_usage_invariants(files: list[Path]) -> dict[str, int]:
+    """Counts of rows that break the USAGE contract, computed by DuckDB over the files (streaming)."""
+    listed = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+    con = duckdb.connect()
+    try:
+        row = con.sql(USAGE_INVARIANTS_SQL.format(bin_s=BIN_SECONDS, files=listed)).fetchall()[0]
+    finally:
+        con.close()
+    return dict(
+        zip(("n_off_grid", "n_bad_values", "n_filled_with_samples", "n_duplicate_bins"), row, strict=True)
+    )
 
 
 @asset(
@@ -77,6 +105,14 @@ class UsageRunConfig(Config):
     deps=_raw_deps(),
     group_name="core",
     kinds={"parquet", "polars"},
+    check_specs=[
+        AssetCheckSpec(
+            "usage_contract",
+            asset="core__usage",
+            description="bins on the 5-minute grid, one per workload, non-negative finite fractions, "
+            "filled bins carry no samples",
+        )
+    ],
 )
 def core__usage(
     context: AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse
@@ -98,13 +134,17 @@ def core__usage(
     totals = pl.concat(counts).group_by("count").agg(pl.col("n").sum()) if counts else pl.DataFrame()
     context.log.info(f"{source}: {rows} usage bins written; counts: {dict(totals.iter_rows())}")
     preview = warehouse.scan("core__usage", [source]).head(10).collect()
+    broken = check_usage_invariants(warehouse.partition_files("core__usage", source))
     return MaterializeResult(
+        check_results=[
+            AssetCheckResult(check_name="usage_contract", passed=not any(broken.values()), metadata=broken)
+        ],
         metadata={
             **{k: int(v) for k, v in totals.iter_rows()},
             **frame_metadata(preview),
             "dagster/row_count": rows,
             "path": MetadataValue.path(str(folder)),
-        }
+        },
     )
 
 
@@ -118,7 +158,11 @@ class LongRunningRunConfig(Config):
 def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataFrame) -> pl.DataFrame:
     """The usage bins of one source's long-running workloads (a semi-join on the lazy scan: small)."""
     ids = long_running.select("source", "workload_id").unique()
-    return warehouse.scan("core__usage", [source]).join(ids.lazy(), on=["source", "workload_id"], how="semi").collect()
+    return (
+        warehouse.scan("core__usage", [source])
+        .join(ids.lazy(), on=["source", "workload_id"], how="semi")
+        .collect()
+    )
 
 
 @multi_asset(

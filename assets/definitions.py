@@ -6,7 +6,6 @@ Settings (environment variables):
     TVW_WAREHOUSE_DIR  where Parquet tables and `tvw.duckdb` go (default: `warehouse/`)
 """
 
-
 import os
 from pathlib import Path
 

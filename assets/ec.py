@@ -55,8 +55,12 @@ class EcRunConfig(Config):
     n_init: int = Field(default=50, description="initialisations per k, best kept (TVW-RL: 50)")
     methods: list[str] = Field(default=["aggregate", "temporal", "dtw"], description="distances to compare")
     seed: int = Field(default=0, description="seed of every random choice in clustering and forecasting")
-    series_length: int | None = Field(default=None, description="bins per series; None = shortest kept window")
-    dtw_window_frac: float | None = Field(default=None, description="Sakoe-Chiba radius / length; None = full DTW")
+    series_length: int | None = Field(
+        default=None, description="bins per series; None = shortest kept window"
+    )
+    dtw_window_frac: float | None = Field(
+        default=None, description="Sakoe-Chiba radius / length; None = full DTW"
+    )
     dtw_downsample: int = Field(default=1, description="average blocks of this many bins before DTW")
     dtw_exact_max_n: int = Field(default=500, description="exact DTW matrix up to this many workloads")
     dtw_sample_size: int = Field(default=300, description="above that: medoids found on a sample this big")
@@ -73,13 +77,20 @@ def _ec_config(c: EcRunConfig) -> EcConfig:
         seed=c.seed,
     )
     return EcConfig(
-        k_min=c.k_min, k_max=c.k_max, n_init=c.n_init, methods=tuple(c.methods), seed=c.seed,
-        series_length=c.series_length, dtw=dtw,
+        k_min=c.k_min,
+        k_max=c.k_max,
+        n_init=c.n_init,
+        methods=tuple(c.methods),
+        seed=c.seed,
+        series_length=c.series_length,
+        dtw=dtw,
     )
 
 
 def _gain_config(c: EcRunConfig) -> GainConfig:
-    fc = ForecasterConfig(epochs=c.forecaster_epochs, max_train_windows=c.forecaster_max_train_windows, seed=c.seed)
+    fc = ForecasterConfig(
+        epochs=c.forecaster_epochs, max_train_windows=c.forecaster_max_train_windows, seed=c.seed
+    )
     return GainConfig(forecaster=fc)
 
 
@@ -166,16 +177,27 @@ def ec__mapping(
     yield Output(comparison, output_name="ec__method_comparison", metadata={"chosen": f"{method}, k={k}"})
 
     profiles = profiles_frame(sweep, series, method, k)
-    yield Output(assignments_frame(sweep, method, k), output_name="ec__assignments",
-                 metadata={"method": method, "k": k})
-    yield Output(profiles, output_name="ec__profiles",
-                 metadata={"plot": png_markdown(plot_profiles(profiles), "EC profiles")})
+    yield Output(
+        assignments_frame(sweep, method, k),
+        output_name="ec__assignments",
+        metadata={"method": method, "k": k},
+    )
+    yield Output(
+        profiles,
+        output_name="ec__profiles",
+        metadata={"plot": png_markdown(plot_profiles(profiles), "EC profiles")},
+    )
 
 
 class ClassifierRunConfig(Config):
-    prefix_lengths: list[int] = Field(default=[0, 6, 12, 24], description="usage bins m fed to the classifier")
-    saved_prefix_bins: int = Field(default=0, description="m of the saved model (0 = meta only, as Algorithm 1 "
-                                   "classifies an incoming workload with resource_usage = null)")
+    prefix_lengths: list[int] = Field(
+        default=[0, 6, 12, 24], description="usage bins m fed to the classifier"
+    )
+    saved_prefix_bins: int = Field(
+        default=0,
+        description="m of the saved model (0 = meta only, as Algorithm 1 "
+        "classifies an incoming workload with resource_usage = null)",
+    )
     epochs: int = Field(default=200, description="training epochs")
     seed: int = Field(default=0, description="seed of initialisation, shuffling and the split")
     min_per_class: int = Field(default=5, description="train only with at least this many workloads per EC")
@@ -221,7 +243,9 @@ def ec__classifier_accuracy(
     table = classifier_accuracy_table(meta, values, labels, config.prefix_lengths, cfg)
 
     m = config.saved_prefix_bins
-    final = train_classifier(meta, usage_prefixes(values, m) if m else None, labels, replace(cfg, prefix_bins=m))
+    final = train_classifier(
+        meta, usage_prefixes(values, m) if m else None, labels, replace(cfg, prefix_bins=m)
+    )
     path = classifier_path(warehouse, source)
     path.parent.mkdir(parents=True, exist_ok=True)
     final.save(path)

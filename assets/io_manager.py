@@ -1,6 +1,5 @@
 """An IO manager that stores polars frames as Parquet tables in the `Warehouse`, one file per partition."""
 
-
 import polars as pl
 from dagster import (
     ConfigurableIOManager,
@@ -53,7 +52,9 @@ class TableIOManager(ConfigurableIOManager):
         if obj is None:
             return
         if not isinstance(obj, pl.DataFrame):
-            raise TypeError(f"{context.asset_key.to_user_string()}: expected a polars DataFrame, got {type(obj)}")
+            raise TypeError(
+                f"{context.asset_key.to_user_string()}: expected a polars DataFrame, got {type(obj)}"
+            )
         name = table_name(context.asset_key.path)
         key = context.partition_key if context.has_partition_key else None
         path = self.warehouse.write(name, obj, key)

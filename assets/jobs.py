@@ -1,6 +1,5 @@
 """Asset jobs: one per layer. A job's assets share one partitioning (a trace source, or none)."""
 
-
 from dagster import AssetSelection, define_asset_job
 
 from assets.core import SOURCE_PARTITIONS

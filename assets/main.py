@@ -8,7 +8,6 @@ Runs are recorded in the project's Dagster instance (`.dagster_home/`), so `dags
 Exit status 1 when any run failed; the summary names which.
 """
 
-
 import argparse
 import os
 import sys
@@ -64,8 +63,14 @@ def run_all(defs, instance, run_config: dict, log=print) -> list[str]:
             continue
         for key in keys:
             t0 = time.perf_counter()
-            res = materialize([asset_def], instance=instance, resources=resources, partition_key=key,
-                              run_config=QUIET, raise_on_error=False)
+            res = materialize(
+                [asset_def],
+                instance=instance,
+                resources=resources,
+                partition_key=key,
+                run_config=QUIET,
+                raise_on_error=False,
+            )
             status = "ok" if res.success else "FAILED"
             log(f"  {asset_def.key.to_user_string()}[{key}]: {status} ({time.perf_counter() - t0:.1f}s)")
             if not res.success:
@@ -75,9 +80,15 @@ def run_all(defs, instance, run_config: dict, log=print) -> list[str]:
     job = defs.resolve_job_def("per_source_job")
     for source in SOURCE_PARTITIONS.get_partition_keys():
         t0 = time.perf_counter()
-        res = job.execute_in_process(instance=instance, partition_key=source,
-                                     run_config=_ops_config_for(job, run_config), raise_on_error=False)
-        log(f"  per_source_job[{source}]: {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t0:.1f}s)")
+        res = job.execute_in_process(
+            instance=instance,
+            partition_key=source,
+            run_config=_ops_config_for(job, run_config),
+            raise_on_error=False,
+        )
+        log(
+            f"  per_source_job[{source}]: {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t0:.1f}s)"
+        )
         if not res.success:
             failures.append(f"per_source_job[{source}]")
 
@@ -85,8 +96,9 @@ def run_all(defs, instance, run_config: dict, log=print) -> list[str]:
     job = defs.resolve_job_def("cluster_job")
     if job.graph.nodes:
         t0 = time.perf_counter()
-        res = job.execute_in_process(instance=instance, run_config=_ops_config_for(job, run_config),
-                                     raise_on_error=False)
+        res = job.execute_in_process(
+            instance=instance, run_config=_ops_config_for(job, run_config), raise_on_error=False
+        )
         log(f"  cluster_job: {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t0:.1f}s)")
         if not res.success:
             failures.append("cluster_job")
@@ -95,9 +107,13 @@ def run_all(defs, instance, run_config: dict, log=print) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tvw-run", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=None,
-                        help="run config YAML (default: the embedded-sample config when TVW_TRACE_DIR is unset, "
-                             "else the paper defaults)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="run config YAML (default: the embedded-sample config when TVW_TRACE_DIR is unset, "
+        "else the paper defaults)",
+    )
     args = parser.parse_args(argv)
     home = _ensure_dagster_home()
     config_path = args.config or (None if "TVW_TRACE_DIR" in os.environ else SAMPLE_CONFIG)
@@ -114,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     db = warehouse_dir() / "tvw.duckdb"
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")
-    print(f"try:     duckdb {db} \"select * from eval__summary limit 20\"")
+    print(f'try:     duckdb {db} "select * from eval__summary limit 20"')
     if failures:
         print("FAILED: " + ", ".join(failures), file=sys.stderr)
         return 1

@@ -5,7 +5,6 @@ with no Dagster code. Partitions are the shard files found in the trace folder w
 definitions load (restart `dagster dev`, or reload the code location, after adding files).
 """
 
-
 import dataclasses
 from pathlib import Path
 
@@ -22,9 +21,9 @@ from dagster import (
 )
 
 from assets.resources import Warehouse
+from pipelines.ingest import ingest_shard
 from pipelines.raw_schemas import RAW_SCHEMAS
 from pipelines.sources import SOURCES, TraceSource
-from pipelines.ingest import ingest_shard
 
 QUARANTINE_TABLE = "raw_quarantine"
 NO_SHARD = "no-shard-found"

@@ -10,7 +10,6 @@ instant it takes to (re)create the view. A user's `duckdb warehouse/tvw.duckdb` 
 only conflicts with a writer during that instant, and then the view refresh is retried.
 """
 
-
 import re
 import shutil
 import time
@@ -102,7 +101,9 @@ class Warehouse(ConfigurableResource):
         partition still exists with its schema.
         """
         folder = self.partition_path(table, partition_key).with_suffix("")
-        staging = Path(self.root) / ".staging"  # outside tables/, so views and scans never see half a partition
+        staging = (
+            Path(self.root) / ".staging"
+        )  # outside tables/, so views and scans never see half a partition
         tmp = staging / f"{table}.{folder.name}.{uuid.uuid4().hex}"
         tmp.mkdir(parents=True)
         rows, n = 0, 0

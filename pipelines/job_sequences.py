@@ -26,6 +26,10 @@ Definitions used here (the paper leaves them open):
 - Requests: `cpu_request_units` / `mem_request_units` are the job's peak quantised usage (TVW-RL
   feeds the peak to DeepRM as its resource limit; Tetris gets peaks too), or the trace request when
   `request_mode="trace"`.
+- Meta information (TVW-RL Algorithm 1 classifies an incoming workload from it): `cpu_request_frac`,
+  `mem_request_frac`, `priority`, `scheduling_class` are copied unscaled from the workload's
+  LONG_RUNNING row (the values the EC classifier is trained on); null where the trace has none, and
+  for synthetic sources.
 """
 
 from __future__ import annotations
@@ -56,8 +60,15 @@ JOB_SEQUENCES = {
     "cpu_request_units": pl.Int16,
     "mem_request_units": pl.Int16,
     "is_long_running": pl.Boolean,
+    "cpu_request_frac": pl.Float64,  # workload meta, as in LONG_RUNNING (unscaled); null if unknown/synthetic
+    "mem_request_frac": pl.Float64,
+    "priority": pl.Int32,
+    "scheduling_class": pl.Int32,
 }
 """One row per job of a sequence: the simulator's input table."""
+
+META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
+"""Workload meta columns of JOB_SEQUENCES (nullable; rows without them get nulls in `jobs_to_frame`)."""
 
 INITIAL_STREAM_JOBS = 64
 """Jobs first drawn for a sequence; doubled while the target load is out of reach."""
@@ -532,10 +543,11 @@ def _sequences_for_source(source: str, pool: _Pool, cfg: SequenceConfig, stats: 
 
 
 def jobs_to_frame(rows: list[dict]) -> pl.DataFrame:
-    """Rows (dicts with the JOB_SEQUENCES keys; unit series as arrays) -> the typed table."""
+    """Rows (dicts with the JOB_SEQUENCES keys; unit series as arrays; the META_COLUMNS keys optional,
+    null when absent) -> the typed table."""
     if not rows:
         return pl.DataFrame(schema=JOB_SEQUENCES)
-    cols = {c: [r[c] for r in rows] for c in JOB_SEQUENCES}
+    cols = {c: [r.get(c) if c in META_COLUMNS else r[c] for r in rows] for c in JOB_SEQUENCES}
     cols["cpu_units"] = [np.asarray(v, dtype=np.int16).tolist() for v in cols["cpu_units"]]
     cols["mem_units"] = [np.asarray(v, dtype=np.int16).tolist() for v in cols["mem_units"]]
     return pl.DataFrame(cols, schema=JOB_SEQUENCES).sort(
@@ -583,4 +595,30 @@ def build_job_sequences(
     stats["mean_arrival_rate_per_step"] = {
         k: float(np.mean([r for r in v if np.isfinite(r)] or [np.inf])) for k, v in rates.items()
     }
-    return jobs_to_frame(rows), stats
+    return attach_meta(jobs_to_frame(rows), long_running, stats), stats
+
+
+def attach_meta(jobs: pl.DataFrame, long_running: pl.DataFrame, stats: dict[str, Any]) -> pl.DataFrame:
+    """`jobs` (JOB_SEQUENCES) with META_COLUMNS taken from the workloads' LONG_RUNNING rows by (source,
+    workload_id). A meta column absent from `long_running` stays null and is listed in
+    stats["meta_columns_missing"]; stats["n_jobs_without_meta"] counts jobs whose meta is all null. Raises
+    ValueError naming the workload when LONG_RUNNING holds two rows for it."""
+    present = [c for c in META_COLUMNS if c in long_running.columns]
+    stats["meta_columns_missing"] = [c for c in META_COLUMNS if c not in present]
+    meta = long_running.select("source", "workload_id", *[pl.col(c).cast(JOB_SEQUENCES[c]) for c in present])
+    dup = meta.filter(pl.struct("source", "workload_id").is_duplicated())
+    if dup.height:
+        raise ValueError(
+            f"long_running holds {dup.height} rows for duplicated workloads, e.g. "
+            f"{dup.row(0, named=True)['source']}/{dup.row(0, named=True)['workload_id']}"
+        )
+    out = (
+        jobs.drop(present)
+        .join(meta, on=["source", "workload_id"], how="left")
+        .select(list(JOB_SEQUENCES))
+        .sort("source", "load_pct", "split", "sequence_id", "job_index")
+    )
+    stats["n_jobs_without_meta"] = out.filter(
+        pl.all_horizontal(pl.col(c).is_null() for c in META_COLUMNS)
+    ).height
+    return out

@@ -1,15 +1,14 @@
 """The canonical `usage` table: per workload, CPU and memory per 5-minute bin, as fractions of a machine.
 
-`build_usage(source, raw, cfg)` turns one source's raw tables into `pipelines.schemas.USAGE`;
-`build_usage_with_report` also returns the row counts (in, dropped by reason, out, filled) and `scan_usage` gives
-both as lazy plans (for `sink_parquet` at full Google scale: ~1.2 billion task_usage rows; nothing here loops
-over rows or workloads in Python). Bins: `bin_start_s = floor(t / 300) * 300` in the source's trace time. Rows come in no particular order
-unless `UsageConfig.sort_rows`.
-
-Memory: the (workload, bin) group-by holds one entry per output bin (~3.8 GB peak RSS at 20 M bins), so at full
-Google scale run it per time chunk: filter task_usage on `start_time_us` to ranges whose bounds are multiples of
-300 s (a record's bin depends only on its start, so chunks never share a bin) and write each chunk's usage;
-gap filling then needs a pass of its own over the assembled table (`fill_gaps`).
+`iter_usage_chunks(source, raw, cfg, chunk_s)` yields the USAGE table of one source in pieces of trace time,
+each with its USAGE_COUNTS rows (rows in, dropped by reason, workloads without meta, bins out and filled); write
+each piece as it comes (full Google: ~1.2 billion task_usage rows, about as many output bins). Each piece
+filters the raw usage table on its time column, so Parquet row-group statistics skip the other rows when the
+files are in time order (Google's shards are) and memory follows `chunk_s`, not the trace length.
+`build_usage` / `build_usage_with_report` concatenate the pieces (small data, tests); `scan_usage` is the
+one-pass lazy plan the pieces reproduce exactly (its group-by holds every output bin: ~3.8 GB at 20 M bins).
+Bins: `bin_start_s = floor(t / 300) * 300` in the source's trace time. Rows come in no particular order
+unless `UsageConfig.sort_rows` (then sorted within each piece).
 
 Validity: a raw row whose CPU or memory value is null, NaN or negative (or, Google, whose window ends before it
 starts) is dropped and counted under `rows_dropped_<reason>` (first matching reason in that order). Nothing is
@@ -42,6 +41,7 @@ nothing is filled before the first or after the last bin of a workload.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -203,21 +203,28 @@ def _alibaba_bins(raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFr
         (pl.col("cpu_frac") / 100 * pl.col("cpu_scale").fill_null(1.0)),
         (pl.col("mem_frac") / 100 * pl.col("mem_scale").fill_null(1.0)),
     )
-    per_workload = pct_bins.select("workload_id").unique().join(scale, on="workload_id", how="left")
-    meta_counts = per_workload.select(
-        pl.col("cpu_scale").is_null().sum().alias("workloads_without_meta"),
-        pl.col("is_default_cpu_num").fill_null(False).sum().alias("workloads_default_cpu_num"),
-    ).unpivot(variable_name="count", value_name="n")
-    counts = pl.concat(
-        [
-            _count_reasons(rows, "alibaba2018"),
-            meta_counts.select(pl.lit("alibaba2018").alias("source"), "count", pl.col("n").cast(pl.Int64)),
-        ]
+    return bins, _count_reasons(rows, "alibaba2018")
+
+
+def _alibaba_workload_counts(raw: dict[str, pl.LazyFrame], ids: pl.LazyFrame) -> pl.LazyFrame:
+    """USAGE_COUNTS of the workloads `ids` (one column workload_id, unique): without meta, default cpu_num."""
+    per_workload = ids.join(_alibaba_scale(raw), on="workload_id", how="left")
+    return (
+        per_workload.select(
+            pl.col("cpu_scale").is_null().sum().alias("workloads_without_meta"),
+            pl.col("is_default_cpu_num").fill_null(False).sum().alias("workloads_default_cpu_num"),
+        )
+        .unpivot(variable_name="count", value_name="n")
+        .select(pl.lit("alibaba2018").alias("source"), "count", pl.col("n").cast(pl.Int64))
     )
-    return bins, counts
 
 
 # google2011_derived ----------------------------------------------------------------------------------------
+
+
+def _job_days_bin() -> pl.Expr:
+    """bin_start_s of a job_days row: day k starts at (k - 1) days, one step per 5-minute bin."""
+    return (pl.col("day_index").cast(pl.Int64) - 1) * 86_400 + pl.col("step").cast(pl.Int64) * BIN_SECONDS
 
 
 def derived_usage_rows(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
@@ -234,11 +241,10 @@ def derived_usage_rows(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
             )
         )
     if "job_days" in raw:
-        day_offset = (pl.col("day_index").cast(pl.Int64) - 1) * 86_400
         parts.append(
             raw["job_days"].select(
                 pl.format("{}_d{}", "job_id", "day_index").alias("workload_id"),
-                (day_offset + pl.col("step").cast(pl.Int64) * BIN_SECONDS).alias("bin_start_s"),
+                _job_days_bin().alias("bin_start_s"),
                 (pl.col("cpu_pct") / 100).alias("cpu_frac"),
                 (pl.col("mem_pct") / 100).alias("mem_frac"),
             )
@@ -263,12 +269,40 @@ def _derived_bins(raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFr
     return bins, _count_reasons(rows, "google2011_derived")
 
 
+@dataclass(frozen=True)
+class UsageBinner:
+    """How one source's raw tables become binned usage."""
+
+    bins: Callable[[dict[str, pl.LazyFrame]], tuple[pl.LazyFrame, pl.LazyFrame]]
+    """raw tables -> (binned usage, USAGE_COUNTS of the rows read)."""
+    needed: str | None
+    """the raw table it cannot do without (None: works with whatever is there)."""
+    times: dict[str, tuple[pl.Expr, int]]
+    """usage table -> (expression of a row's time, its units per second); a row's bin is
+    floor(time / units / 300) * 300, so a time range [lo, hi) in seconds selects whole bins when lo, hi are
+    multiples of 300. Written on the raw column where possible so Parquet row-group statistics skip data."""
+    small_tables: tuple[str, ...] = ()
+    """tables read whole by every chunk (metadata): collected once by iter_usage_chunks."""
+    workload_counts: Callable[[dict[str, pl.LazyFrame], pl.LazyFrame], pl.LazyFrame] | None = None
+    """(raw tables, unique workload ids with usage) -> per-workload USAGE_COUNTS; None: there are none."""
+
+
 USAGE_BINNERS = {
-    "google2011": (_google_bins, "task_usage"),
-    "alibaba2018": (_alibaba_bins, "container_usage"),
-    "google2011_derived": (_derived_bins, None),
+    "google2011": UsageBinner(
+        _google_bins, "task_usage", {"task_usage": (pl.col("start_time_us"), US_PER_S)}
+    ),
+    "alibaba2018": UsageBinner(
+        _alibaba_bins,
+        "container_usage",
+        {"container_usage": (pl.col("time_s"), 1)},
+        small_tables=("container_meta", "machine_meta"),
+        workload_counts=_alibaba_workload_counts,
+    ),
+    "google2011_derived": UsageBinner(
+        _derived_bins, None, {"job_sums": (pl.col("time_s"), 1), "job_days": (_job_days_bin(), 1)}
+    ),
 }
-"""source -> (raw tables -> (binned usage, counts), the raw table it needs; None: works with what is there)."""
+"""source -> how its usage is binned."""
 
 
 # gaps ------------------------------------------------------------------------------------------------------
@@ -311,36 +345,145 @@ def fill_gaps(usage: pl.LazyFrame, cfg: UsageConfig) -> pl.LazyFrame:
 # public API ------------------------------------------------------------------------------------------------
 
 
+def _binner(source: str) -> UsageBinner:
+    if source not in USAGE_BINNERS:
+        raise ValueError(f"unknown source {source!r}; known: {sorted(USAGE_BINNERS)}")
+    return USAGE_BINNERS[source]
+
+
+def _binned(binner: UsageBinner, raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    bins, counts = binner.bins(raw)
+    return bins.select([pl.col(c).cast(t) for c, t in _BINNED.items()]), counts
+
+
+def _in_range(t: pl.Expr, lo: int | None, hi: int | None) -> pl.Expr:
+    """lo <= t < hi; an open lower end (None) also takes null times, so every row is in exactly one range."""
+    if lo is None:
+        return pl.lit(True) if hi is None else t.is_null() | (t < hi)
+    return t >= lo if hi is None else (t >= lo) & (t < hi)
+
+
+def _bin_counts(source: str, usage: pl.DataFrame) -> pl.DataFrame:
+    n_filled = int(usage["is_filled"].sum())
+    return pl.DataFrame(
+        {"source": [source] * 2, "count": ["bins_out", "bins_filled"], "n": [usage.height, n_filled]},
+        schema=USAGE_COUNTS,
+    )
+
+
 def scan_usage(
     source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig()
 ) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """Lazy plans of (USAGE table, in no particular order unless `cfg.sort_rows`; USAGE_COUNTS of `source`)."""
-    if source not in USAGE_BINNERS:
-        raise ValueError(f"unknown source {source!r}; known: {sorted(USAGE_BINNERS)}")
-    binner, needed = USAGE_BINNERS[source]
-    if needed is not None and needed not in raw:
+    """Lazy one-pass plans of (USAGE table, USAGE_COUNTS of the rows and workloads) over all the data.
+
+    The group-by holds every output bin (memory grows with the data): the reference that iter_usage_chunks
+    reproduces chunk by chunk; use it for small data only.
+    """
+    binner = _binner(source)
+    if binner.needed is not None and binner.needed not in raw:
         return empty_frame(USAGE).lazy(), empty_frame(USAGE_COUNTS).lazy()
-    bins, counts = binner(raw)
-    bins = bins.select([pl.col(c).cast(t) for c, t in _BINNED.items()])
+    bins, counts = _binned(binner, raw)
+    if binner.workload_counts is not None:
+        counts = pl.concat([counts, binner.workload_counts(raw, bins.select("workload_id").unique())])
     usage = fill_gaps(bins, cfg).select([pl.col(c).cast(t) for c, t in USAGE.items()])
     return (usage.sort("workload_id", "bin_start_s") if cfg.sort_rows else usage), counts
 
 
+def usage_chunk_bounds(source: str, raw: dict[str, pl.LazyFrame], chunk_s: int) -> list[int]:
+    """Upper ends (trace seconds, multiples of `chunk_s`) of the time chunks [k*chunk_s, (k+1)*chunk_s) that
+    hold usage rows, ascending. One streaming pass over the time column(s) only."""
+    binner = _binner(source)
+    parts = [
+        raw[table].select((t // (chunk_s * unit)).cast(pl.Int64).alias("k"))
+        for table, (t, unit) in binner.times.items()
+        if table in raw
+    ]
+    if not parts:
+        return []
+    ks = pl.concat(parts).drop_nulls().unique().collect(engine="streaming")["k"].sort()
+    return [(k + 1) * chunk_s for k in ks.to_list()]
+
+
+def _restrict(binner: UsageBinner, raw: dict[str, pl.LazyFrame], lo: int | None, hi: int | None) -> dict:
+    """`raw` with its usage table(s) cut to the rows whose bin lies in [lo, hi) (seconds)."""
+    out = dict(raw)
+    for table, (t, unit) in binner.times.items():
+        if table in raw:
+            lo_t, hi_t = (None if x is None else x * unit for x in (lo, hi))
+            out[table] = raw[table].filter(_in_range(t, lo_t, hi_t))
+    return out
+
+
+def _shift(x: int | None, d: int) -> int | None:
+    return None if x is None else x - d
+
+
+def iter_usage_chunks(
+    source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig(), chunk_s: int = 6 * 3600
+) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+    """The USAGE table of `source` in pieces: yields (USAGE rows, USAGE_COUNTS rows) per chunk of trace time.
+
+    Chunk j holds exactly the bins in [b_(j-1) - D, b_j - D), where b_j are the ends of the non-empty
+    `chunk_s` chunks (`usage_chunk_bounds`; the first range open below, the last open above) and
+    D = max_fill_bins * 300 s when gaps are filled (else 0): a filled bin depends on the observed bins up to
+    max_fill_bins away on both sides, so a chunk is emitted once the raw rows up to b_j have been read.
+    Between chunks only the observed bins of the last 2 * max_fill_bins bins are carried (per workload).
+    Concatenated, the chunks are the one-pass `scan_usage` table; summed per `count`, the counts are its
+    counts (a per-workload count goes to the chunk where the workload first has usage).
+
+    Each chunk reads the raw rows of one time range (a filter on the raw time column: Parquet row-group
+    statistics skip the rest when the files are in time order, as Google's shards are), so memory follows
+    `chunk_s`, not the trace length. Yields at least one chunk (maybe empty).
+    """
+    if chunk_s <= 0 or chunk_s % BIN_SECONDS:
+        raise ValueError(f"chunk_s={chunk_s} must be a positive multiple of {BIN_SECONDS}")
+    binner = _binner(source)
+    if binner.needed is not None and binner.needed not in raw:
+        yield empty_frame(USAGE), _bin_counts(source, empty_frame(USAGE))
+        return
+    raw = {k: v.collect().lazy() if k in binner.small_tables else v for k, v in raw.items()}
+    ends = usage_chunk_bounds(source, raw, chunk_s)
+    reads = list(zip([None, *ends[:-1]], [*ends[:-1], None], strict=True)) if ends else [(None, None)]
+    fills = cfg.fill_policy != "none" and cfg.max_fill_bins > 0
+    d = cfg.max_fill_bins * BIN_SECONDS if fills else 0
+    tail, seen = empty_frame(_BINNED), empty_frame({"workload_id": pl.String})
+    for lo, hi in reads:
+        bins_lf, counts_lf = _binned(binner, _restrict(binner, raw, lo, hi))
+        bins, counts = pl.collect_all([bins_lf, counts_lf], engine="streaming")
+        if binner.workload_counts is not None:
+            new = bins.select("workload_id").unique().join(seen, on="workload_id", how="anti")
+            counts = pl.concat([counts, binner.workload_counts(raw, new.lazy()).collect()])
+            seen = pl.concat([seen, new])
+        observed = pl.concat([tail, bins]) if tail.height else bins
+        usage = (
+            fill_gaps(observed.lazy(), cfg)
+            .filter(_in_range(pl.col("bin_start_s"), _shift(lo, d), _shift(hi, d)))
+            .select([pl.col(c).cast(t) for c, t in USAGE.items()])
+            .collect()
+        )
+        if cfg.sort_rows:
+            usage = usage.sort("workload_id", "bin_start_s")
+        if fills and hi is not None:  # observed bins that later chunks' fills may need
+            tail = observed.filter(pl.col("bin_start_s") >= hi - 2 * d)
+        yield usage, pl.concat([counts.cast(USAGE_COUNTS), _bin_counts(source, usage)])
+
+
 def build_usage_with_report(
-    source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig()
+    source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig(), chunk_s: int = 6 * 3600
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(USAGE table, USAGE_COUNTS: rows in, dropped per reason, workloads without meta, bins out and filled)."""
-    usage_lf, counts_lf = scan_usage(source, raw, cfg)
-    usage, counts = pl.collect_all([usage_lf, counts_lf], engine="streaming")
-    out = pl.DataFrame(
-        {
-            "source": [source, source],
-            "count": ["bins_out", "bins_filled"],
-            "n": [usage.height, int(usage["is_filled"].sum())],
-        },
-        schema=USAGE_COUNTS,
+    """(USAGE table, USAGE_COUNTS: rows in, dropped per reason, workloads without meta, bins out and filled).
+
+    All chunks of iter_usage_chunks in one frame: for data that fits in memory (tests, samples)."""
+    parts = list(iter_usage_chunks(source, raw, cfg, chunk_s))
+    usage = pl.concat([u for u, _ in parts])
+    if cfg.sort_rows:
+        usage = usage.sort("workload_id", "bin_start_s")
+    counts = (
+        pl.concat([c for _, c in parts])
+        .group_by("source", "count", maintain_order=True)
+        .agg(pl.col("n").sum())
     )
-    return check_schema(usage, USAGE, f"{source} usage"), pl.concat([counts.cast(USAGE_COUNTS), out])
+    return check_schema(usage, USAGE, f"{source} usage"), counts.cast(USAGE_COUNTS)
 
 
 def build_usage(source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig()) -> pl.DataFrame:

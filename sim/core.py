@@ -38,6 +38,8 @@ Model (every choice made here, in one place):
   each component per env.
 - Episode end: terminated when every job has been placed and has finished (t >= last end); an env with no jobs is
   terminated at reset. Truncated when t reaches max_steps first.
+- Labels: a job's EC label only colours the observation (image and queue). What the scheduler sees is
+  `State.obs_label` when set by `relabel` (predicted labels, TVW-RL Algorithm 1), else the jobs' own labels.
 - Purity: step() never mutates its input state (arrays it changes are copied first); the JobBatch is shared.
   The optional `Trace` buffer is the one mutable thing: step() writes the closed steps' rows into it.
 """
@@ -51,7 +53,7 @@ import numpy as np
 
 from sim import penalties
 from sim.config import SimConfig
-from sim.jobs import JobBatch
+from sim.jobs import JOB_META_COLUMNS, JobBatch
 
 PENALTY_NAMES = ("contention", "underutil", "overshoot", "wait")
 """Order of the penalty components in `State.penalty_totals` and `Trace.penalties`."""
@@ -91,6 +93,11 @@ class State:
     """(B, 4) float64: cumulative penalties per component, in PENALTY_NAMES order (negative numbers)."""
     n_clipped: np.ndarray
     """(B,) int64: job-steps or requests clipped to capacity at reset (oversize="clip")."""
+    obs_label: np.ndarray | None = None
+    """(B, J) int64 EC label of each job as the scheduler sees it (observation image and queue), or None: the
+    jobs' own `ec_label` (the clustering labels; the state after reset). Set by `relabel` (TVW-RL Algorithm 1,
+    ClassifyToEC / UpdateECLabels, see `sim.labelling`); step() carries it along unchanged and no penalty,
+    mask or transition reads it."""
 
     @property
     def batch_size(self) -> int:
@@ -429,6 +436,34 @@ def action_mask(cfg: SimConfig, state: State) -> np.ndarray:
     return mask
 
 
+def observed_labels(state: State) -> np.ndarray:
+    """(B, J) int64 EC labels the observation shows: `state.obs_label`, or the jobs' `ec_label` when unset."""
+    return state.jobs.ec_label if state.obs_label is None else state.obs_label
+
+
+def relabel(cfg: SimConfig, state: State, labels: np.ndarray) -> State:
+    """A copy of `state` whose observed EC labels are `labels` (B, J) (TVW-RL Algorithm 1, UpdateECLabels).
+
+    Only `observe` reads them: transitions, masks and penalties stay the same. Raises ValueError on a wrong
+    shape or, naming the sequence, job and workload, on a real job's label outside 0..G-1 (G = cfg.n_labels:
+    the image has one colour range per label). Padding entries are set to 0."""
+    labels = np.asarray(labels)
+    shape = state.jobs.ec_label.shape
+    if labels.shape != shape or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"relabel: labels must be an integer array of shape {shape}, got {labels.dtype} {labels.shape}"
+        )
+    is_real = np.arange(shape[1])[None, :] < state.jobs.n_jobs[:, None]
+    is_bad = is_real & ((labels < 0) | (labels >= cfg.n_labels))
+    if is_bad.any():
+        b, j = np.argwhere(is_bad)[0]
+        raise ValueError(
+            f"relabel: {state.jobs.describe_job(b, j)}: label {labels[b, j]} outside 0..{cfg.n_labels - 1} "
+            f"(n_labels); {int(is_bad.sum())} such labels"
+        )
+    return replace(state, obs_label=np.where(is_real, labels, 0).astype(np.int64))
+
+
 def observe(cfg: SimConfig, state: State) -> dict[str, np.ndarray]:
     """Observation dict (numpy, batch first):
 
@@ -443,6 +478,7 @@ def observe(cfg: SimConfig, state: State) -> dict[str, np.ndarray]:
     queue (B, queue_size, 1 + D) int16: per visible slot (label + 1, request units...), 0 = empty slot.
     backlog (B,) int64: waiting jobs beyond the visible slots (DeepRM).
     action_mask (B, M + 1) int8.
+    Labels in the image and the queue are `observed_labels(state)`.
     Slower than step(): it gathers the last h steps of every recently running job."""
     machines = _machine_image(cfg, state)
     n_envs, n_m = state.batch_size, cfg.n_machines
@@ -454,7 +490,7 @@ def observe(cfg: SimConfig, state: State) -> dict[str, np.ndarray]:
     is_waiting = slots < state.n_arrived[:, None]
     slots = np.minimum(slots, state.jobs.max_jobs - 1)
     queue = np.zeros((n_envs, cfg.queue_size, 1 + cfg.n_resources), dtype=np.int16)
-    queue[..., 0] = (state.jobs.ec_label[rows[:, None], slots] + 1) * is_waiting
+    queue[..., 0] = (observed_labels(state)[rows[:, None], slots] + 1) * is_waiting
     queue[..., 1:] = state.jobs.request[rows[:, None], slots] * is_waiting[..., None]
     return {
         "machines": machines,
@@ -475,7 +511,7 @@ def _machine_image(cfg: SimConfig, state: State) -> np.ndarray:
     first_row = state.t - hist + 1  # step shown in row 0
     end = state.job_start + jobs.duration
     bi, ji = np.nonzero((state.job_machine >= 0) & (end > first_row[:, None]))
-    m, label = state.job_machine[bi, ji], jobs.ec_label[bi, ji]
+    m, label = state.job_machine[bi, ji], observed_labels(state)[bi, ji]
     colour = (
         1 + label * cfg.max_instances + np.minimum(_instance_rank(bi, m, label, ji), cfg.max_instances - 1)
     )
@@ -629,6 +665,8 @@ def splice_states(state: State, rows: np.ndarray, fresh: State) -> State:
         old, new = getattr(state, name), getattr(fresh, name)
         if name == "jobs":
             fields[name] = _splice_jobs(old, rows, new)
+        elif name == "obs_label":
+            fields[name] = _splice_labels(state, rows, fresh)
         elif old is None:
             fields[name] = None
         else:
@@ -640,6 +678,24 @@ def splice_states(state: State, rows: np.ndarray, fresh: State) -> State:
             arr[rows] = new
             fields[name] = arr
     return State(**fields)
+
+
+def _splice_labels(state: State, rows: np.ndarray, fresh: State) -> np.ndarray | None:
+    """obs_label after splicing: None while neither side was relabelled, else each side's observed labels."""
+    if state.obs_label is None and fresh.obs_label is None:
+        return None
+    out = observed_labels(state).copy()
+    out[rows] = observed_labels(fresh)
+    return out
+
+
+def _splice_meta(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> np.ndarray | None:
+    if jobs.meta is None and fresh.meta is None:
+        return None
+    n_meta = len(JOB_META_COLUMNS)
+    out = np.full((*jobs.ec_label.shape, n_meta), np.nan) if jobs.meta is None else jobs.meta.copy()
+    out[rows] = np.full((*fresh.ec_label.shape, n_meta), np.nan) if fresh.meta is None else fresh.meta
+    return out
 
 
 def _splice_jobs(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> JobBatch:
@@ -661,4 +717,5 @@ def _splice_jobs(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> JobBatch:
         **arrays,
         sequence_keys=splice_tuple(jobs.sequence_keys, fresh.sequence_keys),
         workload_ids=splice_tuple(jobs.workload_ids, fresh.workload_ids),
+        meta=_splice_meta(jobs, rows, fresh),
     )

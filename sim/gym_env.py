@@ -5,6 +5,9 @@ Job sequences come from a JobBatch (each episode draws a row uniformly, or `opti
 or from a sampler `sampler(rng, n) -> JobBatch` with n rows. Observations are `sim.core.observe`'s dict without the
 batch axis (backlog as shape (1,)); `action_mask` is part of it. Gymnasium's env checker samples actions without
 the mask: build the env with `SimConfig(invalid_action="hold")` for it (masked actions then act as hold).
+
+An optional `labeller` (`sim.labelling`) sets the EC labels the observation shows before every observation, i.e.
+before every decision (TVW-RL Algorithm 1, UpdateECLabels); without one the jobs' own labels are shown.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from gymnasium.vector.utils import batch_space
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch, pad_job_batch
+from sim.labelling import Labeller
 
 JobSource = JobBatch | Callable[[np.random.Generator, int], JobBatch]
 MAX_BACKLOG = np.iinfo(np.int32).max
@@ -56,6 +60,13 @@ def _draw_jobs(source: JobSource, rng: np.random.Generator, n: int, options: dic
     return batch
 
 
+def _observe(cfg: SimConfig, state: core.State, labeller: Labeller | None) -> tuple[core.State, dict]:
+    """(state with the labeller's labels, its observation); the state as is without a labeller."""
+    if labeller is not None:
+        state = core.relabel(cfg, state, labeller.labels(cfg, state))
+    return state, core.observe(cfg, state)
+
+
 def _row(obs: dict[str, np.ndarray], b: int) -> dict[str, np.ndarray]:
     out = {k: v[b] for k, v in obs.items()}
     out["backlog"] = obs["backlog"][b : b + 1].astype(np.int64)
@@ -71,9 +82,12 @@ class TvwEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, jobs: JobSource, cfg: SimConfig | None = None) -> None:
+    def __init__(
+        self, jobs: JobSource, cfg: SimConfig | None = None, labeller: Labeller | None = None
+    ) -> None:
         self.cfg = cfg or SimConfig()
         self.jobs = jobs
+        self.labeller = labeller
         self.observation_space = observation_space(self.cfg)
         self.action_space = spaces.Discrete(self.cfg.n_actions)
         self.state: core.State | None = None
@@ -82,15 +96,15 @@ class TvwEnv(gym.Env):
         super().reset(seed=seed)
         batch = _draw_jobs(self.jobs, self.np_random, 1, options)
         core_seed = int(self.np_random.integers(0, 2**31 - 1))
-        self.state = core.reset(self.cfg, batch, [core_seed])
-        return _row(core.observe(self.cfg, self.state), 0), {"sequence_key": batch.sequence_keys[:1]}
+        self.state, obs = _observe(self.cfg, core.reset(self.cfg, batch, [core_seed]), self.labeller)
+        return _row(obs, 0), {"sequence_key": batch.sequence_keys[:1]}
 
     def step(self, action):
         if self.state is None:
             raise RuntimeError("call reset() before step()")
-        self.state, reward, term, trunc, info = core.step(self.cfg, self.state, np.asarray([action]))
-        obs = _row(core.observe(self.cfg, self.state), 0)
-        return obs, float(reward[0]), bool(term[0]), bool(trunc[0]), _info(info, 0)
+        state, reward, term, trunc, info = core.step(self.cfg, self.state, np.asarray([action]))
+        self.state, obs = _observe(self.cfg, state, self.labeller)
+        return _row(obs, 0), float(reward[0]), bool(term[0]), bool(trunc[0]), _info(info, 0)
 
     def action_masks(self) -> np.ndarray:
         """(M + 1,) bool valid actions (the name MaskablePPO-style libraries look for)."""
@@ -108,9 +122,11 @@ class TvwVectorEnv(VectorEnv):
         cfg: SimConfig | None = None,
         max_jobs: int | None = None,
         max_duration: int | None = None,
+        labeller: Labeller | None = None,
     ) -> None:
         self.cfg = cfg or SimConfig()
         self.jobs = jobs
+        self.labeller = labeller
         self.num_envs = num_envs
         self.metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
         self.render_mode = None
@@ -152,6 +168,6 @@ class TvwVectorEnv(VectorEnv):
         return self._obs(), reward, term, trunc, info
 
     def _obs(self) -> dict[str, np.ndarray]:
-        obs = core.observe(self.cfg, self.state)
+        self.state, obs = _observe(self.cfg, self.state, self.labeller)
         obs["backlog"] = obs["backlog"][:, None]
         return obs

@@ -32,6 +32,10 @@ JOB_SEQUENCE_COLUMNS = (
     "is_long_running",
 )
 
+JOB_META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
+"""Optional columns of `sim__job_sequences` with each job's workload meta information (TVW-RL Algorithm 1's
+meta-information(J)), in `JobBatch.meta` order; the same order as `models.ec_classifier.META_COLUMNS`."""
+
 
 @dataclass(frozen=True)
 class JobBatch:
@@ -53,6 +57,10 @@ class JobBatch:
     """Per row, the (source, load_pct, split, sequence_id) it came from (for error messages)."""
     workload_ids: tuple[tuple[str, ...], ...] = ()
     """Per row, workload_id of each real job (for error messages and traces)."""
+    meta: np.ndarray | None = None
+    """(B, J, 4) float64 meta information per job in JOB_META_COLUMNS order (requested cpu/mem fraction of a
+    machine as in the trace, priority, scheduling class), NaN where unknown and for padding; None when the
+    sequences carry no meta columns. Only EC labelling reads it (`sim.labelling`), never the step logic."""
 
     @property
     def batch_size(self) -> int:
@@ -89,33 +97,40 @@ class JobBatch:
             n_jobs=self.n_jobs[rows],
             sequence_keys=pick(self.sequence_keys),
             workload_ids=pick(self.workload_ids),
+            meta=None if self.meta is None else self.meta[rows],
         )
 
     @staticmethod
     def from_jobs(sequences: Sequence[Sequence[dict]], n_resources: int = 2) -> JobBatch:
         """Build from plain Python: one list per sequence of dicts with keys arrival_step, usage
-        (list of per-step lists of D units), ec_label, and optionally request (D units; default peak)
-        and workload_id. Handy for tests and synthetic workloads."""
+        (list of per-step lists of D units), ec_label, and optionally request (D units; default peak),
+        workload_id and meta (4 values in JOB_META_COLUMNS order, None = unknown; `meta` is None unless some
+        job has it). Handy for tests and synthetic workloads."""
         n_rows = len(sequences)
         n_max = max([len(s) for s in sequences] + [1])
         t_max = max([len(j["usage"]) for s in sequences for j in s] + [1])
         batch = _empty(n_rows, n_max, t_max, n_resources)
         wids: list[tuple[str, ...]] = []
+        has_meta = any("meta" in j for s in sequences for j in s)
+        meta = np.full((n_rows, n_max, len(JOB_META_COLUMNS)), np.nan) if has_meta else None
         for b, seq in enumerate(sequences):
             order = sorted(range(len(seq)), key=lambda i: (seq[i]["arrival_step"], i))
             for j, i in enumerate(order):
                 job = seq[i]
                 prof = np.asarray(job["usage"], dtype=np.int64).reshape(-1, n_resources)
                 _fill(batch, b, j, job["arrival_step"], prof, job.get("request"), job["ec_label"])
+                if meta is not None and job.get("meta") is not None:
+                    meta[b, j] = _meta_values(job["meta"], f"row {b} job {j}")
             batch["n_jobs"][b] = len(seq)
             wids.append(tuple(str(seq[i].get("workload_id", f"job{i}")) for i in order))
         keys = tuple(("python", 0, "", b) for b in range(n_rows))
-        return JobBatch(**batch, sequence_keys=keys, workload_ids=tuple(wids))
+        return JobBatch(**batch, sequence_keys=keys, workload_ids=tuple(wids), meta=meta)
 
     @staticmethod
     def from_frame(df: pl.DataFrame) -> JobBatch:
         """Build from the `sim__job_sequences` table: one row per (source, load_pct, split, sequence_id),
-        ordered by that key; jobs ordered by (arrival_step, job_index). Raises ValueError naming the
+        ordered by that key; jobs ordered by (arrival_step, job_index). `meta` is filled when the frame has
+        every JOB_META_COLUMNS column (nulls become NaN), else None. Raises ValueError naming the
         sequence and job on a null arrival/duration/label, a negative arrival, a non-positive duration, or
         usage lists whose length differs from duration_steps."""
         missing = [c for c in JOB_SEQUENCE_COLUMNS if c not in df.columns]
@@ -126,6 +141,8 @@ class JobBatch:
         n_max = max([g.height for g in groups] + [1])
         t_max = max([int(df["duration_steps"].max() or 1), 1])
         batch = _empty(len(groups), n_max, t_max, 2)
+        has_meta = all(c in df.columns for c in JOB_META_COLUMNS)
+        meta = np.full((len(groups), n_max, len(JOB_META_COLUMNS)), np.nan) if has_meta else None
         keys, wids = [], []
         for b, g in enumerate(groups):
             key = tuple(g.row(0, named=True)[c] for c in SEQUENCE_KEY)
@@ -138,7 +155,11 @@ class JobBatch:
                     request = None
                 _fill(batch, b, j, row["arrival_step"], prof, request, row["ec_label"])
             batch["n_jobs"][b] = g.height
-        return JobBatch(**batch, sequence_keys=tuple(keys), workload_ids=tuple(wids))
+            if meta is not None:
+                meta[b, : g.height] = g.select(
+                    [pl.col(c).cast(pl.Float64) for c in JOB_META_COLUMNS]
+                ).to_numpy()  # nulls come out as NaN
+        return JobBatch(**batch, sequence_keys=tuple(keys), workload_ids=tuple(wids), meta=meta)
 
 
 def stack_job_batches(batches: Sequence[JobBatch]) -> JobBatch:
@@ -164,7 +185,29 @@ def stack_job_batches(batches: Sequence[JobBatch]) -> JobBatch:
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     keys = tuple(k for jb in batches for k in (jb.sequence_keys or [("?",)] * jb.batch_size))
     wids = tuple(w for jb in batches for w in (jb.workload_ids or [()] * jb.batch_size))
-    return JobBatch(**arrays, sequence_keys=keys, workload_ids=wids)
+    meta = None
+    if any(jb.meta is not None for jb in batches):
+        meta = np.concatenate([_padded_meta(jb, n_max) for jb in batches])
+    return JobBatch(**arrays, sequence_keys=keys, workload_ids=wids, meta=meta)
+
+
+def _padded_meta(jobs: JobBatch, max_jobs: int) -> np.ndarray:
+    """(B, max_jobs, 4) meta of `jobs`, NaN for padding and when the batch has none (max_jobs >= J)."""
+    out = np.full((jobs.batch_size, max_jobs, len(JOB_META_COLUMNS)), np.nan)
+    if jobs.meta is not None:
+        n = min(max_jobs, jobs.max_jobs)
+        out[:, :n] = jobs.meta[:, :n]
+    return out
+
+
+def _meta_values(values, where: str) -> np.ndarray:
+    """4 meta values (None = unknown) as float64 with NaN; ValueError naming `where` on a wrong count."""
+    out = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+    if out.shape != (len(JOB_META_COLUMNS),):
+        raise ValueError(
+            f"{where}: meta must have {len(JOB_META_COLUMNS)} values {JOB_META_COLUMNS}, got {values}"
+        )
+    return out
 
 
 def _empty(n_rows: int, n_max: int, t_max: int, n_res: int) -> dict:
@@ -229,6 +272,7 @@ def pad_job_batch(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
         n_jobs=jobs.n_jobs,
         sequence_keys=jobs.sequence_keys,
         workload_ids=jobs.workload_ids,
+        meta=None if jobs.meta is None else _padded_meta(jobs, max_jobs),
     )
 
 
@@ -243,4 +287,5 @@ def _trim(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
         n_jobs=jobs.n_jobs,
         sequence_keys=jobs.sequence_keys,
         workload_ids=jobs.workload_ids,
+        meta=None if jobs.meta is None else jobs.meta[:, :max_jobs],
     )

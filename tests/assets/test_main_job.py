@@ -31,9 +31,9 @@ def test_every_run_succeeds(materialised):
 def test_raw_rows_add_up_with_quarantine(materialised):
     wh, _, _ = materialised
     usage = wh.query("select count(*) as n from raw_alibaba2018__container_usage")["n"][0]
-    quarantined = wh.query(
-        "select count(*) as n from raw_quarantine where \"table\" = 'container_usage'"
-    )["n"][0]
+    quarantined = wh.query("select count(*) as n from raw_quarantine where \"table\" = 'container_usage'")[
+        "n"
+    ][0]
     with_id = 0
     import tarfile
 

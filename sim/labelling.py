@@ -1,0 +1,190 @@
+"""EC labels as the scheduler sees them: TVW-RL Algorithm 1's ClassifyToEC and UpdateECLabels in the simulator.
+
+TVW-RL ("Run-time Logic", Algorithm 1 lines 5-8): an incoming workload's EC is predicted from its meta information
+alone (`ClassifyToEC(Z, resource_usage = null)`), and before each placement the labels of the already running
+workloads are re-predicted from their partial resource usage (`UpdateECLabels`). The clustering labels carried by the
+jobs (`JobBatch.ec_label`, from `ec__assignments`) are what the classifier was trained to predict; at run time a real
+scheduler would not know them.
+
+A `Labeller` maps a simulator state to the (B, J) labels the observation shows; `sim.core.relabel` puts them into
+the state and `sim.gym_env` calls the labeller before building every observation (= before every decision).
+
+- `TrueLabeller`: the clustering labels (the simulator's behaviour without a labeller).
+- `ClassifierLabeller`: Algorithm 1 with a trained EC classifier (`models.ec_classifier`). Jobs waiting in the queue
+  and jobs placed at the current step (the simulator starts a job when it places it, so "placed but not started" is
+  a job with no usage observed yet) are labelled from meta only. A placed job that started at s < t is labelled from
+  meta + its OBSERVED usage, the steps s..t-1 of its quantised profile (never step t or later: the future is not
+  observed). Jobs that finished but still show in the image's h-step history keep being labelled from their whole
+  observed life. All those jobs go through one `predict` call per step.
+
+Observed usage -> the classifier's input (it was trained on the first m 5-minute bins of each workload's
+(cpu_frac, mem_frac), `models.ec_classifier.usage_prefixes`):
+- units -> fraction of a machine: units / C_d, divided by the multiplier `pipelines.job_sequences` applied before
+  quantising (`usage_scale`, that builder's stats["usage_scale"][source]; 1 = none). Quantisation ("ceil" by default)
+  is not undone: a step's fraction is the top of its unit, at most 1 / C_d above the true mean.
+- steps -> bins: one logical step averages `prefix_bins_per_step` bins (`SequenceConfig.step_bins`, 12: one hour),
+  so its value is repeated that many times; bins beyond the observed steps are NaN (the classifier reads a missing
+  bin as its training mean). Only the first m bins are used, i.e. the first ceil(m / prefix_bins_per_step) steps.
+A job is a window cut at a random offset of its workload's run, so its "prefix" starts later in the workload's life
+than the prefixes the classifier was trained on; the piecewise-constant bins also lack the within-hour variation.
+
+A job's prediction depends only on its meta and its age (steps observed), so `label_accuracy_by_age` measures the
+labeller job by job and age by age without running a policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import polars as pl
+
+from sim.config import SimConfig
+from sim.core import State, observed_labels
+from sim.jobs import JOB_META_COLUMNS, JobBatch
+
+LABEL_ACCURACY = {
+    "age_steps": pl.Int64,  # usage steps observed when the label is predicted (0 = meta only)
+    "n_jobs": pl.Int64,  # real jobs still running at that age (duration > age_steps)
+    "n_correct": pl.Int64,  # of them, predicted label == clustering label
+    "accuracy": pl.Float64,  # n_correct / n_jobs (NaN when n_jobs = 0)
+}
+"""One row per age of `label_accuracy_by_age`."""
+
+
+@runtime_checkable
+class Labeller(Protocol):
+    """Labels the scheduler sees: (B, J) int labels in 0..G-1 (entries of jobs it does not show are ignored)."""
+
+    def labels(self, cfg: SimConfig, state: State) -> np.ndarray: ...
+
+
+class EcPredictor(Protocol):
+    """What ClassifierLabeller needs of `models.ec_classifier.TrainedClassifier` (sim does not import models)."""
+
+    cfg: Any  # has prefix_bins: m, the usage bins the model reads (0 = meta only)
+
+    def predict(self, meta: np.ndarray, prefixes: np.ndarray | None = None) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class TrueLabeller:
+    """The clustering labels carried by the jobs (`JobBatch.ec_label`): the default observation."""
+
+    def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
+        return state.jobs.ec_label.copy()
+
+
+def observed_steps(state: State) -> np.ndarray:
+    """(B, J) int64: usage steps of each job observed by step t, min(t - start, duration) for placed jobs (steps
+    start..t-1; a job placed at t has 0), 0 for jobs not placed."""
+    age = state.t[:, None] - state.job_start
+    return np.where(state.job_machine >= 0, np.clip(age, 0, state.jobs.duration), 0)
+
+
+def labelled_jobs(cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, J) bool: the jobs whose label the observation shows now, which Algorithm 1 (re)labels: jobs waiting
+    in the queue (backlog included) and placed jobs that are running or still in the image's h-step history."""
+    index = np.arange(state.jobs.max_jobs)[None, :]
+    is_waiting = (index >= state.next_job[:, None]) & (index < state.n_arrived[:, None])
+    first_row = state.t - cfg.history_steps + 1  # oldest step the image shows
+    is_shown = (state.job_machine >= 0) & (state.job_start + state.jobs.duration > first_row[:, None])
+    return (is_waiting | is_shown) & (index < state.jobs.n_jobs[:, None])
+
+
+class ClassifierLabeller:
+    """TVW-RL Algorithm 1 with a trained EC classifier: meta only for jobs not started, meta + observed usage for
+    placed ones, re-predicted at every call (see the module docstring for how usage becomes classifier input)."""
+
+    def __init__(
+        self,
+        classifier: EcPredictor | str | Path,
+        prefix_bins_per_step: int = 12,
+        usage_scale: Sequence[float] = (1.0, 1.0),
+    ) -> None:
+        """classifier: a TrainedClassifier or the path of one saved with `TrainedClassifier.save`;
+        prefix_bins_per_step: 5-minute bins per logical step (`SequenceConfig.step_bins`);
+        usage_scale: (cpu, mem) multipliers the job-sequence builder applied to fractions before quantising."""
+        if isinstance(classifier, str | Path):
+            # sim never depends on models at import time (models -> sim); the loader is needed only here
+            from models.ec_classifier import load_classifier
+
+            classifier = load_classifier(classifier)
+        if prefix_bins_per_step < 1:
+            raise ValueError(f"prefix_bins_per_step must be >= 1, got {prefix_bins_per_step}")
+        scale = np.asarray(usage_scale, dtype=np.float64)
+        if scale.shape != (2,) or not (scale > 0).all():
+            raise ValueError(f"usage_scale must be two positive (cpu, mem) multipliers, got {usage_scale}")
+        self.classifier = classifier
+        self.prefix_bins = int(classifier.cfg.prefix_bins)
+        self.prefix_bins_per_step = prefix_bins_per_step
+        self.usage_scale = scale
+
+    def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
+        """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere."""
+        out = observed_labels(state).astype(np.int64, copy=True)
+        bi, ji = np.nonzero(labelled_jobs(cfg, state))
+        if bi.size:
+            out[bi, ji] = self.predict_jobs(cfg, state.jobs, bi, ji, observed_steps(state)[bi, ji])
+        return out
+
+    def predict_jobs(
+        self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray
+    ) -> np.ndarray:
+        """(n,) int64 labels of jobs (rows[i], job_index[i]) after n_observed[i] usage steps: one predict call."""
+        meta = self.meta_inputs(jobs, rows, job_index)
+        prefixes = (
+            self.prefix_inputs(cfg, jobs, rows, job_index, n_observed) if self.prefix_bins > 0 else None
+        )
+        return np.asarray(self.classifier.predict(meta, prefixes)).astype(np.int64)
+
+    @staticmethod
+    def meta_inputs(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray) -> np.ndarray:
+        """(n, 4) float meta of the jobs in JOB_META_COLUMNS order; all NaN (the classifier imputes its
+        training means) when the batch carries no meta, e.g. synthetic sequences."""
+        if jobs.meta is None:
+            return np.full((len(rows), len(JOB_META_COLUMNS)), np.nan)
+        return jobs.meta[rows, job_index].astype(np.float64)
+
+    def prefix_inputs(
+        self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray
+    ) -> np.ndarray:
+        """(n, 2, <= m) observed (cpu, mem) fractions per 5-minute bin: each step's units / C_d / usage_scale
+        repeated prefix_bins_per_step times, NaN from bin n_observed * prefix_bins_per_step on."""
+        if cfg.n_resources != 2:
+            raise ValueError(
+                f"the EC classifier reads (cpu, mem) usage; the config has {cfg.n_resources} resources"
+            )
+        k = self.prefix_bins_per_step
+        n_steps = min(-(-self.prefix_bins // k), jobs.max_duration)
+        cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+        frac = jobs.usage[rows, job_index, :n_steps] / (cap * self.usage_scale)  # (n, steps, 2)
+        bins = np.repeat(frac, k, axis=1)[:, : self.prefix_bins]  # (n, bins, 2)
+        is_known = np.arange(bins.shape[1])[None, :] < (np.asarray(n_observed) * k)[:, None]
+        return np.where(is_known[..., None], bins, np.nan).transpose(0, 2, 1)
+
+
+def label_accuracy_by_age(
+    labeller: ClassifierLabeller, cfg: SimConfig, jobs: JobBatch, ages: Sequence[int]
+) -> pl.DataFrame:
+    """Fraction of jobs whose predicted label equals the clustering label (`ec_label`), per age (LABEL_ACCURACY).
+
+    At age a a job has a usage steps observed (a = 0: on arrival, meta only); it counts at age a while it still
+    runs (duration > a). One predict call per age; the result is what a rollout would see, whatever the policy,
+    since a prediction depends only on the job and its age."""
+    rows, job_index = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    out = []
+    for age in ages:
+        if age < 0:
+            raise ValueError(f"ages must be >= 0, got {age}")
+        is_alive = jobs.duration[rows, job_index] > age
+        r, j = rows[is_alive], job_index[is_alive]
+        n_correct = 0
+        if r.size:
+            pred = labeller.predict_jobs(cfg, jobs, r, j, np.full(r.size, age))
+            n_correct = int((pred == jobs.ec_label[r, j]).sum())
+        out.append((int(age), int(r.size), n_correct, n_correct / r.size if r.size else float("nan")))
+    return pl.DataFrame(out, schema=LABEL_ACCURACY, orient="row")
