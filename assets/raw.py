@@ -8,6 +8,7 @@ definitions load (restart `dagster dev`, or reload the code location, after addi
 import dataclasses
 from pathlib import Path
 
+import polars as pl
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -20,6 +21,7 @@ from dagster import (
     asset,
 )
 
+from assets.io_manager import frame_metadata
 from assets.resources import Warehouse
 from pipelines.ingest import ingest_shard
 from pipelines.raw_schemas import RAW_SCHEMAS
@@ -80,8 +82,11 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
             f"{stats.rows_quarantined} quarantined"
         )
         added_up = stats.rows_in == stats.rows_written + stats.rows_quarantined
+        head = pl.scan_parquet(out).head(10).collect()
         return MaterializeResult(
             metadata={
+                **frame_metadata(head),
+                "quarantine_path": MetadataValue.path(str(quarantine)),
                 **{k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, int | float)},
                 "dagster/row_count": stats.rows_written,
                 "source_file": MetadataValue.path(str(found[shard])),

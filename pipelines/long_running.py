@@ -28,6 +28,7 @@ from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, LONG_RUNNING_REPORT, WO
 REASONS = ("no_usage", "bad_final_state", "partial", "too_short", "kept")
 """Report reasons, in order of precedence."""
 ORPHAN_REASON = "usage_without_workload"
+KEY = ["source", "workload_id"]
 
 
 def _default_min_bins() -> dict[str, int]:
@@ -53,9 +54,20 @@ def longest_runs(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     along a run of consecutive bins, so grouping by it gives the runs (a duplicated bin shares its rank and shows
     up as len > n_unique).
     """
-    key = ["source", "workload_id"]
+    runs = longest_runs_per_run(usage)
+    order = [pl.col("n_run_bins"), -pl.col("run_start_s")]
+    return runs.group_by(KEY).agg(
+        pl.col("run_start_s").sort_by(order, descending=True).first(),
+        pl.col("n_run_bins").max(),
+        pl.col("n_dup_bins").sum(),
+    )
+
+
+def longest_runs_per_run(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """Every run of consecutive bins: (source, workload_id, run_key) -> run_start_s, n_run_bins, n_dup_bins."""
+    key = KEY
     b = pl.col("bin_start_s")
-    runs = (
+    return (
         usage.lazy()
         .select(*key, "bin_start_s")
         .with_columns((b // BIN_SECONDS - b.rank("dense").over(key).cast(pl.Int64)).alias("run_key"))
@@ -66,11 +78,80 @@ def longest_runs(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
             (pl.len() - b.n_unique()).alias("n_dup_bins"),
         )
     )
-    order = [pl.col("n_run_bins"), -pl.col("run_start_s")]
-    return runs.group_by(key).agg(
-        pl.col("run_start_s").sort_by(order, descending=True).first(),
-        pl.col("n_run_bins").max(),
-        pl.col("n_dup_bins").sum(),
+
+
+def _chunk_runs(part: pl.LazyFrame) -> pl.DataFrame:
+    """Per workload of one time chunk: its first, last and longest run of consecutive bins (start, length),
+    duplicated bins and number of runs."""
+    runs = longest_runs_per_run(part)
+    by_start = pl.col("run_start_s")
+    n = pl.col("n_run_bins")
+    return (
+        runs.group_by(KEY)
+        .agg(
+            by_start.min().alias("c_first_start"),
+            n.sort_by(by_start).first().alias("c_first_n"),
+            by_start.max().alias("c_last_start"),
+            n.sort_by(by_start).last().alias("c_last_n"),
+            n.max().alias("c_best_n"),
+            by_start.sort_by([n, -by_start], descending=True).first().alias("c_best_start"),
+            pl.col("n_dup_bins").sum().alias("c_dup"),
+            pl.len().alias("c_runs"),
+        )
+        .collect(engine="streaming")
+    )
+
+
+def _merge_runs(state: pl.DataFrame | None, chunk: pl.DataFrame) -> pl.DataFrame:
+    """Fold one chunk's runs into the per-workload state (best run, open run = the one ending last, dups).
+
+    The chunk's first run continues the open run when it starts exactly one bin after the open run's end."""
+    if state is None:
+        return chunk.select(
+            *KEY, pl.col("c_best_start").alias("best_start"), pl.col("c_best_n").alias("best_n"),
+            pl.col("c_last_start").alias("open_start"), pl.col("c_last_n").alias("open_n"),
+            pl.col("c_dup").alias("n_dup"),
+        )  # fmt: skip
+    c = pl.col
+    j = state.join(chunk, on=KEY, how="full", coalesce=True)
+    cont = (c("open_start") + c("open_n") * BIN_SECONDS == c("c_first_start")).fill_null(False)
+    merged_n = pl.when(cont).then(c("open_n") + c("c_first_n"))
+    cands = [(c("best_n"), c("best_start")), (c("c_best_n"), c("c_best_start")), (merged_n, c("open_start"))]
+    best_n = pl.max_horizontal([n for n, _ in cands])
+    best_start = pl.min_horizontal([pl.when(n == best_n).then(s) for n, s in cands])
+    absent = c("c_first_start").is_null()
+    one_merged = cont & (c("c_runs") == 1)
+    open_start = pl.when(absent | one_merged).then(c("open_start")).otherwise(c("c_last_start"))
+    open_n = pl.when(absent).then(c("open_n")).when(one_merged).then(merged_n).otherwise(c("c_last_n"))
+    return j.select(
+        *KEY, best_start.alias("best_start"), best_n.alias("best_n"), open_start.alias("open_start"),
+        open_n.alias("open_n"), (c("n_dup").fill_null(0) + c("c_dup").fill_null(0)).alias("n_dup"),
+    )  # fmt: skip
+
+
+def chunked_longest_runs(usage: pl.DataFrame | pl.LazyFrame, chunk_s: int) -> pl.DataFrame:
+    """longest_runs, one time chunk of `chunk_s` seconds at a time (ties: earliest run, as longest_runs).
+
+    Memory: one chunk's bins plus a few numbers per workload, whatever the number of usage rows; each chunk
+    filters the scan on bin_start_s, so Parquet row-group statistics skip the rest of time-ordered files."""
+    if chunk_s <= 0 or chunk_s % BIN_SECONDS:
+        raise ValueError(f"chunk_s={chunk_s} must be a positive multiple of {BIN_SECONDS}")
+    lf = usage.lazy().select(*KEY, "bin_start_s")
+    ks = lf.select((pl.col("bin_start_s") // chunk_s).alias("k")).unique().collect(engine="streaming")
+    state = None
+    for k in ks["k"].drop_nulls().sort().to_list():
+        part = lf.filter(pl.col("bin_start_s").is_between(k * chunk_s, (k + 1) * chunk_s, closed="left"))
+        state = _merge_runs(state, _chunk_runs(part))
+    if state is None:
+        return pl.DataFrame(
+            schema={**{k: pl.String for k in KEY}, "run_start_s": pl.Int64, "n_run_bins": pl.Int64,
+                    "n_dup_bins": pl.Int64},
+        )  # fmt: skip
+    return state.select(
+        *KEY,
+        pl.col("best_start").alias("run_start_s"),
+        pl.col("best_n").alias("n_run_bins"),
+        pl.col("n_dup").cast(pl.Int64).alias("n_dup_bins"),
     )
 
 
@@ -110,12 +191,15 @@ def filter_long_running(
     usage: pl.DataFrame | pl.LazyFrame,
     cfg: LongRunningConfig = LongRunningConfig(),
     n_partitions: int = 1,
+    chunk_s: int | None = 6 * 3600,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(LONG_RUNNING: the kept workloads with their longest contiguous window, LONG_RUNNING_REPORT).
 
-    `usage` may be lazy (e.g. `pl.scan_parquet` of the usage files). The run search holds one partition of the
-    usage bins in memory; with `n_partitions > 1` it makes that many passes, each over the workloads whose id
-    hashes to it (runs never cross workloads, so the result is the same).
+    `usage` may be lazy (e.g. `pl.scan_parquet` of the usage chunk files). The run search reads it one time
+    chunk of `chunk_s` seconds at a time and keeps a few numbers per workload between chunks, so memory grows
+    with the number of workloads and the bins of one chunk, not with the usage rows (None: one pass, which
+    holds every usage bin). With `n_partitions > 1` it makes that many passes, each over the workloads whose
+    id hashes to it (runs never cross workloads, so the result is the same either way).
     """
     workloads = check_schema(workloads, WORKLOADS, "workloads")
     unknown = set(workloads["source"].unique().drop_nulls()) - set(cfg.min_contiguous_bins)
@@ -129,14 +213,21 @@ def filter_long_running(
         else usage
         for i in range(n_partitions)
     ]
-    runs = pl.concat([longest_runs(part).collect(engine="streaming") for part in parts])
+    runs = pl.concat(
+        [
+            longest_runs(part).collect(engine="streaming")
+            if chunk_s is None
+            else chunked_longest_runs(part, chunk_s)
+            for part in parts
+        ]
+    )
     dup = runs.filter(pl.col("n_dup_bins") > 0)
     if dup.height:
         raise ValueError(
             f"usage has {dup['n_dup_bins'].sum()} duplicate (workload_id, bin_start_s) rows, "
             f"e.g. workload {dup['workload_id'][0]!r} of source {dup['source'][0]!r}"
         )
-    key = ["source", "workload_id"]
+    key = KEY
     judged = workloads.join(runs, on=key, how="left").with_columns(_reason(cfg).alias("reason"))
     orphans = runs.join(workloads.select(key), on=key, how="anti")
     kept = judged.filter(pl.col("reason") == "kept").sort(key)
