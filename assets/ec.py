@@ -151,8 +151,8 @@ def ec__mapping(
         yield from _empty_outputs(context, f"{series.n} usable long-running workloads, fewer than k_min + 1")
         return
     sweep = sweep_methods(series, source, cfg)
-    for w in sweep.warnings:
-        context.log.warning(w)
+    if sweep.warnings:
+        context.log.warning(f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings))
     yield Output(
         sweep.silhouette,
         output_name="ec__silhouette",

@@ -130,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     db = warehouse_dir() / "tvw.duckdb"
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")
-    print(f'try:     duckdb {db} "select * from eval__summary limit 20"')
+    duckdb_cli = Path(sys.executable).with_name("duckdb")
+    query = (
+        "select source, load_pct, policy, round(mean, 3) as avg_util_cpu from eval__summary "
+        "where metric = 'avg_util_cpu_frac' order by source, load_pct, mean desc"
+    )
+    print(f'try:     {duckdb_cli if duckdb_cli.exists() else "duckdb"} {db} "{query}"')
     if failures:
         print("FAILED: " + ", ".join(failures), file=sys.stderr)
         return 1

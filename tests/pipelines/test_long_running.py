@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
-from pipelines.long_running import LongRunningConfig, filter_long_running
+from pipelines.long_running import LongRunningConfig, chunked_longest_runs, filter_long_running, longest_runs
 from pipelines.schemas import LONG_RUNNING, USAGE, WORKLOADS
 
 CFG = LongRunningConfig(min_contiguous_bins={"google2011": 3, "alibaba2018": 2, "google2011_derived": 3})
@@ -156,3 +157,44 @@ def test_partitioned_run_search_gives_the_same_result():
     one = filter_long_running(WORKLOADS_ALL, USAGE_ALL, CFG)
     three = filter_long_running(WORKLOADS_ALL, USAGE_ALL.lazy(), CFG, n_partitions=3)
     assert one[0].equals(three[0]) and one[1].equals(three[1])
+
+
+def test_runs_across_chunk_boundaries_are_joined():
+    use = usage(
+        [
+            (G, "long", list(range(0, 9))),  # one run of 9 bins over three 3-bin chunks
+            (G, "tie", [0, 1, 3, 4, 5, 6, 8, 9, 10, 11]),  # runs 2, 4 (from 3), 4 (from 8): earliest wins
+            (G, "late", [2, 7, 8, 9, 10, 11]),  # a one-bin run ending a chunk, then a run of 5
+            (G, "gap", [0, 1, 2, 9, 10]),  # absent from the chunk in between
+        ]
+    )
+    runs = {
+        r["workload_id"]: (r["run_start_s"] // 300, r["n_run_bins"])
+        for r in chunked_longest_runs(use.lazy(), 900).iter_rows(named=True)
+    }
+    assert runs == {"long": (0, 9), "tie": (3, 4), "late": (7, 5), "gap": (0, 3)}
+
+
+@pytest.mark.parametrize("chunk_s", [300, 600, 1500, None])
+def test_chunked_run_search_equals_one_pass(chunk_s):
+    rng = np.random.default_rng(0)
+    rows = [
+        (G, f"w{i}", sorted(rng.choice(60, int(rng.integers(1, 60)), replace=False).tolist()))
+        for i in range(40)
+    ]
+    use = usage(rows)
+    ref = longest_runs(use).collect().sort("workload_id")
+    got = chunked_longest_runs(use.lazy(), chunk_s) if chunk_s else longest_runs(use).collect()
+    assert got.sort("workload_id").equals(ref)
+    wl = workloads([(G, f"w{i}", "running", False) for i in range(40)])
+    cfg = LongRunningConfig(min_contiguous_bins={G: 8})
+    assert filter_long_running(wl, use, cfg, chunk_s=chunk_s)[0].equals(
+        filter_long_running(wl, use, cfg, chunk_s=None)[0]
+    )
+
+
+def test_duplicates_are_found_by_the_chunked_search():
+    with pytest.raises(ValueError, match="duplicate"):
+        filter_long_running(
+            workloads([(G, "a", "running", False)]), usage([(G, "a", [0, 5, 5])]), CFG, chunk_s=300
+        )
