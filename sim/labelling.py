@@ -104,14 +104,18 @@ class ClassifierLabeller:
         classifier: EcPredictor | str | Path,
         prefix_bins_per_step: int = 12,
         usage_scale: Sequence[float] = (1.0, 1.0),
+        n_threads: int | None = 1,
     ) -> None:
         """classifier: a TrainedClassifier or the path of one saved with `TrainedClassifier.save`;
         prefix_bins_per_step: 5-minute bins per logical step (`SequenceConfig.step_bins`);
-        usage_scale: (cpu, mem) multipliers the job-sequence builder applied to fractions before quantising."""
-        if isinstance(classifier, str | Path):
-            # sim never depends on models at import time (models -> sim); the loader is needed only here
-            from models.ec_classifier import load_classifier
+        usage_scale: (cpu, mem) multipliers the job-sequence builder applied to fractions before quantising;
+        n_threads: torch intra-op threads while predicting (None = leave as is). The net is tiny: on 2 busy cores
+        one thread predicted 1000 jobs in 0.26 ms, two threads in 29 ms."""
+        # sim never imports models at import time (models -> sim); the classifier side is needed only here
+        from models.ec_classifier import load_classifier
+        from models.forecaster import torch_threads
 
+        if isinstance(classifier, str | Path):
             classifier = load_classifier(classifier)
         if prefix_bins_per_step < 1:
             raise ValueError(f"prefix_bins_per_step must be >= 1, got {prefix_bins_per_step}")
@@ -122,6 +126,8 @@ class ClassifierLabeller:
         self.prefix_bins = int(classifier.cfg.prefix_bins)
         self.prefix_bins_per_step = prefix_bins_per_step
         self.usage_scale = scale
+        self.n_threads = n_threads
+        self._threads = torch_threads
 
     def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
         """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere."""
@@ -139,7 +145,8 @@ class ClassifierLabeller:
         prefixes = (
             self.prefix_inputs(cfg, jobs, rows, job_index, n_observed) if self.prefix_bins > 0 else None
         )
-        return np.asarray(self.classifier.predict(meta, prefixes)).astype(np.int64)
+        with self._threads(self.n_threads):
+            return np.asarray(self.classifier.predict(meta, prefixes)).astype(np.int64)
 
     @staticmethod
     def meta_inputs(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray) -> np.ndarray:
