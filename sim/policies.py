@@ -142,19 +142,20 @@ def promote_queued_job(state: State, slot: np.ndarray) -> State:
             f"env {b}: slot {slot[b]} is not a waiting job (queue length {queue_length(state)[b]})"
         )
     # rotate the range [head, head + slot] of each affected row right by one: the picked job lands on the head
-    arrays = {
-        name: getattr(jobs, name).copy()
-        for name in ("arrival_step", "duration", "usage", "request", "ec_label")
-    }
+    names = ["arrival_step", "duration", "usage", "request", "ec_label"] + (
+        ["meta"] if jobs.meta is not None else []
+    )
+    arrays = {name: getattr(jobs, name).copy() for name in names}
+    obs_label = None if state.obs_label is None else state.obs_label.copy()
     wids = list(jobs.workload_ids)
     for r, lo, hi in zip(rows, head, head + slot[rows], strict=True):
-        for a in arrays.values():
+        for a in [*arrays.values(), *([obs_label] if obs_label is not None else [])]:
             a[r, lo : hi + 1] = np.roll(a[r, lo : hi + 1], 1, axis=0)
         if r < len(wids) and hi < len(wids[r]):
             w = list(wids[r])
             w[lo : hi + 1] = [w[hi], *w[lo:hi]]
             wids[r] = tuple(w)
-    return replace(state, jobs=replace(jobs, **arrays, workload_ids=tuple(wids)))
+    return replace(state, jobs=replace(jobs, **arrays, workload_ids=tuple(wids)), obs_label=obs_label)
 
 
 def decide(

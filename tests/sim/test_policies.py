@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -111,6 +113,18 @@ def test_deeprm_pick_and_promote_keep_fifo_for_the_others() -> None:
     assert state.jobs.workload_ids[0] == ("long", "short", "big")  # the input is not mutated
     new_state, actions = decide(DeepRMSJF(), CFG3, state, np.random.default_rng(0))
     assert new_state.jobs.workload_ids[0][0] == "short" and actions.tolist() == [0]
+
+
+def test_promote_moves_meta_and_observed_labels_with_the_job() -> None:
+    jobs = [_job([1] * 5, [1] * 5, "long"), _job([1] * 2, [1] * 2, "short"), _job([3] * 3, [1] * 3, "big")]
+    batch = JobBatch.from_jobs([jobs])
+    meta = np.arange(batch.max_jobs * 4, dtype=np.float64).reshape(1, batch.max_jobs, 4)
+    state = core.reset(CFG3, replace(batch, meta=meta), 0)
+    state = core.relabel(CFG3, state, np.array([[0, 1, 2]]))
+    moved = promote_queued_job(state, np.array([2]))
+    assert moved.obs_label[0].tolist() == [2, 0, 1]
+    assert moved.jobs.meta[0, :, 0].tolist() == [8.0, 0.0, 4.0]
+    assert state.obs_label[0].tolist() == [0, 1, 2]  # the input is not mutated
 
 
 @pytest.fixture(scope="module")
