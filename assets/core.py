@@ -74,6 +74,12 @@ class UsageRunConfig(Config):
         default="none", description="none | hold | linear: how gaps between bins are filled"
     )
     max_fill_bins: int = Field(default=0, description="longest gap (in 5-min bins) that the policy may fill")
+    chunk_hours: dict[str, int] = Field(
+        default={"google2011": 6, "alibaba2018": 48, "google2011_derived": 24 * 30},
+        description="per source: hours of trace time per written chunk. Google shards are time-ordered, so a "
+        "chunk reads only its shards; Alibaba's container_usage is sorted by container, so each chunk scans "
+        "the whole table: fewer, longer chunks there",
+    )
 
 
 USAGE_INVARIANTS_SQL = """
@@ -126,7 +132,8 @@ def core__usage(
     counts: list[pl.DataFrame] = []
 
     def chunks():
-        for usage, chunk_counts in iter_usage_chunks(source, raw, cfg):
+        chunk_s = config.chunk_hours.get(source, 6) * 3600
+        for usage, chunk_counts in iter_usage_chunks(source, raw, cfg, chunk_s=chunk_s):
             counts.append(chunk_counts)
             yield usage
 

@@ -2,8 +2,10 @@
 
     python benchmarks/bench_ec.py --n 1000
     python benchmarks/bench_ec.py --n 10000 --skip-dtw
+    python benchmarks/bench_ec.py --n 10000 --only-series-matrix --usage-input both
 
-Prints seconds per stage and peak memory (ru_maxrss). Series: n workloads x 2 resources x --length bins,
+Prints seconds per stage and peak memory (ru_maxrss); for series_matrix also the memory the call itself added
+(Linux: peak RSS during the call, reset through /proc/self/clear_refs, minus RSS before it). Series: n workloads x 2 resources x --length bins,
 a mix of daily sines, square waves, ramps and random walks with random levels, amplitudes and noise.
 """
 
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import resource
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -66,14 +70,14 @@ def timed(label: str, fn, *args, **kwargs):
     return res
 
 
-def bench_frames(values: np.ndarray) -> None:
-    """series_matrix on a canonical USAGE / LONG_RUNNING pair built from `values`."""
+def usage_frames(values: np.ndarray) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A canonical USAGE / LONG_RUNNING pair whose kept windows hold exactly `values`."""
     n, _, length = values.shape
-    ids = np.repeat(np.array([f"w{i:06d}" for i in range(n)]), length)
+    ids = [f"w{i:06d}" for i in range(n)]
     usage = pl.DataFrame(
         {
             "source": "bench",
-            "workload_id": ids,
+            "workload_id": np.repeat(np.array(ids), length),
             "bin_start_s": np.tile(np.arange(length) * BIN_SECONDS, n),
             "cpu_frac": values[:, 0].ravel(),
             "mem_frac": values[:, 1].ravel(),
@@ -83,15 +87,63 @@ def bench_frames(values: np.ndarray) -> None:
     ).cast(USAGE)
     lr = pl.DataFrame(
         {c: None for c in LONG_RUNNING}
-        | {
-            "source": "bench",
-            "workload_id": [f"w{i:06d}" for i in range(n)],
-            "run_start_s": 0,
-            "n_run_bins": length,
-        }
+        | {"source": "bench", "workload_id": ids, "run_start_s": 0, "n_run_bins": length}
     ).cast(LONG_RUNNING)
-    s = timed(f"series_matrix from USAGE ({usage.height:,} rows)", series_matrix, usage, lr, None)
-    assert s.n == n and np.allclose(s.values, values)
+    return usage, lr
+
+
+def _rss_mib(field_name: str) -> float:
+    """VmRSS / VmHWM of this process in MiB (Linux); NaN elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so the next peak is the call's own."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def measured_series_matrix(label: str, usage, lr: pl.DataFrame, batch_rows: int | None):
+    """series_matrix with seconds, RSS before, peak RSS during and the difference."""
+    kwargs = {} if batch_rows is None else {"batch_rows": batch_rows}
+    before = _rss_mib("VmRSS")
+    _reset_peak_rss()
+    s = timed(label, series_matrix, usage, lr, None, **kwargs)
+    peak = _rss_mib("VmHWM")
+    print(
+        f"  RSS before {before:.0f} MiB, peak during {peak:.0f} MiB (+{peak - before:.0f} MiB); "
+        f"output array {s.values.nbytes / 2**20:.0f} MiB"
+    )
+    return s
+
+
+def bench_frames(values: np.ndarray, usage_input: str, batch_rows: int | None) -> None:
+    """series_matrix on a canonical USAGE frame and/or a lazy scan of it written as Parquet chunks."""
+    usage, lr = usage_frames(values)
+    n_rows = usage.height
+    if usage_input in ("frame", "both"):
+        s = measured_series_matrix(f"series_matrix, USAGE DataFrame ({n_rows:,} rows)", usage, lr, batch_rows)
+        assert s.n == len(values) and np.array_equal(s.values, values)
+        del s
+    if usage_input in ("lazy", "both"):
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, chunk in enumerate(usage.iter_slices(max(1, n_rows // 8))):
+                chunk.write_parquet(Path(tmp) / f"chunk_{i:03d}.parquet")
+            del usage
+            scan = pl.scan_parquet(Path(tmp) / "*.parquet").join(
+                lr.select("source", "workload_id").lazy(), on=["source", "workload_id"], how="semi"
+            )
+            label = f"series_matrix, Parquet LazyFrame ({n_rows:,} rows)"
+            s = measured_series_matrix(label, scan, lr, batch_rows)
+            assert s.n == len(values) and np.array_equal(s.values, values)
 
 
 def bench_tsfresh_ratio(values: np.ndarray, cfg: TemporalConfig, numpy_s: float) -> None:
@@ -159,6 +211,9 @@ def main() -> None:
     p.add_argument("--dtw-sample", type=int, default=300)
     p.add_argument("--skip-dtw", action="store_true")
     p.add_argument("--skip-frames", action="store_true", help="skip series_matrix on a USAGE frame")
+    p.add_argument("--only-series-matrix", action="store_true", help="run series_matrix only, then stop")
+    p.add_argument("--usage-input", choices=("frame", "lazy", "both"), default="frame")
+    p.add_argument("--batch-rows", type=int, default=None, help="series_matrix batch_rows; default its own")
     a = p.parse_args()
 
     cfg = EcConfig(
@@ -167,8 +222,11 @@ def main() -> None:
     )
     print(f"n={a.n} length={a.length} resources=2 n_init={cfg.n_init} k={cfg.k_min}..{cfg.k_max}")
     values = timed("generate series", generate, a.n, a.length, a.seed)
-    if not a.skip_frames:
-        bench_frames(values)
+    if not a.skip_frames or a.only_series_matrix:
+        bench_frames(values, a.usage_input, a.batch_rows)
+    if a.only_series_matrix:
+        print(f"peak memory (ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        return
     agg = timed("aggregate features (numpy)", aggregate_from_values, values)
     t0 = time.perf_counter()
     temporal = temporal_features(values, cfg.temporal)

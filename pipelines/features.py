@@ -15,6 +15,7 @@ Both matrices are min-max normalised per column to [0, 1] before Euclidean dista
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +46,9 @@ tsfresh's autocorrelation uses `np.isclose(var, 0)` (absolute 1e-8 on the varian
 genuine low-usage fraction series constant; we use an explicit, much smaller threshold instead."""
 
 SKIP_SCHEMA = {"workload_id": pl.String, "reason": pl.String}
+
+BATCH_ROWS = 500_000
+"""Usage rows `series_matrix` turns into numpy at a time: bounds its temporary memory (about 100 bytes a row)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,12 @@ def series_from_arrays(workload_ids: list[str] | np.ndarray, values: np.ndarray)
     )
 
 
-def series_matrix(usage: pl.DataFrame, long_running: pl.DataFrame, length: int | None) -> SeriesSet:
+def series_matrix(
+    usage: pl.DataFrame | pl.LazyFrame,
+    long_running: pl.DataFrame | pl.LazyFrame,
+    length: int | None,
+    batch_rows: int = BATCH_ROWS,
+) -> SeriesSet:
     """Cut each long-running workload's (cpu_frac, mem_frac) series to a common length.
 
     Each workload's kept window is [run_start_s, run_start_s + n_run_bins * BIN_SECONDS). A workload whose
@@ -109,8 +118,63 @@ def series_matrix(usage: pl.DataFrame, long_running: pl.DataFrame, length: int |
     `skipped` with the reason (checked over the whole window, which the aggregate features use).
     Length policy: `length=None` truncates every series to the shortest valid window (min n_run_bins);
     `length=L` truncates to the first L bins and skips windows shorter than L ("window_shorter_than_length").
+
+    `usage` may be a DataFrame or a LazyFrame (e.g. a Parquet scan); it is read twice, `batch_rows` rows at
+    a time (polars streaming engine): once to check windows and sum the aggregate features, once to fill the
+    preallocated (n, 2, L) array. Memory: the output, one byte per kept-window bin, and a few batches.
     """
-    usage = check_schema(usage, USAGE, "usage")
+    if length is not None and length < 0:
+        raise ValueError(f"length must be None or >= 0; got {length}")
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1; got {batch_rows}")
+    windows = _windows(long_running)
+    rows = _usage_rows(usage)
+    stats = _WindowStats(windows["n_run_bins"].to_numpy())
+    # fill the first `guess` bins of every window while checking them: the final length is `guess` when it is
+    # configured, or when one of the shortest windows is valid (the usual case); otherwise read usage again
+    guess = length if length is not None else stats.shortest_window()
+    buffer = np.zeros((windows.height, 2, guess))
+    for idx, offset_s, cpu, mem in _window_batches(rows, windows, batch_rows):
+        stats.add(idx, offset_s, cpu, mem)
+        _place(buffer, idx, offset_s, cpu, mem)
+    reasons, length, note = _choose_length(stats.reasons(), stats.n_run_bins, length)
+    valid = np.flatnonzero(reasons == "ok")
+    if length == guess:
+        values = _compact(buffer, valid)
+    else:
+        del buffer
+        values = _fill_values(rows, windows, valid, length, batch_rows)
+    ids = windows["workload_id"]
+    return SeriesSet(
+        workload_ids=ids.gather(valid).to_numpy().astype(str),
+        values=values,
+        lengths=stats.n_run_bins[valid].astype(np.int64),
+        aggregate=stats.aggregate(valid),
+        skipped=pl.DataFrame(
+            {"workload_id": ids.filter(reasons != "ok"), "reason": reasons[reasons != "ok"].tolist()},
+            schema=SKIP_SCHEMA,
+        ),
+        length_note=note,
+    )
+
+
+def _choose_length(
+    reasons: np.ndarray, n_run_bins: np.ndarray, length: int | None
+) -> tuple[np.ndarray, int, str]:
+    """Apply the length policy: (reasons with short windows skipped, common length, note)."""
+    if length is None:
+        is_ok = reasons == "ok"
+        length = int(n_run_bins[is_ok].min()) if is_ok.any() else 0
+        return reasons, length, f"truncated to the shortest kept window: {length} bins"
+    reasons = reasons.copy()
+    reasons[(reasons == "ok") & (n_run_bins < length)] = "window_shorter_than_length"
+    return reasons, length, f"truncated to the configured length: {length} bins"
+
+
+def _windows(long_running: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """One row per workload, sorted by workload_id, with `idx` (its row) and its window's end `run_end_s`."""
+    if isinstance(long_running, pl.LazyFrame):
+        long_running = long_running.collect()
     lr = check_schema(long_running, LONG_RUNNING, "long_running")
     sources = lr["source"].unique().to_list()
     if len(sources) > 1:
@@ -120,109 +184,167 @@ def series_matrix(usage: pl.DataFrame, long_running: pl.DataFrame, length: int |
     dupes = lr.filter(pl.col("workload_id").is_duplicated())["workload_id"].unique().to_list()
     if dupes:
         raise ValueError(f"long_running lists workload(s) {dupes[:5]} more than once")
-    windows = lr.select(
+    no_window = lr.filter(pl.col("run_start_s").is_null() | pl.col("n_run_bins").is_null())
+    if no_window.height:
+        raise ValueError(
+            f"long_running has a null run_start_s or n_run_bins for workload(s) "
+            f"{no_window['workload_id'].head(5).to_list()}"
+        )
+    return lr.sort("workload_id").select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("idx"),
         "source",
         "workload_id",
         "run_start_s",
         "n_run_bins",
         (pl.col("run_start_s") + pl.col("n_run_bins") * BIN_SECONDS).alias("run_end_s"),
     )
-    rows = usage.join(windows, on=["source", "workload_id"], how="inner").filter(
-        (pl.col("bin_start_s") >= pl.col("run_start_s")) & (pl.col("bin_start_s") < pl.col("run_end_s"))
-    )
-    checks = _check_windows(rows, windows)
-    skipped = checks.filter(pl.col("reason") != "ok")
-    valid = checks.filter(pl.col("reason") == "ok")
-    if length is None:
-        length = int(valid["n_run_bins"].min()) if valid.height else 0
-        note = f"truncated to the shortest kept window: {length} bins"
-    else:
-        short = valid.filter(pl.col("n_run_bins") < length).with_columns(
-            reason=pl.lit("window_shorter_than_length")
+
+
+def _usage_rows(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """The USAGE columns series_matrix reads, cast to the contract; raises if a USAGE column is missing."""
+    lazy = usage.lazy()
+    names = lazy.collect_schema().names()
+    missing = [c for c in USAGE if c not in names]
+    if missing:
+        raise ValueError(f"table 'usage' is missing column(s) {missing}; has {names}")
+    cols = ("source", "workload_id", "bin_start_s", "cpu_frac", "mem_frac")
+    return lazy.select([pl.col(c).cast(USAGE[c]) for c in cols])
+
+
+def _window_batches(
+    rows: pl.LazyFrame, windows: pl.DataFrame, batch_rows: int
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """(idx, offset_s, cpu_frac, mem_frac) numpy arrays of the usage rows inside each window, in batches.
+
+    `offset_s` is bin_start_s - run_start_s (>= 0, < run_end_s - run_start_s); a null value becomes NaN.
+    Rows come in no particular order: callers place them by (idx, offset_s)."""
+    plan = (
+        rows.join(windows.lazy(), on=["source", "workload_id"], how="inner")
+        .filter(
+            (pl.col("bin_start_s") >= pl.col("run_start_s")) & (pl.col("bin_start_s") < pl.col("run_end_s"))
         )
-        skipped = pl.concat([skipped, short])
-        valid = valid.filter(pl.col("n_run_bins") >= length)
-        note = f"truncated to the configured length: {length} bins"
-    skipped = skipped.select("workload_id", "reason").sort("workload_id")
-    valid = valid.sort("workload_id")
-    values = _cut_values(rows, valid, length)
-    return SeriesSet(
-        workload_ids=valid["workload_id"].to_numpy().astype(str),
-        values=values,
-        lengths=valid["n_run_bins"].to_numpy().astype(np.int64),
-        aggregate=_aggregate_from_rows(rows, valid),
-        skipped=skipped,
-        length_note=note,
+        .select(
+            "idx",
+            (pl.col("bin_start_s") - pl.col("run_start_s")).alias("offset_s"),
+            pl.col("cpu_frac").fill_null(np.nan),
+            pl.col("mem_frac").fill_null(np.nan),
+        )
     )
+    for batch in plan.collect_batches(chunk_size=batch_rows, maintain_order=False):
+        if batch.height:
+            yield tuple(batch[c].to_numpy() for c in batch.columns)
 
 
-def _check_windows(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """Per workload: n_run_bins and 'ok' or the reason it is skipped."""
-    bad_value = (
-        pl.col("cpu_frac").fill_nan(None).is_null()
-        | pl.col("mem_frac").fill_nan(None).is_null()
-        | (pl.col("cpu_frac") < 0)
-        | (pl.col("mem_frac") < 0)
-    )
-    per = rows.group_by("workload_id").agg(
-        n_rows=pl.len(),
-        n_bins=pl.col("bin_start_s").n_unique(),
-        n_bad=bad_value.sum(),
-        n_misaligned=((pl.col("bin_start_s") - pl.col("run_start_s")) % BIN_SECONDS != 0).sum(),
-    )
-    out = windows.select("workload_id", "n_run_bins").join(
-        per, on="workload_id", how="left", maintain_order="left"
-    )
-    reason = (
-        pl.when(pl.col("n_run_bins") < 1)
-        .then(pl.lit("empty_window"))
-        .when(pl.col("n_rows").is_null())
-        .then(pl.lit("no_usage_in_window"))
-        .when(pl.col("n_bad") > 0)
-        .then(pl.lit("nan_or_negative_value"))
-        .when(pl.col("n_misaligned") > 0)
-        .then(pl.lit("bin_not_on_grid"))
-        .when(pl.col("n_rows") > pl.col("n_bins"))
-        .then(pl.lit("duplicate_bins"))
-        .when(pl.col("n_bins") < pl.col("n_run_bins"))
-        .then(pl.lit("missing_bins"))
-        .otherwise(pl.lit("ok"))
-    )
-    return out.select("workload_id", "n_run_bins", reason.alias("reason"))
+class _WindowStats:
+    """Per-workload counts and sums over the rows of its kept window, accumulated batch by batch."""
+
+    def __init__(self, n_run_bins: np.ndarray) -> None:
+        n = len(n_run_bins)
+        self.n_run_bins = n_run_bins.astype(np.int64)
+        width = np.maximum(self.n_run_bins, 0)
+        self.first_bin = np.concatenate([[0], np.cumsum(width)[:-1]]).astype(np.int64)
+        self.is_seen = np.zeros(int(width.sum()), dtype=bool)  # one flag per bin of every window
+        self.n_rows, self.n_bad, self.n_misaligned = (np.zeros(n, dtype=np.int64) for _ in range(3))
+        self.cpu_sum, self.mem_sum = np.zeros(n), np.zeros(n)
+        # memory-to-CPU ratio over bins with cpu_frac > 0: count, mean and sum of squared deviations
+        self.ratio_n, self.ratio_mean, self.ratio_m2 = np.zeros(n), np.zeros(n), np.zeros(n)
+
+    def add(self, idx: np.ndarray, offset_s: np.ndarray, cpu: np.ndarray, mem: np.ndarray) -> None:
+        n = len(self.n_rows)
+        self.n_rows += np.bincount(idx, minlength=n)
+        is_bad = ~(cpu >= 0) | ~(mem >= 0)  # NaN compares False: null/NaN or negative
+        self.n_bad += np.bincount(idx[is_bad], minlength=n)
+        is_aligned = offset_s % BIN_SECONDS == 0
+        self.n_misaligned += np.bincount(idx[~is_aligned], minlength=n)
+        self.is_seen[self.first_bin[idx[is_aligned]] + offset_s[is_aligned] // BIN_SECONDS] = True
+        self.cpu_sum += np.bincount(idx, weights=cpu, minlength=n)
+        self.mem_sum += np.bincount(idx, weights=mem, minlength=n)
+        has_cpu = cpu > 0
+        self._add_ratios(idx[has_cpu], mem[has_cpu] / cpu[has_cpu])
+
+    def _add_ratios(self, idx: np.ndarray, ratio: np.ndarray) -> None:
+        """Merge a batch's per-workload ratio mean and squared deviations (Chan et al.'s pairwise update)."""
+        n = len(self.n_rows)
+        count = np.bincount(idx, minlength=n).astype(np.float64)
+        mean = np.bincount(idx, weights=ratio, minlength=n) / np.maximum(count, 1.0)
+        m2 = np.bincount(idx, weights=(ratio - mean[idx]) ** 2, minlength=n)
+        total = self.ratio_n + count
+        safe = np.maximum(total, 1.0)
+        delta = mean - self.ratio_mean
+        self.ratio_m2 += m2 + delta**2 * self.ratio_n * count / safe
+        self.ratio_mean += delta * count / safe
+        self.ratio_n = total
+
+    def shortest_window(self) -> int:
+        """Fewest bins in a non-empty window (0 when there is none)."""
+        widths = self.n_run_bins[self.n_run_bins > 0]
+        return int(widths.min()) if len(widths) else 0
+
+    def n_distinct_bins(self) -> np.ndarray:
+        """Distinct on-grid bins seen per workload (0 for an empty window)."""
+        out = np.zeros(len(self.n_rows), dtype=np.int64)
+        has_bins = self.n_run_bins > 0
+        if has_bins.any():
+            # empty windows have zero width, so consecutive non-empty starts delimit each window
+            out[has_bins] = np.add.reduceat(self.is_seen, self.first_bin[has_bins], dtype=np.int64)
+        return out
+
+    def reasons(self) -> np.ndarray:
+        """Per workload 'ok' or why it is skipped; the first failing check wins, in this order."""
+        n_bins = self.n_distinct_bins()
+        checks = [
+            (self.n_run_bins < 1, "empty_window"),
+            (self.n_rows == 0, "no_usage_in_window"),
+            (self.n_bad > 0, "nan_or_negative_value"),
+            (self.n_misaligned > 0, "bin_not_on_grid"),
+            (self.n_rows > n_bins, "duplicate_bins"),
+            (n_bins < self.n_run_bins, "missing_bins"),
+        ]
+        return np.select([c for c, _ in checks], [r for _, r in checks], default="ok").astype(object)
+
+    def aggregate(self, rows: np.ndarray) -> np.ndarray:
+        """`AGGREGATE_FEATURES` over the full kept windows of the workloads at `rows`."""
+        r_n = self.ratio_n[rows]
+        r_std = np.sqrt(self.ratio_m2[rows] / np.maximum(r_n, 1.0))
+        n_bins = self.n_run_bins[rows].astype(np.float64)
+        return _stack_aggregate(self.cpu_sum[rows], self.mem_sum[rows], n_bins, self.ratio_mean[rows], r_std)
 
 
-def _cut_values(rows: pl.DataFrame, valid: pl.DataFrame, length: int) -> np.ndarray:
-    """(n, 2, length) array of the first `length` bins of each valid workload, in `valid`'s order."""
-    n = valid.height
-    if n == 0 or length == 0:
-        return np.zeros((n, 2, length))
-    cut = (
-        rows.join(valid.select("workload_id"), on="workload_id", how="semi")
-        .filter(pl.col("bin_start_s") < pl.col("run_start_s") + length * BIN_SECONDS)
-        .sort("workload_id", "bin_start_s")
-    )
-    flat = cut.select("cpu_frac", "mem_frac").to_numpy().astype(np.float64)
-    # every valid window is complete and unique, so each workload contributes exactly `length` rows
-    return np.ascontiguousarray(flat.reshape(n, length, 2).transpose(0, 2, 1))
+def _place(
+    values: np.ndarray, idx: np.ndarray, offset_s: np.ndarray, cpu: np.ndarray, mem: np.ndarray
+) -> None:
+    """Write rows into `values[idx, :, offset_s // BIN_SECONDS]` where that bin is within `values`' length."""
+    k = offset_s // BIN_SECONDS
+    keep = k < values.shape[2]
+    idx, k = idx[keep], k[keep]
+    values[idx, 0, k] = cpu[keep]
+    values[idx, 1, k] = mem[keep]
 
 
-def _aggregate_from_rows(rows: pl.DataFrame, valid: pl.DataFrame) -> np.ndarray:
-    """`AGGREGATE_FEATURES` over each valid workload's full kept window, in `valid`'s order."""
-    ratio = pl.when(pl.col("cpu_frac") > 0).then(pl.col("mem_frac") / pl.col("cpu_frac"))
-    per = rows.group_by("workload_id").agg(
-        cpu_sum=pl.col("cpu_frac").sum(),
-        mem_sum=pl.col("mem_frac").sum(),
-        ratio_mean=ratio.mean(),
-        ratio_std=ratio.std(ddof=0),
+def _compact(buffer: np.ndarray, keep: np.ndarray, block: int = 256) -> np.ndarray:
+    """`buffer[keep]` (keep ascending) built in place: rows move forward a block at a time, then it shrinks."""
+    for lo in range(0, len(keep), block):
+        # keep[j] >= j, so a block's source rows are never overwritten by an earlier block
+        rows = keep[lo : lo + block]
+        buffer[lo : lo + len(rows)] = buffer[rows]
+    buffer.resize((len(keep), *buffer.shape[1:]), refcheck=False)
+    return buffer
+
+
+def _fill_values(
+    rows: pl.LazyFrame, windows: pl.DataFrame, valid: np.ndarray, length: int, batch_rows: int
+) -> np.ndarray:
+    """(len(valid), 2, length) array of the first `length` bins of the workloads at `valid` (complete windows)."""
+    values = np.zeros((len(valid), 2, length))
+    if len(valid) == 0 or length == 0:
+        return values
+    cut = windows[valid].with_columns(
+        idx=pl.int_range(pl.len(), dtype=pl.Int64),
+        run_end_s=pl.col("run_start_s") + length * BIN_SECONDS,
     )
-    df = valid.select("workload_id", "n_run_bins").join(
-        per, on="workload_id", how="left", maintain_order="left"
-    )
-    n_bins = df["n_run_bins"].to_numpy().astype(np.float64)
-    cpu_sum, mem_sum = df["cpu_sum"].to_numpy(), df["mem_sum"].to_numpy()
-    r_mean = np.nan_to_num(df["ratio_mean"].fill_null(0.0).to_numpy().astype(np.float64))
-    r_std = np.nan_to_num(df["ratio_std"].fill_null(0.0).to_numpy().astype(np.float64))
-    return _stack_aggregate(cpu_sum, mem_sum, n_bins, r_mean, r_std)
+    for pos, offset_s, cpu, mem in _window_batches(rows, cut, batch_rows):
+        _place(values, pos, offset_s, cpu, mem)
+    return values
 
 
 def aggregate_from_values(values: np.ndarray) -> np.ndarray:

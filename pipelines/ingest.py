@@ -3,6 +3,10 @@
 The file is read in chunks of whole lines, each chunk parsed by the source into the raw schema,
 and written as a row group; memory stays bounded by a few chunks whatever the file size. Both
 outputs appear atomically at the end (temp file + rename): on any error neither is touched.
+
+Memory (measured, 64 MB chunks): at most 3 parsed chunks are alive (one being encoded, one queued, one
+being parsed) besides the raw bytes read ahead; the only state that grows with the file is the source's
+per-workload time maxima for the order check (`pipelines.sources.base.CsvChunkParser`), one row per workload.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def ingest_shard(
     with (
         open_parquet_stream(out_path, polars_to_arrow_schema(schema)) as out,
         open_parquet_stream(quarantine_path, polars_to_arrow_schema(QUARANTINE)) as qout,
-        _background(lambda b: (out.write(b.rows), qout.write(b.quarantine))) as write,
+        _background(lambda b: (out.write(b.rows), qout.write(b.quarantine)), depth=1) as write,
     ):
         for batch in source.iter_batches(table, path, batch_bytes):
             write(batch)

@@ -433,7 +433,9 @@ def iter_usage_chunks(
 
     Each chunk reads the raw rows of one time range (a filter on the raw time column: Parquet row-group
     statistics skip the rest when the files are in time order, as Google's shards are), so memory follows
-    `chunk_s`, not the trace length. Yields at least one chunk (maybe empty).
+    `chunk_s`, not the trace length. Yields at least one chunk (maybe empty). Alibaba's container_usage is in
+    container order, so there no row group can be skipped and every chunk scans the usage columns of the whole
+    table: use a larger `chunk_s` (e.g. a day) to make fewer passes.
     """
     if chunk_s <= 0 or chunk_s % BIN_SECONDS:
         raise ValueError(f"chunk_s={chunk_s} must be a positive multiple of {BIN_SECONDS}")

@@ -84,7 +84,7 @@ class CsvTable:
         return {c: self.parse_as.get(c, t) for c, t in self.schema.items()}
 
 
-ORDER_STATE_MERGE_ROWS = 4_000_000
+ORDER_STATE_MERGE_ROWS = 1_000_000
 """Fold the per-chunk order-check maxima once they hold this many rows (bounds memory)."""
 
 INVALID_MARKER_VALUES = (-1.0, 101.0)
