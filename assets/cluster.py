@@ -96,7 +96,7 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
             notes[source] = f"skipped: {n} long-running workloads"
             continue
         lr = long_running.filter(pl.col("source") == source)
-        use = long_running_usage(warehouse, source, lr)
+        use = long_running_usage(warehouse, source, lr).collect()
         ec = assignments.filter(pl.col("source") == source) if assignments is not None else None
         df, stats = build_job_sequences(use, lr, ec, seq_cfg)
         frames.append(df)

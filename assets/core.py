@@ -162,14 +162,10 @@ class LongRunningRunConfig(Config):
     )
 
 
-def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataFrame) -> pl.DataFrame:
-    """The usage bins of one source's long-running workloads (a semi-join on the lazy scan: small)."""
+def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataFrame) -> pl.LazyFrame:
+    """The usage bins of one source's long-running workloads: a lazy semi-join on the chunked usage scan."""
     ids = long_running.select("source", "workload_id").unique()
-    return (
-        warehouse.scan("core__usage", [source])
-        .join(ids.lazy(), on=["source", "workload_id"], how="semi")
-        .collect()
-    )
+    return warehouse.scan("core__usage", [source]).join(ids.lazy(), on=["source", "workload_id"], how="semi")
 
 
 @multi_asset(

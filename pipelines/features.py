@@ -47,7 +47,7 @@ genuine low-usage fraction series constant; we use an explicit, much smaller thr
 
 SKIP_SCHEMA = {"workload_id": pl.String, "reason": pl.String}
 
-BATCH_ROWS = 500_000
+BATCH_ROWS = 250_000
 """Usage rows `series_matrix` turns into numpy at a time: bounds its temporary memory (about 100 bytes a row)."""
 
 
@@ -119,9 +119,11 @@ def series_matrix(
     Length policy: `length=None` truncates every series to the shortest valid window (min n_run_bins);
     `length=L` truncates to the first L bins and skips windows shorter than L ("window_shorter_than_length").
 
-    `usage` may be a DataFrame or a LazyFrame (e.g. a Parquet scan); it is read twice, `batch_rows` rows at
-    a time (polars streaming engine): once to check windows and sum the aggregate features, once to fill the
-    preallocated (n, 2, L) array. Memory: the output, one byte per kept-window bin, and a few batches.
+    `usage` may be a DataFrame or a LazyFrame (e.g. a Parquet scan, best pre-filtered to these workloads); it
+    is streamed `batch_rows` rows at a time (polars streaming engine) into numpy, which checks the windows, sums
+    the aggregate features and fills a preallocated array by computed offsets. One read suffices when `length`
+    is given or one of the shortest windows is valid; otherwise a second read fills the array. Memory: the
+    output, one byte per kept-window bin, and a few batches (rows may come in any order).
     """
     if length is not None and length < 0:
         raise ValueError(f"length must be None or >= 0; got {length}")
@@ -130,18 +132,18 @@ def series_matrix(
     windows = _windows(long_running)
     rows = _usage_rows(usage)
     stats = _WindowStats(windows["n_run_bins"].to_numpy())
-    # fill the first `guess` bins of every window while checking them: the final length is `guess` when it is
-    # configured, or when one of the shortest windows is valid (the usual case); otherwise read usage again
+    # fill the first `guess` bins of every window that can reach it while checking all windows
     guess = length if length is not None else stats.shortest_window()
-    buffer = np.zeros((windows.height, 2, guess))
+    slot = _slots(stats.n_run_bins >= max(guess, 1))
+    buffer = np.zeros((int(slot.max(initial=-1)) + 1, 2, guess))
     for idx, offset_s, cpu, mem in _window_batches(rows, windows, batch_rows):
         stats.add(idx, offset_s, cpu, mem)
-        _place(buffer, idx, offset_s, cpu, mem)
+        _place(buffer, slot[idx], offset_s, cpu, mem)
     reasons, length, note = _choose_length(stats.reasons(), stats.n_run_bins, length)
     valid = np.flatnonzero(reasons == "ok")
     if length == guess:
-        values = _compact(buffer, valid)
-    else:
+        values = _compact(buffer, slot[valid])
+    else:  # the shortest windows were all skipped
         del buffer
         values = _fill_values(rows, windows, valid, length, batch_rows)
     ids = windows["workload_id"]
@@ -242,7 +244,7 @@ class _WindowStats:
         n = len(n_run_bins)
         self.n_run_bins = n_run_bins.astype(np.int64)
         width = np.maximum(self.n_run_bins, 0)
-        self.first_bin = np.concatenate([[0], np.cumsum(width)[:-1]]).astype(np.int64)
+        self.first_bin = np.cumsum(width) - width  # windows laid end to end in `is_seen`
         self.is_seen = np.zeros(int(width.sum()), dtype=bool)  # one flag per bin of every window
         self.n_rows, self.n_bad, self.n_misaligned = (np.zeros(n, dtype=np.int64) for _ in range(3))
         self.cpu_sum, self.mem_sum = np.zeros(n), np.zeros(n)
@@ -282,12 +284,11 @@ class _WindowStats:
 
     def n_distinct_bins(self) -> np.ndarray:
         """Distinct on-grid bins seen per workload (0 for an empty window)."""
-        out = np.zeros(len(self.n_rows), dtype=np.int64)
-        has_bins = self.n_run_bins > 0
-        if has_bins.any():
-            # empty windows have zero width, so consecutive non-empty starts delimit each window
-            out[has_bins] = np.add.reduceat(self.is_seen, self.first_bin[has_bins], dtype=np.int64)
-        return out
+        # one window at a time: a vectorised reduceat would make an int64 copy of all of `is_seen`
+        ends = self.first_bin + np.maximum(self.n_run_bins, 0)
+        bounds = zip(self.first_bin.tolist(), ends.tolist(), strict=True)
+        counts = [np.count_nonzero(self.is_seen[a:b]) for a, b in bounds]
+        return np.array(counts, dtype=np.int64)
 
     def reasons(self) -> np.ndarray:
         """Per workload 'ok' or why it is skipped; the first failing check wins, in this order."""
@@ -310,20 +311,28 @@ class _WindowStats:
         return _stack_aggregate(self.cpu_sum[rows], self.mem_sum[rows], n_bins, self.ratio_mean[rows], r_std)
 
 
+def _slots(is_kept: np.ndarray) -> np.ndarray:
+    """Row of each workload in a buffer holding only the kept ones, in order; -1 for the others."""
+    slot = np.full(len(is_kept), -1, dtype=np.int64)
+    slot[is_kept] = np.arange(int(is_kept.sum()))
+    return slot
+
+
 def _place(
-    values: np.ndarray, idx: np.ndarray, offset_s: np.ndarray, cpu: np.ndarray, mem: np.ndarray
+    values: np.ndarray, slot: np.ndarray, offset_s: np.ndarray, cpu: np.ndarray, mem: np.ndarray
 ) -> None:
-    """Write rows into `values[idx, :, offset_s // BIN_SECONDS]` where that bin is within `values`' length."""
+    """Write each row into `values[slot, :, offset_s // BIN_SECONDS]`, skipping slot -1 and bins past the end."""
     k = offset_s // BIN_SECONDS
-    keep = k < values.shape[2]
-    idx, k = idx[keep], k[keep]
-    values[idx, 0, k] = cpu[keep]
-    values[idx, 1, k] = mem[keep]
+    keep = (slot >= 0) & (k < values.shape[2])
+    slot, k = slot[keep], k[keep]
+    values[slot, 0, k] = cpu[keep]
+    values[slot, 1, k] = mem[keep]
 
 
 def _compact(buffer: np.ndarray, keep: np.ndarray, block: int = 256) -> np.ndarray:
     """`buffer[keep]` (keep ascending) built in place: rows move forward a block at a time, then it shrinks."""
-    for lo in range(0, len(keep), block):
+    moved = np.flatnonzero(keep != np.arange(len(keep)))
+    for lo in range(moved[0] if len(moved) else len(keep), len(keep), block):
         # keep[j] >= j, so a block's source rows are never overwritten by an earlier block
         rows = keep[lo : lo + block]
         buffer[lo : lo + len(rows)] = buffer[rows]
@@ -343,7 +352,7 @@ def _fill_values(
         run_end_s=pl.col("run_start_s") + length * BIN_SECONDS,
     )
     for pos, offset_s, cpu, mem in _window_batches(rows, cut, batch_rows):
-        _place(values, pos, offset_s, cpu, mem)
+        _place(values, pos, offset_s, cpu, mem)  # `cut`'s idx is the row in `values`
     return values
 
 
@@ -373,7 +382,7 @@ def _stack_aggregate(cpu_sum, mem_sum, n_bins, r_mean, r_std) -> np.ndarray:
         r_std,
         r_norm,
     ]
-    return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]).reshape(len(n_bins), -1)
+    return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]).reshape(len(n_bins), len(cols))
 
 
 # temporal features

@@ -187,3 +187,104 @@ def test_series_matrix_duplicate_bins_and_several_sources():
     other = lr.head(1).with_columns(source=pl.lit("t"))
     with pytest.raises(ValueError, match="several sources"):
         series_matrix(usage, pl.concat([lr, other]), None)
+
+
+def _usage_row(wid: str, bin_start_s: int, cpu: float | None, mem: float | None) -> dict:
+    return {
+        "source": "s",
+        "workload_id": wid,
+        "bin_start_s": bin_start_s,
+        "cpu_frac": cpu,
+        "mem_frac": mem,
+        "n_samples": 1,
+        "is_filled": False,
+    }
+
+
+def _all_reason_tables() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`_tables` plus an off-grid bin ("f"), an empty window ("g"), a null and a negative value ("h", "i"),
+    a rival source's row for "b" and unknown workload "z"; rows shuffled."""
+    usage, lr = _tables()
+    extra = [
+        _usage_row("f", 0, 0.1, 0.1),
+        _usage_row("f", 450, 0.1, 0.1),  # 1.5 bins into the window
+        _usage_row("f", 600, 0.1, 0.1),
+        _usage_row("g", 0, 0.1, 0.1),
+        _usage_row("h", 0, 0.1, None),
+        _usage_row("i", 0, 0.1, -0.5),
+        _usage_row("z", 0, 0.1, 0.1),
+    ]
+    rival = usage.filter(pl.col("workload_id") == "b").head(1).with_columns(source=pl.lit("t"), cpu_frac=9.0)
+    usage = pl.concat([usage, pl.DataFrame(extra, schema=USAGE), rival]).sample(
+        fraction=1.0, shuffle=True, seed=3
+    )
+    more = [("f", 0, 3), ("g", 0, 0), ("h", 0, 1), ("i", 0, 1)]
+    lr_more = pl.DataFrame(
+        [
+            {c: None for c in LONG_RUNNING}
+            | {"source": "s", "workload_id": w, "run_start_s": s, "n_run_bins": n}
+            for w, s, n in more
+        ],
+        schema=LONG_RUNNING,
+    )
+    return usage, pl.concat([lr_more, lr])
+
+
+def test_series_matrix_reasons_for_every_bad_window():
+    usage, lr = _all_reason_tables()
+    s = series_matrix(usage, lr, None)
+    assert s.workload_ids.tolist() == ["a", "b"]  # the rival source's row does not make "b" a duplicate
+    assert s.values[1].tolist() == [[0.1, 0.1, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2]]
+    assert s.skipped.to_dicts() == [
+        {"workload_id": w, "reason": r}
+        for w, r in [
+            ("c", "nan_or_negative_value"),
+            ("d", "missing_bins"),
+            ("e", "no_usage_in_window"),
+            ("f", "bin_not_on_grid"),
+            ("g", "empty_window"),
+            ("h", "nan_or_negative_value"),
+            ("i", "nan_or_negative_value"),
+        ]
+    ]
+
+
+@pytest.mark.parametrize("length", [None, 4, 5])
+def test_series_matrix_same_for_lazy_input_and_any_batch_size(length):
+    usage, lr = _all_reason_tables()
+    ref = series_matrix(usage, lr, length)
+    for inp, batch_rows in [(usage, 1), (usage, 3), (usage.lazy(), 1), (usage.lazy(), 1000)]:
+        s = series_matrix(inp, lr.lazy() if batch_rows == 3 else lr, length, batch_rows=batch_rows)
+        assert s.workload_ids.tolist() == ref.workload_ids.tolist()
+        assert s.values.dtype == np.float64 and s.values.tolist() == ref.values.tolist()
+        assert s.lengths.tolist() == ref.lengths.tolist()
+        np.testing.assert_allclose(s.aggregate, ref.aggregate, rtol=1e-12)  # batch sums in another order
+        assert s.skipped.equals(ref.skipped)
+        assert s.length_note == ref.length_note
+
+
+def test_series_matrix_reads_again_when_the_shortest_window_is_skipped():
+    # shortest windows (4 bins: "c", "e") are skipped, so the length is the 5 bins of "a"
+    usage, lr = _tables()
+    s = series_matrix(usage, lr.filter(pl.col("workload_id") != "b"), None, batch_rows=2)
+    assert s.workload_ids.tolist() == ["a"]
+    assert s.values.tolist() == [[[0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]]]
+    assert s.length_note == "truncated to the shortest kept window: 5 bins"
+
+
+def test_series_matrix_rejects_bad_arguments():
+    usage, lr = _tables()
+    with pytest.raises(ValueError, match="length must be"):
+        series_matrix(usage, lr, -1)
+    no_start = lr.with_columns(run_start_s=pl.when(pl.col("workload_id") == "b").then(pl.col("run_start_s")))
+    with pytest.raises(ValueError, match=r"null run_start_s or n_run_bins for workload\(s\) \['a', 'c'"):
+        series_matrix(usage, no_start, None)
+    with pytest.raises(ValueError, match=r"'usage' is missing column\(s\) \['is_filled'\]"):
+        series_matrix(usage.lazy().drop("is_filled"), lr, None)
+
+
+def test_series_matrix_without_workloads_is_empty():
+    usage, lr = _tables()
+    s = series_matrix(usage, lr.clear(), 6)
+    assert s.values.shape == (0, 2, 6) and s.aggregate.shape == (0, len(AGGREGATE_FEATURES))
+    assert s.skipped.height == 0
