@@ -102,6 +102,10 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
         frames.append(df)
         scales.append((source, *stats["usage_scale"][source], config.step_bins))
         notes[source] = {k: v for k, v in stats.items() if isinstance(v, int | float | str)}
+        unassigned = stats.get("n_workloads_without_ec_label", {}).get(source, 0)
+        notes[source]["n_workloads_without_ec_label"] = unassigned
+        if unassigned:
+            context.log.warning(f"{source}: {unassigned} workload(s) have no EC label and were given label 0")
     if config.include_synthetic:
         n = dict(
             n_train_sequences=config.n_train_sequences,

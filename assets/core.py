@@ -24,7 +24,7 @@ from pydantic import Field
 from assets.io_manager import frame_metadata
 from assets.raw import raw_table_name
 from assets.resources import Warehouse
-from pipelines.long_running import LongRunningConfig, filter_long_running
+from pipelines.long_running import ORPHAN_REASON, REASONS, LongRunningConfig, filter_long_running
 from pipelines.schemas import BIN_SECONDS, USAGE, empty_frame
 from pipelines.sources import SOURCES
 from pipelines.usage import UsageConfig, iter_usage_chunks
@@ -203,7 +203,8 @@ def core__long_running(
     usage = warehouse.scan("core__usage", [context.partition_key])
     kept, report = filter_long_running(core__workloads, usage, cfg)
     context.log.info("long-running filter:\n" + str(report))
-    n_reported = int(report["n_workloads"].sum()) if len(report) else 0
+    # the five reasons partition the workloads; usage_without_workload counts ids outside the table
+    n_reported = int(report.filter(pl.col("reason").is_in(list(REASONS)))["n_workloads"].sum())
     yield Output(kept, output_name="core__long_running")
     yield Output(
         report,
@@ -214,7 +215,13 @@ def core__long_running(
         asset_key="core__long_running_report",
         check_name="every_workload_counted_once",
         passed=n_reported == len(core__workloads),
-        metadata={"n_reported": n_reported, "n_workloads": len(core__workloads)},
+        metadata={
+            "n_reported": n_reported,
+            "n_workloads": len(core__workloads),
+            "n_usage_ids_without_workload": int(
+                report.filter(pl.col("reason") == ORPHAN_REASON)["n_workloads"].sum()
+            ),
+        },
     )
 
 

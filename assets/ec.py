@@ -194,9 +194,9 @@ class ClassifierRunConfig(Config):
         default=[0, 6, 12, 24], description="usage bins m fed to the classifier"
     )
     saved_prefix_bins: int = Field(
-        default=0,
-        description="m of the saved model (0 = meta only, as Algorithm 1 "
-        "classifies an incoming workload with resource_usage = null)",
+        default=12,
+        description="m of the saved model: it labels an incoming workload from meta alone (its usage bins are "
+        "missing, as Algorithm 1's ClassifyToEC with resource_usage = null) and a running one from its first m bins",
     )
     epochs: int = Field(default=200, description="training epochs")
     seed: int = Field(default=0, description="seed of initialisation, shuffling and the split")

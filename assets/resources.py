@@ -60,6 +60,7 @@ class Warehouse(ConfigurableResource):
         if single.exists():
             return [single]
         folder = single.with_suffix("")
+        self._restore_interrupted_swap(Path(self.root) / ".staging", table, folder)
         return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
 
     def table_files(self, table: str, partition_keys: list[str] | None = None) -> list[Path]:
@@ -101,9 +102,8 @@ class Warehouse(ConfigurableResource):
         partition still exists with its schema.
         """
         folder = self.partition_path(table, partition_key).with_suffix("")
-        staging = (
-            Path(self.root) / ".staging"
-        )  # outside tables/, so views and scans never see half a partition
+        staging = Path(self.root) / ".staging"  # outside tables/: views and scans never see half a partition
+        self._restore_interrupted_swap(staging, table, folder)
         tmp = staging / f"{table}.{folder.name}.{uuid.uuid4().hex}"
         tmp.mkdir(parents=True)
         rows, n = 0, 0
@@ -125,6 +125,17 @@ class Warehouse(ConfigurableResource):
             shutil.rmtree(tmp, ignore_errors=True)
         self.refresh_view(table)
         return folder, rows
+
+    @staticmethod
+    def _restore_interrupted_swap(staging: Path, table: str, folder: Path) -> None:
+        """A crash between the two renames of a swap leaves the previous version as `<table>.<name>.*.old` in
+        staging and no partition folder: put the previous version back before reading or writing again."""
+        if folder.exists() or not staging.exists():
+            return
+        olds = sorted(staging.glob(f"{table}.{folder.name}.*.old"), key=lambda p: p.stat().st_mtime)
+        if olds:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            olds[-1].rename(folder)
 
     def refresh_view(self, table: str, retries: int = 20) -> None:
         """(Re)create the DuckDB view of `table` over its files; drop it when it has none."""

@@ -16,6 +16,7 @@ categorical cross-entropy (CrossEntropyLoss on logits; softmax applied in `predi
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,16 +143,23 @@ class TrainedClassifier:
         return self.classes[self.predict_proba(meta, prefixes).argmax(axis=1)]
 
     def save(self, path: str | Path) -> None:
-        """One torch file: state_dict (with normalisation buffers), config, label set, input sizes."""
-        torch.save(
-            {
-                "state_dict": self.model.state_dict(),
-                "config": dataclasses.asdict(self.cfg),
-                "classes": self.classes.tolist(),
-                "n_meta": int(self.model.meta_fill.shape[0]),
-            },
-            Path(path),
-        )
+        """One torch file: state_dict (with normalisation buffers), config, label set, input sizes. Written to a
+        temporary sibling and renamed, so a reader never loads half a file."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            torch.save(
+                {
+                    "state_dict": self.model.state_dict(),
+                    "config": dataclasses.asdict(self.cfg),
+                    "classes": self.classes.tolist(),
+                    "n_meta": int(self.model.meta_fill.shape[0]),
+                },
+                tmp,
+            )
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def load_classifier(path: str | Path) -> TrainedClassifier:

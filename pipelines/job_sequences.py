@@ -53,7 +53,7 @@ JOB_SEQUENCES = {
     "job_index": pl.Int32,  # 0-based order of arrival within the sequence
     "arrival_step": pl.Int64,  # logical step at which the placement request arrives
     "workload_id": pl.String,
-    "ec_label": pl.Int32,  # equivalence class; 0 = unassigned
+    "ec_label": pl.Int32,  # equivalence class 0..k-1 (0 = largest); unassigned workloads get 0 and are counted
     "duration_steps": pl.Int32,
     "cpu_units": pl.List(pl.Int16),  # usage per step, units of C_cpu; length duration_steps
     "mem_units": pl.List(pl.Int16),
@@ -586,6 +586,8 @@ def build_job_sequences(
         scale = _usage_scale(steps, cfg)
         stats["usage_scale"][source] = scale
         pool = _build_pool(steps, assignments, scale)
+        n_unassigned = sum(w not in set(assignments["workload_id"].to_list()) for w in pool.workload_ids)
+        stats.setdefault("n_workloads_without_ec_label", {})[source] = n_unassigned
         cap = 1.0 + QUANTISE_EPS / cfg.capacity_units
         stats["n_workloads_clipped"] += sum(
             int(c.max() > cap or m.max() > cap) for c, m in zip(pool.cpu, pool.mem, strict=True)

@@ -14,10 +14,11 @@ google2011 (clusterdata-2011-2)
   * Requests, priority, scheduling class: the last non-null value over the task's events in time order. A
     synthesized row (missing_info set, empty requests) therefore takes its requests from another event of
     the same task, as the trace documentation advises.
-  * `final_state`: the task's LAST TERMINAL event (2 EVICT, 3 FAIL, 4 FINISH, 5 KILL, 6 LOST); a task with
-    events but no terminal event is `running`. A task evicted (or failed) and rescheduled keeps `evicted`
-    (`failed`): TVW-RL discards workloads that were evicted, killed or failed. No task_events table, or a
-    task absent from it: `unknown`.
+  * `final_state`: the worst outcome in the task's history. If the task was ever evicted, failed, killed or
+    lost (2 EVICT, 3 FAIL, 5 KILL, 6 LOST), the last such event decides, even when it was rescheduled and later
+    FINISHed: TVW-RL discards workloads that were evicted, killed or failed, and such a task's series also
+    spans a restart (often on another machine). Otherwise FINISH (4) gives `finished`, and a task with events
+    but no terminal event is `running`. No task_events table, or a task absent from it: `unknown`.
   * `machine_id`: the machine of the last usage record; without usage, the last machine in task_events.
   * `is_partial` (only for tasks with usage): let [c0, c1] be what task_usage covers (earliest window start,
     latest window end, over the whole table). A task is partial when
@@ -59,6 +60,8 @@ from pipelines.schemas import BIN_SECONDS, WORKLOADS, check_schema, empty_frame
 
 US_PER_S = 1_000_000
 GOOGLE_TERMINAL_STATES = {2: "evicted", 3: "failed", 4: "finished", 5: "killed", 6: "lost"}
+GOOGLE_BAD_EVENTS = [2, 3, 5, 6]
+"""Terminal events that disqualify a task for good, whatever happened after (see `final_state`)."""
 """Google 2011 terminal event codes -> canonical final state."""
 GOOGLE_START_EVENTS = (0, 1)
 """SUBMIT and SCHEDULE: events that record a task's start."""
@@ -101,7 +104,10 @@ def _google_event_summary(events: pl.LazyFrame) -> pl.LazyFrame:
             _last_value("priority").cast(pl.Int32),
             _last_value("scheduling_class").cast(pl.Int32),
             _last_value("machine_id").alias("event_machine_id"),
-            pl.col("event_type").filter(terminal).last().alias("last_terminal"),
+            pl.coalesce(
+                pl.col("event_type").filter(pl.col("event_type").is_in(GOOGLE_BAD_EVENTS)).last(),
+                pl.col("event_type").filter(terminal).last(),
+            ).alias("last_terminal"),
             pl.col("event_type").is_in(GOOGLE_START_EVENTS).any().alias("has_start_event"),
             terminal.any().alias("has_terminal_event"),
             pl.lit(True).alias("has_events"),

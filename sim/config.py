@@ -35,7 +35,8 @@ class SimConfig:
     """K_c: weight of the contention penalty P_C (per unit^2 of realised overlap)."""
     k_underutil: float = 3.0
     """K_u: exponent of the under-utilisation penalty P_U = -sum |U_m(t,d)|^K_u (U in raw units). Read
-    literally, K_u = 0 charges 1 per used machine and resource (0^0 = 1), it does not switch P_U off."""
+    literally, K_u = 0 would charge 1 per used machine and resource (0^0 = 1); we treat K_u = 0 as "off", which
+    matches TVW-RL Table 3 (its K_u = 0 row uses the most machines)."""
     k_overshoot: float = 30000.0
     """K_o: penalty per (workload, resource) at its first overshoot."""
     k_wait: float = 50.0

@@ -32,7 +32,11 @@ def contention_penalty(overlap_units2: np.ndarray, k_contention: float) -> np.nd
 
 def underutil_penalty(unused_units: np.ndarray, is_used: np.ndarray, k_underutil: float) -> np.ndarray:
     """P_U = -sum_d sum_{m used} U_m(t, d)^K_u per env; unused_units (B, M, D) raw units >= 0,
-    is_used (B, M) bool (a workload runs on the machine)."""
+    is_used (B, M) bool (a workload runs on the machine). K_u = 0 switches the penalty off: read literally,
+    0^0 = 1 would charge every used machine and resource a constant, i.e. favour fewer machines, whereas TVW-RL's
+    Table 3 row K_u = 0 is the one that uses the MOST machines (no packing pressure)."""
+    if k_underutil == 0:
+        return np.zeros(unused_units.shape[0])
     powered = np.power(unused_units.astype(np.float64), k_underutil)
     return -(powered * is_used[..., None]).sum(axis=(1, 2))
 

@@ -64,3 +64,12 @@ def test_usage_invariants_count_each_broken_rule(tmp_path):
         "n_filled_with_samples": 0,
         "n_duplicate_bins": 1,
     }
+
+
+def test_a_crash_between_the_swap_renames_is_repaired(tmp_path):
+    wh = Warehouse(root=str(tmp_path))
+    folder, _ = wh.write_chunks("core__usage", "s", [_usage([0], [0.1])], empty_frame(USAGE))
+    staging = tmp_path / ".staging"
+    staging.mkdir(exist_ok=True)
+    folder.rename(staging / "core__usage.s.deadbeef.old")  # the first rename happened, the second did not
+    assert wh.scan("core__usage", ["s"]).collect()["cpu_frac"].to_list() == [0.1]

@@ -156,6 +156,18 @@ def test_google_usage_drops_and_counts_bad_rows():
     }  # fmt: skip
 
 
+def test_google_eviction_then_finish_stays_evicted():
+    def event(t_s, kind):
+        return dict(time_us=t_s * S, job_id=7, task_index=0, machine_id=1, event_type=kind, priority=9)
+
+    rows = [event(0, 0), event(0, 1), event(600, 2), event(900, 1), event(1800, 4)]
+    raw = {"task_events": raw_frame("google2011", "task_events", rows)}
+    assert build_workloads("google2011", raw)["final_state"].to_list() == ["evicted"]
+    finished = [event(0, 0), event(0, 1), event(1800, 4)]
+    raw = {"task_events": raw_frame("google2011", "task_events", finished)}
+    assert build_workloads("google2011", raw)["final_state"].to_list() == ["finished"]
+
+
 def test_google_without_usage_table_gives_empty_usage_and_no_usage_workloads():
     raw = {"task_events": raw_frame("google2011", "task_events", google_event_rows())}
     assert build_usage("google2011", raw).height == 0

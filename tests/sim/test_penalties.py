@@ -91,12 +91,12 @@ def test_wait_penalty_three_waiting_jobs_is_minus_150():
     assert info["n_steps_closed"][0] == 1
 
 
-def test_underutil_exponent_zero_charges_one_per_used_machine_and_resource():
-    # the paper's formula read literally: |U|^0 = 1, also for U = 0
+def test_underutil_exponent_zero_switches_the_penalty_off():
+    # K_u = 0 means "no under-utilisation penalty" (TVW-RL Table 3), not 0^0 = 1 per used machine
     cfg = SimConfig(n_machines=2, capacity_units=(2,), **only())
-    state = core.reset(cfg, one_resource([[2, 2]]), 0)
-    _, reward, *_ = core.step(cfg, state, [0])
-    assert reward[0] == -2.0
+    state = core.reset(cfg, one_resource([[1, 1]]), 0)
+    _, reward, _, _, info = core.step(cfg, state, [0])
+    assert reward[0] == 0.0
 
 
 def test_penalty_functions_directly():
