@@ -2,7 +2,9 @@
 
 `evaluate_policies` runs the batched simulator over all sequences of one (source, load) at once per policy and
 seed, and returns one row per (source, load_pct, policy, sequence_id, seed) with every metric of
-`sim.metrics.episode_metrics`. `summarise` gives the mean and a t-based 95 % interval per (source, load, policy,
+`sim.metrics.episode_metrics`. Policies that take EC profiles (`sim.policies.accepts_profiles`, e.g.
+ec_peak_aware) get the profiles learned once per (source, load) from that group's TRAIN sequences only
+(`learn_group_profiles`); the evaluated sequences never feed them. `summarise` gives the mean and a t-based 95 % interval per (source, load, policy,
 metric); `plot_results` draws TVW-RL Fig. 4/5 (utilisation, fragmentation, machines used, overshoot per load).
 """
 
@@ -19,7 +21,8 @@ from sim import core
 from sim.config import SimConfig
 from sim.jobs import SEQUENCE_KEY, JobBatch
 from sim.metrics import episode_metrics, episode_trace
-from sim.policies import Policy, decide, make_policy
+from sim.policies import Policy, accepts_profiles, decide, make_policy
+from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
 
 RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
 """Columns identifying one result row."""
@@ -64,11 +67,14 @@ def evaluate_policies(
     cfg: SimConfig,
     seeds: Sequence[int] = (0,),
     split: str | None = "test",
+    profile_cfg: ProfileConfig | None = None,
 ) -> pl.DataFrame:
     """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
 
     `jobs_frame`: `sim__job_sequences` rows; only `split` is evaluated (None: every row). All sequences of a
-    (source, load_pct) run as one batch. Metrics columns: see `sim.metrics.episode_metrics`.
+    (source, load_pct) run as one batch. Policies taking EC profiles get `learn_group_profiles` of the group
+    (None when it has no train rows; `profile_cfg` None = `ProfileConfig()`). Metrics columns: see
+    `sim.metrics.episode_metrics`.
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -77,8 +83,9 @@ def evaluate_policies(
     for (source, load), group in frame.group_by("source", "load_pct", maintain_order=True):
         jobs = JobBatch.from_frame(group)
         seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
+        profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg)
         for name in policies:
-            policy = make_policy(name)
+            policy = make_policy(name, profiles=profiles) if accepts_profiles(name) else make_policy(name)
             for seed in seeds:
                 for seq_id, metrics in zip(seq_ids, run_episodes(policy, cfg, jobs, seed), strict=True):
                     key = dict(zip(RESULT_KEY, (source, load, name, seq_id, seed), strict=True))
@@ -92,6 +99,24 @@ def evaluate_policies(
         )
         .sort("source", "load_pct", "policy", "sequence_id", "seed")
     )
+
+
+def learn_group_profiles(
+    jobs_frame: pl.DataFrame,
+    source: str,
+    load_pct: int,
+    cfg: SimConfig,
+    profile_cfg: ProfileConfig | None = None,
+) -> EcProfiles | None:
+    """EC profiles (`sim.profiles.learn_profiles`, cfg.n_labels labels, horizon = the longest train job) from the
+    rows of `jobs_frame` with split == "train" and this (source, load_pct); None when there are none."""
+    train = jobs_frame.filter(
+        (pl.col("split") == "train") & (pl.col("source") == source) & (pl.col("load_pct") == load_pct)
+    )
+    if train.height == 0:
+        return None
+    jobs = JobBatch.from_frame(train)
+    return learn_profiles(jobs, cfg.n_labels, jobs.max_duration, profile_cfg or ProfileConfig())
 
 
 def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:

@@ -24,15 +24,24 @@ Baselines (TVW-RL "Baselines", DeepRM section 4.1, kube-scheduler's default scor
   visible queued jobs whose request fits the cluster's total free capacity by requests, the shortest job (SJF) or
   the best-aligned one (Packer: max dot(request, monolithic free)); then Best-Fit by requests picks the machine
   (TVW-RL feeds DeepRM's job through Best-Fit); hold when it fits no single machine (fragmentation).
-- ec_peak_aware (ours): knows the head's usage profile and the machines' committed future usage; prefers already
-  used machines on which head + committed never exceeds C_d (lowest resulting peak, then least overlap), else
-  opens an empty machine, else holds rather than overshoot.
+- ec_peak_aware (ours, deployable): predicts usage from EC profiles learned on training sequences
+  (`sim.profiles`): a job's usage at age a = its label's profile at a x its request. The head's predicted life and
+  each machine's predicted future (observed usage now, then its running jobs' profiles at their ages) must stay
+  within C_d over the horizon on an already used machine (lowest predicted peak, then least predicted overlap),
+  else it opens an empty machine, else holds. It reads observed labels, requests, start steps, which jobs run
+  now and the current usage; never a job's duration or future usage.
+- oracle_peak_aware (upper bound, not a scheduler): the same rule on the TRUE future usage of the head and of
+  the placed jobs; it shows what perfect foresight would buy.
+
+Policies that take learned EC profiles have a `profiles` constructor keyword (`accepts_profiles(name)`);
+`make_policy(name)` builds every policy without arguments.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -43,11 +52,14 @@ from sim.core import (
     action_mask,
     committed_future_usage,
     current_usage,
+    jobs_running,
     machines_used,
+    observed_labels,
     placed_requests,
     queue_head,
     queue_length,
 )
+from sim.profiles import EcProfiles
 
 
 @runtime_checkable
@@ -292,12 +304,25 @@ class DeepRMPacker:
         return _deeprm_act(cfg, state)
 
 
-@dataclass(frozen=True)
-class ECPeakAware:
-    """Ours: pack onto used machines where head profile + committed future usage stays within C_d (lowest peak,
-    then least overlap), else open an empty machine, else hold rather than overshoot."""
+def choose_lowest_peak(
+    peak: np.ndarray, overlap: np.ndarray, allowed: np.ndarray, used: np.ndarray, n_machines: int
+) -> np.ndarray:
+    """(B,) the allowed used machine with the lowest `peak` (B, M), ties (1e-9) to the least `overlap` then the
+    lowest index; else the lowest-index allowed unused machine; else M (hold)."""
+    pack_ok = allowed & used
+    best = np.where(pack_ok, peak, np.inf).min(axis=1, keepdims=True)
+    pack = choose(-overlap, pack_ok & (peak <= best + 1e-9))
+    spread = choose(np.zeros_like(peak), allowed & ~used)
+    return np.where(pack < n_machines, pack, spread)
 
-    name: str = "ec_peak_aware"
+
+@dataclass(frozen=True)
+class OraclePeakAware:
+    """Upper bound that knows the future, NOT a deployable scheduler: reads the head's true usage profile and the
+    placed jobs' true committed usage, packs onto used machines where head + committed stays within C_d (lowest
+    peak, then least overlap), else opens an empty machine, else holds rather than overshoot."""
+
+    name: str = "oracle_peak_aware"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         cap = _capacity(cfg)
@@ -308,12 +333,58 @@ class ECPeakAware:
         combined = committed + profile
         peak = (combined / cap[None, None, :, None]).max(axis=(2, 3))  # (B, M) share of capacity
         is_safe = (combined <= cap[None, None, :, None]).all(axis=(2, 3))
-        overlap = (committed * profile).sum(axis=(2, 3)) / float(cap.sum() ** 2 * horizon)
-        valid = valid_machines(cfg, state)
+        overlap = (committed * profile).sum(axis=(2, 3)).astype(np.float64)
         used = machines_used(state) | (committed > 0).any(axis=(2, 3))
-        pack = choose(-(peak + 1e-3 * overlap), valid & used & is_safe)
-        spread = choose(np.zeros_like(peak), valid & ~used)
-        return np.where(pack < cfg.n_machines, pack, spread)
+        return choose_lowest_peak(peak, overlap, valid_machines(cfg, state) & is_safe, used, cfg.n_machines)
+
+
+def predicted_machine_usage(cfg: SimConfig, state: State, profiles: EcProfiles, horizon: int) -> np.ndarray:
+    """(B, M, horizon, D) float64 predicted units per machine at t, t+1, ...: the observed usage (noise included)
+    at t; from t+1 on, the sum over the jobs running now of profile(label, age) x request (their durations and
+    true usage are not read, so a job is predicted to run as long as its label's profile lasts)."""
+    n_envs, n_m = state.batch_size, cfg.n_machines
+    out = np.zeros((n_envs, n_m, horizon, cfg.n_resources))
+    out[:, :, 0] = current_usage(cfg, state)
+    bi, ji = np.nonzero(jobs_running(state))
+    ages = (state.t[bi] - state.job_start[bi, ji])[:, None] + np.arange(1, horizon)[None, :]  # (N, H-1)
+    labels = observed_labels(state)[bi, ji]
+    units = profiles.predict(labels[:, None], ages) * state.jobs.request[bi, ji][:, None, :]  # (N, H-1, D)
+    np.add.at(out[:, :, 1:], (bi, state.job_machine[bi, ji]), units)
+    return out
+
+
+@dataclass(frozen=True)
+class ECProfilePeakAware:
+    """Ours: avoids co-locating predicted peaks using EC profiles (`sim.profiles`), learned on training sequences.
+
+    Predicted head usage at age a = profile(head's observed label, a) x its request; predicted machine future
+    = `predicted_machine_usage`. Packs the head onto a used machine where predicted head + machine stays within
+    C_d at every step of the horizon (the profile's length + 1, the current step included), lowest predicted
+    peak share first, then least predicted overlap; else opens an empty machine; else holds. Only actions the
+    mask allows. Without profiles (None) every label's profile is flat 1 for ever: request-based peak packing
+    (the head's request on top of the observed usage now and of the running jobs' requests later)."""
+
+    profiles: EcProfiles | None = field(default=None, repr=False, compare=False)
+    """EC profiles of the training sequences, or None (flat: request-based)."""
+    name: str = "ec_peak_aware"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        profiles = self.profiles or EcProfiles.flat(cfg.n_labels, cfg.n_resources)
+        cap = _capacity(cfg).astype(np.float64)
+        horizon = profiles.horizon + 1
+        rows = np.arange(state.batch_size)
+        head_label = observed_labels(state)[rows, np.minimum(state.next_job, state.jobs.max_jobs - 1)]
+        head = queue_head(state)
+        head_units = (
+            profiles.predict(head_label[:, None], np.arange(horizon)[None, :]) * head.request[:, None, :]
+        )
+        machine = predicted_machine_usage(cfg, state, profiles, horizon)  # (B, M, H, D)
+        combined = machine + head_units[:, None]
+        peak = (combined / cap).max(axis=(2, 3))
+        is_safe = (combined <= cap + 1e-9).all(axis=(2, 3))
+        overlap = (machine * head_units[:, None]).sum(axis=(2, 3))
+        allowed = valid_machines(cfg, state) & is_safe
+        return choose_lowest_peak(peak, overlap, allowed, machines_used(state), cfg.n_machines)
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {
@@ -324,7 +395,8 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "kube_default": KubeDefault,
     "deeprm_sjf": DeepRMSJF,
     "deeprm_packer": DeepRMPacker,
-    "ec_peak_aware": ECPeakAware,
+    "ec_peak_aware": ECProfilePeakAware,
+    "oracle_peak_aware": OraclePeakAware,
 }
 """Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""
 
@@ -334,3 +406,10 @@ def make_policy(name: str, **kwargs) -> Policy:
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
     return POLICIES[name](**kwargs)
+
+
+def accepts_profiles(name: str) -> bool:
+    """Whether the registered policy `name` takes learned EC profiles (a `profiles` constructor keyword)."""
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
+    return "profiles" in inspect.signature(POLICIES[name]).parameters

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 import pytest
 
 from pipelines.job_sequences import jobs_to_frame
 from sim.config import SimConfig
-from sim.evaluate import RESULT_KEY, evaluate_policies, plot_results, summarise
+from sim.evaluate import RESULT_KEY, evaluate_policies, learn_group_profiles, plot_results, summarise
+from sim.jobs import JobBatch
+from sim.policies import POLICIES, BestFit
+from sim.profiles import EcProfiles, learn_profiles
 
 CFG = SimConfig(n_machines=3, max_steps=40)
 
@@ -46,6 +51,52 @@ def _tiny_frame() -> pl.DataFrame:
 @pytest.fixture(scope="module")
 def results() -> pl.DataFrame:
     return evaluate_policies(_tiny_frame(), ["best_fit", "deeprm_sjf", "ec_peak_aware"], CFG, seeds=(0, 1))
+
+
+def _scaled(frame: pl.DataFrame, split: str) -> pl.DataFrame:
+    """`frame` with the usage of `split` rows halved (floor), other rows unchanged."""
+    halve = pl.when(pl.col("split") == split)
+    return frame.with_columns(
+        halve.then(pl.col(c).list.eval(pl.element() // 2)).otherwise(pl.col(c)).alias(c)
+        for c in ("cpu_units", "mem_units")
+    )
+
+
+def test_profiles_come_from_the_train_split_only() -> None:
+    frame = _tiny_frame()
+    prof = learn_group_profiles(frame, "a", 50, CFG)
+    train = JobBatch.from_frame(frame.filter((pl.col("split") == "train") & (pl.col("source") == "a")))
+    assert np.array_equal(prof.fraction, learn_profiles(train, CFG.n_labels, 6).fraction)
+    assert np.array_equal(learn_group_profiles(_scaled(frame, "test"), "a", 50, CFG).fraction, prof.fraction)
+    assert not np.array_equal(
+        learn_group_profiles(_scaled(frame, "train"), "a", 50, CFG).fraction, prof.fraction
+    )
+    assert learn_group_profiles(frame.filter(pl.col("split") == "test"), "a", 50, CFG) is None
+
+
+def test_evaluate_hands_each_group_its_train_profiles(monkeypatch) -> None:
+    seen: list[EcProfiles | None] = []
+
+    @dataclass(frozen=True)
+    class Recorder:
+        profiles: EcProfiles | None = None
+        name: str = "recorder"
+
+        def __post_init__(self) -> None:
+            seen.append(self.profiles)
+
+        def act(self, cfg, state, rng):
+            return BestFit().act(cfg, state, rng)
+
+    monkeypatch.setitem(POLICIES, "recorder", Recorder)
+    frame = _tiny_frame()
+    evaluate_policies(frame, ["recorder", "best_fit"], CFG)
+    assert len(seen) == 2  # one per (source, load)
+    for source, got in zip(("a", "b"), seen, strict=True):
+        assert np.array_equal(got.fraction, learn_group_profiles(frame, source, 50, CFG).fraction)
+    seen.clear()
+    evaluate_policies(frame.filter(pl.col("split") == "test"), ["recorder"], CFG)
+    assert seen == [None, None]
 
 
 def test_one_finite_row_per_key(results) -> None:

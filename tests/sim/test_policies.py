@@ -21,11 +21,14 @@ from sim.policies import (
     POLICIES,
     DeepRMPacker,
     DeepRMSJF,
+    ECProfilePeakAware,
+    accepts_profiles,
     decide,
     kube_scores,
     make_policy,
     promote_queued_job,
 )
+from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
 
 CFG3 = SimConfig(n_machines=3, max_steps=60)
 
@@ -66,7 +69,8 @@ def three_machines() -> core.State:
         ("best_fit", 1),  # fewest free cpu units now: 2
         ("tetris", 2),  # alignment (2,1).(free) by requests: m0 18, m1 11, m2 20
         ("kube_default", 0),  # least-allocated + balanced: m0 150, m1 100, m2 137.5
-        ("ec_peak_aware", 0),  # lowest resulting peak share: m0 4/8, m1 8/8, m2 5/8
+        ("oracle_peak_aware", 0),  # lowest resulting peak share: m0 4/8, m1 8/8, m2 5/8
+        ("ec_peak_aware", 0),  # no profiles: by requests, the same peak shares
     ],
 )
 def test_hand_made_state_picks_expected_machine(three_machines, name: str, machine: int) -> None:
@@ -82,11 +86,11 @@ def test_kube_scores_literal() -> None:
 def test_request_based_policies_hold_when_no_machine_has_room() -> None:
     jobs = [_job([7] * 3, [1] * 3, f"x{i}") for i in range(3)] + [_job([2] * 3, [1] * 3, "head")]
     state = _state_after([0, 1, 2], jobs)
-    for name in ("tetris", "kube_default", "deeprm_sjf", "ec_peak_aware", "best_fit"):
+    for name in ("tetris", "kube_default", "deeprm_sjf", "ec_peak_aware", "oracle_peak_aware", "best_fit"):
         assert make_policy(name).act(CFG3, state, np.random.default_rng(0)).tolist() == [3], name
 
 
-def test_ec_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
+def test_oracle_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
     # m0 idles now but spikes to 7 cpu at step 2; m1 steady at 3; the head uses 2 cpu throughout
     jobs = [
         _job([1, 1, 7, 1], [1] * 4, "spiky"),
@@ -94,10 +98,59 @@ def test_ec_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
         _job([2] * 4, [1] * 4, "head"),
     ]
     state = _state_after([0, 1], jobs)
-    assert make_policy("ec_peak_aware").act(CFG3, state, None).tolist() == [1]
+    assert make_policy("oracle_peak_aware").act(CFG3, state, None).tolist() == [1]
     jobs = [_job([1, 1, 7, 1], [1] * 4, "spiky"), _job([2] * 4, [1] * 4, "head")]
     state = _state_after([0], jobs)
-    assert make_policy("ec_peak_aware").act(CFG3, state, None).tolist() == [1]  # m0 would overshoot: open m1
+    assert make_policy("oracle_peak_aware").act(CFG3, state, None).tolist() == [
+        1
+    ]  # m0 would overshoot: open m1
+
+
+# label 1 peaks at even ages: 1, 1/4, 1, 1/4, ... of its request, in both resources
+ALTERNATING = EcProfiles(
+    fraction=np.tile(np.array([1.0, 0.25] * 3)[None, :, None], (CFG3.n_labels, 1, 2)),
+    counts=np.ones((CFG3.n_labels, 6, 2), dtype=np.int64),
+    n_jobs=np.ones(CFG3.n_labels, dtype=np.int64),
+)
+
+
+@pytest.fixture()
+def phased_state() -> core.State:
+    """t = 1: m0 runs a label-1 job of age 0 (same phase as the head), m1 one of age 1 (opposite phase), m2 is
+    empty; the head is label 1. Every job uses cpu 4, 1, 4, 1, ... and mem 1."""
+    wave = [4, 1, 4, 1, 4, 1]
+    jobs = [_job(wave, [1] * 6, "early"), _job(wave, [1] * 6, "late", 1), _job(wave, [1] * 6, "head", 1)]
+    state = _state_after([1], jobs)  # early on m1 at t = 0; the queue empties, t moves to 1
+    state, *_ = core.step(CFG3, state, np.array([0]))  # late on m0 at t = 1
+    assert state.t.tolist() == [1] and state.jobs.workload_ids[0][state.next_job[0]] == "head"
+    return state
+
+
+def test_ec_peak_aware_interleaves_predicted_peaks(phased_state) -> None:
+    # predicted cpu: m0 4 + 4 = 8 now (peaks coincide: share 1); m1 1 + 4 = 5 now, 4 + 1 = 5 next (share 5/8)
+    policy = ECProfilePeakAware(ALTERNATING)
+    assert policy.act(CFG3, phased_state, None).tolist() == [1]
+    assert make_policy("best_fit").act(CFG3, phased_state, None).tolist() == [0]  # fewest free cpu now
+    assert make_policy("oracle_peak_aware").act(CFG3, phased_state, None).tolist() == [1]
+
+
+def test_ec_peak_aware_never_reads_true_future_usage(phased_state) -> None:
+    # zero every job's usage from the current step on: the profiles and the observed usage are unchanged
+    jobs = phased_state.jobs
+    usage = jobs.usage.copy()
+    usage[0, 0, 2:] = 0  # early, age 1 now
+    usage[0, 1, 1:] = 0  # late, age 0 now
+    usage[0, 2] = 0  # head
+    blind = replace(phased_state, jobs=replace(jobs, usage=usage))
+    assert ECProfilePeakAware(ALTERNATING).act(CFG3, blind, None).tolist() == [1]
+    assert make_policy("oracle_peak_aware").act(CFG3, blind, None).tolist() == [0]  # the oracle does read it
+
+
+def test_ec_peak_aware_opens_a_machine_when_predicted_peaks_overshoot(phased_state) -> None:
+    # profiles doubled: the head is predicted at 8 cpu now: m0 4 + 8 and m1 1 + 8 exceed 8; m2 is empty
+    big = replace(ALTERNATING, fraction=ALTERNATING.fraction * 2.0)
+    assert ECProfilePeakAware(big).act(CFG3, phased_state, None).tolist() == [2]
+    assert accepts_profiles("ec_peak_aware") and not accepts_profiles("oracle_peak_aware")
 
 
 def test_deeprm_pick_and_promote_keep_fifo_for_the_others() -> None:
@@ -136,11 +189,7 @@ def episode_jobs() -> JobBatch:
     return JobBatch.from_frame(pl.concat([dp, drm]))
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
-@pytest.mark.parametrize("cfg", [SimConfig(), SimConfig(noise_max_units=2, placement_check="request")])
-def test_every_policy_takes_only_valid_actions(episode_jobs, name: str, cfg: SimConfig) -> None:
-    policy = make_policy(name)
-    assert policy.name == name
+def _assert_valid_rollout(policy, cfg: SimConfig, episode_jobs: JobBatch) -> None:
     rng = np.random.default_rng(1)
     state = core.reset(cfg, episode_jobs, 1)
     for _ in range(episode_jobs.max_jobs + cfg.max_steps + 1):
@@ -153,6 +202,21 @@ def test_every_policy_takes_only_valid_actions(episode_jobs, name: str, cfg: Sim
         state, *_ = core.step(cfg, state, actions)
     assert state.is_done.all()
     assert (state.job_machine >= 0).sum() > 0
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("cfg", [SimConfig(), SimConfig(noise_max_units=2, placement_check="request")])
+def test_every_policy_takes_only_valid_actions(episode_jobs, name: str, cfg: SimConfig) -> None:
+    policy = make_policy(name)
+    assert policy.name == name
+    _assert_valid_rollout(policy, cfg, episode_jobs)
+
+
+@pytest.mark.parametrize("period", [None, 7])
+def test_ec_peak_aware_with_learned_profiles_takes_only_valid_actions(episode_jobs, period) -> None:
+    cfg = SimConfig(noise_max_units=2)
+    profiles = learn_profiles(episode_jobs, cfg.n_labels, episode_jobs.max_duration, ProfileConfig(period))
+    _assert_valid_rollout(make_policy("ec_peak_aware", profiles=profiles), cfg, episode_jobs)
 
 
 def test_unknown_policy_lists_the_registry() -> None:
