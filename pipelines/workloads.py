@@ -60,9 +60,9 @@ from pipelines.schemas import BIN_SECONDS, WORKLOADS, check_schema, empty_frame
 
 US_PER_S = 1_000_000
 GOOGLE_TERMINAL_STATES = {2: "evicted", 3: "failed", 4: "finished", 5: "killed", 6: "lost"}
+"""Google 2011 terminal event codes -> canonical final state."""
 GOOGLE_BAD_EVENTS = [2, 3, 5, 6]
 """Terminal events that disqualify a task for good, whatever happened after (see `final_state`)."""
-"""Google 2011 terminal event codes -> canonical final state."""
 GOOGLE_START_EVENTS = (0, 1)
 """SUBMIT and SCHEDULE: events that record a task's start."""
 ALIBABA_STATES = {"stopped": "finished", "started": "running", "allocated": "running"}

@@ -1,0 +1,197 @@
+"""The whole Dagster pipeline on generated genuine-format traces long enough to hold long-running workloads.
+
+`tests/fixtures/generate_traces.py` writes 3 days of Google 2011 (4 time-range shards) and Alibaba 2018 with a
+planted cast (long-running tasks of four usage shapes, evicted / killed / failed / lost, finished, partial, gapped,
+never-scheduled, malformed rows) and returns what it planted; every check below compares the warehouse with it.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from dagster import DagsterInstance
+
+from assets.definitions import build_definitions
+from assets.main import run_all
+from assets.raw import QUARANTINE_TABLE, raw_table_name
+from assets.resources import Warehouse
+
+GENERATOR = Path(__file__).parents[1] / "fixtures" / "generate_traces.py"
+SOURCES = ("google2011", "alibaba2018")
+
+
+def load_generator():
+    """tests/ is not a package: load the generator module from its file."""
+    spec = importlib.util.spec_from_file_location("tvw_generate_traces", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_config(planted: dict) -> dict:
+    """Thresholds for a 3-day trace; small learning budgets (the checks here are about the data path)."""
+    return {
+        "ops": {
+            "core__usage": {
+                "config": {"fill_policy": "hold", "max_fill_bins": planted["google2011"].max_fill_bins}
+            },
+            "core__long_running": {
+                "config": {"min_contiguous_bins": {s: p.min_contiguous_bins for s, p in planted.items()}}
+            },
+            "ec__mapping": {
+                "config": {
+                    "n_init": 4,
+                    "dtw_window_frac": 0.1,
+                    "dtw_downsample": 6,
+                    "forecaster_epochs": 1,
+                    "forecaster_max_train_windows": 200,
+                }
+            },
+            "ec__classifier_accuracy": {"config": {"epochs": 30}},
+            "sim__job_sequences": {
+                "config": {"n_train_sequences": 2, "n_test_sequences": 2, "loads_pct": [50], "step_bins": 6}
+            },
+            "eval__baselines": {"config": {"seeds": [0]}},
+        }
+    }
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    gen = load_generator()
+    traces = tmp_path_factory.mktemp("traces")
+    planted = {
+        "google2011": gen.write_google2011(traces, seed=7),
+        "alibaba2018": gen.write_alibaba2018(traces, seed=7),
+    }
+    root = tmp_path_factory.mktemp("warehouse")
+    lines: list[str] = []
+    with DagsterInstance.ephemeral() as instance:
+        failures = run_all(build_definitions(traces, root), instance, run_config(planted), log=lines.append)
+    return Warehouse(root=str(root)), planted, failures, lines
+
+
+def frame(wh: Warehouse, table: str, source: str) -> pl.DataFrame:
+    return wh.scan(table).filter(pl.col("source") == source).collect()
+
+
+def test_every_run_succeeds(pipeline):
+    _, _, failures, lines = pipeline
+    assert failures == [], "\n".join(lines)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_rows_in_equal_written_plus_quarantined(pipeline, source):
+    wh, planted, _, _ = pipeline
+    quarantine = frame(wh, QUARANTINE_TABLE, source)
+    for (table, name), n_lines in planted[source].lines.items():
+        written = (
+            pl.scan_parquet(wh.partition_path(raw_table_name(source, table), name))
+            .select(pl.len())
+            .collect()
+            .item()
+        )
+        set_aside = quarantine.filter((pl.col("table") == table) & (pl.col("source_file") == name)).height
+        assert written + set_aside == n_lines, (table, name)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_planted_malformed_rows_are_quarantined(pipeline, source):
+    wh, planted, _, _ = pipeline
+    got = frame(wh, QUARANTINE_TABLE, source).select("table", "source_file", "line_number", "reason")
+    expected = {(m.table, m.source_file, m.line_number, m.reason) for m in planted[source].malformed}
+    assert set(got.iter_rows()) == expected
+    assert got.height == len(expected)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_long_running_report_counts_every_planted_reason(pipeline, source):
+    wh, planted, _, _ = pipeline
+    report = dict(frame(wh, "core__long_running_report", source).select("reason", "n_workloads").iter_rows())
+    assert report == planted[source].report
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_workloads_have_planted_states_and_requests(pipeline, source):
+    wh, planted, _, _ = pipeline
+    p = planted[source]
+    workloads = frame(wh, "core__workloads", source)
+    assert dict(workloads.select("workload_id", "final_state").iter_rows()) == p.final_states
+    partial = set(workloads.filter(pl.col("is_partial"))["workload_id"])
+    assert partial == {w for w, r in p.reasons.items() if r == "partial"}
+    got = {
+        w: (c, m)
+        for w, c, m in workloads.select("workload_id", "cpu_request_frac", "mem_request_frac").iter_rows()
+    }
+    for w, (cpu, mem) in p.requests.items():
+        assert got[w] == pytest.approx((cpu, mem), rel=1e-12), w
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_exactly_the_planted_long_running_are_kept(pipeline, source):
+    wh, planted, _, _ = pipeline
+    p = planted[source]
+    kept = frame(wh, "core__long_running", source)
+    assert set(kept["workload_id"]) == p.kept
+    assert kept.height == len(p.kept)
+    assert dict(kept.select("workload_id", "n_run_bins").iter_rows()) == {w: p.n_run_bins[w] for w in p.kept}
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_usage_bins_hold_planted_values(pipeline, source):
+    wh, planted, _, _ = pipeline
+    p = planted[source]
+    usage = frame(wh, "core__usage", source)
+    for (w, b), exp in p.expected_bins.items():
+        row = usage.filter((pl.col("workload_id") == w) & (pl.col("bin_start_s") == b))
+        assert row.height == 1, (w, b)
+        r = row.row(0, named=True)
+        assert (r["cpu_frac"], r["mem_frac"]) == pytest.approx((exp.cpu_frac, exp.mem_frac), rel=1e-9), (w, b)
+        assert (r["n_samples"], r["is_filled"]) == (exp.n_samples, exp.is_filled), (w, b)
+    filled = usage.filter(pl.col("is_filled")).group_by("workload_id").len()
+    got = {w: n for w, n in filled.iter_rows() if w in p.kept}
+    assert got == {w: n for w, n in p.n_filled_bins.items() if n}
+
+
+def test_google_equivalence_classes(pipeline):
+    wh, planted, _, _ = pipeline
+    chosen = wh.query("select method, k from ec__method_comparison where source = 'google2011' and is_chosen")
+    assert chosen.height == 1
+    method, k = chosen.row(0)
+    assert 3 <= k <= 15
+    sil = frame(wh, "ec__silhouette", "google2011")
+    assert sil["k"].min() == 3 and sil["k"].max() == 15
+    labels = frame(wh, "ec__assignments", "google2011")
+    assert set(labels["workload_id"]) == planted["google2011"].kept
+    assert set(labels["method"]) == {method} and set(labels["k"]) == {k}
+    assert labels["ec_label"].n_unique() == k
+    # the four planted shapes are told apart: every EC holds workloads of a single shape
+    shapes = labels.with_columns(
+        pl.col("workload_id").replace_strict(planted["google2011"].shapes).alias("shape")
+    )
+    per_label = shapes.group_by("ec_label").agg(pl.col("shape").n_unique().alias("n_shapes"))
+    assert per_label["n_shapes"].max() == 1
+    assert shapes["shape"].n_unique() == 4
+
+
+def test_job_sequences_use_the_kept_workloads(pipeline):
+    wh, planted, _, _ = pipeline
+    jobs = wh.scan("sim__job_sequences").collect()
+    assert {"google2011", "alibaba2018"} <= set(jobs["source"])
+    for source in SOURCES:
+        used = set(jobs.filter(pl.col("source") == source)["workload_id"])
+        assert used and used <= planted[source].kept, source
+
+
+def test_generator_is_deterministic(tmp_path):
+    gen = load_generator()
+    for d in ("a", "b"):
+        gen.write_google2011(tmp_path / d, seed=3, days=1.5, n_long=4, n_shards=2)
+        gen.write_alibaba2018(tmp_path / d, seed=3, days=1.5, n_long=2)
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.gz"))
+    assert len(files) == 3 * 2 + 1 + 3  # 3 sharded Google tables, machine_events, 3 Alibaba tables
+    for f in files:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
