@@ -142,5 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def ui(argv: list[str] | None = None) -> None:
+    """`tvw-ui`: `dagster dev` on 127.0.0.1:3000 with the project's own DAGSTER_HOME (telemetry off).
+
+    Extra arguments go to `dagster dev`. SIGINT is reset to its default first: a shell that starts a
+    background job ignores SIGINT in it, and `dagster dev` would then outlive Ctrl-C / kill -INT."""
+    import signal
+
+    home = _ensure_dagster_home()
+    args = ["dagster", "dev", "-h", "127.0.0.1", "-p", "3000", *(sys.argv[1:] if argv is None else argv)]
+    print(f"DAGSTER_HOME={home}; starting: {' '.join(args)}")
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    dagster = Path(sys.executable).with_name("dagster")
+    os.chdir(PROJECT_ROOT)  # dagster dev reads [tool.dagster] from pyproject.toml here
+    os.execv(str(dagster), args)
+
+
 if __name__ == "__main__":
     sys.exit(main())
