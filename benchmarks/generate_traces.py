@@ -36,6 +36,9 @@ def load_generator():
     return module
 
 
+GENERATE = load_generator()
+
+
 def split(total: int, n_special: int, min_long: int) -> tuple[int, int]:
     """(long-running, filler) counts for `total` workloads of which `n_special` are the special kinds."""
     n_long = max(min_long, total // 2)
@@ -46,12 +49,7 @@ def run_config(planted: dict) -> dict:
     """Thresholds for the generated length; gap filling as the plan assumes; the sample's learning budgets."""
     return {
         "ops": {
-            "core__usage": {
-                "config": {"fill_policy": "hold", "max_fill_bins": planted["google2011"].max_fill_bins}
-            },
-            "core__long_running": {
-                "config": {"min_contiguous_bins": {s: p.min_contiguous_bins for s, p in planted.items()}}
-            },
+            **GENERATE.data_path_config(planted),
             "ec__mapping": {
                 "config": {"n_init": 10, "dtw_window_frac": 0.1, "dtw_downsample": 3, "forecaster_epochs": 2}
             },
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compresslevel", type=int, default=6, help="gzip level (1 is faster to write)")
     args = p.parse_args(argv)
 
-    gen = load_generator()
+    gen = GENERATE
     if args.out.exists():
         shutil.rmtree(args.out)
     shards = args.shards or max(2, round(args.days * 4))

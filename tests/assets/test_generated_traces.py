@@ -31,16 +31,14 @@ def load_generator():
     return module
 
 
+GENERATE = load_generator()
+
+
 def run_config(planted: dict) -> dict:
     """Thresholds for a 3-day trace; small learning budgets (the checks here are about the data path)."""
     return {
         "ops": {
-            "core__usage": {
-                "config": {"fill_policy": "hold", "max_fill_bins": planted["google2011"].max_fill_bins}
-            },
-            "core__long_running": {
-                "config": {"min_contiguous_bins": {s: p.min_contiguous_bins for s, p in planted.items()}}
-            },
+            **GENERATE.data_path_config(planted),
             "ec__mapping": {
                 "config": {
                     "n_init": 4,
@@ -61,7 +59,7 @@ def run_config(planted: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    gen = load_generator()
+    gen = GENERATE
     traces = tmp_path_factory.mktemp("traces")
     planted = {
         "google2011": gen.write_google2011(traces, seed=7),
@@ -187,7 +185,7 @@ def test_job_sequences_use_the_kept_workloads(pipeline):
 
 
 def test_generator_is_deterministic(tmp_path):
-    gen = load_generator()
+    gen = GENERATE
     for d in ("a", "b"):
         gen.write_google2011(tmp_path / d, seed=3, days=1.5, n_long=4, n_shards=2)
         gen.write_alibaba2018(tmp_path / d, seed=3, days=1.5, n_long=2)
