@@ -34,8 +34,10 @@ PLOT_METRICS = (
     ("avg_frag_mem_frac", "Memory fragmentation"),
     ("machines_used", "# machines used"),
     ("avg_overshoot_pct", "% overshoot"),
+    ("n_unplaced", "jobs never placed"),
 )
-"""TVW-RL Fig. 4/5 panels (a)-(f): metric column and title."""
+"""TVW-RL Fig. 4/5 panels (a)-(f): metric column and title, plus the jobs a policy left unplaced when the
+episode cap hit (its utilisation is then over fewer workloads, so read the panels together)."""
 
 
 def run_episodes(
