@@ -23,8 +23,6 @@ from sim.jobs import JobBatch
 from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age
 from sim.policies import POLICIES
 
-SYNTHETIC_SOURCES = ("deepplace_synthetic", "deeprm_synthetic")
-
 
 class JobSequencesConfig(Config):
     n_train_sequences: int = Field(
