@@ -14,7 +14,14 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.raw_schemas import ALIBABA2018
-from pipelines.sources.base import DEFAULT_BATCH_BYTES, CsvTable, IngestError, ParsedBatch, iter_csv_batches
+from pipelines.sources.base import (
+    DEFAULT_BATCH_BYTES,
+    CsvTable,
+    IngestError,
+    ParsedBatch,
+    iter_csv_batches,
+    list_shards,
+)
 
 NAME = "alibaba2018"
 FOLDER = "alibaba-2018"
@@ -67,17 +74,12 @@ class Alibaba2018Source:
 
     def discover(self, root: Path, table: str) -> dict[str, Path]:
         """Files of `table`: the official tarball if present, else every matching CSV (sorted by name)."""
-        if table not in self.tables:
-            raise IngestError(table, f"unknown {NAME} table {table!r}; known: {', '.join(self.tables)}")
         folder = Path(root) / FOLDER
-        if not folder.is_dir():
-            return {}
-        tarball = folder / f"{table}.tar.gz"
-        if tarball.is_file():
-            return {tarball.name: tarball}
+        tarball = list_shards(self, table, folder, lambda n: n == f"{table}.tar.gz")
+        if tarball:
+            return tarball
         pattern = re.compile(rf"{re.escape(table)}(\.[A-Za-z0-9_-]+)?\.csv(\.gz)?")
-        files = sorted(p for p in folder.iterdir() if p.is_file() and pattern.fullmatch(p.name))
-        return {p.name: p for p in files}
+        return list_shards(self, table, folder, lambda n: pattern.fullmatch(n) is not None)
 
     def iter_batches(
         self, table: str, path: Path, batch_bytes: int = DEFAULT_BATCH_BYTES

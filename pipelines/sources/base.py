@@ -91,6 +91,23 @@ INVALID_MARKER_VALUES = (-1.0, 101.0)
 """Alibaba 2018: "normalised values rescaled to [0,100]; invalid values are -1 or 101" (trace_2018.md)."""
 
 
+def check_table(source: TraceSource, table: str) -> None:
+    """Raise `IngestError` naming the source's tables when `table` is not one of them."""
+    if table not in source.tables:
+        raise IngestError(table, f"unknown {source.name} table {table!r}; known: {', '.join(source.tables)}")
+
+
+def list_shards(
+    source: TraceSource, table: str, folder: Path, matches: Callable[[str], bool]
+) -> dict[str, Path]:
+    """Shard files of `table` in `folder` whose names `matches`: file name -> path, sorted by name. An unknown
+    table raises `IngestError`; a missing folder has no shards."""
+    check_table(source, table)
+    if not folder.is_dir():
+        return {}
+    return {p.name: p for p in sorted(folder.iterdir()) if p.is_file() and matches(p.name)}
+
+
 def empty_quarantine() -> pl.DataFrame:
     return pl.DataFrame(schema=QUARANTINE)
 

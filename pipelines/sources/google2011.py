@@ -14,7 +14,14 @@ from pathlib import Path
 import polars as pl
 
 from pipelines.raw_schemas import GOOGLE2011
-from pipelines.sources.base import DEFAULT_BATCH_BYTES, CsvTable, IngestError, ParsedBatch, iter_csv_batches
+from pipelines.sources.base import (
+    DEFAULT_BATCH_BYTES,
+    CsvTable,
+    ParsedBatch,
+    check_table,
+    iter_csv_batches,
+    list_shards,
+)
 
 NAME = "google2011"
 FOLDER = "google-2011"
@@ -75,21 +82,13 @@ class Google2011Source:
 
     def discover(self, root: Path, table: str) -> dict[str, Path]:
         """Shards of `table`: file name (e.g. `part-00000-of-00500.csv.gz`) -> path, sorted."""
-        _check_table(self, table)
-        folder = Path(root) / FOLDER / table
-        if not folder.is_dir():
-            return {}
-        files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith((".csv.gz", ".csv")))
-        return {p.name: p for p in files}
+        return list_shards(
+            self, table, Path(root) / FOLDER / table, lambda n: n.endswith((".csv.gz", ".csv"))
+        )
 
     def iter_batches(
         self, table: str, path: Path, batch_bytes: int = DEFAULT_BATCH_BYTES
     ) -> Iterator[ParsedBatch]:
         """Parsed batches of one shard (streamed)."""
-        _check_table(self, table)
+        check_table(self, table)
         yield from iter_csv_batches(TABLES[table], Path(path), batch_bytes)
-
-
-def _check_table(source, table: str) -> None:
-    if table not in source.tables:
-        raise IngestError(table, f"unknown {source.name} table {table!r}; known: {', '.join(source.tables)}")

@@ -26,6 +26,7 @@ from pipelines.sources.base import (
     ParsedBatch,
     empty_quarantine,
     iter_csv_batches,
+    list_shards,
     quarantine_frame,
 )
 
@@ -66,13 +67,8 @@ class Google2011DerivedSource:
 
     def discover(self, root: Path, table: str) -> dict[str, Path]:
         """Files of `table` (file name -> path, sorted)."""
-        if table not in self.tables:
-            raise IngestError(table, f"unknown {NAME} table {table!r}; known: {', '.join(self.tables)}")
-        folder = Path(root) / FOLDER
-        if not folder.is_dir():
-            return {}
         pattern = JOB_SUMS_FILE if table == "job_sums" else JOB_DAYS_FILE
-        return {p.name: p for p in sorted(folder.iterdir()) if p.is_file() and pattern.fullmatch(p.name)}
+        return list_shards(self, table, Path(root) / FOLDER, lambda n: pattern.fullmatch(n) is not None)
 
     def iter_batches(
         self, table: str, path: Path, batch_bytes: int = DEFAULT_BATCH_BYTES
