@@ -29,6 +29,7 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 
 from models.forecaster import torch_threads
+from models.training import init_parameters, train_minibatches
 
 META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
 """Meta-feature columns (from the WORKLOADS table) in the order `meta` arrays use."""
@@ -198,33 +199,26 @@ def train_classifier(
 
     gen = torch.Generator().manual_seed(cfg.seed)
     model = EcClassifier(meta.shape[1], cfg.prefix_bins, len(classes), cfg.hidden_sizes)
-    _init_parameters(model, gen)
+    init_parameters(model, gen)
     model.meta_fill.copy_(torch.from_numpy(fill))
     model.input_mean.copy_(torch.from_numpy(mean))
     model.input_std.copy_(torch.from_numpy(std))
     trained = TrainedClassifier(model=model, classes=classes, cfg=cfg)
 
     x, y_t = trained.features(meta, prefixes), torch.from_numpy(y.astype(np.int64))
-    model.train()
     with torch_threads(cfg.n_threads):
-        _train_epochs(model, x, y_t, cfg, gen)
+        train_minibatches(
+            model,
+            x,
+            y_t,
+            nn.functional.cross_entropy,
+            lr=cfg.lr,
+            batch_size=cfg.batch_size,
+            n_epochs=cfg.epochs,
+            generator=gen,
+        )
     model.eval()
     return trained
-
-
-def _train_epochs(
-    model: EcClassifier, x: torch.Tensor, y: torch.Tensor, cfg: ClassifierConfig, gen: torch.Generator
-) -> None:
-    """Adam on categorical cross-entropy, shuffled minibatches."""
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    for _ in range(cfg.epochs):
-        order = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(order), cfg.batch_size):
-            b = order[start : start + cfg.batch_size]
-            loss = nn.functional.cross_entropy(model(x[b]), y[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
 
 
 def _column_stats(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,16 +229,6 @@ def _column_stats(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     var = (np.where(finite, a - mean, 0.0) ** 2).sum(axis=0) / count
     std = np.sqrt(var)
     return mean, np.where(std > 0, std, 1.0)
-
-
-def _init_parameters(module: nn.Module, generator: torch.Generator) -> None:
-    """torch's default uniform(+-1/sqrt(fan_in)) initialisation for Linear layers, drawn from `generator`."""
-    for sub in module.modules():
-        if isinstance(sub, nn.Linear):
-            bound = 1.0 / np.sqrt(sub.in_features)
-            with torch.no_grad():
-                sub.weight.uniform_(-bound, bound, generator=generator)
-                sub.bias.uniform_(-bound, bound, generator=generator)
 
 
 def evaluate(

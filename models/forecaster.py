@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.training import init_parameters, train_minibatches
+
 N_SERIES = 2
 """cpu and mem."""
 
@@ -119,7 +121,7 @@ class LSTNet(nn.Module):
             n_out_in += cfg.skip_period * cfg.skip_hidden
         self.out = nn.Linear(n_out_in, N_SERIES)
         self.ar = nn.Linear(cfg.ar_window, 1) if cfg.ar_window > 0 else None
-        _init_parameters(self, generator)
+        init_parameters(self, generator)
 
     def _dropout(self, x: torch.Tensor) -> torch.Tensor:
         p = self.cfg.dropout
@@ -148,21 +150,6 @@ class LSTNet(nn.Module):
             z = x[:, -self.cfg.ar_window :, :].transpose(1, 2)
             y = y + self.ar(z).squeeze(-1)
         return y
-
-
-def _init_parameters(module: nn.Module, generator: torch.Generator) -> None:
-    """torch's default uniform(+-1/sqrt(fan_in)) initialisation, drawn from `generator` (not the global RNG)."""
-    for sub in module.modules():
-        if isinstance(sub, nn.GRU):
-            fan_in = sub.hidden_size
-        elif isinstance(sub, nn.Conv1d | nn.Linear):
-            fan_in = sub.weight[0].numel()
-        else:
-            continue
-        bound = 1.0 / math.sqrt(fan_in)
-        with torch.no_grad():
-            for p in sub.parameters(recurse=False):
-                p.uniform_(-bound, bound, generator=generator)
 
 
 @dataclass(frozen=True)
@@ -245,22 +232,19 @@ def _fit(
 
     gen = torch.Generator().manual_seed(cfg.seed)
     model = LSTNet(cfg, gen)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    model.train()
-    epoch_loss = float("nan")
     n_batches = math.ceil(len(x_t) / cfg.batch_size)
-    for _ in range(max(cfg.epochs, math.ceil(cfg.min_steps / n_batches))):
-        # one epoch: shuffled minibatches, Adam on mean squared error
-        order = torch.randperm(len(x_t), generator=gen)
-        total = 0.0
-        for start in range(0, len(order), cfg.batch_size):
-            b = order[start : start + cfg.batch_size]
-            loss = nn.functional.mse_loss(model(x_t[b]), y_t[b])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(b)
-        epoch_loss = total / len(x_t)
+    # at least cfg.epochs, and enough epochs for min_steps Adam steps (equal compute for small and big fits)
+    n_epochs = max(cfg.epochs, math.ceil(cfg.min_steps / n_batches))
+    epoch_loss = train_minibatches(
+        model,
+        x_t,
+        y_t,
+        nn.functional.mse_loss,
+        lr=cfg.lr,
+        batch_size=cfg.batch_size,
+        n_epochs=n_epochs,
+        generator=gen,
+    )
     model.eval()
     return FittedForecaster(model=model, cfg=cfg, final_loss=epoch_loss)
 
