@@ -1,7 +1,13 @@
 """Simulator configuration: the cluster, the state image, the penalty weights and the noise knobs.
 
 Defaults are TVW-RL's (AAAI 2021, "Implementation"): M = 10 machines, h = 20 steps of history,
-d = 2 resources with C_1 = C_2 = 8 units, K_c = 0.1, K_u = 3, K_o = 30000, K_w = 50, episode length 200.
+d = 2 resources with C_1 = C_2 = 8 units, K_c = 0.1, K_u = 3, K_o = 30000, K_w = 50.
+
+Episode length is counted in logical TIME STEPS (never in decisions): an episode runs until every job of its
+sequence has been placed and has finished; `max_steps` is only a safety cap, and an episode that reaches it is a
+failure (reported as truncated, with every job left unplaced charged, see `sim.penalties.unplaced_charge`).
+TVW-RL's "maximum episode length L = 200" with "a fixed number of jobs" per episode is the training setup:
+`max_steps=200` with `jobs_per_episode` set so that episodes fit.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INVALID_ACTION_MODES = ("raise", "hold")
+HOLD_RULES = ("always", "no_fit")
 OVERSIZE_MODES = ("raise", "clip")
 PLACEMENT_CHECKS = ("first_step", "request", "none")
 MAX_PIXEL_VALUE = 127  # the machine image is int8
@@ -26,8 +33,8 @@ class SimConfig:
     """h: past logical steps shown per machine in the state image (current step included)."""
     queue_size: int = 5
     """Visible queue slots in the observation; further waiting jobs only count in the backlog (DeepRM)."""
-    n_labels: int = 8
-    """G: number of EC labels (ec_label in 0..G-1)."""
+    n_labels: int = 16
+    """G: number of EC labels (ec_label in 0..G-1); 16 covers every k of the EC sweep (3..15)."""
     max_instances: int = 4
     """Colour shades per label in the image (DeepPlace instance colouring); the k-th co-located instance of a
     label on a machine (by start) gets shade min(k, max_instances - 1)."""
@@ -41,8 +48,19 @@ class SimConfig:
     """K_o: penalty per (workload, resource) at its first overshoot."""
     k_wait: float = 50.0
     """K_w: penalty per waiting job per time step."""
-    max_steps: int = 200
-    """Episode cap in logical time steps (TVW-RL's L = 200); reaching it truncates the episode."""
+    max_steps: int = 1000
+    """Safety cap in logical time steps. Episodes end when every job has been placed and has finished; reaching
+    the cap first truncates the episode, which counts as a failure: each job not placed by then is charged
+    `sim.penalties.unplaced_charge` (more than any placement of it could cost), so leaving work undone never
+    pays. TVW-RL trains with L = 200 (set max_steps=200 and `jobs_per_episode`)."""
+    jobs_per_episode: int | None = None
+    """TVW-RL's "a fixed number of jobs arrive" per episode: only the first n jobs (by arrival) of each sequence
+    are used; None = the whole sequence."""
+    hold_rule: str = "always"
+    """When the hold action (M) is valid. "always": DeepRM's void action, time advances (a policy may wait for a
+    better machine, paying K_w per waiting job and step). "no_fit": TVW-RL / DeepPlace, the agent must place
+    the head when some machine can take it; hold is valid only when no machine can (or the queue is empty).
+    Either way the episode runs until every job is placed and finished, so withholding work never pays."""
     noise_max_units: int = 0
     """Background noise: each step, each machine and resource gets uniform integer 0..n extra units
     (TVW-RL robustness study uses n in {1, 2, 3}); 0 disables it."""
@@ -66,6 +84,8 @@ class SimConfig:
             raise ValueError(f"capacity_units must be positive, got {self.capacity_units}")
         if self.history_steps < 1 or self.queue_size < 1 or self.max_steps < 1:
             raise ValueError("history_steps, queue_size and max_steps must be >= 1")
+        if self.jobs_per_episode is not None and self.jobs_per_episode < 1:
+            raise ValueError(f"jobs_per_episode must be >= 1 or None, got {self.jobs_per_episode}")
         if self.n_labels * self.max_instances + 1 > MAX_PIXEL_VALUE:
             raise ValueError(
                 f"n_labels * max_instances + 1 = {self.n_labels * self.max_instances + 1} "
@@ -77,6 +97,7 @@ class SimConfig:
             ("placement_check", self.placement_check, PLACEMENT_CHECKS),
             ("invalid_action", self.invalid_action, INVALID_ACTION_MODES),
             ("oversize", self.oversize, OVERSIZE_MODES),
+            ("hold_rule", self.hold_rule, HOLD_RULES),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")

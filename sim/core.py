@@ -14,12 +14,13 @@ Model (every choice made here, in one place):
 - A placed job starts at once (there is no "scheduled but not started" phase) and uses usage[t - start] units each
   step of its duration. Committed usage of placed jobs lives in a ring timeline (B, M, D, W), W = T_max, indexed by
   absolute time mod W: placing adds the job's profile, closing a step clears its slot.
-- Validity (action mask): hold is always valid. Placing needs a non-empty queue and, by `placement_check`:
-  "first_step" (default): current free units of the machine (C_d - job usage - background noise at t) cover the
-  head's first-step usage in every d; "request": they cover the head's request; "none": any machine. Later steps may
-  overshoot: usage varies over time (TVW-RL lets the agent learn to avoid it through P_O). A masked action raises
-  ValueError naming the env and action (or is treated as hold with invalid_action="hold"). Actions of envs whose
-  episode has ended are ignored (reward 0).
+- Validity (action mask): with hold_rule="always" (default, DeepRM's void action) hold is always valid; with
+  "no_fit" (TVW-RL / DeepPlace) it is valid only when no machine can take the head. Placing needs a non-empty
+  queue and, by `placement_check`: "first_step" (default): current free units of the machine (C_d - job usage -
+  background noise at t) cover the head's first-step usage in every d; "request": they cover the head's request;
+  "none": any machine. Later steps may overshoot: usage varies over time (TVW-RL lets the agent learn to avoid it
+  through P_O). A masked action raises ValueError naming the env and action (or is treated as hold with
+  invalid_action="hold"). Actions of envs whose episode has ended are ignored (reward 0).
 - Background noise (robustness study): uniform integer 0..n units per machine, resource and step, drawn at reset
   from the env's seed for steps 0..max_steps. It counts in current usage, the mask, unused units, shortage and the
   image (its own colour), not in contention or utilisation (it is not a workload). Shape perturbation: uniform
@@ -36,8 +37,11 @@ Model (every choice made here, in one place):
   first time the workload's machine is short (usage incl. noise > C_d) in that resource while it runs.
   The reward of a step() call is the sum of penalties of the steps it closed (0 for a pure placement); `info` holds
   each component per env.
-- Episode end: terminated when every job has been placed and has finished (t >= last end); an env with no jobs is
-  terminated at reset. Truncated when t reaches max_steps first.
+- Episode end (length counted in time steps): terminated when every job has been placed and has finished (t >=
+  last end); an env with no jobs is terminated at reset. `max_steps` is a safety cap: reaching it first truncates
+  the episode, a failure that the metrics report (`is_truncated`), and every job not placed by then is charged
+  `penalties.unplaced_charge` (component "unplaced"), more than placing it could cost: withholding work never pays.
+  `jobs_per_episode` keeps only the first n jobs of each sequence (TVW-RL: a fixed number of jobs per episode).
 - Labels: a job's EC label only colours the observation (image and queue). What the scheduler sees is
   `State.obs_label` when set by `relabel` (predicted labels, TVW-RL Algorithm 1), else the jobs' own labels.
 - Purity: step() never mutates its input state (arrays it changes are copied first); the JobBatch is shared.
@@ -55,8 +59,9 @@ from sim import penalties
 from sim.config import SimConfig
 from sim.jobs import JOB_META_COLUMNS, JobBatch
 
-PENALTY_NAMES = ("contention", "underutil", "overshoot", "wait")
-"""Order of the penalty components in `State.penalty_totals` and `Trace.penalties`."""
+PENALTY_NAMES = ("contention", "underutil", "overshoot", "wait", "unplaced")
+"""Order of the penalty components in `State.penalty_totals` and `Trace.penalties`; "unplaced" is the charge for
+jobs left unplaced when the safety cap truncates an episode (`sim.penalties.unplaced_charge`)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,8 @@ def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | N
     seed: an int (per-env generators spawned from it with numpy SeedSequence), or one int per env (env b uses
     default_rng(seed[b]): B single envs reset with seed=[s_b] reproduce a batched reset with seed=s), or None
     (cfg.seed). Randomness is used only for noise and shape perturbation."""
+    if cfg.jobs_per_episode is not None:
+        jobs = jobs.first_jobs(cfg.jobs_per_episode)
     jobs, n_clipped = validate_jobs(cfg, jobs)
     n_envs, n_m, n_d = jobs.batch_size, cfg.n_machines, cfg.n_resources
     rngs = _env_rngs(cfg, n_envs, seed)
@@ -354,26 +361,35 @@ def _advance_idle(cfg: SimConfig, f: dict, pen: np.ndarray, trace: Trace | None)
 def _close_step(
     cfg: SimConfig, f: dict, is_closing: np.ndarray, pen: np.ndarray, trace: Trace | None
 ) -> np.ndarray:
-    """Credit the penalties of step t for the envs in is_closing, record it, and move them to t + 1."""
+    """Credit the penalties of step t for the envs in is_closing, record it, and move them to t + 1. An env that
+    reaches the safety cap unfinished is truncated and charged for every job it left unplaced."""
     jobs: JobBatch = f["jobs"]
     rows = np.flatnonzero(is_closing)
     t = f["t"][rows]
     slot = t % f["timeline"].shape[3]
     cap = np.asarray(cfg.capacity_units, dtype=np.int64)
-    usage = f["timeline"][rows, :, :, slot]  # (n, M, D)
+    usage = f["timeline"][rows, :, :, slot]  # (n, M, D), a copy
     background = f["noise"][rows, t] if f["noise"] is not None else 0
     total = usage + background
     is_used = f["busy_until"][rows] > t[:, None]
     qlen = f["n_arrived"][rows] - f["next_job"][rows]
-    step_pen = np.stack(
-        [
-            penalties.contention_penalty(f["overlap"][rows, slot], cfg.k_contention),
-            penalties.underutil_penalty(np.maximum(cap - total, 0), is_used, cfg.k_underutil),
-            penalties.overshoot_penalty(_first_overshoots(f, rows, t, total > cap), cfg.k_overshoot),
-            penalties.wait_penalty(qlen, cfg.k_wait),
-        ],
-        axis=1,
-    )
+    overlap = f["overlap"][rows, slot]
+    step_pen = np.zeros((rows.shape[0], len(PENALTY_NAMES)))
+    step_pen[:, 0] = penalties.contention_penalty(overlap, cfg.k_contention)
+    step_pen[:, 1] = penalties.underutil_penalty(np.maximum(cap - total, 0), is_used, cfg.k_underutil)
+    step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, rows, t, total > cap), cfg.k_overshoot)
+    step_pen[:, 3] = penalties.wait_penalty(qlen, cfg.k_wait)
+    # advance
+    f["timeline"][rows, :, :, slot] = 0
+    f["overlap"][rows, slot] = 0
+    f["t"][rows] = t + 1
+    f["n_arrived"][rows] = (jobs.arrival_step[rows] <= (t + 1)[:, None]).sum(axis=1)
+    is_finished = (f["next_job"][rows] == jobs.n_jobs[rows]) & (f["busy_until"][rows].max(axis=1) <= t + 1)
+    is_cut = ~is_finished & (t + 1 >= cfg.max_steps)
+    f["is_terminated"][rows] = is_finished
+    f["is_truncated"][rows] = is_cut
+    if is_cut.any():
+        step_pen[is_cut, PENALTY_NAMES.index("unplaced")] = -_unplaced_charges(cfg, f, rows[is_cut])
     pen[rows] += step_pen
     if trace is not None:
         is_recorded = t < trace.usage.shape[1]
@@ -382,17 +398,25 @@ def _close_step(
         trace.background[r, tr] = (total - usage)[is_recorded]
         trace.is_active[r, tr] = is_used[is_recorded]
         trace.queue_length[r, tr] = qlen[is_recorded]
-        trace.contention[r, tr] = f["overlap"][r, slot[is_recorded]]
+        trace.contention[r, tr] = overlap[is_recorded]
         trace.penalties[r, tr] = step_pen[is_recorded]
-    f["timeline"][rows, :, :, slot] = 0
-    f["overlap"][rows, slot] = 0
-    t = t + 1
-    f["t"][rows] = t
-    f["n_arrived"][rows] = (jobs.arrival_step[rows] <= t[:, None]).sum(axis=1)
-    is_finished = (f["next_job"][rows] == jobs.n_jobs[rows]) & (f["busy_until"][rows].max(axis=1) <= t)
-    f["is_terminated"][rows] = is_finished
-    f["is_truncated"][rows] = ~is_finished & (t >= cfg.max_steps)
     return is_closing.astype(np.int64)
+
+
+def _unplaced_charges(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
+    """(len(rows),) total `penalties.unplaced_charge` of the jobs not placed (arrived or not) in those envs."""
+    jobs: JobBatch = f["jobs"]
+    index = np.arange(jobs.max_jobs)[None, :]
+    is_left = (index >= f["next_job"][rows, None]) & (index < jobs.n_jobs[rows, None])
+    charge = penalties.unplaced_charge(
+        jobs.duration[rows],
+        cfg.capacity_units,
+        cfg.k_contention,
+        cfg.k_underutil,
+        cfg.k_overshoot,
+        cfg.k_wait,
+    )
+    return (charge * is_left).sum(axis=1)
 
 
 def _first_overshoots(f: dict, rows: np.ndarray, t: np.ndarray, is_short: np.ndarray) -> np.ndarray:
@@ -417,7 +441,8 @@ def _head_index(state: State) -> np.ndarray:
 
 
 def action_mask(cfg: SimConfig, state: State) -> np.ndarray:
-    """(B, M + 1) bool: valid actions; column M (hold) is always True. Done envs: only hold."""
+    """(B, M + 1) bool: valid actions. Column M (hold): always True with hold_rule="always"; with "no_fit", True
+    only where no machine can take the head (or the queue is empty). Done envs: only hold."""
     n_envs = state.batch_size
     has_job = (state.n_arrived > state.next_job) & ~state.is_done
     if cfg.placement_check == "none":
@@ -433,6 +458,8 @@ def action_mask(cfg: SimConfig, state: State) -> np.ndarray:
         fits = (current_usage(cfg, state) + need[:, None, :] <= cap).all(axis=2)
     mask = np.ones((n_envs, cfg.n_machines + 1), dtype=bool)
     mask[:, : cfg.n_machines] = fits & has_job[:, None]
+    if cfg.hold_rule == "no_fit":
+        mask[:, cfg.n_machines] = ~mask[:, : cfg.n_machines].any(axis=1)
     return mask
 
 

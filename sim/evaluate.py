@@ -122,23 +122,63 @@ def learn_group_profiles(
 
 
 def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
-    """Mean and t-based `confidence` interval per (source, load_pct, policy, metric), over sequences and seeds.
+    """Mean and t-based `confidence` interval per (source, load_pct, policy, metric), over TEST SEQUENCES.
 
-    Columns: source, load_pct, policy, metric, n, mean, std, ci_low, ci_high (interval = mean -/+ t * std /
-    sqrt(n), t the Student quantile with n - 1 degrees of freedom; equal to the mean when n = 1). NaN values of
-    a metric (e.g. mean wait with nothing placed) are left out of its n.
+    Seeds are averaged within a sequence first (a deterministic policy gives the same row for every seed, so
+    seeds are not independent samples); the interval is then over the n sequences. Columns: source, load_pct,
+    policy, metric, n (sequences), n_seeds (max seeds per sequence), mean, std, ci_low, ci_high (interval =
+    mean -/+ t * std / sqrt(n), t the Student quantile with n - 1 degrees of freedom; equal to the mean when
+    n = 1). NaN values of a metric (e.g. mean wait with nothing placed) are left out.
     """
     metric_cols = [c for c in results.columns if c not in RESULT_KEY]
     long = results.unpivot(
-        index=["source", "load_pct", "policy"], on=metric_cols, variable_name="metric", value_name="value"
+        index=["source", "load_pct", "policy", "sequence_id", "seed"],
+        on=metric_cols,
+        variable_name="metric",
+        value_name="value",
     ).filter(pl.col("value").is_not_nan())
-    out = long.group_by("source", "load_pct", "policy", "metric", maintain_order=True).agg(
-        n=pl.len(), mean=pl.col("value").mean(), std=pl.col("value").std().fill_null(0.0)
+    per_sequence = long.group_by(
+        "source", "load_pct", "policy", "metric", "sequence_id", maintain_order=True
+    ).agg(value=pl.col("value").mean(), n_seeds=pl.len())
+    out = per_sequence.group_by("source", "load_pct", "policy", "metric", maintain_order=True).agg(
+        n=pl.len(),
+        n_seeds=pl.col("n_seeds").max(),
+        mean=pl.col("value").mean(),
+        std=pl.col("value").std().fill_null(0.0),
     )
     t = np.array([stats.t.ppf(0.5 + confidence / 2, n - 1) if n > 1 else 0.0 for n in out["n"].to_list()])
     half = pl.Series(t) * out["std"] / out["n"].cast(pl.Float64).sqrt()
     return out.with_columns(ci_low=pl.col("mean") - half, ci_high=pl.col("mean") + half).sort(
         "source", "load_pct", "policy", "metric"
+    )
+
+
+DIVERSITY = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "split": pl.String,
+    "n_sequences": pl.Int64,
+    "n_jobs": pl.Int64,
+    "n_distinct_workloads": pl.Int64,  # distinct workload_id over the split's sequences
+    "is_too_few_workloads": pl.Boolean,  # fewer than `min_workloads`: every FIFO policy may tie
+}
+
+
+def split_diversity(jobs_frame: pl.DataFrame, min_workloads: int = 5) -> pl.DataFrame:
+    """Distinct workloads per (source, load_pct, split) of `sim__job_sequences` (DIVERSITY). A split built from
+    fewer than `min_workloads` workloads cannot separate policies (the sample's Alibaba test split was one
+    constant-memory workload, where every FIFO policy gave identical numbers): callers warn on it."""
+    return (
+        jobs_frame.group_by("source", "load_pct", "split")
+        .agg(
+            n_sequences=pl.col("sequence_id").n_unique().cast(pl.Int64),
+            n_jobs=pl.len().cast(pl.Int64),
+            n_distinct_workloads=pl.col("workload_id").n_unique().cast(pl.Int64),
+        )
+        .with_columns(is_too_few_workloads=pl.col("n_distinct_workloads") < min_workloads)
+        .select(list(DIVERSITY))
+        .cast(DIVERSITY)
+        .sort("source", "load_pct", "split")
     )
 
 

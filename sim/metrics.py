@@ -37,6 +37,8 @@ class EpisodeTrace:
     """(M,) bool: at least one workload was placed on the machine during the episode."""
     n_unplaced: int
     """Jobs never placed (only after truncation)."""
+    is_truncated: bool = False
+    """The episode hit the simulator's safety cap before every job was placed and finished: a failure."""
 
 
 def episode_trace(trace: Trace, state: State, row: int) -> EpisodeTrace:
@@ -58,6 +60,7 @@ def episode_trace(trace: Trace, state: State, row: int) -> EpisodeTrace:
         wait_steps=waits.astype(np.int64),
         is_machine_placed=np.bincount(machine[is_placed], minlength=n_machines) > 0,
         n_unplaced=int((~is_placed).sum()),
+        is_truncated=bool(state.is_truncated[row]),
     )
 
 
@@ -73,12 +76,15 @@ def shortage_units(ep: EpisodeTrace) -> np.ndarray:
 
 
 def avg_util(ep: EpisodeTrace, d: int) -> float:
-    """Avg Util(d) = sum_t sum_m R(m,t,d) / (T * max_t |A(t)| * C_d); 0 when T = 0 or no machine was active."""
+    """Avg Util(d) = sum_t sum_m min(R(m,t,d), C_d) / (T * max_t |A(t)| * C_d); 0 when T = 0 or no machine was
+    active. Usage above capacity is not utilisation (a machine cannot deliver more than C_d): it is clipped here
+    and reported separately by `avg_overshoot_pct`, so the value lies in [0, 1]."""
     n_steps = ep.usage.shape[0]
     peak_active = int(ep.is_active.sum(axis=1).max()) if n_steps else 0
     if peak_active == 0:
         return 0.0
-    return float(ep.usage[:, :, d].sum() / (n_steps * peak_active * ep.capacity[d]))
+    served = np.minimum(ep.usage[:, :, d], ep.capacity[d])
+    return float(served.sum() / (n_steps * peak_active * ep.capacity[d]))
 
 
 def avg_frag(ep: EpisodeTrace, d: int) -> float:
@@ -120,13 +126,17 @@ def mean_wait(ep: EpisodeTrace) -> float:
     return float(ep.wait_steps.mean()) if ep.wait_steps.size else float("nan")
 
 
-def total_penalty(ep: EpisodeTrace) -> float:
-    """Sum of all penalty components over the episode (the undiscounted return)."""
+def episode_return(ep: EpisodeTrace) -> float:
+    """The undiscounted return: the sum of every penalty component over the episode (<= 0; higher is better)."""
     return float(ep.penalties.sum())
 
 
 def episode_metrics(ep: EpisodeTrace) -> dict[str, float]:
-    """Every metric of one episode, flat, names with units; per-resource metrics for d = cpu (0), mem (1), ..."""
+    """Every metric of one episode, flat, names with units; per-resource metrics for d = cpu (0), mem (1), ...
+
+    `episode_return` is the sum of rewards (<= 0, higher is better); `cost_<component>` are the penalty components
+    as positive costs (lower is better) in PENALTY_NAMES order, so episode_return = -sum of the costs;
+    `is_truncated` is 1.0 when the episode hit the safety cap (a failure)."""
     n_res = ep.capacity.shape[0]
     names = ("cpu", "mem")[:n_res] if n_res <= 2 else tuple(f"r{d}" for d in range(n_res))
     out: dict[str, float] = {"n_steps": float(ep.usage.shape[0])}
@@ -138,7 +148,8 @@ def episode_metrics(ep: EpisodeTrace) -> dict[str, float]:
     out["contention_score_units2"] = contention_score(ep)
     out["mean_wait_steps"] = mean_wait(ep)
     out["n_unplaced"] = float(ep.n_unplaced)
-    out["total_penalty"] = total_penalty(ep)
+    out["is_truncated"] = float(ep.is_truncated)
+    out["episode_return"] = episode_return(ep)
     for i, name in enumerate(PENALTY_NAMES):
-        out[f"penalty_{name}"] = float(ep.penalties[:, i].sum())
+        out[f"cost_{name}"] = float(-ep.penalties[:, i].sum()) + 0.0  # + 0.0: no -0.0 in tables
     return out

@@ -49,3 +49,24 @@ def overshoot_penalty(n_first_overshoots: np.ndarray, k_overshoot: float) -> np.
 def wait_penalty(queue_length: np.ndarray, k_wait: float) -> np.ndarray:
     """P_W = -K_w * |Q_t| per env (every waiting job, backlog included)."""
     return -k_wait * np.asarray(queue_length, dtype=np.float64)
+
+
+def unplaced_charge(
+    duration: np.ndarray,
+    capacity_units: Sequence[int],
+    k_contention: float,
+    k_underutil: float,
+    k_overshoot: float,
+    k_wait: float,
+) -> np.ndarray:
+    """Charge per job left unplaced when an episode is truncated (array of job durations in steps -> charges >= 0).
+
+    It is an upper bound on what placing the job could have cost itself, so that leaving work undone is always
+    worse than any placement: the overshoot penalty in every resource (K_o * D), and for every step of its life a
+    whole machine left unused (sum_d C_d^K_u, 0 when K_u = 0 switches P_U off), full contention with a full
+    machine (K_c * sum_d C_d^2) and waiting (K_w)."""
+    cap = np.asarray(capacity_units, dtype=np.float64)
+    per_step = k_contention * (cap**2).sum() + k_wait
+    if k_underutil != 0:
+        per_step += np.power(cap, k_underutil).sum()
+    return k_overshoot * cap.shape[0] + np.asarray(duration, dtype=np.float64) * per_step

@@ -16,14 +16,15 @@ Baselines (TVW-RL "Baselines", DeepRM section 4.1, kube-scheduler's default scor
   of the head's dominant resource on CURRENT usage (TVW-RL's vanilla Best-Fit, blind to future usage).
 - first_fit: the lowest-index machine the head fits on.
 - random_valid: a uniformly random machine the head fits on.
-- tetris: machines whose free capacity BY REQUESTS covers the head's peak request; the one maximising the
-  alignment dot(request / C, free_by_requests / C) (Tetris' packing score, fairness knob off).
+- tetris: Tetris (Grandl et al. 2014) with the fairness knob off: machine by machine (lowest index first), the
+  queued job that fits the machine (by requests) with the best alignment dot(request / C, free / C).
 - kube_default: kube-scheduler's NodeResourcesFit filter on requests, then LeastAllocated + BalancedAllocation
   (equal weights; scores 0..100) on requests including the pod's; ties broken at random like kube-scheduler.
-- deeprm_sjf / deeprm_packer: DeepRM's heuristics on its monolithic view (capacity M x C_d, peak requests): among
-  visible queued jobs whose request fits the cluster's total free capacity by requests, the shortest job (SJF) or
-  the best-aligned one (Packer: max dot(request, monolithic free)); then Best-Fit by requests picks the machine
-  (TVW-RL feeds DeepRM's job through Best-Fit); hold when it fits no single machine (fragmentation).
+- deeprm_sjf / deeprm_packer: DeepRM's heuristics on its monolithic view (capacity M x C_d, peak requests): the
+  shortest visible job (SJF) or the one best aligned with the cluster's free capacity (Packer); when the preferred
+  job fits no single machine (fragmentation) the next one in preference order is tried before holding; Best-Fit by
+  requests then picks the machine (TVW-RL feeds DeepRM's job through Best-Fit).
+- noop: never places (a sanity baseline; it must have the worst return).
 - ec_peak_aware (ours, deployable): predicts usage from EC profiles learned on training sequences
   (`sim.profiles`): a job's usage at age a = its label's profile at a x its request. The head's predicted life and
   each machine's predicted future (observed usage now, then its running jobs' profiles at their ages) must stay
@@ -139,6 +140,23 @@ def visible_queue(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray]
     return np.minimum(slots, state.jobs.max_jobs - 1), is_waiting
 
 
+def queued_fits(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the K visible queued jobs: (job index (B, K), request (B, K, D) int64, fits (B, K, M) bool), where
+    fits[b, k, m] says that job k could go to machine m now: the simulator's placement rule for it (as
+    `action_mask` applies it to the head) and its request within the machine's free capacity by requests."""
+    jobs_idx, is_waiting = visible_queue(cfg, state)
+    rows = np.arange(state.batch_size)[:, None]
+    request = state.jobs.request[rows, jobs_idx].astype(np.int64)  # (B, K, D)
+    cap = _capacity(cfg)
+    if cfg.placement_check == "none":
+        by_rule = np.ones((*jobs_idx.shape, cfg.n_machines), dtype=bool)
+    else:
+        need = state.jobs.usage[rows, jobs_idx, 0] if cfg.placement_check == "first_step" else request
+        by_rule = (current_usage(cfg, state)[:, None] + need[:, :, None, :] <= cap).all(axis=3)
+    by_request = (free_by_requests(cfg, state)[:, None] >= request[:, :, None, :]).all(axis=3)
+    return jobs_idx, request, by_rule & by_request & is_waiting[..., None]
+
+
 def promote_queued_job(state: State, slot: np.ndarray) -> State:
     """A state whose queue has the job at visible `slot` (B,) moved to the head; the jobs it passes keep their
     order. Only waiting jobs move, so every simulator invariant holds; the JobBatch is copied, not mutated."""
@@ -216,17 +234,49 @@ class RandomValid:
 
 @dataclass(frozen=True)
 class Tetris:
-    """FIFO; among machines whose free capacity by requests covers the head's request, max alignment score."""
+    """Tetris (Grandl et al. 2014) as DeepRM and TVW-RL use it, fairness knob off: machine by machine (lowest index
+    first), among the visible queued jobs that fit the machine (by requests and the simulator's rule), place the
+    one with the best alignment score dot(request / C, free_by_requests / C), plus `short_job_weight` / duration
+    (Tetris' shortest-remaining-time term; 0 = off). Holds when no queued job fits any machine."""
 
+    short_job_weight: float = 0.0
+    """Weight of the 1 / duration term added to the alignment score (0: alignment only)."""
     name: str = "tetris"
 
-    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+    def _scores(self, cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray]:
+        """(score (B, K, M), fits (B, K, M))."""
         cap = _capacity(cfg)
-        request = queue_head(state).request.astype(np.int64)
+        jobs_idx, request, fits = queued_fits(cfg, state)
         free = free_by_requests(cfg, state)
-        score = ((request[:, None, :] / cap) * (free / cap)).sum(axis=2)
-        allowed = valid_machines(cfg, state) & fits_by_requests(cfg, state, request)
-        return choose(score, allowed)
+        score = ((request[:, :, None, :] / cap) * (free[:, None] / cap)).sum(axis=3)
+        if self.short_job_weight:
+            duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
+            score = score + self.short_job_weight / np.maximum(duration, 1)[..., None]
+        return score, fits
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        score, fits = self._scores(cfg, state)
+        machine = np.argmax(fits.any(axis=1), axis=1)  # first machine some queued job fits
+        rows = np.arange(state.batch_size)
+        on_machine = np.where(fits[rows, :, machine], score[rows, :, machine], -np.inf)
+        return np.where(fits.any(axis=(1, 2)), np.argmax(on_machine, axis=1), 0)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        score, fits = self._scores(cfg, state)
+        head_fits = fits[:, 0]
+        # the machine pick_job chose for the (promoted) head: the first one it fits
+        return choose(-np.arange(cfg.n_machines)[None, :].repeat(state.batch_size, 0), head_fits)
+
+
+@dataclass(frozen=True)
+class Noop:
+    """Sanity baseline: never places a job (always holds). Its episodes hit the safety cap with every job charged,
+    so it must have the worst return of all policies at every load."""
+
+    name: str = "noop"
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return np.full(state.batch_size, cfg.n_machines, dtype=np.int64)
 
 
 def kube_scores(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -254,13 +304,14 @@ class KubeDefault:
         return choose(kube_scores(requested, _capacity(cfg)), allowed, rng)
 
 
-def _deeprm_pickable(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(job index (B, K), request (B, K, D), pickable (B, K)): waiting jobs fitting the monolithic free capacity."""
-    jobs_idx, is_waiting = visible_queue(cfg, state)
-    rows = np.arange(state.batch_size)[:, None]
-    request = state.jobs.request[rows, jobs_idx].astype(np.int64)
-    total_free = (cfg.n_machines * _capacity(cfg))[None, :] - placed_requests(state).sum(axis=1)
-    return jobs_idx, request, is_waiting & (request <= total_free[:, None, :]).all(axis=2)
+def _deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndarray:
+    """(B,) slot of the most preferred visible job (highest `preference` (B, K)) that fits some single machine
+    now (DeepRM picks on its monolithic view; a job that fits no machine is skipped for the next one, so
+    fragmentation does not block the queue); 0 (the head, which then holds) when none fits."""
+    _, _, fits = queued_fits(cfg, state)
+    is_pickable = fits.any(axis=2)
+    slot = np.argmax(np.where(is_pickable, preference, -np.inf), axis=1)
+    return np.where(is_pickable.any(axis=1), slot, 0)
 
 
 def _deeprm_act(cfg: SimConfig, state: State) -> np.ndarray:
@@ -272,15 +323,16 @@ def _deeprm_act(cfg: SimConfig, state: State) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DeepRMSJF:
-    """DeepRM's Shortest-Job-First over the visible queue (monolithic view), placed by Best-Fit on requests."""
+    """DeepRM's Shortest-Job-First: the shortest visible job that fits some machine (next shortest when it does
+    not), placed by Best-Fit on requests."""
 
     name: str = "deeprm_sjf"
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        jobs_idx, _, pickable = _deeprm_pickable(cfg, state)
+        jobs_idx, _ = visible_queue(cfg, state)
         duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
-        slot = np.argmin(np.where(pickable, duration, np.iinfo(np.int64).max), axis=1)
-        return np.where(pickable.any(axis=1), slot, 0)
+        # ties to the earliest slot: -duration, then a tiny slot penalty
+        return _deeprm_pick(cfg, state, -duration - 1e-3 * np.arange(cfg.queue_size)[None, :])
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         return _deeprm_act(cfg, state)
@@ -288,17 +340,18 @@ class DeepRMSJF:
 
 @dataclass(frozen=True)
 class DeepRMPacker:
-    """DeepRM's Packer: the visible job best aligned with the monolithic free capacity, then Best-Fit on requests."""
+    """DeepRM's Packer: the visible job best aligned with the monolithic free capacity (dot(request, free) over
+    the cluster as one pool) among those that fit some machine, placed by Best-Fit on requests."""
 
     name: str = "deeprm_packer"
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        _, request, pickable = _deeprm_pickable(cfg, state)
+        jobs_idx, _ = visible_queue(cfg, state)
+        request = state.jobs.request[np.arange(state.batch_size)[:, None], jobs_idx].astype(np.int64)
         total = cfg.n_machines * _capacity(cfg)
         total_free = total[None, :] - placed_requests(state).sum(axis=1)
         align = ((request / total) * (total_free / total)[:, None, :]).sum(axis=2)
-        slot = np.argmax(np.where(pickable, align, -np.inf), axis=1)
-        return np.where(pickable.any(axis=1), slot, 0)
+        return _deeprm_pick(cfg, state, align)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         return _deeprm_act(cfg, state)
@@ -397,6 +450,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "deeprm_packer": DeepRMPacker,
     "ec_peak_aware": ECProfilePeakAware,
     "oracle_peak_aware": OraclePeakAware,
+    "noop": Noop,
 }
 """Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""
 

@@ -105,7 +105,7 @@ def test_oversized_job_raises_with_sequence_and_job_or_is_clipped():
 def test_label_outside_n_labels_raises():
     jobs = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[1, 1]], ec_label=8)]])
     with pytest.raises(ValueError, match="ec_label 8 outside 0..7"):
-        core.reset(SimConfig(), jobs, 0)
+        core.reset(SimConfig(n_labels=8), jobs, 0)
 
 
 def test_step_does_not_mutate_input_state():
@@ -283,3 +283,60 @@ def test_job_batch_from_frame_orders_and_validates():
     bad = [row(0, 0, 0, [1, 2], [1], "z")]
     with pytest.raises(ValueError, match=r"job 0 \(workload z\): duration_steps=2 but len\(cpu_units\)=2"):
         JobBatch.from_frame(pl.DataFrame(bad, schema_overrides=schema))
+
+
+def _return_of(cfg, jobs, actions_fn):
+    state = core.reset(cfg, jobs, 0)
+    while not state.is_done.all():
+        state, *_ = core.step(cfg, state, actions_fn(state))
+    return float(state.penalty_totals.sum()), state
+
+
+def test_holding_a_small_job_until_the_cap_is_worse_than_placing_it():
+    # the review's case: one small job, paper weights; holding used to cost 50 per step only (-10,000 at the
+    # 200-step cap) while running it costs the under-utilisation of its machine (-27,950)
+    cfg = SimConfig(n_machines=1, max_steps=200)
+    jobs = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[1, 1]] * 20, ec_label=0)]])
+    placed, s_placed = _return_of(cfg, jobs, lambda s: np.zeros(1, dtype=np.int64))
+    held, s_held = _return_of(cfg, jobs, lambda s: np.ones(1, dtype=np.int64))
+    assert s_placed.is_terminated[0] and s_held.is_truncated[0]
+    assert held < placed
+    assert s_held.penalty_totals[0, core.PENALTY_NAMES.index("unplaced")] < 0
+
+
+def test_episode_runs_until_every_job_finished_not_a_fixed_step_count():
+    cfg = SimConfig(n_machines=1)
+    jobs = JobBatch.from_jobs([[dict(arrival_step=250, usage=[[1, 1]] * 300, ec_label=0)]])
+    _, state = _return_of(cfg, jobs, lambda s: np.zeros(1, dtype=np.int64))
+    assert state.is_terminated[0] and not state.is_truncated[0] and state.t[0] == 550
+
+
+def test_hold_rule_no_fit_allows_holding_only_when_nothing_fits():
+    cfg = SimConfig(n_machines=2, capacity_units=(4, 4), hold_rule="no_fit")
+    jobs = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[4, 4]], ec_label=0)] * 3])
+    state = core.reset(cfg, jobs, 0)
+    assert core.action_mask(cfg, state).tolist() == [[True, True, False]]
+    state, *_ = core.step(cfg, state, [0])
+    state, *_ = core.step(cfg, state, [1])
+    assert core.action_mask(cfg, state).tolist() == [[False, False, True]]  # both full: hold is the only move
+    with pytest.raises(ValueError, match="invalid"):
+        core.step(cfg, core.reset(cfg, jobs, 0), [2])
+
+
+def test_jobs_per_episode_keeps_the_first_jobs_by_arrival():
+    cfg = SimConfig(n_machines=2, jobs_per_episode=2)
+    jobs = JobBatch.from_jobs([[dict(arrival_step=a, usage=[[1, 1]], ec_label=0) for a in (3, 0, 1, 2)]])
+    state = core.reset(cfg, jobs, 0)
+    assert state.jobs.n_jobs.tolist() == [2] and state.jobs.arrival_step[0, :2].tolist() == [0, 1]
+    _, state = _return_of(cfg, jobs, lambda s: np.zeros(1, dtype=np.int64))
+    assert state.is_terminated[0] and state.t[0] == 2
+
+
+def test_unplaced_charge_bounds_the_cost_of_any_placement_of_the_job():
+    cfg = SimConfig()
+    charge = penalties.unplaced_charge(
+        np.array([10]), cfg.capacity_units, cfg.k_contention, cfg.k_underutil, cfg.k_overshoot, cfg.k_wait
+    )
+    # alone on a machine, overshooting both resources at once, waiting all along: still cheaper
+    worst_own = 2 * cfg.k_overshoot + 10 * (2 * 8**3 + cfg.k_wait + cfg.k_contention * 2 * 64)
+    assert charge[0] >= worst_own

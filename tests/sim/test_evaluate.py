@@ -10,7 +10,14 @@ import pytest
 
 from pipelines.job_sequences import jobs_to_frame
 from sim.config import SimConfig
-from sim.evaluate import RESULT_KEY, evaluate_policies, learn_group_profiles, plot_results, summarise
+from sim.evaluate import (
+    RESULT_KEY,
+    evaluate_policies,
+    learn_group_profiles,
+    plot_results,
+    split_diversity,
+    summarise,
+)
 from sim.jobs import JobBatch
 from sim.policies import POLICIES, BestFit
 from sim.profiles import EcProfiles, learn_profiles
@@ -108,7 +115,9 @@ def test_one_finite_row_per_key(results) -> None:
         "avg_frag_mem_frac",
         "avg_overshoot_pct",
         "machines_used",
-        "total_penalty",
+        "episode_return",
+        "cost_unplaced",
+        "is_truncated",
     ):
         assert name in metrics
     assert np.isfinite(results.select(metrics).to_numpy()).all()
@@ -145,3 +154,50 @@ def test_summary_and_plot(results) -> None:
 def test_no_test_sequences_is_an_error() -> None:
     with pytest.raises(ValueError, match="no job sequences"):
         evaluate_policies(_tiny_frame().filter(pl.col("split") == "train"), ["best_fit"], CFG)
+
+
+def test_seeds_are_averaged_within_a_sequence_before_the_interval() -> None:
+    # a deterministic policy: identical rows for both seeds must not count as extra samples
+    res = pl.DataFrame(
+        {
+            "source": ["s"] * 6,
+            "load_pct": [50] * 6,
+            "policy": ["p"] * 6,
+            "sequence_id": [0, 0, 1, 1, 2, 2],
+            "seed": [0, 1] * 3,
+            "machines_used": [1.0, 1.0, 2.0, 2.0, 3.0, 3.0],
+        }
+    )
+    row = summarise(res).row(0, named=True)
+    assert row["n"] == 3 and row["n_seeds"] == 2
+    assert row["ci_high"] - 2.0 == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
+
+
+def test_split_diversity_flags_a_split_of_one_workload() -> None:
+    frame = _tiny_frame()
+    one = frame.filter(pl.col("source") == "a").with_columns(workload_id=pl.lit("w"))
+    div = split_diversity(pl.concat([one, frame.filter(pl.col("source") == "b")]), min_workloads=2)
+    flagged = div.filter(pl.col("is_too_few_workloads"))
+    assert flagged["source"].unique().to_list() == ["a"] and flagged["n_distinct_workloads"].to_list() == [
+        1,
+        1,
+    ]
+
+
+def test_noop_has_the_worst_return_on_the_synthetic_workloads() -> None:
+    from pipelines.synthetic import (
+        DeepPlaceConfig,
+        DeepRMConfig,
+        build_deepplace_sequences,
+        build_deeprm_sequences,
+    )
+
+    dp, _ = build_deepplace_sequences(DeepPlaceConfig(n_train_sequences=1, n_test_sequences=3))
+    drm = build_deeprm_sequences(DeepRMConfig(n_train_sequences=1, n_test_sequences=3))
+    drm = drm[0] if isinstance(drm, tuple) else drm
+    res = evaluate_policies(pl.concat([dp, drm], how="diagonal_relaxed"), sorted(POLICIES), SimConfig())
+    mean = res.group_by("source", "load_pct", "policy").agg(pl.col("episode_return").mean())
+    worst = mean.sort("episode_return").group_by("source", "load_pct").first()
+    assert worst.height == 6 and (worst["policy"] == "noop").all()
+    others = res.filter(pl.col("policy") != "noop")
+    assert (others["is_truncated"] == 0).all() and (others["avg_util_cpu_frac"] <= 1.0).all()

@@ -103,8 +103,10 @@ def test_relabel_changes_only_the_observation_not_rewards():
 
 def test_relabel_rejects_labels_outside_the_colour_range_and_wrong_shapes():
     state = core.reset(CFG, toy_jobs(), 0)
-    with pytest.raises(ValueError, match=r"job 1 \(workload b\): label 8 outside 0..7"):
-        core.relabel(CFG, state, np.array([[0, 8]]))
+    with pytest.raises(
+        ValueError, match=rf"job 1 \(workload b\): label {CFG.n_labels} outside 0..{CFG.n_labels - 1}"
+    ):
+        core.relabel(CFG, state, np.array([[0, CFG.n_labels]]))
     with pytest.raises(ValueError, match="shape"):
         core.relabel(CFG, state, np.array([0, 1]))
 

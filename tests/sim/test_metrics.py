@@ -16,7 +16,7 @@ def make(usage, active, background=None, waits=(0,), placed=(True, False), penal
         is_active=np.asarray(active, dtype=bool),
         capacity=np.array([4]),
         contention=np.array([0, 4]),
-        penalties=np.zeros((usage.shape[0], 4)) if penalties is None else np.asarray(penalties, dtype=float),
+        penalties=np.zeros((usage.shape[0], 5)) if penalties is None else np.asarray(penalties, dtype=float),
         wait_steps=np.asarray(waits),
         is_machine_placed=np.asarray(placed),
         n_unplaced=0,
@@ -56,14 +56,16 @@ def test_counts_and_episode_metrics():
         active=[[True, False], [True, True]],
         waits=(0, 3),
         placed=(True, True),
-        penalties=[[-1, -2, 0, -50], [-0.4, 0, -30000, 0]],
+        penalties=[[-1, -2, 0, -50, 0], [-0.4, 0, -30000, 0, 0]],
     )
     assert metrics.machines_used(ep) == 2
     assert metrics.mean_wait(ep) == 1.5
     assert metrics.contention_score(ep) == 4.0
     out = metrics.episode_metrics(ep)
-    assert out["total_penalty"] == pytest.approx(-30053.4)
-    assert out["penalty_overshoot"] == -30000.0
+    assert out["episode_return"] == pytest.approx(-30053.4)
+    assert out["cost_overshoot"] == 30000.0
+    assert out["episode_return"] == pytest.approx(-sum(v for k, v in out.items() if k.startswith("cost_")))
+    assert out["is_truncated"] == 0.0
     assert out["avg_util_cpu_frac"] == pytest.approx(6 / 16)
     assert set(out) >= {
         "avg_frag_cpu_frac",
@@ -90,5 +92,12 @@ def test_episode_trace_from_a_simulated_episode():
     assert ep.wait_steps.tolist() == [0, 0]
     assert metrics.avg_util(ep, 0) == pytest.approx(6 / 16)
     assert metrics.avg_frag(ep, 0) == pytest.approx(0.125)
-    assert metrics.total_penalty(ep) == pytest.approx(state.penalty_totals[0].sum())
-    assert metrics.total_penalty(ep) == -(2.0**3 + 1.0**3 + 3.0**3)
+    assert metrics.episode_return(ep) == pytest.approx(state.penalty_totals[0].sum())
+    assert metrics.episode_return(ep) == -(2.0**3 + 1.0**3 + 3.0**3)
+
+
+def test_utilisation_is_clipped_at_capacity_and_overshoot_reported_apart():
+    # one machine at 6 of 4 units both steps: served 4 per step, util 1.0 (not 1.5), shortage 2 per step
+    ep = make(usage=[[6, 0], [6, 0]], active=[[True, False], [True, False]], placed=(True, False))
+    assert metrics.avg_util(ep, 0) == pytest.approx(1.0)
+    assert metrics.avg_overshoot_pct(ep) == pytest.approx(100 * 4 / (2 * 2 * 4))

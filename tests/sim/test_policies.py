@@ -67,7 +67,7 @@ def three_machines() -> core.State:
     [
         ("first_fit", 0),  # lowest index that fits
         ("best_fit", 1),  # fewest free cpu units now: 2
-        ("tetris", 2),  # alignment (2,1).(free) by requests: m0 18, m1 11, m2 20
+        ("tetris", 0),  # machine by machine: m0 is the first with room for a queued job (by requests)
         ("kube_default", 0),  # least-allocated + balanced: m0 150, m1 100, m2 137.5
         ("oracle_peak_aware", 0),  # lowest resulting peak share: m0 4/8, m1 8/8, m2 5/8
         ("ec_peak_aware", 0),  # no profiles: by requests, the same peak shares
@@ -201,7 +201,10 @@ def _assert_valid_rollout(policy, cfg: SimConfig, episode_jobs: JobBatch) -> Non
         assert mask[np.arange(state.batch_size), actions].all()
         state, *_ = core.step(cfg, state, actions)
     assert state.is_done.all()
-    assert (state.job_machine >= 0).sum() > 0
+    if policy.name == "noop":
+        assert (state.job_machine < 0).all() and state.is_truncated.all()
+    else:
+        assert (state.job_machine >= 0).sum() > 0
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -217,6 +220,46 @@ def test_ec_peak_aware_with_learned_profiles_takes_only_valid_actions(episode_jo
     cfg = SimConfig(noise_max_units=2)
     profiles = learn_profiles(episode_jobs, cfg.n_labels, episode_jobs.max_duration, ProfileConfig(period))
     _assert_valid_rollout(make_policy("ec_peak_aware", profiles=profiles), cfg, episode_jobs)
+
+
+def test_tetris_fills_a_machine_with_the_best_aligned_queued_job() -> None:
+    # m0 runs (4, 1): free by requests (4, 7). Queued: a (1, 1), b (4, 4), c (4, 1). All fit m0; alignment with
+    # (4, 7)/8: a 11, b 44, c 23 -> b goes to m0 (not to an empty machine, as the old worst-fit rule did)
+    jobs = [_job([4] * 3, [1] * 3, "x"), _job([1] * 3, [1] * 3, "a"), _job([4] * 3, [4] * 3, "b")]
+    jobs.append(_job([4] * 3, [1] * 3, "c"))
+    state = _state_after([0], jobs)
+    policy = make_policy("tetris")
+    state, action = decide(policy, CFG3, state, np.random.default_rng(0))
+    assert state.jobs.workload_ids[0][state.next_job[0]] == "b" and action.tolist() == [0]
+
+
+def test_tetris_uses_few_machines_at_low_load() -> None:
+    # ten small jobs, all arriving at 0, that fit two per machine in cpu: Tetris packs them on 5 machines
+    cfg = SimConfig(n_machines=10, capacity_units=(8, 8))
+    jobs = JobBatch.from_jobs([[_job([4] * 3, [1] * 3, f"j{i}") for i in range(10)]])
+    state = core.reset(cfg, jobs, 0)
+    rng = np.random.default_rng(0)
+    policy = make_policy("tetris")
+    while not state.is_done.all():
+        state, actions = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, actions)
+    assert len(set(state.job_machine[0].tolist())) == 5
+
+
+@pytest.mark.parametrize("name", ["deeprm_sjf", "deeprm_packer"])
+def test_deeprm_heuristics_try_the_next_job_when_the_preferred_one_fits_no_machine(name) -> None:
+    # m0..m2 each run (6, 1); queued: a long (4, 1) job that fits nowhere, a short (2, 1) one that fits m0
+    fill = [_job([6] * 9, [1] * 9, f"f{i}") for i in range(3)]
+    big, small = _job([4] * 2, [1] * 2, "big"), _job([2] * 5, [1] * 5, "small")
+    state = _state_after([0, 1, 2], [*fill, big, small])  # big is both the shorter and the better aligned
+    policy = make_policy(name)
+    state, action = decide(policy, CFG3, state, np.random.default_rng(0))
+    assert state.jobs.workload_ids[0][state.next_job[0]] == "small" and action.tolist() == [0]
+
+
+def test_noop_never_places() -> None:
+    state = _state_after([], [_job([1], [1], "a")])
+    assert make_policy("noop").act(CFG3, state, None).tolist() == [CFG3.n_machines]
 
 
 def test_unknown_policy_lists_the_registry() -> None:
