@@ -1,16 +1,21 @@
 """TVW-RL's long-running filter: keep whole, not-failed workloads with a long contiguous usage series.
 
 TVW-RL ("Real Production Workload Traces"): discard workloads that were evicted, killed or failed, discard
-partially recorded ones, and keep those with at least 6000 continuous 5-minute usage records (Google) or 2000
-(Alibaba). Here:
+partially recorded ones, and keep those "that had at least 6000 continuous timestamped resource usage records for
+Google traces and, at least 2000 timestamped resource usage records for Alibaba traces". The length rule is
+therefore per source (`LongRunningConfig.rule`, default: each source's `TraceSource.long_running`):
 
-* contiguous = consecutive 5-minute bins of the USAGE table (`bin_start_s` step of exactly 300 s); bins produced
-  by gap filling (`is_filled`) count as present, so the fill policy of `pipelines.usage` decides how strict
-  "continuous" is. The longest run is kept as the workload's window (`run_start_s`, `n_run_bins`; the earliest
-  one on ties).
+* `contiguous_bins`: the longest run of consecutive 5-minute bins of the USAGE table (`bin_start_s` step of
+  exactly 300 s) must reach the threshold; bins produced by gap filling (`is_filled`) count as present, so the
+  fill policy of `pipelines.usage` decides how strict "continuous" is.
+* `observed_bins`: the number of 5-minute bins with at least one sample (`is_filled` false), wherever the gaps
+  are, must reach the threshold (Alibaba's "records": the paper works on 5-minute records).
+* Either way the longest run is kept as the workload's window (`run_start_s`, `n_run_bins`; the earliest one on
+  ties): everything downstream needs a gap-free window.
 * each workload gets exactly one reason, first match in this order: `no_usage` (no bin at all),
   `bad_final_state` (final_state in `drop_states`), `partial` (is_partial and `drop_partial`), `too_short`
-  (longest run < the source's `min_contiguous_bins`), else `kept`. The report lists all five reasons per source
+  (below the source's threshold under its rule), else `kept`. `judge_long_running` gives that reason per
+  workload, with the numbers it was judged on. The report lists all five reasons per source
   (zeros included) and their sum equals the number of workloads (checked).
 * usage rows whose workload is not in `workloads` are ignored; if there are any, the report has one more row,
   reason `usage_without_workload`, counting those workload ids (outside the five reasons' sum).
@@ -28,6 +33,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, LONG_RUNNING_REPORT, WORKLOADS, check_schema
+from pipelines.sources import SOURCES
+from pipelines.sources.mapping import LONG_RUNNING_RULES
 
 REASONS = ("no_usage", "bad_final_state", "partial", "too_short", "kept")
 """Report reasons, in order of precedence."""
@@ -35,20 +42,53 @@ ORPHAN_REASON = "usage_without_workload"
 KEY = ["source", "workload_id"]
 
 
+JUDGED = {
+    "source": pl.String,
+    "workload_id": pl.String,
+    "reason": pl.String,  # one of REASONS
+    "rule": pl.String,  # contiguous_bins | observed_bins
+    "min_bins": pl.Int64,  # the source's threshold under its rule
+    "n_run_bins": pl.Int64,  # longest run of consecutive bins (null: no usage)
+    "n_observed_bins": pl.Int64,  # bins with at least one sample (null: no usage)
+    "final_state": pl.String,
+    "is_partial": pl.Boolean,
+}
+"""Per workload: the filter's verdict and what it was based on."""
+
+
 def _default_min_bins() -> dict[str, int]:
-    return {"google2011": 6000, "alibaba2018": 2000, "google2011_derived": 6000}
+    return {name: s.long_running.min_bins for name, s in SOURCES.items()}
+
+
+def _default_rules() -> dict[str, str]:
+    return {name: s.long_running.kind for name, s in SOURCES.items()}
 
 
 @dataclass(frozen=True)
 class LongRunningConfig:
-    """Thresholds of the long-running filter (defaults: TVW-RL's)."""
+    """Thresholds of the long-running filter (defaults: TVW-RL's, from each source's `long_running` rule)."""
 
     min_contiguous_bins: dict[str, int] = field(default_factory=_default_min_bins)
-    """source -> least number of consecutive 5-minute bins (TVW-RL: 6000 Google, 2000 Alibaba)."""
+    """source -> least number of 5-minute bins, counted as `rule` says for that source (TVW-RL: 6000 contiguous
+    for Google, 2000 observed for Alibaba). The name is the historical one: for an `observed_bins` source the
+    threshold is on observed, not contiguous, bins."""
+    rule: dict[str, str] = field(default_factory=_default_rules)
+    """source -> `contiguous_bins` (longest gap-free run) or `observed_bins` (bins with a sample, anywhere);
+    a source missing here is judged on contiguous bins."""
     drop_states: tuple[str, ...] = ("evicted", "killed", "failed", "lost")
     """final states that disqualify a workload (TVW-RL: evicted, killed, failed; lost is as bad)."""
     drop_partial: bool = True
     """drop partially recorded workloads (TVW-RL does)."""
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.rule.items() if v not in LONG_RUNNING_RULES}
+        if bad:
+            raise ValueError(
+                f"LongRunningConfig.rule has unknown rule(s) {bad}; expected {LONG_RUNNING_RULES}"
+            )
+
+    def rule_of(self, source: str) -> str:
+        return self.rule.get(source, "contiguous_bins")
 
 
 def longest_runs(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
@@ -64,24 +104,33 @@ def longest_runs(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
         pl.col("run_start_s").sort_by(order, descending=True).first(),
         pl.col("n_run_bins").max(),
         pl.col("n_dup_bins").sum(),
+        pl.col("n_observed_bins").sum(),
     )
 
 
 def longest_runs_per_run(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """Every run of consecutive bins: (source, workload_id, run_key) -> run_start_s, n_run_bins, n_dup_bins."""
+    """Every run of consecutive bins: (source, workload_id, run_key) -> run_start_s, n_run_bins, n_dup_bins,
+    n_observed_bins (bins not produced by gap filling; all of them when `usage` has no `is_filled`)."""
     key = KEY
     b = pl.col("bin_start_s")
     return (
-        usage.lazy()
-        .select(*key, "bin_start_s")
+        _run_columns(usage)
         .with_columns((b // BIN_SECONDS - b.rank("dense").over(key).cast(pl.Int64)).alias("run_key"))
         .group_by(*key, "run_key")
         .agg(
             b.min().alias("run_start_s"),
             b.n_unique().cast(pl.Int64).alias("n_run_bins"),
             (pl.len() - b.n_unique()).alias("n_dup_bins"),
+            (~pl.col("is_filled")).sum().cast(pl.Int64).alias("n_observed_bins"),
         )
     )
+
+
+def _run_columns(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """(source, workload_id, bin_start_s, is_filled) of the usage rows (is_filled false when absent)."""
+    lf = usage.lazy()
+    filled = pl.col("is_filled").fill_null(False) if "is_filled" in lf.collect_schema() else pl.lit(False)
+    return lf.select(*KEY, "bin_start_s", filled.alias("is_filled"))
 
 
 def _chunk_runs(part: pl.LazyFrame) -> pl.DataFrame:
@@ -100,6 +149,7 @@ def _chunk_runs(part: pl.LazyFrame) -> pl.DataFrame:
             n.max().alias("c_best_n"),
             by_start.sort_by([n, -by_start], descending=True).first().alias("c_best_start"),
             pl.col("n_dup_bins").sum().alias("c_dup"),
+            pl.col("n_observed_bins").sum().alias("c_obs"),
             pl.len().alias("c_runs"),
         )
         .collect(engine="streaming")
@@ -114,7 +164,7 @@ def _merge_runs(state: pl.DataFrame | None, chunk: pl.DataFrame) -> pl.DataFrame
         return chunk.select(
             *KEY, pl.col("c_best_start").alias("best_start"), pl.col("c_best_n").alias("best_n"),
             pl.col("c_last_start").alias("open_start"), pl.col("c_last_n").alias("open_n"),
-            pl.col("c_dup").alias("n_dup"),
+            pl.col("c_dup").alias("n_dup"), pl.col("c_obs").alias("n_obs"),
         )  # fmt: skip
     c = pl.col
     j = state.join(chunk, on=KEY, how="full", coalesce=True)
@@ -130,6 +180,7 @@ def _merge_runs(state: pl.DataFrame | None, chunk: pl.DataFrame) -> pl.DataFrame
     return j.select(
         *KEY, best_start.alias("best_start"), best_n.alias("best_n"), open_start.alias("open_start"),
         open_n.alias("open_n"), (c("n_dup").fill_null(0) + c("c_dup").fill_null(0)).alias("n_dup"),
+        (c("n_obs").fill_null(0) + c("c_obs").fill_null(0)).alias("n_obs"),
     )  # fmt: skip
 
 
@@ -140,7 +191,7 @@ def chunked_longest_runs(usage: pl.DataFrame | pl.LazyFrame, chunk_s: int) -> pl
     filters the scan on bin_start_s, so Parquet row-group statistics skip the rest of time-ordered files."""
     if chunk_s <= 0 or chunk_s % BIN_SECONDS:
         raise ValueError(f"chunk_s={chunk_s} must be a positive multiple of {BIN_SECONDS}")
-    lf = usage.lazy().select(*KEY, "bin_start_s")
+    lf = _run_columns(usage)
     ks = lf.select((pl.col("bin_start_s") // chunk_s).alias("k")).unique().collect(engine="streaming")
     state = None
     for k in ks["k"].drop_nulls().sort().to_list():
@@ -149,18 +200,21 @@ def chunked_longest_runs(usage: pl.DataFrame | pl.LazyFrame, chunk_s: int) -> pl
     if state is None:
         return pl.DataFrame(
             schema={**{k: pl.String for k in KEY}, "run_start_s": pl.Int64, "n_run_bins": pl.Int64,
-                    "n_dup_bins": pl.Int64},
+                    "n_dup_bins": pl.Int64, "n_observed_bins": pl.Int64},
         )  # fmt: skip
     return state.select(
         *KEY,
         pl.col("best_start").alias("run_start_s"),
         pl.col("best_n").alias("n_run_bins"),
         pl.col("n_dup").cast(pl.Int64).alias("n_dup_bins"),
+        pl.col("n_obs").cast(pl.Int64).alias("n_observed_bins"),
     )
 
 
 def _reason(cfg: LongRunningConfig) -> pl.Expr:
-    min_bins = pl.col("source").replace_strict(cfg.min_contiguous_bins, return_dtype=pl.Int64)
+    length = (
+        pl.when(pl.col("rule") == "observed_bins").then(pl.col("n_observed_bins")).otherwise("n_run_bins")
+    )
     return (
         pl.when(pl.col("n_run_bins").is_null())
         .then(pl.lit("no_usage"))
@@ -168,7 +222,7 @@ def _reason(cfg: LongRunningConfig) -> pl.Expr:
         .then(pl.lit("bad_final_state"))
         .when(pl.col("is_partial").fill_null(False) & pl.lit(cfg.drop_partial))
         .then(pl.lit("partial"))
-        .when(pl.col("n_run_bins") < min_bins)
+        .when(length < pl.col("min_bins"))
         .then(pl.lit("too_short"))
         .otherwise(pl.lit("kept"))
     )
@@ -190,21 +244,14 @@ def _report(judged: pl.DataFrame, orphans: pl.DataFrame) -> pl.DataFrame:
     return check_schema(pl.concat([report, extra]), LONG_RUNNING_REPORT, "long_running_report")
 
 
-def filter_long_running(
+def _judge(
     workloads: pl.DataFrame,
     usage: pl.DataFrame | pl.LazyFrame,
-    cfg: LongRunningConfig = LongRunningConfig(),
-    n_partitions: int = 1,
-    chunk_s: int | None = 6 * 3600,
+    cfg: LongRunningConfig,
+    n_partitions: int,
+    chunk_s: int | None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(LONG_RUNNING: the kept workloads with their longest contiguous window, LONG_RUNNING_REPORT).
-
-    `usage` may be lazy (e.g. `pl.scan_parquet` of the usage chunk files). The run search reads it one time
-    chunk of `chunk_s` seconds at a time and keeps a few numbers per workload between chunks, so memory grows
-    with the number of workloads and the bins of one chunk, not with the usage rows (None: one pass, which
-    holds every usage bin). With `n_partitions > 1` it makes that many passes, each over the workloads whose
-    id hashes to it (runs never cross workloads, so the result is the same either way).
-    """
+    """(workloads joined with their runs, rule, threshold and reason; run rows of ids that are no workload)."""
     workloads = check_schema(workloads, WORKLOADS, "workloads")
     unknown = set(workloads["source"].unique().drop_nulls()) - set(cfg.min_contiguous_bins)
     if unknown:
@@ -231,8 +278,52 @@ def filter_long_running(
             f"usage has {dup['n_dup_bins'].sum()} duplicate (workload_id, bin_start_s) rows, "
             f"e.g. workload {dup['workload_id'][0]!r} of source {dup['source'][0]!r}"
         )
-    key = KEY
-    judged = workloads.join(runs, on=key, how="left").with_columns(_reason(cfg).alias("reason"))
-    orphans = runs.join(workloads.select(key), on=key, how="anti")
-    kept = judged.filter(pl.col("reason") == "kept").sort(key)
+    sources = workloads["source"].unique().drop_nulls().to_list()
+    rules = pl.DataFrame(
+        {
+            "source": sources,
+            "rule": [cfg.rule_of(s) for s in sources],
+            "min_bins": [cfg.min_contiguous_bins[s] for s in sources],
+        },
+        schema={"source": pl.String, "rule": pl.String, "min_bins": pl.Int64},
+    )
+    judged = (
+        workloads.join(runs, on=KEY, how="left")
+        .join(rules, on="source", how="left")
+        .with_columns(_reason(cfg).alias("reason"))
+    )
+    orphans = runs.join(workloads.select(KEY), on=KEY, how="anti")
+    return judged, orphans
+
+
+def judge_long_running(
+    workloads: pl.DataFrame,
+    usage: pl.DataFrame | pl.LazyFrame,
+    cfg: LongRunningConfig = LongRunningConfig(),
+    n_partitions: int = 1,
+    chunk_s: int | None = 6 * 3600,
+) -> pl.DataFrame:
+    """JUDGED: why each workload was kept or dropped (reason, rule, threshold, longest run, observed bins),
+    sorted by (source, workload_id). Same arguments as `filter_long_running`."""
+    judged, _ = _judge(workloads, usage, cfg, n_partitions, chunk_s)
+    return check_schema(judged.sort(KEY), JUDGED, "long_running_judged")
+
+
+def filter_long_running(
+    workloads: pl.DataFrame,
+    usage: pl.DataFrame | pl.LazyFrame,
+    cfg: LongRunningConfig = LongRunningConfig(),
+    n_partitions: int = 1,
+    chunk_s: int | None = 6 * 3600,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(LONG_RUNNING: the kept workloads with their longest contiguous window, LONG_RUNNING_REPORT).
+
+    `usage` may be lazy (e.g. `pl.scan_parquet` of the usage chunk files). The run search reads it one time
+    chunk of `chunk_s` seconds at a time and keeps a few numbers per workload between chunks, so memory grows
+    with the number of workloads and the bins of one chunk, not with the usage rows (None: one pass, which
+    holds every usage bin). With `n_partitions > 1` it makes that many passes, each over the workloads whose
+    id hashes to it (runs never cross workloads, so the result is the same either way).
+    """
+    judged, orphans = _judge(workloads, usage, cfg, n_partitions, chunk_s)
+    kept = judged.filter(pl.col("reason") == "kept").sort(KEY)
     return check_schema(kept, LONG_RUNNING, "long_running"), _report(judged, orphans)

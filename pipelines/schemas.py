@@ -1,6 +1,6 @@
 """Canonical (source-independent) table schemas.
 
-Every source's raw tables are turned into these tables by `pipelines.workloads`; everything
+Every source's raw tables are turned into these tables by its source module (`pipelines.sources`); everything
 downstream (equivalence classes, job sequences, the simulator) reads only these.
 
 Units live in column names: `_s` seconds of trace time, `_frac` a fraction of one machine's
@@ -53,6 +53,10 @@ USAGE = {
     "is_filled": pl.Boolean,  # True when the gap-filling policy produced the value
 }
 """One row per workload per 5-minute bin."""
+
+USAGE_COUNTS = {"source": pl.String, "count": pl.String, "n": pl.Int64}
+"""Row/workload counts of one usage build: `count` names what is counted (rows_in, rows_dropped_<reason>,
+per-source counts such as workloads_without_meta, bins_out, bins_filled), `n` how many."""
 
 LONG_RUNNING = {
     **WORKLOADS,

@@ -2,7 +2,33 @@
 
 Times are seconds from the start of the sampled period (container_usage rows may start on day 2,
 alibaba/clusterdata issue #52: kept as they are). Normalised values are on [0, 100]; -1 and 101
-are the documented invalid markers and become null (counted, not quarantined).
+are the documented invalid markers and become null (counted, not quarantined). Raw column units: `_s`
+seconds, `_pct` percentages on [0, 100], `_centicores` "100 = 1 core".
+
+Canonical mapping (online containers):
+  * Workload = container, `workload_id = container_id`; union of container_meta and container_usage ids.
+    Usage rows with an empty/null container_id are not a workload (counted as `rows_dropped_no_workload_id`).
+  * `start_time_s` / `end_time_s` = first / last usage sample time (samples are instants on a 10 s grid).
+  * Requests from the container's last container_meta row with a value:
+    `cpu_request_frac = cpu_request_centicores / 100 / cpu_num` (cpu_num of the container's machine from
+    machine_meta, 96 when the machine is unknown), `mem_request_frac = mem_size_pct / 100`.
+  * `final_state` from the last container_meta status: stopped -> finished (the trace does not tell a
+    normal stop from a kill), started -> running, allocated -> running (resources held at the trace end);
+    no meta or another status -> unknown. No priority or scheduling class (null).
+  * `machine_id`: from container_meta, else the last usage sample's machine.
+  * `is_partial`: the container has no container_meta row (its life is not recorded). Cut records are not
+    detected: container samples are irregular (median gap ~450 s, gaps of hours), so a last sample long
+    before the last meta snapshot is normal; gaps are left to the long-running rule.
+  * Usage: t = sample time; the samples (irregular, on a 10 s grid) of a bin are averaged with equal weights,
+    `n_samples` = samples in the bin. cpu_util_pct is read as percent of the container's own cpu_request
+    (100 = one core): `cpu_frac = cpu_util_pct/100 * cpu_request_centicores/100 / cpu_num` (cpu_num of the
+    container's machine from machine_meta; 96 when the machine is unknown, counted as
+    `workloads_default_cpu_num`); mem_util_pct as percent of the container's mem_size_pct:
+    `mem_frac = mem_util_pct/100 * mem_size_pct/100`. JUDGEMENT CALL: a container without container_meta (or
+    with no request recorded) is kept and its percentages are read as percent of the machine
+    (`cpu_util_pct/100`, `mem_util_pct/100`), counted as `workloads_without_meta`.
+  * Long-running: at least 2000 observed 5-minute bins (TVW-RL: "at least 2000 timestamped resource usage
+    records" for Alibaba, with no contiguity asked, unlike Google's "6000 continuous" records).
 """
 
 from __future__ import annotations
@@ -13,7 +39,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipelines.raw_schemas import ALIBABA2018
+from pipelines.schemas import BIN_SECONDS, empty_frame
 from pipelines.sources.base import (
     DEFAULT_BATCH_BYTES,
     CsvTable,
@@ -22,13 +48,98 @@ from pipelines.sources.base import (
     iter_csv_batches,
     list_shards,
 )
+from pipelines.sources.mapping import (
+    LongRunningRule,
+    UsageMapping,
+    bad_reason,
+    count_reasons,
+    counts_frame,
+    last_value,
+    mean_per_bin,
+)
 
 NAME = "alibaba2018"
 FOLDER = "alibaba-2018"
 
+I64, I32, F64, STR = pl.Int64, pl.Int32, pl.Float64, pl.String
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "machine_meta": {
+        "machine_id": STR,
+        "time_s": I64,
+        "failure_domain_1": I64,
+        "failure_domain_2": STR,
+        "cpu_num": I32,
+        "mem_size_pct": F64,
+        "status": STR,
+    },
+    "machine_usage": {
+        "machine_id": STR,
+        "time_s": I64,
+        "cpu_util_pct": F64,
+        "mem_util_pct": F64,
+        "mem_gps_pct": F64,
+        "mkpi": F64,
+        "net_in_pct": F64,
+        "net_out_pct": F64,
+        "disk_io_pct": F64,
+    },
+    "container_meta": {
+        "container_id": STR,
+        "machine_id": STR,
+        "time_s": I64,
+        "app_du": STR,
+        "status": STR,
+        "cpu_request_centicores": F64,
+        "cpu_limit_centicores": F64,
+        "mem_size_pct": F64,
+    },
+    "container_usage": {
+        "container_id": STR,
+        "machine_id": STR,
+        "time_s": I64,
+        "cpu_util_pct": F64,
+        "mem_util_pct": F64,
+        "cpi": F64,
+        "mem_gps_pct": F64,
+        "mpki": F64,
+        "net_in_pct": F64,
+        "net_out_pct": F64,
+        "disk_io_pct": F64,
+    },
+    "batch_task": {
+        "task_name": STR,
+        "instance_num": I64,
+        "job_name": STR,
+        "task_type": STR,
+        "status": STR,
+        "start_time_s": I64,
+        "end_time_s": I64,
+        "plan_cpu_centicores": F64,
+        "plan_mem_pct": F64,
+    },
+    "batch_instance": {
+        "instance_name": STR,
+        "task_name": STR,
+        "job_name": STR,
+        "task_type": STR,
+        "status": STR,
+        "start_time_s": I64,
+        "end_time_s": I64,
+        "machine_id": STR,
+        "seq_no": I64,
+        "total_seq_no": I64,
+        "cpu_avg_centicores": F64,
+        "cpu_max_centicores": F64,
+        "mem_avg_pct": F64,
+        "mem_max_pct": F64,
+    },
+}
+"""Raw tables, in schema.txt's column order."""
+
 
 def _spec(table: str, mandatory: tuple[str, ...], **kw) -> CsvTable:
-    schema = ALIBABA2018[table]
+    schema = SCHEMAS[table]
     # time stamps are "double" in schema.txt for the usage tables: parse as float, require integers
     parse_as = {c: pl.Float64 for c, t in schema.items() if t.is_integer() and c.endswith("_s")}
     return CsvTable(
@@ -65,12 +176,163 @@ def _member_matcher(table: str):
     return lambda name: Path(name).name == f"{table}.csv"
 
 
+# ---------------------------------------------------------------- canonical mapping
+
+STATES = {"stopped": "finished", "started": "running", "allocated": "running"}
+"""container_meta status -> canonical final state (anything else: unknown)."""
+DEFAULT_CPU_NUM = 96
+"""Cores of a machine missing from machine_meta (every known machine has 96)."""
+
+
+def container_meta(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """Per container: last known machine, requests, status and meta time span, plus its machine's cpu_num.
+
+    Columns: container_id, meta_machine_id, cpu_request_centicores, mem_size_pct, status, meta_first_s,
+    meta_last_s, cpu_num (null when the machine is not in machine_meta), has_meta (True).
+    """
+    meta = raw.get("container_meta")
+    if meta is None:
+        return empty_frame({"container_id": pl.String, "meta_machine_id": pl.String,
+                            "cpu_request_centicores": pl.Float64, "mem_size_pct": pl.Float64,
+                            "status": pl.String, "meta_first_s": pl.Int64, "meta_last_s": pl.Int64,
+                            "cpu_num": pl.Int32, "has_meta": pl.Boolean}).lazy()  # fmt: skip
+    per_container = (
+        meta.filter(pl.col("container_id").is_not_null() & (pl.col("container_id") != ""))
+        .sort("container_id", "time_s", maintain_order=True)
+        .group_by("container_id")
+        .agg(
+            last_value("machine_id").alias("meta_machine_id"),
+            last_value("cpu_request_centicores"),
+            last_value("mem_size_pct"),
+            last_value("status"),
+            pl.col("time_s").min().alias("meta_first_s"),
+            pl.col("time_s").max().alias("meta_last_s"),
+            pl.lit(True).alias("has_meta"),
+        )
+    )
+    machines = raw.get("machine_meta")
+    if machines is None:
+        return per_container.with_columns(pl.lit(None, pl.Int32).alias("cpu_num"))
+    cpu_num = (
+        machines.sort("machine_id", "time_s", maintain_order=True)
+        .group_by("machine_id")
+        .agg(last_value("cpu_num").cast(pl.Int32))
+        .rename({"machine_id": "meta_machine_id"})
+    )
+    return per_container.join(cpu_num, on="meta_machine_id", how="left")
+
+
+def usage_rows(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """container_usage with a non-empty container_id (empty-id rows belong to no workload)."""
+    return raw["container_usage"].filter(
+        pl.col("container_id").is_not_null() & (pl.col("container_id") != "")
+    )
+
+
+def build_workloads(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """Containers of container_meta and container_usage -> WORKLOADS columns (rules in the module docstring)."""
+    meta = container_meta(raw)
+    if "container_usage" in raw:
+        usage = (
+            usage_rows(raw)
+            .group_by("container_id")
+            .agg(
+                pl.col("time_s").min().cast(pl.Float64).alias("start_time_s"),
+                pl.col("time_s").max().cast(pl.Float64).alias("end_time_s"),
+                pl.len().cast(pl.Int64).alias("n_usage_records"),
+                pl.col("machine_id").sort_by("time_s").last().alias("usage_machine_id"),
+            )
+        )
+    else:
+        usage = empty_frame({"container_id": pl.String, "start_time_s": pl.Float64, "end_time_s": pl.Float64,
+                             "n_usage_records": pl.Int64, "usage_machine_id": pl.String}).lazy()  # fmt: skip
+    cpu_num = pl.col("cpu_num").fill_null(DEFAULT_CPU_NUM)
+    has_meta = pl.col("has_meta").fill_null(False)
+    return usage.join(meta, on="container_id", how="full", coalesce=True).with_columns(
+        pl.lit(NAME).alias("source"),
+        pl.col("container_id").alias("workload_id"),
+        pl.coalesce("meta_machine_id", "usage_machine_id").alias("machine_id"),
+        pl.col("n_usage_records").fill_null(0),
+        (pl.col("cpu_request_centicores") / 100 / cpu_num).alias("cpu_request_frac"),
+        (pl.col("mem_size_pct") / 100).alias("mem_request_frac"),
+        pl.lit(None, pl.Int32).alias("priority"),
+        pl.lit(None, pl.Int32).alias("scheduling_class"),
+        pl.col("status")
+        .replace_strict(STATES, default="unknown", return_dtype=pl.String)
+        .alias("final_state"),
+        ((pl.col("n_usage_records").fill_null(0) > 0) & ~has_meta).alias("is_partial"),
+    )
+
+
+def _scale(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """Per container with a request: factors from util percent to fractions of a machine."""
+    meta = container_meta(raw).filter(
+        pl.col("cpu_request_centicores").is_not_null() & pl.col("mem_size_pct").is_not_null()
+    )
+    return meta.select(
+        pl.col("container_id").alias("workload_id"),
+        (pl.col("cpu_request_centicores") / 100 / pl.col("cpu_num").fill_null(DEFAULT_CPU_NUM)).alias(
+            "cpu_scale"
+        ),
+        (pl.col("mem_size_pct") / 100).alias("mem_scale"),
+        pl.col("cpu_num").is_null().alias("is_default_cpu_num"),
+    )
+
+
+def build_bins(raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """container_usage -> (equal-weight mean per container and 5-minute bin, USAGE_COUNTS of the rows read)."""
+    no_id = pl.col("workload_id").is_null() | (pl.col("workload_id") == "")
+    bad = pl.when(no_id).then(pl.lit("no_workload_id")).otherwise(bad_reason(pl.col("cpu"), pl.col("mem")))
+    rows = raw["container_usage"].select(
+        pl.col("container_id").alias("workload_id"), "time_s",
+        pl.col("cpu_util_pct").alias("cpu"), pl.col("mem_util_pct").alias("mem"),
+    ).with_columns(bad.alias("bad_reason"))  # fmt: skip
+    pct_bins = (
+        rows.filter(pl.col("bad_reason").is_null())
+        .select(
+            "workload_id",
+            (pl.col("time_s") // BIN_SECONDS * BIN_SECONDS).alias("bin_start_s"),
+            pl.col("cpu").alias("cpu_frac"),
+            pl.col("mem").alias("mem_frac"),
+        )
+        .pipe(mean_per_bin, NAME)
+    )
+    bins = pct_bins.join(_scale(raw), on="workload_id", how="left").with_columns(
+        (pl.col("cpu_frac") / 100 * pl.col("cpu_scale").fill_null(1.0)),
+        (pl.col("mem_frac") / 100 * pl.col("mem_scale").fill_null(1.0)),
+    )
+    return bins, count_reasons(rows, NAME)
+
+
+def count_workloads(raw: dict[str, pl.LazyFrame], ids: pl.LazyFrame) -> pl.LazyFrame:
+    """USAGE_COUNTS of the workloads `ids` (one column workload_id, unique): without meta, default cpu_num."""
+    per_workload = ids.join(_scale(raw), on="workload_id", how="left")
+    wide = per_workload.select(
+        pl.col("cpu_scale").is_null().sum().alias("workloads_without_meta"),
+        pl.col("is_default_cpu_num").fill_null(False).sum().alias("workloads_default_cpu_num"),
+    )
+    return counts_frame(wide, NAME)
+
+
+USAGE_MAPPING = UsageMapping(
+    build_bins,
+    "container_usage",
+    {"container_usage": (pl.col("time_s"), 1)},
+    small_tables=("container_meta", "machine_meta"),
+    workload_counts=count_workloads,
+)
+"""container_usage binned by sample time. The table is in container order, so a time chunk scans all of it."""
+
+
 class Alibaba2018Source:
     """The Alibaba 2018 trace under `<root>/alibaba-2018/`: `<table>.tar.gz` or `<table>[.anything].csv[.gz]`."""
 
     name = NAME
     folder = FOLDER
-    tables = tuple(ALIBABA2018)
+    tables = tuple(SCHEMAS)
+    schemas = SCHEMAS
+    long_running = LongRunningRule("observed_bins", 2000)
+    usage = USAGE_MAPPING
 
     def discover(self, root: Path, table: str) -> dict[str, Path]:
         """Files of `table`: the official tarball if present, else every matching CSV (sorted by name)."""
@@ -88,3 +350,7 @@ class Alibaba2018Source:
         if table not in self.tables:
             raise IngestError(path, f"unknown {NAME} table {table!r}")
         yield from iter_csv_batches(TABLES[table], Path(path), batch_bytes, member=_member_matcher(table))
+
+    def workloads(self, raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+        """The WORKLOADS columns of every container (rules in the module docstring)."""
+        return build_workloads(raw)

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from pipelines.schemas import QUARANTINE
+from pipelines.sources.mapping import LongRunningRule, UsageMapping
 
 DEFAULT_BATCH_BYTES = 64 << 20
 """Uncompressed bytes per chunk: bounds peak memory (a few times this) whatever the file size."""
@@ -53,15 +54,33 @@ class ParsedBatch:
 
 
 class TraceSource(Protocol):
-    """A public trace: where its files are and how to parse them, one table at a time."""
+    """A public trace: the one place that knows it. Where its files are and how to parse them (raw tables),
+    and how its raw tables map to the canonical `workloads` and 5-minute `usage` tables."""
 
     name: str
+    """registry key and Dagster partition key of the canonical tables."""
     folder: str
+    """sub-folder of the trace directory holding the genuine files."""
     tables: tuple[str, ...]
+    """raw table names (one raw asset each)."""
+    schemas: dict[str, dict[str, pl.DataType]]
+    """raw table -> polars schema (units in the column names)."""
+    usage: UsageMapping
+    """how the raw tables become binned 5-minute usage (streamed in time chunks by `pipelines.usage`)."""
+    long_running: LongRunningRule
+    """the trace's long-running threshold (the default of `pipelines.long_running.LongRunningConfig`)."""
 
-    def discover(self, root: Path, table: str) -> dict[str, Path]: ...
+    def discover(self, root: Path, table: str) -> dict[str, Path]:
+        """Input partitions of `table` under `root`: partition key -> path (a file, or a folder of files)."""
+        ...
 
-    def iter_batches(self, table: str, path: Path, batch_bytes: int) -> Iterator[ParsedBatch]: ...
+    def iter_batches(self, table: str, path: Path, batch_bytes: int) -> Iterator[ParsedBatch]:
+        """Parsed batches of one input partition (streamed), rows in `schemas[table]`."""
+        ...
+
+    def workloads(self, raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+        """raw tables (missing ones absent) -> lazy frame with (at least) the WORKLOADS columns."""
+        ...
 
 
 @dataclass(frozen=True)

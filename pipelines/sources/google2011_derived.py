@@ -4,6 +4,17 @@
   the job id comes from the file name, the 18 columns from the file (floats such as `878856.0`).
 * `GCD_VMs*.tar.gz` -> table `job_days`: members `GCD_VMs/vm_<job>_<k>`, each 288 lines
   `cpu_percent mem_percent` (space separated); one row per line with job_id, day_index = k, step 0..287.
+
+Canonical mapping:
+  * job_sums -> one workload `"job<job_id>"`; job_days -> one workload per (job, day) `"<job_id>_d<k>"`
+    (contiguity of the days of a job is not verified, so each day stands alone).
+  * Usage: job_sums rows -> t = time_s, per-task means `cpu_frac = cpu_rate_sum_frac / n_tasks`,
+    `mem_frac = canonical_mem_sum_frac / n_tasks` (a row with n_tasks <= 0 has no mean: counted as null usage);
+    job_days rows -> `bin_start_s = (k - 1) * 86400 + step * 300` (bins unique per workload),
+    `cpu_frac = cpu_pct / 100`, `mem_frac = mem_pct / 100`.
+  * Workload times from the usage bins: start = first bin, end = last bin + 300 s, `n_usage_records` = raw rows.
+    No requests, priority, class or machine; `final_state = "running"`, never partial.
+  * Long-running: 6000 contiguous 5-minute bins, as for the Google trace they come from.
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipelines.raw_schemas import GOOGLE2011_DERIVED
+from pipelines.schemas import BIN_SECONDS, empty_frame
 from pipelines.sources.base import (
     _DECODE_ERRORS,
     DEFAULT_BATCH_BYTES,
@@ -29,16 +40,55 @@ from pipelines.sources.base import (
     list_shards,
     quarantine_frame,
 )
+from pipelines.sources.mapping import LongRunningRule, UsageMapping, bad_reason, count_reasons, mean_per_bin
 
 NAME = "google2011_derived"
 FOLDER = "google-2011-derived"
 STEPS_PER_DAY = 288  # 24 h of 5-minute points
 
+I64, I32, F64 = pl.Int64, pl.Int32, pl.Float64
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    # job<id>_5min_sum.csv.gz: per-job sums over all its tasks, every 300 s. job_id comes from the
+    # file name; the other 18 columns are the file's, in order (SOURCE.md). cpi_sum / mai_sum are
+    # sums over tasks: divide by n_tasks for a mean.
+    "job_sums": {
+        "job_id": I64,
+        "time_s": I64,
+        "n_tasks": I64,
+        "n_machines": I64,
+        "cpu_rate_sum_frac": F64,
+        "canonical_mem_sum_frac": F64,
+        "assigned_mem_sum_frac": F64,
+        "unmapped_page_cache_sum_frac": F64,
+        "total_page_cache_sum_frac": F64,
+        "max_mem_sum_frac": F64,
+        "disk_io_time_sum_frac": F64,
+        "local_disk_sum_frac": F64,
+        "max_cpu_rate_sum_frac": F64,
+        "max_disk_io_time_sum_frac": F64,
+        "cpi_sum": F64,
+        "mai_sum": F64,
+        "sample_portion_sum": F64,
+        "aggregation_type_sum": F64,
+        "sampled_cpu_rate_sum_frac": F64,
+    },
+    # GCD_VMs/vm_<job>_<k>: 288 five-minute points of one job-day, percent of a machine
+    "job_days": {
+        "job_id": I64,
+        "day_index": I32,
+        "step": I32,
+        "cpu_pct": F64,
+        "mem_pct": F64,
+    },
+}
+"""Raw tables; `_frac` as in Google 2011 (fraction of the largest machine), `_pct` percent of a machine."""
+
 JOB_SUMS_FILE = re.compile(r"job(\d+)_5min_sum\.csv(\.gz)?")
 JOB_DAYS_FILE = re.compile(r"GCD_VMs.*\.tar\.gz")
 JOB_DAYS_MEMBER = re.compile(r"vm_(\d+)_(\d+)")
 
-_SUMS_FILE_SCHEMA = {c: t for c, t in GOOGLE2011_DERIVED["job_sums"].items() if c != "job_id"}
+_SUMS_FILE_SCHEMA = {c: t for c, t in SCHEMAS["job_sums"].items() if c != "job_id"}
 SUMS_SPEC = CsvTable(
     source=NAME,
     table="job_sums",
@@ -58,12 +108,95 @@ DAYS_SPEC = CsvTable(
 )
 
 
+# ---------------------------------------------------------------- canonical mapping
+
+
+def _job_days_bin() -> pl.Expr:
+    """bin_start_s of a job_days row: day k starts at (k - 1) days, one step per 5-minute bin."""
+    return (pl.col("day_index").cast(pl.Int64) - 1) * 86_400 + pl.col("step").cast(pl.Int64) * BIN_SECONDS
+
+
+def usage_rows(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """Raw rows of both tables as (workload_id, bin_start_s, cpu_frac, mem_frac), before checks."""
+    parts = []
+    if "job_sums" in raw:
+        per_task = pl.when(pl.col("n_tasks") > 0).then(1.0 / pl.col("n_tasks"))
+        parts.append(
+            raw["job_sums"].select(
+                pl.format("job{}", "job_id").alias("workload_id"),
+                (pl.col("time_s") // BIN_SECONDS * BIN_SECONDS).cast(pl.Int64).alias("bin_start_s"),
+                (pl.col("cpu_rate_sum_frac") * per_task).alias("cpu_frac"),
+                (pl.col("canonical_mem_sum_frac") * per_task).alias("mem_frac"),
+            )
+        )
+    if "job_days" in raw:
+        parts.append(
+            raw["job_days"].select(
+                pl.format("{}_d{}", "job_id", "day_index").alias("workload_id"),
+                _job_days_bin().alias("bin_start_s"),
+                (pl.col("cpu_pct") / 100).alias("cpu_frac"),
+                (pl.col("mem_pct") / 100).alias("mem_frac"),
+            )
+        )
+    if not parts:
+        return empty_frame(
+            {
+                "workload_id": pl.String,
+                "bin_start_s": pl.Int64,
+                "cpu_frac": pl.Float64,
+                "mem_frac": pl.Float64,
+            }
+        ).lazy()
+    return pl.concat(parts)
+
+
+def build_workloads(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+    """One workload per job (job_sums) or job-day (job_days) -> WORKLOADS columns."""
+    return (
+        usage_rows(raw)
+        .group_by("workload_id")
+        .agg(
+            pl.col("bin_start_s").min().cast(pl.Float64).alias("start_time_s"),
+            (pl.col("bin_start_s").max() + BIN_SECONDS).cast(pl.Float64).alias("end_time_s"),
+            pl.len().cast(pl.Int64).alias("n_usage_records"),
+        )
+        .with_columns(
+            pl.lit(NAME).alias("source"),
+            pl.lit(None, pl.String).alias("machine_id"),
+            pl.lit(None, pl.Float64).alias("cpu_request_frac"),
+            pl.lit(None, pl.Float64).alias("mem_request_frac"),
+            pl.lit(None, pl.Int32).alias("priority"),
+            pl.lit(None, pl.Int32).alias("scheduling_class"),
+            pl.lit("running").alias("final_state"),
+            pl.lit(False).alias("is_partial"),
+        )
+    )
+
+
+def build_bins(raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Both tables -> (mean per workload and 5-minute bin, USAGE_COUNTS of the rows read)."""
+    rows = usage_rows(raw).with_columns(
+        bad_reason(pl.col("cpu_frac"), pl.col("mem_frac")).alias("bad_reason")
+    )
+    bins = rows.filter(pl.col("bad_reason").is_null()).pipe(mean_per_bin, NAME)
+    return bins, count_reasons(rows, NAME)
+
+
+USAGE_MAPPING = UsageMapping(
+    build_bins, None, {"job_sums": (pl.col("time_s"), 1), "job_days": (_job_days_bin(), 1)}
+)
+"""Either table (or both) binned; chunks filter on the row's time."""
+
+
 class Google2011DerivedSource:
     """Derived job-level Google 2011 series under `<root>/google-2011-derived/`."""
 
     name = NAME
     folder = FOLDER
-    tables = tuple(GOOGLE2011_DERIVED)
+    tables = tuple(SCHEMAS)
+    schemas = SCHEMAS
+    long_running = LongRunningRule("contiguous_bins", 6000)
+    usage = USAGE_MAPPING
 
     def discover(self, root: Path, table: str) -> dict[str, Path]:
         """Files of `table` (file name -> path, sorted)."""
@@ -82,13 +215,17 @@ class Google2011DerivedSource:
         else:
             raise IngestError(path, f"unknown {NAME} table {table!r}")
 
+    def workloads(self, raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
+        """The WORKLOADS columns of every job and job-day (rules in the module docstring)."""
+        return build_workloads(raw)
+
 
 def _iter_job_sums(path: Path, batch_bytes: int) -> Iterator[ParsedBatch]:
     m = JOB_SUMS_FILE.fullmatch(path.name)
     if m is None:
         raise IngestError(path, "file name is not job<id>_5min_sum.csv[.gz]: cannot tell the job id")
     job_id = int(m.group(1))
-    schema = GOOGLE2011_DERIVED["job_sums"]
+    schema = SCHEMAS["job_sums"]
     for batch in iter_csv_batches(SUMS_SPEC, path, batch_bytes):
         rows = batch.rows.with_columns(pl.lit(job_id, dtype=pl.Int64).alias("job_id")).select(list(schema))
         yield ParsedBatch(rows, batch.quarantine, batch.n_lines, batch.n_invalid_markers)
@@ -96,7 +233,7 @@ def _iter_job_sums(path: Path, batch_bytes: int) -> Iterator[ParsedBatch]:
 
 def _parse_member(tar_name: str, member: str, data: bytes) -> ParsedBatch:
     """One `vm_<job>_<k>` member -> rows (job_id, day_index, step, cpu_pct, mem_pct)."""
-    schema = GOOGLE2011_DERIVED["job_days"]
+    schema = SCHEMAS["job_days"]
     source_file = f"{tar_name}:{member}"
     m = JOB_DAYS_MEMBER.fullmatch(Path(member).name)
     if m is None or not data.strip():
