@@ -5,7 +5,11 @@ profiles), the policy picks uniformly among valid actions with a bias towards pl
 for the whole batch when every env is done. Prints B = 1 and B = 256 for M = 10 and M = 50 and the batched/single
 ratio, all measured in this one run.
 
-Run: /work/venv/bin/python benchmarks/bench_sim.py [--seconds 2]
+Then the policy-gradient rollout (`sim.rollout`): B x N = 20 x 20 = 400 envs, M = 10, decisions per second with
+the network encoding built before every decision (`sim.observation.encode`), printed beside the step-only rate
+of the same rollout and the share of time spent encoding (target: >= 100k observed decisions/s on 2 cores).
+
+Run: .venv/bin/python benchmarks/bench_sim.py [--seconds 2]
 """
 
 from __future__ import annotations
@@ -68,6 +72,38 @@ def bench_step(cfg: SimConfig, n_envs: int, seconds: float, seed: int = 0) -> tu
     return n_steps / elapsed, n_obs / (time.perf_counter() - t0)
 
 
+def bench_rollout(n_seq: int = 20, n_traj: int = 20, seed: int = 0) -> None:
+    """Observed decisions/s of a lock-step rollout (encode + mask + random valid policy + step) vs step only."""
+    from sim.observation import ObservationConfig, encode
+
+    rng = np.random.default_rng(seed)
+    cfg = SimConfig(n_machines=10, max_steps=200, hold_rule="no_fit")
+    obs_cfg = ObservationConfig(labels="true")
+    jobs = make_jobs(n_seq, 60, 30, rng).select(np.repeat(np.arange(n_seq), n_traj))
+    timings = {"encode": 0.0, "mask": 0.0, "step": 0.0}
+    n_decisions = 0
+    state = core.reset(cfg, jobs, seed)
+    t_all = time.perf_counter()
+    while not state.is_done.all():
+        n_decisions += int((~state.is_done).sum())  # envs that finished wait and are not counted
+        t0 = time.perf_counter()
+        encode(cfg, obs_cfg, state)
+        t1 = time.perf_counter()
+        mask = core.action_mask(cfg, state)
+        t2 = time.perf_counter()
+        state, *_ = core.step(cfg, state, sample_actions(mask, rng))
+        t3 = time.perf_counter()
+        timings["encode"] += t1 - t0
+        timings["mask"] += t2 - t1
+        timings["step"] += t3 - t2
+    total = time.perf_counter() - t_all
+    print(
+        f"rollout B x N = {jobs.batch_size} (M=10): {n_decisions / total:12,.0f} observed decisions/s   "
+        f"step only {n_decisions / timings['step']:12,.0f} decisions/s   "
+        f"encode {100 * timings['encode'] / total:.0f} % of the time, mask {100 * timings['mask'] / total:.0f} %"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per configuration")
@@ -82,6 +118,7 @@ def main() -> None:
                 f"M={n_machines:3d} B={n_envs:4d}: step {step_rate:12,.0f} env-steps/s   observe {obs_rate:10,.0f} env-obs/s"
             )
         print(f"M={n_machines:3d} batched/single ratio: {rates[256] / rates[1]:.1f}x")
+    bench_rollout()
 
 
 if __name__ == "__main__":

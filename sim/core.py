@@ -80,6 +80,9 @@ class State:
     """(B, M, D, W) int32: committed usage of placed jobs, slot (time mod W)."""
     overlap: np.ndarray
     """(B, W) int64: pairwise overlap sum_{m,d,i<j} u_i u_j still to be realised, slot (time mod W)."""
+    past: np.ndarray
+    """(B, h, M, D) int16: units in use (workloads plus noise) at each closed step s, slot (s mod h): the
+    observed history the network encoding reads (`sim.observation`)."""
     busy_until: np.ndarray
     """(B, M) int64: end step (exclusive) of the last-ending job placed on the machine (0 if none)."""
     job_machine: np.ndarray
@@ -237,6 +240,7 @@ def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | N
         n_arrived=(jobs.arrival_step <= 0).sum(axis=1).astype(np.int64),
         timeline=np.zeros((n_envs, n_m, n_d, width), dtype=np.int32),
         overlap=np.zeros((n_envs, width), dtype=np.int64),
+        past=np.zeros((n_envs, cfg.history_steps, n_m, n_d), dtype=np.int16),
         busy_until=np.zeros((n_envs, n_m), dtype=np.int64),
         job_machine=np.full((n_envs, jobs.max_jobs), -1, dtype=np.int64),
         job_start=np.full((n_envs, jobs.max_jobs), -1, dtype=np.int64),
@@ -262,6 +266,7 @@ _MUTABLE_FIELDS = (
     "n_arrived",
     "timeline",
     "overlap",
+    "past",
     "busy_until",
     "job_machine",
     "job_start",
@@ -380,6 +385,7 @@ def _close_step(
     step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, rows, t, total > cap), cfg.k_overshoot)
     step_pen[:, 3] = penalties.wait_penalty(qlen, cfg.k_wait)
     # advance
+    f["past"][rows, t % f["past"].shape[1]] = np.minimum(total, np.iinfo(np.int16).max)
     f["timeline"][rows, :, :, slot] = 0
     f["overlap"][rows, slot] = 0
     f["t"][rows] = t + 1
@@ -421,9 +427,17 @@ def _unplaced_charges(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
 
 def _first_overshoots(f: dict, rows: np.ndarray, t: np.ndarray, is_short: np.ndarray) -> np.ndarray:
     """Count (workload, resource) pairs running on a short machine at t for the first time, and mark them."""
+    out = np.zeros(rows.shape[0], dtype=np.int64)
+    has_short = is_short.any(axis=(1, 2))
+    if not has_short.any():
+        return out
+    sub = np.flatnonzero(has_short)
+    out[sub] = _first_overshoots_of(f, rows[sub], t[sub], is_short[sub])
+    return out
+
+
+def _first_overshoots_of(f: dict, rows: np.ndarray, t: np.ndarray, is_short: np.ndarray) -> np.ndarray:
     jobs: JobBatch = f["jobs"]
-    if not is_short.any():
-        return np.zeros(rows.shape[0], dtype=np.int64)
     machine = f["job_machine"][rows]
     start = f["job_start"][rows]
     is_running = (machine >= 0) & (start <= t[:, None]) & (start + jobs.duration[rows] > t[:, None])

@@ -1,0 +1,154 @@
+"""What a learned scheduler sees: one explicit configuration, and a fast flat encoding for a policy network.
+
+TVW-RL's agent decides from the cluster's observed state and the EC labels of the workloads (Algorithm 1: labels
+predicted from meta information, then from partial usage); it never sees a job's future usage. The heuristics keep
+what the papers give them (peak usage as the request, `sim.policies`); this module is the agent's side.
+
+`ObservationConfig` (the default is what a real scheduler knows at decision time):
+- labels "predicted": the labels `sim.labelling.ClassifierLabeller` put into the state (`sim.core.relabel`):
+  meta-only for waiting jobs, meta + observed usage for running ones. Encoding a state that no labeller touched
+  is an error, so true labels never leak by accident. "true": the clustering labels (an ablation, and the
+  synthetic workloads, whose job classes are known at arrival).
+- queue_request "trace": the request the trace itself states for the job, as the fraction of a machine the
+  workload asked for (`JobBatch.meta` columns cpu_request_frac / mem_request_frac), with a flag saying whether it
+  is known (synthetic jobs and traces without requests: unknown, shown as 0). "peak": the job's peak quantised
+  usage / C_d (what Tetris and DeepRM are given: the future, for ablations only). "none": no request at all.
+- The machines' history is the OBSERVED usage of the last h steps; the future of placed jobs is never shown.
+
+`encode(cfg, obs_cfg, state)` -> (B, F) float32 in [0, 1], the concatenation of (in this order, see
+`feature_layout`):
+  history   (M, D, h)  units in use (workloads + background noise) / C_d, clipped at 1; the last column is the
+                       current step t AFTER the placements made so far at t (the state the next decision sees);
+                       older columns are the closed steps t-1, t-2, ... (zeros before the episode start).
+  by_label  (M, D, G)  units used now by running workloads of each observed EC label / C_d: the labels one-hot,
+                       weighted by usage (TVW-RL's colour image, factorised: who runs where now, and how the
+                       machine's usage moved over the last h steps).
+  queue     (K, G + D + 1)  per visible queue slot: label one-hot, the request by `queue_request` (fractions in
+                       [0, 1]), and 1 where a request is known; all zeros for an empty slot.
+  backlog   (1,)       waiting jobs beyond the K slots / max jobs of the batch (clipped at 1).
+This factorisation (rather than a per-unit colour image) is ours: the same information about labels and usage
+history, built from two small arrays kept by the simulator (`State.past`, the committed timeline) with no
+per-unit painting, so that building it costs about as much as a step. `sim.core.observe` keeps the DeepPlace
+colour image for the Gymnasium adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State, current_usage, jobs_running, observed_labels, queue_length
+
+LABEL_MODES = ("predicted", "true")
+REQUEST_MODES = ("trace", "peak", "none")
+
+
+@dataclass(frozen=True)
+class ObservationConfig:
+    """What the agent sees (the module docstring says exactly what each choice shows)."""
+
+    labels: str = "predicted"
+    """"predicted": labels a Labeller put into the state (TVW-RL Algorithm 1); "true": the clustering labels."""
+    queue_request: str = "trace"
+    """"trace": the trace's own request where one exists; "peak": peak future usage (ablation); "none"."""
+
+    def __post_init__(self) -> None:
+        if self.labels not in LABEL_MODES:
+            raise ValueError(f"ObservationConfig.labels must be one of {LABEL_MODES}, got {self.labels!r}")
+        if self.queue_request not in REQUEST_MODES:
+            raise ValueError(
+                f"ObservationConfig.queue_request must be one of {REQUEST_MODES}, got {self.queue_request!r}"
+            )
+
+
+def feature_layout(cfg: SimConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of each block of `encode`'s vector, in order."""
+    m, d, h, g, k = cfg.n_machines, cfg.n_resources, cfg.history_steps, cfg.n_labels, cfg.queue_size
+    return {"history": (m, d, h), "by_label": (m, d, g), "queue": (k, g + d + 1), "backlog": (1,)}
+
+
+def n_features(cfg: SimConfig) -> int:
+    """F: length of `encode`'s vector."""
+    return int(sum(np.prod(shape) for shape in feature_layout(cfg).values()))
+
+
+def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarray:
+    """(B, F) float32 features in [0, 1] of every env (see the module docstring); done envs give zeros."""
+    n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
+    hist, n_g, n_k = cfg.history_steps, cfg.n_labels, cfg.queue_size
+    if obs_cfg.labels == "predicted" and state.obs_label is None:
+        raise ValueError(
+            "the observation config shows predicted EC labels, but no labeller has set them on this state: "
+            "relabel it (sim.labelling.ClassifierLabeller) or use ObservationConfig(labels='true')"
+        )
+    labels = observed_labels(state)
+    cap = np.asarray(cfg.capacity_units, dtype=np.float32)
+    rows = np.arange(n_envs)
+    out = np.zeros((n_envs, n_features(cfg)), dtype=np.float32)
+    offset = 0
+
+    # history: closed steps from the `past` ring (B, h, M, D), oldest first, then the current step
+    steps = state.t[:, None] - np.arange(hist - 1, 0, -1)[None, :]  # (B, h-1): h-1 .. 1 steps ago
+    block = np.empty((n_envs, hist, n_m, n_d), dtype=np.float32)
+    block[:, :-1] = state.past[rows[:, None], np.mod(steps, hist)]
+    block[:, :-1] *= (steps >= 0)[:, :, None, None]
+    block[:, -1] = current_usage(cfg, state)
+    block *= 1.0 / cap
+    np.minimum(block, 1.0, out=block)
+    size = hist * n_m * n_d
+    out[:, :size].reshape(n_envs, n_m, n_d, hist)[:] = block.transpose(0, 2, 3, 1)
+    offset = size
+
+    # by_label: usage now of running jobs, per (machine, resource, label)
+    bi, ji = np.nonzero(jobs_running(state))
+    age = state.t[bi] - state.job_start[bi, ji]
+    units = state.jobs.usage[bi, ji, age].astype(np.float32)  # (N, D)
+    flat = ((bi * n_m + state.job_machine[bi, ji]) * n_d)[:, None] + np.arange(n_d)[None, :]
+    flat = flat * n_g + labels[bi, ji][:, None]
+    by_label = np.bincount(flat.ravel(), weights=units.ravel(), minlength=n_envs * n_m * n_d * n_g)
+    view = out[:, offset : offset + n_m * n_d * n_g].reshape(n_envs, n_m, n_d, n_g)
+    np.multiply(
+        by_label.reshape(n_envs, n_m, n_d, n_g), (1.0 / cap)[None, None, :, None], out=view, casting="unsafe"
+    )
+    np.minimum(view, 1.0, out=view)
+    offset += n_m * n_d * n_g
+
+    # queue: label one-hot, request, request known
+    slot_jobs = state.next_job[:, None] + np.arange(n_k)[None, :]
+    is_waiting = (slot_jobs < state.n_arrived[:, None]) & ~state.is_done[:, None]
+    slot_jobs = np.minimum(slot_jobs, state.jobs.max_jobs - 1)
+    queue = np.zeros((n_envs, n_k, n_g + n_d + 1), dtype=np.float32)
+    queue[rows[:, None], np.arange(n_k)[None, :], labels[rows[:, None], slot_jobs]] = 1.0
+    request, known = _queue_requests(cfg, obs_cfg, state, slot_jobs)
+    queue[..., n_g : n_g + n_d] = request
+    queue[..., n_g + n_d] = known
+    queue *= is_waiting[..., None]
+    out[:, offset : offset + queue[0].size] = queue.reshape(n_envs, -1)
+    offset += queue[0].size
+
+    backlog = np.maximum(queue_length(state) - n_k, 0) / max(state.jobs.max_jobs, 1)
+    out[:, offset] = np.minimum(backlog, 1.0)
+    out[state.is_done] = 0.0
+    return out
+
+
+def _queue_requests(
+    cfg: SimConfig, obs_cfg: ObservationConfig, state: State, slot_jobs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """((B, K, D) request in [0, 1], (B, K) 1.0 where known) of the jobs in the visible slots."""
+    rows = np.arange(state.batch_size)[:, None]
+    shape = (*slot_jobs.shape, cfg.n_resources)
+    if obs_cfg.queue_request == "none":
+        return np.zeros(shape, dtype=np.float32), np.zeros(slot_jobs.shape, dtype=np.float32)
+    if obs_cfg.queue_request == "peak":
+        cap = np.asarray(cfg.capacity_units, dtype=np.float32)
+        request = state.jobs.request[rows, slot_jobs].astype(np.float32) / cap
+        return np.minimum(request, 1.0), np.ones(slot_jobs.shape, dtype=np.float32)
+    if state.jobs.meta is None or cfg.n_resources != 2:
+        return np.zeros(shape, dtype=np.float32), np.zeros(slot_jobs.shape, dtype=np.float32)
+    request = state.jobs.meta[rows, slot_jobs, :2]  # cpu_request_frac, mem_request_frac (JOB_META_COLUMNS)
+    known = np.isfinite(request).all(axis=2)
+    request = np.clip(np.nan_to_num(request, nan=0.0), 0.0, 1.0).astype(np.float32)
+    return request * known[..., None], known.astype(np.float32)
