@@ -23,7 +23,7 @@ from pydantic import Field
 
 from assets.io_manager import frame_metadata
 from assets.raw import raw_table_name
-from assets.resources import Warehouse
+from assets.resources import TraceFolder, Warehouse
 from pipelines.long_running import ORPHAN_REASON, REASONS, LongRunningConfig, filter_long_running
 from pipelines.schemas import BIN_SECONDS, USAGE, empty_frame
 from pipelines.sources import SOURCES
@@ -44,13 +44,24 @@ def _raw_deps() -> list[AssetDep]:
     ]
 
 
-def load_raw(warehouse: Warehouse, source: str) -> dict[str, pl.LazyFrame]:
-    """The raw tables of one source that have been materialised, as lazy scans."""
-    return {
-        t: warehouse.scan(raw_table_name(source, t))
-        for t in SOURCES[source].tables
-        if warehouse.has_table(raw_table_name(source, t))
-    }
+def load_raw(warehouse: Warehouse, traces: TraceFolder, source: str, log=None) -> dict[str, pl.LazyFrame]:
+    """The raw tables of one source as lazy scans over exactly the partitions ingested from the shards in
+    the current trace folder. Partitions left by a run over another folder (or ingested from a file since
+    replaced) are not read; their count is logged (`tvw-run` removes them before it starts)."""
+    out: dict[str, pl.LazyFrame] = {}
+    for t in SOURCES[source].tables:
+        name = raw_table_name(source, t)
+        shards = traces.shards(source, t)
+        keys = [k for k, path in shards.items() if warehouse.is_current(name, k, path)]
+        n_stored = len(warehouse.partition_keys_on_disk(name))
+        if log is not None and n_stored > len(keys):
+            log.warning(
+                f"{name}: {n_stored - len(keys)} stored partition(s) not from the shards now in "
+                f"{traces.root} were not read ({len(keys)} of {len(shards)} current shards ingested)"
+            )
+        if keys:
+            out[t] = warehouse.scan(name, keys)
+    return out
 
 
 @asset(
@@ -60,11 +71,13 @@ def load_raw(warehouse: Warehouse, source: str) -> dict[str, pl.LazyFrame]:
     io_manager_key="table_io",
     kinds={"parquet", "polars"},
 )
-def core__workloads(context: AssetExecutionContext, warehouse: Warehouse) -> pl.DataFrame:
+def core__workloads(
+    context: AssetExecutionContext, warehouse: Warehouse, traces: TraceFolder
+) -> pl.DataFrame:
     """One row per workload (Google: a task; Alibaba: a container; derived: a job or job-day): source,
     machine, start/end (trace seconds), number of usage records, requested CPU and memory as fractions of
     a machine, priority, scheduling class, final state and whether it was only partly recorded."""
-    raw = load_raw(warehouse, context.partition_key)
+    raw = load_raw(warehouse, traces, context.partition_key, context.log)
     context.log.info(f"raw tables available: {sorted(raw)}")
     return build_workloads(context.partition_key, raw)
 
@@ -121,13 +134,13 @@ def check_usage_invariants(files: list[Path]) -> dict[str, int]:
     ],
 )
 def core__usage(
-    context: AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse
+    context: AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse, traces: TraceFolder
 ) -> MaterializeResult:
     """One row per workload per 5-minute bin: CPU and memory as fractions of one machine, the number of raw
     samples averaged into the bin, and whether the gap-filling policy produced it (`is_filled`). Written as a
     folder of chunk files per source (one per slice of trace time), never held in memory whole."""
     source = context.partition_key
-    raw = load_raw(warehouse, source)
+    raw = load_raw(warehouse, traces, source, context.log)
     cfg = UsageConfig(fill_policy=config.fill_policy, max_fill_bins=config.max_fill_bins)
     counts: list[pl.DataFrame] = []
 

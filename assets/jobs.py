@@ -1,25 +1,56 @@
-"""Asset jobs: one per layer. A job's assets share one partitioning (a trace source, or none)."""
+"""Asset jobs: one per layer (and one per raw table). A job's assets share one partitioning, so each run is
+one partition: a shard, a trace source, or the whole cluster layer. Every job carries the profile's config
+(for its own ops) as its default, and the profile's name as the `tvw/profile` tag."""
 
-from dagster import AssetSelection, define_asset_job
+from dagster import AssetsDefinition, AssetSelection, define_asset_job
 
 from assets.core import SOURCE_PARTITIONS
 
 PER_SOURCE_GROUPS = ("core", "ec")
 GLOBAL_GROUPS = ("sim", "eval")
+PROFILE_TAG = "tvw/profile"
 
 
-def build_jobs() -> list:
-    """`per_source_job` (canonical tables and equivalence classes of one source; its partition is the
-    source), `cluster_job` (job sequences and evaluation over every source)."""
+def raw_job_name(raw_asset_name: str) -> str:
+    return f"{raw_asset_name}_job"
+
+
+def _ops_config(assets: list[AssetsDefinition], groups: tuple[str, ...], profile_config: dict) -> dict:
+    """The profile's `ops:` entries for the ops whose assets are in `groups` (Dagster rejects unknown ops)."""
+    names = {a.node_def.name for a in assets if set(a.group_names_by_key.values()) & set(groups)}
+    ops = {k: v for k, v in profile_config.get("ops", {}).items() if k in names}
+    return {"ops": ops} if ops else {}
+
+
+def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: str) -> list:
+    """`raw_<source>__<table>_job` per raw table (partition: a shard file), `per_source_job` (canonical
+    tables and equivalence classes of one source; partition: the source), `cluster_job` (job sequences
+    and evaluation over every source)."""
+    tags = {PROFILE_TAG: profile}
+    raw_assets = [a for a in assets if all(k.path[-1].startswith("raw_") for k in a.keys)]
+    raw = [
+        define_asset_job(
+            raw_job_name(a.key.path[-1]),
+            selection=AssetSelection.assets(a),
+            partitions_def=a.partitions_def,
+            description=f"Ingest one shard of `{a.key.path[-1]}` (a run per shard file).",
+            tags=tags,
+        )
+        for a in raw_assets
+    ]
     per_source = define_asset_job(
         "per_source_job",
         selection=AssetSelection.groups(*PER_SOURCE_GROUPS),
         partitions_def=SOURCE_PARTITIONS,
         description="Canonical tables, long-running filter and equivalence classes for one trace source.",
+        config=_ops_config(assets, PER_SOURCE_GROUPS, profile_config) or None,
+        tags=tags,
     )
     cluster = define_asset_job(
         "cluster_job",
         selection=AssetSelection.groups(*GLOBAL_GROUPS),
         description="Job sequences for the simulator and the evaluation of every scheduler.",
+        config=_ops_config(assets, GLOBAL_GROUPS, profile_config) or None,
+        tags=tags,
     )
-    return [per_source, cluster]
+    return [*raw, per_source, cluster]

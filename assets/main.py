@@ -1,23 +1,35 @@
-"""`tvw-run`: materialise every asset, layer by layer, on the configured traces (default: the embedded sample).
+"""`tvw-run`: materialise every asset on the configured traces (default: the embedded sample), running
+independent work at the same time.
 
-    raw layer      one run per (table, shard): a bad shard fails alone, the others still land
-    per source     one run of `per_source_job` per trace source
-    cluster        one run of `cluster_job`
+    raw layer      a run of `raw_<source>__<table>_job` per shard file: a bad shard fails alone
+    per source     a run of `per_source_job` per trace source, started as soon as that source's shards are in
+    cluster        a run of `cluster_job` once every source is done
 
-Runs are recorded in the project's Dagster instance (`.dagster_home/`), so `dagster dev` shows them.
+Every run is a normal run of a named job of the `tvw` code location, recorded in the project's Dagster
+instance (`.dagster_home/`): `tvw-ui` shows them on the job pages and the timeline, and re-executes them.
+Up to `--jobs` runs go at once (default: the number of cores), each in one of `--jobs` worker processes;
+with TVW_DASK_SCHEDULER set, every step of those runs executes on that Dask cluster instead.
 Exit status 1 when any run failed; the summary names which.
 """
 
+from __future__ import annotations
+
 import argparse
+import dataclasses
+import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-
-import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CONFIG = Path(__file__).with_name("sample_config.yaml")
+LAYERS = ("raw", "per_source", "cluster")
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+"""Dagster's console logger prints every step event; the runner's own lines say what matters."""
 
 
 def _ensure_dagster_home() -> Path:
@@ -29,104 +41,237 @@ def _ensure_dagster_home() -> Path:
     return home
 
 
-def _run_config(path: Path | None) -> dict:
-    return yaml.safe_load(path.read_text()) if path else {}
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What every run of one `tvw-run` invocation reads and writes (picklable: sent to worker processes)."""
+
+    traces: str
+    warehouse: str
+    profile: str = "sample"
+    scheduler: str | None = None
+    """Dask scheduler address: steps run there (None: in the run's own process)."""
 
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-"""Dagster's console logger prints every step event; the summary lines below say what matters."""
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run to make: a named job, and its partition when the job is partitioned."""
+
+    layer: str
+    job: str
+    partition: str | None
+    source: str | None
+    input_bytes: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.job}[{self.partition}]" if self.partition else self.job
 
 
-def _ops_config_for(job_def, run_config: dict) -> dict:
-    """Keep only the ops config entries that belong to this job (Dagster rejects unknown ops)."""
-    names = {node.name for node in job_def.graph.nodes}
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    spec: RunSpec
+    ok: bool
+    seconds: float
+    run_id: str
+    peak_rss_mib: float
+
+
+def _remote_origin(job_name: str):
+    """The origin the UI knows this code location by (`dagster dev` loading `assets.definitions` as `tvw`):
+    a run that carries it is listed on the job's page and can be re-executed from there."""
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.remote_origin import (
+        ManagedGrpcPythonEnvCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    from assets.definitions import CODE_LOCATION
+
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(
+        LoadableTargetOrigin(
+            executable_path=sys.executable,
+            module_name="assets.definitions",
+            working_directory=str(PROJECT_ROOT),
+        ),
+        location_name=CODE_LOCATION,
+    )
+    return RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job_name)
+
+
+def execute_named_run(target: Target, spec: RunSpec, instance, run_config: dict) -> RunOutcome:
+    """Create a run of `spec.job` (for `spec.partition`) in `instance`, attached to the code location, and
+    execute it in this process with the job's executor (in-process, or Dask)."""
+    import resource
+
+    from dagster import build_reconstructable_job
+    from dagster._core.execution.api import execute_run
+
+    recon = build_reconstructable_job(
+        "assets.definitions",
+        "job_for",
+        reconstructable_args=(spec.job, target.traces, target.warehouse, target.profile, target.scheduler),
+    )
+    job_def = recon.get_definition()
+    tags = {**job_def.tags, "tvw/runner": "tvw-run"}
+    if spec.partition:
+        tags["dagster/partition"] = spec.partition
+    t0 = time.perf_counter()
+    run = instance.create_run_for_job(
+        job_def=job_def,
+        run_config=run_config,
+        tags=tags,
+        remote_job_origin=_remote_origin(spec.job),
+        job_code_origin=recon.get_python_origin(),
+    )
+    result = execute_run(recon, run, instance, raise_on_error=False)
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return RunOutcome(spec, result.success, time.perf_counter() - t0, run.run_id, rss_mib)
+
+
+# worker processes: each opens the instance once and then makes the runs it is handed
+_WORKER_INSTANCE = None
+
+
+def _init_worker(instance_ref) -> None:
+    global _WORKER_INSTANCE
+    from dagster import DagsterInstance
+
+    _WORKER_INSTANCE = DagsterInstance.from_ref(instance_ref)
+
+
+def _run_in_worker(target: Target, spec: RunSpec, run_config: dict) -> RunOutcome:
+    return execute_named_run(target, spec, _WORKER_INSTANCE, run_config)
+
+
+def plan_runs(target: Target, sources: list[str], layers: tuple[str, ...]) -> list[RunSpec]:
+    """Every run of the chosen layers and sources, raw shards largest first (the long ones start early)."""
+    from assets.jobs import raw_job_name
+    from assets.raw import raw_table_name
+    from pipelines.sources import SOURCES
+
+    specs: list[RunSpec] = []
+    if "raw" in layers:
+        raw = []
+        for s in sources:
+            for table in SOURCES[s].tables:
+                for key, path in SOURCES[s].discover(Path(target.traces), table).items():
+                    job = raw_job_name(raw_table_name(s, table))
+                    raw.append(RunSpec("raw", job, key, s, path.stat().st_size))
+        specs += sorted(raw, key=lambda r: -r.input_bytes)
+    if "per_source" in layers:
+        specs += [RunSpec("per_source", "per_source_job", s, s) for s in sources]
+    if "cluster" in layers:
+        specs.append(RunSpec("cluster", "cluster_job", None, None))
+    return specs
+
+
+def _ready(spec: RunSpec, pending: list[RunSpec], running: set[RunSpec]) -> bool:
+    """A per-source run waits for its source's raw runs; the cluster run waits for every other run."""
+    blockers = [*pending, *running]
+    if spec.layer == "per_source":
+        return not any(b.layer == "raw" and b.source == spec.source for b in blockers)
+    if spec.layer == "cluster":
+        return not any(b.layer != "cluster" for b in blockers)
+    return True
+
+
+def _ops_config_for(target: Target, job_name: str, run_config: dict) -> dict:
+    """The run config of one run: the profile's entries for this job's ops, and a quiet console."""
+    from assets.definitions import job_for
+
+    job = job_for(job_name, target.traces, target.warehouse, target.profile, target.scheduler)
+    names = {node.name for node in job.graph.nodes}
     ops = {k: v for k, v in run_config.get("ops", {}).items() if k in names}
     return {**QUIET, "ops": ops} if ops else dict(QUIET)
 
 
-def run_all(defs, instance, run_config: dict, log=print) -> list[str]:
-    """Materialise every layer of `defs` on `instance`; return the failed runs (empty when all succeeded)."""
-    from dagster import materialize
+def run_all(
+    target: Target,
+    instance,
+    run_config: dict | None = None,
+    log: Callable[[str], None] = print,
+    max_concurrent: int = 1,
+    sources: list[str] | None = None,
+    layers: tuple[str, ...] = LAYERS,
+) -> list[RunOutcome]:
+    """Make every run of `layers` for `sources` (default: all) on `instance`, up to `max_concurrent` at once
+    (1: one after the other in this process); return the outcome of each, in the order they finished.
 
-    from assets.core import SOURCE_PARTITIONS
-    from assets.raw import NO_SHARD
+    `run_config` defaults to the target's profile. Concurrent runs need a persistent instance (worker
+    processes reopen it from its reference)."""
+    from assets.definitions import load_profile
+    from pipelines.sources import SOURCES
 
-    resources = defs.resources
-    failures: list[str] = []
-    raw_assets = [a for a in defs.assets if any(k.path[0].startswith("raw_") for k in a.keys)]
+    run_config = load_profile(target.profile) if run_config is None else run_config
+    pending = plan_runs(target, list(sources or SOURCES), layers)
+    configs = {s.job: _ops_config_for(target, s.job, run_config) for s in pending}
+    outcomes: list[RunOutcome] = []
 
-    # raw layer: a run per shard
-    for asset_def in raw_assets:
-        keys = asset_def.partitions_def.get_partition_keys()
-        if keys == [NO_SHARD]:
-            log(f"  {asset_def.key.to_user_string()}: no shard in the trace folder, skipped")
-            continue
-        for key in keys:
-            t0 = time.perf_counter()
-            res = materialize(
-                [asset_def],
-                instance=instance,
-                resources=resources,
-                partition_key=key,
-                run_config=QUIET,
-                raise_on_error=False,
+    def finished(o: RunOutcome) -> None:
+        outcomes.append(o)
+        status = "ok" if o.ok else f"FAILED (run {o.run_id})"
+        log(f"  {o.spec.label}: {status} ({o.seconds:.1f}s)")
+
+    if max_concurrent <= 1:
+        for spec in pending:
+            finished(execute_named_run(target, spec, instance, configs[spec.job]))
+        return outcomes
+
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked sqlite handles or threads
+    running: dict[Future, RunSpec] = {}
+    with ProcessPoolExecutor(max_concurrent, ctx, _init_worker, (instance.get_ref(),)) as pool:
+        while pending or running:
+            for spec in [s for s in pending if _ready(s, pending, set(running.values()))]:
+                if len(running) >= max_concurrent:
+                    break
+                pending.remove(spec)
+                running[pool.submit(_run_in_worker, target, spec, configs[spec.job])] = spec
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                running.pop(fut)
+                finished(fut.result())
+    return outcomes
+
+
+def layer_lines(outcomes: list[RunOutcome]) -> list[str]:
+    """One line per layer: runs made, failed, summed run time."""
+    lines = []
+    for layer in LAYERS:
+        runs = [o for o in outcomes if o.spec.layer == layer]
+        if runs:
+            failed = sum(not o.ok for o in runs)
+            lines.append(
+                f"  {layer:<10} {len(runs):>4} run(s), {failed} failed, "
+                f"{sum(o.seconds for o in runs):.0f}s of run time, peak RSS per worker "
+                f"{max(o.peak_rss_mib for o in runs):.0f} MiB"
             )
-            status = "ok" if res.success else "FAILED"
-            log(f"  {asset_def.key.to_user_string()}[{key}]: {status} ({time.perf_counter() - t0:.1f}s)")
-            if not res.success:
-                failures.append(f"{asset_def.key.to_user_string()}[{key}]")
-
-    # per-source layer
-    job = defs.resolve_job_def("per_source_job")
-    for source in SOURCE_PARTITIONS.get_partition_keys():
-        t0 = time.perf_counter()
-        res = job.execute_in_process(
-            instance=instance,
-            partition_key=source,
-            run_config=_ops_config_for(job, run_config),
-            raise_on_error=False,
-        )
-        log(
-            f"  per_source_job[{source}]: {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t0:.1f}s)"
-        )
-        if not res.success:
-            failures.append(f"per_source_job[{source}]")
-
-    # cluster layer
-    job = defs.resolve_job_def("cluster_job")
-    if job.graph.nodes:
-        t0 = time.perf_counter()
-        res = job.execute_in_process(
-            instance=instance, run_config=_ops_config_for(job, run_config), raise_on_error=False
-        )
-        log(f"  cluster_job: {'ok' if res.success else 'FAILED'} ({time.perf_counter() - t0:.1f}s)")
-        if not res.success:
-            failures.append("cluster_job")
-    return failures
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tvw-run", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="run config YAML (default: the embedded-sample config when TVW_TRACE_DIR is unset, "
-        "else the paper defaults)",
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="runs at once, each in its own worker process (default: the number of cores, here %(default)s)",
     )
     args = parser.parse_args(argv)
     home = _ensure_dagster_home()
-    config_path = args.config or (None if "TVW_TRACE_DIR" in os.environ else SAMPLE_CONFIG)
 
     from dagster import DagsterInstance
 
-    from assets.definitions import defs, trace_dir, warehouse_dir
+    from assets.definitions import profile_name, trace_dir, warehouse_dir
 
-    print(f"traces:    {trace_dir()}")
-    print(f"warehouse: {warehouse_dir()}")
-    print(f"config:    {config_path or 'paper defaults'}")
+    target = Target(str(trace_dir()), str(warehouse_dir()), profile_name())
+    print(f"traces:    {target.traces}")
+    print(f"warehouse: {target.warehouse}")
+    print(f"profile:   {target.profile}")
     t0 = time.perf_counter()
-    failures = run_all(defs, DagsterInstance.get(), _run_config(config_path))
+    outcomes = run_all(target, DagsterInstance.get(), max_concurrent=args.jobs)
+    failures = [o.spec.label for o in outcomes if not o.ok]
     db = warehouse_dir() / "tvw.duckdb"
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")

@@ -93,8 +93,9 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
                 f"(found {len(found)} shard(s)); check TVW_TRACE_DIR"
             )
         out = warehouse.partition_path(name, shard)
-        quarantine = warehouse.partition_path(QUARANTINE_TABLE, f"{source.name}__{table}__{shard}")
+        quarantine = warehouse.partition_path(QUARANTINE_TABLE, quarantine_key(source.name, table, shard))
         stats = ingest_shard(source, table, found[shard], out, quarantine)
+        warehouse.write_source_manifest(name, shard, found[shard])
         warehouse.refresh_view(name)
         warehouse.refresh_view(QUARANTINE_TABLE)
         context.log.info(
@@ -129,6 +130,48 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
         )
 
     return _raw
+
+
+@dataclasses.dataclass(frozen=True)
+class StalePartition:
+    """A raw partition in the warehouse that the current trace folder did not produce."""
+
+    table: str
+    stem: str
+    reason: str  # "no such shard in the trace folder" | "ingested from another file"
+
+
+def quarantine_key(source: str, table: str, shard: str) -> str:
+    return f"{source}__{table}__{shard}"
+
+
+def find_stale_raw(warehouse: Warehouse, trace_root: Path) -> list[StalePartition]:
+    """Raw partitions whose input file is not in `trace_root` now (left by a run over another trace folder,
+    or by a shard since deleted), or that were ingested from a different file than the one there now."""
+    stale: list[StalePartition] = []
+    for src in SOURCES.values():
+        for table in src.tables:
+            name = raw_table_name(src.name, table)
+            found = src.discover(trace_root, table)
+            current = {partition_file_stem(k): (k, p) for k, p in found.items()}
+            for stem in warehouse.partition_keys_on_disk(name):
+                if stem not in current:
+                    stale.append(StalePartition(name, stem, "no such shard in the trace folder"))
+                elif not warehouse.is_current(name, current[stem][0], current[stem][1]):
+                    stale.append(StalePartition(name, stem, "ingested from another file"))
+    return stale
+
+
+def remove_stale_raw(warehouse: Warehouse, trace_root: Path) -> list[StalePartition]:
+    """Delete every stale raw partition (and its rows in `raw_quarantine`); return what was removed."""
+    stale = find_stale_raw(warehouse, trace_root)
+    for p in stale:
+        warehouse.remove_partition(p.table, p.stem)
+        # quarantine stem of shard S of raw_<source>__<table>: <source>__<table>__<stem of S>
+        warehouse.remove_partition(QUARANTINE_TABLE, f"{p.table.removeprefix('raw_')}__{p.stem}")
+    for table in {p.table for p in stale} | ({QUARANTINE_TABLE} if stale else set()):
+        warehouse.refresh_view(table)
+    return stale
 
 
 def build_raw_assets(trace_root: Path) -> list[AssetsDefinition]:

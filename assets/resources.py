@@ -10,6 +10,7 @@ instant it takes to (re)create the view. A user's `duckdb warehouse/tvw.duckdb` 
 only conflicts with a writer during that instant, and then the view refresh is retried.
 """
 
+import json
 import re
 import shutil
 import time
@@ -21,6 +22,7 @@ import duckdb
 import polars as pl
 from dagster import ConfigurableResource, get_dagster_logger
 
+from pipelines.sources import SOURCES
 from pipelines.storage import write_parquet_atomic
 
 UNPARTITIONED = "all"
@@ -37,6 +39,16 @@ def partition_file_stem(partition_key: str | None) -> str:
     for suffix in (".gz", ".tar", ".csv"):
         stem = stem.removesuffix(suffix)
     return _SAFE.sub("_", stem)
+
+
+class TraceFolder(ConfigurableResource):
+    """The trace folder a run reads (`TVW_TRACE_DIR`): one subfolder per source in the public layout."""
+
+    root: str
+
+    def shards(self, source: str, table: str) -> dict[str, Path]:
+        """Shard file name (= raw partition key) -> path, for one table of one source, as found now."""
+        return SOURCES[source].discover(Path(self.root), table)
 
 
 class Warehouse(ConfigurableResource):
@@ -69,6 +81,58 @@ class Warehouse(ConfigurableResource):
             return [f for k in partition_keys for f in self.partition_files(table, k)]
         d = self.table_dir(table)
         return sorted(d.glob("**/*.parquet")) if d.exists() else []
+
+    def manifest_path(self, table: str, partition_key: str) -> Path:
+        """Sidecar of a raw partition naming the input file it was ingested from (views read only *.parquet)."""
+        return self.partition_path(table, partition_key).with_suffix(".source.json")
+
+    def write_source_manifest(self, table: str, partition_key: str, source_file: Path) -> None:
+        """Record which file (path, size, modification time) a raw partition was ingested from."""
+        st = source_file.stat()
+        record = {
+            "source_file": str(source_file.resolve()),
+            "size_bytes": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+        }
+        path = self.manifest_path(table, partition_key)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)
+
+    def is_current(self, table: str, partition_key: str, source_file: Path) -> bool:
+        """Whether the partition exists and was ingested from exactly this file as it is now (same path,
+        size and modification time): a partition from another trace folder, or from a file since
+        replaced, is not."""
+        manifest = self.manifest_path(table, partition_key)
+        if not self.partition_files(table, partition_key) or not manifest.exists():
+            return False
+        record = json.loads(manifest.read_text())
+        st = source_file.stat()
+        return (record.get("source_file"), record.get("size_bytes"), record.get("mtime_ns")) == (
+            str(source_file.resolve()),
+            st.st_size,
+            st.st_mtime_ns,
+        )
+
+    def partition_keys_on_disk(self, table: str) -> dict[str, list[Path]]:
+        """Partition file stem -> its files (a single file, or a chunk folder's files), as stored now."""
+        d = self.table_dir(table)
+        if not d.is_dir():
+            return {}
+        out: dict[str, list[Path]] = {}
+        for p in sorted(d.iterdir()):
+            if p.is_dir():
+                out[p.name] = sorted(p.glob("*.parquet"))
+            elif p.suffix == ".parquet":
+                out[p.stem] = [p]
+        return out
+
+    def remove_partition(self, table: str, stem: str) -> None:
+        """Delete one stored partition (file or chunk folder) and its manifest."""
+        d = self.table_dir(table)
+        (d / f"{stem}.parquet").unlink(missing_ok=True)
+        (d / f"{stem}.source.json").unlink(missing_ok=True)
+        shutil.rmtree(d / stem, ignore_errors=True)
 
     def has_table(self, table: str) -> bool:
         return bool(self.table_files(table))

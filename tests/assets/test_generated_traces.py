@@ -13,8 +13,7 @@ import polars as pl
 import pytest
 from dagster import DagsterInstance
 
-from assets.definitions import build_definitions
-from assets.main import run_all
+from assets.main import Target, run_all
 from assets.raw import QUARANTINE_TABLE, raw_table_name
 from assets.resources import Warehouse
 
@@ -68,7 +67,8 @@ def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("warehouse")
     lines: list[str] = []
     with DagsterInstance.ephemeral() as instance:
-        failures = run_all(build_definitions(traces, root), instance, run_config(planted), log=lines.append)
+        outcomes = run_all(Target(str(traces), str(root)), instance, run_config(planted), log=lines.append)
+    failures = [o.spec.label for o in outcomes if not o.ok]
     return Warehouse(root=str(root)), planted, failures, lines
 
 

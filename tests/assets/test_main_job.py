@@ -1,13 +1,13 @@
-"""The whole pipeline materialises in-process on the genuine-format fixtures."""
+"""The whole pipeline materialises on the genuine-format fixtures, two runs at a time, as runs of named jobs."""
 
 from pathlib import Path
 
 import polars as pl
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, RunsFilter
+from dagster._core.instance.ref import InstanceRef
 
-from assets.definitions import build_definitions
-from assets.main import SAMPLE_CONFIG, _run_config, run_all
+from assets.main import Target, run_all
 from assets.resources import Warehouse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -16,20 +16,40 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 @pytest.fixture(scope="module")
 def materialised(tmp_path_factory):
     root = tmp_path_factory.mktemp("warehouse")
-    defs = build_definitions(FIXTURES, root)
+    home = tmp_path_factory.mktemp("dagster_home")
     lines: list[str] = []
-    with DagsterInstance.ephemeral() as instance:
-        failures = run_all(defs, instance, _run_config(SAMPLE_CONFIG), log=lines.append)
-    return Warehouse(root=str(root)), failures, lines
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        outcomes = run_all(
+            Target(str(FIXTURES), str(root), "sample"), instance, log=lines.append, max_concurrent=2
+        )
+        runs = instance.get_runs()
+        # the UI's job pages list a job's runs by this tag (repository@code location)
+        attached = instance.get_runs(filters=RunsFilter(tags={".dagster/repository": "__repository__@tvw"}))
+        assert len(attached) == len(runs)
+    failures = [o.spec.label for o in outcomes if not o.ok]
+    return Warehouse(root=str(root)), failures, lines, runs
 
 
 def test_every_run_succeeds(materialised):
-    _, failures, lines = materialised
+    _, failures, lines, _ = materialised
     assert failures == [], "\n".join(lines)
 
 
+def test_runs_are_named_jobs_of_the_code_location(materialised):
+    _, _, _, runs = materialised
+    names = {r.job_name for r in runs}
+    assert "__ephemeral_asset_job__" not in names
+    assert {"per_source_job", "cluster_job", "raw_google2011__task_usage_job"} <= names
+    assert {r.remote_job_origin.location_name for r in runs} == {"tvw"}
+    assert {r.tags.get("tvw/profile") for r in runs} == {"sample"}
+    per_source = [r for r in runs if r.job_name == "per_source_job"]
+    assert sorted(r.tags["dagster/partition"] for r in per_source) == sorted(
+        ["google2011", "alibaba2018", "google2011_derived"]
+    )
+
+
 def test_raw_rows_add_up_with_quarantine(materialised):
-    wh, _, _ = materialised
+    wh, _, _, _ = materialised
     usage = wh.query("select count(*) as n from raw_alibaba2018__container_usage")["n"][0]
     quarantined = wh.query("select count(*) as n from raw_quarantine where \"table\" = 'container_usage'")[
         "n"
@@ -46,7 +66,7 @@ def test_raw_rows_add_up_with_quarantine(materialised):
 
 
 def test_core_tables_have_every_source(materialised):
-    wh, _, _ = materialised
+    wh, _, _, _ = materialised
     sources = set(wh.query("select distinct source from core__long_running_report")["source"])
     assert sources == {"google2011", "alibaba2018", "google2011_derived"}
     report = wh.query("select source, sum(n_workloads) as n from core__long_running_report group by source")
@@ -55,13 +75,13 @@ def test_core_tables_have_every_source(materialised):
 
 
 def test_long_running_come_from_derived_series(materialised):
-    wh, _, _ = materialised
+    wh, _, _, _ = materialised
     kept = wh.query("select source, count(*) as n from core__long_running group by source")
     assert dict(kept.iter_rows()).get("google2011_derived", 0) > 0
 
 
 def test_ec_tables_on_the_derived_fixture(materialised):
-    wh, _, _ = materialised
+    wh, _, _, _ = materialised
     sil = wh.query("select method, k, is_skipped from ec__silhouette where source = 'google2011_derived'")
     assert set(sil["method"]) == {"aggregate", "temporal", "dtw"}
     assert sil["k"].min() == 3
@@ -76,7 +96,7 @@ def test_ec_tables_on_the_derived_fixture(materialised):
 def test_every_policy_is_evaluated(materialised):
     from sim.policies import POLICIES
 
-    wh, _, _ = materialised
+    wh, _, _, _ = materialised
     evaluated = set(wh.query("select distinct policy from eval__baselines")["policy"])
     assert evaluated == set(POLICIES)
     sources = set(wh.query("select distinct source from sim__job_sequences")["source"])
