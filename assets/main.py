@@ -145,6 +145,40 @@ def _run_in_worker(target: Target, spec: RunSpec, run_config: dict) -> RunOutcom
     return execute_named_run(target, spec, _WORKER_INSTANCE, run_config)
 
 
+def _read_marker(path: str) -> str | None:
+    """On a Dask worker: the content of the marker file, or None when this worker cannot see it."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def check_shared_warehouse(scheduler: str, warehouse: str) -> None:
+    """Stop unless every worker of the Dask cluster at `scheduler` sees the warehouse folder as this process
+    does (steps exchange data only through the Parquet files there): write a marker with a fresh token and
+    have every worker read it back."""
+    import uuid
+
+    from distributed import Client
+
+    root = Path(warehouse)
+    root.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    marker = root / f".tvw-shared-check-{token}"
+    marker.write_text(token)
+    try:
+        with Client(scheduler, timeout=30) as client:
+            seen = client.run(_read_marker, str(marker))
+    finally:
+        marker.unlink(missing_ok=True)
+    blind = sorted(w for w, got in seen.items() if got != token)
+    if not seen or blind:
+        raise RuntimeError(
+            f"TVW_WAREHOUSE_DIR={root} must be on a filesystem every Dask worker sees (NFS, Lustre, ...): "
+            + (f"worker(s) {blind} cannot read {marker.name} there" if seen else "the cluster has no worker")
+        )
+
+
 def plan_runs(target: Target, sources: list[str], layers: tuple[str, ...]) -> list[RunSpec]:
     """Every run of the chosen layers and sources, raw shards largest first (the long ones start early)."""
     from assets.jobs import raw_job_name
