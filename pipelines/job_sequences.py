@@ -17,12 +17,23 @@ Definitions used here (the paper leaves them open):
   units"): per source and resource, the `scale_quantile` of the per-workload peak maps to
   `target_peak_units` of C_d. Values above C_d after scaling are clipped and counted.
 - A job's dominant resource is the one with the larger mean scaled usage over the workload's run.
-- Cluster load of a sequence = mean over the arrival window [0, arrival_steps) of the total usage
-  units of all arrived, unfinished jobs (as if each started on arrival) / (M * C_d), averaged over
-  resources. Requests arrive as a Poisson process during the window; its rate is found per
-  sequence by bisection so that this load equals the target, so the number of jobs per sequence
-  grows with the load. Jobs are drawn as a stream mixed in short blocks (half long-running, cpu-
-  and memory-dominant alternating), so the jobs that arrive keep the mix.
+- Load (TVW-RL: "the interarrival-rate is calibrated to create three average cluster load
+  scenarios"): the offered load of resource d is arrival rate x mean job work_d / (M * C_d), where a
+  job's work_d is the sum over its steps of its usage units of d. The arrival rate of a (source,
+  load, split) is computed from the split's expected job work (`expected_job_work`, exact over the
+  draw below, no fitting per sequence; `rate_split="train"` uses the training split's for both);
+  `load_resource` says which figure the label calibrates ("dominant", the default: the resource
+  with the larger expected work, so no resource is offered more than the label; or "mean" of the
+  resources). Arrivals are
+  a Poisson process over [0, arrival_steps) (Poisson counts per step, several per step possible);
+  the window is long against the longest job, so the cluster spends most of it in steady state
+  rather than filling up. `offered_load_table` measures the realised offered load of every
+  sequence from its jobs alone.
+- Jobs are drawn as a stream mixed in short blocks (half long-running, cpu- and memory-dominant
+  alternating), so the jobs that arrive keep the mix.
+- Train and test sequences never share a workload; each split gets at least
+  `min_workloads_per_split` workloads when the source has enough, and `split_workload_counts`
+  says how many distinct workloads each split's sequences use.
 - Requests: `cpu_request_units` / `mem_request_units` are the job's peak quantised usage (TVW-RL
   feeds the peak to DeepRM as its resource limit; Tetris gets peaks too), or the trace request when
   `request_mode="trace"`.
@@ -35,7 +46,7 @@ Definitions used here (the paper leaves them open):
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -70,13 +81,44 @@ JOB_SEQUENCES = {
 META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
 """Workload meta columns of JOB_SEQUENCES (nullable; rows without them get nulls in `jobs_to_frame`)."""
 
-INITIAL_STREAM_JOBS = 64
-"""Jobs first drawn for a sequence; doubled while the target load is out of reach."""
-MAX_STREAM_JOBS = 8192
-"""Cap on a sequence's job stream; beyond it the sequence is counted as load-unreachable."""
+
+SEQUENCE_KEY = ("source", "load_pct", "split", "sequence_id")
+"""Columns of JOB_SEQUENCES that identify one sequence."""
+
+OFFERED_LOAD = {
+    "source": pl.String,
+    "load_pct": pl.Int32,  # the label the sequence was generated for
+    "split": pl.String,
+    "sequence_id": pl.Int32,
+    "n_jobs": pl.Int32,
+    "n_distinct_workloads": pl.Int32,
+    "n_machines": pl.Int32,  # M of the cluster the load refers to
+    "capacity_units": pl.Int32,  # C_d per machine and resource
+    "window_steps": pl.Int32,  # arrival window the load is spread over
+    "n_jobs_after_window": pl.Int32,  # jobs arriving at or after window_steps (counted in the work all the same)
+    "last_arrival_step": pl.Int64,
+    "work_cpu_unit_steps": pl.Int64,  # sum over jobs and steps of cpu_units
+    "work_mem_unit_steps": pl.Int64,
+    "offered_load_cpu": pl.Float64,  # work_cpu_unit_steps / (M * C_d * window_steps)
+    "offered_load_mem": pl.Float64,
+    "offered_load_mean": pl.Float64,  # mean of the two resources
+    "dominant_resource": pl.String,  # the source's resource with the larger total work over its sequences here
+    "offered_load_dominant": pl.Float64,  # offered load of dominant_resource
+    "peak_demand_cpu": pl.Float64,  # max over steps of the cpu units of the jobs running as if started on arrival / (M * C_d)
+    "peak_demand_mem": pl.Float64,
+    "peak_demand_dominant": pl.Float64,  # max of the two
+}
+"""One row per job sequence: its realised offered load, measured from its jobs alone (`offered_load_table`)."""
 
 QUANTISE_EPS = 1e-6
 """Slack for float noise in `ceil` quantisation: 0.25 * 8 computed as 2.0000001 stays 2 units."""
+LOAD_RESOURCES = ("dominant", "mean")
+"""What a load label calibrates: the offered load of the resource with the larger expected job work, or
+the mean over resources."""
+RATE_SPLITS = ("own", "train")
+"""Whose expected job work sets a split's arrival rate (see `SequenceConfig.rate_split`)."""
+MAX_EMPTY_REDRAWS = 1000
+"""Redraws of a sequence's Poisson arrivals when none fell in the window, before it is an error."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +126,8 @@ class SequenceConfig:
     """How job sequences are cut, scaled, mixed and timed. Defaults: TVW-RL's evaluation setup."""
 
     loads_pct: tuple[int, ...] = (30, 50, 80)
-    """Target average cluster loads (TVW-RL: 30 %, 50 %, 80 %)."""
+    """Target average cluster loads (TVW-RL: 30 %, 50 %, 80 %): offered load in % of the cluster, see
+    `load_resource`."""
     n_machines: int = 10
     """M: machines in the cluster (TVW-RL: 10)."""
     capacity_units: int = 8
@@ -95,9 +138,20 @@ class SequenceConfig:
     """How bins are merged into a step: "mean" or "max"."""
     quantise_mode: str = "ceil"
     """"ceil": any non-zero usage takes >= 1 unit; "round": round half up."""
-    arrival_steps: int = 80
-    """Steps during which requests arrive; with long jobs up to 100 steps, most episodes end within
-    TVW-RL's L = 200 steps. The number of jobs follows from the load."""
+    arrival_steps: int = 300
+    """Steps during which requests arrive (Poisson), 3x the longest job (`long_duration_steps`), so the
+    cluster is in steady state for most of the window rather than filling up from empty. Episodes run
+    until the last job finishes: about arrival_steps + the longest job. The number of jobs follows from
+    the load."""
+    load_resource: str = "dominant"
+    """What a load label calibrates: "dominant" (the offered load of the resource with the larger
+    expected job work of the training split equals the label; the other resource gets less) or "mean"
+    (the mean over the two resources equals the label)."""
+    rate_split: str = "own"
+    """Whose expected job work sets a split's arrival rate: "own" (each split's own workloads: one rate
+    per (source, load, split), so test sequences, the ones evaluated, offer the label too) or "train"
+    (one rate per (source, load) from the training split; test sequences then offer the label times
+    their workloads' work ratio, e.g. 0.67-0.76 on the sample's two Alibaba test workloads)."""
     long_fraction: float = 0.5
     """Share of long-running jobs (TVW-RL: 50 %)."""
     long_threshold_steps: int = 30
@@ -112,6 +166,10 @@ class SequenceConfig:
     """Test sequences per (source, load) (TVW-RL: 30)."""
     test_workload_fraction: float = 0.3
     """Share of workloads reserved for test sequences; train and test never share a workload."""
+    min_workloads_per_split: int = 2
+    """Each split gets at least this many workloads when the source has twice as many (else the test
+    split gets what the training split can spare, at least one); a split below it is listed in
+    stats["splits_with_few_workloads"]. One workload would make every FIFO policy's test numbers equal."""
     scale_quantile: float = 0.95
     """Quantile of per-workload peak usage that is mapped to `target_peak_units`."""
     target_peak_units: float = 6.0
@@ -122,8 +180,6 @@ class SequenceConfig:
     """"peak": request = peak quantised usage; "trace": the trace's request fraction, quantised."""
     seed: int = 0
     """Seed of every random draw."""
-    load_tolerance: float = 0.005
-    """Bisection stops when |realised load - target| is below this (fraction of the cluster)."""
 
 
 @dataclass
@@ -187,28 +243,6 @@ def time_scale(values: Any, step_bins: int, how: str = "mean") -> np.ndarray:
 # --- load and arrivals -------------------------------------------------------------------------
 
 
-def _cumulative_units(cpu: list[np.ndarray], mem: list[np.ndarray]) -> np.ndarray:
-    """(n_jobs, max_len + 1) cumulative cpu + mem units per job; row j, column k = first k steps."""
-    max_len = max((len(c) for c in cpu), default=0)
-    out = np.zeros((len(cpu), max_len + 1), dtype=np.float64)
-    for j, (c, m) in enumerate(zip(cpu, mem, strict=True)):
-        cs = np.cumsum(np.asarray(c, dtype=np.float64) + np.asarray(m, dtype=np.float64))
-        out[j, 1 : len(cs) + 1] = cs
-        out[j, len(cs) + 1 :] = cs[-1] if len(cs) else 0.0
-    return out
-
-
-def _load_from_cumulative(
-    arrivals: np.ndarray, cum: np.ndarray, n_machines: int, capacity_units: int, window: int
-) -> float:
-    """Mean load over [0, window) of the jobs of `cum` (rows) arriving at `arrivals`."""
-    if len(arrivals) == 0:
-        return 0.0
-    k = np.clip(window - arrivals, 0, cum.shape[1] - 1)
-    total = cum[np.arange(len(arrivals)), k].sum()
-    return float(total / (2.0 * n_machines * capacity_units * window))
-
-
 def realised_load(
     arrivals: np.ndarray,
     cpu: list[np.ndarray],
@@ -217,61 +251,204 @@ def realised_load(
     capacity_units: int,
     window_steps: int | None = None,
 ) -> float:
-    """Mean cluster load over the arrival window [0, window_steps), jobs running from their arrival.
-
-    `cpu`/`mem` are per-job usage series in units; load = total units / (M * C_d), averaged over the
-    two resources and over the window's steps. `window_steps` defaults to the last arrival + 1.
-    """
+    """Mean cluster demand over [0, window_steps) of jobs running from their arrival, as a fraction of
+    the cluster (mean of the two resources): what the cluster holds in the window, ramp-up from empty
+    included. Not the load label (that is the offered load, see `offered_load_table`); it approaches
+    the offered load only when the window is long against the jobs. `window_steps` defaults to the
+    last arrival + 1."""
     arrivals = np.asarray(arrivals, dtype=np.int64)
+    if len(arrivals) == 0:
+        return 0.0
     window = int(arrivals.max()) + 1 if window_steps is None else window_steps
-    return _load_from_cumulative(arrivals, _cumulative_units(cpu, mem), n_machines, capacity_units, window)
+    total = 0.0
+    for a, c, m in zip(arrivals, cpu, mem, strict=True):
+        k = int(np.clip(window - a, 0, None))
+        total += float(np.sum(c[:k], dtype=np.float64) + np.sum(m[:k], dtype=np.float64))
+    return total / (2.0 * n_machines * capacity_units * window)
 
 
-def calibrate_arrivals(
-    cpu: list[np.ndarray],
-    mem: list[np.ndarray],
-    load: float,
-    window_steps: int,
-    n_machines: int,
+def expected_window_work(units: Any, durations: tuple[int, int]) -> float:
+    """Expected sum of `units` over a window cut as `_cut_job` cuts one: integer length d uniform in
+    [lo, hi] (both clipped to the series length), start uniform in [0, len - d]."""
+    x = np.asarray(units, dtype=np.float64)
+    n = len(x)
+    if n == 0:
+        return 0.0
+    lo, hi = min(durations[0], n), min(durations[1], n)
+    cs = np.concatenate([[0.0], np.cumsum(x)])  # cs[k]: sum of the first k steps
+    ccs = np.concatenate([[0.0], np.cumsum(cs)])  # ccs[k]: sum of cs[:k]
+    d = np.arange(lo, hi + 1)
+    n_starts = n - d + 1
+    # sum over starts s in [0, n-d] of cs[s+d] - cs[s] = (ccs[n+1] - ccs[d]) - ccs[n-d+1]
+    window_sums = (ccs[n + 1] - ccs[d]) - ccs[n_starts]
+    return float(np.mean(window_sums / n_starts))
+
+
+def expected_job_work(pool: _Pool, cfg: SequenceConfig) -> np.ndarray:
+    """(cpu, mem) expected work in unit-steps of one job of `draw_job_stream` from `pool`: each
+    (long, cpu-dominant) stratum with its share of the mix, a workload uniform in the stratum, its
+    duration and offset uniform (`expected_window_work`), usage quantised as in `_cut_job`. Exact,
+    not sampled."""
+    b, n_long = _mix_block(cfg.long_fraction)
+    out = np.zeros(2)
+    series = [
+        [quantise_usage(s, cfg.capacity_units, cfg.quantise_mode) for s in pool.cpu],
+        [quantise_usage(s, cfg.capacity_units, cfg.quantise_mode) for s in pool.mem],
+    ]
+    for (is_long, _is_cpu), (members, _) in stratum_members(pool, cfg).items():
+        weight = 0.5 * (n_long if is_long else b - n_long) / b  # half of each length class is cpu-dominant
+        durations = cfg.long_duration_steps if is_long else cfg.short_duration_steps
+        for r in range(2):
+            out[r] += weight * np.mean([expected_window_work(series[r][w], durations) for w in members])
+    return out
+
+
+def arrival_rate_per_step(
+    load_pct: float, mean_work: Any, n_machines: int, capacity_units: int, load_resource: str = "dominant"
+) -> float:
+    """Poisson arrival rate (jobs per step) that offers `load_pct` % of the cluster: rate x mean job
+    work / (M * C_d) = load. `mean_work`: expected (cpu, mem) unit-steps per job; `load_resource`:
+    "dominant" calibrates the resource with the larger work, "mean" their mean."""
+    work = np.asarray(mean_work, dtype=np.float64)
+    if load_resource not in LOAD_RESOURCES:
+        raise ValueError(f"load_resource must be one of {LOAD_RESOURCES}, got {load_resource!r}")
+    per_job = float(work.max() if load_resource == "dominant" else work.mean())
+    if not per_job > 0:
+        raise ValueError(f"arrival_rate_per_step: mean job work must be > 0, got {work.tolist()}")
+    return load_pct / 100.0 * n_machines * capacity_units / per_job
+
+
+def poisson_arrivals(rate_per_step: float, window_steps: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted arrival steps of a Poisson process of `rate_per_step` over [0, window_steps): a Poisson
+    count per step (several requests may arrive in one step)."""
+    counts = rng.poisson(rate_per_step, window_steps)
+    return np.repeat(np.arange(window_steps, dtype=np.int64), counts)
+
+
+def _per_source(value: int | Mapping[str, int], source: str, name: str) -> int:
+    if isinstance(value, Mapping):
+        if source not in value:
+            raise ValueError(f"offered_load_table: no {name} given for source {source!r}")
+        return int(value[source])
+    return int(value)
+
+
+def offered_load_table(
+    jobs: pl.DataFrame,
+    n_machines: int | Mapping[str, int],
     capacity_units: int,
-    rng: np.random.Generator,
-    tolerance: float = 0.005,
-) -> tuple[np.ndarray, float, bool]:
-    """Poisson arrivals for a stream of jobs so that the mean load over [0, window_steps) is `load`.
+    window_steps: int | Mapping[str, int],
+) -> pl.DataFrame:
+    """Realised offered load of every sequence of `jobs` (JOB_SEQUENCES rows), from its jobs alone:
+    per resource, the total work (sum of usage units over every job and step) / (M * C_d *
+    window_steps), i.e. arrival rate x mean job work / capacity; the mean over the two resources; the
+    dominant resource's (per source, the one with the larger total work over the source's sequences
+    in `jobs`); and the peak demand of jobs running as if started on arrival, as a fraction of the
+    cluster. `n_machines` and `window_steps` are one value or one per source (a source missing from the
+    mapping is an error). Returns OFFERED_LOAD rows sorted by sequence."""
+    missing = [
+        c
+        for c in (*SEQUENCE_KEY, "arrival_step", "workload_id", "cpu_units", "mem_units")
+        if c not in jobs.columns
+    ]
+    if missing:
+        raise ValueError(f"offered_load_table: job frame lacks columns {missing}")
+    if jobs.height == 0:
+        return pl.DataFrame(schema=OFFERED_LOAD)
+    key = list(SEQUENCE_KEY)
+    sources = sorted(jobs["source"].unique().to_list())
+    params = pl.DataFrame(
+        {
+            "source": sources,
+            "n_machines": [_per_source(n_machines, s, "n_machines") for s in sources],
+            "window_steps": [_per_source(window_steps, s, "window_steps") for s in sources],
+        },
+        schema={"source": pl.String, "n_machines": pl.Int32, "window_steps": pl.Int32},
+    )
+    jobs = jobs.select(*key, "arrival_step", "workload_id", "cpu_units", "mem_units").join(
+        params, on="source", how="left"
+    )
+    per_seq = jobs.group_by(key).agg(
+        pl.len().alias("n_jobs"),
+        pl.col("workload_id").n_unique().alias("n_distinct_workloads"),
+        pl.first("n_machines", "window_steps"),
+        (pl.col("arrival_step") >= pl.col("window_steps")).sum().alias("n_jobs_after_window"),
+        pl.col("arrival_step").max().alias("last_arrival_step"),
+        pl.col("cpu_units").list.sum().cast(pl.Int64).sum().alias("work_cpu_unit_steps"),
+        pl.col("mem_units").list.sum().cast(pl.Int64).sum().alias("work_mem_unit_steps"),
+    )
+    dominant = per_seq.group_by("source").agg(
+        pl.when(pl.col("work_cpu_unit_steps").sum() >= pl.col("work_mem_unit_steps").sum())
+        .then(pl.lit("cpu"))
+        .otherwise(pl.lit("mem"))
+        .alias("dominant_resource")
+    )
+    peaks = (
+        jobs.with_columns(pl.int_ranges(0, pl.col("cpu_units").list.len()).alias("offset"))
+        .explode("cpu_units", "mem_units", "offset")
+        .group_by(*key, pl.col("arrival_step") + pl.col("offset"))
+        .agg(pl.col("cpu_units").cast(pl.Int64).sum(), pl.col("mem_units").cast(pl.Int64).sum())
+        .group_by(key)
+        .agg(pl.col("cpu_units").max().alias("peak_cpu"), pl.col("mem_units").max().alias("peak_mem"))
+    )
+    cluster = pl.col("n_machines") * capacity_units
+    per_step = cluster * pl.col("window_steps")
+    out = (
+        per_seq.join(dominant, on="source")
+        .join(peaks, on=key, how="left")
+        .with_columns(
+            pl.lit(capacity_units).alias("capacity_units"),
+            (pl.col("work_cpu_unit_steps") / per_step).alias("offered_load_cpu"),
+            (pl.col("work_mem_unit_steps") / per_step).alias("offered_load_mem"),
+            (pl.col("peak_cpu").fill_null(0) / cluster).alias("peak_demand_cpu"),
+            (pl.col("peak_mem").fill_null(0) / cluster).alias("peak_demand_mem"),
+        )
+        .with_columns(
+            ((pl.col("offered_load_cpu") + pl.col("offered_load_mem")) / 2).alias("offered_load_mean"),
+            pl.when(pl.col("dominant_resource") == "cpu")
+            .then(pl.col("offered_load_cpu"))
+            .otherwise(pl.col("offered_load_mem"))
+            .alias("offered_load_dominant"),
+            pl.max_horizontal("peak_demand_cpu", "peak_demand_mem").alias("peak_demand_dominant"),
+        )
+    )
+    return out.select([pl.col(c).cast(t) for c, t in OFFERED_LOAD.items()]).sort(key)
 
-    The jobs (in stream order) get unit-rate exponential gaps (the first arrives at step 0); at rate
-    lambda job i arrives at floor(t_i / lambda), and the jobs arriving before `window_steps` form the
-    sequence. The load grows with lambda, so lambda is found by bisection (on its log). Returns the
-    arrival steps of the jobs taken (a prefix of the stream), lambda in jobs per step, and whether the
-    stream was long enough (False when every job arrives inside the window: the caller draws a
-    longer stream, since a Poisson process does not stop before the window ends).
-    """
-    n = len(cpu)
-    cum = _cumulative_units(cpu, mem)
-    t = np.cumsum(rng.exponential(1.0, n))
-    t -= t[0]
 
-    def taken(rate: float) -> np.ndarray:
-        arr = np.floor(t / rate).astype(np.int64)
-        return arr[arr < window_steps]
+def offered_load_check(
+    table: pl.DataFrame, tolerance: float = 0.1, figure: str = "offered_load_dominant", by_split: bool = False
+) -> pl.DataFrame:
+    """Per (source, load_pct) (and split when `by_split`) of an OFFERED_LOAD table: the number of
+    sequences, the mean of `figure` and its standard error over sequences (Poisson arrivals make each
+    sequence's load vary, more so with few jobs per sequence), the mean-of-resources load, the mean
+    peak demand, the ratio of the mean `figure` to the label and `is_within_tolerance` (|ratio - 1| <=
+    tolerance)."""
+    by = ["source", "load_pct", *(["split"] if by_split else [])]
+    return (
+        table.group_by(by)
+        .agg(
+            pl.len().alias("n_sequences"),
+            pl.col(figure).mean().alias("mean_offered_load"),
+            (pl.col(figure).std() / pl.len().sqrt()).alias("sem_offered_load"),
+            pl.col("offered_load_mean").mean().alias("mean_offered_load_mean"),
+            pl.col("peak_demand_dominant").mean().alias("mean_peak_demand_dominant"),
+        )
+        .with_columns((pl.col("mean_offered_load") / (pl.col("load_pct") / 100.0)).alias("ratio_to_label"))
+        .with_columns(((pl.col("ratio_to_label") - 1).abs() <= tolerance).alias("is_within_tolerance"))
+        .sort(by)
+    )
 
-    def load_for(rate: float) -> float:
-        arr = taken(rate)
-        return _load_from_cumulative(arr, cum[: len(arr)], n_machines, capacity_units, window_steps)
 
-    hi = max(t[-1], 1.0) / max(window_steps - 1, 1) * 2.0 + 1.0  # every job arrives inside the window
-    if load_for(hi) < load:
-        return taken(hi), hi, False
-    lo, rate = 1e-9, hi
-    for _ in range(100):
-        rate = float(np.sqrt(lo * hi))
-        got = load_for(rate)
-        if abs(got - load) < tolerance or hi / lo < 1.0 + 1e-9:
-            break
-        lo, hi = (lo, rate) if got > load else (rate, hi)
-    arrivals = taken(rate)
-    # a Poisson stream goes on past the window: if every job fits inside it, the stream was too short
-    return arrivals, rate, len(arrivals) < n
+def split_workload_counts(jobs: pl.DataFrame, min_workloads: int = 2) -> pl.DataFrame:
+    """Per (source, split) of JOB_SEQUENCES rows: distinct workloads over all its sequences, and
+    `is_too_few` when below `min_workloads` (every sequence of the split then replays the same few
+    workloads, and FIFO policies cannot differ on it)."""
+    return (
+        jobs.group_by("source", "split")
+        .agg(pl.col("workload_id").n_unique().cast(pl.Int32).alias("n_distinct_workloads"))
+        .with_columns((pl.col("n_distinct_workloads") < min_workloads).alias("is_too_few"))
+        .sort("source", "split")
+    )
 
 
 # --- workload pool -----------------------------------------------------------------------------
@@ -353,6 +530,18 @@ def _subset(pool: _Pool, idx: np.ndarray) -> _Pool:
 # --- sampling ----------------------------------------------------------------------------------
 
 
+def _mix_block(long_fraction: float) -> tuple[int, int]:
+    """(block length b, long jobs per block) of `mix_pattern`: the smallest multiple of 4 up to 40
+    whose long and short counts are both even, else 20."""
+
+    def is_even_split(k: int) -> bool:
+        n_long = k * long_fraction
+        return abs(n_long - round(n_long)) < 1e-9 and round(n_long) % 2 == 0 and (k - round(n_long)) % 2 == 0
+
+    b = next((k for k in range(4, 41, 4) if is_even_split(k)), 20)
+    return b, int(round(b * long_fraction))
+
+
 def mix_pattern(n: int, long_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(is_long, is_cpu) flags of a stream of n jobs, balanced in short blocks so any prefix is mixed.
 
@@ -361,13 +550,7 @@ def mix_pattern(n: int, long_fraction: float, rng: np.random.Generator) -> tuple
     within the long and within the short ones cpu- and memory-dominant alternate (random start), so
     a block holds as many of each; each block is shuffled.
     """
-
-    def is_even_split(k: int) -> bool:
-        n_long = k * long_fraction
-        return abs(n_long - round(n_long)) < 1e-9 and round(n_long) % 2 == 0 and (k - round(n_long)) % 2 == 0
-
-    b = next((k for k in range(4, 41, 4) if is_even_split(k)), 20)
-    n_long = int(round(b * long_fraction))
+    b, n_long = _mix_block(long_fraction)
     is_long, is_cpu = [], []
     while len(is_long) < n:
         flags_long = np.array([True] * n_long + [False] * (b - n_long))
@@ -381,22 +564,30 @@ def mix_pattern(n: int, long_fraction: float, rng: np.random.Generator) -> tuple
     return np.array(is_long[:n], dtype=bool), np.array(is_cpu[:n], dtype=bool)
 
 
+def stratum_members(pool: _Pool, cfg: SequenceConfig) -> dict[tuple[bool, bool], tuple[np.ndarray, str]]:
+    """Per (is_long, is_cpu) stratum, the workload indices a job of it is drawn from and why they may
+    not match it: "" (they do), "other_dominant" (no workload of that dominant resource is long
+    enough) or "shorter_than_asked" (none is long enough)."""
+    members = {}
+    for is_long in (True, False):
+        min_len = cfg.long_threshold_steps + 1 if is_long else cfg.short_duration_steps[0]
+        eligible = pool.length >= min_len
+        for is_cpu in (True, False):
+            stratum, why = np.flatnonzero(eligible & (pool.is_cpu_dominant == is_cpu)), ""
+            if len(stratum) == 0:
+                stratum, why = np.flatnonzero(eligible), "other_dominant"
+            if len(stratum) == 0:
+                stratum, why = np.arange(len(pool.workload_ids)), "shorter_than_asked"
+            members[(is_long, is_cpu)] = (stratum, why)
+    return members
+
+
 class _StratumDraw:
     """Workloads of each (long, cpu) stratum without replacement, reshuffled when a stratum is used up."""
 
     def __init__(self, pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> None:
         self.rng = rng
-        self.members: dict[tuple[bool, bool], tuple[np.ndarray, str]] = {}
-        for is_long in (True, False):
-            min_len = cfg.long_threshold_steps + 1 if is_long else cfg.short_duration_steps[0]
-            eligible = pool.length >= min_len
-            for is_cpu in (True, False):
-                stratum, why = np.flatnonzero(eligible & (pool.is_cpu_dominant == is_cpu)), ""
-                if len(stratum) == 0:
-                    stratum, why = np.flatnonzero(eligible), "other_dominant"
-                if len(stratum) == 0:
-                    stratum, why = np.arange(len(pool.workload_ids)), "shorter_than_asked"
-                self.members[(is_long, is_cpu)] = (stratum, why)
+        self.members = stratum_members(pool, cfg)
         self.queues: dict[tuple[bool, bool], list[int]] = {k: [] for k in self.members}
 
     def next(self, is_long: bool, is_cpu: bool) -> tuple[int, str]:
@@ -452,44 +643,37 @@ def draw_job_stream(
 
 def arrange_sequence(
     draw_jobs: Callable[[int], list[dict]],
-    load_pct: int,
-    cfg: SequenceConfig,
+    rate_per_step: float,
+    window_steps: int,
     rng: np.random.Generator,
     stats: dict,
 ) -> list[dict]:
-    """One sequence: jobs from `draw_jobs(n)` (a stream, extended on demand) with Poisson arrivals
-    calibrated to `load_pct` over `cfg.arrival_steps`; in arrival order with `job_index`.
+    """One sequence: Poisson arrivals of `rate_per_step` over [0, window_steps) (`poisson_arrivals`),
+    given the jobs of `draw_jobs(n)` in stream order; in arrival order with `job_index`.
 
-    Counts into `stats`: sequences whose load was unreachable even with MAX_STREAM_JOBS jobs,
-    jobs that repeat a workload already in the sequence, jobs off their stratum, clipped jobs.
+    A draw with no arrival at all is redrawn (counted); a sequence is never empty. Counts into
+    `stats`: jobs, jobs that repeat a workload already in the sequence, jobs off their stratum,
+    clipped jobs, redrawn empty sequences.
     """
-    jobs: list[dict] = []
-    n_more = INITIAL_STREAM_JOBS
-    while True:
-        jobs.extend(draw_jobs(n_more))
-        arrivals, rate, ok = calibrate_arrivals(
-            [j["cpu_units"] for j in jobs],
-            [j["mem_units"] for j in jobs],
-            load_pct / 100.0,
-            cfg.arrival_steps,
-            cfg.n_machines,
-            cfg.capacity_units,
-            rng,
-            cfg.load_tolerance,
-        )
-        if ok or len(jobs) >= MAX_STREAM_JOBS:
-            break
-        n_more = len(jobs)
-    taken = jobs[: len(arrivals)]
-    wids = [j["workload_id"] for j in taken]
-    stats["n_sequences_load_unreachable"] += int(not ok)
+    arrivals = poisson_arrivals(rate_per_step, window_steps, rng)
+    n_redrawn = 0
+    while len(arrivals) == 0:
+        n_redrawn += 1
+        if n_redrawn > MAX_EMPTY_REDRAWS:
+            raise ValueError(
+                f"arrange_sequence: no arrival in {MAX_EMPTY_REDRAWS} draws at {rate_per_step:.3g} jobs per "
+                f"step over {window_steps} steps; the rate or the window is too small"
+            )
+        arrivals = poisson_arrivals(rate_per_step, window_steps, rng)
+    taken = draw_jobs(len(arrivals))
+    wids = [j["workload_id"] for j in taken if "workload_id" in j]
+    stats["n_sequences_redrawn_empty"] += n_redrawn
     stats["n_jobs"] += len(taken)
     stats["n_jobs_repeated_workload"] += len(wids) - len(set(wids))
     stats["n_jobs_clipped"] += sum(j.get("_n_clipped", 0) > 0 for j in taken)
     stats["n_step_values_clipped"] += sum(j.get("_n_clipped", 0) for j in taken)
     for why in ("other_dominant", "shorter_than_asked"):
         stats[f"n_jobs_{why}"] += sum(j.get("_mismatch") == why for j in taken)
-    stats.setdefault("arrival_rate_per_step", {}).setdefault(load_pct, []).append(rate)
     return [
         {**j, "job_index": i, "arrival_step": int(a)}
         for i, (j, a) in enumerate(zip(taken, arrivals, strict=True))
@@ -509,18 +693,28 @@ def _new_stats() -> dict[str, Any]:
         "n_jobs_repeated_workload": 0,
         "n_jobs_other_dominant": 0,
         "n_jobs_shorter_than_asked": 0,
-        "n_sequences_load_unreachable": 0,
+        "n_sequences_redrawn_empty": 0,
         "usage_scale": {},
+        "mean_job_work_unit_steps": {},
+        "arrival_rate_per_step": {},
     }
+
+
+def split_sizes(n: int, cfg: SequenceConfig) -> tuple[int, int]:
+    """(train, test) workload counts of a source with n workloads: test gets round(n *
+    test_workload_fraction), raised to `min_workloads_per_split` while training keeps as many; with
+    fewer than twice that, test gets what training can spare beyond the minimum, at least one."""
+    if n < 2:
+        raise ValueError(f"job sequences need at least 2 long-running workloads (train and test); got {n}")
+    n_test = max(int(round(n * cfg.test_workload_fraction)), cfg.min_workloads_per_split)
+    n_test = max(1, min(n_test, n - cfg.min_workloads_per_split, n - 1))
+    return n - n_test, n_test
 
 
 def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> dict[str, _Pool]:
     """Disjoint train/test workload pools (the split happens before any sampling)."""
-    n = len(pool.workload_ids)
-    if n < 2:
-        raise ValueError(f"job sequences need at least 2 long-running workloads (train and test); got {n}")
-    order = rng.permutation(n)
-    n_test = min(n - 1, max(1, int(round(n * cfg.test_workload_fraction))))
+    order = rng.permutation(len(pool.workload_ids))
+    _, n_test = split_sizes(len(pool.workload_ids), cfg)
     return {"train": _subset(pool, np.sort(order[n_test:])), "test": _subset(pool, np.sort(order[:n_test]))}
 
 
@@ -529,17 +723,42 @@ def _sequences_for_source(source: str, pool: _Pool, cfg: SequenceConfig, stats: 
     splits = _split_pool(pool, cfg, np.random.default_rng([cfg.seed, _stable_int(source)]))
     stats["n_workloads_train"] += len(splits["train"].workload_ids)
     stats["n_workloads_test"] += len(splits["test"].workload_ids)
+    work = {split: expected_job_work(p, cfg) for split, p in splits.items()}
+    stats["mean_job_work_unit_steps"][source] = {s: tuple(float(x) for x in w) for s, w in work.items()}
     for load in cfg.loads_pct:
         for split, n_seq in (("train", cfg.n_train_sequences), ("test", cfg.n_test_sequences)):
+            # one rate per (source, load, split) from an expected job work; never fitted per sequence
+            mean_work = work[split if cfg.rate_split == "own" else "train"]
+            rate = arrival_rate_per_step(
+                load, mean_work, cfg.n_machines, cfg.capacity_units, cfg.load_resource
+            )
+            stats["arrival_rate_per_step"].setdefault(source, {}).setdefault(load, {})[split] = rate
             rng = np.random.default_rng([cfg.seed, _stable_int(source), load, _stable_int(split)])
             for seq in range(n_seq):
                 draw = _StratumDraw(splits[split], cfg, rng)
                 stream = partial(draw_job_stream, splits[split], cfg=cfg, rng=rng, draw=draw)
-                for job in arrange_sequence(stream, load, cfg, rng, stats):
+                for job in arrange_sequence(stream, rate, cfg.arrival_steps, rng, stats):
                     rows.append(
                         {"source": source, "load_pct": load, "split": split, "sequence_id": seq, **job}
                     )
     return rows
+
+
+def add_split_stats(stats: dict[str, Any], jobs: pl.DataFrame, min_workloads: int) -> None:
+    """Distinct workloads per split into `stats`: "n_distinct_workloads" {source: {split: n}}, the
+    flat totals "n_distinct_workloads_train"/"_test" and "splits_with_few_workloads", a string
+    "source/split:n, ..." of the splits below `min_workloads` ("" when none)."""
+    counts = split_workload_counts(jobs, min_workloads)
+    stats["n_distinct_workloads"] = {}
+    for source, split, n, _ in counts.iter_rows():
+        stats["n_distinct_workloads"].setdefault(source, {})[split] = n
+    for split in ("train", "test"):
+        stats[f"n_distinct_workloads_{split}"] = int(
+            counts.filter(pl.col("split") == split)["n_distinct_workloads"].sum()
+        )
+    stats["splits_with_few_workloads"] = ", ".join(
+        f"{s}/{sp}:{n}" for s, sp, n, few in counts.iter_rows() if few
+    )
 
 
 def jobs_to_frame(rows: list[dict]) -> pl.DataFrame:
@@ -563,11 +782,18 @@ def build_job_sequences(
     `usage`: USAGE rows; `long_running`: LONG_RUNNING rows (the run window of each workload);
     `assignments`: (workload_id, ec_label), a workload absent from it gets label 0. Returns the
     table and a stats dict (workloads in / per split / clipped, jobs drawn with replacement or from
-    the other dominant resource, sequences whose load was unreachable, usage scale, arrival rates).
+    the other dominant resource, usage scale, expected job work per split, the arrival rate per
+    (source, load), distinct workloads per split and the splits with too few, see `add_split_stats`).
     """
     if cfg.step_how not in ("mean", "max") or cfg.request_mode not in ("peak", "trace"):
         raise ValueError(
             f"SequenceConfig: bad step_how {cfg.step_how!r} or request_mode {cfg.request_mode!r}"
+        )
+    if cfg.load_resource not in LOAD_RESOURCES or cfg.rate_split not in RATE_SPLITS or cfg.arrival_steps < 1:
+        raise ValueError(
+            f"SequenceConfig: load_resource must be one of {LOAD_RESOURCES} (got {cfg.load_resource!r}), "
+            f"rate_split one of {RATE_SPLITS} (got {cfg.rate_split!r}) and arrival_steps >= 1 (got "
+            f"{cfg.arrival_steps})"
         )
     if assignments is None:
         assignments = pl.DataFrame(schema={"workload_id": pl.String, "ec_label": pl.Int32})
@@ -593,11 +819,9 @@ def build_job_sequences(
             int(c.max() > cap or m.max() > cap) for c, m in zip(pool.cpu, pool.mem, strict=True)
         )
         rows.extend(_sequences_for_source(source, pool, cfg, stats))
-    rates = stats.pop("arrival_rate_per_step", {})
-    stats["mean_arrival_rate_per_step"] = {
-        k: float(np.mean([r for r in v if np.isfinite(r)] or [np.inf])) for k, v in rates.items()
-    }
-    return attach_meta(jobs_to_frame(rows), long_running, stats), stats
+    jobs = attach_meta(jobs_to_frame(rows), long_running, stats)
+    add_split_stats(stats, jobs, cfg.min_workloads_per_split)
+    return jobs, stats
 
 
 def attach_meta(jobs: pl.DataFrame, long_running: pl.DataFrame, stats: dict[str, Any]) -> pl.DataFrame:

@@ -8,11 +8,23 @@ import pytest
 
 from pipelines.job_sequences import (
     JOB_SEQUENCES,
+    OFFERED_LOAD,
     SequenceConfig,
+    _build_pool,
+    _step_frame,
+    arrival_rate_per_step,
     build_job_sequences,
+    draw_job_stream,
+    expected_job_work,
+    expected_window_work,
+    jobs_to_frame,
     mix_pattern,
+    offered_load_check,
+    offered_load_table,
+    poisson_arrivals,
     quantise_usage,
     realised_load,
+    split_sizes,
     time_scale,
 )
 
@@ -59,6 +71,73 @@ def test_mix_pattern_keeps_every_block_balanced() -> None:
         assert is_long[start : start + 4].sum() == 2
 
 
+def test_expected_window_work_hand_case() -> None:
+    # d = 1: windows 1, 2, 3 (mean 2); d = 2: windows 3, 5 (mean 4); d uniform in {1, 2}
+    assert expected_window_work([1, 2, 3], (1, 2)) == pytest.approx(3.0)
+    # durations longer than the series are clipped to it: the whole series
+    assert expected_window_work([1, 2, 3], (5, 9)) == pytest.approx(6.0)
+
+
+def test_arrival_rate_is_load_times_capacity_over_work() -> None:
+    # M = 2, C = 4: 8 units per step; 50 % of it = 4 unit-steps per step
+    assert arrival_rate_per_step(50, (20.0, 40.0), 2, 4) == pytest.approx(4 / 40)
+    assert arrival_rate_per_step(50, (20.0, 40.0), 2, 4, "mean") == pytest.approx(4 / 30)
+    with pytest.raises(ValueError, match="load_resource"):
+        arrival_rate_per_step(50, (20.0, 40.0), 2, 4, "peak")
+
+
+def test_poisson_arrivals_stay_in_the_window_with_the_rate() -> None:
+    arr = poisson_arrivals(2.5, 4000, np.random.default_rng(0))
+    assert np.all(np.diff(arr) >= 0) and arr.min() >= 0 and arr.max() < 4000
+    assert len(arr) / 4000 == pytest.approx(2.5, rel=0.03)
+    assert np.bincount(arr).max() > 1  # several requests may arrive in one step
+
+
+def test_offered_load_table_hand_case() -> None:
+    rows = [
+        # sequence 0: two jobs; cpu work 2+2+4 = 8, mem work 0+0+4 = 4; window 2 on M=1, C=4 -> 8 units x 2 steps
+        dict(sequence_id=0, job_index=0, arrival_step=0, workload_id="a", cpu=[2, 2], mem=[0, 0]),
+        dict(sequence_id=0, job_index=1, arrival_step=1, workload_id="b", cpu=[4], mem=[4]),
+        # sequence 1: one job arriving at the window's end
+        dict(sequence_id=1, job_index=0, arrival_step=2, workload_id="a", cpu=[1], mem=[3]),
+    ]
+    jobs = jobs_to_frame(
+        [
+            {
+                "source": "s",
+                "load_pct": 50,
+                "split": "test",
+                "ec_label": 0,
+                "duration_steps": len(r["cpu"]),
+                "cpu_units": r.pop("cpu"),
+                "mem_units": r.pop("mem"),
+                "cpu_request_units": 0,
+                "mem_request_units": 0,
+                "is_long_running": False,
+                **r,
+            }
+            for r in rows
+        ]
+    )
+    t = offered_load_table(jobs, 1, 4, {"s": 2})
+    assert t.schema == pl.Schema(OFFERED_LOAD)
+    r0, r1 = t.rows(named=True)
+    assert (r0["n_jobs"], r0["n_distinct_workloads"], r0["n_jobs_after_window"]) == (2, 2, 0)
+    assert (r0["work_cpu_unit_steps"], r0["work_mem_unit_steps"]) == (8, 4)
+    assert r0["offered_load_cpu"] == pytest.approx(8 / 8) and r0["offered_load_mem"] == pytest.approx(4 / 8)
+    assert r0["offered_load_mean"] == pytest.approx(0.75)
+    # cpu has the larger total work over the source's sequences (9 vs 7): the dominant resource
+    assert r0["dominant_resource"] == "cpu" and r0["offered_load_dominant"] == pytest.approx(1.0)
+    # step 1: job a (2 cpu) and job b (4 cpu) both run: 6 of 4 units
+    assert r0["peak_demand_cpu"] == pytest.approx(1.5) and r0["peak_demand_dominant"] == pytest.approx(1.5)
+    assert (r1["n_jobs_after_window"], r1["offered_load_cpu"], r1["peak_demand_mem"]) == (1, 1 / 8, 0.75)
+    chk = offered_load_check(t)
+    assert chk.row(0, named=True)["mean_offered_load"] == pytest.approx((1.0 + 1 / 8) / 2)
+    assert not chk.row(0, named=True)["is_within_tolerance"]
+    with pytest.raises(ValueError, match="no window_steps given for source 's'"):
+        offered_load_table(jobs, 1, 4, {"other": 2})
+
+
 def _pool(n_workloads: int = 24, n_bins: int = 1500, seed: int = 3) -> tuple[pl.DataFrame, pl.DataFrame]:
     """USAGE and LONG_RUNNING rows of a synthetic source "s": sine-shaped usage, half cpu-heavy."""
     rng = np.random.default_rng(seed)
@@ -91,7 +170,7 @@ def _pool(n_workloads: int = 24, n_bins: int = 1500, seed: int = 3) -> tuple[pl.
     return pl.concat(usage), pl.DataFrame(long_running)
 
 
-CFG = SequenceConfig(n_train_sequences=6, n_test_sequences=4, loads_pct=(30, 80))
+CFG = SequenceConfig(n_train_sequences=12, n_test_sequences=6, loads_pct=(30, 80))
 
 
 @pytest.fixture(scope="module")
@@ -101,20 +180,12 @@ def built() -> tuple[pl.DataFrame, dict]:
     return build_job_sequences(usage, long_running, assignments, CFG)
 
 
-def _load_of(g: pl.DataFrame) -> float:
-    cpu = [np.array(x) for x in g["cpu_units"].to_list()]
-    mem = [np.array(x) for x in g["mem_units"].to_list()]
-    return realised_load(
-        g["arrival_step"].to_numpy(), cpu, mem, CFG.n_machines, CFG.capacity_units, CFG.arrival_steps
-    )
-
-
 def test_schema_counts_and_reproducibility(built) -> None:
     df, stats = built
     assert df.schema == pl.Schema(JOB_SEQUENCES)
     n_seq = df.select("load_pct", "split", "sequence_id").unique().height
-    assert n_seq == 2 * (6 + 4)
-    assert stats["n_jobs"] == df.height and stats["n_sequences_load_unreachable"] == 0
+    assert n_seq == 2 * (12 + 6)
+    assert stats["n_jobs"] == df.height
     usage, long_running = _pool()
     again, _ = build_job_sequences(
         usage, long_running, pl.DataFrame({"workload_id": ["w0", "w1"], "ec_label": [3, 5]}), CFG
@@ -122,10 +193,45 @@ def test_schema_counts_and_reproducibility(built) -> None:
     assert again.equals(df)
 
 
-def test_realised_load_matches_target(built) -> None:
+def test_offered_load_matches_the_label(built) -> None:
+    """Offered load = rate x mean job work / capacity, measured from the jobs alone, is the label
+    within 10 % on average per load (the dominant resource; the other resource gets less)."""
+    df, stats = built
+    table = offered_load_table(df, CFG.n_machines, CFG.capacity_units, CFG.arrival_steps)
+    chk = offered_load_check(table, tolerance=0.1)
+    assert chk["is_within_tolerance"].all(), chk
+    assert (table["offered_load_mean"] <= table["offered_load_dominant"] + 1e-12).all()
+    # each split at the label (rate_split="own"), one arrival rate per (source, load, split), proportional to the load
+    per_split = offered_load_check(table, tolerance=0.1, by_split=True)
+    assert per_split["is_within_tolerance"].all(), per_split
+    rates = stats["arrival_rate_per_step"]["s"]
+    assert rates[80]["test"] == pytest.approx(rates[30]["test"] * 80 / 30)
+    # more jobs at a higher load, from the rate alone
+    n_jobs = table.group_by("load_pct").agg(pl.col("n_jobs").mean()).sort("load_pct")["n_jobs"].to_list()
+    assert n_jobs[1] / n_jobs[0] == pytest.approx(80 / 30, rel=0.15)
+
+
+def test_expected_job_work_matches_the_draw() -> None:
+    usage, long_running = _pool(n_workloads=8, n_bins=900)
+    cfg = SequenceConfig(usage_scale=(40.0, 40.0))
+    steps = _step_frame(usage, long_running, cfg)
+    pool = _build_pool(
+        steps, pl.DataFrame(schema={"workload_id": pl.String, "ec_label": pl.Int32}), (40.0, 40.0)
+    )
+    jobs = draw_job_stream(pool, 20000, cfg, np.random.default_rng(5))
+    drawn = np.mean([(j["cpu_units"].sum(), j["mem_units"].sum()) for j in jobs], axis=0)
+    assert expected_job_work(pool, cfg) == pytest.approx(drawn, rel=0.02)
+
+
+def test_realised_load_is_the_window_mean_not_the_label(built) -> None:
+    """The window-mean demand (ramp-up from empty included) stays below the offered load."""
     df, _ = built
-    for (load, _split, _seq), g in df.group_by("load_pct", "split", "sequence_id"):
-        assert abs(_load_of(g) - load / 100) < 0.01, (load, _seq)
+    g = df.filter((pl.col("load_pct") == 80) & (pl.col("split") == "train") & (pl.col("sequence_id") == 0))
+    cpu = [np.array(x) for x in g["cpu_units"].to_list()]
+    mem = [np.array(x) for x in g["mem_units"].to_list()]
+    window_mean = realised_load(g["arrival_step"].to_numpy(), cpu, mem, 10, 8, CFG.arrival_steps)
+    offered = offered_load_table(g, 10, 8, CFG.arrival_steps)["offered_load_mean"][0]
+    assert window_mean < offered
 
 
 def test_train_and_test_workloads_are_disjoint(built) -> None:
@@ -148,10 +254,10 @@ def test_mix_labels_and_units(built) -> None:
     labels = dict(zip(df["workload_id"].to_list(), df["ec_label"].to_list(), strict=True))
     assert all(labels.get(w, lab) == lab for w, lab in (("w0", 3), ("w1", 5)))
     assert {lab for w, lab in labels.items() if w not in ("w0", "w1")} == {0}
-    # arrivals sorted, first at 0, all inside the window
+    # arrivals sorted and inside the window [0, arrival_steps)
     for _, g in df.group_by("load_pct", "split", "sequence_id"):
         arr = g.sort("job_index")["arrival_step"]
-        assert arr[0] == 0 and arr.is_sorted() and arr.max() < CFG.arrival_steps
+        assert arr.min() >= 0 and arr.is_sorted() and arr.max() < CFG.arrival_steps
 
 
 def test_oversized_usage_is_clipped_and_counted() -> None:
@@ -171,3 +277,33 @@ def test_too_few_workloads_is_a_clear_error() -> None:
     usage, long_running = _pool(n_workloads=1, n_bins=600)
     with pytest.raises(ValueError, match="at least 2 long-running workloads"):
         build_job_sequences(usage, long_running, None, CFG)
+
+
+def test_small_sources_keep_two_workloads_per_split() -> None:
+    cfg = SequenceConfig()
+    assert split_sizes(4, cfg) == (2, 2)  # round(4 * 0.3) = 1 test workload would replay one workload
+    assert split_sizes(3, cfg) == (2, 1) and split_sizes(2, cfg) == (1, 1)
+    assert split_sizes(24, cfg) == (17, 7)
+    with pytest.raises(ValueError, match="at least 2"):
+        split_sizes(1, cfg)
+
+
+def test_distinct_workloads_per_split_are_counted_and_flagged() -> None:
+    cfg = SequenceConfig(n_train_sequences=2, n_test_sequences=2, loads_pct=(50,), arrival_steps=100)
+    usage, long_running = _pool(n_workloads=4, n_bins=600)
+    _, stats = build_job_sequences(usage, long_running, None, cfg)
+    assert stats["n_distinct_workloads"]["s"] == {"test": 2, "train": 2}
+    assert stats["splits_with_few_workloads"] == ""
+    usage, long_running = _pool(n_workloads=3, n_bins=600)
+    _, stats = build_job_sequences(usage, long_running, None, cfg)
+    assert stats["n_distinct_workloads_test"] == 1 and stats["splits_with_few_workloads"] == "s/test:1"
+
+
+def test_train_rate_is_shared_by_both_splits() -> None:
+    usage, long_running = _pool(n_workloads=6, n_bins=900)
+    cfg = SequenceConfig(n_train_sequences=1, n_test_sequences=1, loads_pct=(50,), rate_split="train")
+    _, stats = build_job_sequences(usage, long_running, None, cfg)
+    rates = stats["arrival_rate_per_step"]["s"][50]
+    assert rates["train"] == rates["test"]
+    with pytest.raises(ValueError, match="rate_split"):
+        build_job_sequences(usage, long_running, None, SequenceConfig(rate_split="test"))
