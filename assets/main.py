@@ -236,10 +236,18 @@ def run_all(
     `run_config` defaults to the target's profile. Concurrent runs need a persistent instance (worker
     processes reopen it from its reference)."""
     from assets.definitions import load_profile
+    from assets.raw import remove_stale_raw
+    from assets.resources import Warehouse
     from pipelines.sources import SOURCES
 
     run_config = load_profile(target.profile) if run_config is None else run_config
-    pending = plan_runs(target, list(sources or SOURCES), layers)
+    sources = list(sources or SOURCES)
+    if "raw" in layers:
+        stale = remove_stale_raw(Warehouse(root=target.warehouse), Path(target.traces), sources)
+        if stale:
+            shown = ", ".join(f"{p.table}[{p.stem}]" for p in stale[:5]) + (" ..." if len(stale) > 5 else "")
+            log(f"  removed {len(stale)} raw partition(s) not ingested from {target.traces}: {shown}")
+    pending = plan_runs(target, sources, layers)
     configs = {s.job: _ops_config_for(target, s.job, run_config) for s in pending}
     outcomes: list[RunOutcome] = []
 

@@ -145,11 +145,13 @@ def quarantine_key(source: str, table: str, shard: str) -> str:
     return f"{source}__{table}__{shard}"
 
 
-def find_stale_raw(warehouse: Warehouse, trace_root: Path) -> list[StalePartition]:
-    """Raw partitions whose input file is not in `trace_root` now (left by a run over another trace folder,
-    or by a shard since deleted), or that were ingested from a different file than the one there now."""
+def find_stale_raw(
+    warehouse: Warehouse, trace_root: Path, sources: list[str] | None = None
+) -> list[StalePartition]:
+    """Raw partitions (of `sources`, default all) whose input file is not in `trace_root` now (left by a run
+    over another trace folder, or by a shard since deleted), or that were ingested from another file."""
     stale: list[StalePartition] = []
-    for src in SOURCES.values():
+    for src in [SOURCES[s] for s in (sources or SOURCES)]:
         for table in src.tables:
             name = raw_table_name(src.name, table)
             found = src.discover(trace_root, table)
@@ -162,9 +164,11 @@ def find_stale_raw(warehouse: Warehouse, trace_root: Path) -> list[StalePartitio
     return stale
 
 
-def remove_stale_raw(warehouse: Warehouse, trace_root: Path) -> list[StalePartition]:
+def remove_stale_raw(
+    warehouse: Warehouse, trace_root: Path, sources: list[str] | None = None
+) -> list[StalePartition]:
     """Delete every stale raw partition (and its rows in `raw_quarantine`); return what was removed."""
-    stale = find_stale_raw(warehouse, trace_root)
+    stale = find_stale_raw(warehouse, trace_root, sources)
     for p in stale:
         warehouse.remove_partition(p.table, p.stem)
         # quarantine stem of shard S of raw_<source>__<table>: <source>__<table>__<stem of S>
