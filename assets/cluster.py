@@ -4,11 +4,22 @@ Evaluation", Fig. 4/5). Not partitioned: these tables span every trace source an
 import dataclasses
 
 import polars as pl
-from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetOut,
+    Config,
+    MetadataValue,
+    Output,
+    asset,
+    multi_asset,
+)
 from pydantic import Field
 
 from assets.core import long_running_usage
 from assets.ec import classifier_path, png_markdown
+from assets.io_manager import markdown_preview
 from assets.resources import Warehouse
 from pipelines.job_sequences import JOB_SEQUENCES, SequenceConfig, build_job_sequences
 from pipelines.synthetic import (
@@ -18,7 +29,7 @@ from pipelines.synthetic import (
     build_deeprm_sequences,
 )
 from sim.config import SimConfig
-from sim.evaluate import evaluate_policies, plot_results, summarise
+from sim.evaluate import RESULT_KEY, evaluate_policies, plot_results, split_diversity, summarise
 from sim.jobs import JobBatch
 from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age
 from sim.policies import POLICIES
@@ -34,6 +45,9 @@ class JobSequencesConfig(Config):
     )
     step_bins: int = Field(default=12, description="5-minute bins per logical step (12: one hour)")
     min_workloads: int = Field(default=2, description="a trace source needs this many long-running workloads")
+    min_split_workloads: int = Field(
+        default=5, description="a split cut from fewer distinct workloads is flagged (warning, failed check)"
+    )
     include_synthetic: bool = Field(
         default=True, description="add the DeepPlace and DeepRM synthetic workloads"
     )
@@ -52,7 +66,41 @@ USAGE_SCALE = {
 }
 
 
+SEQUENCE_CHECKS = [
+    AssetCheckSpec(
+        "splits_have_enough_workloads",
+        asset="sim__job_sequences",
+        description="Every (source, load, split) is cut from at least `min_split_workloads` distinct workloads.",
+    ),
+    AssetCheckSpec(
+        "train_and_test_share_no_workload",
+        asset="sim__job_sequences",
+        description="Within a source, no workload feeds both training and test sequences.",
+    ),
+]
+
+
+def sequence_checks(jobs: pl.DataFrame, diversity: pl.DataFrame) -> list[AssetCheckResult]:
+    """The SEQUENCE_CHECKS of a `sim__job_sequences` table."""
+    by_split = jobs.group_by("source", "workload_id").agg(pl.col("split").n_unique().alias("n_splits"))
+    shared = by_split.filter(pl.col("n_splits") > 1)
+    thin = diversity.filter(pl.col("is_too_few_workloads"))
+    return [
+        AssetCheckResult(
+            check_name="splits_have_enough_workloads",
+            passed=thin.height == 0 and jobs.height > 0,
+            metadata={"thin_splits": MetadataValue.json(thin.to_dicts()), "n_jobs": jobs.height},
+        ),
+        AssetCheckResult(
+            check_name="train_and_test_share_no_workload",
+            passed=shared.height == 0,
+            metadata={"n_shared_workloads": shared.height},
+        ),
+    ]
+
+
 @multi_asset(
+    check_specs=SEQUENCE_CHECKS,
     outs={
         "sim__job_sequences": AssetOut(
             io_manager_key="table_io",
@@ -114,49 +162,169 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
         dp, _ = build_deepplace_sequences(dataclasses.replace(DeepPlaceConfig(), **n))
         frames += [dp, build_deeprm_sequences(dataclasses.replace(DeepRMConfig(), **n))]
     out = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=JOB_SEQUENCES)
+    out = out.select([pl.col(c).cast(t) for c, t in JOB_SEQUENCES.items()])
+    diversity = split_diversity(out, config.min_split_workloads)
+    thin = diversity.filter(pl.col("is_too_few_workloads"))
+    for row in thin.iter_rows(named=True):
+        context.log.warning(
+            f"{row['source']} {row['load_pct']} % {row['split']}: only {row['n_distinct_workloads']} distinct "
+            f"workload(s) (< {config.min_split_workloads}); policies may not be separable on it"
+        )
     yield Output(
-        out.select([pl.col(c).cast(t) for c, t in JOB_SEQUENCES.items()]),
+        out,
         output_name="sim__job_sequences",
-        metadata={"per_source": MetadataValue.json(notes)},
+        metadata={
+            "per_source": MetadataValue.json(notes),
+            "split_diversity": MetadataValue.md(markdown_preview(diversity, n=diversity.height)),
+            "thin_splits": MetadataValue.json(thin.select("source", "load_pct", "split").to_dicts()),
+        },
     )
     yield Output(pl.DataFrame(scales, schema=USAGE_SCALE, orient="row"), output_name="sim__usage_scale")
+    yield from sequence_checks(out, diversity)
 
 
 class EvalConfig(Config):
     policies: list[str] = Field(default=sorted(POLICIES), description="registered policies to evaluate")
     seeds: list[int] = Field(default=[0, 1, 2], description="simulator/policy seeds per test sequence")
     n_machines: int = Field(default=10, description="M (TVW-RL: 10)")
-    max_steps: int = Field(default=200, description="episode cap in logical steps (TVW-RL: 200)")
+    max_steps: int = Field(
+        default=1000,
+        description="safety cap in logical steps: an episode runs until every job is placed and finished; "
+        "hitting the cap is a failure, reported per episode (is_truncated) and charged for unplaced jobs",
+    )
+    hold_rule: str = Field(
+        default="always",
+        description="'always' (DeepRM's void action) or 'no_fit' (TVW-RL: hold only when nothing fits)",
+    )
     noise_max_units: int = Field(default=0, description="background noise 0..n units (robustness study: 1-3)")
 
 
-@asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"})
-def eval__baselines(
-    context: AssetExecutionContext, config: EvalConfig, sim__job_sequences: pl.DataFrame
-) -> pl.DataFrame:
+EVAL_CHECKS = [
+    AssetCheckSpec(
+        "noop_has_the_worst_return",
+        asset="eval__baselines",
+        description=(
+            "At every (source, load), the policy that never places has the lowest mean episode return: withholding "
+            "work must never pay."
+        ),
+    ),
+    AssetCheckSpec(
+        "utilisation_within_capacity",
+        asset="eval__baselines",
+        description=(
+            "No episode reports average utilisation above 1 (usage above capacity is overshoot, not utilisation)."
+        ),
+    ),
+    AssetCheckSpec(
+        "only_noop_hits_the_safety_cap",
+        asset="eval__baselines",
+        description=(
+            "Every policy but noop finishes every episode before the safety cap (a truncated episode is a failure)."
+        ),
+    ),
+    AssetCheckSpec(
+        "one_row_per_episode",
+        asset="eval__baselines",
+        description=(
+            "Exactly one row per (source, load, policy, test sequence, seed), and policies differ: not every policy "
+            "gives identical numbers in a (source, load)."
+        ),
+    ),
+]
+
+
+def eval_checks(results: pl.DataFrame, n_expected: int) -> list[AssetCheckResult]:
+    """The EVAL_CHECKS of an `eval__baselines` table."""
+    mean = results.group_by("source", "load_pct", "policy").agg(pl.col("episode_return").mean())
+    worst = mean.sort("episode_return").group_by("source", "load_pct").first()
+    has_noop = "noop" in results["policy"].unique().to_list()
+    bad_noop = worst.filter(pl.col("policy") != "noop") if has_noop else worst.head(0)
+    util_cols = [c for c in results.columns if c.startswith("avg_util_")]
+    over = results.filter(pl.any_horizontal(pl.col(c) > 1.0 + 1e-9 for c in util_cols))
+    cut = results.filter((pl.col("policy") != "noop") & (pl.col("is_truncated") > 0))
+    per_group = (
+        results.drop("policy", "seed", "sequence_id")
+        .group_by("source", "load_pct")
+        .agg(pl.all().exclude("source", "load_pct").n_unique())
+    )
+    metric_cols = [c for c in per_group.columns if c not in ("source", "load_pct")]
+    identical = per_group.filter(pl.all_horizontal(pl.col(c) <= 1 for c in metric_cols))
+    dup = results.height - results.select(RESULT_KEY).unique().height
+    return [
+        AssetCheckResult(
+            check_name="noop_has_the_worst_return",
+            passed=has_noop and bad_noop.height == 0,
+            metadata={
+                "groups_where_another_policy_is_worst": MetadataValue.json(bad_noop.to_dicts()),
+                "noop_evaluated": has_noop,
+            },
+        ),
+        AssetCheckResult(
+            check_name="utilisation_within_capacity",
+            passed=over.height == 0,
+            metadata={"n_rows_above_1": over.height},
+        ),
+        AssetCheckResult(
+            check_name="only_noop_hits_the_safety_cap",
+            passed=cut.height == 0,
+            metadata={
+                "n_truncated_episodes": cut.height,
+                "policies": MetadataValue.json(sorted(set(cut["policy"].to_list()))),
+            },
+        ),
+        AssetCheckResult(
+            check_name="one_row_per_episode",
+            passed=dup == 0 and results.height == n_expected and identical.height == 0,
+            metadata={
+                "n_rows": results.height,
+                "n_expected": n_expected,
+                "n_duplicate_keys": dup,
+                "groups_with_identical_policies": MetadataValue.json(
+                    identical.select("source", "load_pct").to_dicts()
+                ),
+            },
+        ),
+    ]
+
+
+@asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"}, check_specs=EVAL_CHECKS)
+def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job_sequences: pl.DataFrame):
     """One row per (source, load, policy, test sequence, seed) with every operational metric of TVW-RL
-    (avg utilisation and fragmentation per resource, overshoot %, machines used) plus contention, mean wait and
-    the total penalty with its components. Every policy of the `POLICIES` registry is evaluated."""
+    (avg utilisation clipped at capacity and fragmentation per resource, overshoot %, machines used) plus
+    contention, mean wait, jobs never placed, whether the episode hit the safety cap (`is_truncated`, a failure),
+    the episode return (<= 0, higher is better) and its components as positive costs (`cost_*`, lower is
+    better). Every policy of the `POLICIES` registry is evaluated, `noop` (never places) as the sanity floor."""
     unknown = [p for p in config.policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"eval__baselines: unknown policies {unknown}; registered: {sorted(POLICIES)}")
-    n_labels = max(8, int(sim__job_sequences["ec_label"].max() or 0) + 1)
+    n_labels = max(SimConfig().n_labels, int(sim__job_sequences["ec_label"].max() or 0) + 1)
     cfg = SimConfig(
         n_machines=config.n_machines,
         max_steps=config.max_steps,
+        hold_rule=config.hold_rule,
         n_labels=n_labels,
         noise_max_units=config.noise_max_units,
         oversize="clip",
     )
     results = evaluate_policies(sim__job_sequences, config.policies, cfg, seeds=config.seeds, split="test")
-    context.log.info(f"{results.height} episodes evaluated")
-    return results
+    test = sim__job_sequences.filter(pl.col("split") == "test")
+    n_sequences = test.select("source", "load_pct", "sequence_id").unique().height
+    n_expected = n_sequences * len(config.policies) * len(config.seeds)
+    context.log.info(
+        f"{results.height} episodes evaluated ({len(config.policies)} policies, {n_sequences} sequences)"
+    )
+    yield Output(
+        results,
+        metadata={"n_rows": results.height, "sim_config": MetadataValue.json(dataclasses.asdict(cfg))},
+    )
+    yield from eval_checks(results, n_expected)
 
 
 @asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"})
 def eval__summary(context: AssetExecutionContext, eval__baselines: pl.DataFrame) -> pl.DataFrame:
-    """Mean and 95% interval of every metric per (source, load, policy), over test sequences and seeds; the
-    UI shows the TVW-RL Fig. 4/5 style plot (utilisation, fragmentation, machines used, overshoot per load)."""
+    """Mean and 95% interval of every metric per (source, load, policy) over test sequences (seeds averaged
+    within a sequence first, so n = sequences); `episode_return` is higher-is-better, `cost_*`, overshoot,
+    fragmentation, machines used and waits lower-is-better, utilisation higher-is-better. The UI shows the TVW-RL Fig. 4/5 style plot (utilisation, fragmentation, machines used, overshoot per load)."""
     summary = summarise(eval__baselines)
     context.add_output_metadata({"plot": png_markdown(plot_results(summary), "metrics per load and policy")})
     return summary
