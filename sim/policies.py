@@ -40,6 +40,7 @@ Policies that take learned EC profiles have a `profiles` constructor keyword (`a
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -438,6 +439,27 @@ class ECProfilePeakAware:
         overlap = (machine * head_units[:, None]).sum(axis=(2, 3))
         allowed = valid_machines(cfg, state) & is_safe
         return choose_lowest_peak(peak, overlap, allowed, machines_used(state), cfg.n_machines)
+
+
+def learned_policy(module: str, class_name: str) -> Callable[..., Policy]:
+    """A registry constructor for a learned policy that lives in `models` (sim never imports models at import
+    time: models -> sim). The class takes `checkpoint` (a saved policy, or None: its seeded untrained network)
+    and builds its network on the first `act` from the SimConfig it is given."""
+
+    def make(checkpoint=None, **kwargs) -> Policy:
+        cls = getattr(importlib.import_module(module), class_name)
+        return cls(checkpoint=checkpoint, **kwargs)
+
+    make.is_learned = True  # type: ignore[attr-defined]
+    make.__qualname__ = f"learned_policy({module}.{class_name})"
+    return make
+
+
+def is_learned(name: str) -> bool:
+    """Whether the registered policy `name` is a learned one (built from a checkpoint)."""
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
+    return bool(getattr(POLICIES[name], "is_learned", False))
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {
