@@ -166,10 +166,11 @@ class SequenceConfig:
     """Test sequences per (source, load) (TVW-RL: 30)."""
     test_workload_fraction: float = 0.3
     """Share of workloads reserved for test sequences; train and test never share a workload."""
-    min_workloads_per_split: int = 2
-    """Each split gets at least this many workloads when the source has twice as many (else the test
-    split gets what the training split can spare, at least one); a split below it is listed in
-    stats["splits_with_few_workloads"]. One workload would make every FIFO policy's test numbers equal."""
+    min_workloads_per_split: int = 5
+    """Each split gets at least this many workloads when the source has twice as many (else the
+    workloads are halved, the test split taking the smaller half, at least one); a split below it is
+    listed in stats["splits_with_few_workloads"]. One workload would make every FIFO policy's test
+    numbers equal. Same default as the `sim__job_sequences` check's `min_split_workloads`."""
     scale_quantile: float = 0.95
     """Quantile of per-workload peak usage that is mapped to `target_peak_units`."""
     target_peak_units: float = 6.0
@@ -703,11 +704,15 @@ def _new_stats() -> dict[str, Any]:
 def split_sizes(n: int, cfg: SequenceConfig) -> tuple[int, int]:
     """(train, test) workload counts of a source with n workloads: test gets round(n *
     test_workload_fraction), raised to `min_workloads_per_split` while training keeps as many; with
-    fewer than twice that, test gets what training can spare beyond the minimum, at least one."""
+    fewer than twice that, the smaller half (at least one)."""
     if n < 2:
         raise ValueError(f"job sequences need at least 2 long-running workloads (train and test); got {n}")
-    n_test = max(int(round(n * cfg.test_workload_fraction)), cfg.min_workloads_per_split)
-    n_test = max(1, min(n_test, n - cfg.min_workloads_per_split, n - 1))
+    want = max(int(round(n * cfg.test_workload_fraction)), cfg.min_workloads_per_split)
+    if n < 2 * cfg.min_workloads_per_split:
+        n_test = min(want, n // 2)
+    else:
+        n_test = min(want, n - cfg.min_workloads_per_split)
+    n_test = max(1, n_test)
     return n - n_test, n_test
 
 

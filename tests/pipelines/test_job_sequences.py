@@ -280,16 +280,19 @@ def test_too_few_workloads_is_a_clear_error() -> None:
 
 
 def test_small_sources_keep_two_workloads_per_split() -> None:
-    cfg = SequenceConfig()
+    cfg = SequenceConfig()  # at least 5 per split where the source has 10
     assert split_sizes(4, cfg) == (2, 2)  # round(4 * 0.3) = 1 test workload would replay one workload
     assert split_sizes(3, cfg) == (2, 1) and split_sizes(2, cfg) == (1, 1)
-    assert split_sizes(24, cfg) == (17, 7)
+    assert split_sizes(12, cfg) == (7, 5) and split_sizes(24, cfg) == (17, 7)
+    assert split_sizes(4, SequenceConfig(min_workloads_per_split=1)) == (3, 1)
     with pytest.raises(ValueError, match="at least 2"):
         split_sizes(1, cfg)
 
 
 def test_distinct_workloads_per_split_are_counted_and_flagged() -> None:
-    cfg = SequenceConfig(n_train_sequences=2, n_test_sequences=2, loads_pct=(50,), arrival_steps=100)
+    cfg = SequenceConfig(
+        n_train_sequences=2, n_test_sequences=2, loads_pct=(50,), arrival_steps=100, min_workloads_per_split=2
+    )
     usage, long_running = _pool(n_workloads=4, n_bins=600)
     _, stats = build_job_sequences(usage, long_running, None, cfg)
     assert stats["n_distinct_workloads"]["s"] == {"test": 2, "train": 2}
