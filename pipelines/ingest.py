@@ -34,7 +34,7 @@ class IngestStats:
     source: str
     table: str
     source_file: str  # file name (the shard key)
-    bytes_in: int  # size of the input file on disk (compressed if it is)
+    bytes_in: int  # size of the input file (or folder of files) on disk, compressed if it is
     rows_in: int  # input lines (records)
     rows_written: int  # rows in the output Parquet file
     rows_quarantined: int  # rows in the quarantine Parquet file
@@ -80,6 +80,13 @@ def _background(fn: Callable[[object], object], depth: int = 2) -> Iterator[Call
 _STOP = object()
 
 
+def input_bytes(path: Path) -> int:
+    """Size on disk of an input partition: the file, or every file under the folder."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
 def ingest_shard(
     source: TraceSource,
     table: str,
@@ -89,14 +96,14 @@ def ingest_shard(
     *,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> IngestStats:
-    """Parse `path` (one file of `source`'s `table`) into `out_path` (raw schema) and `quarantine_path`.
+    """Parse `path` (one input partition of `source`'s `table`: a file, or a folder the source reads) into `out_path` (raw schema) and `quarantine_path`.
 
     Raises `IngestError` for file-level faults (missing, empty, not gzip / truncated, wrong format);
     then nothing is written and existing outputs stay as they were.
     """
     t0 = time.perf_counter()
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise IngestError(path, "file not found")
     schema = RAW_SCHEMAS[source.name][table]
     rows_in = written = quarantined = markers = 0
@@ -119,7 +126,7 @@ def ingest_shard(
         source=source.name,
         table=table,
         source_file=path.name,
-        bytes_in=path.stat().st_size,
+        bytes_in=input_bytes(path),
         rows_in=rows_in,
         rows_written=written,
         rows_quarantined=quarantined,

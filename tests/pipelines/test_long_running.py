@@ -6,7 +6,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipelines.long_running import LongRunningConfig, chunked_longest_runs, filter_long_running, longest_runs
+from pipelines.long_running import (
+    LongRunningConfig,
+    chunked_longest_runs,
+    filter_long_running,
+    judge_long_running,
+    longest_runs,
+)
 from pipelines.schemas import LONG_RUNNING, USAGE, WORKLOADS
 
 CFG = LongRunningConfig(min_contiguous_bins={"google2011": 3, "alibaba2018": 2, "google2011_derived": 3})
@@ -125,7 +131,11 @@ def test_thresholds_are_per_source_and_at_least_is_inclusive():
 
 def test_paper_defaults():
     cfg = LongRunningConfig()
-    assert cfg.min_contiguous_bins == {"google2011": 6000, "alibaba2018": 2000, "google2011_derived": 6000}
+    assert cfg.min_contiguous_bins == {
+        "google2011": 6000, "alibaba2018": 2000, "google2011_derived": 6000, "bitbrains": 6000
+    }  # fmt: skip
+    # TVW-RL: "6000 continuous ... records" for Google, "2000 ... records" for Alibaba
+    assert cfg.rule_of("google2011") == "contiguous_bins" and cfg.rule_of("alibaba2018") == "observed_bins"
     assert set(cfg.drop_states) >= {"evicted", "killed", "failed"}
     kept, report = filter_long_running(
         workloads([(G, "a", "running", False)]), usage([(G, "a", list(range(5999)))])
@@ -198,3 +208,49 @@ def test_duplicates_are_found_by_the_chunked_search():
         filter_long_running(
             workloads([(G, "a", "running", False)]), usage([(G, "a", [0, 5, 5])]), CFG, chunk_s=300
         )
+
+
+def test_observed_rule_counts_sampled_bins_anywhere_contiguous_rule_the_longest_run():
+    a = "alibaba2018"
+    wl = workloads(
+        [(a, "gappy", "running", False), (G, "gappy", "running", False), (a, "filled", "running", False)]
+    )
+    bins = [0, 1, 3, 4, 7, 9]  # 6 observed bins, longest run 2
+    use = usage(
+        [(a, "gappy", bins), (G, "gappy", bins), (a, "filled", [0, 1, 2, 3, 4, 5])],
+        filled={("filled", 1), ("filled", 2)},
+    )
+    cfg = LongRunningConfig(min_contiguous_bins={a: 5, G: 5}, rule={a: "observed_bins", G: "contiguous_bins"})
+    kept, report = filter_long_running(wl, use, cfg)
+    # Alibaba's gappy container has 6 >= 5 records; the same bins fail Google's 5 contiguous
+    assert kept.select("source", "workload_id", "run_start_s", "n_run_bins").rows() == [(a, "gappy", 0, 2)]
+    judged = judge_long_running(wl, use, cfg)
+    got = {(r["source"], r["workload_id"]): r for r in judged.iter_rows(named=True)}
+    assert got[(a, "filled")]["n_observed_bins"] == 4 and got[(a, "filled")]["n_run_bins"] == 6
+    assert got[(a, "filled")]["reason"] == "too_short"  # filled bins are not records
+    assert (got[(G, "gappy")]["reason"], got[(G, "gappy")]["rule"], got[(G, "gappy")]["min_bins"]) == (
+        "too_short",
+        "contiguous_bins",
+        5,
+    )
+    assert reasons(report.filter(pl.col("source") == a)) == {
+        "no_usage": 0, "bad_final_state": 0, "partial": 0, "too_short": 1, "kept": 1
+    }  # fmt: skip
+    # the same data with the contiguous rule for Alibaba keeps only the filled container (run of 6)
+    strict = LongRunningConfig(min_contiguous_bins={a: 5, G: 5}, rule={a: "contiguous_bins"})
+    assert filter_long_running(wl, use, strict)[0]["workload_id"].to_list() == ["filled"]
+
+
+def test_observed_bins_add_up_across_chunks_and_partitions():
+    a = "alibaba2018"
+    wl = workloads([(a, "x", "running", False)])
+    use = usage([(a, "x", [0, 1, 2, 50, 51, 200, 201, 202, 203])], filled={("x", 51)})
+    cfg = LongRunningConfig(min_contiguous_bins={a: 8}, rule={a: "observed_bins"})
+    for chunk_s, parts in ((None, 1), (3600, 1), (900, 2)):
+        judged = judge_long_running(wl, use, cfg, n_partitions=parts, chunk_s=chunk_s)
+        assert judged.select("n_observed_bins", "n_run_bins", "reason").row(0) == (8, 4, "kept")
+
+
+def test_unknown_rule_is_an_error():
+    with pytest.raises(ValueError, match="unknown rule"):
+        LongRunningConfig(rule={G: "records"})
