@@ -1,0 +1,237 @@
+"""REINFORCE with a time-dependent baseline (DeepRM Fig. 3, TVW-RL "Implementation"), the policy-gradient core
+shared by the learned schedulers, plus checkpoints that resume bit-identically.
+
+One iteration: roll the current policy over `n_sequences` training sequences x `n_trajectories` trajectories each
+in lock-step (`sim.rollout`), compute every decision's return-to-go v, subtract the baseline b_k = the mean of v at
+decision k over the trajectories of the same sequence (alive ones), and take one Adam step on
+-mean over decisions of log pi(a | s) * advantage.
+
+Reward scale (TVW-RL's weights give returns of 1e4-1e7): `advantage` picks how advantages are scaled before the
+gradient step: "normalise" (default) divides them by their standard deviation over the iteration's decisions
+(the sign and the ranking of actions within a state are unchanged; only the step size is made scale-free);
+"scale" divides by the fixed `reward_scale`; "raw" uses them as they are (Adam's per-parameter normalisation
+absorbs a constant scale, but not the iteration-to-iteration swings).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from sim.rollout import RolloutBatch, returns_to_go, time_baseline
+
+ADVANTAGE_MODES = ("normalise", "scale", "raw")
+
+
+@dataclass(frozen=True)
+class ReinforceConfig:
+    """Optimisation knobs of REINFORCE (TVW-RL: Adam, lr 0.001, N = 20 trajectories, 20 sequences per batch)."""
+
+    learning_rate: float = 1e-3
+    n_trajectories: int = 20
+    n_sequences: int = 20
+    n_iterations: int = 2000
+    advantage: str = "normalise"
+    reward_scale: float = 1e4
+    """Divisor of advantages when advantage = "scale"."""
+    checkpoint_every: int = 50
+    """Save a checkpoint every this many iterations (and at the end)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage must be one of {ADVANTAGE_MODES}, got {self.advantage!r}")
+        for name in ("n_trajectories", "n_sequences", "n_iterations", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def masked_log_probs(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log softmax over the valid actions only (invalid ones get -inf)."""
+    return torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def sample_masked(
+    logits: torch.Tensor, mask: np.ndarray, rng: np.random.Generator, greedy: bool
+) -> np.ndarray:
+    """(E,) actions drawn from the masked softmax with numpy's `rng` (reproducible), or its argmax."""
+    probs = torch.softmax(logits.masked_fill(~torch.from_numpy(mask), float("-inf")), dim=-1).numpy()
+    if greedy:
+        return probs.argmax(axis=1)
+    cum = np.cumsum(probs, axis=1)
+    u = rng.random((probs.shape[0], 1)) * cum[:, -1:]
+    return np.minimum((cum < u).sum(axis=1), probs.shape[1] - 1)
+
+
+def advantages(batch: RolloutBatch, cfg: ReinforceConfig) -> np.ndarray:
+    """(K, E) advantages v - b (0 where not alive), scaled as `cfg.advantage` says."""
+    v = returns_to_go(batch.rewards)
+    adv = (v - time_baseline(v, batch.alive, batch.n_trajectories)) * batch.alive
+    if cfg.advantage == "normalise":
+        std = adv[batch.alive].std() if batch.alive.any() else 0.0
+        adv = adv / (std + 1e-8)
+    elif cfg.advantage == "scale":
+        adv = adv / cfg.reward_scale
+    return adv
+
+
+def policy_gradient_step(
+    net: nn.Module,
+    optimiser: torch.optim.Optimizer,
+    batch: RolloutBatch,
+    cfg: ReinforceConfig,
+    iteration: int,
+) -> dict[str, float]:
+    """One Adam step on -mean(log pi(a|s) * advantage) over the alive decisions; returns loss and entropy.
+    Raises FloatingPointError naming the iteration on a non-finite return or loss."""
+    if not np.isfinite(batch.rewards).all():
+        raise FloatingPointError(f"iteration {iteration}: non-finite reward in the rollout")
+    adv = advantages(batch, cfg)
+    k, e = np.nonzero(batch.alive)
+    x = torch.from_numpy(batch.features[k, e])
+    mask = torch.from_numpy(batch.masks[k, e])
+    logp_all = masked_log_probs(net(x), mask)
+    logp = logp_all.gather(1, torch.from_numpy(batch.actions[k, e])[:, None])[:, 0]
+    loss = -(logp * torch.from_numpy(adv[k, e]).float()).mean()
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"iteration {iteration}: non-finite policy-gradient loss {float(loss)}")
+    optimiser.zero_grad()
+    loss.backward()
+    optimiser.step()
+    probs = logp_all.exp()
+    entropy = -(probs * torch.where(mask, logp_all, torch.zeros_like(logp_all))).sum(dim=1).mean()
+    return {"loss": float(loss.detach()), "entropy": float(entropy.detach())}
+
+
+# checkpoints
+
+
+def save_checkpoint(
+    path: Path, config: dict, iteration: int, net: nn.Module, optimiser, curve: list[dict]
+) -> None:
+    """Write a checkpoint atomically (temp file, then rename): config, iteration, weights, optimiser, curve."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save(
+        {
+            "config": config,
+            "iteration": iteration,
+            "model": net.state_dict(),
+            "optimiser": optimiser.state_dict(),
+            "curve": curve,
+        },
+        buf,
+    )
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path, expected_config: dict | None = None) -> dict:
+    """A checkpoint loaded with weights_only=True. ValueError naming the file when it is corrupt or truncated,
+    or when `expected_config` is given and differs from the one it was trained with (listing the fields)."""
+    path = Path(path)
+    try:
+        ckpt = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # torch raises several kinds on a damaged zip/pickle
+        raise ValueError(f"checkpoint {path} is corrupt or truncated: {type(err).__name__}: {err}") from err
+    if not isinstance(ckpt, dict) or not {"config", "iteration", "model"} <= set(ckpt):
+        raise ValueError(f"checkpoint {path} lacks config/iteration/model: not a tvw checkpoint")
+    if expected_config is not None and ckpt["config"] != expected_config:
+        diff = _differing_fields(expected_config, ckpt["config"])
+        raise ValueError(
+            f"checkpoint {path} was trained with another configuration (fields differing: {diff}); "
+            "delete it or train with the same configuration"
+        )
+    return ckpt
+
+
+def _differing_fields(now: dict, saved: dict, prefix: str = "") -> list[str]:
+    """Dotted names (with both values) of the fields that differ between two nested config dicts."""
+    out = []
+    for k in sorted(set(now) | set(saved)):
+        a, b = now.get(k), saved.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differing_fields(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {b!r} in the checkpoint, {a!r} now")
+    return out
+
+
+def config_dict(*configs) -> dict:
+    """The plain dict of one or more dataclass configs (tuples become lists, as a checkpoint stores them)."""
+
+    def plain(v):
+        if isinstance(v, tuple | list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    out: dict = {}
+    for c in configs:
+        out[type(c).__name__] = plain(asdict(c))
+    return out
+
+
+def train_loop(
+    net: nn.Module,
+    run_iteration: Callable[[int, np.random.Generator], RolloutBatch],
+    cfg: ReinforceConfig,
+    config: dict,
+    checkpoint_path: Path | None = None,
+    log: Callable[[str], None] | None = None,
+    curve_extra: Callable[[RolloutBatch], dict[str, float]] | None = None,
+) -> list[dict]:
+    """Run REINFORCE for cfg.n_iterations, resuming from `checkpoint_path` when it exists (same `config`, else a
+    clear error). Iteration i draws everything from default_rng([seed, i]), so a resumed run reaches the same
+    weights as an uninterrupted one. Returns the learning curve: one row per iteration (iteration, mean and std
+    of the episode return, loss, entropy, wall seconds, plus `curve_extra`)."""
+    optimiser = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+    curve: list[dict] = []
+    start = 0
+    if checkpoint_path is not None and Path(checkpoint_path).exists():
+        ckpt = load_checkpoint(checkpoint_path, config)
+        net.load_state_dict(ckpt["model"])
+        optimiser.load_state_dict(ckpt["optimiser"])
+        curve, start = list(ckpt["curve"]), int(ckpt["iteration"])
+    t_start = time.perf_counter()
+    for i in range(start, cfg.n_iterations):
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([cfg.seed, i])
+        batch = run_iteration(i, rng)
+        stats = policy_gradient_step(net, optimiser, batch, cfg, i)
+        returns = batch.episode_returns
+        row = {
+            "iteration": i,
+            "mean_return": float(returns.mean()),
+            "std_return": float(returns.std()),
+            **stats,
+            "n_truncated": int(batch.is_truncated.sum()),
+            "wall_s": time.perf_counter() - t0,
+            **(curve_extra(batch) if curve_extra else {}),
+        }
+        curve.append(row)
+        done = i + 1
+        if checkpoint_path is not None and (done % cfg.checkpoint_every == 0 or done == cfg.n_iterations):
+            save_checkpoint(checkpoint_path, config, done, net, optimiser, curve)
+        if log is not None and (done == cfg.n_iterations or done % max(1, cfg.n_iterations // 20) == 0):
+            elapsed = time.perf_counter() - t_start
+            per_it = elapsed / (done - start)
+            log(
+                f"iteration {done}/{cfg.n_iterations}: return {row['mean_return']:.4g} "
+                f"(sd {row['std_return']:.3g}), {per_it:.2f} s/iteration, "
+                f"{math.ceil(per_it * (cfg.n_iterations - done))} s left"
+            )
+    return curve

@@ -1,0 +1,230 @@
+"""TVW-RL's scheduler (AAAI 2021, "Implementation"): a policy network with one hidden layer of 20 ReLU units and a
+softmax over the M machines (plus hold where the simulator allows it), masked to valid actions, trained with
+REINFORCE and a time-dependent baseline (`models.reinforce`) on the training job sequences.
+
+Run it without Dagster:
+
+    from models.tvw_rl import TvwRlConfig, train_tvw_rl
+    curve = train_tvw_rl(JobBatch.from_frame(train_rows), TvwRlConfig.short(), checkpoint_path="tvw.pt")
+
+`TvwRlConfig.paper()` is the paper's setup: M = 10, h = 20, d = 2, C = 8, K_c = 0.1, K_u = 3, K_o = 30000,
+K_w = 50, Adam lr 0.001, N = 20 trajectories x 20 sequences per iteration, episodes of at most L = 200 steps,
+2000 iterations. Choices the paper leaves open, ours: `jobs_per_episode` = 40 (the paper: "a fixed number of jobs
+arrive"; 40 of our sequences' jobs arrive well within L at every load), hold only when no machine fits (the
+paper's action space is the M machines), advantages normalised per iteration (see `models.reinforce`), the
+observation of `sim.observation` (predicted labels, the trace's request, observed usage only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from models.reinforce import (
+    ReinforceConfig,
+    config_dict,
+    load_checkpoint,
+    sample_masked,
+    train_loop,
+)
+from models.training import init_parameters
+from sim.config import SimConfig
+from sim.core import PENALTY_NAMES, State, action_mask, relabel
+from sim.jobs import JobBatch
+from sim.labelling import Labeller
+from sim.observation import ObservationConfig, encode, n_features
+from sim.rollout import RolloutBatch, rollout
+
+
+@dataclass(frozen=True)
+class TvwRlConfig:
+    """Everything a TVW-RL training run depends on (stored in its checkpoints)."""
+
+    sim: SimConfig = field(
+        default_factory=lambda: SimConfig(max_steps=200, jobs_per_episode=40, hold_rule="no_fit")
+    )
+    """The simulator the agent trains in (TVW-RL's state space and penalty weights; L = 200)."""
+    obs: ObservationConfig = field(default_factory=ObservationConfig)
+    """What the agent sees (default: predicted labels, the trace's request, observed usage)."""
+    reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
+    hidden_units: int = 20
+    """Units of the one hidden ReLU layer (TVW-RL: 20)."""
+
+    @staticmethod
+    def paper() -> TvwRlConfig:
+        """The paper's configuration (2000 iterations of 20 x 20 trajectories)."""
+        return TvwRlConfig()
+
+    @staticmethod
+    def short(seed: int = 0) -> TvwRlConfig:
+        """A few minutes on 2 cores on the embedded sample, and still learning visibly: 60 iterations of
+        8 sequences x 8 trajectories, episodes of 20 jobs."""
+        return TvwRlConfig(
+            sim=SimConfig(max_steps=200, jobs_per_episode=20, hold_rule="no_fit"),
+            reinforce=ReinforceConfig(
+                n_iterations=60, n_sequences=8, n_trajectories=8, checkpoint_every=10, seed=seed
+            ),
+        )
+
+    def with_sim(self, **changes) -> TvwRlConfig:
+        """A copy with SimConfig fields changed (ablations: k_underutil, k_overshoot, noise_max_units, ...)."""
+        return replace(self, sim=replace(self.sim, **changes))
+
+
+class PolicyNet(nn.Module):
+    """features (E, F) -> logits over M + 1 actions: Linear(F, hidden), ReLU, Linear(hidden, M + 1)."""
+
+    def __init__(self, n_features: int, n_actions: int, hidden_units: int, seed: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(n_features, hidden_units), nn.ReLU(), nn.Linear(hidden_units, n_actions)
+        )
+        init_parameters(self, torch.Generator().manual_seed(seed))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def build_net(cfg: TvwRlConfig) -> PolicyNet:
+    """The seeded, untrained network for `cfg`."""
+    return PolicyNet(n_features(cfg.sim), cfg.sim.n_actions, cfg.hidden_units, cfg.reinforce.seed)
+
+
+def make_act(
+    net: nn.Module, greedy: bool = False
+) -> Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]:
+    """The rollout's act function of `net`: sample (or argmax) the masked softmax, one thread, no grad."""
+
+    def act(x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        with torch.no_grad():
+            logits = net(torch.from_numpy(x))
+        return sample_masked(logits, mask, rng, greedy)
+
+    return act
+
+
+def penalty_means(batch: RolloutBatch) -> dict[str, float]:
+    """Mean cost per component over the iteration's episodes (positive numbers, lower is better)."""
+    return {f"cost_{n}": float(-batch.penalty_totals[:, i].mean()) for i, n in enumerate(PENALTY_NAMES)}
+
+
+def train_tvw_rl(
+    jobs: JobBatch,
+    cfg: TvwRlConfig,
+    labeller: Labeller | None = None,
+    checkpoint_path: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Train on the training sequences `jobs` (each iteration draws cfg.reinforce.n_sequences of them with
+    replacement); returns the learning curve (one row per iteration: mean/std return, each cost, loss, entropy,
+    wall seconds). Resumes from `checkpoint_path` when it exists and was written with the same configuration.
+    Raises ValueError when `jobs` has no job, FloatingPointError on a non-finite return or loss."""
+    if jobs.batch_size == 0 or int(jobs.n_jobs.sum()) == 0:
+        raise ValueError("train_tvw_rl: the training sequences hold no job")
+    net = build_net(cfg)
+    r = cfg.reinforce
+
+    def run_iteration(i: int, rng: np.random.Generator) -> RolloutBatch:
+        rows = rng.integers(0, jobs.batch_size, size=r.n_sequences)
+        return rollout(
+            cfg.sim,
+            cfg.obs,
+            jobs.select(rows),
+            r.n_trajectories,
+            make_act(net),
+            int(rng.integers(2**31)),
+            labeller,
+        )
+
+    with torch_threads_one():
+        return train_loop(
+            net,
+            run_iteration,
+            r,
+            config_dict(cfg.sim, cfg.obs, cfg.reinforce) | {"hidden_units": cfg.hidden_units},
+            None if checkpoint_path is None else Path(checkpoint_path),
+            log,
+            penalty_means,
+        )
+
+
+class torch_threads_one:  # noqa: N801 (a context manager used like a function)
+    """One torch thread inside the block: these nets are tiny, more threads only add overhead."""
+
+    def __enter__(self) -> None:
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc) -> None:
+        torch.set_num_threads(self.before)
+
+
+def config_from_checkpoint(ckpt: dict) -> TvwRlConfig:
+    """The TvwRlConfig a checkpoint was trained with."""
+    c = ckpt["config"]
+    sim = c["SimConfig"] | {"capacity_units": tuple(c["SimConfig"]["capacity_units"])}
+    return TvwRlConfig(
+        sim=SimConfig(**sim),
+        obs=ObservationConfig(**c["ObservationConfig"]),
+        reinforce=ReinforceConfig(**c["ReinforceConfig"]),
+        hidden_units=int(c["hidden_units"]),
+    )
+
+
+STATE_SHAPE_FIELDS = ("n_machines", "capacity_units", "history_steps", "queue_size", "n_labels")
+"""SimConfig fields that fix the network's input and output: evaluation must use the training values."""
+
+
+class TvwRlPolicy:
+    """TVW-RL's trained policy as a scheduler of the registry: greedy (argmax) over the masked softmax.
+
+    checkpoint: a file written by `train_tvw_rl`, or None (the seeded untrained network of TvwRlConfig.short(),
+    built for the SimConfig of the first `act`). labeller: sets the predicted labels before every decision when the
+    policy's observation shows predicted labels and the state carries none (None: the clustering labels are
+    shown instead, which the evaluation states in its results). The policy keeps its own hold rule (the one it
+    was trained with) on top of the evaluation's mask."""
+
+    name = "tvw_rl"
+
+    def __init__(self, checkpoint: str | Path | None = None, labeller: Labeller | None = None) -> None:
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        self.labeller = labeller
+        self.net: PolicyNet | None = None
+        self.cfg: TvwRlConfig | None = None
+        if self.checkpoint is not None:
+            ckpt = load_checkpoint(self.checkpoint)
+            self.cfg = config_from_checkpoint(ckpt)
+            self.net = build_net(self.cfg)
+            self.net.load_state_dict(ckpt["model"])
+
+    def _ready(self, cfg: SimConfig) -> tuple[TvwRlConfig, PolicyNet]:
+        if self.net is None:
+            self.cfg = replace(TvwRlConfig.short(), sim=replace(cfg, hold_rule="no_fit"))
+            self.net = build_net(self.cfg)
+        bad = [f for f in STATE_SHAPE_FIELDS if getattr(cfg, f) != getattr(self.cfg.sim, f)]
+        if bad:
+            raise ValueError(
+                f"tvw_rl policy {self.checkpoint or '(untrained)'} was built for another state space: "
+                + ", ".join(f"{f} {getattr(self.cfg.sim, f)} != {getattr(cfg, f)}" for f in bad)
+            )
+        return self.cfg, self.net
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        own, net = self._ready(cfg)
+        obs = own.obs
+        if obs.labels == "predicted" and state.obs_label is None:
+            if self.labeller is not None:
+                state = relabel(cfg, state, self.labeller.labels(cfg, state))
+            else:
+                obs = replace(obs, labels="true")
+        mask = action_mask(cfg, state)
+        if own.sim.hold_rule == "no_fit":
+            mask[:, -1] = ~mask[:, :-1].any(axis=1)
+        with torch_threads_one(), torch.no_grad():
+            logits = net(torch.from_numpy(encode(cfg, obs, state)))
+        return sample_masked(logits, mask, rng, greedy=True).astype(np.int64)

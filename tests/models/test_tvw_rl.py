@@ -1,0 +1,139 @@
+"""TVW-RL's REINFORCE agent: it learns a toy problem with a known answer, resumes bit-identically, fails loudly."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from models.reinforce import ReinforceConfig, load_checkpoint, train_loop
+from models.tvw_rl import TvwRlConfig, TvwRlPolicy, build_net, make_act, train_tvw_rl
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.observation import ObservationConfig
+from sim.rollout import rollout
+
+TOY_SIM = SimConfig(
+    n_machines=3,
+    capacity_units=(4, 4),
+    history_steps=2,
+    queue_size=1,
+    n_labels=1,
+    max_steps=60,
+    hold_rule="no_fit",
+)
+
+
+def toy_jobs(n_seq: int = 4) -> JobBatch:
+    """One job of 1 unit for 4 steps arriving every step: packing them on one machine is the right answer (under
+    K_u = 3 an idle-ish extra machine costs 3^3 + 3^3 per step; contention is small)."""
+    return JobBatch.from_jobs(
+        [[dict(arrival_step=a, usage=[[1, 1]] * 4, ec_label=0) for a in range(8)] for _ in range(n_seq)]
+    )
+
+
+def toy_config(n_iterations: int, seed: int = 0, **reinforce) -> TvwRlConfig:
+    r = ReinforceConfig(
+        n_iterations=n_iterations,
+        n_sequences=4,
+        n_trajectories=8,
+        learning_rate=0.05,
+        checkpoint_every=5,
+        seed=seed,
+    )
+    return TvwRlConfig(
+        sim=TOY_SIM, obs=ObservationConfig(labels="true"), reinforce=dataclasses.replace(r, **reinforce)
+    )
+
+
+def mean_return(policy_act, cfg: TvwRlConfig, greedy_seed: int = 3) -> float:
+    out = rollout(cfg.sim, cfg.obs, toy_jobs(), 4, policy_act, seed=greedy_seed)
+    return float(out.episode_returns.mean())
+
+
+def test_reinforce_learns_to_pack_a_toy_problem_and_beats_random(tmp_path):
+    cfg = toy_config(40)
+    curve = train_tvw_rl(toy_jobs(), cfg, checkpoint_path=tmp_path / "toy.pt")
+    first, last = (
+        np.mean([r["mean_return"] for r in curve[:5]]),
+        np.mean([r["mean_return"] for r in curve[-5:]]),
+    )
+    assert last > first  # the learning curve rises (returns are negative costs)
+    policy = TvwRlPolicy(tmp_path / "toy.pt")
+    state = core.reset(cfg.sim, toy_jobs(1), 0)
+    while not state.is_done.all():
+        state, *_ = core.step(cfg.sim, state, policy.act(cfg.sim, state, np.random.default_rng(0)))
+    learned = float(state.penalty_totals.sum())
+    random_net = build_net(cfg)
+    assert learned > mean_return(make_act(random_net), cfg)
+    assert len(set(state.job_machine[0].tolist())) == 1  # the known answer: every job on one machine
+
+
+def test_resume_after_a_kill_reaches_the_same_weights(tmp_path):
+    cfg = toy_config(8)
+    path = tmp_path / "run.pt"
+    straight = train_tvw_rl(toy_jobs(), cfg)  # no checkpoint: one uninterrupted run
+    # the same run, killed after iteration 6 (checkpoint at 5), then resumed
+    calls = {"n": 0}
+
+    class Killed(Exception):
+        pass
+
+    def run_iteration_factory(net):
+        def run(i, rng):
+            calls["n"] += 1
+            if calls["n"] == 7:
+                raise Killed
+            rows = rng.integers(0, 4, size=cfg.reinforce.n_sequences)
+            return rollout(
+                cfg.sim, cfg.obs, toy_jobs().select(rows), 8, make_act(net), int(rng.integers(2**31))
+            )
+
+        return run
+
+    from models.reinforce import config_dict
+
+    config = config_dict(cfg.sim, cfg.obs, cfg.reinforce) | {"hidden_units": cfg.hidden_units}
+    net = build_net(cfg)
+    with pytest.raises(Killed):
+        train_loop(net, run_iteration_factory(net), cfg.reinforce, config, path)
+    assert load_checkpoint(path)["iteration"] == 5
+    resumed = build_net(cfg)
+    curve = train_loop(resumed, run_iteration_factory(resumed), cfg.reinforce, config, path)
+    assert [r["mean_return"] for r in curve] == [r["mean_return"] for r in straight]
+    final = load_checkpoint(path)["model"]
+    reference = build_net(cfg)
+    train_tvw_rl(toy_jobs(), cfg, checkpoint_path=tmp_path / "reference.pt")
+    reference.load_state_dict(load_checkpoint(tmp_path / "reference.pt")["model"])
+    for name, value in reference.state_dict().items():
+        assert torch.equal(value, final[name]), name
+
+
+def test_checkpoint_errors_name_the_file(tmp_path):
+    cfg = toy_config(2)
+    path = tmp_path / "a.pt"
+    train_tvw_rl(toy_jobs(), cfg, checkpoint_path=path)
+    other = toy_config(2, seed=1)
+    with pytest.raises(
+        ValueError,
+        match=r"a\.pt was trained with another configuration.*ReinforceConfig\.seed: 0 in the checkpoint, 1 now",
+    ):
+        train_tvw_rl(toy_jobs(), other, checkpoint_path=path)
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ValueError, match=r"broken\.pt is corrupt or truncated"):
+        TvwRlPolicy(broken)
+    with pytest.raises(ValueError, match="another state space: n_machines 3 != 10"):
+        TvwRlPolicy(path).act(SimConfig(), core.reset(SimConfig(), toy_jobs(1), 0), np.random.default_rng(0))
+
+
+def test_bad_training_input_is_a_clear_error():
+    empty = JobBatch.from_jobs([[]])
+    with pytest.raises(ValueError, match="hold no job"):
+        train_tvw_rl(empty, toy_config(1))
+    nan_jobs = toy_jobs()
+    cfg = toy_config(1)
+    nan_cfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, k_underutil=float("nan")))
+    with pytest.raises(FloatingPointError, match="iteration 0"):
+        train_tvw_rl(nan_jobs, nan_cfg)
