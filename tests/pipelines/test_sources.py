@@ -28,13 +28,14 @@ def only_shard(source: str, table: str) -> Path:
 
 
 def test_registry_names_folders_and_tables():
-    assert set(SOURCES) == {"google2011", "alibaba2018", "google2011_derived"}
+    assert set(SOURCES) == {"google2011", "alibaba2018", "google2011_derived", "bitbrains"}
     for name, src in SOURCES.items():
         assert src.name == name
         assert src.tables == tuple(RAW_SCHEMAS[name])
     assert SOURCES["google2011"].folder == "google-2011"
     assert SOURCES["alibaba2018"].folder == "alibaba-2018"
     assert SOURCES["google2011_derived"].folder == "google-2011-derived"
+    assert SOURCES["bitbrains"].folder == "bitbrains-gwa-t-12"
 
 
 def test_discover_uses_file_names_as_shard_keys():
@@ -154,3 +155,58 @@ def test_small_batches_give_the_same_rows():
 def test_unknown_table_raises():
     with pytest.raises(IngestError, match="unknown"):
         SOURCES["google2011"].discover(ROOT, "container_usage")
+
+
+# ---------------------------------------------------------------- the source modules own their mapping
+
+
+def _imports(path: Path) -> set[str]:
+    """pipelines.* modules a file imports, at module level or inside functions."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipelines"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("pipelines"))
+    return found
+
+
+def test_no_import_cycle_between_pipelines_modules():
+    pkg = Path(__file__).resolve().parents[2] / "pipelines"
+    graph = {}
+    for path in pkg.rglob("*.py"):
+        rel = path.relative_to(pkg.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        graph[name] = {m for m in _imports(path) if m != name}
+    state: dict[str, int] = {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                raise AssertionError(f"import cycle: {' -> '.join([*stack, m, d])}")
+            if d in graph and d not in state:
+                visit(d, [*stack, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+@pytest.mark.parametrize("module", ["usage", "workloads", "long_running", "ingest"])
+def test_common_modules_name_no_source(module):
+    """Per-source code lives in pipelines/sources/<name>.py only: the common modules hold no source name."""
+    text = (Path(__file__).resolve().parents[2] / "pipelines" / f"{module}.py").read_text()
+    for name in SOURCES:
+        assert f'"{name}"' not in text and f"'{name}'" not in text, (module, name)
+
+
+def test_every_source_provides_its_whole_mapping():
+    for name, src in SOURCES.items():
+        assert src.name == name and set(src.schemas) == set(src.tables) and RAW_SCHEMAS[name] == src.schemas
+        assert src.usage.needed is None or src.usage.needed in src.tables
+        assert set(src.usage.times) <= set(src.tables) and src.long_running.min_bins > 0
+        assert callable(src.workloads)
