@@ -11,7 +11,7 @@ metric); `plot_results` draws TVW-RL Fig. 4/5 (utilisation, fragmentation, machi
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -20,7 +20,7 @@ from scipy import stats
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import SEQUENCE_KEY, JobBatch
-from sim.metrics import episode_metrics, episode_trace
+from sim.metrics import episode_metrics, episode_trace, machines_lower_bound
 from sim.policies import Policy, accepts_profiles, decide, make_policy
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
 
@@ -63,6 +63,11 @@ def run_episodes(
     return [episode_metrics(episode_trace(trace, state, b)) for b in range(jobs.batch_size)]
 
 
+PolicyFactory = Callable[[str, str, int, int], Policy | None]
+"""(policy name, source, load_pct, seed) -> the policy to run on that group with that seed, or None to leave the
+combination out (e.g. a learned policy without a trained checkpoint for the group)."""
+
+
 def evaluate_policies(
     jobs_frame: pl.DataFrame,
     policies: Sequence[str],
@@ -70,13 +75,16 @@ def evaluate_policies(
     seeds: Sequence[int] = (0,),
     split: str | None = "test",
     profile_cfg: ProfileConfig | None = None,
+    make: PolicyFactory | None = None,
 ) -> pl.DataFrame:
     """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
 
     `jobs_frame`: `sim__job_sequences` rows; only `split` is evaluated (None: every row). All sequences of a
     (source, load_pct) run as one batch. Policies taking EC profiles get `learn_group_profiles` of the group
-    (None when it has no train rows; `profile_cfg` None = `ProfileConfig()`). Metrics columns: see
-    `sim.metrics.episode_metrics`.
+    (None when it has no train rows; `profile_cfg` None = `ProfileConfig()`). `make`, when given, builds each
+    policy per (name, source, load, seed) instead (learned policies load the checkpoint of that seed). Metrics
+    columns: see `sim.metrics.episode_metrics`, plus `machines_lower_bound` of the sequence
+    (`sim.metrics.machines_lower_bound`).
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -86,12 +94,21 @@ def evaluate_policies(
         jobs = JobBatch.from_frame(group)
         seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
         profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg)
+        bound = machines_lower_bound(jobs, cfg.capacity_units)
         for name in policies:
-            policy = make_policy(name, profiles=profiles) if accepts_profiles(name) else make_policy(name)
             for seed in seeds:
-                for seq_id, metrics in zip(seq_ids, run_episodes(policy, cfg, jobs, seed), strict=True):
+                if make is not None:
+                    policy = make(name, source, load, seed)
+                elif accepts_profiles(name):
+                    policy = make_policy(name, profiles=profiles)
+                else:
+                    policy = make_policy(name)
+                if policy is None:
+                    continue
+                episodes = run_episodes(policy, cfg, jobs, seed)
+                for seq_id, metrics, lb in zip(seq_ids, episodes, bound.tolist(), strict=True):
                     key = dict(zip(RESULT_KEY, (source, load, name, seq_id, seed), strict=True))
-                    rows.append({**key, **metrics})
+                    rows.append({**key, **metrics, "machines_lower_bound": float(lb)})
     return (
         pl.DataFrame(rows)
         .with_columns(

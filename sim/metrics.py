@@ -153,3 +153,22 @@ def episode_metrics(ep: EpisodeTrace) -> dict[str, float]:
     for i, name in enumerate(PENALTY_NAMES):
         out[f"cost_{name}"] = float(-ep.penalties[:, i].sum()) + 0.0  # + 0.0: no -0.0 in tables
     return out
+
+
+def machines_lower_bound(jobs, capacity_units) -> np.ndarray:
+    """(B,) an offline bound on the machines each sequence needs: max over steps t and resources d of
+    ceil(total usage at t / C_d), with every job running from its arrival (no waiting), i.e. the fewest machines
+    that could hold the demand of the busiest step even with perfect packing. A schedule that delays jobs can
+    lower its own peak, so it is a bound for schedules that start jobs on arrival, and a yardstick otherwise."""
+    cap = np.asarray(capacity_units, dtype=np.float64)
+    out = np.zeros(jobs.batch_size, dtype=np.int64)
+    for b in range(jobs.batch_size):
+        n = int(jobs.n_jobs[b])
+        if n == 0:
+            continue
+        arrival, duration = jobs.arrival_step[b, :n], jobs.duration[b, :n]
+        demand = np.zeros((int((arrival + duration).max()) + 1, cap.shape[0]))
+        for j in range(n):
+            demand[arrival[j] : arrival[j] + duration[j]] += jobs.usage[b, j, : duration[j]]
+        out[b] = int(np.ceil(demand / cap - 1e-9).max())
+    return out

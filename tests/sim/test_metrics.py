@@ -101,3 +101,15 @@ def test_utilisation_is_clipped_at_capacity_and_overshoot_reported_apart():
     ep = make(usage=[[6, 0], [6, 0]], active=[[True, False], [True, False]], placed=(True, False))
     assert metrics.avg_util(ep, 0) == pytest.approx(1.0)
     assert metrics.avg_overshoot_pct(ep) == pytest.approx(100 * 4 / (2 * 2 * 4))
+
+
+def test_machines_lower_bound_is_the_busiest_step_over_capacity():
+    # two jobs of 3 cpu overlap at step 1 (6 of C = 4 -> 2 machines); mem never exceeds one machine
+    jobs = JobBatch.from_jobs(
+        [
+            [dict(arrival_step=0, usage=[[3], [3]], ec_label=0), dict(arrival_step=1, usage=[[3]], ec_label=0)],
+            [dict(arrival_step=0, usage=[[1]], ec_label=0)],
+        ],
+        n_resources=1,
+    )
+    assert metrics.machines_lower_bound(jobs, (4,)).tolist() == [2, 1]
