@@ -473,6 +473,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "ec_peak_aware": ECProfilePeakAware,
     "oracle_peak_aware": OraclePeakAware,
     "noop": Noop,
+    "dejavu": learned_policy("models.dejavu", "DejavuPolicy"),
     "tvw_rl": learned_policy("models.tvw_rl", "TvwRlPolicy"),
 }
 """Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""

@@ -1,0 +1,932 @@
+"""Dejavu (DQfD with selective demonstrations and a competitive reward) as a scheduler of the batched simulator.
+
+Dejavu (paper 003, sections III-IV) is a DQN with a target network (III-C), pretrained on demonstrations of a
+heuristic scheduler (the kube-scheduler's default scoring, `sim.policies.KubeDefault`) with the DQfD loss (III-D-1,
+Eq. 9-11), the demonstrations collected selectively by cosine similarity (Algorithm 3, III-D-2, a 5 % threshold),
+then trained online (III-D-3) with the competitive reward (Algorithm 2): at every decision the baseline decides on a
+copy of the environment (the simulator's `step` is pure, so the copy is the same `State`), both outcomes are scored
+by the factors of Algorithm 1 and the reward compares them.
+
+What the agent sees and does
+- Input: `sim.observation.encode` (flat features in [0, 1]) with `ObservationConfig(labels="true",
+  queue_request=DejavuConfig.queue_request)`. `encode` shows `sim.core.observed_labels(state)`: the labels a
+  labeller put into the state when one did (`sim.core.relabel`), else the jobs' own labels (the synthetic
+  workloads' classes are known at arrival). labels="true" only lifts `encode`'s guard against a state that no
+  labeller touched; it never replaces predicted labels by true ones. (The paper's own state, Eq. 1-5, is the free
+  CPU/memory of every node plus the pending pod's quota: the `history` block's last column and the queue block
+  carry that information, with more history.)
+- Actions: 0..M-1 place the queue head on that machine, M holds (the paper's "inaction", Eq. 6); Q values of
+  actions masked by `sim.core.action_mask` are never chosen (greedy and exploration alike) and never maximised
+  over in the targets or the margin loss.
+
+Reward (Algorithm 1 factors, Algorithm 2 competition). For a next state S' reached by action a:
+- node utilisation u_m,d = min(requests of the jobs running on m in d / C_d, 1): the Kubernetes view of a node
+  (Eq. 3: its available resources are 1 - u), by requests as the kube-scheduler accounts them.
+- RBD1(S') = sqrt(sigma_cpu^2 + sigma_mem^2), sigma_d the population standard deviation of u_m,d over the n = M
+  nodes (Algorithm 1 lines 10-16; its line 13 writes the variance but names it Std and the text calls it "the
+  standard deviation of each resource", which is what we take). Lower is more balanced across nodes.
+- RBD2(S', a) = |u_a,cpu - u_a,mem| on the chosen node (line 18), 0 for a hold (no node was chosen).
+  Lower is more balanced within the node.
+- PWD (line 20) = -1 if the placement failed (the head's request does not fit the chosen machine's free capacity by
+  requests: kube's NodeResourcesFit, which the simulator's mask does not enforce), -1 if the agent held while some
+  machine could take the head (mask and requests: is_idle), else 0.
+- Competitive reward (Algorithm 2 with Algorithm 1's weights, line 21):
+      r = alpha * (RBD1(S'_base) - RBD1(S'_rl)) + beta * (RBD2(S'_base, a_base) - RBD2(S'_rl, a_rl)) + gamma * PWD
+  Algorithm 2 lines 12-13 write abs() of the differences, which pays any departure from the baseline, better or
+  worse alike; we keep the sign, so the reward is positive when the agent leaves the cluster more balanced than the
+  baseline would have, negative when less (the paper's stated aim: "outperform the existing heuristic").
+  The baseline's copy step uses `invalid_action="hold"` (kube_default may hold where hold_rule="no_fit" forbids it).
+
+Demonstrations (III-D-1, Eq. 7-8; Algorithm 3). kube_default runs lock-step episodes on the training sequences
+(its rewards are the same competitive reward, against a second kube_default draw on the copy). Selection: a
+candidate (s, a) is kept unless some already kept demonstration (s_k, a_k) has cos(s, s_k) >= 1 - threshold
+(threshold 0.05) and, with `is_action_aware_selection` (Algorithm 3 lines 10-11: similar states with different
+decisions are kept), the same action a_k = a. Algorithm 3 compares a candidate with the last kept one; we compare
+with every kept one (a stricter filter of near-duplicates). Selection only decides which transitions are sampled:
+n-step returns and next states come from the full demonstrator trajectory.
+
+Loss (DQfD, Eq. 11): J = J_DQ + lambda_1 J_n + lambda_2 J_E + lambda_3 J_L2 with
+- J_DQ: Huber(Q(s, a) - (r + gamma_d Q'(s', argmax_{a' valid} Q(s', a')))) (1-step double Q-learning, target net Q');
+- J_n: the same with the n-step return r_t + ... + gamma_d^(n-1) r_{t+n-1} + gamma_d^n Q'(s_{t+n}, argmax Q(s_{t+n}))
+  (Eq. 10, n = 10, double-Q bootstrap; the bootstrap is dropped where the episode ended before t + n);
+- J_E = max_{a valid} [Q(s, a) + l(a_E, a)] - Q(s, a_E), l = margin for a != a_E, 0 otherwise (Eq. 9), on
+  demonstration samples only;
+- J_L2 = sum of squares of every weight and bias.
+Pretraining samples demonstrations only; RL samples uniformly from the demonstrations (never overwritten, as in
+DQfD) and the agent's replay (a FIFO of `replay_capacity` decisions). The target network copies the online one
+every `target_update_every` gradient steps. DQfD's prioritised replay is not implemented (uniform sampling).
+
+Iterations: iteration i < n_pretrain_iterations does `updates_per_iteration` pretraining updates; later iterations
+roll `episodes_per_iteration` training sequences with epsilon-greedy actions, append them to the replay and do
+`updates_per_iteration` updates. Checkpoints (`save_checkpoint`) hold the state dicts, the optimiser, both
+generators, the replay, the learning curve, the config and the iteration; `train` resumes from the latest one in
+its folder and reaches the same final weights as an uninterrupted run (bit-identical on CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from models.training import init_parameters
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.metrics import episode_metrics, episode_trace
+from sim.observation import ObservationConfig, encode, n_features
+from sim.policies import KubeDefault, Policy, decide, fits_by_requests, placed_requests, queue_head
+
+CHECKPOINT_FORMAT = 1
+"""Version of the checkpoint layout written by `save_checkpoint`."""
+
+SHAPE_FIELDS = ("n_machines", "capacity_units", "history_steps", "queue_size", "n_labels")
+"""SimConfig fields that fix the network's input and output sizes: a checkpoint only runs under the same ones."""
+
+
+@dataclass(frozen=True)
+class DejavuConfig:
+    """Dejavu's agent and trainer. Paper values (003) where it gives them, else DQfD's (Hester et al. 2018, the
+    paper's [17]); `short()` is a preset for tests and sample runs."""
+
+    hidden_units: tuple[int, ...] = (256, 256)
+    """Widths of the fully connected hidden layers (III-C: "fully connected layers"; sizes not given)."""
+    queue_request: str = "trace"
+    """`ObservationConfig.queue_request` of the agent's features ("trace": the request the trace states, if any)."""
+    discount: float = 0.99
+    """gamma_d of the TD targets (not in the paper; DQfD: 0.99)."""
+    n_step: int = 10
+    """n of the n-step return (Eq. 10; paper: n = 10)."""
+    margin: float = 0.8
+    """l(a_E, a) of the large-margin loss for a != a_E (Eq. 9; DQfD: 0.8)."""
+    lambda_n_step: float = 1.0
+    """lambda_1, weight of J_n (Eq. 11; DQfD: 1)."""
+    lambda_supervised: float = 1.0
+    """lambda_2, weight of J_E (Eq. 11; DQfD: 1)."""
+    lambda_l2: float = 1e-5
+    """lambda_3, weight of J_L2 (Eq. 11; DQfD: 1e-5)."""
+    huber_delta: float = 1.0
+    """Huber threshold of the TD losses (rewards are O(1))."""
+    similarity_threshold: float = 0.05
+    """Selective demonstrations: drop a candidate whose cosine similarity to a kept one is >= 1 - threshold
+    (paper: 5 %); 0 drops only exact duplicates (in direction), 1 keeps one per action."""
+    is_action_aware_selection: bool = True
+    """Algorithm 3 lines 10-11: a near-duplicate state is still kept when its action differs from the kept one's."""
+    n_demo_decisions: int = 1_000_000
+    """Demonstrator decisions to collect before selection (paper: 10^6 demonstration instances)."""
+    n_pretrain_iterations: int = 3750
+    """Pretraining iterations (x updates_per_iteration = 750k updates, DQfD's pretraining length)."""
+    n_rl_iterations: int = 3750
+    """RL iterations (x episodes_per_iteration episodes; about the paper's 3 million timesteps at ~100 decisions
+    per episode and 8 episodes per iteration)."""
+    updates_per_iteration: int = 200
+    """Gradient steps per iteration."""
+    episodes_per_iteration: int = 8
+    """Training sequences rolled in lock-step per RL iteration (and per demonstration batch)."""
+    batch_size: int = 32
+    """Minibatch size (DQfD: 32)."""
+    learning_rate: float = 1e-4
+    """Adam learning rate (DQfD: 0.0001)."""
+    target_update_every: int = 10_000
+    """K: gradient steps between copies of the online network into the target network (DQfD: 10000)."""
+    replay_capacity: int = 1_000_000
+    """N: agent decisions kept in the replay (DQfD: 1M); the demonstrations are kept besides, never overwritten."""
+    epsilon_start: float = 0.1
+    """Exploration at the first RL iteration (III-D-3: "gradually relying more on" exploitation)."""
+    epsilon_end: float = 0.01
+    """Exploration from `epsilon_decay_iterations` on (DQfD: 0.01)."""
+    epsilon_decay_iterations: int = 1000
+    """RL iterations over which epsilon falls linearly from start to end."""
+    reward_alpha: float = 1.0
+    """alpha: weight of the RBD1 difference (Algorithm 1 line 21; Algorithm 2 sums the factors: 1)."""
+    reward_beta: float = 1.0
+    """beta: weight of the RBD2 difference."""
+    reward_gamma: float = 1.0
+    """gamma: weight of PWD."""
+    checkpoint_every: int = 100
+    """Iterations between checkpoints (one is also written at the end)."""
+    seed: int = 0
+    """Seed of the network initialisation, demonstrations, exploration, minibatches and episode draws."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "n_step",
+            "updates_per_iteration",
+            "episodes_per_iteration",
+            "batch_size",
+            "target_update_every",
+            "replay_capacity",
+            "checkpoint_every",
+            "n_demo_decisions",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"DejavuConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_pretrain_iterations < 0 or self.n_rl_iterations < 0:
+            raise ValueError("DejavuConfig: n_pretrain_iterations and n_rl_iterations must be >= 0")
+        if not 0.0 <= self.similarity_threshold <= 1.0:
+            raise ValueError(
+                f"DejavuConfig.similarity_threshold must be in [0, 1], got {self.similarity_threshold}"
+            )
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"DejavuConfig.discount must be in [0, 1], got {self.discount}")
+        ObservationConfig(labels="true", queue_request=self.queue_request)
+
+    @classmethod
+    def short(cls, **overrides) -> DejavuConfig:
+        """A few-minute preset (tests, sample runs): small network, a few thousand demonstrations, short phases."""
+        values = dict(
+            hidden_units=(64, 64),
+            n_demo_decisions=2000,
+            n_pretrain_iterations=10,
+            n_rl_iterations=10,
+            updates_per_iteration=50,
+            episodes_per_iteration=4,
+            batch_size=64,
+            learning_rate=1e-3,
+            target_update_every=100,
+            replay_capacity=50_000,
+            epsilon_decay_iterations=5,
+            checkpoint_every=5,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def n_iterations(self) -> int:
+        return self.n_pretrain_iterations + self.n_rl_iterations
+
+    @property
+    def observation(self) -> ObservationConfig:
+        """What the agent sees (labels: whatever the state carries, see the module docstring)."""
+        return ObservationConfig(labels="true", queue_request=self.queue_request)
+
+
+# --- network ----------------------------------------------------------------------------------------
+
+
+class QNetwork(nn.Module):
+    """Fully connected Q network: features (N, F) -> Q values (N, M + 1)."""
+
+    def __init__(self, n_in: int, n_actions: int, hidden_units: Sequence[int]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = n_in
+        for h in hidden_units:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, n_actions))
+        self.body = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def build_network(cfg: DejavuConfig, sim_cfg: SimConfig) -> QNetwork:
+    """A seeded untrained Q network for `sim_cfg`'s features and actions (init drawn from cfg.seed)."""
+    net = QNetwork(n_features(sim_cfg), sim_cfg.n_actions, cfg.hidden_units)
+    init_parameters(net, torch.Generator().manual_seed(cfg.seed))
+    return net
+
+
+def masked_argmax(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N,) argmax of Q over valid actions (mask (N, A) bool; every row has a valid action, hold at least)."""
+    return torch.where(mask, q, torch.full_like(q, -torch.inf)).argmax(dim=1)
+
+
+def greedy_actions(net: QNetwork, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B,) int64 greedy valid actions of `net` on features (B, F) with action mask (B, A)."""
+    with torch.no_grad():
+        q = net(torch.from_numpy(features))
+    return masked_argmax(q, torch.from_numpy(mask)).numpy().astype(np.int64)
+
+
+# --- competitive reward (Algorithms 1-2) ---------------------------------------------------------------
+
+
+def node_utilisation(cfg: SimConfig, state: core.State) -> np.ndarray:
+    """(B, M, D) requests of the running jobs / C_d per node, clipped at 1 (the node's used share, Eq. 3)."""
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    return np.minimum(placed_requests(state) / cap, 1.0)
+
+
+def rbd1(cfg: SimConfig, state: core.State) -> np.ndarray:
+    """(B,) RBD1 = sqrt(sum_d sigma_d^2), sigma_d the population std over nodes of u_m,d (Algorithm 1, 10-16)."""
+    sigma = node_utilisation(cfg, state).std(axis=1)
+    return np.sqrt((sigma**2).sum(axis=1))
+
+
+def rbd2(cfg: SimConfig, state: core.State, actions: np.ndarray) -> np.ndarray:
+    """(B,) RBD2 = |u_a,cpu - u_a,mem| of the chosen node a (Algorithm 1, 18); 0 for a hold. With D != 2
+    resources: max_d u - min_d u."""
+    util = node_utilisation(cfg, state)
+    rows = np.arange(state.batch_size)
+    node = util[rows, np.minimum(actions, cfg.n_machines - 1)]
+    spread = node.max(axis=1) - node.min(axis=1)
+    return np.where(actions < cfg.n_machines, spread, 0.0)
+
+
+def pwd(cfg: SimConfig, state: core.State, actions: np.ndarray) -> np.ndarray:
+    """(B,) PWD (Algorithm 1, 20): -1 where the placement fails by requests (is_failed) or the action holds while
+    some machine could take the head (is_idle), else 0; `state` is the state the action was taken in."""
+    head = queue_head(state)
+    fits = fits_by_requests(cfg, state, head.request.astype(np.int64))
+    rows = np.arange(state.batch_size)
+    is_place = actions < cfg.n_machines
+    is_failed = is_place & ~fits[rows, np.minimum(actions, cfg.n_machines - 1)]
+    placeable = fits & core.action_mask(cfg, state)[:, : cfg.n_machines]
+    is_idle = ~is_place & head.has_job & placeable.any(axis=1)
+    return -(is_failed | is_idle).astype(np.float64)
+
+
+def competitive_reward(
+    cfg: SimConfig,
+    dcfg: DejavuConfig,
+    state: core.State,
+    actions: np.ndarray,
+    next_state: core.State,
+    base_actions: np.ndarray,
+    base_next_state: core.State,
+) -> np.ndarray:
+    """(B,) r = alpha (RBD1_base - RBD1_rl) + beta (RBD2_base - RBD2_rl) + gamma PWD_rl (module docstring);
+    0 for envs already done in `state`."""
+    d1 = rbd1(cfg, base_next_state) - rbd1(cfg, next_state)
+    d2 = rbd2(cfg, base_next_state, base_actions) - rbd2(cfg, next_state, actions)
+    r = dcfg.reward_alpha * d1 + dcfg.reward_beta * d2 + dcfg.reward_gamma * pwd(cfg, state, actions)
+    return np.where(state.is_done, 0.0, r)
+
+
+# --- transitions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """Decisions of whole episodes, env-major (the decisions of one episode are consecutive rows), with their
+    1-step and n-step targets' ingredients. Rows with is_sampled False only serve as next states."""
+
+    features: torch.Tensor
+    """(N, F) float32 encoded state before the decision."""
+    mask: torch.Tensor
+    """(N, A) bool valid actions in that state."""
+    action: torch.Tensor
+    """(N,) int64 action taken."""
+    reward: torch.Tensor
+    """(N,) float32 competitive reward of the decision."""
+    next_index: torch.Tensor
+    """(N,) int64 row of the next decision of the same episode, -1 where the episode ended."""
+    return_n: torch.Tensor
+    """(N,) float32 sum_{k < n'} gamma_d^k r_{t+k}, n' = min(n, decisions left)."""
+    next_n_index: torch.Tensor
+    """(N,) int64 row of decision t + n, -1 where the episode ends before it (no bootstrap)."""
+    is_demo: torch.Tensor
+    """(N,) bool: a demonstrator's decision (the large-margin loss applies)."""
+    is_sampled: torch.Tensor
+    """(N,) bool: the row is drawn into minibatches (selective demonstrations drop some)."""
+
+    def __len__(self) -> int:
+        return int(self.action.shape[0])
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def concat_transitions(parts: Sequence[Transitions]) -> Transitions:
+    """One Transitions of `parts` in order, index columns shifted to the new rows."""
+    out: dict[str, list[torch.Tensor]] = {f.name: [] for f in fields(Transitions)}
+    offset = 0
+    for part in parts:
+        for name in out:
+            value = getattr(part, name)
+            if name in ("next_index", "next_n_index"):
+                value = torch.where(value >= 0, value + offset, value)
+            out[name].append(value)
+        offset += len(part)
+    return Transitions(**{name: torch.cat(values) for name, values in out.items()})
+
+
+def build_transitions(
+    features: np.ndarray,
+    masks: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    alive: np.ndarray,
+    discount: float,
+    n_step: int,
+    is_demo: bool,
+) -> Transitions:
+    """Transitions of E lock-step episodes from (K, E, ...) arrays of K decisions; alive (K, E) marks the decisions
+    each env took (a prefix)."""
+    n_k, n_e = alive.shape
+    lengths = alive.sum(axis=0)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    envs, ks = np.nonzero(alive.T)  # env-major, decisions in order
+    rew = rewards[ks, envs].astype(np.float64)
+    pos = ks  # decision index within the episode
+    length = lengths[envs]
+    row = np.arange(envs.size)
+    next_index = np.where(pos + 1 < length, row + 1, -1)
+    # n-step return: sum_{k < n'} gamma^k r_{t+k}, stopping at the episode end
+    ret = np.zeros(envs.size)
+    for k in range(n_step):
+        has = pos + k < length
+        idx = np.minimum(row + k, envs.size - 1)
+        ret += np.where(has, discount**k * rew[idx], 0.0)
+    next_n = np.where(pos + n_step < length, row + n_step, -1)
+    assert (starts[envs] + pos == row).all()
+    return Transitions(
+        features=torch.from_numpy(np.ascontiguousarray(features[ks, envs], dtype=np.float32)),
+        mask=torch.from_numpy(masks[ks, envs].copy()),
+        action=torch.from_numpy(actions[ks, envs].astype(np.int64)),
+        reward=torch.from_numpy(rew.astype(np.float32)),
+        next_index=torch.from_numpy(next_index.astype(np.int64)),
+        return_n=torch.from_numpy(ret.astype(np.float32)),
+        next_n_index=torch.from_numpy(next_n.astype(np.int64)),
+        is_demo=torch.full((envs.size,), is_demo, dtype=torch.bool),
+        is_sampled=torch.ones(envs.size, dtype=torch.bool),
+    )
+
+
+# --- episodes with the competitive reward -------------------------------------------------------------
+
+ActFn = Callable[[core.State, np.ndarray, np.ndarray, np.random.Generator], np.ndarray]
+"""(state, features (B, F), mask (B, A), rng) -> (B,) valid actions."""
+
+
+@dataclass(frozen=True)
+class EpisodeBatch:
+    """Lock-step episodes of E envs: K decisions each at most."""
+
+    features: np.ndarray
+    """(K, E, F) float32."""
+    masks: np.ndarray
+    """(K, E, A) bool."""
+    actions: np.ndarray
+    """(K, E) int64."""
+    rewards: np.ndarray
+    """(K, E) float64 competitive rewards (0 where not alive)."""
+    alive: np.ndarray
+    """(K, E) bool."""
+    final_state: core.State
+
+
+def run_competitive_episodes(
+    cfg: SimConfig, dcfg: DejavuConfig, jobs: JobBatch, act: ActFn, rng: np.random.Generator
+) -> EpisodeBatch:
+    """Roll `act` over every sequence of `jobs` (one env each, reset with seeds drawn from rng) until all are done;
+    at each decision kube_default decides on the same state (the copy) and the competitive reward scores both."""
+    baseline = KubeDefault()
+    base_cfg = replace(cfg, invalid_action="hold")
+    obs_cfg = dcfg.observation
+    state = core.reset(cfg, jobs, rng.integers(0, 2**31 - 1, size=jobs.batch_size).tolist())
+    feats, masks, acts, rewards, alive = [], [], [], [], []
+    for _ in range(int(jobs.max_jobs + cfg.max_steps + 1)):
+        is_alive = ~state.is_done
+        if not is_alive.any():
+            break
+        x = encode(cfg, obs_cfg, state)
+        mask = core.action_mask(cfg, state)
+        a = np.where(is_alive, np.asarray(act(state, x, mask, rng), dtype=np.int64), cfg.n_machines)
+        a_base = np.asarray(baseline.act(cfg, state, rng), dtype=np.int64)
+        next_state, *_ = core.step(cfg, state, a)
+        base_next, *_ = core.step(base_cfg, state, a_base)
+        feats.append(x)
+        masks.append(mask)
+        acts.append(a)
+        rewards.append(competitive_reward(cfg, dcfg, state, a, next_state, a_base, base_next))
+        alive.append(is_alive)
+        state = next_state
+    if not state.is_done.all():
+        raise RuntimeError("Dejavu: episodes not finished within the decision bound")
+    return EpisodeBatch(
+        np.stack(feats), np.stack(masks), np.stack(acts), np.stack(rewards), np.stack(alive), state
+    )
+
+
+def kube_act(cfg: SimConfig) -> ActFn:
+    """The demonstrator: kube_default's action."""
+    policy = KubeDefault()
+
+    def act(state: core.State, x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return policy.act(cfg, state, rng)
+
+    return act
+
+
+def epsilon_greedy_act(net: QNetwork, epsilon: float) -> ActFn:
+    """Greedy valid action of `net`, or with probability epsilon a uniformly random valid one."""
+
+    def act(state: core.State, x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        greedy = greedy_actions(net, x, mask)
+        random = (rng.random(mask.shape) * mask).argmax(axis=1)
+        return np.where(rng.random(mask.shape[0]) < epsilon, random, greedy)
+
+    return act
+
+
+# --- selective demonstrations (Algorithm 3) -------------------------------------------------------------
+
+
+def select_demonstrations(
+    features: np.ndarray, actions: np.ndarray, threshold: float, is_action_aware: bool = True
+) -> np.ndarray:
+    """(N,) bool: which candidates (in order) are kept. A candidate is dropped when some kept one has cosine
+    similarity >= 1 - threshold with it (and, if is_action_aware, the same action); else it is kept."""
+    x = np.asarray(features, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1)
+    unit = np.divide(x, norms[:, None], out=np.zeros_like(x), where=norms[:, None] > 0)
+    keep = np.zeros(x.shape[0], dtype=bool)
+    kept_unit = np.zeros_like(unit)
+    kept_action = np.zeros(x.shape[0], dtype=np.int64)
+    n_kept = 0
+    for i in range(x.shape[0]):
+        close = kept_unit[:n_kept] @ unit[i] >= 1.0 - threshold
+        if is_action_aware:
+            close &= kept_action[:n_kept] == actions[i]
+        if close.any():
+            continue
+        keep[i] = True
+        kept_unit[n_kept], kept_action[n_kept] = unit[i], actions[i]
+        n_kept += 1
+    return keep
+
+
+def collect_demonstrations(
+    cfg: SimConfig, dcfg: DejavuConfig, jobs: JobBatch, rng: np.random.Generator
+) -> tuple[Transitions, dict[str, int]]:
+    """kube_default's lock-step episodes on batches of `episodes_per_iteration` sequences drawn from `jobs` until
+    `n_demo_decisions` decisions; selective sampling (Algorithm 3). Returns the transitions and counts
+    {n_candidates, n_kept}."""
+    parts: list[Transitions] = []
+    n_seen = 0
+    while n_seen < dcfg.n_demo_decisions:
+        rows = rng.choice(jobs.batch_size, size=dcfg.episodes_per_iteration, replace=True)
+        ep = run_competitive_episodes(cfg, dcfg, jobs.select(rows), kube_act(cfg), rng)
+        part = build_transitions(
+            ep.features, ep.masks, ep.actions, ep.rewards, ep.alive, dcfg.discount, dcfg.n_step, True
+        )
+        parts.append(part)
+        n_seen += len(part)
+    demos = concat_transitions(parts)
+    keep = select_demonstrations(
+        demos.features.numpy(),
+        demos.action.numpy(),
+        dcfg.similarity_threshold,
+        dcfg.is_action_aware_selection,
+    )
+    demos = replace(demos, is_sampled=torch.from_numpy(keep))
+    return demos, {"n_candidates": len(demos), "n_kept": int(keep.sum())}
+
+
+# --- DQfD loss ------------------------------------------------------------------------------------------
+
+
+def _bootstrap(online: QNetwork, target: QNetwork, data: Transitions, index: torch.Tensor) -> torch.Tensor:
+    """Q'(s, argmax_{a valid} Q(s, a)) at rows `index` (double Q-learning), 0 where index is -1."""
+    has = index >= 0
+    rows = torch.where(has, index, torch.zeros_like(index))
+    x, m = data.features[rows], data.mask[rows]
+    with torch.no_grad():
+        best = masked_argmax(online(x), m)
+        value = target(x).gather(1, best[:, None])[:, 0]
+    return torch.where(has, value, torch.zeros_like(value))
+
+
+def dqfd_loss(
+    online: QNetwork, target: QNetwork, data: Transitions, rows: torch.Tensor, dcfg: DejavuConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """J(Q) of Eq. 11 on minibatch `rows` of `data`; returns (loss, its parts as floats)."""
+    q = online(data.features[rows])
+    a = data.action[rows]
+    q_a = q.gather(1, a[:, None])[:, 0]
+    gamma = dcfg.discount
+    target_1 = data.reward[rows] + gamma * _bootstrap(online, target, data, data.next_index[rows])
+    target_n = data.return_n[rows] + gamma**dcfg.n_step * _bootstrap(
+        online, target, data, data.next_n_index[rows]
+    )
+    j_dq = nn.functional.huber_loss(q_a, target_1, delta=dcfg.huber_delta)
+    j_n = nn.functional.huber_loss(q_a, target_n, delta=dcfg.huber_delta)
+    is_demo = data.is_demo[rows]
+    margins = torch.full_like(q, dcfg.margin)
+    margins.scatter_(1, a[:, None], 0.0)
+    masked = torch.where(data.mask[rows], q + margins, torch.full_like(q, -torch.inf))
+    j_e_rows = masked.max(dim=1).values - q_a
+    n_demo = is_demo.sum()
+    j_e = (j_e_rows * is_demo).sum() / n_demo.clamp(min=1)
+    j_l2 = sum((p**2).sum() for p in online.parameters())
+    loss = j_dq + dcfg.lambda_n_step * j_n + dcfg.lambda_supervised * j_e + dcfg.lambda_l2 * j_l2
+    parts = {
+        "loss_dq": float(j_dq.detach()),
+        "loss_n_step": float(j_n.detach()),
+        "loss_supervised": float(j_e.detach()),
+        "loss_l2": float(j_l2.detach()),
+    }
+    return loss, parts
+
+
+# --- trainer --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trainer:
+    """Mutable training state (everything a checkpoint holds). Built by `new_trainer` or `load_checkpoint`."""
+
+    cfg: DejavuConfig
+    sim_cfg: SimConfig
+    online: QNetwork
+    target: QNetwork
+    optimizer: torch.optim.Optimizer
+    rng: np.random.Generator
+    iteration: int = 0
+    n_updates: int = 0
+    replay: list[Transitions] = field(default_factory=list)
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+def new_trainer(dcfg: DejavuConfig, sim_cfg: SimConfig) -> Trainer:
+    """Iteration 0: seeded networks (the target a copy of the online one), Adam, the trainer's generator."""
+    online = build_network(dcfg, sim_cfg)
+    target = build_network(dcfg, sim_cfg)
+    target.load_state_dict(online.state_dict())
+    optimizer = torch.optim.Adam(online.parameters(), lr=dcfg.learning_rate)
+    rng = np.random.default_rng([dcfg.seed, 2])
+    return Trainer(dcfg, sim_cfg, online, target, optimizer, rng)
+
+
+def _epsilon(dcfg: DejavuConfig, rl_iteration: int) -> float:
+    frac = min(rl_iteration / max(dcfg.epsilon_decay_iterations, 1), 1.0)
+    return dcfg.epsilon_start + frac * (dcfg.epsilon_end - dcfg.epsilon_start)
+
+
+def _update(tr: Trainer, data: Transitions, candidates: np.ndarray) -> dict[str, float]:
+    """`updates_per_iteration` gradient steps on minibatches drawn uniformly from `candidates` rows of data."""
+    dcfg = tr.cfg
+    sums: dict[str, float] = {}
+    for _ in range(dcfg.updates_per_iteration):
+        rows = torch.from_numpy(tr.rng.choice(candidates, size=dcfg.batch_size, replace=True))
+        loss, parts = dqfd_loss(tr.online, tr.target, data, rows, dcfg)
+        if not math.isfinite(float(loss.detach())):
+            raise FloatingPointError(
+                f"Dejavu training: non-finite loss {float(loss.detach())} at iteration {tr.iteration} "
+                f"(update {tr.n_updates}; parts {parts})"
+            )
+        tr.optimizer.zero_grad()
+        loss.backward()
+        tr.optimizer.step()
+        tr.n_updates += 1
+        if tr.n_updates % dcfg.target_update_every == 0:
+            tr.target.load_state_dict(tr.online.state_dict())
+        parts["loss"] = float(loss.detach())
+        for k, v in parts.items():
+            sums[k] = sums.get(k, 0.0) + v / dcfg.updates_per_iteration
+    return sums
+
+
+def _trim_replay(tr: Trainer) -> None:
+    while len(tr.replay) > 1 and sum(len(p) for p in tr.replay) > tr.cfg.replay_capacity:
+        tr.replay.pop(0)
+
+
+def train(
+    dcfg: DejavuConfig,
+    sim_cfg: SimConfig,
+    jobs: JobBatch,
+    checkpoint_dir: str | Path | None = None,
+    max_iterations: int | None = None,
+    log: Callable[[str], None] | None = print,
+    torch_threads: int | None = 1,
+) -> Trainer:
+    """Train Dejavu on the training sequences `jobs` (DQfD pretraining, then RL with the competitive reward).
+
+    With `checkpoint_dir`, resumes from its latest checkpoint (an error if it was written under another config)
+    and writes one every `checkpoint_every` iterations and at the end. `max_iterations` stops after that many
+    iterations in this call (a deliberate interruption, for tests). Raises FloatingPointError naming the iteration
+    on a non-finite loss. `torch_threads` sets torch's intra-op threads for the call (restored after; None leaves
+    them): the network is small, and on a shared 2-core machine 2 spinning threads ran the updates 20x slower than
+    one (50 updates: 12 s vs 0.6 s). A resumed run must use the same value to be bit-identical."""
+    previous_threads = torch.get_num_threads()
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+    try:
+        return _train(dcfg, sim_cfg, jobs, checkpoint_dir, max_iterations, log)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(
+    dcfg: DejavuConfig,
+    sim_cfg: SimConfig,
+    jobs: JobBatch,
+    checkpoint_dir: str | Path | None,
+    max_iterations: int | None,
+    log: Callable[[str], None] | None,
+) -> Trainer:
+    if jobs.batch_size == 0 or int(jobs.n_jobs.sum()) == 0:
+        raise ValueError("Dejavu training: the training sequences hold no jobs")
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    latest = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
+    tr = load_checkpoint(latest, dcfg, sim_cfg) if latest is not None else new_trainer(dcfg, sim_cfg)
+    if latest is not None and log:
+        log(f"dejavu: resumed from {latest} at iteration {tr.iteration}")
+    # demonstrations: a generator of their own, so a resumed run recomputes exactly the same ones
+    demos, counts = collect_demonstrations(sim_cfg, dcfg, jobs, np.random.default_rng([dcfg.seed, 1]))
+    if counts["n_kept"] == 0:
+        raise ValueError("Dejavu training: no demonstration was kept")
+    if log:
+        log(
+            f"dejavu: {counts['n_kept']} of {counts['n_candidates']} demonstrations kept (selective, Algorithm 3)"
+        )
+    n_done = 0
+    while tr.iteration < dcfg.n_iterations and (max_iterations is None or n_done < max_iterations):
+        start = time.perf_counter()
+        row: dict[str, float] = {"iteration": float(tr.iteration)}
+        if tr.iteration < dcfg.n_pretrain_iterations:
+            row["is_pretraining"] = 1.0
+            row.update(_update(tr, demos, np.flatnonzero(demos.is_sampled.numpy())))
+        else:
+            rl_iteration = tr.iteration - dcfg.n_pretrain_iterations
+            eps = _epsilon(dcfg, rl_iteration)
+            rows = tr.rng.choice(jobs.batch_size, size=dcfg.episodes_per_iteration, replace=True)
+            ep = run_competitive_episodes(
+                sim_cfg, dcfg, jobs.select(rows), epsilon_greedy_act(tr.online, eps), tr.rng
+            )
+            tr.replay.append(
+                build_transitions(
+                    ep.features, ep.masks, ep.actions, ep.rewards, ep.alive, dcfg.discount, dcfg.n_step, False
+                )
+            )
+            _trim_replay(tr)
+            data = concat_transitions([demos, *tr.replay])
+            row.update(
+                is_pretraining=0.0,
+                epsilon=eps,
+                mean_competitive_return=float(ep.rewards.sum(axis=0).mean()),
+                mean_sim_return=float(ep.final_state.penalty_totals.sum(axis=1).mean()),
+            )
+            row.update(_update(tr, data, np.flatnonzero(data.is_sampled.numpy())))
+        tr.iteration += 1
+        n_done += 1
+        row["wall_s"] = time.perf_counter() - start
+        tr.curve.append(row)
+        if log:
+            left = (dcfg.n_iterations - tr.iteration) * row["wall_s"]
+            log(
+                f"dejavu: iteration {tr.iteration}/{dcfg.n_iterations} loss {row['loss']:.4f} "
+                + (
+                    f"return {row['mean_competitive_return']:.3f} "
+                    if "mean_competitive_return" in row
+                    else ""
+                )
+                + f"{row['wall_s']:.2f} s/iter, ~{left:.0f} s left"
+            )
+        if ckpt_dir is not None and (
+            tr.iteration % dcfg.checkpoint_every == 0 or tr.iteration == dcfg.n_iterations
+        ):
+            save_checkpoint(tr, ckpt_dir / f"dejavu_iter{tr.iteration:07d}.pt")
+    return tr
+
+
+# --- checkpoints -----------------------------------------------------------------------------------------
+
+
+def _config_dict(cfg) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}
+
+
+def save_checkpoint(tr: Trainer, path: str | Path) -> Path:
+    """torch.save of the state dicts, optimiser, generator, replay, curve, both configs and the iteration (written
+    to a temporary file, then renamed, so a killed run never leaves half a checkpoint under the final name)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "dejavu_config": _config_dict(tr.cfg),
+        "sim_config": _config_dict(tr.sim_cfg),
+        "iteration": tr.iteration,
+        "n_updates": tr.n_updates,
+        "online": tr.online.state_dict(),
+        "target": tr.target.state_dict(),
+        "optimizer": tr.optimizer.state_dict(),
+        "rng": tr.rng.bit_generator.state,
+        "replay": [part.to_dict() for part in tr.replay],
+        "curve": tr.curve,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint of the highest iteration in `folder`, or None."""
+    if not folder.exists():
+        return None
+    found = sorted(folder.glob("dejavu_iter*.pt"))
+    return found[-1] if found else None
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """The raw payload (torch.load with weights_only=True); ValueError naming the file when it is missing,
+    corrupt, truncated or not a Dejavu checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Dejavu checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # noqa: BLE001 - torch raises many types for damaged files; all mean the same
+        raise ValueError(
+            f"Dejavu checkpoint {path} is corrupt or truncated: {type(err).__name__}: {err}"
+        ) from err
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a Dejavu checkpoint (format {CHECKPOINT_FORMAT})")
+    return payload
+
+
+def _config_diff(saved: dict, wanted: dict) -> list[str]:
+    keys = sorted(set(saved) | set(wanted))
+    return [
+        f"{k}: checkpoint {saved.get(k)!r} != {wanted.get(k)!r}"
+        for k in keys
+        if saved.get(k) != wanted.get(k)
+    ]
+
+
+def load_checkpoint(path: str | Path, dcfg: DejavuConfig, sim_cfg: SimConfig) -> Trainer:
+    """A Trainer restored from `path`; ValueError naming the file when it was written under another Dejavu or
+    simulator configuration (listing the differing fields), or is corrupt."""
+    payload = read_checkpoint(path)
+    diff = _config_diff(payload["dejavu_config"], _config_dict(dcfg)) + _config_diff(
+        payload["sim_config"], _config_dict(sim_cfg)
+    )
+    if diff:
+        raise ValueError(
+            f"Dejavu checkpoint {path} was written under another configuration: " + "; ".join(diff)
+        )
+    tr = new_trainer(dcfg, sim_cfg)
+    try:
+        tr.online.load_state_dict(payload["online"])
+        tr.target.load_state_dict(payload["target"])
+        tr.optimizer.load_state_dict(payload["optimizer"])
+        tr.rng.bit_generator.state = payload["rng"]
+        tr.replay = [Transitions(**part) for part in payload["replay"]]
+    except (KeyError, RuntimeError, TypeError, ValueError) as err:
+        raise ValueError(f"Dejavu checkpoint {path} is damaged: {err}") from err
+    tr.iteration = int(payload["iteration"])
+    tr.n_updates = int(payload["n_updates"])
+    tr.curve = list(payload["curve"])
+    return tr
+
+
+# --- the policy ------------------------------------------------------------------------------------------
+
+
+class DejavuPolicy:
+    """Greedy on masked Q of a trained Dejavu network (`checkpoint`), or with checkpoint=None of the seeded
+    untrained network (DejavuConfig().seed) built on the first `act` from the SimConfig it is given."""
+
+    name = "dejavu"
+
+    def __init__(self, checkpoint: str | Path | None = None, config: DejavuConfig | None = None) -> None:
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        self.config = config or DejavuConfig()
+        self._net: QNetwork | None = None
+        self._shape: dict | None = None
+        if self.checkpoint is not None:
+            payload = read_checkpoint(self.checkpoint)
+            self.config = DejavuConfig(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in payload["dejavu_config"].items()}
+            )
+            self._shape = {k: payload["sim_config"][k] for k in SHAPE_FIELDS}
+            self._state_dict = payload["online"]
+
+    def _network(self, cfg: SimConfig) -> QNetwork:
+        shape = {k: _config_dict(cfg)[k] for k in SHAPE_FIELDS}
+        if self._shape is not None and shape != self._shape:
+            raise ValueError(
+                f"Dejavu checkpoint {self.checkpoint} was trained for {self._shape}, the simulator has {shape}"
+            )
+        if self._net is None:
+            self._net = build_network(self.config, cfg)
+            if self.checkpoint is not None:
+                self._net.load_state_dict(self._state_dict)
+            self._net.eval()
+            self._shape = shape
+        return self._net
+
+    def act(self, cfg: SimConfig, state: core.State, rng: np.random.Generator) -> np.ndarray:
+        net = self._network(cfg)
+        return greedy_actions(net, encode(cfg, self.config.observation, state), core.action_mask(cfg, state))
+
+
+# --- Dejavu's own metrics (section IV-D) ------------------------------------------------------------------
+
+
+def dejavu_episode_metrics(
+    policy: Policy, cfg: SimConfig, jobs: JobBatch, seed: int
+) -> list[dict[str, float]]:
+    """Per episode: Dejavu's metrics plus `sim.metrics.episode_metrics`. Dejavu's (IV-D):
+    - dejavu_util_frac: mean over steps 0..last placement step and resources of sum_m min(R, C_d) / (M C_d)
+      (the cluster's resource utilisation rate "until the final pod is scheduled");
+    - rbd1 / rbd2: mean over the episode's placements of RBD1 of the state after it and RBD2 of its node;
+    - completion_time_steps: the step at which the last job finished (or the truncation step);
+    - turnaround_time_steps: mean over placed jobs of finish - arrival (finish = start + duration)."""
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    trace = core.make_trace(cfg, jobs.batch_size)
+    n_env = jobs.batch_size
+    rbd1_sum, rbd2_sum, n_placed = np.zeros(n_env), np.zeros(n_env), np.zeros(n_env)
+    last_place = np.zeros(n_env, dtype=np.int64)
+    for _ in range(int(jobs.max_jobs + cfg.max_steps + 1)):
+        if state.is_done.all():
+            break
+        was_alive = ~state.is_done
+        state_for, actions = decide(policy, cfg, state, rng)
+        t_now = state_for.t.copy()
+        state, *_ = core.step(cfg, state_for, actions, trace)
+        is_place = was_alive & (actions < cfg.n_machines)
+        rbd1_sum += np.where(is_place, rbd1(cfg, state), 0.0)
+        rbd2_sum += np.where(is_place, rbd2(cfg, state, actions), 0.0)
+        n_placed += is_place
+        last_place = np.where(is_place, t_now, last_place)
+    if not state.is_done.all():
+        raise RuntimeError(f"policy {policy.name!r}: episodes not finished")
+    out = []
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    for b in range(n_env):
+        ep = episode_trace(trace, state, b)
+        metrics = episode_metrics(ep)
+        served = np.minimum(ep.usage[: last_place[b] + 1], cap)  # (T', M, D)
+        util = float((served.sum(axis=1) / (cfg.n_machines * cap)).mean()) if served.size else 0.0
+        n_jobs = int(state.jobs.n_jobs[b])
+        start = state.job_start[b, :n_jobs]
+        placed = start >= 0
+        finish = start + state.jobs.duration[b, :n_jobs]
+        turnaround = finish[placed] - state.jobs.arrival_step[b, :n_jobs][placed]
+        metrics.update(
+            dejavu_util_frac=util,
+            rbd1=float(rbd1_sum[b] / max(n_placed[b], 1)),
+            rbd2=float(rbd2_sum[b] / max(n_placed[b], 1)),
+            completion_time_steps=float(state.t[b]),
+            turnaround_time_steps=float(turnaround.mean()) if turnaround.size else float("nan"),
+        )
+        out.append(metrics)
+    return out
+
+
+def compare_policies(
+    policies: dict[str, Policy], cfg: SimConfig, jobs: JobBatch, seed: int = 0
+) -> pl.DataFrame:
+    """One row per (policy, sequence) with `dejavu_episode_metrics`; pass kube_default among the policies for
+    Dejavu's baseline."""
+    rows = []
+    for name, policy in policies.items():
+        for i, m in enumerate(dejavu_episode_metrics(policy, cfg, jobs, seed)):
+            rows.append({"policy": name, "sequence": i, **m})
+    return pl.DataFrame(rows)
