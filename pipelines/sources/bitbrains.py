@@ -189,14 +189,16 @@ def discover_partitions(root: Path) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for vm_set in SETS:
         folder, archive = base / vm_set, base / f"{vm_set}.zip"
+        found: dict[str, Path] = {}
         if folder.is_dir():
             months = [p for p in folder.iterdir() if p.is_dir() and _vm_files(p)]
             for month in sorted(months, key=lambda p: _month_order(p.name)):
-                out[f"{vm_set}_{month.name}"] = month
+                found[f"{vm_set}_{month.name}"] = month
             if _vm_files(folder):
-                out[vm_set] = folder
-        elif archive.is_file():
-            out[archive.name] = archive
+                found[vm_set] = folder
+        if not found and archive.is_file():
+            found[archive.name] = archive
+        out.update(found)
     return dict(sorted(out.items()))
 
 
