@@ -70,6 +70,10 @@ def test_discover_month_folders_and_zip(tmp_path):
     shutil.copy(ZIP / "bitbrains-gwa-t-12" / "rnd.zip", both / "rnd.zip")
     assert list(SRC.discover(tmp_path, T)) == ["rnd_2013-7", "rnd_2013-8"]
     assert SRC.discover(tmp_path / "nothing", T) == {}
+    # an empty set folder beside the zip: the zip is read
+    (tmp_path / "empty" / "bitbrains-gwa-t-12" / "rnd" / "2013-7").mkdir(parents=True)
+    shutil.copy(ZIP / "bitbrains-gwa-t-12" / "rnd.zip", tmp_path / "empty" / "bitbrains-gwa-t-12" / "rnd.zip")
+    assert list(SRC.discover(tmp_path / "empty", T)) == ["rnd.zip"]
     with pytest.raises(IngestError, match="unknown bitbrains table"):
         SRC.discover(FOLDERS, "task_usage")
 
