@@ -19,9 +19,12 @@ What the agent sees and does
   actions masked by `sim.core.action_mask` are never chosen (greedy and exploration alike) and never maximised
   over in the targets or the margin loss.
 
-Reward (Algorithm 1 factors, Algorithm 2 competition). For a next state S' reached by action a:
-- node utilisation u_m,d = min(requests of the jobs running on m in d / C_d, 1): the Kubernetes view of a node
-  (Eq. 3: its available resources are 1 - u), by requests as the kube-scheduler accounts them.
+Reward (Algorithm 1 factors, Algorithm 2 competition). The outcome S' of an action a taken in state S is the
+cluster right after it, at the same step (`utilisation_after`): the node utilisation
+u_m,d = min((requests of the jobs running on m now + the head's request if a places it on m) / C_d, 1), the
+Kubernetes view of a node (Eq. 3: its available resources are 1 - u), by requests as the kube-scheduler accounts
+them. (The simulator's step also advances time to the next decision; jobs ending meanwhile would make both
+outcomes depend on when the next job arrives rather than on the decision, so we score the cluster at the decision.)
 - RBD1(S') = sqrt(sigma_cpu^2 + sigma_mem^2), sigma_d the population standard deviation of u_m,d over the n = M
   nodes (Algorithm 1 lines 10-16; its line 13 writes the variance but names it Std and the text calls it "the
   standard deviation of each resource", which is what we take). Lower is more balanced across nodes.
@@ -30,12 +33,12 @@ Reward (Algorithm 1 factors, Algorithm 2 competition). For a next state S' reach
 - PWD (line 20) = -1 if the placement failed (the head's request does not fit the chosen machine's free capacity by
   requests: kube's NodeResourcesFit, which the simulator's mask does not enforce), -1 if the agent held while some
   machine could take the head (mask and requests: is_idle), else 0.
-- Competitive reward (Algorithm 2 with Algorithm 1's weights, line 21):
+- Competitive reward (Algorithm 2 with Algorithm 1's weights, line 21), the baseline kube_default deciding a_base
+  on the same State (the copy of the environment: `sim.core.step` is pure, so S itself is the copy):
       r = alpha * (RBD1(S'_base) - RBD1(S'_rl)) + beta * (RBD2(S'_base, a_base) - RBD2(S'_rl, a_rl)) + gamma * PWD
   Algorithm 2 lines 12-13 write abs() of the differences, which pays any departure from the baseline, better or
   worse alike; we keep the sign, so the reward is positive when the agent leaves the cluster more balanced than the
   baseline would have, negative when less (the paper's stated aim: "outperform the existing heuristic").
-  The baseline's copy step uses `invalid_action="hold"` (kube_default may hold where hold_rule="no_fit" forbids it).
 
 Demonstrations (III-D-1, Eq. 7-8; Algorithm 3). kube_default runs lock-step episodes on the training sequences
 (its rewards are the same competitive reward, against a second kube_default draw on the copy). Selection: a
@@ -252,31 +255,37 @@ def greedy_actions(net: QNetwork, features: np.ndarray, mask: np.ndarray) -> np.
 # --- competitive reward (Algorithms 1-2) ---------------------------------------------------------------
 
 
-def node_utilisation(cfg: SimConfig, state: core.State) -> np.ndarray:
-    """(B, M, D) requests of the running jobs / C_d per node, clipped at 1 (the node's used share, Eq. 3)."""
+def utilisation_after(cfg: SimConfig, state: core.State, actions: np.ndarray) -> np.ndarray:
+    """(B, M, D) u_m,d of the cluster right after each env's action, at the same step: requests of the jobs running
+    now plus, for a placement, the head's request on the chosen node, / C_d, clipped at 1 (Eq. 3: a node's used
+    share; a hold leaves the cluster as it is)."""
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
-    return np.minimum(placed_requests(state) / cap, 1.0)
+    requested = placed_requests(state).astype(np.float64)
+    head = queue_head(state)
+    rows = np.flatnonzero((actions < cfg.n_machines) & head.has_job)
+    requested[rows, actions[rows]] += head.request[rows]
+    return np.minimum(requested / cap, 1.0)
 
 
-def rbd1(cfg: SimConfig, state: core.State) -> np.ndarray:
-    """(B,) RBD1 = sqrt(sum_d sigma_d^2), sigma_d the population std over nodes of u_m,d (Algorithm 1, 10-16)."""
-    sigma = node_utilisation(cfg, state).std(axis=1)
+def rbd1(util: np.ndarray) -> np.ndarray:
+    """(B,) RBD1 = sqrt(sum_d sigma_d^2), sigma_d the population std over nodes of u_m,d (B, M, D) (Algorithm 1,
+    lines 10-16)."""
+    sigma = util.std(axis=1)
     return np.sqrt((sigma**2).sum(axis=1))
 
 
-def rbd2(cfg: SimConfig, state: core.State, actions: np.ndarray) -> np.ndarray:
-    """(B,) RBD2 = |u_a,cpu - u_a,mem| of the chosen node a (Algorithm 1, 18); 0 for a hold. With D != 2
-    resources: max_d u - min_d u."""
-    util = node_utilisation(cfg, state)
-    rows = np.arange(state.batch_size)
-    node = util[rows, np.minimum(actions, cfg.n_machines - 1)]
+def rbd2(util: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """(B,) RBD2 = |u_a,cpu - u_a,mem| of the chosen node a (Algorithm 1, line 18); 0 for a hold (a = M). With
+    D != 2 resources: max_d u - min_d u."""
+    n_m = util.shape[1]
+    node = util[np.arange(util.shape[0]), np.minimum(actions, n_m - 1)]
     spread = node.max(axis=1) - node.min(axis=1)
-    return np.where(actions < cfg.n_machines, spread, 0.0)
+    return np.where(actions < n_m, spread, 0.0)
 
 
 def pwd(cfg: SimConfig, state: core.State, actions: np.ndarray) -> np.ndarray:
-    """(B,) PWD (Algorithm 1, 20): -1 where the placement fails by requests (is_failed) or the action holds while
-    some machine could take the head (is_idle), else 0; `state` is the state the action was taken in."""
+    """(B,) PWD (Algorithm 1, line 20): -1 where the placement fails by requests (is_failed) or the action holds
+    while some machine could take the head (is_idle), else 0; `state` is the state the action was taken in."""
     head = queue_head(state)
     fits = fits_by_requests(cfg, state, head.request.astype(np.int64))
     rows = np.arange(state.batch_size)
@@ -288,18 +297,13 @@ def pwd(cfg: SimConfig, state: core.State, actions: np.ndarray) -> np.ndarray:
 
 
 def competitive_reward(
-    cfg: SimConfig,
-    dcfg: DejavuConfig,
-    state: core.State,
-    actions: np.ndarray,
-    next_state: core.State,
-    base_actions: np.ndarray,
-    base_next_state: core.State,
+    cfg: SimConfig, dcfg: DejavuConfig, state: core.State, actions: np.ndarray, base_actions: np.ndarray
 ) -> np.ndarray:
-    """(B,) r = alpha (RBD1_base - RBD1_rl) + beta (RBD2_base - RBD2_rl) + gamma PWD_rl (module docstring);
-    0 for envs already done in `state`."""
-    d1 = rbd1(cfg, base_next_state) - rbd1(cfg, next_state)
-    d2 = rbd2(cfg, base_next_state, base_actions) - rbd2(cfg, next_state, actions)
+    """(B,) r = alpha (RBD1_base - RBD1_rl) + beta (RBD2_base - RBD2_rl) + gamma PWD_rl (module docstring), the
+    agent's `actions` and the baseline's `base_actions` both taken in `state` (the copy); 0 for envs done."""
+    util_rl, util_base = utilisation_after(cfg, state, actions), utilisation_after(cfg, state, base_actions)
+    d1 = rbd1(util_base) - rbd1(util_rl)
+    d2 = rbd2(util_base, base_actions) - rbd2(util_rl, actions)
     r = dcfg.reward_alpha * d1 + dcfg.reward_beta * d2 + dcfg.reward_gamma * pwd(cfg, state, actions)
     return np.where(state.is_done, 0.0, r)
 
@@ -423,7 +427,6 @@ def run_competitive_episodes(
     """Roll `act` over every sequence of `jobs` (one env each, reset with seeds drawn from rng) until all are done;
     at each decision kube_default decides on the same state (the copy) and the competitive reward scores both."""
     baseline = KubeDefault()
-    base_cfg = replace(cfg, invalid_action="hold")
     obs_cfg = dcfg.observation
     state = core.reset(cfg, jobs, rng.integers(0, 2**31 - 1, size=jobs.batch_size).tolist())
     feats, masks, acts, rewards, alive = [], [], [], [], []
@@ -435,14 +438,12 @@ def run_competitive_episodes(
         mask = core.action_mask(cfg, state)
         a = np.where(is_alive, np.asarray(act(state, x, mask, rng), dtype=np.int64), cfg.n_machines)
         a_base = np.asarray(baseline.act(cfg, state, rng), dtype=np.int64)
-        next_state, *_ = core.step(cfg, state, a)
-        base_next, *_ = core.step(base_cfg, state, a_base)
         feats.append(x)
         masks.append(mask)
         acts.append(a)
-        rewards.append(competitive_reward(cfg, dcfg, state, a, next_state, a_base, base_next))
+        rewards.append(competitive_reward(cfg, dcfg, state, a, a_base))
         alive.append(is_alive)
-        state = next_state
+        state, *_ = core.step(cfg, state, a)
     if not state.is_done.all():
         raise RuntimeError("Dejavu: episodes not finished within the decision bound")
     return EpisodeBatch(
@@ -889,10 +890,11 @@ def dejavu_episode_metrics(
         was_alive = ~state.is_done
         state_for, actions = decide(policy, cfg, state, rng)
         t_now = state_for.t.copy()
+        util = utilisation_after(cfg, state_for, actions)
         state, *_ = core.step(cfg, state_for, actions, trace)
         is_place = was_alive & (actions < cfg.n_machines)
-        rbd1_sum += np.where(is_place, rbd1(cfg, state), 0.0)
-        rbd2_sum += np.where(is_place, rbd2(cfg, state, actions), 0.0)
+        rbd1_sum += np.where(is_place, rbd1(util), 0.0)
+        rbd2_sum += np.where(is_place, rbd2(util, actions), 0.0)
         n_placed += is_place
         last_place = np.where(is_place, t_now, last_place)
     if not state.is_done.all():
