@@ -86,7 +86,16 @@ from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.metrics import episode_metrics, episode_trace
 from sim.observation import ObservationConfig, encode, n_features
-from sim.policies import KubeDefault, Policy, decide, fits_by_requests, placed_requests, queue_head
+from sim.policies import (
+    KubeDefault,
+    Policy,
+    choose,
+    decide,
+    fits_by_requests,
+    kube_scores,
+    placed_requests,
+    queue_head,
+)
 
 CHECKPOINT_FORMAT = 1
 """Version of the checkpoint layout written by `save_checkpoint`."""
@@ -452,11 +461,20 @@ def run_competitive_episodes(
 
 
 def kube_act(cfg: SimConfig) -> ActFn:
-    """The demonstrator: kube_default's action."""
+    """The demonstrator: kube_default's action; where it holds (no machine fits by requests) but the simulator
+    forbids holding (hold_rule="no_fit" with a machine the mask allows), the best kube score among the machines
+    the mask allows instead (kube_default's filter relaxed to the simulator's rule), so demonstrations are valid."""
     policy = KubeDefault()
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
 
     def act(state: core.State, x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return policy.act(cfg, state, rng)
+        a = np.asarray(policy.act(cfg, state, rng), dtype=np.int64)
+        is_bad = ~mask[np.arange(a.shape[0]), a]
+        if is_bad.any():
+            requested = placed_requests(state) + queue_head(state).request.astype(np.int64)[:, None, :]
+            relaxed = choose(kube_scores(requested, cap), mask[:, : cfg.n_machines], rng)
+            a = np.where(is_bad, relaxed, a)
+        return a
 
     return act
 

@@ -353,3 +353,17 @@ def test_trained_dejavu_beats_random_valid_on_deepplace(tmp_path) -> None:
     table = dejavu.compare_policies(policies, SimConfig(), test_jobs, seed=0)
     mean = {p: table.filter(pl.col("policy") == p)["episode_return"].mean() for p in policies}
     assert mean["dejavu"] > mean["random_valid"], mean
+
+
+def test_demonstrator_is_valid_where_kube_default_would_hold_under_no_fit() -> None:
+    # m0 runs a job requesting (6, 6) whose first step uses (1, 1); the head requests (4, 4): kube_default filters
+    # m0 out by requests and there is no other machine, so it holds; with hold_rule="no_fit" the mask forbids that
+    cfg = SimConfig(n_machines=1, history_steps=4, queue_size=2, n_labels=4, max_steps=50, hold_rule="no_fit")
+    first = {"arrival_step": 0, "usage": [[1, 1], [6, 6], [6, 6]], "ec_label": 0}
+    state = core.reset(cfg, JobBatch.from_jobs([[first, _job(4, 4, 2)]]), 0)
+    state, *_ = core.step(cfg, state, np.array([0]))
+    mask = core.action_mask(cfg, state)
+    assert mask[0].tolist() == [True, False]
+    assert make_policy("kube_default").act(cfg, state, np.random.default_rng(0)).tolist() == [1]
+    action = dejavu.kube_act(cfg)(state, np.zeros((1, 1)), mask, np.random.default_rng(0))
+    assert action.tolist() == [0]
