@@ -475,6 +475,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "noop": Noop,
     "dejavu": learned_policy("models.dejavu", "DejavuPolicy"),
     "tvw_rl": learned_policy("models.tvw_rl", "TvwRlPolicy"),
+    "deeprm_rl": learned_policy("models.deeprm", "DeepRMAgentPolicy"),
 }
 """Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""
 

@@ -1,0 +1,635 @@
+"""DeepRM's own agent (Mao et al., HotNets 2016, sections 3-4) with the modifications TVW-RL made to use it as a
+baseline (AAAI 2021, "Baselines"): a policy network that chooses WHICH waiting job goes next (or "void"), trained
+with REINFORCE and DeepRM's time-dependent baseline (`models.reinforce`); the chosen job is placed by Best-Fit on
+requests (`sim.policies._deeprm_act`, the rule of the DeepRM heuristics).
+
+Run it without Dagster:
+
+    from models.deeprm import DeepRMAgentConfig, train_deeprm, slowdown_vs_load
+    curve = train_deeprm(JobBatch.from_frame(train_rows), DeepRMAgentConfig.short(), checkpoint_path="drm.pt")
+    table, png = slowdown_vs_load(build_deeprm_sequences(DeepRMConfig()), "drm.pt")
+
+State (`encode`, DeepRM section 3.2, Figure 2), a flat float32 vector in [0, 1], in this order (`feature_layout`):
+- cluster (D, T, M x C)  DeepRM's cluster image on the MONOLITHIC pool (TVW-RL modification 2: capacity = M x C_d
+                         units per resource): cell (d, tau, u) is 1 when u < the units of resource d committed at
+                         t + tau by the PEAK requests of the jobs running now (TVW-RL modification 1: DeepRM plans
+                         with a constant request per job; its requests are the job's peak usage). Background noise
+                         and the real, time-varying usage are not shown: DeepRM does not know them. Cells are
+                         occupancy (1/0), not one colour per job: DeepRM's colours only tell jobs apart, and with a
+                         constant request per job the sum over a row is what it shows. Width M x max(C_d); cells at or
+                         beyond M x C_d stay 0 for a smaller resource.
+- slots (K, D, T, C)     the K visible queued jobs' images: cell (d, tau, u) is 1 when tau < the job's duration and
+                         u < its request in d (peak usage). Width C_d, not M x C_d: no job's request exceeds one
+                         machine (`sim.core.validate_jobs`), so the wider image would only add zeros. A duration
+                         beyond T shows as T rows (DeepRM's durations are at most 15 < T = 20; long-running jobs of
+                         real traces all look "at least T long": a limit of DeepRM's state, kept). Empty slots: 0.
+- backlog (Bmax,)        DeepRM's backlog image, flattened: the first min(backlog, Bmax) cells are 1, where backlog =
+                         waiting jobs beyond the K slots and Bmax = `backlog_size` (DeepRM: 60).
+The image length T = `image_steps` (DeepRM: 20).
+
+Actions: 0..K-1 = "schedule the job in visible slot k"; K = void. A slot is valid when it holds a waiting job that
+fits some machine now (`sim.policies.queued_fits`: the simulator's placement rule and its request within the
+machine's free capacity by requests); void is always valid (DeepRM), or, under the simulator's hold_rule "no_fit",
+only when no slot is. The chosen job is moved to the queue head (`sim.policies.promote_queued_job`) and placed by
+Best-Fit by requests; void holds (the simulator closes the step and time advances). Unlike DeepRM, a job starts
+at once or not at all (the simulator has no reservations "in the first timestep the job fits till completion"),
+so only jobs that fit now are valid, and an invalid choice is masked rather than treated as void.
+
+Reward per decision (what its simulator call closed), `decision_rewards`:
+    r = - sum over the closed steps s of sum_{j in system at s} 1 / T_j              (DeepRM's slowdown reward)
+        + k_unused x P_U / mean_d(C_d)                                               (TVW-RL's extra penalty)
+where a job is "in the system" at step s when arrival_j <= s < finish_j (waiting or running, as DeepRM), so the
+first term summed over an episode is exactly minus the sum of job slowdowns (finish - arrival) / T_j (gamma = 1).
+P_U is the simulator's own under-utilisation penalty of the closed steps (`info["penalty_underutil"]`,
+-sum over used machines and resources of U^K_u, U the unused units incl. noise); with the agent's K_u = 1 (the
+default of its SimConfig here) it is linear, "proportional to the number of total unused resources" as TVW-RL
+states; dividing by C_d makes a wholly unused resource of one machine cost k_unused per step. k_unused = 1 is ours
+(TVW-RL gives no value). The simulator's other penalties (contention, overshoot, wait) are not DeepRM's reward and
+are not used. When the safety cap truncates an episode, each job never placed is charged 1 more (it would finish
+at least T_j after the cap, so its slowdown is at least what it has accrued + 1): voiding for ever never pays.
+
+Training (DeepRM Figure 3): per iteration, `n_sequences` jobsets x `n_trajectories` episodes in lock-step
+(`rollout_deeprm`), returns-to-go with gamma = 1, baseline = the mean return at the same decision index over the
+episodes of the same jobset, one optimiser step (`models.reinforce.train_loop`, Adam as there; DeepRM used
+RMSProp with the same learning rate 0.001).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from models.reinforce import ReinforceConfig, config_dict, load_checkpoint, sample_masked, train_loop
+from models.training import init_parameters
+from sim import core
+from sim.config import SimConfig
+from sim.core import State
+from sim.jobs import JobBatch
+from sim.policies import (
+    _deeprm_act,
+    choose,
+    decide,
+    free_by_requests,
+    make_policy,
+    promote_queued_job,
+    queued_fits,
+    valid_machines,
+)
+from sim.rollout import RolloutBatch
+
+REWARD_COMPONENTS = ("slowdown", "unused", "unplaced")
+"""Columns of `RolloutBatch.penalty_totals` in this module's rollouts (negative sums per episode): the slowdown
+reward, the unused-resource penalty, the truncation charge of never-placed jobs."""
+
+FIGURE4_POLICIES = ("deeprm_sjf", "deeprm_packer", "tetris")
+"""Heuristics of the registry DeepRM's Figure 4 compares against (SJF, Packer, Tetris)."""
+
+
+@dataclass(frozen=True)
+class DeepRMAgentConfig:
+    """Everything a DeepRM training run depends on (stored in its checkpoints). Defaults: DeepRM's paper setup on
+    its own synthetic workload (`pipelines.synthetic.DeepRMConfig`: the cluster is one pool = 1 machine of 8
+    units per resource)."""
+
+    sim: SimConfig = field(
+        default_factory=lambda: SimConfig(
+            n_machines=1, queue_size=10, max_steps=400, k_underutil=1.0, hold_rule="always"
+        )
+    )
+    """The simulator the agent trains in: queue_size = K job slots (DeepRM: 10); k_underutil = 1 makes P_U the
+    linear unused-resource penalty; hold_rule "always" is DeepRM's void action; max_steps a safety cap well
+    beyond DeepRM's 50-step jobsets."""
+    image_steps: int = 20
+    """T: steps of the cluster and slot images (DeepRM: 20)."""
+    backlog_size: int = 60
+    """Bmax: cells of the backlog image (DeepRM: 60)."""
+    hidden_units: int = 20
+    """Units of the one fully connected hidden layer (DeepRM: 20)."""
+    k_unused: float = 1.0
+    """Weight of TVW-RL's extra penalty on unused resources (ours; TVW-RL gives no value)."""
+    reinforce: ReinforceConfig = field(
+        default_factory=lambda: ReinforceConfig(n_iterations=1000, n_sequences=100, n_trajectories=20)
+    )
+    """DeepRM: 100 jobsets x N = 20 episodes per iteration, learning rate 0.001, 1000 iterations."""
+
+    def __post_init__(self) -> None:
+        if self.image_steps < 1 or self.backlog_size < 1 or self.hidden_units < 1:
+            raise ValueError("image_steps, backlog_size and hidden_units must be >= 1")
+        if not np.isfinite(self.k_unused) or self.k_unused < 0:
+            raise ValueError(f"k_unused must be finite and >= 0, got {self.k_unused}")
+
+    @staticmethod
+    def paper() -> DeepRMAgentConfig:
+        """DeepRM's configuration (1000 iterations of 100 jobsets x 20 episodes; about 2 GB of features per
+        iteration on its workload: run it on a big machine)."""
+        return DeepRMAgentConfig()
+
+    @staticmethod
+    def tvw_baseline(seed: int = 0) -> DeepRMAgentConfig:
+        """TVW-RL's "DeepRM" baseline: TVW-RL's cluster (M = 10, C = 8, L = 200 with 40 jobs per episode, as
+        `models.tvw_rl.TvwRlConfig`), DeepRM's agent, TVW-RL's batch (20 sequences x 20 trajectories)."""
+        return DeepRMAgentConfig(
+            sim=SimConfig(queue_size=10, max_steps=200, jobs_per_episode=40, k_underutil=1.0),
+            reinforce=ReinforceConfig(n_iterations=2000, n_sequences=20, n_trajectories=20, seed=seed),
+        )
+
+    @staticmethod
+    def short(seed: int = 0) -> DeepRMAgentConfig:
+        """A few minutes on 2 cores: 60 iterations of 8 jobsets x 8 episodes, DeepRM's state and workload."""
+        return replace(
+            DeepRMAgentConfig(),
+            reinforce=ReinforceConfig(
+                n_iterations=60, n_sequences=8, n_trajectories=8, checkpoint_every=10, seed=seed
+            ),
+        )
+
+    def with_sim(self, **changes) -> DeepRMAgentConfig:
+        """A copy with SimConfig fields changed."""
+        return replace(self, sim=replace(self.sim, **changes))
+
+    @property
+    def n_actions(self) -> int:
+        """K + 1: a visible slot or void."""
+        return self.sim.queue_size + 1
+
+
+# state encoding
+
+
+def feature_layout(cfg: DeepRMAgentConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of each block of `encode`'s vector, in order."""
+    s = cfg.sim
+    width = max(s.capacity_units)
+    return {
+        "cluster": (s.n_resources, cfg.image_steps, s.n_machines * width),
+        "slots": (s.queue_size, s.n_resources, cfg.image_steps, width),
+        "backlog": (cfg.backlog_size,),
+    }
+
+
+def n_features(cfg: DeepRMAgentConfig) -> int:
+    """F: length of `encode`'s vector."""
+    return int(sum(np.prod(shape) for shape in feature_layout(cfg).values()))
+
+
+def committed_requests(state: State, horizon: int) -> np.ndarray:
+    """(B, D, horizon) int64: units per resource of the whole cluster that the requests of the jobs running now
+    hold at t, t+1, ..., t+horizon-1 (each job holds its request until it ends)."""
+    n_envs, n_d = state.batch_size, state.jobs.n_resources
+    bi, ji = np.nonzero(core.jobs_running(state))
+    left = np.minimum(state.job_start[bi, ji] + state.jobs.duration[bi, ji] - state.t[bi], horizon)
+    req = state.jobs.request[bi, ji].astype(np.int64)  # (N, D)
+    # difference array over tau: +request at 0, -request at the job's end (or past the horizon)
+    diff = np.zeros((n_envs, n_d, horizon + 1), dtype=np.int64)
+    for d in range(n_d):
+        np.add.at(diff[:, d], (bi, np.zeros_like(bi)), req[:, d])
+        np.add.at(diff[:, d], (bi, left), -req[:, d])
+    return np.cumsum(diff, axis=2)[:, :, :horizon]
+
+
+def encode(cfg: DeepRMAgentConfig, state: State) -> np.ndarray:
+    """(B, F) float32 in [0, 1]: the cluster image, the K slot images and the backlog (module docstring)."""
+    s, horizon = cfg.sim, cfg.image_steps
+    n_envs = state.batch_size
+    layout = feature_layout(cfg)
+    width = layout["slots"][-1]
+    tau = np.arange(horizon)
+
+    committed = committed_requests(state, horizon)  # (B, D, T)
+    cells = np.arange(layout["cluster"][-1])
+    cluster = cells[None, None, None, :] < committed[..., None]
+
+    jobs_idx, request, fits = queued_fits(s, state)
+    is_waiting = (state.next_job[:, None] + np.arange(s.queue_size)[None, :]) < state.n_arrived[:, None]
+    is_waiting &= ~state.is_done[:, None]
+    duration = state.jobs.duration[np.arange(n_envs)[:, None], jobs_idx] * is_waiting  # (B, K)
+    rows_on = tau[None, None, :] < duration[..., None]  # (B, K, T)
+    units_on = (
+        np.arange(width)[None, None, None, :] < (request * is_waiting[..., None])[..., None]
+    )  # (B,K,D,C)
+    slots = rows_on[:, :, None, :, None] & units_on[:, :, :, None, :]
+
+    backlog = np.maximum(core.queue_length(state) - s.queue_size, 0)
+    backlog_cells = np.arange(cfg.backlog_size)[None, :] < backlog[:, None]
+
+    out = np.concatenate(
+        [cluster.reshape(n_envs, -1), slots.reshape(n_envs, -1), backlog_cells], axis=1
+    ).astype(np.float32)
+    out[state.is_done] = 0.0
+    return out
+
+
+def slot_mask(cfg: DeepRMAgentConfig, sim_cfg: SimConfig, state: State) -> np.ndarray:
+    """(B, K + 1) bool: slots holding a waiting job that fits some machine now (`queued_fits`), and void (always
+    under hold_rule "always"; under "no_fit" only where no slot is valid). Done envs: only void."""
+    _, _, fits = queued_fits(sim_cfg, state)
+    mask = np.zeros((state.batch_size, cfg.n_actions), dtype=bool)
+    mask[:, :-1] = fits.any(axis=2) & ~state.is_done[:, None]
+    mask[:, -1] = True if sim_cfg.hold_rule == "always" else ~mask[:, :-1].any(axis=1)
+    return mask
+
+
+def machine_actions(sim_cfg: SimConfig, state: State, is_void: np.ndarray) -> np.ndarray:
+    """(B,) simulator actions for a state whose head is the chosen job: hold (M) where `is_void`, else Best-Fit
+    by requests (`sim.policies._deeprm_act`). Where the simulator forbids the hold (hold_rule "no_fit" with the
+    head fitting by its own rule but not by requests), the Best-Fit machine among those the mask allows."""
+    n_m = sim_cfg.n_machines
+    actions = np.where(is_void, n_m, _deeprm_act(sim_cfg, state))
+    must_place = (actions == n_m) & ~core.action_mask(sim_cfg, state)[:, n_m]
+    if must_place.any():
+        fallback = choose(-free_by_requests(sim_cfg, state).sum(axis=2), valid_machines(sim_cfg, state))
+        actions = np.where(must_place, fallback, actions)
+    return actions
+
+
+# reward
+
+
+def slowdown_accrued(state: State) -> np.ndarray:
+    """(B,) float64: sum over jobs of (steps in the system before t) / T_j, where a job is in the system from its
+    arrival until it finishes (start + T_j; never for a job not placed yet). Its increase over a simulator call is
+    minus DeepRM's reward of the steps that call closed; at the end of an episode it is the sum of slowdowns."""
+    jobs = state.jobs
+    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    finish = np.where(state.job_start >= 0, state.job_start + jobs.duration, np.iinfo(np.int64).max)
+    steps = np.clip(np.minimum(state.t[:, None], finish) - jobs.arrival_step, 0, None) * is_real
+    return (steps / np.maximum(jobs.duration, 1)).sum(axis=1)
+
+
+def decision_rewards(
+    cfg: DeepRMAgentConfig, before: State, after: State, info: dict[str, np.ndarray]
+) -> np.ndarray:
+    """(B, 3) reward components of one simulator call, REWARD_COMPONENTS order (module docstring)."""
+    out = np.zeros((before.batch_size, len(REWARD_COMPONENTS)))
+    out[:, 0] = -(slowdown_accrued(after) - slowdown_accrued(before))
+    out[:, 1] = cfg.k_unused * info["penalty_underutil"] / float(np.mean(cfg.sim.capacity_units))
+    is_cut = after.is_truncated & ~before.is_truncated
+    n_left = after.jobs.n_jobs - after.next_job
+    out[:, 2] = -np.where(is_cut, n_left, 0)
+    return out
+
+
+# network
+
+
+class DeepRMNet(nn.Module):
+    """features (E, F) -> logits over K + 1 actions: Linear(F, hidden), ReLU, Linear(hidden, K + 1) (DeepRM: one
+    fully connected hidden layer of 20 units)."""
+
+    def __init__(self, n_features: int, n_actions: int, hidden_units: int, seed: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(n_features, hidden_units), nn.ReLU(), nn.Linear(hidden_units, n_actions)
+        )
+        init_parameters(self, torch.Generator().manual_seed(seed))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def build_net(cfg: DeepRMAgentConfig) -> DeepRMNet:
+    """The seeded, untrained network for `cfg`."""
+    return DeepRMNet(n_features(cfg), cfg.n_actions, cfg.hidden_units, cfg.reinforce.seed)
+
+
+def choose_slots(
+    net: nn.Module, cfg: DeepRMAgentConfig, state: State, rng: np.random.Generator, greedy: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features (B, F), mask (B, K + 1), action (B,)): the network's slot or void for every env, sampled from the
+    masked softmax with `rng` or its argmax."""
+    x = encode(cfg, state)
+    mask = slot_mask(cfg, cfg.sim, state)
+    with torch.no_grad():
+        logits = net(torch.from_numpy(x))
+    return x, mask, sample_masked(logits, mask, rng, greedy).astype(np.int64)
+
+
+def apply_choice(cfg: DeepRMAgentConfig, state: State, action: np.ndarray) -> tuple[State, np.ndarray]:
+    """(state with the chosen jobs at the head, simulator actions) for actions in 0..K (K = void)."""
+    k = cfg.sim.queue_size
+    is_void = (action == k) | state.is_done
+    state = promote_queued_job(state, np.where(is_void, 0, action))
+    return state, machine_actions(cfg.sim, state, is_void)
+
+
+# training
+
+
+def rollout_deeprm(
+    net: nn.Module,
+    cfg: DeepRMAgentConfig,
+    jobs: JobBatch,
+    n_trajectories: int,
+    seed: int,
+    greedy: bool = False,
+) -> RolloutBatch:
+    """The policy over B = jobs.batch_size jobsets x n_trajectories episodes in lock-step (env b * N + n is
+    episode n of jobset b), one decision per env per round until every env is done. Rewards are the sum of
+    `decision_rewards`; `penalty_totals` holds REWARD_COMPONENTS per env. Seeds of the envs and the sampling draw
+    from default_rng(seed)."""
+    rng = np.random.default_rng(seed)
+    env_jobs = jobs.select(np.repeat(np.arange(jobs.batch_size), n_trajectories))
+    state = core.reset(cfg.sim, env_jobs, rng.integers(0, 2**31 - 1, size=env_jobs.batch_size).tolist())
+    totals = np.zeros((env_jobs.batch_size, len(REWARD_COMPONENTS)))
+    limit = int(env_jobs.max_jobs + cfg.sim.max_steps + 1)
+    feats, masks, acts, rewards, alive = [], [], [], [], []
+    for _ in range(limit):
+        is_alive = ~state.is_done
+        if not is_alive.any():
+            break
+        x, mask, a = choose_slots(net, cfg, state, rng, greedy)
+        a = np.where(is_alive, a, cfg.sim.queue_size)
+        before, sim_actions = apply_choice(cfg, state, a)
+        state, _, _, _, info = core.step(cfg.sim, before, sim_actions)
+        parts = decision_rewards(cfg, before, state, info) * is_alive[:, None]
+        totals += parts
+        feats.append(x)
+        masks.append(mask)
+        acts.append(a)
+        rewards.append(parts.sum(axis=1))
+        alive.append(is_alive)
+    if not state.is_done.all():
+        raise RuntimeError(f"rollout_deeprm: envs not finished after {limit} decisions")
+    return RolloutBatch(
+        features=np.stack(feats),
+        masks=np.stack(masks),
+        actions=np.stack(acts),
+        rewards=np.stack(rewards),
+        alive=np.stack(alive),
+        penalty_totals=totals,
+        is_truncated=state.is_truncated.copy(),
+        n_sequences=jobs.batch_size,
+        n_trajectories=n_trajectories,
+    )
+
+
+def checkpoint_config(cfg: DeepRMAgentConfig) -> dict:
+    """The plain dict stored in (and checked against) a checkpoint."""
+    return config_dict(cfg.sim, cfg.reinforce) | {
+        "agent": "deeprm",
+        "image_steps": cfg.image_steps,
+        "backlog_size": cfg.backlog_size,
+        "hidden_units": cfg.hidden_units,
+        "k_unused": cfg.k_unused,
+    }
+
+
+def config_from_checkpoint(ckpt: dict, path: Path | str = "?") -> DeepRMAgentConfig:
+    """The DeepRMAgentConfig a checkpoint was trained with (ValueError naming the file when it is not DeepRM's)."""
+    c = ckpt["config"]
+    if c.get("agent") != "deeprm":
+        raise ValueError(f"checkpoint {path} is not a DeepRM agent's (agent {c.get('agent')!r})")
+    sim = c["SimConfig"] | {"capacity_units": tuple(c["SimConfig"]["capacity_units"])}
+    return DeepRMAgentConfig(
+        sim=SimConfig(**sim),
+        image_steps=int(c["image_steps"]),
+        backlog_size=int(c["backlog_size"]),
+        hidden_units=int(c["hidden_units"]),
+        k_unused=float(c["k_unused"]),
+        reinforce=ReinforceConfig(**c["ReinforceConfig"]),
+    )
+
+
+def train_deeprm(
+    jobs: JobBatch,
+    cfg: DeepRMAgentConfig,
+    checkpoint_path: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Train on the jobsets `jobs` (each iteration draws cfg.reinforce.n_sequences of them with replacement);
+    returns the learning curve (one row per iteration: mean/std return, mean slowdown per job, each reward
+    component, loss, entropy, wall seconds). Resumes from `checkpoint_path` when it exists and was written with
+    the same configuration (else a clear error). Raises ValueError when `jobs` holds no job, FloatingPointError on
+    a non-finite return or loss."""
+    if jobs.batch_size == 0 or int(jobs.n_jobs.sum()) == 0:
+        raise ValueError("train_deeprm: the training jobsets hold no job")
+    net = build_net(cfg)
+    r = cfg.reinforce
+    n_jobs_of_batch: dict[int, np.ndarray] = {}
+
+    def run_iteration(i: int, rng: np.random.Generator) -> RolloutBatch:
+        rows = rng.integers(0, jobs.batch_size, size=r.n_sequences)
+        picked = jobs.select(rows)
+        n_jobs = (
+            picked.n_jobs
+            if cfg.sim.jobs_per_episode is None
+            else picked.first_jobs(cfg.sim.jobs_per_episode).n_jobs
+        )
+        n_jobs_of_batch["current"] = np.repeat(n_jobs, r.n_trajectories)
+        return rollout_deeprm(net, cfg, picked, r.n_trajectories, int(rng.integers(2**31)))
+
+    def curve_extra(batch: RolloutBatch) -> dict[str, float]:
+        n_jobs = np.maximum(n_jobs_of_batch["current"], 1)
+        out = {"mean_slowdown": float((-batch.penalty_totals[:, 0] / n_jobs).mean())}
+        out |= {
+            f"cost_{n}": float(-batch.penalty_totals[:, i].mean()) for i, n in enumerate(REWARD_COMPONENTS)
+        }
+        return out
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny net: more threads only add overhead
+    try:
+        return train_loop(
+            net,
+            run_iteration,
+            r,
+            checkpoint_config(cfg),
+            None if checkpoint_path is None else Path(checkpoint_path),
+            log,
+            curve_extra,
+        )
+    finally:
+        torch.set_num_threads(before)
+
+
+# the scheduler of the registry
+
+
+STATE_SHAPE_FIELDS = ("n_machines", "capacity_units", "queue_size")
+"""SimConfig fields that fix the network's input and output: evaluation must use the training values."""
+
+
+class DeepRMAgentPolicy:
+    """DeepRM's trained agent as a scheduler of the registry (a `sim.policies.JobPicker`): `pick_job` is the
+    network's greedy slot (the head, 0, when it chooses void); `act` places the head by Best-Fit on requests, or
+    holds where `pick_job` chose void on that state. Called without `pick_job` on a state, `act` holds where the
+    network's greedy choice there is void and otherwise places the head.
+
+    checkpoint: a file written by `train_deeprm`, or None (the seeded untrained network of
+    DeepRMAgentConfig.short() for the SimConfig of the first call)."""
+
+    name = "deeprm_rl"
+
+    def __init__(self, checkpoint: str | Path | None = None) -> None:
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        self.cfg: DeepRMAgentConfig | None = None
+        self.net: DeepRMNet | None = None
+        self._pending: tuple[tuple, np.ndarray] | None = None
+        if self.checkpoint is not None:
+            ckpt = load_checkpoint(self.checkpoint)
+            self.cfg = config_from_checkpoint(ckpt, self.checkpoint)
+            self.net = build_net(self.cfg)
+            self.net.load_state_dict(ckpt["model"])
+
+    def _ready(self, cfg: SimConfig) -> tuple[DeepRMAgentConfig, DeepRMNet]:
+        if self.net is None:
+            self.cfg = replace(DeepRMAgentConfig.short(), sim=cfg)
+            self.net = build_net(self.cfg)
+        bad = [f for f in STATE_SHAPE_FIELDS if getattr(cfg, f) != getattr(self.cfg.sim, f)]
+        if bad:
+            raise ValueError(
+                f"deeprm_rl policy {self.checkpoint or '(untrained)'} was built for another state space: "
+                + ", ".join(f"{f} {getattr(self.cfg.sim, f)} != {getattr(cfg, f)}" for f in bad)
+            )
+        return self.cfg, self.net
+
+    def _greedy(self, cfg: SimConfig, state: State) -> np.ndarray:
+        own, net = self._ready(cfg)
+        x = encode(own, state)
+        mask = slot_mask(own, cfg, state)
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)  # a tiny net: more threads only add wake-ups
+        try:
+            with torch.no_grad():
+                logits = net(torch.from_numpy(x)).numpy()
+        finally:
+            torch.set_num_threads(before)
+        # the argmax of the masked softmax (ties to the lowest index, as there)
+        return np.where(mask, logits, -np.inf).argmax(axis=1).astype(np.int64)
+
+    @staticmethod
+    def _key(state: State) -> tuple:
+        """What promoting a visible job leaves unchanged: time, queue range and batch size."""
+        return (state.t.tobytes(), state.next_job.tobytes(), state.n_arrived.tobytes())
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        action = self._greedy(cfg, state)
+        self._pending = (self._key(state), action)
+        return np.where(action == cfg.queue_size, 0, action)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] == self._key(state):
+            action = pending[1]
+        else:
+            action = self._greedy(cfg, state)
+        return machine_actions(cfg, state, (action == cfg.queue_size) | state.is_done)
+
+
+@dataclass(frozen=True)
+class RandomSlot:
+    """A uniformly random visible job among those that fit some machine (never void unless none fits), placed by
+    Best-Fit on requests: the untrained-agent reference of DeepRM Figure 6 ("no better than random")."""
+
+    name: str = "random_slot"
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        _, _, fits = queued_fits(cfg, state)
+        ok = fits.any(axis=2)
+        score = np.where(ok, rng.random(ok.shape), -1.0)
+        return np.where(ok.any(axis=1), score.argmax(axis=1), 0)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return machine_actions(cfg, state, state.is_done)
+
+
+# DeepRM Figure 4: slowdown vs load
+
+
+def job_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np.ndarray, int]:
+    """(slowdown (finish - arrival) / duration of every placed job, jobs never placed) of `policy` over the
+    jobsets `jobs` (run through `sim.policies.decide`, so a JobPicker's choice of job is honoured)."""
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    limit = int(state.jobs.max_jobs + cfg.max_steps + 1)
+    for _ in range(limit):
+        if state.is_done.all():
+            break
+        state, actions = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, actions)
+    if not state.is_done.all():
+        raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")
+    j = state.jobs
+    is_real = np.arange(j.max_jobs)[None, :] < j.n_jobs[:, None]
+    is_placed = is_real & (state.job_start >= 0)
+    finish = state.job_start + j.duration
+    slowdown = (finish - j.arrival_step)[is_placed] / j.duration[is_placed]
+    return slowdown, int((is_real & ~is_placed).sum())
+
+
+def slowdown_vs_load(
+    sequences: pl.DataFrame,
+    checkpoint_path: str | Path,
+    policies: Sequence[str] = FIGURE4_POLICIES,
+    split: str = "test",
+    seed: int = 0,
+    include_random: bool = True,
+) -> tuple[pl.DataFrame, bytes]:
+    """DeepRM Figure 4: mean job slowdown per load for the trained agent (`checkpoint_path`), the registry's
+    heuristics `policies` and (include_random) `RandomSlot`, on the `split` jobsets of `sequences` (a
+    `sim__job_sequences` frame, e.g. `build_deeprm_sequences`), in the simulator the agent was trained in.
+
+    Returns (table, PNG bytes). Table: one row per (load_pct, policy) with n_sequences, n_jobs, mean_slowdown
+    (over placed jobs), its 95 % interval half-width over jobs, n_unplaced."""
+    frame = sequences.filter(pl.col("split") == split)
+    if frame.height == 0:
+        raise ValueError(f"slowdown_vs_load: no job sequences for split {split!r}")
+    agent = DeepRMAgentPolicy(checkpoint_path)
+    sim_cfg = agent.cfg.sim
+    named = [(agent.name, agent)] + [(n, make_policy(n)) for n in policies]
+    if include_random:
+        named.append(("random_slot", RandomSlot()))
+    rows = []
+    for (load,), group in frame.group_by("load_pct", maintain_order=True):
+        jobs = JobBatch.from_frame(group)
+        for name, policy in named:
+            slow, n_unplaced = job_slowdowns(policy, sim_cfg, jobs, seed)
+            half = 1.96 * slow.std(ddof=1) / np.sqrt(slow.size) if slow.size > 1 else float("nan")
+            rows.append(
+                {
+                    "load_pct": int(load),
+                    "policy": name,
+                    "n_sequences": jobs.batch_size,
+                    "n_jobs": int(slow.size + n_unplaced),
+                    "mean_slowdown": float(slow.mean()) if slow.size else float("nan"),
+                    "slowdown_ci95": float(half),
+                    "n_unplaced": n_unplaced,
+                }
+            )
+    table = pl.DataFrame(rows).sort("load_pct", "policy")
+    return table, plot_slowdown_vs_load(table)
+
+
+def plot_slowdown_vs_load(table: pl.DataFrame) -> bytes:
+    """PNG of mean job slowdown vs load, one line per policy (DeepRM Figure 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for (name,), part in table.sort("load_pct").group_by("policy", maintain_order=True):
+        ax.errorbar(
+            part["load_pct"].to_numpy(),
+            part["mean_slowdown"].to_numpy(),
+            yerr=part["slowdown_ci95"].to_numpy(),
+            marker="o",
+            capsize=3,
+            label=name,
+        )
+    ax.set_xlabel("offered load (%)")
+    ax.set_ylabel("average job slowdown")
+    ax.set_title("Job slowdown at different loads (DeepRM Fig. 4)")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
