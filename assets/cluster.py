@@ -32,7 +32,7 @@ from sim.config import SimConfig
 from sim.evaluate import RESULT_KEY, evaluate_policies, plot_results, split_diversity, summarise
 from sim.jobs import JobBatch
 from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age
-from sim.policies import POLICIES
+from sim.policies import POLICIES, is_learned
 
 
 class JobSequencesConfig(Config):
@@ -133,7 +133,11 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
         n_test_sequences=config.n_test_sequences,
     )
     frames, notes, scales = [], {}, []
-    counts = long_running.group_by("source").len() if long_running is not None else pl.DataFrame()
+    counts = (
+        long_running.group_by("source").len()
+        if long_running is not None
+        else pl.DataFrame(schema={"source": pl.String, "len": pl.UInt32})
+    )
     for source, n in counts.sort("source").iter_rows():
         if n < config.min_workloads:
             context.log.warning(
@@ -184,7 +188,10 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
 
 
 class EvalConfig(Config):
-    policies: list[str] = Field(default=sorted(POLICIES), description="registered policies to evaluate")
+    policies: list[str] = Field(
+        default=sorted(p for p in POLICIES if not is_learned(p)),
+        description="registered heuristics to evaluate (learned policies are evaluated by eval__results)",
+    )
     seeds: list[int] = Field(default=[0, 1, 2], description="simulator/policy seeds per test sequence")
     n_machines: int = Field(default=10, description="M (TVW-RL: 10)")
     max_steps: int = Field(
@@ -199,42 +206,49 @@ class EvalConfig(Config):
     noise_max_units: int = Field(default=0, description="background noise 0..n units (robustness study: 1-3)")
 
 
-EVAL_CHECKS = [
-    AssetCheckSpec(
-        "noop_has_the_worst_return",
-        asset="eval__baselines",
-        description=(
-            "At every (source, load), the policy that never places has the lowest mean episode return: withholding "
-            "work must never pay."
+def EVAL_CHECKS_FOR(asset: str) -> list[AssetCheckSpec]:  # noqa: N802 (a constant per asset)
+    """The checks of an evaluation table (`eval__baselines`, `eval__results`)."""
+    return [
+        AssetCheckSpec(
+            "noop_has_the_worst_return",
+            asset=asset,
+            description=(
+                "At every (source, load), the policy that never places has the lowest mean episode return: withholding "
+                "work must never pay."
+            ),
         ),
-    ),
-    AssetCheckSpec(
-        "utilisation_within_capacity",
-        asset="eval__baselines",
-        description=(
-            "No episode reports average utilisation above 1 (usage above capacity is overshoot, not utilisation)."
+        AssetCheckSpec(
+            "utilisation_within_capacity",
+            asset=asset,
+            description=(
+                "No episode reports average utilisation above 1 (usage above capacity is overshoot, not utilisation)."
+            ),
         ),
-    ),
-    AssetCheckSpec(
-        "only_noop_hits_the_safety_cap",
-        asset="eval__baselines",
-        description=(
-            "Every policy but noop finishes every episode before the safety cap (a truncated episode is a failure)."
+        AssetCheckSpec(
+            "only_noop_hits_the_safety_cap",
+            asset=asset,
+            description=(
+                "Every policy but noop finishes every episode before the safety cap (a truncated episode is a failure)."
+            ),
         ),
-    ),
-    AssetCheckSpec(
-        "one_row_per_episode",
-        asset="eval__baselines",
-        description=(
-            "Exactly one row per (source, load, policy, test sequence, seed), and policies differ: not every policy "
-            "gives identical numbers in a (source, load)."
+        AssetCheckSpec(
+            "one_row_per_episode",
+            asset=asset,
+            description=(
+                "Exactly one row per (source, load, policy, test sequence, seed), and policies differ: not every policy "
+                "gives identical numbers in a (source, load)."
+            ),
         ),
-    ),
-]
+    ]
 
 
-def eval_checks(results: pl.DataFrame, n_expected: int) -> list[AssetCheckResult]:
-    """The EVAL_CHECKS of an `eval__baselines` table."""
+EVAL_CHECKS = EVAL_CHECKS_FOR("eval__baselines")
+
+
+def eval_checks(
+    results: pl.DataFrame, n_expected: int, asset: str = "eval__baselines"
+) -> list[AssetCheckResult]:
+    """The EVAL_CHECKS_FOR(asset) results of an evaluation table."""
     mean = results.group_by("source", "load_pct", "policy").agg(pl.col("episode_return").mean())
     worst = mean.sort("episode_return").group_by("source", "load_pct").first()
     has_noop = "noop" in results["policy"].unique().to_list()
@@ -252,6 +266,7 @@ def eval_checks(results: pl.DataFrame, n_expected: int) -> list[AssetCheckResult
     dup = results.height - results.select(RESULT_KEY).unique().height
     return [
         AssetCheckResult(
+            asset_key=asset,
             check_name="noop_has_the_worst_return",
             passed=has_noop and bad_noop.height == 0,
             metadata={
@@ -260,11 +275,13 @@ def eval_checks(results: pl.DataFrame, n_expected: int) -> list[AssetCheckResult
             },
         ),
         AssetCheckResult(
+            asset_key=asset,
             check_name="utilisation_within_capacity",
             passed=over.height == 0,
             metadata={"n_rows_above_1": over.height},
         ),
         AssetCheckResult(
+            asset_key=asset,
             check_name="only_noop_hits_the_safety_cap",
             passed=cut.height == 0,
             metadata={
@@ -273,6 +290,7 @@ def eval_checks(results: pl.DataFrame, n_expected: int) -> list[AssetCheckResult
             },
         ),
         AssetCheckResult(
+            asset_key=asset,
             check_name="one_row_per_episode",
             passed=dup == 0 and results.height == n_expected and identical.height == 0,
             metadata={

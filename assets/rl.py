@@ -1,0 +1,335 @@
+"""Learned schedulers as assets: TVW-RL training runs (one partition per load x training seed, every source with
+training sequences inside it) and the evaluation of every registered policy, learned ones included.
+
+Trained policies are saved under the warehouse, `models/<policy>/<source>/<partition>.pt`, each with a JSON
+sidecar holding its configuration and the git revision it was trained at; `eval__results` loads them from there.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from dagster import (
+    AssetExecutionContext,
+    Config,
+    MetadataValue,
+    Output,
+    StaticPartitionsDefinition,
+    asset,
+)
+from pydantic import Field
+
+from assets.cluster import EVAL_CHECKS_FOR, eval_checks
+from assets.ec import classifier_path, png_markdown
+from assets.resources import Warehouse
+from models.reinforce import ReinforceConfig
+from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
+from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
+from sim.config import SimConfig
+from sim.evaluate import evaluate_policies, plot_results, summarise
+from sim.jobs import JobBatch
+from sim.labelling import ClassifierLabeller
+from sim.observation import ObservationConfig
+from sim.policies import POLICIES, is_learned, make_policy
+
+RL_LOADS = (30, 50, 80)
+RL_SEEDS = (0, 1, 2)
+RL_PARTITIONS = StaticPartitionsDefinition(
+    [f"load{load}-seed{seed}" for load in RL_LOADS for seed in RL_SEEDS]
+)
+"""One training run per (load, training seed); every source with training sequences at that load inside it."""
+SYNTHETIC_SOURCES = (DEEPPLACE_SOURCE, DEEPRM_SOURCE)
+"""Synthetic workloads have no EC classifier: their job class is known at arrival, so the agent sees it."""
+
+LEARNING_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,
+    "mean_return": pl.Float64,  # mean episode return over the iteration's B x N episodes (higher is better)
+    "std_return": pl.Float64,
+    "loss": pl.Float64,
+    "entropy": pl.Float64,  # mean entropy of the masked policy over the iteration's decisions (nats)
+    "n_truncated": pl.Int64,  # episodes that hit the safety cap
+    "wall_s": pl.Float64,  # seconds the iteration took
+    "cost_contention": pl.Float64,
+    "cost_underutil": pl.Float64,
+    "cost_overshoot": pl.Float64,
+    "cost_wait": pl.Float64,
+    "cost_unplaced": pl.Float64,
+}
+
+
+def parse_rl_partition(key: str) -> tuple[int, int]:
+    """'load50-seed1' -> (50, 1)."""
+    load, seed = key.split("-")
+    return int(load.removeprefix("load")), int(seed.removeprefix("seed"))
+
+
+def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:
+    return Path(warehouse.root) / "models" / policy / source / f"load{load_pct}-seed{seed}.pt"
+
+
+def git_revision() -> str:
+    """The project's git revision (with '+dirty' when the tree has changes), or 'unknown' outside a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True
+        ).stdout
+        return rev + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+class TvwRlTrainConfig(Config):
+    preset: str = Field(
+        default="paper", description="'paper' (TVW-RL: 2000 iterations of 20 x 20) or 'short'"
+    )
+    n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
+    learning_rate: float = Field(
+        default=0.0, description="override the preset's Adam learning rate (0 = keep)"
+    )
+    advantage: str = Field(default="normalise", description="advantage scaling: normalise | scale | raw")
+    sources: list[str] = Field(
+        default=[], description="sources to train on (empty: every source with sequences)"
+    )
+    labels: str = Field(
+        default="predicted", description="EC labels the agent sees: predicted (Algorithm 1 classifier) | true"
+    )
+
+
+def _train_config(config: TvwRlTrainConfig, seed: int, is_synthetic: bool) -> TvwRlConfig:
+    base = TvwRlConfig.short(seed) if config.preset == "short" else TvwRlConfig.paper()
+    r = base.reinforce
+    reinforce = ReinforceConfig(
+        learning_rate=config.learning_rate or r.learning_rate,
+        n_trajectories=r.n_trajectories,
+        n_sequences=r.n_sequences,
+        n_iterations=config.n_iterations or r.n_iterations,
+        advantage=config.advantage,
+        reward_scale=r.reward_scale,
+        checkpoint_every=r.checkpoint_every,
+        seed=seed,
+    )
+    labels = "true" if is_synthetic else config.labels
+    return TvwRlConfig(
+        sim=base.sim, obs=ObservationConfig(labels=labels), reinforce=reinforce, hidden_units=20
+    )
+
+
+def labeller_for(warehouse: Warehouse, source: str, usage_scale: pl.DataFrame) -> ClassifierLabeller | None:
+    """TVW-RL Algorithm 1's labeller of a real source (its saved EC classifier and the sequences' usage scale), or
+    None where there is none (synthetic sources, or no classifier saved)."""
+    path = classifier_path(warehouse, source)
+    row = usage_scale.filter(pl.col("source") == source)
+    if not path.exists() or row.height == 0:
+        return None
+    _, cpu_scale, mem_scale, step_bins = row.row(0)
+    return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale))
+
+
+@asset(
+    partitions_def=RL_PARTITIONS,
+    group_name="rl",
+    io_manager_key="table_io",
+    kinds={"parquet", "torch"},
+)
+def rl__tvw_rl(
+    context: AssetExecutionContext,
+    config: TvwRlTrainConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+    sim__usage_scale: pl.DataFrame,
+) -> Output[pl.DataFrame]:
+    """TVW-RL learning curves: one row per (source, load, training seed, iteration) with the mean and spread of the
+    episode return, each penalty as a positive cost, the policy's entropy and the wall seconds. One partition is one
+    (load, seed); it trains a policy for every source with training sequences at that load (REINFORCE with the
+    time-dependent baseline, `models.tvw_rl`), resuming from its checkpoint when a run was interrupted. The
+    trained policies are saved as `models/tvw_rl/<source>/<partition>.pt` under the warehouse."""
+    load, seed = parse_rl_partition(context.partition_key)
+    train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
+    sources = sorted(train["source"].unique().to_list())
+    if config.sources:
+        sources = [s for s in sources if s in config.sources]
+    if not sources:
+        raise ValueError(
+            f"rl__tvw_rl {context.partition_key}: no training sequences at load {load} % "
+            f"(sources asked: {config.sources or 'all'}); materialise sim__job_sequences first"
+        )
+    frames, saved = [], {}
+    revision = git_revision()
+    for source in sources:
+        is_synthetic = source in SYNTHETIC_SOURCES
+        cfg = _train_config(config, seed, is_synthetic)
+        labeller = None if is_synthetic else labeller_for(warehouse, source, sim__usage_scale)
+        if labeller is None and cfg.obs.labels == "predicted":
+            context.log.warning(f"{source}: no saved EC classifier; the agent sees the clustering labels")
+            cfg = TvwRlConfig(sim=cfg.sim, obs=ObservationConfig(labels="true"), reinforce=cfg.reinforce)
+        jobs = JobBatch.from_frame(train.filter(pl.col("source") == source))
+        jobs = _fit_labels(jobs, cfg.sim)
+        path = policy_path(warehouse, "tvw_rl", source, load, seed)
+        context.log.info(
+            f"{source} load {load} % seed {seed}: training {cfg.reinforce.n_iterations} iterations"
+        )
+        curve = train_tvw_rl(jobs, cfg, labeller, path, log=lambda m, s=source: context.log.info(f"{s}: {m}"))
+        path.with_suffix(".json").write_text(
+            json.dumps({"git_revision": revision, "source": source, "load_pct": load, "seed": seed}, indent=2)
+        )
+        saved[source] = str(path)
+        frames.append(
+            pl.DataFrame(curve).with_columns(
+                source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
+            )
+        )
+    out = pl.concat(frames, how="diagonal_relaxed").select(
+        [pl.col(c).cast(t) for c, t in LEARNING_CURVE.items()]
+    )
+    return Output(
+        out,
+        metadata={
+            "policies": MetadataValue.json(saved),
+            "git_revision": revision,
+            "learning_curve": png_markdown(plot_learning_curves(out), "TVW-RL learning curves"),
+            "first_vs_last_return": MetadataValue.json(curve_trend(out).to_dicts()),
+        },
+    )
+
+
+def _fit_labels(jobs: JobBatch, sim: SimConfig) -> JobBatch:
+    """Jobs whose clustering labels exceed the agent's label range are an error naming the sequence."""
+    bad = (jobs.ec_label >= sim.n_labels) & (np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    if bad.any():
+        b, j = np.argwhere(bad)[0]
+        raise ValueError(f"{jobs.describe_job(b, j)}: label {jobs.ec_label[b, j]} >= n_labels {sim.n_labels}")
+    return jobs
+
+
+def curve_trend(curve: pl.DataFrame, share: float = 0.1) -> pl.DataFrame:
+    """Per (source, load, seed): mean return over the first and the last `share` of iterations, and whether it
+    rose (returns are negative costs: rising = learning)."""
+
+    def part(first: bool) -> pl.Expr:
+        n = (pl.len() * share).ceil().cast(pl.Int64).clip(1)
+        col = pl.col("mean_return").sort_by("iteration")
+        return (col.head(n) if first else col.tail(n)).mean()
+
+    return (
+        curve.group_by("source", "load_pct", "seed")
+        .agg(first_return=part(True), last_return=part(False))
+        .with_columns(has_improved=pl.col("last_return") > pl.col("first_return"))
+        .sort("source", "load_pct", "seed")
+    )
+
+
+def plot_learning_curves(curve: pl.DataFrame) -> bytes:
+    """PNG: mean return per iteration, one panel per source, a line per (load, seed); 1,200 px wide."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = sorted(curve["source"].unique().to_list())
+    fig, axes = plt.subplots(1, len(sources), figsize=(12, 3.2), squeeze=False)
+    for ax, source in zip(axes[0], sources, strict=True):
+        part = curve.filter(pl.col("source") == source)
+        for (load, seed), g in part.group_by("load_pct", "seed", maintain_order=True):
+            g = g.sort("iteration")
+            ax.plot(g["iteration"], g["mean_return"], label=f"{load}% s{seed}", lw=1)
+        ax.set_title(source, fontsize=9)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("mean return", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+class ResultsConfig(Config):
+    policies: list[str] = Field(default=sorted(POLICIES), description="registered policies to evaluate")
+    seeds: list[int] = Field(
+        default=list(RL_SEEDS),
+        description="seeds: training seed of learned policies, simulator/policy seed of all",
+    )
+    n_machines: int = Field(default=10, description="M (TVW-RL: 10)")
+    max_steps: int = Field(default=1000, description="safety cap in logical steps (hitting it is a failure)")
+    noise_max_units: int = Field(default=0, description="background noise 0..n units (robustness study: 1-3)")
+
+
+@asset(
+    group_name="results",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    deps=["rl__tvw_rl"],
+    check_specs=EVAL_CHECKS_FOR("eval__results"),
+)
+def eval__results(
+    context: AssetExecutionContext,
+    config: ResultsConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+    sim__usage_scale: pl.DataFrame,
+):
+    """Every registered policy, learned ones included, on every test sequence of every source and load, with every
+    simulator metric (utilisation, fragmentation, overshoot %, machines used and the sequence's
+    `machines_lower_bound`, jobs never placed, return and its costs), one row per (source, load, policy, test
+    sequence, seed). A learned policy runs with the checkpoint trained at that (source, load) with that seed; one
+    without a checkpoint there is left out and listed in the metadata."""
+    unknown = [p for p in config.policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"eval__results: unknown policies {unknown}; registered: {sorted(POLICIES)}")
+    n_labels = max(SimConfig().n_labels, int(sim__job_sequences["ec_label"].max() or 0) + 1)
+    cfg = SimConfig(
+        n_machines=config.n_machines,
+        max_steps=config.max_steps,
+        n_labels=n_labels,
+        noise_max_units=config.noise_max_units,
+        oversize="clip",
+    )
+    missing: list[str] = []
+    labellers: dict[str, ClassifierLabeller | None] = {}
+
+    def make(name: str, source: str, load: int, seed: int):
+        if not is_learned(name):
+            return make_policy(name)
+        path = policy_path(warehouse, name, source, load, seed)
+        if not path.exists():
+            missing.append(f"{name} {source} {load}% seed {seed}")
+            return None
+        if source not in labellers:
+            labellers[source] = labeller_for(warehouse, source, sim__usage_scale)
+        if name == "tvw_rl":
+            return TvwRlPolicy(path, labeller=labellers[source])
+        return make_policy(name, checkpoint=path)
+
+    results = evaluate_policies(sim__job_sequences, config.policies, cfg, seeds=config.seeds, make=make)
+    if missing:
+        context.log.warning(f"{len(missing)} learned policy runs have no checkpoint: {missing[:10]}")
+    n_expected = results.height  # learned policies without checkpoints are left out by design
+    yield Output(
+        results,
+        metadata={"n_rows": results.height, "left_out": MetadataValue.json(missing)},
+    )
+    yield from eval_checks(results, n_expected, asset="eval__results")
+
+
+@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"})
+def eval__results_summary(context: AssetExecutionContext, eval__results: pl.DataFrame) -> pl.DataFrame:
+    """Mean and 95 % interval of every metric of `eval__results` per (source, load, policy) over test sequences
+    (seeds averaged within a sequence first); the UI shows the Fig. 4/5-style plot."""
+    summary = summarise(eval__results)
+    context.add_output_metadata({"plot": png_markdown(plot_results(summary), "metrics per load and policy")})
+    return summary
+
+
+RL_ASSETS = [rl__tvw_rl, eval__results, eval__results_summary]

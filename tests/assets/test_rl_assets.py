@@ -1,0 +1,59 @@
+"""The training and evaluation assets materialise with a tiny configuration, and their outputs hang together."""
+
+import polars as pl
+from dagster import DagsterInstance, materialize
+
+from assets.cluster import sim__job_sequences
+from assets.io_manager import TableIOManager
+from assets.resources import Warehouse
+from assets.rl import eval__results, eval__results_summary, policy_path, rl__tvw_rl
+
+
+def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):
+    wh = Warehouse(root=str(tmp_path / "wh"))
+    resources = {"warehouse": wh, "table_io": TableIOManager(warehouse=wh)}
+    seq_config = {"n_train_sequences": 3, "n_test_sequences": 2, "loads_pct": [50], "include_synthetic": True}
+    with DagsterInstance.ephemeral() as instance:
+        first = materialize(
+            [sim__job_sequences],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"sim__job_sequences": {"config": seq_config}}},
+        )
+        assert first.success
+        train_cfg = {"preset": "short", "n_iterations": 2, "sources": ["deepplace_synthetic"]}
+        trained = materialize(
+            [
+                rl__tvw_rl,
+                sim__job_sequences.to_source_assets()[0],
+                *sim__job_sequences.to_source_assets()[1:],
+            ],
+            instance=instance,
+            resources=resources,
+            partition_key="load50-seed0",
+            run_config={"ops": {"rl__tvw_rl": {"config": train_cfg}}},
+            selection=[rl__tvw_rl],
+        )
+        assert trained.success
+        curve = wh.scan("rl__tvw_rl").collect()
+        assert curve["iteration"].to_list() == [0, 1] and set(curve["source"]) == {"deepplace_synthetic"}
+        assert policy_path(wh, "tvw_rl", "deepplace_synthetic", 50, 0).exists()
+        assert policy_path(wh, "tvw_rl", "deepplace_synthetic", 50, 0).with_suffix(".json").exists()
+        eval_cfg = {"policies": ["best_fit", "noop", "tetris", "tvw_rl"], "seeds": [0]}
+        evaluated = materialize(
+            [eval__results, eval__results_summary, *sim__job_sequences.to_source_assets()],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"eval__results": {"config": eval_cfg}}},
+            selection=[eval__results, eval__results_summary],
+        )
+        assert evaluated.success
+    results = wh.scan("eval__results").collect()
+    learned = results.filter(pl.col("policy") == "tvw_rl")
+    # the learned policy ran exactly where a checkpoint exists: DeepPlace at 50 %, seed 0, both test sequences
+    assert learned.select("source", "load_pct", "seed").unique().rows() == [("deepplace_synthetic", 50, 0)]
+    assert learned.height == 2
+    assert (results["machines_lower_bound"] >= 1).all()
+    checks = {e.check_name: e.passed for e in evaluated.get_asset_check_evaluations()}
+    assert checks["noop_has_the_worst_return"] and checks["utilisation_within_capacity"]
+    assert checks["only_noop_hits_the_safety_cap"]
