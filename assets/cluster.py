@@ -21,8 +21,17 @@ from assets.core import long_running_usage
 from assets.ec import classifier_path, png_markdown
 from assets.io_manager import markdown_preview
 from assets.resources import Warehouse
-from pipelines.job_sequences import JOB_SEQUENCES, SequenceConfig, build_job_sequences
+from pipelines.job_sequences import (
+    JOB_SEQUENCES,
+    OFFERED_LOAD,
+    SequenceConfig,
+    build_job_sequences,
+    offered_load_check,
+    offered_load_table,
+)
 from pipelines.synthetic import (
+    DEEPPLACE_SOURCE,
+    DEEPRM_SOURCE,
     DeepPlaceConfig,
     DeepRMConfig,
     build_deepplace_sequences,
@@ -45,6 +54,9 @@ class JobSequencesConfig(Config):
     )
     step_bins: int = Field(default=12, description="5-minute bins per logical step (12: one hour)")
     min_workloads: int = Field(default=2, description="a trace source needs this many long-running workloads")
+    load_tolerance: float = Field(
+        default=0.1, description="realised offered load must be within this share of the label (check)"
+    )
     min_split_workloads: int = Field(
         default=5, description="a split cut from fewer distinct workloads is flagged (warning, failed check)"
     )
@@ -73,6 +85,12 @@ SEQUENCE_CHECKS = [
         description="Every (source, load, split) is cut from at least `min_split_workloads` distinct workloads.",
     ),
     AssetCheckSpec(
+        "offered_load_matches_label",
+        asset="sim__job_sequences",
+        description="For every (source, load), the realised offered load of the dominant resource, averaged over "
+        "sequences, is within load_tolerance (10 %) of the label.",
+    ),
+    AssetCheckSpec(
         "train_and_test_share_no_workload",
         asset="sim__job_sequences",
         description="Within a source, no workload feeds both training and test sequences.",
@@ -80,8 +98,38 @@ SEQUENCE_CHECKS = [
 ]
 
 
-def sequence_checks(jobs: pl.DataFrame, diversity: pl.DataFrame) -> list[AssetCheckResult]:
-    """The SEQUENCE_CHECKS of a `sim__job_sequences` table."""
+def evaluate_by_cluster(
+    jobs: pl.DataFrame, policies: list[str], cfg: SimConfig, seeds: list[int], make=None
+) -> pl.DataFrame:
+    """`evaluate_policies` on the test split, each source on the cluster its loads refer to (`source_clusters`:
+    DeepRM's synthetic workload on its single machine, the rest on cfg.n_machines). Learned policies built for
+    another cluster size are left out of a source whose M differs (their state space would not match)."""
+    clusters = source_clusters(jobs, SequenceConfig(n_machines=cfg.n_machines))
+    frames = []
+    for m in sorted({m for m, _ in clusters.values()}):
+        sources = [s for s, (n, _) in clusters.items() if n == m]
+        part = jobs.filter(pl.col("source").is_in(sources))
+        names = policies if m == cfg.n_machines else [p for p in policies if not is_learned(p)]
+        sim = dataclasses.replace(cfg, n_machines=m)
+        frames.append(evaluate_policies(part, names, sim, seeds=seeds, split="test", make=make))
+    return pl.concat(frames, how="diagonal_relaxed").sort(list(RESULT_KEY))
+
+
+def source_clusters(jobs: pl.DataFrame, seq_cfg: SequenceConfig) -> dict[str, tuple[int, int]]:
+    """Per source of `jobs`: (machines M, arrival window in steps) its load labels refer to: DeepRM's synthetic
+    workload is defined on its own single-pool cluster, the others on TVW-RL's M = 10."""
+    own = {
+        DEEPRM_SOURCE: (DeepRMConfig().n_machines, DeepRMConfig().arrival_steps),
+        DEEPPLACE_SOURCE: (DeepPlaceConfig().n_machines, DeepPlaceConfig().arrival_steps),
+    }
+    sources = jobs["source"].unique().to_list()
+    return {s: own.get(s, (seq_cfg.n_machines, seq_cfg.arrival_steps)) for s in sources}
+
+
+def sequence_checks(
+    jobs: pl.DataFrame, diversity: pl.DataFrame, by_label: pl.DataFrame | None = None
+) -> list[AssetCheckResult]:
+    """The SEQUENCE_CHECKS of a `sim__job_sequences` table (`by_label`: `offered_load_check` of its loads)."""
     by_split = jobs.group_by("source", "workload_id").agg(pl.col("split").n_unique().alias("n_splits"))
     shared = by_split.filter(pl.col("n_splits") > 1)
     thin = diversity.filter(pl.col("is_too_few_workloads"))
@@ -90,6 +138,15 @@ def sequence_checks(jobs: pl.DataFrame, diversity: pl.DataFrame) -> list[AssetCh
             check_name="splits_have_enough_workloads",
             passed=thin.height == 0 and jobs.height > 0,
             metadata={"thin_splits": MetadataValue.json(thin.to_dicts()), "n_jobs": jobs.height},
+        ),
+        AssetCheckResult(
+            check_name="offered_load_matches_label",
+            passed=by_label is not None
+            and by_label.height > 0
+            and bool(by_label["is_within_tolerance"].all()),
+            metadata={
+                "by_label": MetadataValue.json([] if by_label is None else by_label.to_dicts()),
+            },
         ),
         AssetCheckResult(
             check_name="train_and_test_share_no_workload",
@@ -110,6 +167,13 @@ def sequence_checks(jobs: pl.DataFrame, diversity: pl.DataFrame) -> list[AssetCh
             "quantised per-step CPU and memory units (C_d = 8) of a window cut from a long-running workload; "
             "train and test sequences never share a workload. Real sources come from `core__long_running`; "
             "`deepplace_synthetic` and `deeprm_synthetic` are the papers' synthetic workloads.",
+        ),
+        "sim__offered_load": AssetOut(
+            io_manager_key="table_io",
+            kinds={"parquet", "polars"},
+            description="Per job sequence, its realised offered load measured from its jobs alone (total work "
+            "per resource / (M x C_d x arrival window)), per resource, their mean and the dominant resource's, "
+            "and the peak demand as a fraction of the cluster: what the load label claims, checked.",
         ),
         "sim__usage_scale": AssetOut(
             io_manager_key="table_io",
@@ -183,8 +247,26 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
             "thin_splits": MetadataValue.json(thin.select("source", "load_pct", "split").to_dicts()),
         },
     )
+    clusters = source_clusters(out, seq_cfg)
+    loads = offered_load_table(
+        out,
+        {s: m for s, (m, _) in clusters.items()},
+        seq_cfg.capacity_units,
+        {s: w for s, (_, w) in clusters.items()},
+    )
+    by_label = offered_load_check(loads, tolerance=config.load_tolerance)
+    for row in by_label.filter(~pl.col("is_within_tolerance")).iter_rows(named=True):
+        context.log.warning(
+            f"{row['source']} {row['load_pct']} %: realised offered load {row['mean_offered_load']:.3f} "
+            f"({row['ratio_to_label']:.2f} x the label)"
+        )
+    yield Output(
+        loads.select([pl.col(c).cast(t) for c, t in OFFERED_LOAD.items()]),
+        output_name="sim__offered_load",
+        metadata={"by_label": MetadataValue.md(markdown_preview(by_label, n=by_label.height))},
+    )
     yield Output(pl.DataFrame(scales, schema=USAGE_SCALE, orient="row"), output_name="sim__usage_scale")
-    yield from sequence_checks(out, diversity)
+    yield from sequence_checks(out, diversity, by_label)
 
 
 class EvalConfig(Config):
@@ -324,10 +406,12 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
         noise_max_units=config.noise_max_units,
         oversize="clip",
     )
-    results = evaluate_policies(sim__job_sequences, config.policies, cfg, seeds=config.seeds, split="test")
+    results = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds)
     test = sim__job_sequences.filter(pl.col("split") == "test")
     n_sequences = test.select("source", "load_pct", "sequence_id").unique().height
-    n_expected = n_sequences * len(config.policies) * len(config.seeds)
+    n_expected = results.select("source", "load_pct", "sequence_id", "policy").unique().height * len(
+        config.seeds
+    )
     context.log.info(
         f"{results.height} episodes evaluated ({len(config.policies)} policies, {n_sequences} sequences)"
     )

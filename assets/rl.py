@@ -21,14 +21,14 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.cluster import EVAL_CHECKS_FOR, eval_checks
+from assets.cluster import EVAL_CHECKS_FOR, eval_checks, evaluate_by_cluster
 from assets.ec import classifier_path, png_markdown
 from assets.resources import Warehouse
 from models.reinforce import ReinforceConfig
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
 from sim.config import SimConfig
-from sim.evaluate import evaluate_policies, plot_results, summarise
+from sim.evaluate import plot_results, summarise
 from sim.jobs import JobBatch
 from sim.labelling import ClassifierLabeller
 from sim.observation import ObservationConfig
@@ -312,7 +312,7 @@ def eval__results(
             return TvwRlPolicy(path, labeller=labellers[source])
         return make_policy(name, checkpoint=path)
 
-    results = evaluate_policies(sim__job_sequences, config.policies, cfg, seeds=config.seeds, make=make)
+    results = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds, make=make)
     if missing:
         context.log.warning(f"{len(missing)} learned policy runs have no checkpoint: {missing[:10]}")
     n_expected = results.height  # learned policies without checkpoints are left out by design

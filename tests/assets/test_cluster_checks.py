@@ -50,6 +50,10 @@ def test_sequence_checks_flag_thin_splits_and_shared_workloads():
         }
     )
     checks = _by_name(sequence_checks(jobs, split_diversity(jobs, min_workloads=2)))
-    assert checks == {"splits_have_enough_workloads": True, "train_and_test_share_no_workload": False}
+    assert checks == {
+        "splits_have_enough_workloads": True,
+        "offered_load_matches_label": False,  # no load measured at all is a failure, not an ok
+        "train_and_test_share_no_workload": False,
+    }
     checks = _by_name(sequence_checks(jobs, split_diversity(jobs, min_workloads=3)))
     assert not checks["splits_have_enough_workloads"]
