@@ -111,8 +111,12 @@ class DejavuConfig:
 
     hidden_units: tuple[int, ...] = (256, 256)
     """Widths of the fully connected hidden layers (III-C: "fully connected layers"; sizes not given)."""
-    queue_request: str = "trace"
-    """`ObservationConfig.queue_request` of the agent's features ("trace": the request the trace states, if any)."""
+    queue_request: str = "peak"
+    """`ObservationConfig.queue_request` of the agent's features. "peak" (default): the queued jobs' requests as
+    the simulator's tables state them (the job's peak usage unless the trace gives one), the very requests
+    kube_default filters and scores on; the paper's state includes the pending pod's quota (Eq. 4), and without
+    it the agent cannot tell whether the head fits a node by requests (PWD). "trace": only a request the trace
+    itself states (none for the synthetic workloads; an ablation)."""
     discount: float = 0.99
     """gamma_d of the TD targets (not in the paper; DQfD: 0.99)."""
     n_step: int = 10
