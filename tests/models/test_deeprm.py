@@ -211,8 +211,15 @@ def test_figure4_table_and_plot(tmp_path) -> None:
     frame = build_deeprm_sequences(DeepRMConfig(n_train_sequences=0, n_test_sequences=2, loads_pct=(30, 80)))
     table, png = slowdown_vs_load(frame, path)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert table.height == 2 * 5
-    assert set(table["policy"]) == {"deeprm_rl", "deeprm_sjf", "deeprm_packer", "tetris", "random_slot"}
+    assert table.height == 2 * 6
+    assert set(table["policy"]) == {
+        "deeprm_rl",
+        "deeprm_sjf",
+        "deeprm_packer",
+        "tetris",
+        "tetris_star",
+        "random_slot",
+    }
     assert (table["mean_slowdown"] >= 1.0).all() and (table["n_unplaced"] == 0).all()
     per_load = table.group_by("load_pct").agg(pl.col("n_jobs").n_unique())
     assert (per_load["n_jobs"] == 1).all()  # every policy ran every job of the load
