@@ -460,8 +460,9 @@ def train_deeprm(
 # the scheduler of the registry
 
 
-STATE_SHAPE_FIELDS = ("n_machines", "capacity_units", "queue_size")
-"""SimConfig fields that fix the network's input and output: evaluation must use the training values."""
+STATE_SHAPE_FIELDS = ("n_machines", "capacity_units")
+"""SimConfig fields that fix the cluster image: evaluation must use the training values. The number of job slots
+K is the agent's own (its checkpoint's queue_size), whatever the evaluation's queue_size."""
 
 
 class DeepRMAgentPolicy:
@@ -469,6 +470,9 @@ class DeepRMAgentPolicy:
     network's greedy slot (the head, 0, when it chooses void); `act` places the head by Best-Fit on requests, or
     holds where `pick_job` chose void on that state. Called without `pick_job` on a state, `act` holds where the
     network's greedy choice there is void and otherwise places the head.
+
+    The agent sees and chooses among its own K = queue_size job slots (those it was trained with), under the
+    evaluation's placement rule, hold rule and cluster; `pick_job` returns a slot in 0..K-1.
 
     checkpoint: a file written by `train_deeprm`, or None (the seeded untrained network of
     DeepRMAgentConfig.short() for the SimConfig of the first call)."""
@@ -501,7 +505,7 @@ class DeepRMAgentPolicy:
     def _greedy(self, cfg: SimConfig, state: State) -> np.ndarray:
         own, net = self._ready(cfg)
         x = encode(own, state)
-        mask = slot_mask(own, cfg, state)
+        mask = slot_mask(own, replace(cfg, queue_size=own.sim.queue_size), state)
         before = torch.get_num_threads()
         torch.set_num_threads(1)  # a tiny net: more threads only add wake-ups
         try:
@@ -520,7 +524,7 @@ class DeepRMAgentPolicy:
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         action = self._greedy(cfg, state)
         self._pending = (self._key(state), action)
-        return np.where(action == cfg.queue_size, 0, action)
+        return np.where(action == self.cfg.sim.queue_size, 0, action)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         pending, self._pending = self._pending, None
@@ -528,7 +532,7 @@ class DeepRMAgentPolicy:
             action = pending[1]
         else:
             action = self._greedy(cfg, state)
-        return machine_actions(cfg, state, (action == cfg.queue_size) | state.is_done)
+        return machine_actions(cfg, state, (action == self.cfg.sim.queue_size) | state.is_done)
 
 
 @dataclass(frozen=True)

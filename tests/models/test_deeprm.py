@@ -190,6 +190,16 @@ def test_resume_after_a_kill_reaches_the_same_weights(tmp_path, monkeypatch) -> 
         train_deeprm(jobs, dataclasses.replace(cfg, k_unused=2.0), checkpoint_path=path)
     with pytest.raises(ValueError, match="another state space: n_machines 1 != 2"):
         policy.pick_job(SIM, core.reset(SIM, jobs, 0), np.random.default_rng(0))
+    # its own K = 3 slots under an evaluation with 5 visible slots: valid actions, every job placed
+    wide = dataclasses.replace(SIM, n_machines=1, queue_size=5)
+    state, rng = core.reset(wide, jobs, 0), np.random.default_rng(0)
+    while not state.is_done.all():
+        slots = policy.pick_job(wide, state, rng)
+        assert (slots < 3).all()
+        state, actions = decide(policy, wide, state, rng)
+        assert core.action_mask(wide, state)[np.arange(jobs.batch_size), actions].all()
+        state, *_ = core.step(wide, state, actions)
+    assert state.is_terminated.all()
 
 
 def test_bad_training_input_is_a_clear_error() -> None:
