@@ -15,6 +15,8 @@ What the agent sees and does
   labeller touched; it never replaces predicted labels by true ones. (The paper's own state, Eq. 1-5, is the free
   CPU/memory of every node plus the pending pod's quota: the `history` block's last column and the queue block
   carry that information, with more history.)
+  With `is_node_requests_shown` (default) each node's requested share follows (`agent_features`): the paper's
+  node state by quota (Eq. 3), which `encode`'s observed-usage history does not give.
 - Actions: 0..M-1 place the queue head on that machine, M holds (the paper's "inaction", Eq. 6); Q values of
   actions masked by `sim.core.action_mask` are never chosen (greedy and exploration alike) and never maximised
   over in the targets or the margin loss.
@@ -117,6 +119,11 @@ class DejavuConfig:
     kube_default filters and scores on; the paper's state includes the pending pod's quota (Eq. 4), and without
     it the agent cannot tell whether the head fits a node by requests (PWD). "trace": only a request the trace
     itself states (none for the synthetic workloads; an ablation)."""
+    is_node_requests_shown: bool = True
+    """Append each node's requested share (requests of its running jobs / C_d) to the features: the paper's node
+    state (Eq. 3, available resources by quota). `encode` shows observed usage only, from which the requests
+    kube_default filters on cannot be told (without them, in a short run, the pretrained agent matched kube_default on 47 % of
+    demonstrations and held where a node fitted)."""
     discount: float = 0.99
     """gamma_d of the TD targets (not in the paper; DQfD: 0.99)."""
     n_step: int = 10
@@ -246,9 +253,29 @@ class QNetwork(nn.Module):
         return self.body(x)
 
 
+def n_agent_features(dcfg: DejavuConfig, sim_cfg: SimConfig) -> int:
+    """Length of `agent_features`' vector."""
+    return n_features(sim_cfg) + (
+        sim_cfg.n_machines * sim_cfg.n_resources if dcfg.is_node_requests_shown else 0
+    )
+
+
+def agent_features(sim_cfg: SimConfig, dcfg: DejavuConfig, state: core.State) -> np.ndarray:
+    """(B, F') float32 in [0, 1]: `sim.observation.encode` with `dcfg.observation`, then, with
+    `is_node_requests_shown`, each node's requested share min(requests of its running jobs / C_d, 1) (M, D) (the
+    paper's node state, Eq. 3: available resources = 1 - this); zeros for done envs."""
+    x = encode(sim_cfg, dcfg.observation, state)
+    if not dcfg.is_node_requests_shown:
+        return x
+    cap = np.asarray(sim_cfg.capacity_units, dtype=np.float32)
+    nodes = np.minimum(placed_requests(state) / cap, 1.0).astype(np.float32).reshape(state.batch_size, -1)
+    nodes[state.is_done] = 0.0
+    return np.concatenate([x, nodes], axis=1)
+
+
 def build_network(cfg: DejavuConfig, sim_cfg: SimConfig) -> QNetwork:
     """A seeded untrained Q network for `sim_cfg`'s features and actions (init drawn from cfg.seed)."""
-    net = QNetwork(n_features(sim_cfg), sim_cfg.n_actions, cfg.hidden_units)
+    net = QNetwork(n_agent_features(cfg, sim_cfg), sim_cfg.n_actions, cfg.hidden_units)
     init_parameters(net, torch.Generator().manual_seed(cfg.seed))
     return net
 
@@ -440,14 +467,13 @@ def run_competitive_episodes(
     """Roll `act` over every sequence of `jobs` (one env each, reset with seeds drawn from rng) until all are done;
     at each decision kube_default decides on the same state (the copy) and the competitive reward scores both."""
     baseline = KubeDefault()
-    obs_cfg = dcfg.observation
     state = core.reset(cfg, jobs, rng.integers(0, 2**31 - 1, size=jobs.batch_size).tolist())
     feats, masks, acts, rewards, alive = [], [], [], [], []
     for _ in range(int(jobs.max_jobs + cfg.max_steps + 1)):
         is_alive = ~state.is_done
         if not is_alive.any():
             break
-        x = encode(cfg, obs_cfg, state)
+        x = agent_features(cfg, dcfg, state)
         mask = core.action_mask(cfg, state)
         a = np.where(is_alive, np.asarray(act(state, x, mask, rng), dtype=np.int64), cfg.n_machines)
         a_base = np.asarray(baseline.act(cfg, state, rng), dtype=np.int64)
@@ -885,7 +911,8 @@ class DejavuPolicy:
 
     def act(self, cfg: SimConfig, state: core.State, rng: np.random.Generator) -> np.ndarray:
         net = self._network(cfg)
-        return greedy_actions(net, encode(cfg, self.config.observation, state), core.action_mask(cfg, state))
+        x = agent_features(cfg, self.config, state)
+        return greedy_actions(net, x, core.action_mask(cfg, state))
 
 
 # --- Dejavu's own metrics (section IV-D) ------------------------------------------------------------------
