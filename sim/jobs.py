@@ -101,22 +101,25 @@ class JobBatch:
         )
 
     def first_jobs(self, n: int) -> JobBatch:
-        """The batch with only the first n jobs (by arrival) of each row kept; the rest become padding (TVW-RL:
-        "a fixed number of jobs arrive" per episode). Rows with at most n jobs are unchanged."""
+        """The batch with only the first n jobs (by arrival) of each row, padded to J = min(n, J) and to the
+        longest kept job (TVW-RL: "a fixed number of jobs arrive" per episode). Rows with at most n jobs keep
+        all theirs."""
         if n < 1:
             raise ValueError(f"first_jobs: n must be >= 1, got {n}")
-        is_kept = np.arange(self.max_jobs)[None, :] < np.minimum(self.n_jobs, n)[:, None]
-        meta = None if self.meta is None else np.where(is_kept[..., None], self.meta, np.nan)
+        if n >= self.max_jobs:
+            return self
+        n_jobs = np.minimum(self.n_jobs, n)
+        t_max = max(int(self.duration[:, :n].max(initial=1)), 1)
         return JobBatch(
-            arrival_step=np.where(is_kept, self.arrival_step, PAD_ARRIVAL),
-            duration=np.where(is_kept, self.duration, 0),
-            usage=np.where(is_kept[..., None, None], self.usage, 0).astype(self.usage.dtype),
-            request=np.where(is_kept[..., None], self.request, 0).astype(self.request.dtype),
-            ec_label=np.where(is_kept, self.ec_label, 0),
-            n_jobs=np.minimum(self.n_jobs, n),
+            arrival_step=self.arrival_step[:, :n].copy(),
+            duration=self.duration[:, :n].copy(),
+            usage=self.usage[:, :n, :t_max].copy(),
+            request=self.request[:, :n].copy(),
+            ec_label=self.ec_label[:, :n].copy(),
+            n_jobs=n_jobs,
             sequence_keys=self.sequence_keys,
             workload_ids=tuple(w[:n] for w in self.workload_ids),
-            meta=meta,
+            meta=None if self.meta is None else self.meta[:, :n].copy(),
         )
 
     @staticmethod

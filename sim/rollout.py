@@ -12,6 +12,7 @@ step k over the N trajectories of the same sequence; here over those still alive
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,11 +64,13 @@ def rollout(
     seed: int,
     labeller: Labeller | None = None,
     max_decisions: int | None = None,
+    timings: dict[str, float] | None = None,
 ) -> RolloutBatch:
     """Roll `act` over B = jobs.batch_size sequences x n_trajectories in lock-step (see the module docstring).
 
     `labeller` sets the labels the features show before every decision (required when obs_cfg.labels is
-    "predicted"). Raises RuntimeError if the envs are not all done after `max_decisions` calls (default: a bound
+    "predicted"). `timings`, when given, accumulates seconds spent labelling, encoding, acting (the policy) and
+    stepping (mask + simulator) under those keys. Raises RuntimeError if the envs are not all done after `max_decisions` calls (default: a bound
     no rollout reaches: every job placed once and every step closed once)."""
     if n_trajectories < 1:
         raise ValueError(f"n_trajectories must be >= 1, got {n_trajectories}")
@@ -76,6 +79,8 @@ def rollout(
             "rollout: ObservationConfig(labels='predicted') needs a labeller (ClassifierLabeller)"
         )
     rng = np.random.default_rng(seed)
+    if cfg.jobs_per_episode is not None:
+        jobs = jobs.first_jobs(cfg.jobs_per_episode)  # before repeating: N copies of a short batch
     env_jobs = jobs.select(np.repeat(np.arange(jobs.batch_size), n_trajectories))
     env_seeds = rng.integers(0, 2**31 - 1, size=env_jobs.batch_size).tolist()
     state = core.reset(cfg, env_jobs, env_seeds)
@@ -85,13 +90,22 @@ def rollout(
         is_alive = ~state.is_done
         if not is_alive.any():
             break
+        t0 = time.perf_counter()
         if labeller is not None:
             state = core.relabel(cfg, state, labeller.labels(cfg, state))
+        t1 = time.perf_counter()
         x = encode(cfg, obs_cfg, state)
+        t2 = time.perf_counter()
         mask = core.action_mask(cfg, state)
+        t3 = time.perf_counter()
         a = np.asarray(act(x, mask, rng), dtype=np.int64)
         a = np.where(is_alive, a, cfg.n_machines)
+        t4 = time.perf_counter()
         state, reward, *_ = core.step(cfg, state, a)
+        if timings is not None:
+            for key, dt in (("label", t1 - t0), ("encode", t2 - t1), ("act", t4 - t3), ("step", t3 - t2)):
+                timings[key] = timings.get(key, 0.0) + dt
+            timings["step"] += time.perf_counter() - t4
         feats.append(x)
         masks.append(mask)
         acts.append(a)
