@@ -5,6 +5,7 @@ Trained policies are saved under the warehouse, `models/<policy>/<source>/<parti
 sidecar holding its configuration and the git revision it was trained at; `eval__results` loads them from there.
 """
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -28,7 +29,7 @@ from models.reinforce import ReinforceConfig
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
 from sim.config import SimConfig
-from sim.evaluate import plot_results, summarise
+from sim.evaluate import evaluate_policies, plot_results, summarise
 from sim.jobs import JobBatch
 from sim.labelling import ClassifierLabeller
 from sim.observation import ObservationConfig
@@ -332,4 +333,129 @@ def eval__results_summary(context: AssetExecutionContext, eval__results: pl.Data
     return summary
 
 
-RL_ASSETS = [rl__tvw_rl, eval__results, eval__results_summary]
+ABLATIONS: dict[str, tuple] = {
+    "k_underutil": (0.0, 1.0, 2.0, 3.0),  # TVW-RL Table 3
+    "k_overshoot": (0.0, 15000.0, 30000.0, 45000.0),
+    "k_contention": (0.0, 0.1, 1.0, 10.0),
+    "train_noise": (0, 1, 2, 3),  # Table 2: trained with background noise of 0..n units, tested at 0..3
+    "shape_noise": (0, 1),  # trained with usage shapes perturbed by -1..1 units (1) or not (0)
+    "ec_labels": ("none", "clustering"),  # Table 2's "w/o EC": every job labelled 0
+}
+"""TVW-RL's ablations (its Tables 2-3, at 50 % load): setting -> values; one training run per value."""
+ABLATION_PARTITIONS = StaticPartitionsDefinition([f"{k}={v}" for k, vals in ABLATIONS.items() for v in vals])
+ABLATION_RESULTS = {
+    "ablation": pl.String,
+    "value": pl.String,
+    "eval_noise_units": pl.Int32,  # background noise 0..n units in the test episodes
+    "sequence_id": pl.Int32,
+    "avg_util_cpu_frac": pl.Float64,
+    "avg_util_mem_frac": pl.Float64,
+    "avg_frag_cpu_frac": pl.Float64,
+    "avg_frag_mem_frac": pl.Float64,
+    "avg_overshoot_pct": pl.Float64,
+    "machines_used": pl.Float64,
+    "n_unplaced": pl.Float64,
+    "episode_return": pl.Float64,
+}
+
+
+class AblationConfig(Config):
+    source: str = Field(default="deepplace_synthetic", description="source whose sequences train and test")
+    load_pct: int = Field(default=50, description="load of the ablation (TVW-RL: 50 %)")
+    preset: str = Field(default="paper", description="'paper' or 'short' training preset")
+    n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
+    learning_rate: float = Field(default=0.0, description="override the preset's learning rate (0 = keep)")
+    seed: int = Field(default=0, description="training seed")
+
+
+def ablation_config(base: TvwRlConfig, setting: str, value: str) -> TvwRlConfig:
+    """`base` with one ablation setting applied (`ABLATIONS`)."""
+    if setting in ("k_underutil", "k_overshoot", "k_contention"):
+        return base.with_sim(**{setting: float(value)})
+    if setting == "train_noise":
+        return base.with_sim(noise_max_units=int(value))
+    if setting == "shape_noise":
+        return base.with_sim(is_shape_perturbed=bool(int(value)))
+    if setting == "ec_labels":
+        return base
+    raise ValueError(f"unknown ablation {setting!r}; known: {sorted(ABLATIONS)}")
+
+
+@asset(
+    partitions_def=ABLATION_PARTITIONS,
+    group_name="ablation",
+    io_manager_key="table_io",
+    kinds={"parquet", "torch"},
+)
+def rl__ablation(
+    context: AssetExecutionContext,
+    config: AblationConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+) -> Output[pl.DataFrame]:
+    """One TVW-RL ablation run (TVW-RL Tables 2-3): the policy trained with one setting changed (a penalty weight,
+    training noise, shape noise, or no EC labels) on `source` at `load_pct`, then evaluated greedily on that
+    source's test sequences at background noise 0..3 units; one row per (noise level, test sequence)."""
+    setting, value = context.partition_key.split("=")
+    group = sim__job_sequences.filter(
+        (pl.col("source") == config.source) & (pl.col("load_pct") == config.load_pct)
+    )
+    if setting == "ec_labels" and value == "none":
+        group = group.with_columns(ec_label=pl.lit(0, pl.Int32))
+    train, test = group.filter(pl.col("split") == "train"), group.filter(pl.col("split") == "test")
+    if train.height == 0 or test.height == 0:
+        raise ValueError(
+            f"rl__ablation {context.partition_key}: no train or test sequences for {config.source} at "
+            f"{config.load_pct} %"
+        )
+    base = _train_config(
+        TvwRlTrainConfig(
+            preset=config.preset, n_iterations=config.n_iterations, learning_rate=config.learning_rate
+        ),
+        config.seed,
+        is_synthetic=True,
+    )
+    cfg = ablation_config(base, setting, value)
+    path = Path(warehouse.root) / "models" / "tvw_rl_ablation" / config.source / f"{context.partition_key}.pt"
+    curve = train_tvw_rl(JobBatch.from_frame(train), cfg, None, path, log=context.log.info)
+    policy = TvwRlPolicy(path)
+    frames = []
+    for noise in range(4):
+        sim = dataclasses.replace(
+            cfg.sim,
+            noise_max_units=noise,
+            is_shape_perturbed=False,
+            max_steps=1000,
+            jobs_per_episode=None,
+            oversize="clip",
+        )
+        res = evaluate_policies(test, ["tvw_rl"], sim, seeds=[config.seed], make=lambda *_: policy)
+        frames.append(res.with_columns(eval_noise_units=pl.lit(noise, pl.Int32)))
+    out = pl.concat(frames).with_columns(ablation=pl.lit(setting), value=pl.lit(value))
+    trend = curve_trend(
+        pl.DataFrame(curve).with_columns(
+            source=pl.lit(config.source), load_pct=pl.lit(config.load_pct), seed=pl.lit(config.seed)
+        )
+    )
+    return Output(
+        out.select([pl.col(c).cast(t) for c, t in ABLATION_RESULTS.items()]),
+        metadata={"first_vs_last_return": MetadataValue.json(trend.to_dicts()), "checkpoint": str(path)},
+    )
+
+
+@asset(group_name="ablation", io_manager_key="table_io", kinds={"parquet", "polars"})
+def eval__ablations(rl__ablation: pl.DataFrame) -> pl.DataFrame:
+    """TVW-RL Tables 2-3 from the ablation runs: per (ablation, value, test noise) the mean over test sequences of
+    CPU and memory utilisation (higher is better), fragmentation, overshoot % and machines used (lower is
+    better), jobs never placed and the episode return."""
+    metrics = [
+        c for c in ABLATION_RESULTS if c not in ("ablation", "value", "eval_noise_units", "sequence_id")
+    ]
+    return (
+        rl__ablation.group_by("ablation", "value", "eval_noise_units")
+        .agg([pl.col(c).mean() for c in metrics], n_sequences=pl.len())
+        .sort("ablation", "value", "eval_noise_units")
+    )
+
+
+RL_ASSETS = [rl__tvw_rl, eval__results, eval__results_summary, rl__ablation, eval__ablations]

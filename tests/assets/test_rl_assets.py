@@ -57,3 +57,40 @@ def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):
     checks = {e.check_name: e.passed for e in evaluated.get_asset_check_evaluations()}
     assert checks["noop_has_the_worst_return"] and checks["utilisation_within_capacity"]
     assert checks["only_noop_hits_the_safety_cap"]
+
+
+def test_an_ablation_run_and_its_table(tmp_path):
+    from assets.rl import eval__ablations, rl__ablation
+
+    wh = Warehouse(root=str(tmp_path / "wh"))
+    resources = {"warehouse": wh, "table_io": TableIOManager(warehouse=wh)}
+    seq_config = {"n_train_sequences": 2, "n_test_sequences": 2, "loads_pct": [50], "include_synthetic": True}
+    abl = {"preset": "short", "n_iterations": 1}
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize(
+            [sim__job_sequences],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"sim__job_sequences": {"config": seq_config}}},
+        ).success
+        for key in ("ec_labels=none", "k_underutil=0.0"):
+            assert materialize(
+                [rl__ablation, *sim__job_sequences.to_source_assets()],
+                instance=instance,
+                resources=resources,
+                partition_key=key,
+                run_config={"ops": {"rl__ablation": {"config": abl}}},
+                selection=[rl__ablation],
+            ).success
+        assert materialize(
+            [eval__ablations, *rl__ablation.to_source_assets()],
+            instance=instance,
+            resources=resources,
+            selection=[eval__ablations],
+        ).success
+    table = wh.scan("eval__ablations").collect()
+    assert set(zip(table["ablation"], table["value"], strict=True)) == {
+        ("ec_labels", "none"),
+        ("k_underutil", "0.0"),
+    }
+    assert sorted(set(table["eval_noise_units"])) == [0, 1, 2, 3] and (table["n_sequences"] == 2).all()
