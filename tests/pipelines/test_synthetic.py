@@ -49,7 +49,8 @@ def test_deepplace_templates_follow_the_paper_ranges() -> None:
         assert len(cpu) == t["duration_steps"]
         lo, hi = cfg.long_duration_steps if t["is_long_running"] else cfg.short_duration_steps
         assert lo <= t["duration_steps"] <= hi
-        if t["is_long_running"]:  # period >= 6.2 steps: some step is high throughout (short ones are averaged)
+        # long jobs: period >= 6.2 steps, so some step is high throughout (short ones may be averaged down)
+        if t["is_long_running"]:
             dom, other = (cpu, mem) if t["ec_label"] in (1, 2) else (mem, cpu)
             peaks_dom.append(dom.max())
             peaks_other.append(other.max())
