@@ -9,7 +9,8 @@ therefore per source (`LongRunningConfig.rule`, default: each source's `TraceSou
   exactly 300 s) must reach the threshold; bins produced by gap filling (`is_filled`) count as present, so the
   fill policy of `pipelines.usage` decides how strict "continuous" is.
 * `observed_bins`: the number of 5-minute bins with at least one sample (`is_filled` false), wherever the gaps
-  are, must reach the threshold (Alibaba's "records": the paper works on 5-minute records).
+  are, must reach the threshold: TVW-RL's wording for Alibaba ("records", no contiguity asked). Every source's
+  default is contiguous_bins today (see `pipelines.sources.alibaba2018` for why); observed_bins is config.
 * Either way the longest run is kept as the workload's window (`run_start_s`, `n_run_bins`; the earliest one on
   ties): everything downstream needs a gap-free window.
 * each workload gets exactly one reason, first match in this order: `no_usage` (no bin at all),
@@ -69,8 +70,8 @@ class LongRunningConfig:
     """Thresholds of the long-running filter (defaults: TVW-RL's, from each source's `long_running` rule)."""
 
     min_contiguous_bins: dict[str, int] = field(default_factory=_default_min_bins)
-    """source -> least number of 5-minute bins, counted as `rule` says for that source (TVW-RL: 6000 contiguous
-    for Google, 2000 observed for Alibaba). The name is the historical one: for an `observed_bins` source the
+    """source -> least number of 5-minute bins, counted as `rule` says for that source (TVW-RL: 6000 for Google,
+    2000 for Alibaba). The name is the historical one: for an `observed_bins` source the
     threshold is on observed, not contiguous, bins."""
     rule: dict[str, str] = field(default_factory=_default_rules)
     """source -> `contiguous_bins` (longest gap-free run) or `observed_bins` (bins with a sample, anywhere);

@@ -27,8 +27,11 @@ Canonical mapping (online containers):
     `mem_frac = mem_util_pct/100 * mem_size_pct/100`. JUDGEMENT CALL: a container without container_meta (or
     with no request recorded) is kept and its percentages are read as percent of the machine
     (`cpu_util_pct/100`, `mem_util_pct/100`), counted as `workloads_without_meta`.
-  * Long-running: at least 2000 observed 5-minute bins (TVW-RL: "at least 2000 timestamped resource usage
-    records" for Alibaba, with no contiguity asked, unlike Google's "6000 continuous" records).
+  * Long-running: at least 2000 contiguous 5-minute bins by default (`LONG_RUNNING`). TVW-RL's wording for
+    Alibaba is "at least 2000 timestamped resource usage records", with no contiguity asked (unlike Google's
+    "6000 continuous" records); that reading is the `observed_bins` rule (`LongRunningConfig.rule`). It is not
+    the default because the project's runs and planted test traces are built on the contiguous rule (a
+    container with a 4-hour hole is too short there), and everything downstream uses a gap-free window anyway.
 """
 
 from __future__ import annotations
@@ -314,6 +317,9 @@ def count_workloads(raw: dict[str, pl.LazyFrame], ids: pl.LazyFrame) -> pl.LazyF
     return counts_frame(wide, NAME)
 
 
+LONG_RUNNING = LongRunningRule("contiguous_bins", 2000)
+"""Default long-running rule (see the module docstring for TVW-RL's records reading, `observed_bins`)."""
+
 USAGE_MAPPING = UsageMapping(
     build_bins,
     "container_usage",
@@ -331,7 +337,7 @@ class Alibaba2018Source:
     folder = FOLDER
     tables = tuple(SCHEMAS)
     schemas = SCHEMAS
-    long_running = LongRunningRule("observed_bins", 2000)
+    long_running = LONG_RUNNING
     usage = USAGE_MAPPING
 
     def discover(self, root: Path, table: str) -> dict[str, Path]:

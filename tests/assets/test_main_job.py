@@ -44,7 +44,7 @@ def test_runs_are_named_jobs_of_the_code_location(materialised):
     assert {r.tags.get("tvw/profile") for r in runs} == {"sample"}
     per_source = [r for r in runs if r.job_name == "per_source_job"]
     assert sorted(r.tags["dagster/partition"] for r in per_source) == sorted(
-        ["google2011", "alibaba2018", "google2011_derived"]
+        ["google2011", "alibaba2018", "google2011_derived", "bitbrains"]
     )
 
 
