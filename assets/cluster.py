@@ -54,6 +54,17 @@ class JobSequencesConfig(Config):
     )
     step_bins: int = Field(default=12, description="5-minute bins per logical step (12: one hour)")
     min_workloads: int = Field(default=2, description="a trace source needs this many long-running workloads")
+    arrival_steps: int = Field(
+        default=300,
+        description="steps during which requests arrive (long against the longest job: 100 steps)",
+    )
+    load_resource: str = Field(
+        default="dominant",
+        description="what a load label calibrates: 'dominant' resource's or 'mean' offered load",
+    )
+    rate_split: str = Field(
+        default="own", description="whose expected job work sets a split's arrival rate: 'own' or 'train'"
+    )
     load_tolerance: float = Field(
         default=0.1, description="realised offered load must be within this share of the label (check)"
     )
@@ -195,6 +206,10 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
         seed=config.seed,
         n_train_sequences=config.n_train_sequences,
         n_test_sequences=config.n_test_sequences,
+        arrival_steps=config.arrival_steps,
+        load_resource=config.load_resource,
+        rate_split=config.rate_split,
+        min_workloads_per_split=config.min_split_workloads,
     )
     frames, notes, scales = [], {}, []
     counts = (
