@@ -1,17 +1,37 @@
 """Equivalence classes (TVW-RL "Workload Equivalence-Class (EC) Mapping"), one partition per trace source.
 
-`ec__mapping` clusters the long-running workloads with three distances (aggregate baseline, temporal features,
-DTW), picks k per method by silhouette, scores each method's mapping with the prediction-gain proxy (Table 1) and
-keeps the best one. `ec__classifier` trains ClassifyToEC (Algorithm 1) on the chosen labels.
+`ec__mapping` clusters the training part (first `train_frac`) of every long-running workload's series with three
+distances (aggregate baseline, temporal features, DTW), picks k per method by the silhouette averaged over the
+initialisations, scores each method at its silhouette-best k and at a common k with the prediction-gain proxy
+over several forecaster seeds against a random-partition control (Table 1), and keeps the best mapping that beats
+its control (else a documented default, or nothing when EG is 0 everywhere). `ec__classifier_accuracy` trains
+ClassifyToEC (Algorithm 1) on the chosen labels and measures it with a split by workload group.
+
+The four `ec__mapping` tables come from one computation; each can be selected alone (the others are then not
+written), e.g. `dagster asset materialize -m assets.definitions --select ec__silhouette --partition <source>`.
 """
 
 import base64
+import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from dagster import AssetExecutionContext, AssetOut, Config, MetadataValue, Output, asset, multi_asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetOut,
+    Config,
+    MetadataValue,
+    Output,
+    TableColumn,
+    TableSchema,
+    asset,
+    multi_asset,
+)
 from pydantic import Field
 
 from assets.core import SOURCE_PARTITIONS, long_running_usage
@@ -24,7 +44,7 @@ from models.ec_classifier import (
     train_classifier,
     usage_prefixes,
 )
-from models.forecaster import ForecasterConfig
+from models.forecaster import ForecasterConfig, paper_scale
 from models.prediction_gain import MAPPING_ROWS, GainConfig, choose_mapping, mapping_gain_table
 from pipelines.equivalence import (
     EC_ASSIGNMENTS,
@@ -32,7 +52,9 @@ from pipelines.equivalence import (
     EC_SILHOUETTE,
     DtwConfig,
     EcConfig,
+    ari_across_seeds,
     assignments_frame,
+    common_k,
     plot_profiles,
     plot_silhouette,
     profiles_frame,
@@ -40,8 +62,75 @@ from pipelines.equivalence import (
 )
 from pipelines.features import series_matrix
 
-METHOD_COMPARISON = {"source": pl.String, **MAPPING_ROWS, "is_chosen": pl.Boolean}
+METHOD_COMPARISON = {
+    "source": pl.String,
+    **MAPPING_ROWS,
+    "silhouette": pl.Float64,
+    "silhouette_sd": pl.Float64,
+    "ari_across_seeds": pl.Float64,
+    "ari_across_seeds_min": pl.Float64,
+    "is_chosen": pl.Boolean,
+    "choice_basis": pl.String,
+    "choice_reason": pl.String,
+}
 CLASSIFIER_ACCURACY = {"source": pl.String, **ACCURACY_ROWS}
+
+COLUMN_DOCS = {
+    "source": "trace source (the partition)",
+    "workload_id": "long-running workload",
+    "method": "EC distance: aggregate (Zhang et al. 2011 baseline), temporal (tsfresh features) or dtw",
+    "k": "number of ECs",
+    "silhouette": "mean silhouette averaged over the n_init initialisations (TVW-RL's k criterion)",
+    "silhouette_sd": "standard deviation of the mean silhouette over the initialisations",
+    "silhouette_kept": "mean silhouette of the kept (lowest-cost) initialisation's labels",
+    "n_init": "initialisations per k",
+    "n_workloads": "workloads clustered / scored",
+    "n_silhouette_points": "workloads the silhouette was computed on (a seeded sample when large)",
+    "is_skipped": "k could not be clustered (too few or identical workloads)",
+    "skip_reason": "why, when is_skipped",
+    "ec_label": "EC, 0..k-1 (0 = largest)",
+    "step": "5-minute bin from the start of the kept window",
+    "cpu_frac": "CPU usage, fraction of a machine",
+    "mem_frac": "memory usage, fraction of a machine",
+    "n_members": "workloads in the EC",
+    "k_rule": "why this k is in the table: silhouette_best, common (the k all methods share) or both",
+    "eg_pct": "effective prediction gain EG (%), mean over forecaster seeds",
+    "eg_pct_ci_low": "lower end of the 95 % t-interval of EG",
+    "eg_pct_ci_high": "upper end of the 95 % t-interval of EG",
+    "f_frac": "fraction of workloads in ECs whose own forecaster beats the EC-agnostic one, mean over seeds",
+    "f_frac_ci_low": "lower end of the 95 % t-interval of f",
+    "f_frac_ci_high": "upper end of the 95 % t-interval of f",
+    "control_eg_pct": "EG of the random control (same class sizes, labels shuffled), mean over seeds",
+    "control_eg_pct_ci_low": "lower end of the control's 95 % interval",
+    "control_eg_pct_ci_high": "upper end of the control's 95 % interval",
+    "control_f_frac": "f of the random control, mean over seeds",
+    "beats_control": "EG's interval lies wholly above the control's: the mapping is better than chance",
+    "n_seeds": "forecaster seeds the means are over",
+    "n_ecs_too_small": "ECs below the minimum size (G set to 0)",
+    "n_ecs_undefined": "ECs with an undefined correlation in some seed (G set to 0 there)",
+    "ari_across_seeds": "mean adjusted Rand index between these labels and the same method's labels with other "
+    "seeds (other initialisations and, for sampled DTW, another sample); 1 = identical",
+    "ari_across_seeds_min": "lowest of those ARIs",
+    "is_chosen": "this mapping labels the workloads in ec__assignments",
+    "choice_basis": "beats_control, fallback_default (no mapping beats its control) or none (EG 0 everywhere)",
+    "choice_reason": "the choice in one sentence",
+    "prefix_bins": "usage bins m fed to the classifier (0 = meta only)",
+    "accuracy": "held-out accuracy",
+    "macro_f1": "held-out macro F1",
+    "majority_accuracy": "held-out accuracy of always predicting the training split's most common EC",
+    "n_train": "workloads in the training split",
+    "n_test": "workloads in the held-out split",
+    "n_groups_train": "workload groups (e.g. jobs of job-days) in the training split",
+    "n_groups_test": "workload groups in the held-out split; no group is on both sides",
+    "split": "how train and test were separated",
+}
+"""Column descriptions of the EC tables (shown in the Dagster UI as the column schema)."""
+
+
+def column_schema(schema: dict) -> dict:
+    """Definition metadata: the table's columns with their types and descriptions."""
+    cols = [TableColumn(name=c, type=str(t), description=COLUMN_DOCS.get(c)) for c, t in schema.items()]
+    return {"dagster/column_schema": TableSchema(columns=cols)}
 
 
 def png_markdown(png: bytes, alt: str) -> MetadataValue:
@@ -52,20 +141,59 @@ def png_markdown(png: bytes, alt: str) -> MetadataValue:
 class EcRunConfig(Config):
     k_min: int = Field(default=3, description="smallest number of ECs tried (TVW-RL: 3)")
     k_max: int = Field(default=15, description="largest number of ECs tried (TVW-RL: 15)")
-    n_init: int = Field(default=50, description="initialisations per k, best kept (TVW-RL: 50)")
+    n_init: int = Field(default=50, description="initialisations per k; silhouette averaged (TVW-RL: 50)")
     methods: list[str] = Field(default=["aggregate", "temporal", "dtw"], description="distances to compare")
     seed: int = Field(default=0, description="seed of every random choice in clustering and forecasting")
-    series_length: int | None = Field(
-        default=None, description="bins per series; None = shortest kept window"
+    train_frac: float = Field(
+        default=0.7,
+        description="leading fraction of each series that the clustering sees and the forecasters train on; "
+        "the rest is the held-out window the proxy scores (never clustered)",
     )
+    series_max_bins: int | None = Field(
+        default=None,
+        description="None = each workload's whole kept window (series of different lengths); N = its first N "
+        "bins (a documented window)",
+    )
+    common_k: int | None = Field(
+        default=None,
+        description="k every method is also scored at; None = the median of the methods' silhouette-best k",
+    )
+    ari_seeds: int = Field(default=3, description="other clustering seeds the ARI across seeds is over")
     dtw_window_frac: float | None = Field(
         default=None, description="Sakoe-Chiba radius / length; None = full DTW"
     )
     dtw_downsample: int = Field(default=1, description="average blocks of this many bins before DTW")
     dtw_exact_max_n: int = Field(default=500, description="exact DTW matrix up to this many workloads")
     dtw_sample_size: int = Field(default=300, description="above that: medoids found on a sample this big")
-    forecaster_epochs: int = Field(default=4, description="LSTNet epochs per fit (prediction-gain proxy)")
-    forecaster_max_train_windows: int = Field(default=2000, description="training windows drawn per fit")
+    forecaster_preset: str = Field(
+        default="small",
+        description="'small' (fast LSTNet for the proxy sweep) or 'paper' (Lai et al. 2018's settings, "
+        "models.forecaster.paper_scale); the forecaster_* fields below override single settings",
+    )
+    forecaster_seeds: int = Field(
+        default=5, description="forecaster seeds per mapping (mean and 95 % interval)"
+    )
+    forecaster_epochs: int | None = Field(default=None, description="LSTNet epochs per fit; None = preset's")
+    forecaster_min_steps: int | None = Field(
+        default=None, description="least Adam steps per fit; None = preset's"
+    )
+    forecaster_window: int | None = Field(
+        default=None, description="LSTNet input window, bins; None = preset's"
+    )
+    forecaster_max_train_windows: int | None = Field(
+        default=None, description="training windows drawn per fit; None = preset's"
+    )
+    forecaster_max_eval_bins: int | None = Field(
+        default=None,
+        description="held-out bins scored per workload (first after the training part); None = all",
+    )
+    min_ec_members: int = Field(
+        default=2, description="ECs with fewer workloads get G = 0 (too small for their own forecaster)"
+    )
+    fallback_method: str = Field(
+        default="temporal",
+        description="used at its silhouette-best k when no mapping beats its random control (TVW-RL's choice)",
+    )
 
 
 def _ec_config(c: EcRunConfig) -> EcConfig:
@@ -82,55 +210,133 @@ def _ec_config(c: EcRunConfig) -> EcConfig:
         n_init=c.n_init,
         methods=tuple(c.methods),
         seed=c.seed,
-        series_length=c.series_length,
+        train_frac=c.train_frac,
         dtw=dtw,
     )
 
 
+def forecaster_config(c: EcRunConfig) -> ForecasterConfig:
+    """The preset with the configured overrides and the run's seed."""
+    presets = {"small": ForecasterConfig, "paper": paper_scale}
+    if c.forecaster_preset not in presets:
+        raise ValueError(f"forecaster_preset must be one of {sorted(presets)}; got {c.forecaster_preset!r}")
+    base = presets[c.forecaster_preset]()
+    overrides = {
+        "epochs": c.forecaster_epochs,
+        "min_steps": c.forecaster_min_steps,
+        "max_train_windows": c.forecaster_max_train_windows,
+    }
+    if c.forecaster_window is not None:
+        overrides["window"] = c.forecaster_window
+        overrides["ar_window"] = min(base.ar_window, c.forecaster_window)
+    return replace(base, seed=c.seed, **{k: v for k, v in overrides.items() if v is not None})
+
+
 def _gain_config(c: EcRunConfig) -> GainConfig:
-    fc = ForecasterConfig(
-        epochs=c.forecaster_epochs, max_train_windows=c.forecaster_max_train_windows, seed=c.seed
+    return GainConfig(
+        forecaster=forecaster_config(c),
+        train_frac=c.train_frac,
+        n_seeds=c.forecaster_seeds,
+        max_eval_bins=c.forecaster_max_eval_bins,
+        min_members=c.min_ec_members,
+        fallback_method=c.fallback_method,
     )
-    return GainConfig(forecaster=fc)
 
 
-def _empty_outputs(context: AssetExecutionContext, why: str):
+EC_MAPPING_TABLES = ("ec__silhouette", "ec__method_comparison", "ec__assignments", "ec__profiles")
+EC_MAPPING_SCHEMAS = dict(
+    zip(EC_MAPPING_TABLES, (EC_SILHOUETTE, METHOD_COMPARISON, EC_ASSIGNMENTS, EC_PROFILES), strict=True)
+)
+
+
+class _Emitter:
+    """Yields only what the run selected: each of the four tables (and its checks) can be materialised alone."""
+
+    def __init__(self, context: AssetExecutionContext) -> None:
+        self.outputs = set(context.selected_output_names)
+        self.checks = {key.name for key in context.selected_asset_check_keys}
+
+    def output(self, name: str, df: pl.DataFrame, metadata: dict | None = None):
+        if name in self.outputs:
+            yield Output(df, output_name=name, metadata=metadata or {})
+
+    def check(self, asset: str, name: str, passed: bool, metadata: dict):
+        if name in self.checks:
+            yield AssetCheckResult(asset_key=asset, check_name=name, passed=bool(passed), metadata=metadata)
+
+
+def _empty_outputs(context: AssetExecutionContext, emit: _Emitter, why: str):
     context.log.warning(f"{context.partition_key}: {why}; EC tables are empty for this source")
     note = {"note": MetadataValue.text(why)}
-    for name, schema in (
-        ("ec__silhouette", EC_SILHOUETTE),
-        ("ec__method_comparison", METHOD_COMPARISON),
-        ("ec__assignments", EC_ASSIGNMENTS),
-        ("ec__profiles", EC_PROFILES),
-    ):
-        yield Output(pl.DataFrame(schema=schema), output_name=name, metadata=note)
+    for name, schema in EC_MAPPING_SCHEMAS.items():
+        yield from emit.output(name, pl.DataFrame(schema=schema), note)
+    for table, check in CHECKS:
+        yield from emit.check(table, check, True, {"note": MetadataValue.text(f"nothing clustered: {why}")})
+
+
+CHECKS = (
+    ("ec__silhouette", "silhouette_row_per_method_and_k"),
+    ("ec__assignments", "labels_cover_every_kept_workload"),
+    ("ec__method_comparison", "at_most_one_chosen_mapping"),
+)
 
 
 @multi_asset(
     outs={
         "ec__silhouette": AssetOut(
             io_manager_key="table_io",
-            description="Mean silhouette for every (method, k), k = 3..15; the k with the highest value is "
-            "each method's choice. Skipped k (too few workloads, identical points) carry the reason.",
+            is_required=False,
+            description="Mean silhouette (averaged over the initialisations, with its sd) for every (method, k), "
+            "k = 3..15, on the training part of each series; the k with the highest mean is each method's "
+            "silhouette-best k. Skipped k (too few workloads, identical points) carry the reason.",
+            metadata=column_schema(EC_SILHOUETTE),
         ),
         "ec__method_comparison": AssetOut(
             io_manager_key="table_io",
-            description="TVW-RL Table 1: per distance method at its silhouette-chosen k, the fraction f of "
-            "workloads in ECs whose own forecaster beats the EC-agnostic one, and the effective prediction "
-            "gain EG (%). The row with the best EG is the chosen mapping (`is_chosen`).",
+            is_required=False,
+            description="TVW-RL Table 1 with seeds: per distance method at its silhouette-best k and at a common "
+            "k, the effective prediction gain EG (%) and the fraction f of workloads in ECs whose own forecaster "
+            "beats the EC-agnostic one, as means with 95 % intervals over forecaster seeds, beside a random "
+            "control (same class sizes, labels shuffled). The chosen row (`is_chosen`) beats its control, or is "
+            "the documented fallback; `choice_reason` says which.",
+            metadata=column_schema(METHOD_COMPARISON),
         ),
         "ec__assignments": AssetOut(
             io_manager_key="table_io",
-            description="The chosen EC mapping: the EC label of every long-running workload.",
+            is_required=False,
+            description="The chosen EC mapping: the EC label of every usable long-running workload (empty when "
+            "no mapping is chosen).",
+            metadata=column_schema(EC_ASSIGNMENTS),
         ),
         "ec__profiles": AssetOut(
             io_manager_key="table_io",
+            is_required=False,
             description="Each EC's representative usage series (medoid for DTW, members' mean otherwise).",
+            metadata=column_schema(EC_PROFILES),
         ),
     },
     partitions_def=SOURCE_PARTITIONS,
     group_name="ec",
     deps=["core__usage"],
+    can_subset=True,
+    check_specs=[
+        AssetCheckSpec(
+            "silhouette_row_per_method_and_k",
+            asset="ec__silhouette",
+            description="a row for every configured method and every k in k_min..k_max",
+        ),
+        AssetCheckSpec(
+            "labels_cover_every_kept_workload",
+            asset="ec__assignments",
+            description="every long-running workload is labelled once, or listed as skipped with its reason",
+        ),
+        AssetCheckSpec(
+            "at_most_one_chosen_mapping",
+            asset="ec__method_comparison",
+            description="one chosen row (none only when EG is 0 everywhere); it beats its control unless the "
+            "table says it is the fallback",
+        ),
+    ],
 )
 def ec__mapping(
     context: AssetExecutionContext,
@@ -140,23 +346,30 @@ def ec__mapping(
 ):
     source = context.partition_key
     cfg = _ec_config(config)
+    emit = _Emitter(context)
     if core__long_running.is_empty():
-        yield from _empty_outputs(context, "no long-running workloads")
+        yield from _empty_outputs(context, emit, "no long-running workloads")
         return
+    t_start = time.perf_counter()
     usage = long_running_usage(warehouse, source, core__long_running)
-    series = series_matrix(usage, core__long_running, cfg.series_length)
+    series = series_matrix(usage, core__long_running, None, max_bins=config.series_max_bins)
     for row in series.skipped.group_by("reason").len().iter_rows():
         context.log.warning(f"{source}: {row[1]} workload(s) skipped: {row[0]}")
     if series.n < cfg.k_min + 1:
-        yield from _empty_outputs(context, f"{series.n} usable long-running workloads, fewer than k_min + 1")
+        yield from _empty_outputs(
+            context, emit, f"{series.n} usable long-running workloads, fewer than k_min + 1"
+        )
         return
+
+    # clustering (training parts only)
     sweep = sweep_methods(series, source, cfg)
+    t_cluster = time.perf_counter() - t_start
     if sweep.warnings:
         context.log.warning(f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings))
-    yield Output(
+    yield from emit.output(
+        "ec__silhouette",
         sweep.silhouette,
-        output_name="ec__silhouette",
-        metadata={
+        {
             "plot": png_markdown(plot_silhouette(sweep.silhouette), "silhouette against k"),
             "best_k": MetadataValue.json({m: k for m, k in sweep.best_k.items()}),
             "notes": MetadataValue.md("\n".join(f"- {n}" for n in sweep.notes)),
@@ -164,34 +377,183 @@ def ec__mapping(
             **sweep.counts,
         },
     )
+    yield from emit.check(*CHECKS[0], *_silhouette_check(sweep.silhouette, cfg))
+    if not emit.outputs - {"ec__silhouette"}:
+        return  # only the silhouette table was selected: no forecaster stage
 
-    mappings = {(m, k): sweep.labels[m][k] for m, k in sweep.best_k.items() if k is not None}
-    if not mappings:
-        yield from _empty_outputs(context, "every k was skipped for every method")
+    # Table 1: silhouette-best k and a common k per method, over seeds, with random controls
+    rules = _k_rules(sweep, config.common_k)
+    if not rules:
+        yield from _empty_outputs(context, emit, "every k was skipped for every method")
         return
-    table = mapping_gain_table(series.values, mappings, _gain_config(config))
-    method, k = choose_mapping(table)
-    comparison = table.with_columns(
-        source=pl.lit(source), is_chosen=(pl.col("method") == method) & (pl.col("k") == k)
+    t0 = time.perf_counter()
+    gain_cfg = _gain_config(config)
+    mappings = {key: sweep.labels[key[0]][key[1]] for key in rules}
+    table = mapping_gain_table(series.series_list(), mappings, gain_cfg, rules)
+    t_forecast = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    comparison = _comparison(table, sweep, series, cfg, config, source)
+    t_ari = time.perf_counter() - t0
+    choice = choose_mapping(comparison, config.fallback_method)
+    comparison = comparison.with_columns(
+        is_chosen=(pl.col("method") == choice.method) & (pl.col("k") == choice.k),
+        choice_basis=pl.lit(choice.basis),
+        choice_reason=pl.lit(choice.reason),
     ).select(list(METHOD_COMPARISON))
-    yield Output(comparison, output_name="ec__method_comparison", metadata={"chosen": f"{method}, k={k}"})
+    log = context.log.info if choice.basis == "beats_control" else context.log.warning
+    log(f"{source}: EC mapping choice ({choice.basis}): {choice.reason}")
+    timings = {
+        "seconds_clustering": round(t_cluster, 2),
+        "seconds_forecaster": round(t_forecast, 2),
+        "seconds_ari": round(t_ari, 2),
+        "seconds_ec_stage": round(time.perf_counter() - t_start, 2),
+    }
+    context.log.info(f"{source}: EC stage timings {timings}")
+    yield from emit.output(
+        "ec__method_comparison",
+        comparison,
+        {
+            "chosen": f"{choice.method}, k={choice.k}" if choice.method else "none",
+            "choice_basis": choice.basis,
+            "choice_reason": MetadataValue.text(choice.reason),
+            "table": MetadataValue.md(_table_markdown(comparison)),
+            "window_and_sampling": MetadataValue.md("\n".join(f"- {n}" for n in sweep.notes)),
+            "forecaster": MetadataValue.json(
+                {
+                    **{k: v for k, v in vars(gain_cfg.forecaster).items()},
+                    "preset": config.forecaster_preset,
+                    "n_seeds": gain_cfg.n_seeds,
+                    "train_frac": gain_cfg.train_frac,
+                    "max_eval_bins": gain_cfg.max_eval_bins,
+                }
+            ),
+            "n_init": cfg.n_init,
+            **timings,
+        },
+    )
+    yield from emit.check(*CHECKS[2], *_chosen_check(comparison, choice))
 
-    profiles = profiles_frame(sweep, series, method, k)
-    yield Output(
-        assignments_frame(sweep, method, k),
-        output_name="ec__assignments",
-        metadata={"method": method, "k": k},
+    labels_df = (
+        assignments_frame(sweep, choice.method, choice.k)
+        if choice.method
+        else pl.DataFrame(schema=EC_ASSIGNMENTS)
     )
-    yield Output(
-        profiles,
-        output_name="ec__profiles",
-        metadata={"plot": png_markdown(plot_profiles(profiles), "EC profiles")},
+    yield from emit.output(
+        "ec__assignments",
+        labels_df,
+        {"method": str(choice.method), "k": choice.k or 0, "choice_basis": choice.basis},
     )
+    yield from emit.check(*CHECKS[1], *_coverage_check(labels_df, series, core__long_running, choice))
+    if "ec__profiles" in emit.outputs:
+        profiles = (
+            profiles_frame(sweep, series, choice.method, choice.k)
+            if choice.method
+            else pl.DataFrame(schema=EC_PROFILES)
+        )
+        plot = {"plot": png_markdown(plot_profiles(profiles), "EC profiles")} if profiles.height else {}
+        yield from emit.output("ec__profiles", profiles, plot)
+
+
+def _k_rules(sweep, configured_common_k: int | None) -> dict[tuple[str, int], str]:
+    """(method, k) -> "silhouette_best", "common" or "silhouette_best+common"."""
+    rules: dict[tuple[str, int], str] = {}
+    for method, k in sweep.best_k.items():
+        if k is not None:
+            rules[(method, k)] = "silhouette_best"
+    shared = configured_common_k if configured_common_k is not None else common_k(sweep.best_k, sweep.labels)
+    for method, by_k in sweep.labels.items():
+        if shared is not None and shared in by_k:
+            key = (method, shared)
+            rules[key] = "silhouette_best+common" if key in rules else "common"
+    return rules
+
+
+def _comparison(table, sweep, series, cfg, config: EcRunConfig, source: str) -> pl.DataFrame:
+    """Table 1 rows with the silhouette and the ARI across seeds of each (method, k)."""
+    aris = []
+    for method, k in table.select("method", "k").iter_rows():
+        a = ari_across_seeds(series, sweep, method, k, cfg, config.ari_seeds) if config.ari_seeds else []
+        aris.append((method, k, float(np.mean(a)) if a else None, float(np.min(a)) if a else None))
+    ari = pl.DataFrame(
+        aris,
+        schema={
+            "method": pl.String,
+            "k": pl.Int64,
+            "ari_across_seeds": pl.Float64,
+            "ari_across_seeds_min": pl.Float64,
+        },
+        orient="row",
+    )
+    sil = sweep.silhouette.select("method", "k", "silhouette", "silhouette_sd")
+    return (
+        table.with_columns(source=pl.lit(source))
+        .join(sil, on=["method", "k"], how="left")
+        .join(ari, on=["method", "k"], how="left")
+    )
+
+
+def _table_markdown(df: pl.DataFrame) -> str:
+    lines = [
+        "| method | k | rule | EG % (95 % CI) | f (95 % CI) | control EG % (95 % CI) | beats control | ARI | chosen |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in df.iter_rows(named=True):
+        ari = "" if r["ari_across_seeds"] is None else f"{r['ari_across_seeds']:.2f}"
+        lines.append(
+            f"| {r['method']} | {r['k']} | {r['k_rule']} | {r['eg_pct']:.2f} ({r['eg_pct_ci_low']:.2f}, "
+            f"{r['eg_pct_ci_high']:.2f}) | {r['f_frac']:.2f} ({r['f_frac_ci_low']:.2f}, {r['f_frac_ci_high']:.2f}) "
+            f"| {r['control_eg_pct']:.2f} ({r['control_eg_pct_ci_low']:.2f}, {r['control_eg_pct_ci_high']:.2f}) "
+            f"| {r['beats_control']} | {ari} | {r['is_chosen']} |"
+        )
+    return "\n".join(lines)
+
+
+def _silhouette_check(sil: pl.DataFrame, cfg: EcConfig) -> tuple[bool, dict]:
+    want = {(m, k) for m in cfg.methods for k in range(cfg.k_min, cfg.k_max + 1)}
+    have = [tuple(r) for r in sil.select("method", "k").iter_rows()]
+    missing = sorted(want - set(have))
+    extra = len(have) - len(set(have))
+    return not missing and not extra, {
+        "n_rows": len(have),
+        "missing": str(missing[:10]),
+        "n_duplicates": extra,
+    }
+
+
+def _chosen_check(comparison: pl.DataFrame, choice) -> tuple[bool, dict]:
+    chosen = comparison.filter(pl.col("is_chosen"))
+    expected = 0 if choice.method is None else 1
+    beats = bool(chosen["beats_control"].all()) if chosen.height else None
+    ok = chosen.height == expected and (choice.basis != "beats_control" or bool(beats))
+    return ok, {"n_chosen": chosen.height, "choice_basis": choice.basis, "chosen_beats_control": str(beats)}
+
+
+def _coverage_check(labels_df: pl.DataFrame, series, long_running: pl.DataFrame, choice) -> tuple[bool, dict]:
+    kept = set(long_running["workload_id"].to_list())
+    skipped = set(series.skipped["workload_id"].to_list())
+    labelled = labels_df["workload_id"].to_list()
+    meta = {
+        "n_kept": len(kept),
+        "n_labelled": len(labelled),
+        "n_skipped_series": len(skipped),
+        "choice_basis": choice.basis,
+    }
+    if choice.method is None:
+        return True, {
+            **meta,
+            "note": MetadataValue.text("no mapping chosen (EG 0 everywhere): nothing labelled"),
+        }
+    ok = (
+        len(labelled) == len(set(labelled))
+        and set(labelled) | skipped == kept
+        and not set(labelled) & skipped
+    )
+    return ok, meta
 
 
 class ClassifierRunConfig(Config):
     prefix_lengths: list[int] = Field(
-        default=[0, 6, 12, 24], description="usage bins m fed to the classifier"
+        default=[0, 6, 12, 24, 48], description="usage bins m fed to the classifier"
     )
     saved_prefix_bins: int = Field(
         default=12,
@@ -201,6 +563,18 @@ class ClassifierRunConfig(Config):
     epochs: int = Field(default=200, description="training epochs")
     seed: int = Field(default=0, description="seed of initialisation, shuffling and the split")
     min_per_class: int = Field(default=5, description="train only with at least this many workloads per EC")
+    group_pattern: str = Field(
+        default=r"^(.+)_d\d+$",
+        description="regex whose first group names a workload's group (windows of one longer workload, e.g. "
+        "the derived Google job-days '<job>_d<k>'); a group is wholly in train or in test. A workload id "
+        "that does not match is its own group",
+    )
+
+
+def workload_groups(workload_ids: list[str], pattern: str) -> np.ndarray:
+    """The group of each workload: the pattern's first group where it matches, else the id itself."""
+    rx = re.compile(pattern)
+    return np.array([(m.group(1) if (m := rx.match(w)) else w) for w in workload_ids])
 
 
 def classifier_path(warehouse: Warehouse, source: str) -> Path:
@@ -212,9 +586,11 @@ def classifier_path(warehouse: Warehouse, source: str) -> Path:
     group_name="ec",
     io_manager_key="table_io",
     deps=["core__usage"],
+    metadata=column_schema(CLASSIFIER_ACCURACY),
     description="Held-out accuracy and macro-F1 of the EC classifier (TVW-RL Algorithm 1, ClassifyToEC: two "
-    "dense ReLU layers and a softmax) per usage-prefix length m, with the majority-class baseline. The "
-    "model trained on all labelled workloads is saved beside the warehouse for the simulator.",
+    "dense ReLU layers and a softmax) per usage-prefix length m, with the majority-class rate, on a split by "
+    "workload group (all days of a job on one side; `split` states it). The model trained on all labelled "
+    "workloads is saved beside the warehouse for the simulator.",
 )
 def ec__classifier_accuracy(
     context: AssetExecutionContext,
@@ -234,13 +610,15 @@ def ec__classifier_accuracy(
         )
         return pl.DataFrame(schema=CLASSIFIER_ACCURACY)
     usage = long_running_usage(warehouse, source, core__long_running)
-    series = series_matrix(usage, core__long_running, None)
+    series = series_matrix(usage, core__long_running, None, max_bins=max(config.prefix_lengths + [1]))
     order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
     labels_df = labels_df.filter(pl.col("workload_id").is_in(list(order)))
     idx = np.array([order[w] for w in labels_df["workload_id"]])
-    meta, values, labels = meta_matrix(labels_df), series.values[idx], labels_df["ec_label"].to_numpy()
+    values = [series.series_list()[i] for i in idx]
+    meta, labels = meta_matrix(labels_df), labels_df["ec_label"].to_numpy()
+    groups = workload_groups(labels_df["workload_id"].to_list(), config.group_pattern)
     cfg = ClassifierConfig(epochs=config.epochs, seed=config.seed)
-    table = classifier_accuracy_table(meta, values, labels, config.prefix_lengths, cfg)
+    table = classifier_accuracy_table(meta, values, labels, config.prefix_lengths, cfg, groups=groups)
 
     m = config.saved_prefix_bins
     final = train_classifier(
@@ -249,7 +627,14 @@ def ec__classifier_accuracy(
     path = classifier_path(warehouse, source)
     path.parent.mkdir(parents=True, exist_ok=True)
     final.save(path)
-    context.add_output_metadata({"model_path": MetadataValue.path(str(path)), "n_labelled": len(labels)})
+    context.add_output_metadata(
+        {
+            "model_path": MetadataValue.path(str(path)),
+            "n_labelled": len(labels),
+            "n_groups": len(np.unique(groups)),
+            "split": table["split"][0],
+        }
+    )
     return table.with_columns(source=pl.lit(source)).select(list(CLASSIFIER_ACCURACY))
 
 

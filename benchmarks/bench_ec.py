@@ -1,8 +1,16 @@
-"""Timings of the EC pipeline (features, DTW, k sweep with silhouette) on seeded synthetic usage series.
+"""Timings of the EC pipeline (features, DTW, k sweep with silhouette, the prediction-gain forecasters) on seeded
+synthetic usage series, and the projected cost of the full EC stage at paper scale.
 
     python benchmarks/bench_ec.py --n 1000
     python benchmarks/bench_ec.py --n 10000 --skip-dtw
     python benchmarks/bench_ec.py --n 10000 --only-series-matrix --usage-input both
+    python benchmarks/bench_ec.py --project --n 2000 --length 6000 --dtw-downsample 24 --dtw-window 0.1 \
+        --dtw-sample 400 --max-eval-bins 96
+
+`--project` times each stage at n workloads (series of --length bins, clustered on their first 70 %) and
+projects it to --project-n workloads (default 10,000) of --length bins: the full EC stage of three methods,
+k 3..15, --n-init initialisations, --seeds forecaster seeds with random controls, per method, with the
+sampling / windowing / downsampling given (which the EC tables' metadata records in a real run).
 
 Prints seconds per stage and peak memory (ru_maxrss); for series_matrix also the memory the call itself added
 (Linux: peak RSS during the call, reset through /proc/self/clear_refs, minus RSS before it). Series: n workloads x 2 resources x --length bins,
@@ -21,22 +29,31 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from models.forecaster import ForecasterConfig, fit_forecaster, predict_series
 from pipelines.equivalence import (
     DtwConfig,
     EcConfig,
     dtw_cross,
     dtw_matrix,
     fit_kmedoids,
+    kmeans_runs,
+    kmedoids_runs,
     prepare_dtw,
+    prepare_dtw_series,
+    silhouette_from_distances,
     sweep_dtw,
     sweep_kmeans,
 )
 from pipelines.features import (
     TemporalConfig,
     aggregate_from_values,
+    aggregate_of,
+    euclidean_distances,
+    minmax_normalise,
     series_from_arrays,
     series_matrix,
     temporal_features,
+    temporal_features_of,
 )
 from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, USAGE
 
@@ -199,6 +216,96 @@ def bench_dtw(values: np.ndarray, cfg: EcConfig, exact_n: int) -> None:
         assert one.shape == (len(values), 10)
 
 
+def _clock(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    res = fn(*args, **kwargs)
+    return res, time.perf_counter() - t0
+
+
+def _silhouettes(dist: np.ndarray, labellings: list[np.ndarray]) -> list[float]:
+    return [silhouette_from_distances(dist, y) for y in labellings if 2 <= len(np.unique(y)) < len(y)]
+
+
+def project(values: np.ndarray, a: argparse.Namespace) -> None:
+    """Time every EC stage at n = len(values) and project it to a.project_n workloads."""
+    n, big_n = len(values), a.project_n
+    scale = big_n / n
+    ks = range(3, 16)
+    cfg = EcConfig(n_init=a.n_init, dtw=DtwConfig(a.dtw_window, a.dtw_downsample, sample_size=a.dtw_sample))
+    parts = [v[:, : int(0.7 * v.shape[1])] for v in values]
+    print(
+        f"projection: measured at n={n}, projected to n={big_n} (x{scale:.1f}); series {values.shape[2]} bins, "
+        f"clustered on the first 70 %; k 3..15, {a.n_init} inits, {a.seeds} forecaster seeds"
+    )
+    total = {}
+    # aggregate and temporal: features linear in n; K-Means fits linear in n; silhouettes on <= 2000 points
+    for method, feats_fn in (("aggregate", aggregate_of), ("temporal", temporal_features_of)):
+        feats, t_feat = _clock(feats_fn, parts)
+        x = minmax_normalise(feats)
+        sample = np.arange(min(n, cfg.silhouette_sample_size))
+        dist = euclidean_distances(x[sample])
+        t_fit = t_sil = 0.0
+        for k in ks:
+            runs, dt = _clock(kmeans_runs, x, k, cfg, 0, method)
+            t_fit += dt
+            t_sil += _clock(_silhouettes, dist, [r[0][sample] for r in runs])[1]
+        sil_scale = (min(big_n, cfg.silhouette_sample_size) / len(sample)) ** 2
+        total[method] = (t_feat + t_fit) * scale + t_sil * sil_scale
+        print(
+            f"  {method:<9s} features {t_feat:6.2f} s, {len(ks)} k x {a.n_init} K-Means fits {t_fit:7.2f} s, "
+            f"silhouettes {t_sil:6.2f} s -> projected {total[method]:8.1f} s"
+        )
+    # DTW: medoids on a fixed-size sample (constant in n), then every workload to the union of medoids
+    prepared, lengths = prepare_dtw_series(parts, cfg.dtw)
+    m = min(a.dtw_sample, n)
+    dist, t_mat = _clock(dtw_matrix, prepared[:m], cfg.dtw, lengths[:m])
+    t_med = 0.0
+    union = set()
+    for k in ks:
+        runs, dt = _clock(kmedoids_runs, dist, k, a.n_init, np.random.default_rng(k))
+        t_sil = _clock(_silhouettes, dist, [r[1] for r in runs])[1]
+        t_med += dt + t_sil
+        union |= set(min(runs, key=lambda r: r[2])[0].tolist())
+    probe = min(n, 200)
+    _, t_cross = _clock(dtw_cross, prepared[:probe], prepared[:10], cfg.dtw, lengths[:probe], lengths[:10])
+    t_assign = t_cross / (probe * 10) * big_n * len(union)
+    total["dtw"] = t_mat + t_med + t_assign
+    print(
+        f"  dtw       {prepared.shape[2]} points (downsample {a.dtw_downsample}, window {a.dtw_window}), "
+        f"sample {m}: matrix {t_mat:6.2f} s, K-Medoids+swap+silhouettes {t_med:7.2f} s, "
+        f"assign {big_n} x {len(union)} medoids {t_assign:7.2f} s (projected) -> {total['dtw']:8.1f} s"
+    )
+    # forecaster: a fit costs the same whatever n (windows capped); prediction is linear in n * eval bins
+    fc = ForecasterConfig(
+        epochs=a.fc_epochs, min_steps=a.fc_min_steps, max_train_windows=a.fc_max_train_windows
+    )
+    train = [int(0.7 * v.shape[1]) for v in values]
+    fitted, t_fit = _clock(fit_forecaster, list(values), train, fc)
+    ev = values[:, :, : train[0] + a.max_eval_bins]
+    _, t_pred = _clock(predict_series, fitted, list(ev), train)
+    per_window = t_pred / (n * a.max_eval_bins)
+    sum_k = 2 * 9 * 3  # two rows per method (silhouette-best and common k), k about 9 on average
+    n_maps = 6
+    fits = a.seeds * (1 + 2 * sum_k)
+    windows = a.seeds * (1 + 2 * n_maps) * big_n * a.max_eval_bins
+    t_fc = fits * t_fit + windows * per_window
+    print(
+        f"  forecaster one fit {t_fit:5.2f} s, prediction {per_window * 1e6:5.1f} us/window; "
+        f"{a.seeds} seeds x (1 global + 2 x sum k={sum_k} EC and control fits) = {fits} fits, "
+        f"{windows / 1e6:.1f} M windows ({a.max_eval_bins} held-out bins per workload) -> {t_fc:8.1f} s"
+    )
+    # ARI across 3 seeds, two rows per method: about 3 x 2 single-k clusterings per method
+    t_ari = sum(3 * 2 * total[mth] / len(ks) for mth in ("aggregate", "temporal")) + 3 * 2 * (
+        t_mat + t_med / len(ks) + t_assign
+    )
+    grand = sum(total.values()) + t_fc + t_ari
+    print(f"  ARI across 3 seeds (projected) {t_ari:8.1f} s")
+    print(
+        f"full EC stage at n={big_n}, {values.shape[2]} bins: {grand:8.1f} s = {grand / 3600:.2f} h "
+        f"(target: 1 h on this 2-core machine; {'met' if grand <= 3600 else 'NOT met'})"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1000)
@@ -214,7 +321,17 @@ def main() -> None:
     p.add_argument("--only-series-matrix", action="store_true", help="run series_matrix only, then stop")
     p.add_argument("--usage-input", choices=("frame", "lazy", "both"), default="frame")
     p.add_argument("--batch-rows", type=int, default=None, help="series_matrix batch_rows; default its own")
+    p.add_argument("--project", action="store_true", help="time every stage and project to --project-n")
+    p.add_argument("--project-n", type=int, default=10_000)
+    p.add_argument("--seeds", type=int, default=5, help="forecaster seeds of the projection")
+    p.add_argument("--max-eval-bins", type=int, default=96, help="held-out bins scored per workload")
+    p.add_argument("--fc-epochs", type=int, default=1)
+    p.add_argument("--fc-min-steps", type=int, default=30)
+    p.add_argument("--fc-max-train-windows", type=int, default=500)
     a = p.parse_args()
+    if a.project:
+        project(generate(a.n, a.length, a.seed), a)
+        return
 
     cfg = EcConfig(
         n_init=a.n_init,

@@ -35,12 +35,15 @@ META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_
 """Meta-feature columns (from the WORKLOADS table) in the order `meta` arrays use."""
 
 ACCURACY_ROWS = {
-    "prefix_bins": pl.Int64,
+    "prefix_bins": pl.Int64,  # m: usage bins fed to the classifier (0 = meta only)
     "accuracy": pl.Float64,
     "macro_f1": pl.Float64,
     "majority_accuracy": pl.Float64,  # accuracy of always predicting the training set's most common EC
-    "n_train": pl.Int64,
-    "n_test": pl.Int64,
+    "n_train": pl.Int64,  # workloads in the training split
+    "n_test": pl.Int64,  # workloads in the held-out split
+    "n_groups_train": pl.Int64,  # workload groups in the training split (a group is never on both sides)
+    "n_groups_test": pl.Int64,
+    "split": pl.String,  # how train and test were separated
 }
 """One row per prefix length of `classifier_accuracy_table`."""
 
@@ -263,6 +266,31 @@ def split_train_test(labels: np.ndarray, test_frac: float, seed: int) -> tuple[n
     return np.sort(train_idx), np.sort(test_idx)
 
 
+def split_by_group(
+    labels: np.ndarray, groups: np.ndarray, test_frac: float, seed: int, max_tries: int = 50
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded (train_idx, test_idx) with every group (e.g. all days of one job) wholly on one side: about
+    `test_frac` of the groups are held out. Redrawn (seed, seed+1, ...) until the training side holds at
+    least 2 classes and the test side at least one workload."""
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    if labels.shape != groups.shape:
+        raise ValueError(f"labels {labels.shape} and groups {groups.shape} differ in shape")
+    if len(np.unique(labels)) < 2:
+        raise ValueError(f"labels contain {len(np.unique(labels))} class(es); a classifier needs at least 2")
+    uniq = np.unique(groups)
+    n_test = max(1, round(test_frac * len(uniq)))
+    if len(uniq) - n_test < 1:
+        raise ValueError(f"too few groups to split: {len(uniq)} group(s), test_frac={test_frac}")
+    for t in range(max_tries):
+        rng = np.random.default_rng([seed, t])
+        held = rng.choice(uniq, size=n_test, replace=False)
+        is_test = np.isin(groups, held)
+        train_idx, test_idx = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+        if len(np.unique(labels[train_idx])) >= 2 and len(test_idx):
+            return train_idx, test_idx
+    raise ValueError(f"no split by group in {max_tries} draws leaves 2 classes for training")
+
+
 def usage_prefixes(series: np.ndarray | Sequence[np.ndarray], m: int) -> np.ndarray:
     """(n, 2, m) first m bins of each (2, L_i) usage series; NaN where a series is shorter than m."""
     out = np.full((len(series), 2, m), np.nan)
@@ -279,17 +307,30 @@ def classifier_accuracy_table(
     labels: np.ndarray,
     prefix_lengths: Sequence[int],
     cfg: ClassifierConfig,
+    groups: np.ndarray | None = None,
 ) -> pl.DataFrame:
-    """Held-out accuracy / macro F1 of the EC classifier per usage-prefix length (ACCURACY_ROWS), one shared split."""
+    """Held-out accuracy / macro F1 of the EC classifier per usage-prefix length (ACCURACY_ROWS), one shared
+    split. With `groups` (one id per workload, e.g. the job of a job-day) the split is by group: all workloads
+    of a group are on the same side, so the model is never tested on another day of a job it trained on."""
     labels = np.asarray(labels)
-    train_idx, test_idx = split_train_test(labels, cfg.test_frac, cfg.seed)
+    if groups is None:
+        train_idx, test_idx = split_train_test(labels, cfg.test_frac, cfg.seed)
+        split = f"by workload: seeded, stratified when possible, test_frac {cfg.test_frac}"
+        groups = np.arange(len(labels)).astype(str)
+    else:
+        groups = np.asarray(groups)
+        train_idx, test_idx = split_by_group(labels, groups, cfg.test_frac, cfg.seed)
+        split = (
+            f"by workload group (a group wholly on one side), seeded, test_frac {cfg.test_frac} of the groups"
+        )
     values, counts = np.unique(labels[train_idx], return_counts=True)
     majority = float((labels[test_idx] == values[counts.argmax()]).mean())
+    n_groups = (len(np.unique(groups[train_idx])), len(np.unique(groups[test_idx])))
     rows = []
     for m in prefix_lengths:
         pre = usage_prefixes(series, m) if m > 0 else None
         c = dataclasses.replace(cfg, prefix_bins=m)
         clf = train_classifier(meta[train_idx], None if pre is None else pre[train_idx], labels[train_idx], c)
         acc, f1 = evaluate(clf, meta[test_idx], None if pre is None else pre[test_idx], labels[test_idx])
-        rows.append((m, acc, f1, majority, len(train_idx), len(test_idx)))
+        rows.append((m, acc, f1, majority, len(train_idx), len(test_idx), *n_groups, split))
     return pl.DataFrame(rows, schema=ACCURACY_ROWS, orient="row")

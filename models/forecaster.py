@@ -267,20 +267,25 @@ def _predict(
 ) -> list[np.ndarray]:
     cfg = fitted.cfg
     mean, std = series_stats(series, n_train)
-    out = []
+    windows, counts = [], []
+    for i, (s, nt) in enumerate(zip(series, n_train, strict=True)):
+        if nt < cfg.window + cfg.horizon - 1:
+            raise ValueError(
+                f"workload {i}: training part has {nt} bins, fewer than window+horizon-1="
+                f"{cfg.window + cfg.horizon - 1} needed before the first predicted bin"
+            )
+        z = (s - mean[i][:, None]) / std[i][:, None]
+        windows.append(_windows(z, np.arange(nt, s.shape[1]), cfg).astype(np.float32))
+        counts.append(s.shape[1] - nt)
+    # all workloads' windows in shared batches: one model call per batch, not per workload
+    x = np.concatenate(windows) if windows else np.zeros((0, cfg.window, N_SERIES), dtype=np.float32)
     with torch.no_grad():
-        for i, (s, nt) in enumerate(zip(series, n_train, strict=True)):
-            if nt < cfg.window + cfg.horizon - 1:
-                raise ValueError(
-                    f"workload {i}: training part has {nt} bins, fewer than window+horizon-1="
-                    f"{cfg.window + cfg.horizon - 1} needed before the first predicted bin"
-                )
-            z = (s - mean[i][:, None]) / std[i][:, None]
-            x = _windows(z, np.arange(nt, s.shape[1]), cfg).astype(np.float32)
-            preds = [
-                fitted.model(torch.from_numpy(x[j : j + batch_size])).numpy()
-                for j in range(0, len(x), batch_size)
-            ]
-            p = np.concatenate(preds) if preds else np.zeros((0, N_SERIES), dtype=np.float32)
-            out.append(p.T.astype(np.float64) * std[i][:, None] + mean[i][:, None])
+        preds = [
+            fitted.model(torch.from_numpy(x[j : j + batch_size])).numpy()
+            for j in range(0, len(x), batch_size)
+        ]
+    p = np.concatenate(preds) if preds else np.zeros((0, N_SERIES), dtype=np.float32)
+    out = []
+    for i, part in enumerate(np.split(p, np.cumsum(counts)[:-1])):
+        out.append(part.T.astype(np.float64) * std[i][:, None] + mean[i][:, None])
     return out

@@ -13,15 +13,23 @@ well the dynamics are tracked rather than how far apart the workloads' levels ar
 G(e) = 100 * (corr_ec - corr_global) / |corr_global|      (percentage gain of EC e)
 EG   = (1/n) * sum_e max(0, G(e)) * |e|                    (TVW-RL, "Equivalence-class (EC) Analysis")
 f    = fraction of the n workloads in ECs with G(e) > 0     (Table 1's "f")
+
+One fit is one draw: the forecaster's seed alone moves EG by more than the gaps between methods. So every mapping
+is scored over `n_seeds` forecaster seeds and reported as a mean with a 95 % t-interval, beside a RANDOM CONTROL:
+the same class sizes with the labels shuffled (a fresh permutation per seed). A mapping is eligible only if its
+EG interval lies wholly above its control's interval (`beats_control`); `choose_mapping` takes the eligible row
+with the highest mean EG, else falls back to a documented default (`GainConfig.fallback_method` at its
+silhouette-best k), and chooses nothing when EG is 0 for every mapping and seed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
+from scipy import stats
 
 from models.forecaster import (
     ForecasterConfig,
@@ -44,13 +52,24 @@ GAIN_ROWS = {
 MAPPING_ROWS = {
     "method": pl.String,
     "k": pl.Int64,
-    "eg_pct": pl.Float64,
-    "f_frac": pl.Float64,
+    "k_rule": pl.String,  # why this k is in the table: "silhouette_best", "common" or "silhouette_best+common"
+    "eg_pct": pl.Float64,  # effective prediction gain EG (%), mean over the forecaster seeds
+    "eg_pct_ci_low": pl.Float64,  # 95 % t-interval of that mean
+    "eg_pct_ci_high": pl.Float64,
+    "f_frac": pl.Float64,  # fraction of workloads in ECs with G(e) > 0, mean over seeds
+    "f_frac_ci_low": pl.Float64,
+    "f_frac_ci_high": pl.Float64,
+    "control_eg_pct": pl.Float64,  # EG of the random control (same class sizes, labels shuffled), mean over seeds
+    "control_eg_pct_ci_low": pl.Float64,
+    "control_eg_pct_ci_high": pl.Float64,
+    "control_f_frac": pl.Float64,  # f of the random control, mean over seeds
+    "beats_control": pl.Boolean,  # eg_pct_ci_low > control_eg_pct_ci_high: better than chance beyond the intervals
+    "n_seeds": pl.Int64,  # forecaster seeds the means are over
     "n_workloads": pl.Int64,
-    "n_ecs_too_small": pl.Int64,
-    "n_ecs_undefined": pl.Int64,
+    "n_ecs_too_small": pl.Int64,  # ECs below min_members (G set to 0)
+    "n_ecs_undefined": pl.Int64,  # ECs with an undefined correlation in at least one seed (G set to 0 there)
 }
-"""One row per (method, k) mapping: the summary of Table 1."""
+"""One row per (method, k) mapping: Table 1 with seeds, intervals and the random control."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +80,10 @@ class GainConfig:
     train_frac: float = 0.7  # leading fraction of every series used for training; the rest is held out
     min_members: int = 2  # ECs with fewer workloads get G = 0 (status too_small) instead of their own model
     correlation_space: str = "standardised"  # "standardised" (per workload, training stats) or "raw"
+    n_seeds: int = 5  # forecaster seeds (forecaster.seed, +1, ...) each mapping and control is scored over
+    max_eval_bins: int | None = None  # held-out bins scored per workload (the first after its training part)
+    confidence: float = 0.95  # level of the t-intervals over seeds
+    fallback_method: str = "temporal"  # default when no mapping beats its control (TVW-RL's chosen method)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.train_frac < 1.0:
@@ -69,6 +92,10 @@ class GainConfig:
             raise ValueError(
                 f"correlation_space must be 'standardised' or 'raw', got {self.correlation_space!r}"
             )
+        if self.n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1, got {self.n_seeds}")
+        if self.max_eval_bins is not None and self.max_eval_bins < 2:
+            raise ValueError(f"max_eval_bins must be None or >= 2, got {self.max_eval_bins}")
 
 
 @dataclass(frozen=True)
@@ -117,13 +144,67 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float((da * db).sum() / denom) if denom > 0 else float("nan")
 
 
-def choose_mapping(rows: pl.DataFrame | Iterable[Mapping]) -> tuple[str, int]:
-    """The (method, k) with the best eg_pct; ties go to the higher f_frac, then the smaller k."""
+def mean_interval(x: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student-t interval of the mean of x; a single value gives a zero-width interval."""
+    a = np.asarray(x, dtype=np.float64)
+    m = float(a.mean())
+    if len(a) < 2:
+        return m, m, m
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a)))
+    return m, m - half, m + half
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which mapping feeds the EC labels, and why."""
+
+    method: str | None  # None: no mapping chosen
+    k: int | None
+    basis: str  # "beats_control" | "fallback_default" | "none"
+    reason: str  # one sentence for the table and the run log
+
+
+def choose_mapping(rows: pl.DataFrame | Iterable[Mapping], fallback_method: str = "temporal") -> Choice:
+    """The mapping to use: among rows that beat their random control (`beats_control`), the best mean eg_pct
+    (ties: higher f_frac, then smaller k). If none does: `fallback_method` at its silhouette-best k (the
+    documented default), or, when that method has no row, the best mean EG. If EG is 0 in every row (no EC
+    mapping helps prediction at all), nothing is chosen. Rows without `beats_control` count as beating it."""
     df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(list(rows))
     if df.height == 0:
         raise ValueError("choose_mapping: no mappings to choose from")
-    best = df.sort(["eg_pct", "f_frac", "k"], descending=[True, True, False]).row(0, named=True)
-    return str(best["method"]), int(best["k"])
+    if "beats_control" not in df.columns:
+        df = df.with_columns(beats_control=pl.lit(True))
+    order = dict(by=["eg_pct", "f_frac", "k"], descending=[True, True, False])
+    eligible = df.filter(pl.col("beats_control"))
+    if eligible.height:
+        best = eligible.sort(**order).row(0, named=True)
+        return Choice(
+            str(best["method"]),
+            int(best["k"]),
+            "beats_control",
+            f"{best['method']} k={best['k']}: best mean EG among the mappings whose EG interval lies above "
+            "their random control's",
+        )
+    top = "eg_pct_ci_high" if "eg_pct_ci_high" in df.columns else "eg_pct"
+    if not df[top].fill_null(0.0).max():  # EG >= 0 always: a zero upper bound means 0 in every seed
+        return Choice(
+            None,
+            None,
+            "none",
+            "EG is 0 for every mapping and seed: no EC forecaster beats the EC-agnostic one, so no mapping is "
+            "chosen",
+        )
+    fallback = df.filter(pl.col("method") == fallback_method)
+    if "k_rule" in fallback.columns:
+        fallback = fallback.filter(pl.col("k_rule").str.contains("silhouette_best"))
+    pick = (fallback if fallback.height else df).sort(**order).row(0, named=True)
+    return Choice(
+        str(pick["method"]),
+        int(pick["k"]),
+        "fallback_default",
+        "no mapping beats its random control beyond the intervals; documented default used: "
+        f"{pick['method']} at its silhouette-best k={pick['k']}",
+    )
 
 
 # --- model fits ----------------------------------------------------------------------------------------------------
@@ -178,19 +259,22 @@ def prediction_gain(
     labels: np.ndarray,
     cfg: GainConfig,
     global_preds: list[np.ndarray] | None = None,
+    n_train: list[int] | None = None,
 ) -> GainResult:
-    """Per-EC gain of an EC-specific forecaster over the EC-agnostic one, and the mapping's EG and f.
+    """Per-EC gain of an EC-specific forecaster over the EC-agnostic one, and the mapping's EG and f (one seed:
+    cfg.forecaster.seed).
 
     values: (n, 2, L) or n arrays (2, L_i) of cpu/mem fractions; labels: (n,) EC label per workload.
     global_preds: output of `predict_global` for the same values and cfg (computed here when None).
+    n_train: training bins per series (default: floor(train_frac * L_i)); bins after it are scored.
     """
     series = as_series_list(values)
     labels = np.asarray(labels)
     if labels.shape != (len(series),):
         raise ValueError(f"labels has shape {labels.shape}; expected ({len(series)},), one per workload")
-    n_train = _n_train(series, cfg)
+    n_train = _n_train(series, cfg) if n_train is None else n_train
     if global_preds is None:
-        global_preds = predict_global(series, cfg)
+        global_preds = predict_series(fit_forecaster(series, n_train, cfg.forecaster), series, n_train)
 
     rows = []
     for ec in np.unique(labels):
@@ -221,15 +305,76 @@ def prediction_gain(
     )
 
 
+def scored_series(
+    values: np.ndarray | Sequence[np.ndarray], cfg: GainConfig
+) -> tuple[list[np.ndarray], list[int]]:
+    """The series the proxy fits and scores, and their training bins: training part floor(train_frac * L_i)
+    (the same bins the EC clustering saw), then at most max_eval_bins held-out bins."""
+    series = as_series_list(values)
+    n_train = _n_train(series, cfg)
+    if cfg.max_eval_bins is not None:
+        series = [s[:, : t + cfg.max_eval_bins] for s, t in zip(series, n_train, strict=True)]
+    return series, n_train
+
+
+def control_labels(labels: np.ndarray, seed: int, index: int) -> np.ndarray:
+    """The random control of a mapping: its labels shuffled over the workloads (same class sizes)."""
+    return np.random.default_rng([seed, index, 7]).permutation(np.asarray(labels))
+
+
 def mapping_gain_table(
     values: np.ndarray | Sequence[np.ndarray],
     mappings: Mapping[tuple[str, int], np.ndarray],
     cfg: GainConfig,
+    k_rules: Mapping[tuple[str, int], str] | None = None,
 ) -> pl.DataFrame:
-    """Table 1: one MAPPING_ROWS row per (method, k) -> labels mapping; the EC-agnostic model is fitted once."""
-    global_preds = predict_global(values, cfg)
+    """Table 1 over seeds: one MAPPING_ROWS row per (method, k) -> labels mapping, with its random control.
+
+    For each of cfg.n_seeds forecaster seeds (forecaster.seed + s) the EC-agnostic model is fitted once and
+    every mapping and its control (a fresh shuffle per seed) are scored against it."""
+    series, n_train = scored_series(values, cfg)
+    keys = list(mappings)
+    eg, f, c_eg, c_f = ({key: [] for key in keys} for _ in range(4))
+    too_small = {key: 0 for key in keys}
+    undefined = {key: 0 for key in keys}
+    for s in range(cfg.n_seeds):
+        seed = cfg.forecaster.seed + s
+        cfg_s = replace(cfg, forecaster=replace(cfg.forecaster, seed=seed))
+        global_preds = predict_series(fit_forecaster(series, n_train, cfg_s.forecaster), series, n_train)
+        for index, key in enumerate(keys):
+            r = prediction_gain(series, mappings[key], cfg_s, global_preds, n_train)
+            c = prediction_gain(
+                series, control_labels(mappings[key], seed, index), cfg_s, global_preds, n_train
+            )
+            eg[key].append(r.eg_pct)
+            f[key].append(r.f_frac)
+            c_eg[key].append(c.eg_pct)
+            c_f[key].append(c.f_frac)
+            too_small[key] = r.n_ecs_too_small
+            undefined[key] = max(undefined[key], r.n_ecs_undefined)
     out = []
-    for (method, k), labels in mappings.items():
-        r = prediction_gain(values, labels, cfg, global_preds=global_preds)
-        out.append((method, int(k), r.eg_pct, r.f_frac, r.n_workloads, r.n_ecs_too_small, r.n_ecs_undefined))
+    for key in keys:
+        e, f_ci, ce = (mean_interval(v[key], cfg.confidence) for v in (eg, f, c_eg))
+        out.append(
+            {
+                "method": key[0],
+                "k": int(key[1]),
+                "k_rule": (k_rules or {}).get(key, "given"),
+                "eg_pct": e[0],
+                "eg_pct_ci_low": e[1],
+                "eg_pct_ci_high": e[2],
+                "f_frac": f_ci[0],
+                "f_frac_ci_low": f_ci[1],
+                "f_frac_ci_high": f_ci[2],
+                "control_eg_pct": ce[0],
+                "control_eg_pct_ci_low": ce[1],
+                "control_eg_pct_ci_high": ce[2],
+                "control_f_frac": float(np.mean(c_f[key])),
+                "beats_control": bool(e[1] > ce[2]),
+                "n_seeds": cfg.n_seeds,
+                "n_workloads": len(series),
+                "n_ecs_too_small": too_small[key],
+                "n_ecs_undefined": undefined[key],
+            }
+        )
     return pl.DataFrame(out, schema=MAPPING_ROWS, orient="row")

@@ -2,7 +2,8 @@
 
 Input: the canonical `USAGE` table (5-minute bins) and the `LONG_RUNNING` table (each workload's kept
 contiguous window `run_start_s`, `n_run_bins`). Output: a `SeriesSet`, i.e. one (cpu_frac, mem_frac)
-series per workload cut to a common length, and two feature matrices on it:
+series per workload over its whole kept window (or a configured cap / common length), and two feature matrices
+computed on any list of series (the EC clustering passes the training part of each series only):
 
 - aggregate (Zhang et al. 2011 baseline, TVW-RL "EC Analysis"): totals and means of CPU and memory, duration,
   mean / std / normalised std of the memory-to-CPU ratio;
@@ -10,7 +11,8 @@ series per workload cut to a common length, and two feature matrices on it:
   linear trend, mean, mean absolute change and std, computed with numpy on all series at once and equal to
   tsfresh's `feature_calculators` of the same names (tests/pipelines/test_features.py checks it).
 
-Both matrices are min-max normalised per column to [0, 1] before Euclidean distances are taken.
+Every feature is length-independent (means, per-bin changes, slopes per bin, autocorrelations at fixed lags),
+so series of different lengths are compared directly. Both matrices are min-max normalised per column to [0, 1] before Euclidean distances are taken.
 """
 
 from __future__ import annotations
@@ -53,19 +55,22 @@ BATCH_ROWS = 250_000
 
 @dataclass(frozen=True)
 class SeriesSet:
-    """Usage series of n workloads, all cut to the same length L.
+    """Usage series of n workloads, each from the first bin of its kept window, of possibly different lengths.
 
-    `values[i, 0]` is workload i's cpu_frac and `values[i, 1]` its mem_frac, one value per 5-minute bin,
-    starting at the first bin of its kept window. `lengths[i]` is the full kept window in bins (before
-    truncation); `aggregate[i]` holds the `AGGREGATE_FEATURES`, computed over that full window.
+    `values[i, 0, :lengths[i]]` is workload i's cpu_frac and `values[i, 1, :lengths[i]]` its mem_frac, one value
+    per 5-minute bin; bins past `lengths[i]` are padding (0.0) and belong to no series. `n_run_bins[i]` is the
+    full kept window in bins (`lengths[i]` is smaller only when a cap or a common length cut it);
+    `aggregate[i]` holds the `AGGREGATE_FEATURES` over that full window (a description of the data; the EC
+    clustering computes its own features from the training part of each series, see `training_parts`).
     """
 
     workload_ids: np.ndarray  # (n,) str
-    values: np.ndarray  # (n, 2, L) float64
-    lengths: np.ndarray  # (n,) int64, bins in the kept window
+    values: np.ndarray  # (n, 2, L_max) float64, zero-padded past lengths[i]
+    lengths: np.ndarray  # (n,) int64, bins of each series in `values`
     aggregate: np.ndarray  # (n, len(AGGREGATE_FEATURES)) float64
     skipped: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SKIP_SCHEMA))
-    length_note: str = ""  # how the common length L was chosen
+    length_note: str = ""  # how the series lengths were chosen
+    n_run_bins: np.ndarray | None = None  # (n,) int64 full kept windows; None = equal to lengths
 
     @property
     def n(self) -> int:
@@ -73,7 +78,25 @@ class SeriesSet:
 
     @property
     def length(self) -> int:
+        """Longest series, in bins (the padded width of `values`)."""
         return int(self.values.shape[2])
+
+    @property
+    def is_ragged(self) -> bool:
+        return bool(self.n and (self.lengths != self.length).any())
+
+    def series_list(self) -> list[np.ndarray]:
+        """Each workload's (2, lengths[i]) series, without padding (views into `values`)."""
+        return [self.values[i, :, : int(m)] for i, m in enumerate(self.lengths)]
+
+    def training_bins(self, train_frac: float) -> np.ndarray:
+        """(n,) bins of each series' training part: its first floor(train_frac * lengths[i]) bins."""
+        return np.floor(train_frac * self.lengths).astype(np.int64)
+
+    def training_parts(self, train_frac: float) -> list[np.ndarray]:
+        """Each workload's training part (2, training_bins[i]): the only bins the EC clustering may see;
+        the rest of each series is the prediction-gain proxy's held-out evaluation window."""
+        return [self.values[i, :, : int(m)] for i, m in enumerate(self.training_bins(train_frac))]
 
     @property
     def is_constant(self) -> np.ndarray:
@@ -81,14 +104,17 @@ class SeriesSet:
 
         Kept, not dropped. Features that divide by the std give 0 for it (autocorrelation, normalised std),
         and DTW z-normalisation turns it into all zeros."""
-        return self.values.std(axis=2) <= CONSTANT_STD
+        return np.array([s.std(axis=1) <= CONSTANT_STD for s in self.series_list()]).reshape(self.n, 2)
 
 
 # series
 
 
-def series_from_arrays(workload_ids: list[str] | np.ndarray, values: np.ndarray) -> SeriesSet:
-    """A `SeriesSet` from an (n, 2, L) array (tests, benchmarks): the window is the whole array."""
+def series_from_arrays(
+    workload_ids: list[str] | np.ndarray, values: np.ndarray, lengths: np.ndarray | None = None
+) -> SeriesSet:
+    """A `SeriesSet` from an (n, 2, L) array (tests, benchmarks); `lengths` (default: all L) marks series
+    shorter than L, whose bins past their length must be padding."""
     values = np.ascontiguousarray(values, dtype=np.float64)
     if values.ndim != 3 or values.shape[1] != 2:
         raise ValueError(f"values must have shape (n, 2, L); got {values.shape}")
@@ -99,10 +125,12 @@ def series_from_arrays(workload_ids: list[str] | np.ndarray, values: np.ndarray)
     if ids.shape != (values.shape[0],):
         raise ValueError(f"{ids.shape[0]} workload ids for {values.shape[0]} series")
     n, _, length = values.shape
-    lengths = np.full(n, length, dtype=np.int64)
-    return SeriesSet(
-        ids, values, lengths, aggregate_from_values(values), length_note=f"all series {length} bins"
-    )
+    lengths = np.full(n, length, dtype=np.int64) if lengths is None else np.asarray(lengths, dtype=np.int64)
+    if lengths.shape != (n,) or (lengths < 1).any() or (lengths > length).any():
+        raise ValueError(f"lengths must be {n} values in 1..{length}; got {lengths.tolist()[:10]}")
+    series = [values[i, :, :m] for i, m in enumerate(lengths)]
+    note = f"all series {length} bins" if (lengths == length).all() else "series of different lengths"
+    return SeriesSet(ids, values, lengths, aggregate_of(series), length_note=note, n_run_bins=lengths)
 
 
 def series_matrix(
@@ -110,67 +138,71 @@ def series_matrix(
     long_running: pl.DataFrame | pl.LazyFrame,
     length: int | None,
     batch_rows: int = BATCH_ROWS,
+    max_bins: int | None = None,
 ) -> SeriesSet:
-    """Cut each long-running workload's (cpu_frac, mem_frac) series to a common length.
+    """Each long-running workload's (cpu_frac, mem_frac) series over its kept window.
 
     Each workload's kept window is [run_start_s, run_start_s + n_run_bins * BIN_SECONDS). A workload whose
     window has a missing bin, a duplicate bin, a null/NaN or a negative value is skipped and listed in
     `skipped` with the reason (checked over the whole window, which the aggregate features use).
-    Length policy: `length=None` truncates every series to the shortest valid window (min n_run_bins);
-    `length=L` truncates to the first L bins and skips windows shorter than L ("window_shorter_than_length").
+    Length policy: `length=None` keeps the whole kept window of every workload (series of different lengths),
+    cut to its first `max_bins` bins when `max_bins` is given; `length=L` cuts every series to its first L bins
+    and skips windows shorter than L ("window_shorter_than_length").
 
     `usage` may be a DataFrame or a LazyFrame (e.g. a Parquet scan, best pre-filtered to these workloads); it
     is streamed `batch_rows` rows at a time (polars streaming engine) into numpy, which checks the windows, sums
-    the aggregate features and fills a preallocated array by computed offsets. One read suffices when `length`
-    is given or one of the shortest windows is valid; otherwise a second read fills the array. Memory: the
+    the aggregate features and fills a preallocated array by computed offsets, in one read. Memory: the
     output, one byte per kept-window bin, and a few batches (rows may come in any order).
     """
     if length is not None and length < 0:
         raise ValueError(f"length must be None or >= 0; got {length}")
+    if max_bins is not None and max_bins < 1:
+        raise ValueError(f"max_bins must be None or >= 1; got {max_bins}")
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1; got {batch_rows}")
     windows = _windows(long_running)
     rows = _usage_rows(usage)
     stats = _WindowStats(windows["n_run_bins"].to_numpy())
-    # fill the first `guess` bins of every window that can reach it while checking all windows
-    guess = length if length is not None else stats.shortest_window()
-    slot = _slots(stats.n_run_bins >= max(guess, 1))
-    buffer = np.zeros((int(slot.max(initial=-1)) + 1, 2, guess))
+    run_bins = np.maximum(stats.n_run_bins, 0)
+    if length is None:
+        used = run_bins if max_bins is None else np.minimum(run_bins, max_bins)
+    else:
+        used = np.where(run_bins >= length, length, 0)
+    slot = _slots(used > 0)
+    width = int(used.max(initial=0)) if length is None else length
+    buffer = np.zeros((int(slot.max(initial=-1)) + 1, 2, width))
     for idx, offset_s, cpu, mem in _window_batches(rows, windows, batch_rows):
         stats.add(idx, offset_s, cpu, mem)
-        _place(buffer, slot[idx], offset_s, cpu, mem)
-    reasons, length, note = _choose_length(stats.reasons(), stats.n_run_bins, length)
+        _place(buffer, slot[idx], offset_s, cpu, mem, used[idx])
+    reasons = stats.reasons()
+    if length is not None:
+        reasons[(reasons == "ok") & (run_bins < length)] = "window_shorter_than_length"
     valid = np.flatnonzero(reasons == "ok")
-    if length == guess:
-        values = _compact(buffer, slot[valid])
-    else:  # the shortest windows were all skipped
-        del buffer
-        values = _fill_values(rows, windows, valid, length, batch_rows)
+    values = _compact(buffer, slot[valid])
+    if length is None and int(used[valid].max(initial=0)) < width:  # the longest windows were skipped
+        values = np.ascontiguousarray(values[:, :, : int(used[valid].max(initial=0))])
     ids = windows["workload_id"]
     return SeriesSet(
         workload_ids=ids.gather(valid).to_numpy().astype(str),
         values=values,
-        lengths=stats.n_run_bins[valid].astype(np.int64),
+        lengths=used[valid].astype(np.int64),
         aggregate=stats.aggregate(valid),
         skipped=pl.DataFrame(
             {"workload_id": ids.filter(reasons != "ok"), "reason": reasons[reasons != "ok"].tolist()},
             schema=SKIP_SCHEMA,
         ),
-        length_note=note,
+        length_note=_length_note(length, max_bins, used[valid]),
+        n_run_bins=stats.n_run_bins[valid].astype(np.int64),
     )
 
 
-def _choose_length(
-    reasons: np.ndarray, n_run_bins: np.ndarray, length: int | None
-) -> tuple[np.ndarray, int, str]:
-    """Apply the length policy: (reasons with short windows skipped, common length, note)."""
-    if length is None:
-        is_ok = reasons == "ok"
-        length = int(n_run_bins[is_ok].min()) if is_ok.any() else 0
-        return reasons, length, f"truncated to the shortest kept window: {length} bins"
-    reasons = reasons.copy()
-    reasons[(reasons == "ok") & (n_run_bins < length)] = "window_shorter_than_length"
-    return reasons, length, f"truncated to the configured length: {length} bins"
+def _length_note(length: int | None, max_bins: int | None, used: np.ndarray) -> str:
+    span = f"{int(used.min())}..{int(used.max())} bins" if len(used) else "no series"
+    if length is not None:
+        return f"first {length} bins of every kept window (configured length)"
+    if max_bins is not None:
+        return f"whole kept window, at most the first {max_bins} bins: {span}"
+    return f"whole kept window: {span}"
 
 
 def _windows(long_running: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -277,11 +309,6 @@ class _WindowStats:
         self.ratio_mean += delta * count / safe
         self.ratio_n = total
 
-    def shortest_window(self) -> int:
-        """Fewest bins in a non-empty window (0 when there is none)."""
-        widths = self.n_run_bins[self.n_run_bins > 0]
-        return int(widths.min()) if len(widths) else 0
-
     def n_distinct_bins(self) -> np.ndarray:
         """Distinct on-grid bins seen per workload (0 for an empty window)."""
         # one window at a time: a vectorised reduceat would make an int64 copy of all of `is_seen`
@@ -319,11 +346,17 @@ def _slots(is_kept: np.ndarray) -> np.ndarray:
 
 
 def _place(
-    values: np.ndarray, slot: np.ndarray, offset_s: np.ndarray, cpu: np.ndarray, mem: np.ndarray
+    values: np.ndarray,
+    slot: np.ndarray,
+    offset_s: np.ndarray,
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    limit: np.ndarray,
 ) -> None:
-    """Write each row into `values[slot, :, offset_s // BIN_SECONDS]`, skipping slot -1 and bins past the end."""
+    """Write each row into `values[slot, :, offset_s // BIN_SECONDS]`, skipping slot -1 and bins at or past
+    the row's `limit` (its series length) or the array's end."""
     k = offset_s // BIN_SECONDS
-    keep = (slot >= 0) & (k < values.shape[2])
+    keep = (slot >= 0) & (k < np.minimum(limit, values.shape[2]))
     slot, k = slot[keep], k[keep]
     values[slot, 0, k] = cpu[keep]
     values[slot, 1, k] = mem[keep]
@@ -340,22 +373,6 @@ def _compact(buffer: np.ndarray, keep: np.ndarray, block: int = 256) -> np.ndarr
     return buffer
 
 
-def _fill_values(
-    rows: pl.LazyFrame, windows: pl.DataFrame, valid: np.ndarray, length: int, batch_rows: int
-) -> np.ndarray:
-    """(len(valid), 2, length) array of the first `length` bins of the workloads at `valid` (complete windows)."""
-    values = np.zeros((len(valid), 2, length))
-    if len(valid) == 0 or length == 0:
-        return values
-    cut = windows[valid].with_columns(
-        idx=pl.int_range(pl.len(), dtype=pl.Int64),
-        run_end_s=pl.col("run_start_s") + length * BIN_SECONDS,
-    )
-    for pos, offset_s, cpu, mem in _window_batches(rows, cut, batch_rows):
-        _place(values, pos, offset_s, cpu, mem)  # `cut`'s idx is the row in `values`
-    return values
-
-
 def aggregate_from_values(values: np.ndarray) -> np.ndarray:
     """`AGGREGATE_FEATURES` of (n, 2, L) series taken as whole windows (same definition as `series_matrix`)."""
     cpu, mem = values[:, 0], values[:, 1]
@@ -367,6 +384,20 @@ def aggregate_from_values(values: np.ndarray) -> np.ndarray:
     r_var = np.where(has_cpu, (ratio - r_mean[:, None]) ** 2, 0.0).sum(axis=1) / safe
     n_bins = np.full(values.shape[0], float(values.shape[2]))
     return _stack_aggregate(cpu.sum(axis=1), mem.sum(axis=1), n_bins, r_mean, np.sqrt(r_var))
+
+
+def aggregate_of(series: list[np.ndarray]) -> np.ndarray:
+    """`AGGREGATE_FEATURES` of series of any lengths (a list of (2, L_i) arrays), each taken as a whole window."""
+    out = np.zeros((len(series), len(AGGREGATE_FEATURES)))
+    for idx in _by_length(series):
+        out[idx] = aggregate_from_values(np.stack([series[i] for i in idx]))
+    return out
+
+
+def _by_length(series: list[np.ndarray]) -> list[np.ndarray]:
+    """Indices of the series grouped by length (vectorised work per group)."""
+    lengths = np.array([s.shape[1] for s in series], dtype=np.int64)
+    return [np.flatnonzero(lengths == m) for m in np.unique(lengths)]
 
 
 def _stack_aggregate(cpu_sum, mem_sum, n_bins, r_mean, r_std) -> np.ndarray:
@@ -420,19 +451,39 @@ def temporal_features(values: np.ndarray, cfg: TemporalConfig = TemporalConfig()
 
     Column order follows `temporal_feature_names`. Values equal tsfresh's calculators except that a
     constant series gets autocorrelation 0 (tsfresh: NaN)."""
-    n, n_res, length = values.shape
-    names, _ = temporal_feature_names(length, cfg)
+    return _temporal_block(values, values.shape[2], cfg)
+
+
+def temporal_features_of(series: list[np.ndarray], cfg: TemporalConfig = TemporalConfig()) -> np.ndarray:
+    """Temporal features of series of any lengths (a list of (2, L_i) arrays); every feature is a per-bin or
+    per-lag statistic, so series of different lengths are comparable. The columns are
+    `temporal_feature_names(min L_i)`: a lag or chunk the shortest series cannot hold is left out for all."""
+    shortest = min((s.shape[1] for s in series), default=0)
+    names, _ = temporal_feature_names(shortest, cfg)
+    out = np.zeros((len(series), len(names)))
+    for idx in _by_length(series):
+        out[idx] = _temporal_block(np.stack([series[i] for i in idx]), shortest, cfg)
+    return out
+
+
+def _temporal_block(values: np.ndarray, names_length: int, cfg: TemporalConfig) -> np.ndarray:
+    """Temporal features of (n, 2, L) equal-length series, with the columns of `names_length`."""
+    n, n_res, _ = values.shape
+    names, _ = temporal_feature_names(names_length, cfg)
     out = np.empty((n, len(names)))
     per_res = len(names) // n_res
     for lo in range(0, n, cfg.block_rows):
         block = values[lo : lo + cfg.block_rows]
         for r in range(n_res):
-            out[lo : lo + len(block), r * per_res : (r + 1) * per_res] = _series_features(block[:, r], cfg)
+            out[lo : lo + len(block), r * per_res : (r + 1) * per_res] = _series_features(
+                block[:, r], cfg, names_length
+            )
     return out
 
 
-def _series_features(x: np.ndarray, cfg: TemporalConfig) -> np.ndarray:
-    """Temporal features of (b, L) univariate series, columns as in `temporal_feature_names`."""
+def _series_features(x: np.ndarray, cfg: TemporalConfig, names_length: int) -> np.ndarray:
+    """Temporal features of (b, L) univariate series, columns as in `temporal_feature_names(names_length)`
+    (names_length <= L: lags and chunks that fit the shortest series of a ragged set)."""
     length = x.shape[1]
     mean = x.mean(axis=1)
     centred = x - mean[:, None]
@@ -440,12 +491,12 @@ def _series_features(x: np.ndarray, cfg: TemporalConfig) -> np.ndarray:
     is_const = np.sqrt(var) <= CONSTANT_STD
     safe_var = np.where(is_const, 1.0, var)
     cols = []
-    for lag in (lag for lag in cfg.lags if lag < length):
+    for lag in (lag for lag in cfg.lags if lag < names_length):
         # tsfresh autocorrelation: sum_t (x_t - mu)(x_{t+lag} - mu) / ((L - lag) * var)
         cov = np.einsum("ij,ij->i", centred[:, : length - lag], centred[:, lag:]) / (length - lag)
         cols.append(np.where(is_const, 0.0, cov / safe_var))
     cols.append(_slope(x))
-    if cfg.agg_chunk_len < length:
+    if cfg.agg_chunk_len < names_length:
         cols.append(_slope(_chunk_means(x, cfg.agg_chunk_len)))
     cols.append(mean)
     cols.append(np.abs(np.diff(x, axis=1)).mean(axis=1))

@@ -8,6 +8,7 @@ from models.ec_classifier import (
     classifier_accuracy_table,
     evaluate,
     load_classifier,
+    split_by_group,
     split_train_test,
     train_classifier,
     usage_prefixes,
@@ -40,7 +41,17 @@ def _separable(n: int, seed: int) -> tuple[np.ndarray, list[np.ndarray], np.ndar
 def test_beats_the_majority_class_on_separable_data():
     meta, series, labels = _separable(90, seed=0)
     table = classifier_accuracy_table(meta, series, labels, (0, 6), FAST)
-    assert table.columns == ["prefix_bins", "accuracy", "macro_f1", "majority_accuracy", "n_train", "n_test"]
+    assert table.columns == [
+        "prefix_bins",
+        "accuracy",
+        "macro_f1",
+        "majority_accuracy",
+        "n_train",
+        "n_test",
+        "n_groups_train",
+        "n_groups_test",
+        "split",
+    ]
     assert table["prefix_bins"].to_list() == [0, 6]
     assert table["n_train"].to_list() == [63, 63] and table["n_test"].to_list() == [27, 27]
     with_prefix = table.row(1, named=True)
@@ -107,3 +118,17 @@ def test_bad_inputs_name_the_problem():
         train_classifier(meta, None, np.array([0, 1] * 3), ClassifierConfig(prefix_bins=0)).predict(
             np.zeros((2, 3))
         )
+
+
+def test_split_by_group_keeps_every_group_on_one_side():
+    meta, series, labels = _separable(60, seed=1)
+    groups = np.array([f"job{i // 3}" for i in range(60)])  # 3 days per job
+    tr, te = split_by_group(labels, groups, 0.3, seed=0)
+    assert not set(groups[tr]) & set(groups[te])
+    assert set(tr) | set(te) == set(range(60)) and len(set(groups[te])) == 6  # 30 % of 20 jobs
+    assert np.array_equal(te, split_by_group(labels, groups, 0.3, seed=0)[1])
+    table = classifier_accuracy_table(meta, series, labels, (0, 6), FAST, groups=groups)
+    assert table["n_groups_test"].to_list() == [6, 6] and table["n_test"].to_list() == [18, 18]
+    assert table["split"][0].startswith("by workload group")
+    with pytest.raises(ValueError, match="differ in shape"):
+        split_by_group(labels, groups[:5], 0.3, 0)

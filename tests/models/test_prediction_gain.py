@@ -9,10 +9,12 @@ from models.forecaster import ForecasterConfig
 from models.prediction_gain import (
     GainConfig,
     choose_mapping,
+    control_labels,
     effective_gain,
     gain_pct,
     gaining_fraction,
     mapping_gain_table,
+    mean_interval,
     pearson,
     prediction_gain,
 )
@@ -48,10 +50,52 @@ def test_choose_mapping_best_eg_then_f_then_smaller_k():
         {"method": "dtw", "k": 3, "eg_pct": 9.8, "f_frac": 0.60},
         {"method": "dtw", "k": 4, "eg_pct": 9.8, "f_frac": 0.60},
     ]
-    assert choose_mapping(rows) == ("dtw", 3)
-    assert choose_mapping(pl.DataFrame(rows[:2])) == ("temporal", 6)
+    c = choose_mapping(rows)
+    assert (c.method, c.k, c.basis) == ("dtw", 3, "beats_control")
+    c = choose_mapping(pl.DataFrame(rows[:2]))
+    assert (c.method, c.k) == ("temporal", 6)
     with pytest.raises(ValueError, match="no mappings"):
         choose_mapping([])
+
+
+def _row(method, k, eg, hi, beats, rule="silhouette_best"):
+    return {
+        "method": method,
+        "k": k,
+        "k_rule": rule,
+        "eg_pct": eg,
+        "eg_pct_ci_high": hi,
+        "f_frac": 0.5,
+        "beats_control": beats,
+    }
+
+
+def test_only_a_mapping_that_beats_its_control_is_chosen_else_fallback_or_none():
+    rows = [_row("aggregate", 3, 20.0, 30.0, False), _row("dtw", 4, 5.0, 6.0, True)]
+    c = choose_mapping(rows)
+    assert (c.method, c.k, c.basis) == ("dtw", 4, "beats_control")  # higher EG alone is not enough
+    rows = [
+        _row("aggregate", 3, 20.0, 30.0, False),
+        _row("temporal", 8, 2.0, 4.0, False, "common"),
+        _row("temporal", 5, 1.0, 3.0, False),
+    ]
+    c = choose_mapping(rows, fallback_method="temporal")
+    assert (c.method, c.k, c.basis) == ("temporal", 5, "fallback_default")
+    assert "no mapping beats its random control" in c.reason
+    zero = [_row("aggregate", 3, 0.0, 0.0, False), _row("temporal", 3, 0.0, 0.0, False)]
+    c = choose_mapping(zero)
+    assert (c.method, c.k, c.basis) == (None, None, "none") and "EG is 0" in c.reason
+
+
+def test_mean_interval_and_control_labels():
+    m, lo, hi = mean_interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and hi - m == pytest.approx(4.302652729749464 / np.sqrt(3))  # t(0.975, 2) * sd / sqrt(n)
+    assert mean_interval([4.0]) == (4.0, 4.0, 4.0)
+    labels = np.array([0, 0, 0, 1, 1, 2])
+    shuffled = control_labels(labels, seed=0, index=1)
+    assert sorted(shuffled.tolist()) == sorted(labels.tolist())  # same class sizes
+    assert np.array_equal(shuffled, control_labels(labels, seed=0, index=1))
+    assert not np.array_equal(shuffled, control_labels(labels, seed=1, index=1))
 
 
 def _ar_workloads(phis: list[float], length: int, seed: int) -> np.ndarray:
@@ -84,13 +128,14 @@ def test_small_ecs_are_reported_not_trained():
             window=8, kernel_size=3, hidden_size=4, conv_channels=4, ar_window=4, min_steps=10
         )
     )
-    table = mapping_gain_table(values, {("temporal", 2): np.array([5, 5, 7])}, cfg)
+    table = mapping_gain_table(values, {("temporal", 2): np.array([5, 5, 7])}, replace(cfg, n_seeds=1))
     r = prediction_gain(values, np.array([5, 5, 7]), cfg)
     assert r.rows.filter(pl.col("ec_label") == 7)["status"].to_list() == ["too_small"]
     assert r.rows.filter(pl.col("ec_label") == 7)["gain_pct"].to_list() == [0.0]
     assert r.n_ecs_too_small == 1 and r.k == 2 and r.n_workloads == 3
     assert table.row(0, named=True)["n_ecs_too_small"] == 1
-    assert table["eg_pct"].to_list() == pytest.approx([r.eg_pct])
+    assert table["eg_pct"].to_list() == pytest.approx([r.eg_pct])  # n_seeds=1: the one draw
+    assert table["eg_pct_ci_low"].to_list() == table["eg_pct"].to_list()
     raw = prediction_gain(values, np.array([5, 5, 7]), replace(cfg, correlation_space="raw"))
     assert raw.rows["n_workloads"].to_list() == [2, 1] and -1.0 <= raw.rows["corr_ec"][0] <= 1.0
 
@@ -105,3 +150,17 @@ def test_bad_inputs():
         GainConfig(train_frac=1.0)
     with pytest.raises(ValueError, match="correlation_space"):
         GainConfig(correlation_space="pooled")
+
+
+def test_table_over_seeds_with_a_random_control():
+    values = _ar_workloads([0.9] * 4 + [-0.9] * 4, length=120, seed=4)
+    cfg = replace(FAST, n_seeds=3, max_eval_bins=20)
+    labels = np.array([0] * 4 + [1] * 4)
+    table = mapping_gain_table(values, {("temporal", 2): labels}, cfg, {("temporal", 2): "silhouette_best"})
+    r = table.row(0, named=True)
+    assert r["n_seeds"] == 3 and r["k_rule"] == "silhouette_best"
+    assert r["eg_pct_ci_low"] <= r["eg_pct"] <= r["eg_pct_ci_high"]
+    assert r["f_frac_ci_low"] <= r["f_frac"] <= r["f_frac_ci_high"]
+    # the planted split helps in every seed, its shuffled control much less: it beats the control
+    assert r["eg_pct"] > r["control_eg_pct"]
+    assert r["beats_control"] == (r["eg_pct_ci_low"] > r["control_eg_pct_ci_high"])

@@ -8,15 +8,20 @@ from pipelines.equivalence import (
     EC_SILHOUETTE,
     DtwConfig,
     EcConfig,
+    ari_across_seeds,
     assignments_frame,
     best_k,
+    common_k,
     dtw_cross,
     dtw_matrix,
     fit_kmedoids,
+    pam_swap,
     plot_profiles,
     plot_silhouette,
     prepare_dtw,
+    prepare_dtw_series,
     profiles_frame,
+    silhouette_from_distances,
     sweep_methods,
 )
 from pipelines.features import TemporalConfig, series_from_arrays
@@ -116,9 +121,8 @@ def test_sampled_dtw_assigns_every_workload_to_a_sampled_medoid():
         medoids = sweep.medoids["dtw"][k]
         assert labels.shape == (40,) and labels[medoids].tolist() == list(range(k))
         # each sampled medoid is the nearest medoid of the workloads it labels
-        d = dtw_cross(
-            prepare_dtw(series.values, cfg.dtw), prepare_dtw(series.values[medoids], cfg.dtw), cfg.dtw
-        )
+        parts = prepare_dtw(series.values[:, :, : series.training_bins(cfg.train_frac)[0]], cfg.dtw)
+        d = dtw_cross(parts, parts[medoids], cfg.dtw)
         assert (d[np.arange(40), labels] <= d.min(axis=1) + 1e-12).all()
 
 
@@ -150,6 +154,9 @@ def test_best_k_breaks_ties_by_smallest_k():
             "method": ["m"] * 3,
             "k": [3, 4, 5],
             "silhouette": [0.5, 0.7, 0.7],
+            "silhouette_sd": [0.0] * 3,
+            "silhouette_kept": [0.5, 0.7, 0.7],
+            "n_init": [1] * 3,
             "n_workloads": [9] * 3,
             "n_silhouette_points": [9] * 3,
             "is_skipped": [False] * 3,
@@ -180,3 +187,91 @@ def test_frames_and_plots():
         assignments_frame(sweep, "dtw", 9)
     assert plot_silhouette(sweep.silhouette)[:4] == b"\x89PNG"
     assert plot_profiles(pl.concat([prof, profiles_frame(sweep, series, "dtw", 3)]))[:4] == b"\x89PNG"
+
+
+def test_dtw_of_different_lengths_equals_the_reference():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal(7), rng.standard_normal(13)
+    packed = np.zeros((2, 2, 13))
+    packed[0, :, :7], packed[1] = a, b
+    d = dtw_matrix(packed, DtwConfig(), np.array([7, 13]))
+    assert d[0, 1] == pytest.approx(_dtw_reference(a, b) / np.sqrt(10))  # sqrt of the mean length
+    # a band can only make it larger; the band around the slanted diagonal still reaches the end
+    banded = dtw_matrix(packed, DtwConfig(window_frac=0.1), np.array([7, 13]))
+    assert np.isfinite(banded[0, 1]) and banded[0, 1] >= d[0, 1] - 1e-12
+    series = [np.vstack([a, a]), np.vstack([b, b])]
+    prepared, lengths = prepare_dtw_series(series, DtwConfig(downsample=2))
+    assert lengths.tolist() == [3, 6] and prepared.shape == (2, 2, 6)
+    assert prepared[0, :, 3:].tolist() == [[0.0] * 3] * 2  # padding
+
+
+def test_silhouette_equals_scikit_learn():
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(1)
+    x = rng.random((40, 3))
+    dist = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    labels = rng.integers(0, 4, 40)
+    labels[0] = 9  # a singleton scores 0
+    assert silhouette_from_distances(dist, labels) == pytest.approx(
+        silhouette_score(dist, labels, metric="precomputed"), abs=1e-12
+    )
+
+
+def test_pam_swap_reaches_a_local_optimum():
+    rng = np.random.default_rng(2)
+    x = rng.random((60, 2))
+    dist = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    medoids, _, cost = fit_kmedoids(dist, 5, n_init=3, rng=np.random.default_rng(0))
+    assert cost == pytest.approx(dist[:, medoids].min(axis=1).sum())
+    for m in range(5):  # no single swap of a medoid with a non-medoid lowers the cost
+        for cand in set(range(60)) - set(medoids.tolist()):
+            trial = medoids.copy()
+            trial[m] = cand
+            assert dist[:, trial].min(axis=1).sum() >= cost - 1e-9
+    # the swap phase alone from a bad start improves it
+    start = np.arange(5)
+    assert dist[:, pam_swap(dist, start)].min(axis=1).sum() < dist[:, start].min(axis=1).sum()
+
+
+def test_clustering_never_sees_the_evaluation_window():
+    """Two sample sets equal on every training part (first 70 %) and wildly different after it: every
+    clustering input, label, silhouette and medoid is identical."""
+    base = _planted()
+    cut = base.training_bins(FAST.train_frac)[0]
+    noisy = base.values.copy()
+    rng = np.random.default_rng(9)
+    noisy[:, :, cut:] = rng.random(noisy[:, :, cut:].shape) * 50.0  # the held-out window: garbage
+    other = series_from_arrays(base.workload_ids, noisy)
+    a, b = sweep_methods(base, "syn", FAST), sweep_methods(other, "syn", FAST)
+    assert a.silhouette.equals(b.silhouette)
+    for method in FAST.methods:
+        for k in a.labels[method]:
+            assert np.array_equal(a.labels[method][k], b.labels[method][k]), (method, k)
+        for k in a.medoids[method]:
+            assert np.array_equal(a.medoids[method][k], b.medoids[method][k])
+    assert np.array_equal(a.inputs["temporal"], b.inputs["temporal"])
+    assert np.array_equal(a.inputs["dtw"][0], b.inputs["dtw"][0])
+    assert np.array_equal(a.inputs["dtw"][3], b.inputs["dtw"][3])  # the DTW distances
+    # and the evaluation window is not empty: changing one training bin does change the inputs
+    moved = base.values.copy()
+    moved[0, 0, cut - 1] += 1.0
+    c = sweep_methods(series_from_arrays(base.workload_ids, moved), "syn", FAST)
+    assert not np.array_equal(a.inputs["aggregate"], c.inputs["aggregate"])
+
+
+def test_ari_across_seeds_and_common_k():
+    series = _planted()
+    sweep = sweep_methods(series, "syn", FAST)
+    for method in FAST.methods:
+        assert ari_across_seeds(series, sweep, method, 4, FAST, 2) == pytest.approx([1.0, 1.0])
+    assert common_k({"a": 3, "b": 6, "c": 9}, {"a": {3: 0, 6: 0}, "b": {6: 0}, "c": {6: 0, 9: 0}}) == 6
+    assert common_k({"a": None}, {"a": {}}) is None
+
+
+def test_silhouette_rows_carry_mean_and_sd_over_initialisations():
+    sweep = sweep_methods(_planted(), "syn", FAST)
+    ok = sweep.silhouette.filter(~pl.col("is_skipped"))
+    assert (ok["n_init"] == FAST.n_init).all()
+    assert (ok["silhouette_sd"] >= 0).all() and ok["silhouette_sd"].null_count() == 0
+    assert (ok["silhouette"] <= ok["silhouette"].max()).all()

@@ -11,8 +11,10 @@ from pipelines.features import (
     minmax_normalise,
     series_from_arrays,
     series_matrix,
+    aggregate_of,
     temporal_feature_names,
     temporal_features,
+    temporal_features_of,
 )
 from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, USAGE
 
@@ -144,14 +146,16 @@ def _tables():
     return pl.DataFrame(usage, schema=USAGE), pl.DataFrame(lr_rows, schema=LONG_RUNNING)
 
 
-def test_series_matrix_truncates_to_shortest_and_counts_skips():
+def test_series_matrix_keeps_whole_windows_and_counts_skips():
     usage, lr = _tables()
     s = series_matrix(usage, lr, None)
     assert s.workload_ids.tolist() == ["a", "b"]
-    assert s.length == 4
-    assert s.values[0].tolist() == [[0.1, 0.2, 0.3, 0.4], [0.5, 0.4, 0.3, 0.2]]
-    assert s.values[1].tolist() == [[0.1, 0.1, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2]]
-    assert s.lengths.tolist() == [5, 4]
+    assert s.length == 5 and s.is_ragged
+    assert s.values[0].tolist() == [[0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]]
+    assert s.values[1].tolist() == [[0.1, 0.1, 0.2, 0.2, 0.0], [0.2, 0.2, 0.2, 0.2, 0.0]]  # padded
+    assert [x.shape for x in s.series_list()] == [(2, 5), (2, 4)]
+    assert s.lengths.tolist() == [5, 4] and s.n_run_bins.tolist() == [5, 4]
+    assert s.length_note == "whole kept window: 4..5 bins"
     assert s.is_constant.tolist() == [[False, False], [False, True]]
     assert dict(s.skipped.iter_rows()) == {
         "c": "nan_or_negative_value",
@@ -161,7 +165,7 @@ def test_series_matrix_truncates_to_shortest_and_counts_skips():
     # aggregates over the whole kept window: "a" has 5 bins, "b" equals the array-based definition
     assert s.aggregate[0, 4] == 5 * BIN_SECONDS
     assert s.aggregate[0, 0] == pytest.approx(1.5 * BIN_SECONDS)
-    np.testing.assert_allclose(s.aggregate[1], aggregate_from_values(s.values[1:])[0])
+    np.testing.assert_allclose(s.aggregate[1], aggregate_of(s.series_list()[1:])[0])
 
 
 def test_series_matrix_configured_length_skips_short_windows():
@@ -234,7 +238,7 @@ def test_series_matrix_reasons_for_every_bad_window():
     usage, lr = _all_reason_tables()
     s = series_matrix(usage, lr, None)
     assert s.workload_ids.tolist() == ["a", "b"]  # the rival source's row does not make "b" a duplicate
-    assert s.values[1].tolist() == [[0.1, 0.1, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2]]
+    assert s.series_list()[1].tolist() == [[0.1, 0.1, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2]]
     assert s.skipped.to_dicts() == [
         {"workload_id": w, "reason": r}
         for w, r in [
@@ -263,13 +267,30 @@ def test_series_matrix_same_for_lazy_input_and_any_batch_size(length):
         assert s.length_note == ref.length_note
 
 
-def test_series_matrix_reads_again_when_the_shortest_window_is_skipped():
-    # shortest windows (4 bins: "c", "e") are skipped, so the length is the 5 bins of "a"
+def test_series_matrix_caps_windows_at_max_bins():
     usage, lr = _tables()
-    s = series_matrix(usage, lr.filter(pl.col("workload_id") != "b"), None, batch_rows=2)
-    assert s.workload_ids.tolist() == ["a"]
-    assert s.values.tolist() == [[[0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]]]
-    assert s.length_note == "truncated to the shortest kept window: 5 bins"
+    s = series_matrix(usage, lr, None, batch_rows=2, max_bins=3)
+    assert s.workload_ids.tolist() == ["a", "b"]
+    assert s.values.tolist() == [[[0.1, 0.2, 0.3], [0.5, 0.4, 0.3]], [[0.1, 0.1, 0.2], [0.2, 0.2, 0.2]]]
+    assert s.lengths.tolist() == [3, 3] and s.n_run_bins.tolist() == [5, 4]
+    assert s.length_note == "whole kept window, at most the first 3 bins: 3..3 bins"
+
+
+def test_training_parts_and_ragged_features():
+    values = np.zeros((2, 2, 10))
+    values[0] = np.arange(10)
+    values[1, :, :6] = np.arange(6)[::-1]
+    s = series_from_arrays(["a", "b"], values, lengths=np.array([10, 6]))
+    assert s.training_bins(0.7).tolist() == [7, 4]
+    parts = s.training_parts(0.7)
+    assert parts[0][0].tolist() == list(range(7)) and parts[1][0].tolist() == [5, 4, 3, 2]
+    feats = temporal_features_of(parts, CFG)
+    # each row equals the equal-length computation of that series alone (same columns: lags < 4 fit both)
+    np.testing.assert_allclose(feats[1], temporal_features(parts[1][None], CFG)[0])
+    np.testing.assert_allclose(feats[0], temporal_features(parts[0][None], CFG)[0])
+    np.testing.assert_allclose(aggregate_of(parts)[1], aggregate_from_values(parts[1][None])[0])
+    with pytest.raises(ValueError, match="lengths must be"):
+        series_from_arrays(["a"], values[:1], lengths=np.array([11]))
 
 
 def test_series_matrix_rejects_bad_arguments():
