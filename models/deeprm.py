@@ -29,8 +29,8 @@ The image length T = `image_steps` (DeepRM: 20).
 
 Actions: 0..K-1 = "schedule the job in visible slot k"; K = void. A slot is valid when it holds a waiting job that
 fits some machine now (`sim.policies.queued_fits`: the simulator's placement rule and its request within the
-machine's free capacity by requests); void is always valid (DeepRM), or, under the simulator's hold_rule "no_fit",
-only when no slot is. The chosen job is moved to the queue head (`sim.policies.promote_queued_job`) and placed by
+machine's free capacity by requests); void is valid as in DeepRM except on an idle cluster with a job that fits
+(`slot_mask` says why), and, under the simulator's hold_rule "no_fit", only when no slot is. The chosen job is moved to the queue head (`sim.policies.promote_queued_job`) and placed by
 Best-Fit by requests; void holds (the simulator closes the step and time advances). Unlike DeepRM, a job starts
 at once or not at all (the simulator has no reservations "in the first timestep the job fits till completion"),
 so only jobs that fit now are valid, and an invalid choice is masked rather than treated as void.
@@ -235,12 +235,22 @@ def encode(cfg: DeepRMAgentConfig, state: State) -> np.ndarray:
 
 
 def slot_mask(cfg: DeepRMAgentConfig, sim_cfg: SimConfig, state: State) -> np.ndarray:
-    """(B, K + 1) bool: slots holding a waiting job that fits some machine now (`queued_fits`), and void (always
-    under hold_rule "always"; under "no_fit" only where no slot is valid). Done envs: only void."""
+    """(B, K + 1) bool: slots holding a waiting job that fits some machine now (`queued_fits`), and void: under
+    hold_rule "always" wherever some job runs or no slot is valid; under "no_fit" only where no slot is valid.
+    Done envs: only void.
+
+    Void on an idle cluster (no job running) with a job that fits is not offered: DeepRM's state has no clock,
+    so the image would stay the same until the next arrival and a greedy policy could hold for ever (measured:
+    episodes truncated with jobs never placed); DeepRM's gains from holding (its Figure 7) come from keeping room
+    while jobs run."""
     _, _, fits = queued_fits(sim_cfg, state)
     mask = np.zeros((state.batch_size, cfg.n_actions), dtype=bool)
     mask[:, :-1] = fits.any(axis=2) & ~state.is_done[:, None]
-    mask[:, -1] = True if sim_cfg.hold_rule == "always" else ~mask[:, :-1].any(axis=1)
+    can_place = mask[:, :-1].any(axis=1)
+    if sim_cfg.hold_rule == "always":
+        mask[:, -1] = ~can_place | core.jobs_running(state).any(axis=1)
+    else:
+        mask[:, -1] = ~can_place
     return mask
 
 

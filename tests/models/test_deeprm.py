@@ -97,6 +97,9 @@ def test_mask_holds_void_and_only_the_slots_whose_job_fits_some_machine() -> Non
     assert slot_mask(CFG, no_fit, state).tolist() == [[False, True, False, False]]
     empty = _state([_job(7, 1, 5, "a"), _job(7, 1, 5, "b"), _job(2, 1, 3, "h")], [0, 1])
     assert slot_mask(CFG, SIM, empty).tolist() == [[False, False, False, True]]
+    # an idle cluster with a job that fits: no void (the image would not change until the next arrival)
+    idle = _state([_job(2, 1, 3, "h"), _job(8, 1, 3, "s1")], [])
+    assert slot_mask(CFG, SIM, idle).tolist() == [[True, True, False, False]]
 
 
 def _forced(slot: int) -> DeepRMAgentPolicy:
