@@ -7,7 +7,7 @@ synthetic usage series, and the projected cost of the full EC stage at paper sca
     python benchmarks/bench_ec.py --project --n 2000 --length 6000 --dtw-downsample 24 --dtw-window 0.1 \
         --dtw-sample 400 --max-eval-bins 96
 
-`--project` times each stage at n workloads (series of --length bins, clustered on their first 70 %) and
+`--project` times each stage (process CPU seconds) at n workloads (series of --length bins, clustered on their first 70 %) and
 projects it to --project-n workloads (default 10,000) of --length bins: the full EC stage of three methods,
 k 3..15, --n-init initialisations, --seeds forecaster seeds with random controls, per method, with the
 sampling / windowing / downsampling given (which the EC tables' metadata records in a real run).
@@ -217,9 +217,11 @@ def bench_dtw(values: np.ndarray, cfg: EcConfig, exact_n: int) -> None:
 
 
 def _clock(fn, *args, **kwargs):
-    t0 = time.perf_counter()
+    """(result, CPU seconds of this process): on a shared machine wall time mostly measures the neighbours;
+    CPU time over-counts numba's parallel DTW (both cores add up), so projections err on the slow side."""
+    t0 = time.process_time()
     res = fn(*args, **kwargs)
-    return res, time.perf_counter() - t0
+    return res, time.process_time() - t0
 
 
 def _silhouettes(dist: np.ndarray, labellings: list[np.ndarray]) -> list[float]:

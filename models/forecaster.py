@@ -198,12 +198,16 @@ def _training_windows(
         raise ValueError(
             f"no training windows: every training part is shorter than window+horizon={first + 1}"
         )
-    # (workload, target bin) pairs, built without a Python loop over bins
-    workload = np.repeat(np.arange(len(counts)), counts)
-    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    pairs = np.stack([workload, first + offsets], axis=1)
-    if cfg.max_train_windows is not None and len(pairs) > cfg.max_train_windows:
-        pairs = pairs[np.sort(rng.choice(len(pairs), cfg.max_train_windows, replace=False))]
+    # (workload, target bin) pairs of the drawn windows only: index i of the flat list of all windows maps to
+    # workload searchsorted(ends, i) (no array of every window is built; long series have millions)
+    total = int(counts.sum())
+    if cfg.max_train_windows is not None and total > cfg.max_train_windows:
+        flat = np.sort(rng.choice(total, cfg.max_train_windows, replace=False))
+    else:
+        flat = np.arange(total)
+    ends = np.cumsum(counts)
+    workload = np.searchsorted(ends, flat, side="right")
+    pairs = np.stack([workload, first + flat - (ends - counts)[workload]], axis=1)
     xs, ys = [], []
     for i in np.unique(pairs[:, 0]):
         t = pairs[pairs[:, 0] == i, 1]
