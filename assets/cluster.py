@@ -121,8 +121,11 @@ def evaluate_by_cluster(
         sources = [s for s, (n, _) in clusters.items() if n == m]
         part = jobs.filter(pl.col("source").is_in(sources))
         names = policies if m == cfg.n_machines else [p for p in policies if not is_learned(p)]
-        sim = dataclasses.replace(cfg, n_machines=m)
-        frames.append(evaluate_policies(part, names, sim, seeds=seeds, split="test", make=make))
+        if names and part.filter(pl.col("split") == "test").height:
+            sim = dataclasses.replace(cfg, n_machines=m)
+            frames.append(evaluate_policies(part, names, sim, seeds=seeds, split="test", make=make))
+    if not frames:
+        raise ValueError(f"no test sequences to evaluate {policies} on (sources: {sorted(clusters)})")
     return pl.concat(frames, how="diagonal_relaxed").sort(list(RESULT_KEY))
 
 

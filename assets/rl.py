@@ -156,8 +156,13 @@ def rl__tvw_rl(
     load, seed = parse_rl_partition(context.partition_key)
     train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
     sources = sorted(train["source"].unique().to_list())
-    if config.sources:
-        sources = [s for s in sources if s in config.sources]
+    # DeepRM's workload is defined on its own single-machine cluster: TVW-RL's 10 machines would see a tenth of
+    # the load; it stays DeepRM's own study unless asked for by name
+    sources = (
+        [s for s in sources if s in config.sources]
+        if config.sources
+        else [s for s in sources if s != DEEPRM_SOURCE]
+    )
     if not sources:
         raise ValueError(
             f"rl__tvw_rl {context.partition_key}: no training sequences at load {load} % "
@@ -257,7 +262,10 @@ def plot_learning_curves(curve: pl.DataFrame) -> bytes:
 
 
 class ResultsConfig(Config):
-    policies: list[str] = Field(default=sorted(POLICIES), description="registered policies to evaluate")
+    policies: list[str] = Field(
+        default=sorted(p for p in POLICIES if is_learned(p)),
+        description="learned policies to evaluate (the heuristics' rows come from eval__baselines)",
+    )
     seeds: list[int] = Field(
         default=list(RL_SEEDS),
         description="seeds: training seed of learned policies, simulator/policy seed of all",
@@ -280,12 +288,14 @@ def eval__results(
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
     sim__usage_scale: pl.DataFrame,
+    eval__baselines: pl.DataFrame,
 ):
     """Every registered policy, learned ones included, on every test sequence of every source and load, with every
     simulator metric (utilisation, fragmentation, overshoot %, machines used and the sequence's
     `machines_lower_bound`, jobs never placed, return and its costs), one row per (source, load, policy, test
-    sequence, seed). A learned policy runs with the checkpoint trained at that (source, load) with that seed; one
-    without a checkpoint there is left out and listed in the metadata."""
+    sequence, seed). The heuristics' rows are `eval__baselines` (seed = simulator/policy seed); a learned policy
+    runs with the checkpoint trained at that (source, load) with that training seed; one without a checkpoint
+    there is left out and listed in the metadata."""
     unknown = [p for p in config.policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"eval__results: unknown policies {unknown}; registered: {sorted(POLICIES)}")
@@ -313,7 +323,10 @@ def eval__results(
             return TvwRlPolicy(path, labeller=labellers[source])
         return make_policy(name, checkpoint=path)
 
-    results = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds, make=make)
+    learned = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds, make=make)
+    results = pl.concat([eval__baselines, learned], how="diagonal_relaxed").sort(
+        "source", "load_pct", "policy", "sequence_id", "seed"
+    )
     if missing:
         context.log.warning(f"{len(missing)} learned policy runs have no checkpoint: {missing[:10]}")
     n_expected = results.height  # learned policies without checkpoints are left out by design

@@ -109,6 +109,10 @@ def evaluate_policies(
                 for seq_id, metrics, lb in zip(seq_ids, episodes, bound.tolist(), strict=True):
                     key = dict(zip(RESULT_KEY, (source, load, name, seq_id, seed), strict=True))
                     rows.append({**key, **metrics, "machines_lower_bound": float(lb)})
+    if not rows:
+        raise ValueError(
+            f"evaluate_policies: nothing evaluated (policies {list(policies)}, seeds {list(seeds)})"
+        )
     return (
         pl.DataFrame(rows)
         .with_columns(

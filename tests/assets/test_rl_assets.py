@@ -3,7 +3,7 @@
 import polars as pl
 from dagster import DagsterInstance, materialize
 
-from assets.cluster import sim__job_sequences
+from assets.cluster import eval__baselines, sim__job_sequences
 from assets.io_manager import TableIOManager
 from assets.resources import Warehouse
 from assets.rl import eval__results, eval__results_summary, policy_path, rl__tvw_rl
@@ -39,9 +39,22 @@ def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):
         assert curve["iteration"].to_list() == [0, 1] and set(curve["source"]) == {"deepplace_synthetic"}
         assert policy_path(wh, "tvw_rl", "deepplace_synthetic", 50, 0).exists()
         assert policy_path(wh, "tvw_rl", "deepplace_synthetic", 50, 0).with_suffix(".json").exists()
-        eval_cfg = {"policies": ["best_fit", "noop", "tetris", "tvw_rl"], "seeds": [0]}
+        base_cfg = {"policies": ["best_fit", "noop", "tetris"], "seeds": [0]}
+        assert materialize(
+            [eval__baselines, *sim__job_sequences.to_source_assets()],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"eval__baselines": {"config": base_cfg}}},
+            selection=[eval__baselines],
+        ).success
+        eval_cfg = {"policies": ["tvw_rl"], "seeds": [0]}
         evaluated = materialize(
-            [eval__results, eval__results_summary, *sim__job_sequences.to_source_assets()],
+            [
+                eval__results,
+                eval__results_summary,
+                *sim__job_sequences.to_source_assets(),
+                *eval__baselines.to_source_assets(),
+            ],
             instance=instance,
             resources=resources,
             run_config={"ops": {"eval__results": {"config": eval_cfg}}},
@@ -53,6 +66,12 @@ def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):
     # the learned policy ran exactly where a checkpoint exists: DeepPlace at 50 %, seed 0, both test sequences
     assert learned.select("source", "load_pct", "seed").unique().rows() == [("deepplace_synthetic", 50, 0)]
     assert learned.height == 2
+    assert set(results["policy"]) == {
+        "best_fit",
+        "noop",
+        "tetris",
+        "tvw_rl",
+    }  # heuristics from eval__baselines
     assert (results["machines_lower_bound"] >= 1).all()
     checks = {e.check_name: e.passed for e in evaluated.get_asset_check_evaluations()}
     assert checks["noop_has_the_worst_return"] and checks["utilisation_within_capacity"]
