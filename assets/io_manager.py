@@ -3,6 +3,7 @@
 import polars as pl
 from dagster import (
     ConfigurableIOManager,
+    DagsterInvariantViolationError,
     InputContext,
     MetadataValue,
     OutputContext,
@@ -58,7 +59,14 @@ class TableIOManager(ConfigurableIOManager):
         name = table_name(context.asset_key.path)
         key = context.partition_key if context.has_partition_key else None
         path = self.warehouse.write(name, obj, key)
-        context.add_output_metadata({**frame_metadata(obj), "path": MetadataValue.path(str(path))})
+        # the configuration in force (sample / paper / a file), as tagged on the run by the job
+        try:
+            profile = context.step_context.run_tags.get("tvw/profile", "unset")
+        except DagsterInvariantViolationError:  # an OutputContext built outside a run (unit tests)
+            profile = "unset"
+        context.add_output_metadata(
+            {**frame_metadata(obj), "path": MetadataValue.path(str(path)), "tvw/profile": profile}
+        )
 
     def load_input(self, context: InputContext) -> pl.DataFrame:
         name = table_name(context.asset_key.path)

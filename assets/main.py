@@ -28,8 +28,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CONFIG = Path(__file__).with_name("sample_config.yaml")
 LAYERS = ("raw", "per_source", "cluster")
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-"""Dagster's console logger prints every step event; the runner's own lines say what matters."""
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+"""Dagster's console logger prints every step event; the terminal gets the runner's own lines and errors, and
+every event and warning stays in the run's log (the UI's run page)."""
 
 
 def _ensure_dagster_home() -> Path:
@@ -74,6 +75,9 @@ class RunOutcome:
     seconds: float
     run_id: str
     peak_rss_mib: float
+    """peak resident memory of the process that made the run (a worker, or this process), MiB"""
+    started_at: float = 0.0
+    """wall-clock start (time.time()), to get a layer's wall time from its runs"""
 
 
 def _remote_origin(job_name: str):
@@ -117,7 +121,7 @@ def execute_named_run(target: Target, spec: RunSpec, instance, run_config: dict)
     tags = {**job_def.tags, "tvw/runner": "tvw-run"}
     if spec.partition:
         tags["dagster/partition"] = spec.partition
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), time.time()
     run = instance.create_run_for_job(
         job_def=job_def,
         run_config=run_config,
@@ -127,15 +131,27 @@ def execute_named_run(target: Target, spec: RunSpec, instance, run_config: dict)
     )
     result = execute_run(recon, run, instance, raise_on_error=False)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return RunOutcome(spec, result.success, time.perf_counter() - t0, run.run_id, rss_mib)
+    return RunOutcome(spec, result.success, time.perf_counter() - t0, run.run_id, rss_mib, started_at)
 
 
 # worker processes: each opens the instance once and then makes the runs it is handed
 _WORKER_INSTANCE = None
 
 
-def _init_worker(instance_ref) -> None:
+THREAD_ENV = (
+    "POLARS_MAX_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+"""Thread pools sized from these at import (polars, torch/numpy BLAS, numba): a worker gets its share of the cores."""
+
+
+def _init_worker(instance_ref, threads: int) -> None:
     global _WORKER_INSTANCE
+    for name in THREAD_ENV:  # before polars / torch / numba are imported in this fresh process
+        os.environ.setdefault(name, str(threads))
     from dagster import DagsterInstance
 
     _WORKER_INSTANCE = DagsterInstance.from_ref(instance_ref)
@@ -263,7 +279,8 @@ def run_all(
 
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked sqlite handles or threads
     running: dict[Future, RunSpec] = {}
-    with ProcessPoolExecutor(max_concurrent, ctx, _init_worker, (instance.get_ref(),)) as pool:
+    threads = max(1, (os.cpu_count() or 1) // max_concurrent)  # N workers x their threads = the cores
+    with ProcessPoolExecutor(max_concurrent, ctx, _init_worker, (instance.get_ref(), threads)) as pool:
         while pending or running:
             for spec in [s for s in pending if _ready(s, pending, set(running.values()))]:
                 if len(running) >= max_concurrent:
@@ -284,38 +301,183 @@ def layer_lines(outcomes: list[RunOutcome]) -> list[str]:
         runs = [o for o in outcomes if o.spec.layer == layer]
         if runs:
             failed = sum(not o.ok for o in runs)
+            wall = max(o.started_at + o.seconds for o in runs) - min(o.started_at for o in runs)
             lines.append(
-                f"  {layer:<10} {len(runs):>4} run(s), {failed} failed, "
+                f"  {layer:<10} {len(runs):>4} run(s), {failed} failed, {wall:.0f}s wall, "
                 f"{sum(o.seconds for o in runs):.0f}s of run time, peak RSS per worker "
                 f"{max(o.peak_rss_mib for o in runs):.0f} MiB"
             )
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tvw-run", description=__doc__.splitlines()[0])
+class TraceFolderError(RuntimeError):
+    """The trace folder lacks the shards of a source the run was asked for."""
+
+
+def expected_layout(traces: Path, source: str) -> str:
+    """Where a source's files go under the trace folder, and how they are named (from its `discover`)."""
+    import inspect
+
+    from pipelines.sources import SOURCES
+
+    src = SOURCES[source]
+    naming = (inspect.getdoc(type(src).discover) or "").splitlines()[0]
+    return f"{source}: {traces / src.folder}/ with tables {', '.join(src.tables)} ({naming})"
+
+
+def check_trace_folder(traces: Path, sources: list[str], subset_asked: bool) -> dict[str, int]:
+    """Shards found per source. Stops at once, naming the folder and the layout expected per source, when the
+    folder is missing or a source has no shard at all, unless the user asked for a subset of sources (then
+    only the asked ones must have shards)."""
+    from pipelines.sources import SOURCES
+
+    found = {s: sum(len(SOURCES[s].discover(traces, t)) for t in SOURCES[s].tables) for s in sources}
+    empty = [s for s, n in found.items() if n == 0]
+    if not traces.is_dir() or empty:
+        what = "does not exist" if not traces.is_dir() else f"has no shard of {', '.join(empty)}"
+        layout = "\n".join("  " + expected_layout(traces, s) for s in (empty or sources))
+        present = [s for s, n in found.items() if n]
+        hint = (
+            f"\nTo run only the sources you have, pass --sources {','.join(present)}"
+            if present and not subset_asked
+            else ""
+        )
+        raise TraceFolderError(
+            f"trace folder {traces} {what} (TVW_TRACE_DIR). Expected layout:\n{layout}{hint}"
+        )
+    return found
+
+
+def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
+    """Per source: workloads, long-running workloads kept, equivalence classes, job sequences; a warning line
+    for a source whose thresholds kept too few workloads for the later layers."""
+    import polars as pl
+
+    from assets.resources import Warehouse
+
+    wh = Warehouse(root=str(warehouse))
+
+    def counts(table: str, expr: pl.Expr) -> dict[str, int]:
+        if not wh.has_table(table):
+            return {}
+        df = wh.scan(table).group_by("source").agg(expr.alias("n")).collect()
+        return {s: int(n) for s, n in df.iter_rows()}
+
+    workloads = counts("core__workloads", pl.len())
+    kept = counts("core__long_running", pl.len())
+    ecs = counts("ec__assignments", pl.col("ec_label").n_unique())
+    seqs = counts("sim__job_sequences", pl.struct("load_pct", "split", "sequence_id").n_unique())
+    lines = [f"  {'source':<20} {'workloads':>10} {'kept':>8} {'ECs':>5} {'sequences':>10}"]
+    warnings = []
+    for s in sources:
+        row = [workloads.get(s, 0), kept.get(s, 0), ecs.get(s, 0), seqs.get(s, 0)]
+        lines.append(f"  {s:<20} {row[0]:>10} {row[1]:>8} {row[2]:>5} {row[3]:>10}")
+        if row[1] == 0:
+            warnings.append(
+                f"  WARNING {s}: no long-running workload kept of {row[0]}: its EC and evaluation rows are "
+                "empty (lower core__long_running.min_contiguous_bins in the profile, or use longer traces)"
+            )
+        elif row[2] == 0:
+            warnings.append(f"  WARNING {s}: {row[1]} kept, too few to map to equivalence classes")
+    return lines + warnings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tvw-run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Environment: TVW_TRACE_DIR, TVW_WAREHOUSE_DIR, TVW_PROFILE, TVW_DASK_SCHEDULER, DAGSTER_HOME "
+        "(the flags above set the first four).",
+    )
+    parser.add_argument(
+        "--traces", type=Path, help="trace folder (sets TVW_TRACE_DIR; default: the embedded sample in data/)"
+    )
+    parser.add_argument(
+        "--warehouse",
+        type=Path,
+        help="where the Parquet tables and tvw.duckdb go (sets TVW_WAREHOUSE_DIR; default: warehouse/)",
+    )
+    parser.add_argument(
+        "--profile",
+        "--config",
+        dest="profile",
+        help="configuration: sample | paper | path to a run-config YAML (sets TVW_PROFILE; default: sample on "
+        "the embedded sample, paper on other traces). Recorded as the tvw/profile tag of every run",
+    )
+    parser.add_argument(
+        "--sources",
+        help="comma-separated subset of trace sources (default: all; each must have shards in the folder)",
+    )
+    parser.add_argument(
+        "--layers",
+        default=",".join(LAYERS),
+        help="comma-separated subset of %(default)s (later layers read what earlier runs wrote)",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
         default=os.cpu_count() or 1,
-        help="runs at once, each in its own worker process (default: the number of cores, here %(default)s)",
+        help="runs at once, each in a worker process (default: the number of cores, here %(default)s; "
+        "1: one after the other in this process)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--dask-scheduler",
+        help="run every step on this Dask cluster (tcp://host:8786; sets TVW_DASK_SCHEDULER); the warehouse "
+        "must be on a filesystem every worker sees, and is checked first",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    for flag, env in (
+        (args.traces, "TVW_TRACE_DIR"),
+        (args.warehouse, "TVW_WAREHOUSE_DIR"),
+        (args.profile, "TVW_PROFILE"),
+        (args.dask_scheduler, "TVW_DASK_SCHEDULER"),
+    ):
+        if flag:
+            os.environ[env] = str(flag.resolve()) if isinstance(flag, Path) else flag
+    if args.profile and Path(args.profile).is_file():
+        os.environ["TVW_PROFILE"] = str(Path(args.profile).resolve())
     home = _ensure_dagster_home()
 
     from dagster import DagsterInstance
 
-    from assets.definitions import profile_name, trace_dir, warehouse_dir
+    from assets.definitions import dask_scheduler, profile_name, trace_dir, warehouse_dir
+    from pipelines.sources import SOURCES
 
-    target = Target(str(trace_dir()), str(warehouse_dir()), profile_name())
-    print(f"traces:    {target.traces}")
+    sources = args.sources.split(",") if args.sources else list(SOURCES)
+    layers = tuple(args.layers.split(","))
+    unknown = [s for s in sources if s not in SOURCES] + [x for x in layers if x not in LAYERS]
+    if unknown:
+        print(f"tvw-run: unknown source or layer {unknown}; sources: {list(SOURCES)}, layers: {list(LAYERS)}")
+        return 2
+    target = Target(str(trace_dir()), str(warehouse_dir()), profile_name(), dask_scheduler())
+    try:
+        shards = check_trace_folder(trace_dir(), sources, subset_asked=bool(args.sources))
+        if target.scheduler:
+            check_shared_warehouse(target.scheduler, target.warehouse)
+    except (TraceFolderError, RuntimeError) as exc:
+        print(f"tvw-run: {exc}", file=sys.stderr)
+        return 2
+    print(f"traces:    {target.traces} ({', '.join(f'{s}: {n} shards' for s, n in shards.items())})")
     print(f"warehouse: {target.warehouse}")
     print(f"profile:   {target.profile}")
+    print(
+        f"runs:      up to {args.jobs} at once"
+        + (f", steps on Dask at {target.scheduler}" if target.scheduler else "")
+    )
     t0 = time.perf_counter()
-    outcomes = run_all(target, DagsterInstance.get(), max_concurrent=args.jobs)
+    outcomes = run_all(
+        target, DagsterInstance.get(), max_concurrent=args.jobs, sources=sources, layers=layers
+    )
     failures = [o.spec.label for o in outcomes if not o.ok]
     db = warehouse_dir() / "tvw.duckdb"
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
+    print("\n".join(layer_lines(outcomes)))
+    print("\n".join(source_summary(warehouse_dir(), sources)))
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")
     duckdb_cli = Path(sys.executable).with_name("duckdb")
     query = (
@@ -332,17 +494,41 @@ def main(argv: list[str] | None = None) -> int:
 def ui(argv: list[str] | None = None) -> None:
     """`tvw-ui`: `dagster dev` on 127.0.0.1:3000 with the project's own DAGSTER_HOME (telemetry off).
 
-    Extra arguments go to `dagster dev`. SIGINT is reset to its default first: a shell that starts a
-    background job ignores SIGINT in it, and `dagster dev` would then outlive Ctrl-C / kill -INT."""
+    SIGINT is reset to its default first: a shell that starts a background job ignores SIGINT in it, and
+    `dagster dev` would then outlive Ctrl-C / kill -INT."""
     import signal
 
+    parser = argparse.ArgumentParser(
+        prog="tvw-ui",
+        description="The Dagster UI (`dagster dev`, http://127.0.0.1:3000) over the project's instance: the "
+        "runs made by tvw-run, every asset, job, partition, check and table.",
+        epilog="Any other argument goes to `dagster dev` (e.g. -p 3001). Environment: TVW_TRACE_DIR, "
+        "TVW_WAREHOUSE_DIR, TVW_PROFILE, TVW_DASK_SCHEDULER, DAGSTER_HOME (default .dagster_home/).",
+    )
+    parser.add_argument("--traces", type=Path, help="trace folder (sets TVW_TRACE_DIR; default: data/)")
+    parser.add_argument(
+        "--warehouse", type=Path, help="Parquet tables and tvw.duckdb (sets TVW_WAREHOUSE_DIR)"
+    )
+    parser.add_argument(
+        "--profile",
+        help="configuration shown as every job's launchpad default and tag: sample | paper | a YAML file "
+        "(sets TVW_PROFILE; default: sample on the embedded sample, paper on other traces)",
+    )
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    for flag, env in ((args.traces, "TVW_TRACE_DIR"), (args.warehouse, "TVW_WAREHOUSE_DIR")):
+        if flag:
+            os.environ[env] = str(flag.resolve())
+    if args.profile:
+        os.environ["TVW_PROFILE"] = (
+            str(Path(args.profile).resolve()) if Path(args.profile).is_file() else args.profile
+        )
     home = _ensure_dagster_home()
-    args = ["dagster", "dev", "-h", "127.0.0.1", "-p", "3000", *(sys.argv[1:] if argv is None else argv)]
-    print(f"DAGSTER_HOME={home}; starting: {' '.join(args)}")
+    dagster_args = ["dagster", "dev", "-h", "127.0.0.1", "-p", "3000", *rest]
+    print(f"DAGSTER_HOME={home}; starting: {' '.join(dagster_args)}")
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     dagster = Path(sys.executable).with_name("dagster")
     os.chdir(PROJECT_ROOT)  # dagster dev reads [tool.dagster] from pyproject.toml here
-    os.execv(str(dagster), args)
+    os.execv(str(dagster), dagster_args)
 
 
 if __name__ == "__main__":

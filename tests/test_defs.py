@@ -20,6 +20,14 @@ def test_every_job_resolves(defs):
         assert defs.resolve_job_def(name).name == name
 
 
+def test_every_raw_table_has_a_job_partitioned_by_its_shards(defs):
+    for source in SOURCES.values():
+        for table in source.tables:
+            asset = defs.get_assets_def(f"raw_{source.name}__{table}")
+            job = defs.resolve_job_def(f"raw_{source.name}__{table}_job")
+            assert job.partitions_def.get_partition_keys() == asset.partitions_def.get_partition_keys()
+
+
 def test_every_asset_has_a_description(defs):
     graph = defs.resolve_asset_graph()
     missing = [k.to_user_string() for k in graph.get_all_asset_keys() if not graph.get(k).description]

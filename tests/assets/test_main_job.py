@@ -4,7 +4,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from dagster import DagsterInstance, RunsFilter
+from dagster import AssetKey, DagsterInstance, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
 from assets.main import Target, run_all
@@ -26,7 +26,10 @@ def materialised(tmp_path_factory):
         # the UI's job pages list a job's runs by this tag (repository@code location)
         attached = instance.get_runs(filters=RunsFilter(tags={".dagster/repository": "__repository__@tvw"}))
         assert len(attached) == len(runs)
+        event = instance.get_latest_materialization_event(AssetKey("core__long_running"))
+        profile_in_metadata = event.asset_materialization.metadata["tvw/profile"].value
     failures = [o.spec.label for o in outcomes if not o.ok]
+    assert profile_in_metadata == "sample"  # the configuration in force, on the table
     return Warehouse(root=str(root)), failures, lines, runs
 
 
@@ -94,12 +97,25 @@ def test_ec_tables_on_the_derived_fixture(materialised):
 
 
 def test_every_policy_is_evaluated(materialised):
-    from sim.policies import POLICIES
+    from sim.policies import POLICIES, is_learned
 
     wh, _, _, _ = materialised
     evaluated = set(wh.query("select distinct policy from eval__baselines")["policy"])
-    assert evaluated == set(POLICIES)
+    assert evaluated == {p for p in POLICIES if not is_learned(p)}  # learned ones: the rl/results assets
     sources = set(wh.query("select distinct source from sim__job_sequences")["source"])
     assert {"deepplace_synthetic", "deeprm_synthetic", "google2011_derived"} <= sources
     summary = wh.query("select count(*) as n from eval__summary where metric = 'avg_util_cpu_frac'")
     assert summary["n"][0] > 0
+
+
+def test_summary_counts_every_source_and_warns_where_nothing_was_kept(materialised):
+    from assets.main import source_summary
+
+    wh, _, _, _ = materialised
+    lines = source_summary(Path(wh.root), ["google2011", "alibaba2018", "google2011_derived"])
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:4]}
+    kept = dict(wh.query("select source, count(*) as n from core__long_running group by source").iter_rows())
+    for source, (_, n_kept, _, _) in rows.items():
+        assert int(n_kept) == kept.get(source, 0)
+        assert (f"WARNING {source}: no long-running workload kept" in "\n".join(lines)) == (int(n_kept) == 0)
+    assert int(rows["google2011_derived"][2]) >= 3 and int(rows["google2011_derived"][3]) > 0
