@@ -379,6 +379,8 @@ def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
             )
         elif row[2] == 0:
             warnings.append(f"  WARNING {s}: {row[1]} kept, too few to map to equivalence classes")
+        elif row[3] == 0:
+            warnings.append(f"  WARNING {s}: {row[1]} kept in {row[2]} ECs, too few to build job sequences")
     return lines + warnings
 
 
