@@ -324,6 +324,11 @@ def eval__results(
         return make_policy(name, checkpoint=path)
 
     learned = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds, make=make)
+    if config.policies and learned.height == 0:
+        raise ValueError(
+            f"eval__results: no checkpoint found for any of {config.policies} under {warehouse.root}/models "
+            "(materialise rl__tvw_rl first)"
+        )
     results = pl.concat([eval__baselines, learned], how="diagonal_relaxed").sort(
         "source", "load_pct", "policy", "sequence_id", "seed"
     )
