@@ -53,4 +53,29 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         config=_ops_config(assets, GLOBAL_GROUPS, profile_config) or None,
         tags=tags,
     )
-    return [*raw, per_source, cluster]
+    from assets.rl import ABLATION_PARTITIONS, RL_PARTITIONS, rl__ablation, rl__tvw_rl
+
+    rl = define_asset_job(
+        "rl_job",
+        selection=AssetSelection.assets(rl__tvw_rl),
+        partitions_def=RL_PARTITIONS,
+        description="Train TVW-RL for one (load, training seed) on every source with training sequences.",
+        config=_ops_config(assets, ("rl",), profile_config) or None,
+        tags=tags,
+    )
+    results = define_asset_job(
+        "results_job",
+        selection=AssetSelection.groups("results"),
+        description="Every registered policy, learned ones included, on every test sequence; the summary.",
+        config=_ops_config(assets, ("results",), profile_config) or None,
+        tags=tags,
+    )
+    ablation = define_asset_job(
+        "ablation_job",
+        selection=AssetSelection.assets(rl__ablation),
+        partitions_def=ABLATION_PARTITIONS,
+        description="One TVW-RL ablation run (TVW-RL Tables 2-3); launched on demand, not by tvw-run.",
+        config=_ops_config(assets, ("ablation",), profile_config) or None,
+        tags=tags,
+    )
+    return [*raw, per_source, cluster, rl, results, ablation]

@@ -3,7 +3,9 @@ independent work at the same time.
 
     raw layer      a run of `raw_<source>__<table>_job` per shard file: a bad shard fails alone
     per source     a run of `per_source_job` per trace source, started as soon as that source's shards are in
-    cluster        a run of `cluster_job` once every source is done
+    cluster        a run of `cluster_job` once every source is done (job sequences, heuristic baselines)
+    rl             a run of `rl_job` per (load, training seed): TVW-RL trained on every source's sequences
+    results        a run of `results_job`: every policy, learned ones included, and its summary
 
 Every run is a normal run of a named job of the `tvw` code location, recorded in the project's Dagster
 instance (`.dagster_home/`): `tvw-ui` shows them on the job pages and the timeline, and re-executes them.
@@ -26,7 +28,7 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CONFIG = Path(__file__).with_name("sample_config.yaml")
-LAYERS = ("raw", "per_source", "cluster")
+LAYERS = ("raw", "per_source", "cluster", "rl", "results")
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 """Dagster's console logger prints every step event; the terminal gets the runner's own lines and errors, and
@@ -214,6 +216,12 @@ def plan_runs(target: Target, sources: list[str], layers: tuple[str, ...]) -> li
         specs += [RunSpec("per_source", "per_source_job", s, s) for s in sources]
     if "cluster" in layers:
         specs.append(RunSpec("cluster", "cluster_job", None, None))
+    if "rl" in layers:
+        from assets.rl import RL_PARTITIONS
+
+        specs += [RunSpec("rl", "rl_job", key, None) for key in RL_PARTITIONS.get_partition_keys()]
+    if "results" in layers:
+        specs.append(RunSpec("results", "results_job", None, None))
     return specs
 
 
@@ -223,7 +231,11 @@ def _ready(spec: RunSpec, pending: list[RunSpec], running: set[RunSpec]) -> bool
     if spec.layer == "per_source":
         return not any(b.layer == "raw" and b.source == spec.source for b in blockers)
     if spec.layer == "cluster":
-        return not any(b.layer != "cluster" for b in blockers)
+        return not any(b.layer not in ("cluster", "rl", "results") for b in blockers)
+    if spec.layer == "rl":  # training reads the job sequences
+        return not any(b.layer not in ("rl", "results") for b in blockers)
+    if spec.layer == "results":
+        return not any(b.layer != "results" for b in blockers)
     return True
 
 

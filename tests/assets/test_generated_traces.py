@@ -67,7 +67,13 @@ def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("warehouse")
     lines: list[str] = []
     with DagsterInstance.ephemeral() as instance:
-        outcomes = run_all(Target(str(traces), str(root)), instance, run_config(planted), log=lines.append)
+        outcomes = run_all(
+            Target(str(traces), str(root)),
+            instance,
+            run_config(planted),
+            log=lines.append,
+            layers=("raw", "per_source", "cluster"),  # training: tests/assets/test_rl_assets.py
+        )
     failures = [o.spec.label for o in outcomes if not o.ok]
     return Warehouse(root=str(root)), planted, failures, lines
 

@@ -11,6 +11,9 @@ from assets.main import Target, run_all
 from assets.resources import Warehouse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
+PIPELINE_LAYERS = ("raw", "per_source", "cluster")
+"""Training (rl, results) is covered by tests/assets/test_rl_assets.py with a tiny budget: the sample profile's
+training would take minutes here."""
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +23,11 @@ def materialised(tmp_path_factory):
     lines: list[str] = []
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         outcomes = run_all(
-            Target(str(FIXTURES), str(root), "sample"), instance, log=lines.append, max_concurrent=2
+            Target(str(FIXTURES), str(root), "sample"),
+            instance,
+            log=lines.append,
+            max_concurrent=2,
+            layers=PIPELINE_LAYERS,
         )
         runs = instance.get_runs()
         # the UI's job pages list a job's runs by this tag (repository@code location)

@@ -113,3 +113,18 @@ def test_an_ablation_run_and_its_table(tmp_path):
         ("k_underutil", "0.0"),
     }
     assert sorted(set(table["eval_noise_units"])) == [0, 1, 2, 3] and (table["n_sequences"] == 2).all()
+
+
+def test_the_runner_trains_after_the_sequences_and_evaluates_last():
+    from assets.main import LAYERS, Target, _ready, plan_runs
+
+    specs = plan_runs(Target("data", "unused"), [], LAYERS)
+    layers = [s.layer for s in specs]
+    assert layers.count("rl") == 9 and layers[-1] == "results"
+    cluster = next(s for s in specs if s.layer == "cluster")
+    rl = [s for s in specs if s.layer == "rl"]
+    results = specs[-1]
+    assert _ready(cluster, [*rl, results], set())  # pending later layers do not block the cluster run
+    assert not _ready(rl[0], [cluster, *rl[1:], results], set())  # training waits for the sequences
+    assert _ready(rl[0], rl[1:] + [results], set())  # training runs side by side
+    assert not _ready(results, [], {rl[3]})  # the evaluation waits for every training run
