@@ -335,8 +335,8 @@ def test_dejavu_metrics_on_a_hand_made_episode() -> None:
 @pytest.mark.xfail(
     reason="measured 2026-11-23 (benchmarks/bench_dejavu.py learning, 100 pretraining + 30 RL iterations, 10 test "
     "sequences at 50 % load): dejavu mean return -8.2e6 vs random_valid -6.9e6 vs kube_default -2.15e6; the "
-    "pretrained agent matches kube_default on ~64 % of demonstrations and holds or over-commits where it "
-    "places or holds; a finding, kept as a check that should pass once the agent learns",
+    "pretrained agent matches kube_default on ~64 % of demonstrations, holds where kube would place and "
+    "over-commits nodes by requests; a finding, kept as a check that should pass once the agent learns",
     strict=False,
 )
 def test_trained_dejavu_beats_random_valid_on_deepplace(tmp_path) -> None:
