@@ -189,9 +189,14 @@ def _windows(z: np.ndarray, targets: np.ndarray, cfg: ForecasterConfig) -> np.nd
 
 
 def _training_windows(
-    z: list[np.ndarray], n_train: Sequence[int], cfg: ForecasterConfig, rng: np.random.Generator
+    series: list[np.ndarray],
+    n_train: Sequence[int],
+    stats: tuple[np.ndarray, np.ndarray],
+    cfg: ForecasterConfig,
+    rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """All (or `max_train_windows` sampled) training windows whose target lies in the training part."""
+    """All (or `max_train_windows` sampled) training windows whose target lies in the training part,
+    standardised with each workload's (mean, std) `stats` (only the drawn windows are standardised)."""
     first = cfg.window + cfg.horizon - 1  # first target bin with a full window before it
     counts = np.maximum(np.asarray(n_train, dtype=np.int64) - first, 0)
     if counts.sum() == 0:
@@ -209,10 +214,11 @@ def _training_windows(
     workload = np.searchsorted(ends, flat, side="right")
     pairs = np.stack([workload, first + flat - (ends - counts)[workload]], axis=1)
     xs, ys = [], []
+    mean, std = stats
     for i in np.unique(pairs[:, 0]):
         t = pairs[pairs[:, 0] == i, 1]
-        xs.append(_windows(z[i], t, cfg))
-        ys.append(z[i][:, t].T)
+        xs.append((_windows(series[i], t, cfg) - mean[i]) / std[i])
+        ys.append((series[i][:, t].T - mean[i]) / std[i])
     return np.concatenate(xs).astype(np.float32), np.concatenate(ys).astype(np.float32)
 
 
@@ -229,9 +235,8 @@ def _fit(
 ) -> FittedForecaster:
     series = as_series_list(values)
     n_train = [s.shape[1] for s in series] if n_train is None else list(n_train)
-    mean, std = series_stats(series, n_train)
-    z = [(s - m[:, None]) / sd[:, None] for s, m, sd in zip(series, mean, std, strict=True)]
-    x, y = _training_windows(z, n_train, cfg, np.random.default_rng(cfg.seed))
+    stats = series_stats(series, n_train)
+    x, y = _training_windows(series, n_train, stats, cfg, np.random.default_rng(cfg.seed))
     x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
 
     gen = torch.Generator().manual_seed(cfg.seed)
