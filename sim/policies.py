@@ -195,7 +195,15 @@ def decide(
     """(state to step from, actions): applies a JobPicker's choice of queued job, then asks for the machine."""
     if isinstance(policy, JobPicker):
         state = promote_queued_job(state, policy.pick_job(cfg, state, rng))
-    return state, np.asarray(policy.act(cfg, state, rng), dtype=np.int64)
+    actions = np.asarray(policy.act(cfg, state, rng), dtype=np.int64)
+    if cfg.hold_rule == "no_fit":
+        # TVW-RL's rule forbids holding while some machine can take the head: a heuristic whose own rule (its
+        # requests, its prediction) would hold must place, on the lowest-index machine the simulator allows
+        mask = action_mask(cfg, state)
+        is_forbidden = ~mask[np.arange(state.batch_size), actions]
+        first_allowed = np.argmax(mask, axis=1)
+        actions = np.where(is_forbidden, first_allowed, actions)
+    return state, actions
 
 
 # --- the heuristics -------------------------------------------------------------------------------
