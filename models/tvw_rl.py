@@ -101,9 +101,9 @@ def make_act(
     """The rollout's act function of `net`: sample (or argmax) the masked softmax, one thread, no grad."""
 
     def act(x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        with torch.no_grad():
+        with torch_threads_one(), torch.no_grad():
             logits = net(torch.from_numpy(x))
-        return sample_masked(logits, mask, rng, greedy)
+            return sample_masked(logits, mask, rng, greedy)
 
     return act
 
@@ -227,4 +227,4 @@ class TvwRlPolicy:
             mask[:, -1] = ~mask[:, :-1].any(axis=1)
         with torch_threads_one(), torch.no_grad():
             logits = net(torch.from_numpy(encode(cfg, obs, state)))
-        return sample_masked(logits, mask, rng, greedy=True).astype(np.int64)
+            return sample_masked(logits, mask, rng, greedy=True).astype(np.int64)

@@ -104,7 +104,9 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     # by_label: usage now of running jobs, per (machine, resource, label)
     bi, ji = np.nonzero(jobs_running(state))
     age = state.t[bi] - state.job_start[bi, ji]
-    units = state.jobs.usage[bi, ji, age].astype(np.float32)  # (N, D)
+    jobs = state.jobs
+    flat_job = (bi * jobs.max_jobs + ji) * jobs.max_duration + age
+    units = jobs.usage.reshape(-1, n_d)[flat_job].astype(np.float32)  # (N, D)
     flat = ((bi * n_m + state.job_machine[bi, ji]) * n_d)[:, None] + np.arange(n_d)[None, :]
     flat = flat * n_g + labels[bi, ji][:, None]
     by_label = np.bincount(flat.ravel(), weights=units.ravel(), minlength=n_envs * n_m * n_d * n_g)
