@@ -171,3 +171,23 @@ class TvwVectorEnv(VectorEnv):
         self.state, obs = _observe(self.cfg, self.state, self.labeller)
         obs["backlog"] = obs["backlog"][:, None]
         return obs
+
+
+ENV_ID = "tvw/Placement-v0"
+"""Gymnasium id of `TvwEnv` (`gymnasium.make(ENV_ID, jobs=..., cfg=...)`); its vector version is
+`gymnasium.make_vec(ENV_ID, num_envs=B, vectorization_mode="vector_entry_point", jobs=..., cfg=...)`, one
+batched core call per step (`TvwVectorEnv`)."""
+
+
+def _make_vector(num_envs: int = 1, **kwargs) -> TvwVectorEnv:
+    kwargs.pop("render_mode", None)
+    return TvwVectorEnv(num_envs=num_envs, **kwargs)
+
+
+def register_envs() -> None:
+    """Register ENV_ID with Gymnasium (idempotent; `import sim.gym_env` does it)."""
+    if ENV_ID not in gym.registry:
+        gym.register(id=ENV_ID, entry_point=TvwEnv, vector_entry_point=_make_vector, disable_env_checker=True)
+
+
+register_envs()

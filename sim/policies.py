@@ -465,6 +465,8 @@ def learned_policy(module: str, class_name: str) -> Callable[..., Policy]:
 
 def is_learned(name: str) -> bool:
     """Whether the registered policy `name` is a learned one (built from a checkpoint)."""
+    if name not in POLICIES and ":" in name:
+        return False
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
     return bool(getattr(POLICIES[name], "is_learned", False))
@@ -489,14 +491,30 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 
 
 def make_policy(name: str, **kwargs) -> Policy:
-    """An instance of the registered policy `name`; a clear error lists the known ones."""
+    """An instance of the registered policy `name`, or of an importable one named "package.module:attribute" (a
+    Policy class or factory defined outside this repository, e.g. in an evaluation config's `policies` list); a
+    clear error lists the known ones."""
+    if name not in POLICIES and ":" in name:
+        module, _, attribute = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as err:
+            raise KeyError(f"policy {name!r}: cannot import {attribute!r} from {module!r}: {err}") from err
+        policy = factory(**kwargs)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy {name!r} is not a Policy (needs a name and act(cfg, state, rng))")
+        return policy
     if name not in POLICIES:
-        raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
+        raise KeyError(
+            f"unknown policy {name!r}; registered: {sorted(POLICIES)} (or name one as 'module:attr')"
+        )
     return POLICIES[name](**kwargs)
 
 
 def accepts_profiles(name: str) -> bool:
     """Whether the registered policy `name` takes learned EC profiles (a `profiles` constructor keyword)."""
+    if name not in POLICIES and ":" in name:
+        return False
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
     return "profiles" in inspect.signature(POLICIES[name]).parameters

@@ -72,3 +72,19 @@ def test_vector_env_matches_core_and_autoresets_next_step():
         was_done = term | trunc
     assert n_resets > 0
     assert venv.observation_space.contains(obs)
+
+
+def test_registered_with_gymnasium_single_and_vector():
+    import gymnasium
+
+    from sim.gym_env import ENV_ID
+
+    jobs = jobs_of(np.random.default_rng(0), 3)
+    env = gymnasium.make(ENV_ID, jobs=jobs, cfg=SimConfig(n_machines=3))
+    obs, _ = env.reset(seed=0)
+    assert obs["machines"].shape[0] == 3
+    vec = gymnasium.make_vec(
+        ENV_ID, num_envs=2, vectorization_mode="vector_entry_point", jobs=jobs, cfg=SimConfig(n_machines=3)
+    )
+    obs, _ = vec.reset(seed=0)
+    assert obs["machines"].shape[:2] == (2, 3)

@@ -268,3 +268,10 @@ def test_noop_never_places() -> None:
 def test_unknown_policy_lists_the_registry() -> None:
     with pytest.raises(KeyError, match="best_fit"):
         make_policy("no_such_policy")
+
+
+def test_a_policy_defined_outside_the_repository_is_named_by_import_path() -> None:
+    policy = make_policy("sim.policies:FirstFit")
+    assert policy.name == "first_fit"
+    with pytest.raises(KeyError, match="cannot import"):
+        make_policy("no_such_module:Thing")
