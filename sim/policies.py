@@ -31,8 +31,9 @@ Baselines (TVW-RL "Baselines", DeepRM section 4.1, kube-scheduler's default scor
   within C_d over the horizon on an already used machine (lowest predicted peak, then least predicted overlap),
   else it opens an empty machine, else holds. It reads observed labels, requests, start steps, which jobs run
   now and the current usage; never a job's duration or future usage.
-- oracle_peak_aware (upper bound, not a scheduler): the same rule on the TRUE future usage of the head and of
-  the placed jobs; it shows what perfect foresight would buy.
+- foresight_peak_aware (not deployable, and NOT a bound: greedy with foresight still loses to other policies on
+  some metrics): the same rule on the TRUE future usage of the head and of the placed jobs; it shows what perfect
+  knowledge of usage buys this greedy rule.
 
 Policies that take learned EC profiles have a `profiles` constructor keyword (`accepts_profiles(name)`);
 `make_policy(name)` builds every policy without arguments.
@@ -379,12 +380,12 @@ def choose_lowest_peak(
 
 
 @dataclass(frozen=True)
-class OraclePeakAware:
-    """Upper bound that knows the future, NOT a deployable scheduler: reads the head's true usage profile and the
+class ForesightPeakAware:
+    """The peak-aware rule with perfect foresight, NOT a deployable scheduler and not a bound on other policies: reads the head's true usage profile and the
     placed jobs' true committed usage, packs onto used machines where head + committed stays within C_d (lowest
     peak, then least overlap), else opens an empty machine, else holds rather than overshoot."""
 
-    name: str = "oracle_peak_aware"
+    name: str = "foresight_peak_aware"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         cap = _capacity(cfg)
@@ -481,7 +482,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "deeprm_sjf": DeepRMSJF,
     "deeprm_packer": DeepRMPacker,
     "ec_peak_aware": ECProfilePeakAware,
-    "oracle_peak_aware": OraclePeakAware,
+    "foresight_peak_aware": ForesightPeakAware,
     "noop": Noop,
     "dejavu": learned_policy("models.dejavu", "DejavuPolicy"),
     "tvw_rl": learned_policy("models.tvw_rl", "TvwRlPolicy"),

@@ -69,7 +69,7 @@ def three_machines() -> core.State:
         ("best_fit", 1),  # fewest free cpu units now: 2
         ("tetris", 0),  # machine by machine: m0 is the first with room for a queued job (by requests)
         ("kube_default", 0),  # least-allocated + balanced: m0 150, m1 100, m2 137.5
-        ("oracle_peak_aware", 0),  # lowest resulting peak share: m0 4/8, m1 8/8, m2 5/8
+        ("foresight_peak_aware", 0),  # lowest resulting peak share: m0 4/8, m1 8/8, m2 5/8
         ("ec_peak_aware", 0),  # no profiles: by requests, the same peak shares
     ],
 )
@@ -86,11 +86,11 @@ def test_kube_scores_literal() -> None:
 def test_request_based_policies_hold_when_no_machine_has_room() -> None:
     jobs = [_job([7] * 3, [1] * 3, f"x{i}") for i in range(3)] + [_job([2] * 3, [1] * 3, "head")]
     state = _state_after([0, 1, 2], jobs)
-    for name in ("tetris", "kube_default", "deeprm_sjf", "ec_peak_aware", "oracle_peak_aware", "best_fit"):
+    for name in ("tetris", "kube_default", "deeprm_sjf", "ec_peak_aware", "foresight_peak_aware", "best_fit"):
         assert make_policy(name).act(CFG3, state, np.random.default_rng(0)).tolist() == [3], name
 
 
-def test_oracle_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
+def test_foresight_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
     # m0 idles now but spikes to 7 cpu at step 2; m1 steady at 3; the head uses 2 cpu throughout
     jobs = [
         _job([1, 1, 7, 1], [1] * 4, "spiky"),
@@ -98,10 +98,10 @@ def test_oracle_peak_aware_avoids_a_future_spike_then_opens_a_machine() -> None:
         _job([2] * 4, [1] * 4, "head"),
     ]
     state = _state_after([0, 1], jobs)
-    assert make_policy("oracle_peak_aware").act(CFG3, state, None).tolist() == [1]
+    assert make_policy("foresight_peak_aware").act(CFG3, state, None).tolist() == [1]
     jobs = [_job([1, 1, 7, 1], [1] * 4, "spiky"), _job([2] * 4, [1] * 4, "head")]
     state = _state_after([0], jobs)
-    assert make_policy("oracle_peak_aware").act(CFG3, state, None).tolist() == [
+    assert make_policy("foresight_peak_aware").act(CFG3, state, None).tolist() == [
         1
     ]  # m0 would overshoot: open m1
 
@@ -131,7 +131,7 @@ def test_ec_peak_aware_interleaves_predicted_peaks(phased_state) -> None:
     policy = ECProfilePeakAware(ALTERNATING)
     assert policy.act(CFG3, phased_state, None).tolist() == [1]
     assert make_policy("best_fit").act(CFG3, phased_state, None).tolist() == [0]  # fewest free cpu now
-    assert make_policy("oracle_peak_aware").act(CFG3, phased_state, None).tolist() == [1]
+    assert make_policy("foresight_peak_aware").act(CFG3, phased_state, None).tolist() == [1]
 
 
 def test_ec_peak_aware_never_reads_true_future_usage(phased_state) -> None:
@@ -143,14 +143,14 @@ def test_ec_peak_aware_never_reads_true_future_usage(phased_state) -> None:
     usage[0, 2] = 0  # head
     blind = replace(phased_state, jobs=replace(jobs, usage=usage))
     assert ECProfilePeakAware(ALTERNATING).act(CFG3, blind, None).tolist() == [1]
-    assert make_policy("oracle_peak_aware").act(CFG3, blind, None).tolist() == [0]  # the oracle does read it
+    assert make_policy("foresight_peak_aware").act(CFG3, blind, None).tolist() == [0]  # the oracle does read it
 
 
 def test_ec_peak_aware_opens_a_machine_when_predicted_peaks_overshoot(phased_state) -> None:
     # profiles doubled: the head is predicted at 8 cpu now: m0 4 + 8 and m1 1 + 8 exceed 8; m2 is empty
     big = replace(ALTERNATING, fraction=ALTERNATING.fraction * 2.0)
     assert ECProfilePeakAware(big).act(CFG3, phased_state, None).tolist() == [2]
-    assert accepts_profiles("ec_peak_aware") and not accepts_profiles("oracle_peak_aware")
+    assert accepts_profiles("ec_peak_aware") and not accepts_profiles("foresight_peak_aware")
 
 
 def test_deeprm_pick_and_promote_keep_fifo_for_the_others() -> None:
