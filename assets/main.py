@@ -379,11 +379,18 @@ def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
     kept = counts("core__long_running", pl.len())
     ecs = counts("ec__assignments", pl.col("ec_label").n_unique())
     seqs = counts("sim__job_sequences", pl.struct("load_pct", "split", "sequence_id").n_unique())
-    lines = [f"  {'source':<20} {'workloads':>10} {'kept':>8} {'ECs':>5} {'sequences':>10}"]
+    chosen: dict[str, str] = {}
+    if wh.has_table("ec__method_comparison"):
+        rows = wh.scan("ec__method_comparison").filter(pl.col("is_chosen")).collect()
+        chosen = {
+            r["source"]: f"{r['method']} k={r['k']} ({r['choice_basis']})" for r in rows.iter_rows(named=True)
+        }
+    lines = [f"  {'source':<20} {'workloads':>10} {'kept':>8} {'ECs':>5} {'sequences':>10}  EC mapping"]
     warnings = []
     for s in sources:
         row = [workloads.get(s, 0), kept.get(s, 0), ecs.get(s, 0), seqs.get(s, 0)]
-        lines.append(f"  {s:<20} {row[0]:>10} {row[1]:>8} {row[2]:>5} {row[3]:>10}")
+        method = chosen.get(s, "-")
+        lines.append(f"  {s:<20} {row[0]:>10} {row[1]:>8} {row[2]:>5} {row[3]:>10}  {method}")
         if row[1] == 0:
             warnings.append(
                 f"  WARNING {s}: no long-running workload kept of {row[0]}: its EC and evaluation rows are "

@@ -122,7 +122,12 @@ def test_summary_counts_every_source_and_warns_where_nothing_was_kept(materialis
     lines = source_summary(Path(wh.root), ["google2011", "alibaba2018", "google2011_derived"])
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:4]}
     kept = dict(wh.query("select source, count(*) as n from core__long_running group by source").iter_rows())
-    for source, (_, n_kept, _, _) in rows.items():
+    for source, (_, n_kept, *_) in rows.items():
         assert int(n_kept) == kept.get(source, 0)
         assert (f"WARNING {source}: no long-running workload kept" in "\n".join(lines)) == (int(n_kept) == 0)
     assert int(rows["google2011_derived"][2]) >= 3 and int(rows["google2011_derived"][3]) > 0
+    # the EC mapping in force, named with how it was chosen
+    assert (
+        rows["google2011_derived"][4] in ("aggregate", "temporal", "dtw")
+        and "k=" in rows["google2011_derived"][5]
+    )
