@@ -66,8 +66,14 @@ import polars as pl
 import torch
 from torch import nn
 
-from models.reinforce import ReinforceConfig, config_dict, load_checkpoint, sample_masked, train_loop
-from models.training import init_parameters
+from models.reinforce import (
+    PolicyNet,
+    ReinforceConfig,
+    config_dict,
+    load_checkpoint,
+    sample_masked,
+    train_loop,
+)
 from sim import core
 from sim.config import SimConfig
 from sim.core import State
@@ -297,19 +303,8 @@ def decision_rewards(
 # network
 
 
-class DeepRMNet(nn.Module):
-    """features (E, F) -> logits over K + 1 actions: Linear(F, hidden), ReLU, Linear(hidden, K + 1) (DeepRM: one
-    fully connected hidden layer of 20 units)."""
-
-    def __init__(self, n_features: int, n_actions: int, hidden_units: int, seed: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Linear(n_features, hidden_units), nn.ReLU(), nn.Linear(hidden_units, n_actions)
-        )
-        init_parameters(self, torch.Generator().manual_seed(seed))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+DeepRMNet = PolicyNet
+"""DeepRM's policy network: one fully connected hidden layer of 20 units over the state, K + 1 logits."""
 
 
 def build_net(cfg: DeepRMAgentConfig) -> DeepRMNet:

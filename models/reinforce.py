@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.training import init_parameters
 from sim.rollout import RolloutBatch, returns_to_go, time_baseline
 
 ADVANTAGE_MODES = ("normalise", "scale", "raw")
@@ -109,6 +110,21 @@ def policy_gradient_step(
     probs = logp_all.exp()
     entropy = -(probs * torch.where(mask, logp_all, torch.zeros_like(logp_all))).sum(dim=1).mean()
     return {"loss": float(loss.detach()), "entropy": float(entropy.detach())}
+
+
+class PolicyNet(nn.Module):
+    """features (E, F) -> logits over the actions: Linear(F, hidden), ReLU, Linear(hidden, n_actions), seeded
+    (TVW-RL and DeepRM both use one hidden layer of 20 units)."""
+
+    def __init__(self, n_features: int, n_actions: int, hidden_units: int, seed: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(n_features, hidden_units), nn.ReLU(), nn.Linear(hidden_units, n_actions)
+        )
+        init_parameters(self, torch.Generator().manual_seed(seed))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
 
 
 # checkpoints

@@ -26,13 +26,13 @@ import torch
 from torch import nn
 
 from models.reinforce import (
+    PolicyNet,
     ReinforceConfig,
     config_dict,
     load_checkpoint,
     sample_masked,
     train_loop,
 )
-from models.training import init_parameters
 from sim.config import SimConfig
 from sim.core import PENALTY_NAMES, State, action_mask, relabel
 from sim.jobs import JobBatch
@@ -74,20 +74,6 @@ class TvwRlConfig:
     def with_sim(self, **changes) -> TvwRlConfig:
         """A copy with SimConfig fields changed (ablations: k_underutil, k_overshoot, noise_max_units, ...)."""
         return replace(self, sim=replace(self.sim, **changes))
-
-
-class PolicyNet(nn.Module):
-    """features (E, F) -> logits over M + 1 actions: Linear(F, hidden), ReLU, Linear(hidden, M + 1)."""
-
-    def __init__(self, n_features: int, n_actions: int, hidden_units: int, seed: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Linear(n_features, hidden_units), nn.ReLU(), nn.Linear(hidden_units, n_actions)
-        )
-        init_parameters(self, torch.Generator().manual_seed(seed))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
 
 
 def build_net(cfg: TvwRlConfig) -> PolicyNet:
