@@ -17,9 +17,9 @@ what the papers give them (peak usage as the request, `sim.policies`); this modu
 
 `encode(cfg, obs_cfg, state)` -> (B, F) float32 in [0, 1], the concatenation of (in this order, see
 `feature_layout`):
-  history   (M, D, h)  units in use (workloads + background noise) / C_d, clipped at 1; the last column is the
-                       current step t AFTER the placements made so far at t (the state the next decision sees);
-                       older columns are the closed steps t-1, t-2, ... (zeros before the episode start).
+  history   (h, M, D)  units in use (workloads + background noise) / C_d, clipped at 1, oldest step first; the
+                       last row is the current step t AFTER the placements made so far at t (the state the next
+                       decision sees); earlier rows are the closed steps t-h+1 .. t-1 (zeros before the start).
   by_label  (M, D, G)  units used now by running workloads of each observed EC label / C_d: the labels one-hot,
                        weighted by usage (TVW-RL's colour image, factorised: who runs where now, and how the
                        machine's usage moved over the last h steps).
@@ -66,7 +66,7 @@ class ObservationConfig:
 def feature_layout(cfg: SimConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of each block of `encode`'s vector, in order."""
     m, d, h, g, k = cfg.n_machines, cfg.n_resources, cfg.history_steps, cfg.n_labels, cfg.queue_size
-    return {"history": (m, d, h), "by_label": (m, d, g), "queue": (k, g + d + 1), "backlog": (1,)}
+    return {"history": (h, m, d), "by_label": (m, d, g), "queue": (k, g + d + 1), "backlog": (1,)}
 
 
 def n_features(cfg: SimConfig) -> int:
@@ -95,10 +95,10 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     block[:, :-1] = state.past[rows[:, None], np.mod(steps, hist)]
     block[:, :-1] *= (steps >= 0)[:, :, None, None]
     block[:, -1] = current_usage(cfg, state)
-    block *= 1.0 / cap
-    np.minimum(block, 1.0, out=block)
     size = hist * n_m * n_d
-    out[:, :size].reshape(n_envs, n_m, n_d, hist)[:] = block.transpose(0, 2, 3, 1)
+    view = out[:, :size].reshape(n_envs, hist, n_m, n_d)
+    np.multiply(block, 1.0 / cap, out=view)
+    np.minimum(view, 1.0, out=view)
     offset = size
 
     # by_label: usage now of running jobs, per (machine, resource, label)

@@ -47,7 +47,7 @@ def test_features_are_scaled_and_laid_out_with_the_current_step_last():
     assert (x >= 0).all() and (x <= 1).all()
     b = _blocks(CFG, x)
     # machine 0, cpu: step -1 (before the start) 0, step 0 used 2 of 4, now (t = 1) 3 of 4
-    assert b["history"][0, 0, 0].tolist() == pytest.approx([0.0, 0.5, 0.75])
+    assert b["history"][0, :, 0, 0].tolist() == pytest.approx([0.0, 0.5, 0.75])
     assert b["by_label"][0, 0, 0].tolist() == pytest.approx([0.0, 0.0, 0.75])  # label 2 runs there now
     assert b["queue"][0, 0, :3].tolist() == [0.0, 1.0, 0.0]  # b's label one-hot
     assert b["queue"][0, 1].sum() == 0  # empty slot
