@@ -286,12 +286,9 @@ def _mutable(state: State) -> dict:
 
 
 def step(
-    cfg: SimConfig, state: State, actions: np.ndarray, trace: Trace | None = None, inplace: bool = False
+    cfg: SimConfig, state: State, actions: np.ndarray, trace: Trace | None = None
 ) -> tuple[State, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Apply one action per env: returns (new_state, reward (B,) float64, terminated (B,), truncated (B,), info).
-
-    inplace=True skips the copy-on-write of the state's arrays: the input state is then changed too (for a caller
-    that owns it and never looks back, such as `sim.rollout`).
 
     info: "penalty_<name>" (B,) float64 per component of this call's reward, "n_steps_closed" (B,) int64,
     "is_placed" (B,) bool (the action placed a job). The input state is not mutated."""
@@ -317,7 +314,7 @@ def step(
                 f"env {b}: action {actions[b]} is invalid ({why}); valid: {np.flatnonzero(mask[b])}"
             )
         actions = np.where(is_bad, n_m, actions)
-    fields = {f: getattr(state, f) for f in State.__dataclass_fields__} if inplace else _mutable(state)
+    fields = _mutable(state)
     pen = np.zeros((n_envs, len(PENALTY_NAMES)), dtype=np.float64)
     is_placed = (actions < n_m) & ~is_done
     if is_placed.any():

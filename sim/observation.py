@@ -89,16 +89,18 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     out = np.zeros((n_envs, n_features(cfg)), dtype=np.float32)
     offset = 0
 
-    # history: closed steps from the `past` ring (B, h, M, D), oldest first, then the current step
+    # history: closed steps from the `past` ring (B, h, M, D), oldest first, then the current step. Slots of
+    # steps before the episode start were never written since reset zeroed the ring, so they read 0. Every
+    # operation runs on 2-D (B, features) views so numpy's inner loops are long.
+    n_md = n_m * n_d
+    size = hist * n_md
     steps = state.t[:, None] - np.arange(hist - 1, 0, -1)[None, :]  # (B, h-1): h-1 .. 1 steps ago
-    block = np.empty((n_envs, hist, n_m, n_d), dtype=np.float32)
-    block[:, :-1] = state.past[rows[:, None], np.mod(steps, hist)]
-    block[:, :-1] *= (steps >= 0)[:, :, None, None]
-    block[:, -1] = current_usage(cfg, state)
-    size = hist * n_m * n_d
-    view = out[:, :size].reshape(n_envs, hist, n_m, n_d)
-    np.multiply(block, 1.0 / cap, out=view)
-    np.minimum(view, 1.0, out=view)
+    view = out[:, :size].reshape(n_envs, hist, n_md)
+    view[:, :-1] = state.past.reshape(n_envs, hist, n_md)[rows[:, None], np.mod(steps, hist)]
+    view[:, -1] = current_usage(cfg, state).reshape(n_envs, n_md)
+    flat_view = out[:, :size]
+    flat_view *= np.tile(1.0 / cap, hist * n_m)
+    np.minimum(flat_view, 1.0, out=flat_view)
     offset = size
 
     # by_label: usage now of running jobs, per (machine, resource, label)
@@ -109,13 +111,13 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     units = jobs.usage.reshape(-1, n_d)[flat_job].astype(np.float32)  # (N, D)
     flat = ((bi * n_m + state.job_machine[bi, ji]) * n_d)[:, None] + np.arange(n_d)[None, :]
     flat = flat * n_g + labels[bi, ji][:, None]
-    by_label = np.bincount(flat.ravel(), weights=units.ravel(), minlength=n_envs * n_m * n_d * n_g)
-    view = out[:, offset : offset + n_m * n_d * n_g].reshape(n_envs, n_m, n_d, n_g)
-    np.multiply(
-        by_label.reshape(n_envs, n_m, n_d, n_g), (1.0 / cap)[None, None, :, None], out=view, casting="unsafe"
-    )
-    np.minimum(view, 1.0, out=view)
-    offset += n_m * n_d * n_g
+    size = n_md * n_g
+    by_label = np.bincount(flat.ravel(), weights=units.ravel(), minlength=n_envs * size)
+    flat_view = out[:, offset : offset + size]
+    scale = np.repeat(np.tile(1.0 / cap, n_m), n_g)  # (M * D * G,) 1 / C_d of each column
+    np.multiply(by_label.reshape(n_envs, size), scale, out=flat_view, casting="unsafe")
+    np.minimum(flat_view, 1.0, out=flat_view)
+    offset += size
 
     # queue: label one-hot, request, request known
     slot_jobs = state.next_job[:, None] + np.arange(n_k)[None, :]
