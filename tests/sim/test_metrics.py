@@ -107,7 +107,10 @@ def test_machines_lower_bound_is_the_busiest_step_over_capacity():
     # two jobs of 3 cpu overlap at step 1 (6 of C = 4 -> 2 machines); mem never exceeds one machine
     jobs = JobBatch.from_jobs(
         [
-            [dict(arrival_step=0, usage=[[3], [3]], ec_label=0), dict(arrival_step=1, usage=[[3]], ec_label=0)],
+            [
+                dict(arrival_step=0, usage=[[3], [3]], ec_label=0),
+                dict(arrival_step=1, usage=[[3]], ec_label=0),
+            ],
             [dict(arrival_step=0, usage=[[1]], ec_label=0)],
         ],
         n_resources=1,

@@ -143,7 +143,9 @@ def test_ec_peak_aware_never_reads_true_future_usage(phased_state) -> None:
     usage[0, 2] = 0  # head
     blind = replace(phased_state, jobs=replace(jobs, usage=usage))
     assert ECProfilePeakAware(ALTERNATING).act(CFG3, blind, None).tolist() == [1]
-    assert make_policy("foresight_peak_aware").act(CFG3, blind, None).tolist() == [0]  # the oracle does read it
+    assert make_policy("foresight_peak_aware").act(CFG3, blind, None).tolist() == [
+        0
+    ]  # the oracle does read it
 
 
 def test_ec_peak_aware_opens_a_machine_when_predicted_peaks_overshoot(phased_state) -> None:
