@@ -109,6 +109,23 @@ SEQUENCE_CHECKS = [
 ]
 
 
+def eval_sim_config(asset: str, config: Config, jobs: pl.DataFrame) -> SimConfig:
+    """The simulator an evaluation asset runs: its config's M, safety cap, hold rule (default "always") and
+    noise, labels covering every job, oversized jobs clipped and counted. ValueError naming the asset on a
+    policy that is neither registered nor an importable "module:attr"."""
+    unknown = [p for p in config.policies if p not in POLICIES and ":" not in p]
+    if unknown:
+        raise ValueError(f"{asset}: unknown policies {unknown}; registered: {sorted(POLICIES)}")
+    return SimConfig(
+        n_machines=config.n_machines,
+        max_steps=config.max_steps,
+        hold_rule=getattr(config, "hold_rule", "always"),
+        n_labels=max(SimConfig().n_labels, int(jobs["ec_label"].max() or 0) + 1),
+        noise_max_units=config.noise_max_units,
+        oversize="clip",
+    )
+
+
 def evaluate_by_cluster(
     jobs: pl.DataFrame, policies: list[str], cfg: SimConfig, seeds: list[int], make=None
 ) -> pl.DataFrame:
@@ -412,18 +429,7 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
     contention, mean wait, jobs never placed, whether the episode hit the safety cap (`is_truncated`, a failure),
     the episode return (<= 0, higher is better) and its components as positive costs (`cost_*`, lower is
     better). Every policy of the `POLICIES` registry is evaluated, `noop` (never places) as the sanity floor."""
-    unknown = [p for p in config.policies if p not in POLICIES]
-    if unknown:
-        raise ValueError(f"eval__baselines: unknown policies {unknown}; registered: {sorted(POLICIES)}")
-    n_labels = max(SimConfig().n_labels, int(sim__job_sequences["ec_label"].max() or 0) + 1)
-    cfg = SimConfig(
-        n_machines=config.n_machines,
-        max_steps=config.max_steps,
-        hold_rule=config.hold_rule,
-        n_labels=n_labels,
-        noise_max_units=config.noise_max_units,
-        oversize="clip",
-    )
+    cfg = eval_sim_config("eval__baselines", config, sim__job_sequences)
     results = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds)
     test = sim__job_sequences.filter(pl.col("split") == "test")
     n_sequences = test.select("source", "load_pct", "sequence_id").unique().height

@@ -22,7 +22,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.cluster import EVAL_CHECKS_FOR, eval_checks, evaluate_by_cluster
+from assets.cluster import EVAL_CHECKS_FOR, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path, png_markdown
 from assets.resources import Warehouse
 from models.reinforce import ReinforceConfig
@@ -296,17 +296,7 @@ def eval__results(
     sequence, seed). The heuristics' rows are `eval__baselines` (seed = simulator/policy seed); a learned policy
     runs with the checkpoint trained at that (source, load) with that training seed; one without a checkpoint
     there is left out and listed in the metadata."""
-    unknown = [p for p in config.policies if p not in POLICIES]
-    if unknown:
-        raise ValueError(f"eval__results: unknown policies {unknown}; registered: {sorted(POLICIES)}")
-    n_labels = max(SimConfig().n_labels, int(sim__job_sequences["ec_label"].max() or 0) + 1)
-    cfg = SimConfig(
-        n_machines=config.n_machines,
-        max_steps=config.max_steps,
-        n_labels=n_labels,
-        noise_max_units=config.noise_max_units,
-        oversize="clip",
-    )
+    cfg = eval_sim_config("eval__results", config, sim__job_sequences)
     missing: list[str] = []
     labellers: dict[str, ClassifierLabeller | None] = {}
 
