@@ -10,7 +10,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 from dagster import (
     AssetExecutionContext,
@@ -28,7 +27,6 @@ from assets.resources import Warehouse
 from models.reinforce import ReinforceConfig
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
-from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, plot_results, summarise
 from sim.jobs import JobBatch
 from sim.labelling import ClassifierLabeller
@@ -178,7 +176,6 @@ def rl__tvw_rl(
             context.log.warning(f"{source}: no saved EC classifier; the agent sees the clustering labels")
             cfg = TvwRlConfig(sim=cfg.sim, obs=ObservationConfig(labels="true"), reinforce=cfg.reinforce)
         jobs = JobBatch.from_frame(train.filter(pl.col("source") == source))
-        jobs = _fit_labels(jobs, cfg.sim)
         path = policy_path(warehouse, "tvw_rl", source, load, seed)
         context.log.info(
             f"{source} load {load} % seed {seed}: training {cfg.reinforce.n_iterations} iterations"
@@ -205,15 +202,6 @@ def rl__tvw_rl(
             "first_vs_last_return": MetadataValue.json(curve_trend(out).to_dicts()),
         },
     )
-
-
-def _fit_labels(jobs: JobBatch, sim: SimConfig) -> JobBatch:
-    """Jobs whose clustering labels exceed the agent's label range are an error naming the sequence."""
-    bad = (jobs.ec_label >= sim.n_labels) & (np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
-    if bad.any():
-        b, j = np.argwhere(bad)[0]
-        raise ValueError(f"{jobs.describe_job(b, j)}: label {jobs.ec_label[b, j]} >= n_labels {sim.n_labels}")
-    return jobs
 
 
 def curve_trend(curve: pl.DataFrame, share: float = 0.1) -> pl.DataFrame:

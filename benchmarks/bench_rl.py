@@ -20,8 +20,9 @@ import numpy as np
 import polars as pl
 import torch
 
+from models.forecaster import torch_threads
 from models.reinforce import policy_gradient_step
-from models.tvw_rl import TvwRlConfig, build_net, make_act, torch_threads_one
+from models.tvw_rl import TvwRlConfig, build_net, make_act
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.jobs import JobBatch
 from sim.observation import ObservationConfig
@@ -43,7 +44,7 @@ def main() -> None:
     totals: dict[str, float] = {}
     n_decisions = 0
     wall = time.perf_counter()
-    with torch_threads_one():
+    with torch_threads(1):
         for i in range(args.iterations):
             rng = np.random.default_rng([r.seed, i])
             rows = rng.integers(0, jobs.batch_size, size=r.n_sequences)

@@ -69,6 +69,7 @@ from torch import nn
 from models.reinforce import (
     PolicyNet,
     ReinforceConfig,
+    check_state_space,
     config_dict,
     load_checkpoint,
     sample_masked,
@@ -499,12 +500,7 @@ class DeepRMAgentPolicy:
         if self.net is None:
             self.cfg = replace(DeepRMAgentConfig.short(), sim=cfg)
             self.net = build_net(self.cfg)
-        bad = [f for f in STATE_SHAPE_FIELDS if getattr(cfg, f) != getattr(self.cfg.sim, f)]
-        if bad:
-            raise ValueError(
-                f"deeprm_rl policy {self.checkpoint or '(untrained)'} was built for another state space: "
-                + ", ".join(f"{f} {getattr(self.cfg.sim, f)} != {getattr(cfg, f)}" for f in bad)
-            )
+        check_state_space("deeprm_rl", self.checkpoint, STATE_SHAPE_FIELDS, self.cfg.sim, cfg)
         return self.cfg, self.net
 
     def _greedy(self, cfg: SimConfig, state: State) -> np.ndarray:

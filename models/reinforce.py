@@ -185,6 +185,17 @@ def _differing_fields(now: dict, saved: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def check_state_space(policy: str, checkpoint, fields: tuple[str, ...], trained, given) -> None:
+    """ValueError naming the policy and its checkpoint when the SimConfig `given` differs from the one the network
+    was `trained` for in any of `fields` (those that fix the network's input and output)."""
+    bad = [f for f in fields if getattr(given, f) != getattr(trained, f)]
+    if bad:
+        raise ValueError(
+            f"{policy} policy {checkpoint or '(untrained)'} was built for another state space: "
+            + ", ".join(f"{f} {getattr(trained, f)} != {getattr(given, f)}" for f in bad)
+        )
+
+
 def config_dict(*configs) -> dict:
     """The plain dict of one or more dataclass configs (tuples become lists, as a checkpoint stores them)."""
 

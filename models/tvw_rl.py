@@ -25,9 +25,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.forecaster import torch_threads
 from models.reinforce import (
     PolicyNet,
     ReinforceConfig,
+    check_state_space,
     config_dict,
     load_checkpoint,
     sample_masked,
@@ -87,7 +89,7 @@ def make_act(
     """The rollout's act function of `net`: sample (or argmax) the masked softmax, one thread, no grad."""
 
     def act(x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        with torch_threads_one(), torch.no_grad():
+        with torch_threads(1), torch.no_grad():
             logits = net(torch.from_numpy(x))
             return sample_masked(logits, mask, rng, greedy)
 
@@ -127,7 +129,7 @@ def train_tvw_rl(
             labeller,
         )
 
-    with torch_threads_one():
+    with torch_threads(1):
         return train_loop(
             net,
             run_iteration,
@@ -137,17 +139,6 @@ def train_tvw_rl(
             log,
             penalty_means,
         )
-
-
-class torch_threads_one:  # noqa: N801 (a context manager used like a function)
-    """One torch thread inside the block: these nets are tiny, more threads only add overhead."""
-
-    def __enter__(self) -> None:
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc) -> None:
-        torch.set_num_threads(self.before)
 
 
 def config_from_checkpoint(ckpt: dict) -> TvwRlConfig:
@@ -192,12 +183,7 @@ class TvwRlPolicy:
         if self.net is None:
             self.cfg = replace(TvwRlConfig.short(), sim=replace(cfg, hold_rule="no_fit"))
             self.net = build_net(self.cfg)
-        bad = [f for f in STATE_SHAPE_FIELDS if getattr(cfg, f) != getattr(self.cfg.sim, f)]
-        if bad:
-            raise ValueError(
-                f"tvw_rl policy {self.checkpoint or '(untrained)'} was built for another state space: "
-                + ", ".join(f"{f} {getattr(self.cfg.sim, f)} != {getattr(cfg, f)}" for f in bad)
-            )
+        check_state_space("tvw_rl", self.checkpoint, STATE_SHAPE_FIELDS, self.cfg.sim, cfg)
         return self.cfg, self.net
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
@@ -211,6 +197,6 @@ class TvwRlPolicy:
         mask = action_mask(cfg, state)
         if own.sim.hold_rule == "no_fit":
             mask[:, -1] = ~mask[:, :-1].any(axis=1)
-        with torch_threads_one(), torch.no_grad():
+        with torch_threads(1), torch.no_grad():
             logits = net(torch.from_numpy(encode(cfg, obs, state)))
             return sample_masked(logits, mask, rng, greedy=True).astype(np.int64)

@@ -272,10 +272,9 @@ class Tetris:
         return np.where(fits.any(axis=(1, 2)), np.argmax(on_machine, axis=1), 0)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        score, fits = self._scores(cfg, state)
-        head_fits = fits[:, 0]
         # the machine pick_job chose for the (promoted) head: the first one it fits
-        return choose(-np.arange(cfg.n_machines)[None, :].repeat(state.batch_size, 0), head_fits)
+        head_fits = queued_fits(cfg, state)[2][:, 0]
+        return choose(np.zeros((state.batch_size, cfg.n_machines)), head_fits)
 
 
 @dataclass(frozen=True)
