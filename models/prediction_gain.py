@@ -16,15 +16,26 @@ f    = fraction of the n workloads in ECs with G(e) > 0     (Table 1's "f")
 
 One fit is one draw: the forecaster's seed alone moves EG by more than the gaps between methods. So every mapping
 is scored over `n_seeds` forecaster seeds and reported as a mean with a 95 % t-interval, beside a RANDOM CONTROL:
-the same class sizes with the labels shuffled (a fresh permutation per seed). A mapping is eligible only if its
-EG interval lies wholly above its control's interval (`beats_control`); `choose_mapping` takes the eligible row
-with the highest mean EG, else falls back to a documented default (`GainConfig.fallback_method` at its
-silhouette-best k), and chooses nothing when EG is 0 for every mapping and seed.
+the same class sizes with the labels shuffled (`n_control_draws` fresh permutations per seed, their EG averaged).
+
+The test is PAIRED. G(e) is relative to the EC-agnostic forecaster, whose quality moves from seed to seed and
+shifts every EG of that seed together; so the intervals of EG and of the control's EG are wide while their
+difference is not. Per seed s the mapping and its control are scored with the same forecaster seed against the
+same global model on the same training data, and the difference
+
+    D_s = EG_mapping(s) - mean_r EG_control(s, r)
+
+removes the shared global-model term. A mapping beats its control (`beats_control`) when the 95 % Student-t
+interval of mean(D_s) over the seeds lies wholly above 0 (a one-sided paired t-test at 2.5 %; its p-value is
+reported). `choose_mapping` takes the eligible row with the highest mean EG, else falls back to a documented
+default (`GainConfig.fallback_method` at its silhouette-best k), and chooses nothing when EG is 0 for every
+mapping and seed. Several mappings are tested per source (each method at two k): the p-values let a reader
+apply a multiplicity correction (Holm); the rule itself is per mapping.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -38,6 +49,7 @@ from models.forecaster import (
     predict_series,
     series_stats,
 )
+from pipelines.progress import Progress
 
 GAIN_ROWS = {
     "ec_label": pl.Int64,
@@ -63,8 +75,13 @@ MAPPING_ROWS = {
     "control_eg_pct_ci_low": pl.Float64,
     "control_eg_pct_ci_high": pl.Float64,
     "control_f_frac": pl.Float64,  # f of the random control, mean over seeds
-    "beats_control": pl.Boolean,  # eg_pct_ci_low > control_eg_pct_ci_high: better than chance beyond the intervals
+    "eg_diff_pct": pl.Float64,  # paired: mean over seeds of EG - control EG (same seed, same global model)
+    "eg_diff_pct_ci_low": pl.Float64,  # 95 % t-interval of that mean
+    "eg_diff_pct_ci_high": pl.Float64,
+    "eg_diff_p_value": pl.Float64,  # one-sided paired t-test of mean difference > 0 (NaN with one seed)
+    "beats_control": pl.Boolean,  # eg_diff_pct_ci_low > 0: better than chance, paired over seeds
     "n_seeds": pl.Int64,  # forecaster seeds the means are over
+    "n_control_draws": pl.Int64,  # random-control permutations per seed (their EG averaged)
     "n_workloads": pl.Int64,
     "n_ecs_too_small": pl.Int64,  # ECs below min_members (G set to 0)
     "n_ecs_undefined": pl.Int64,  # ECs with an undefined correlation in at least one seed (G set to 0 there)
@@ -83,6 +100,7 @@ class GainConfig:
     n_seeds: int = 5  # forecaster seeds (forecaster.seed, +1, ...) each mapping and control is scored over
     max_eval_bins: int | None = None  # held-out bins scored per workload (the first after its training part)
     confidence: float = 0.95  # level of the t-intervals over seeds
+    n_control_draws: int = 1  # random-control permutations per seed; their EG is averaged before pairing
     fallback_method: str = "temporal"  # default when no mapping beats its control (TVW-RL's chosen method)
 
     def __post_init__(self) -> None:
@@ -94,6 +112,8 @@ class GainConfig:
             )
         if self.n_seeds < 1:
             raise ValueError(f"n_seeds must be >= 1, got {self.n_seeds}")
+        if self.n_control_draws < 1:
+            raise ValueError(f"n_control_draws must be >= 1, got {self.n_control_draws}")
         if self.max_eval_bins is not None and self.max_eval_bins < 2:
             raise ValueError(f"max_eval_bins must be None or >= 2, got {self.max_eval_bins}")
 
@@ -154,6 +174,28 @@ def mean_interval(x: Sequence[float], confidence: float = 0.95) -> tuple[float, 
     return m, m - half, m + half
 
 
+def paired_difference(
+    x: Sequence[float], y: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float, float, float]:
+    """Paired comparison of x and y over the same seeds: (mean, low, high, p) of d = x - y, with the Student-t
+    interval of mean(d) and the one-sided p-value of mean(d) > 0 (NaN with one pair; 0 or 1 when d does not
+    vary)."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape or len(a) == 0:
+        raise ValueError(
+            f"paired_difference needs two equal-length 1-D sequences; got {a.shape} and {b.shape}"
+        )
+    d = a - b
+    m, low, high = mean_interval(d, confidence)
+    if len(d) < 2:
+        return m, low, high, float("nan")
+    sd = d.std(ddof=1)
+    if sd == 0.0:
+        return m, low, high, float(0.0 if m > 0 else 1.0)
+    t = m / (sd / np.sqrt(len(d)))
+    return m, low, high, float(stats.t.sf(t, len(d) - 1))
+
+
 @dataclass(frozen=True)
 class Choice:
     """Which mapping feeds the EC labels, and why."""
@@ -165,7 +207,8 @@ class Choice:
 
 
 def choose_mapping(rows: pl.DataFrame | Iterable[Mapping], fallback_method: str = "temporal") -> Choice:
-    """The mapping to use: among rows that beat their random control (`beats_control`), the best mean eg_pct
+    """The mapping to use: among rows that beat their random control (`beats_control`: the paired difference
+    over seeds has a 95 % interval above 0), the best mean eg_pct
     (ties: higher f_frac, then smaller k). If none does: `fallback_method` at its silhouette-best k (the
     documented default), or, when that method has no row, the best mean EG. If EG is 0 in every row (no EC
     mapping helps prediction at all), nothing is chosen. Rows without `beats_control` count as beating it."""
@@ -182,8 +225,8 @@ def choose_mapping(rows: pl.DataFrame | Iterable[Mapping], fallback_method: str 
             str(best["method"]),
             int(best["k"]),
             "beats_control",
-            f"{best['method']} k={best['k']}: best mean EG among the mappings whose EG interval lies above "
-            "their random control's",
+            f"{best['method']} k={best['k']}: best mean EG among the mappings whose paired difference to "
+            "their random control (same seeds) has a 95 % interval above 0",
         )
     top = "eg_pct_ci_high" if "eg_pct_ci_high" in df.columns else "eg_pct"
     if not df[top].fill_null(0.0).max():  # EG >= 0 always: a zero upper bound means 0 in every seed
@@ -202,7 +245,8 @@ def choose_mapping(rows: pl.DataFrame | Iterable[Mapping], fallback_method: str 
         str(pick["method"]),
         int(pick["k"]),
         "fallback_default",
-        "no mapping beats its random control beyond the intervals; documented default used: "
+        "no mapping's paired difference to its random control has a 95 % interval above 0; documented "
+        "default used: "
         f"{pick['method']} at its silhouette-best k={pick['k']}",
     )
 
@@ -317,9 +361,10 @@ def scored_series(
     return series, n_train
 
 
-def control_labels(labels: np.ndarray, seed: int, index: int) -> np.ndarray:
-    """The random control of a mapping: its labels shuffled over the workloads (same class sizes)."""
-    return np.random.default_rng([seed, index, 7]).permutation(np.asarray(labels))
+def control_labels(labels: np.ndarray, seed: int, index: int, draw: int = 0) -> np.ndarray:
+    """A random control of a mapping: its labels shuffled over the workloads (same class sizes); one permutation
+    per (forecaster seed, mapping index, draw)."""
+    return np.random.default_rng([seed, index, 7, draw]).permutation(np.asarray(labels))
 
 
 def mapping_gain_table(
@@ -327,54 +372,73 @@ def mapping_gain_table(
     mappings: Mapping[tuple[str, int], np.ndarray],
     cfg: GainConfig,
     k_rules: Mapping[tuple[str, int], str] | None = None,
+    log: Callable[[str], None] | None = None,
+    label: str = "prediction gain",
 ) -> pl.DataFrame:
     """Table 1 over seeds: one MAPPING_ROWS row per (method, k) -> labels mapping, with its random control.
 
-    For each of cfg.n_seeds forecaster seeds (forecaster.seed + s) the EC-agnostic model is fitted once and
-    every mapping and its control (a fresh shuffle per seed) are scored against it."""
+    For each of cfg.n_seeds forecaster seeds (forecaster.seed + s) the EC-agnostic model is fitted once; every
+    mapping and its cfg.n_control_draws controls (fresh shuffles per seed) are scored against it with that
+    seed, and the per-seed difference EG - mean control EG gives the paired columns. `log` receives progress
+    lines (one item = one mapping with its controls in one seed), prefixed with `label`."""
     series, n_train = scored_series(values, cfg)
     keys = list(mappings)
     eg, f, c_eg, c_f = ({key: [] for key in keys} for _ in range(4))
     too_small = {key: 0 for key in keys}
     undefined = {key: 0 for key in keys}
+    progress = Progress(cfg.n_seeds * len(keys), label, log=log, unit="mappings")
     for s in range(cfg.n_seeds):
+        # one EC-agnostic model per seed, shared by every mapping and control of that seed (the pairing)
         seed = cfg.forecaster.seed + s
         cfg_s = replace(cfg, forecaster=replace(cfg.forecaster, seed=seed))
         global_preds = predict_series(fit_forecaster(series, n_train, cfg_s.forecaster), series, n_train)
         for index, key in enumerate(keys):
             r = prediction_gain(series, mappings[key], cfg_s, global_preds, n_train)
-            c = prediction_gain(
-                series, control_labels(mappings[key], seed, index), cfg_s, global_preds, n_train
-            )
+            controls = [
+                prediction_gain(
+                    series, control_labels(mappings[key], seed, index, draw), cfg_s, global_preds, n_train
+                )
+                for draw in range(cfg.n_control_draws)
+            ]
             eg[key].append(r.eg_pct)
             f[key].append(r.f_frac)
-            c_eg[key].append(c.eg_pct)
-            c_f[key].append(c.f_frac)
+            c_eg[key].append(float(np.mean([c.eg_pct for c in controls])))
+            c_f[key].append(float(np.mean([c.f_frac for c in controls])))
             too_small[key] = r.n_ecs_too_small
             undefined[key] = max(undefined[key], r.n_ecs_undefined)
-    out = []
-    for key in keys:
-        e, f_ci, ce = (mean_interval(v[key], cfg.confidence) for v in (eg, f, c_eg))
-        out.append(
-            {
-                "method": key[0],
-                "k": int(key[1]),
-                "k_rule": (k_rules or {}).get(key, "given"),
-                "eg_pct": e[0],
-                "eg_pct_ci_low": e[1],
-                "eg_pct_ci_high": e[2],
-                "f_frac": f_ci[0],
-                "f_frac_ci_low": f_ci[1],
-                "f_frac_ci_high": f_ci[2],
-                "control_eg_pct": ce[0],
-                "control_eg_pct_ci_low": ce[1],
-                "control_eg_pct_ci_high": ce[2],
-                "control_f_frac": float(np.mean(c_f[key])),
-                "beats_control": bool(e[1] > ce[2]),
-                "n_seeds": cfg.n_seeds,
-                "n_workloads": len(series),
-                "n_ecs_too_small": too_small[key],
-                "n_ecs_undefined": undefined[key],
-            }
-        )
-    return pl.DataFrame(out, schema=MAPPING_ROWS, orient="row")
+            progress.advance()
+    return pl.DataFrame(
+        [_table_row(key, eg, f, c_eg, c_f, too_small, undefined, k_rules, cfg, len(series)) for key in keys],
+        schema=MAPPING_ROWS,
+        orient="row",
+    )
+
+
+def _table_row(key, eg, f, c_eg, c_f, too_small, undefined, k_rules, cfg: GainConfig, n: int) -> dict:
+    e, f_ci, ce = (mean_interval(v[key], cfg.confidence) for v in (eg, f, c_eg))
+    d = paired_difference(eg[key], c_eg[key], cfg.confidence)
+    return {
+        "method": key[0],
+        "k": int(key[1]),
+        "k_rule": (k_rules or {}).get(key, "given"),
+        "eg_pct": e[0],
+        "eg_pct_ci_low": e[1],
+        "eg_pct_ci_high": e[2],
+        "f_frac": f_ci[0],
+        "f_frac_ci_low": f_ci[1],
+        "f_frac_ci_high": f_ci[2],
+        "control_eg_pct": ce[0],
+        "control_eg_pct_ci_low": ce[1],
+        "control_eg_pct_ci_high": ce[2],
+        "control_f_frac": float(np.mean(c_f[key])),
+        "eg_diff_pct": d[0],
+        "eg_diff_pct_ci_low": d[1],
+        "eg_diff_pct_ci_high": d[2],
+        "eg_diff_p_value": d[3],
+        "beats_control": bool(d[1] > 0.0),
+        "n_seeds": cfg.n_seeds,
+        "n_control_draws": cfg.n_control_draws,
+        "n_workloads": n,
+        "n_ecs_too_small": too_small[key],
+        "n_ecs_undefined": undefined[key],
+    }

@@ -15,6 +15,7 @@ from models.prediction_gain import (
     gaining_fraction,
     mapping_gain_table,
     mean_interval,
+    paired_difference,
     pearson,
     prediction_gain,
 )
@@ -81,7 +82,7 @@ def test_only_a_mapping_that_beats_its_control_is_chosen_else_fallback_or_none()
     ]
     c = choose_mapping(rows, fallback_method="temporal")
     assert (c.method, c.k, c.basis) == ("temporal", 5, "fallback_default")
-    assert "no mapping beats its random control" in c.reason
+    assert "no mapping's paired difference to its random control" in c.reason
     zero = [_row("aggregate", 3, 0.0, 0.0, False), _row("temporal", 3, 0.0, 0.0, False)]
     c = choose_mapping(zero)
     assert (c.method, c.k, c.basis) == (None, None, "none") and "EG is 0" in c.reason
@@ -96,6 +97,26 @@ def test_mean_interval_and_control_labels():
     assert sorted(shuffled.tolist()) == sorted(labels.tolist())  # same class sizes
     assert np.array_equal(shuffled, control_labels(labels, seed=0, index=1))
     assert not np.array_equal(shuffled, control_labels(labels, seed=1, index=1))
+    assert not np.array_equal(shuffled, control_labels(labels, seed=0, index=1, draw=1))
+
+
+def test_paired_difference_removes_a_shift_shared_by_both_sides():
+    # a seed-level shift (the global model's quality) moves both sides: unpaired intervals overlap, paired do not
+    shift = np.array([0.0, 30.0, -20.0, 50.0, 10.0])
+    mapping, control = 10.0 + shift + np.array([1.0, -1.0, 0.5, 0.0, -0.5]), 2.0 + shift
+    m, lo, hi, p = paired_difference(mapping, control)
+    assert m == pytest.approx(8.0)
+    d = mapping - control  # 9, 7, 8.5, 8, 7.5: sd 0.7906
+    half = 2.7764451051977987 * d.std(ddof=1) / np.sqrt(5)  # t(0.975, 4)
+    assert (lo, hi) == pytest.approx((8.0 - half, 8.0 + half))
+    assert lo > 0 and p < 1e-4
+    assert mean_interval(mapping)[1] < mean_interval(control)[2]  # unpaired: the intervals overlap
+    _, lo, _, p = paired_difference([1.0, -1.0, 2.0], [0.0, 0.0, 0.0])
+    assert lo < 0 and 0.2 < p < 0.5
+    assert paired_difference([3.0], [1.0]) == (2.0, 2.0, 2.0, pytest.approx(float("nan"), nan_ok=True))
+    assert paired_difference([3.0, 3.0], [1.0, 1.0])[3] == 0.0
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_difference([1.0, 2.0], [1.0])
 
 
 def _ar_workloads(phis: list[float], length: int, seed: int) -> np.ndarray:
@@ -161,6 +182,18 @@ def test_table_over_seeds_with_a_random_control():
     assert r["n_seeds"] == 3 and r["k_rule"] == "silhouette_best"
     assert r["eg_pct_ci_low"] <= r["eg_pct"] <= r["eg_pct_ci_high"]
     assert r["f_frac_ci_low"] <= r["f_frac"] <= r["f_frac_ci_high"]
-    # the planted split helps in every seed, its shuffled control much less: it beats the control
+    # the planted split helps in every seed, its shuffled controls much less: it beats them, paired by seed
     assert r["eg_pct"] > r["control_eg_pct"]
-    assert r["beats_control"] == (r["eg_pct_ci_low"] > r["control_eg_pct_ci_high"])
+    assert r["eg_diff_pct"] == pytest.approx(r["eg_pct"] - r["control_eg_pct"])
+    assert r["eg_diff_pct_ci_low"] <= r["eg_diff_pct"] <= r["eg_diff_pct_ci_high"]
+    assert r["beats_control"] == (r["eg_diff_pct_ci_low"] > 0) and r["beats_control"]
+    assert r["eg_diff_p_value"] < 0.025 and r["n_control_draws"] == 1
+    lines = []
+    two = mapping_gain_table(
+        values, {("temporal", 2): labels}, replace(cfg, n_control_draws=2), log=lines.append, label="t1"
+    ).row(0, named=True)
+    assert two["eg_pct"] == pytest.approx(r["eg_pct"])  # same seeds: the mapping's own fits are unchanged
+    assert two["n_control_draws"] == 2 and two["control_eg_pct"] != r["control_eg_pct"]
+    assert lines[0].startswith("t1: 1/3 mappings") and lines[-1].startswith("t1: 3/3 mappings")
+    with pytest.raises(ValueError, match="n_control_draws"):
+        GainConfig(n_control_draws=0)
