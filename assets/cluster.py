@@ -127,11 +127,12 @@ def eval_sim_config(asset: str, config: Config, jobs: pl.DataFrame) -> SimConfig
 
 
 def evaluate_by_cluster(
-    jobs: pl.DataFrame, policies: list[str], cfg: SimConfig, seeds: list[int], make=None
+    jobs: pl.DataFrame, policies: list[str], cfg: SimConfig, seeds: list[int], make=None, log=None
 ) -> pl.DataFrame:
     """`evaluate_policies` on the test split, each source on the cluster its loads refer to (`source_clusters`:
     DeepRM's synthetic workload on its single machine, the rest on cfg.n_machines). Learned policies built for
-    another cluster size are left out of a source whose M differs (their state space would not match)."""
+    another cluster size are left out of a source whose M differs (their state space would not match). `log`
+    (e.g. `context.log.info`) gets the progress lines, one series per cluster size M."""
     clusters = source_clusters(jobs, SequenceConfig(n_machines=cfg.n_machines))
     frames = []
     for m in sorted({m for m, _ in clusters.values()}):
@@ -140,7 +141,18 @@ def evaluate_by_cluster(
         names = policies if m == cfg.n_machines else [p for p in policies if not is_learned(p)]
         if names and part.filter(pl.col("split") == "test").height:
             sim = dataclasses.replace(cfg, n_machines=m)
-            frames.append(evaluate_policies(part, names, sim, seeds=seeds, split="test", make=make))
+            frames.append(
+                evaluate_policies(
+                    part,
+                    names,
+                    sim,
+                    seeds=seeds,
+                    split="test",
+                    make=make,
+                    log=log,
+                    label=f"evaluate on M={m}",
+                )
+            )
     if not frames:
         raise ValueError(f"no test sequences to evaluate {policies} on (sources: {sorted(clusters)})")
     return pl.concat(frames, how="diagonal_relaxed").sort(list(RESULT_KEY))
@@ -430,7 +442,9 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
     the episode return (<= 0, higher is better) and its components as positive costs (`cost_*`, lower is
     better). Every policy of the `POLICIES` registry is evaluated, `noop` (never places) as the sanity floor."""
     cfg = eval_sim_config("eval__baselines", config, sim__job_sequences)
-    results = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds)
+    results = evaluate_by_cluster(
+        sim__job_sequences, config.policies, cfg, config.seeds, log=context.log.info
+    )
     test = sim__job_sequences.filter(pl.col("split") == "test")
     n_sequences = test.select("source", "load_pct", "sequence_id").unique().height
     n_expected = results.select("source", "load_pct", "sequence_id", "policy").unique().height * len(

@@ -17,11 +17,12 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from pipelines.progress import Progress
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import SEQUENCE_KEY, JobBatch
 from sim.metrics import episode_metrics, episode_trace, machines_lower_bound
-from sim.policies import Policy, accepts_profiles, decide, make_policy
+from sim.policies import Policy, accepts_profiles, decide, is_learned, make_policy
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
 
 RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
@@ -76,36 +77,45 @@ def evaluate_policies(
     split: str | None = "test",
     profile_cfg: ProfileConfig | None = None,
     make: PolicyFactory | None = None,
+    log: Callable[[str], None] | None = None,
+    label: str = "evaluate",
 ) -> pl.DataFrame:
     """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
 
     `jobs_frame`: `sim__job_sequences` rows; only `split` is evaluated (None: every row). All sequences of a
     (source, load_pct) run as one batch. Policies taking EC profiles get `learn_group_profiles` of the group
     (None when it has no train rows; `profile_cfg` None = `ProfileConfig()`). `make`, when given, builds each
-    policy per (name, source, load, seed) instead (learned policies load the checkpoint of that seed). Metrics
-    columns: see `sim.metrics.episode_metrics`, plus `machines_lower_bound` of the sequence
-    (`sim.metrics.machines_lower_bound`).
+    learned policy (`is_learned`) per (name, source, load, seed) instead (the checkpoint of that seed); heuristics
+    are always built here, so profile-taking ones get their group's profiles. Metrics columns: see
+    `sim.metrics.episode_metrics`, plus `machines_lower_bound` of the sequence (`sim.metrics.machines_lower_bound`).
+    Progress (batches of one policy x seed x group done, rate, time left) goes to `log` (default: the `tvw`
+    logger), its lines starting with `label`.
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
         raise ValueError(f"evaluate_policies: no job sequences for split {split!r}")
     rows: list[dict] = []
-    for (source, load), group in frame.group_by("source", "load_pct", maintain_order=True):
+    groups = frame.group_by("source", "load_pct", maintain_order=True)
+    n_groups = frame.select("source", "load_pct").unique().height
+    progress = Progress(n_groups * len(policies) * len(seeds), label, log=log, unit="batches")
+    for (source, load), group in groups:
         jobs = JobBatch.from_frame(group)
         seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
         profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg)
         bound = machines_lower_bound(jobs, cfg.capacity_units)
         for name in policies:
             for seed in seeds:
-                if make is not None:
+                if make is not None and is_learned(name):
                     policy = make(name, source, load, seed)
                 elif accepts_profiles(name):
                     policy = make_policy(name, profiles=profiles)
                 else:
                     policy = make_policy(name)
                 if policy is None:
+                    progress.advance()
                     continue
                 episodes = run_episodes(policy, cfg, jobs, seed)
+                progress.advance()
                 for seq_id, metrics, lb in zip(seq_ids, episodes, bound.tolist(), strict=True):
                     key = dict(zip(RESULT_KEY, (source, load, name, seq_id, seed), strict=True))
                     rows.append({**key, **metrics, "machines_lower_bound": float(lb)})

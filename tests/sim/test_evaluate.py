@@ -19,7 +19,7 @@ from sim.evaluate import (
     summarise,
 )
 from sim.jobs import JobBatch
-from sim.policies import POLICIES, BestFit
+from sim.policies import POLICIES, BestFit, is_learned, make_policy
 from sim.profiles import EcProfiles, learn_profiles
 
 CFG = SimConfig(n_machines=3, max_steps=40)
@@ -104,6 +104,44 @@ def test_evaluate_hands_each_group_its_train_profiles(monkeypatch) -> None:
     seen.clear()
     evaluate_policies(frame.filter(pl.col("split") == "test"), ["recorder"], CFG)
     assert seen == [None, None]
+
+
+def test_a_factory_builds_only_learned_policies(monkeypatch) -> None:
+    """With `make` given (as eval__results does), a profile-taking heuristic still gets its group's profiles and
+    the factory is asked only for learned policies."""
+    seen: list[EcProfiles | None] = []
+
+    @dataclass(frozen=True)
+    class Recorder:
+        profiles: EcProfiles | None = None
+        name: str = "recorder"
+
+        def __post_init__(self) -> None:
+            seen.append(self.profiles)
+
+        def act(self, cfg, state, rng):
+            return BestFit().act(cfg, state, rng)
+
+    monkeypatch.setitem(POLICIES, "recorder", Recorder)
+    asked: list[str] = []
+
+    def make(name: str, source: str, load: int, seed: int):
+        asked.append(name)
+        return None if is_learned(name) else make_policy(name)  # no checkpoint for the learned one
+
+    frame = _tiny_frame()
+    res = evaluate_policies(frame, ["recorder", "tvw_rl"], CFG, make=make)
+    assert set(asked) == {"tvw_rl"}
+    assert set(res["policy"]) == {"recorder"}
+    assert len(seen) == 2 and all(got is not None for got in seen)
+    for source, got in zip(("a", "b"), seen, strict=True):
+        assert np.array_equal(got.fraction, learn_group_profiles(frame, source, 50, CFG).fraction)
+
+
+def test_progress_counts_every_batch() -> None:
+    lines: list[str] = []
+    evaluate_policies(_tiny_frame(), ["best_fit", "noop"], CFG, seeds=(0, 1, 2), log=lines.append)
+    assert lines[0].startswith("evaluate: 1/12 batches") and lines[-1].startswith("evaluate: 12/12 batches")
 
 
 def test_one_finite_row_per_key(results) -> None:
