@@ -48,6 +48,7 @@ from pipelines.features import (
     temporal_feature_names,
     temporal_features_of,
 )
+from pipelines.progress import Progress
 
 EC_SILHOUETTE = {
     "source": pl.String,
@@ -526,7 +527,9 @@ def kmeans_runs(
     return out
 
 
-def sweep_kmeans(features: np.ndarray, method: str, cfg: EcConfig) -> _MethodResult:
+def sweep_kmeans(
+    features: np.ndarray, method: str, cfg: EcConfig, progress: Progress | None = None
+) -> _MethodResult:
     """K-Means++ for every k on min-max normalised features: n_init single-initialisation fits, silhouette of
     each on one distance matrix (mean and sd reported), labels of the lowest-inertia fit kept."""
     out = _MethodResult()
@@ -556,7 +559,13 @@ def sweep_kmeans(features: np.ndarray, method: str, cfg: EcConfig) -> _MethodRes
             out.labels.pop(k, None)
             out.warnings.append(f"{method} k={k} skipped: {row['skip_reason']}")
         out.rows.append(row)
+        _advance(progress)
     return out
+
+
+def _advance(progress: Progress | None) -> None:
+    if progress is not None:
+        progress.advance()
 
 
 def _window_note(series: SeriesSet, cfg: EcConfig) -> str:
@@ -568,16 +577,16 @@ def _window_note(series: SeriesSet, cfg: EcConfig) -> str:
     )
 
 
-def sweep_aggregate(series: SeriesSet, cfg: EcConfig) -> _MethodResult:
+def sweep_aggregate(series: SeriesSet, cfg: EcConfig, progress: Progress | None = None) -> _MethodResult:
     """The Zhang et al. (2011) aggregate-feature baseline, on each series' training part."""
-    return sweep_kmeans(aggregate_of(series.training_parts(cfg.train_frac)), "aggregate", cfg)
+    return sweep_kmeans(aggregate_of(series.training_parts(cfg.train_frac)), "aggregate", cfg, progress)
 
 
-def sweep_temporal(series: SeriesSet, cfg: EcConfig) -> _MethodResult:
+def sweep_temporal(series: SeriesSet, cfg: EcConfig, progress: Progress | None = None) -> _MethodResult:
     """TVW-RL's temporal features (tsfresh definitions, numpy implementation), on each series' training part."""
     parts = series.training_parts(cfg.train_frac)
     _, notes = temporal_feature_names(min(p.shape[1] for p in parts), cfg.temporal)
-    out = sweep_kmeans(temporal_features_of(parts, cfg.temporal), "temporal", cfg)
+    out = sweep_kmeans(temporal_features_of(parts, cfg.temporal), "temporal", cfg, progress)
     out.warnings[:0] = [f"temporal: {note}" for note in notes]
     return out
 
@@ -589,7 +598,7 @@ def _dtw_fit_sample(n: int, cfg: EcConfig, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=min(cfg.dtw.sample_size, n), replace=False))
 
 
-def sweep_dtw(series: SeriesSet, cfg: EcConfig) -> _MethodResult:
+def sweep_dtw(series: SeriesSet, cfg: EcConfig, progress: Progress | None = None) -> _MethodResult:
     """K-Medoids on DTW distances of the training parts; exact for n <= exact_max_n, else medoids from a sample."""
     out = _MethodResult()
     prepared, lengths = prepare_dtw_series(series.training_parts(cfg.train_frac), cfg.dtw)
@@ -625,6 +634,7 @@ def sweep_dtw(series: SeriesSet, cfg: EcConfig) -> _MethodResult:
             fitted.pop(k, None)
             out.warnings.append(f"dtw k={k} skipped: {row['skip_reason']}")
         out.rows.append(row)
+        _advance(progress)
     _assign_all(prepared, lengths, fitted, cfg, out)
     return out
 
@@ -654,26 +664,34 @@ def _nearest(to_union: np.ndarray, union: np.ndarray, medoids: np.ndarray) -> np
     return labels
 
 
-EC_METHODS: dict[str, Callable[[SeriesSet, EcConfig], _MethodResult]] = {
+EC_METHODS: dict[str, Callable[[SeriesSet, EcConfig, Progress | None], _MethodResult]] = {
     "aggregate": sweep_aggregate,
     "temporal": sweep_temporal,
     "dtw": sweep_dtw,
 }
-"""Distance methods by name: each sweeps k and returns silhouette rows and per-k labels."""
+"""Distance methods by name: each sweeps k and returns silhouette rows and per-k labels; it advances the
+progress (when given) once per k."""
 
 
-def sweep_methods(series: SeriesSet, source: str, cfg: EcConfig = EcConfig()) -> EcSweep:
+def sweep_methods(
+    series: SeriesSet,
+    source: str,
+    cfg: EcConfig = EcConfig(),
+    log: Callable[[str], None] | None = None,
+) -> EcSweep:
     """Cluster the training parts of `series` with every method in cfg.methods for k = k_min..k_max and pick
-    k by mean silhouette."""
+    k by mean silhouette. `log` receives progress lines, one item per (method, k)."""
     unknown = [m for m in cfg.methods if m not in EC_METHODS]
     if unknown:
         raise ValueError(f"unknown EC method(s) {unknown}; known: {sorted(EC_METHODS)}")
     rows, labels, medoids, warns, timings, inputs = [], {}, {}, [], {}, {}
     notes = [f"series: {series.n} workloads, {series.length_note}", _window_note(series, cfg)]
+    n_k = cfg.k_max - cfg.k_min + 1
+    progress = Progress(len(cfg.methods) * n_k, f"{source} EC sweep", log=log, unit="(method, k)")
     for method in cfg.methods:
         t0 = time.perf_counter()
         with threadpool_limits(cfg.kmeans_threads):
-            res = EC_METHODS[method](series, cfg)
+            res = EC_METHODS[method](series, cfg, progress)
         timings[method] = time.perf_counter() - t0
         rows += res.rows
         labels[method], medoids[method] = res.labels, res.medoids

@@ -275,3 +275,12 @@ def test_silhouette_rows_carry_mean_and_sd_over_initialisations():
     assert (ok["n_init"] == FAST.n_init).all()
     assert (ok["silhouette_sd"] >= 0).all() and ok["silhouette_sd"].null_count() == 0
     assert (ok["silhouette"] <= ok["silhouette"].max()).all()
+
+
+def test_sweep_logs_progress_once_per_method_and_k_at_most():
+    lines: list[str] = []
+    sweep_methods(_planted(), "syn", FAST, log=lines.append)
+    total = len(FAST.methods) * (FAST.k_max - FAST.k_min + 1)
+    assert lines[0].startswith(f"syn EC sweep: 1/{total} (method, k)")
+    assert lines[-1].startswith(f"syn EC sweep: {total}/{total} (method, k) (100 %)")
+    assert len(lines) <= total
