@@ -259,7 +259,7 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
         lr = long_running.filter(pl.col("source") == source)
         use = long_running_usage(warehouse, source, lr).collect()
         ec = assignments.filter(pl.col("source") == source) if assignments is not None else None
-        df, stats = build_job_sequences(use, lr, ec, seq_cfg)
+        df, stats = build_job_sequences(use, lr, ec, seq_cfg, log=context.log.info)
         frames.append(df)
         scales.append((source, *stats["usage_scale"][source], config.step_bins))
         notes[source] = {k: v for k, v in stats.items() if isinstance(v, int | float | str)}

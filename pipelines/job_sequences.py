@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pipelines.progress import Progress
 from pipelines.schemas import BIN_SECONDS
 
 JOB_SEQUENCES = {
@@ -723,8 +724,12 @@ def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> d
     return {"train": _subset(pool, np.sort(order[n_test:])), "test": _subset(pool, np.sort(order[:n_test]))}
 
 
-def _sequences_for_source(source: str, pool: _Pool, cfg: SequenceConfig, stats: dict) -> list[dict]:
+def _sequences_for_source(
+    source: str, pool: _Pool, cfg: SequenceConfig, stats: dict, log: Callable[[str], None] | None = None
+) -> list[dict]:
     rows: list[dict] = []
+    n_total = len(cfg.loads_pct) * (cfg.n_train_sequences + cfg.n_test_sequences)
+    progress = Progress(n_total, f"{source} job sequences", log=log, unit="sequences")
     splits = _split_pool(pool, cfg, np.random.default_rng([cfg.seed, _stable_int(source)]))
     stats["n_workloads_train"] += len(splits["train"].workload_ids)
     stats["n_workloads_test"] += len(splits["test"].workload_ids)
@@ -746,6 +751,7 @@ def _sequences_for_source(source: str, pool: _Pool, cfg: SequenceConfig, stats: 
                     rows.append(
                         {"source": source, "load_pct": load, "split": split, "sequence_id": seq, **job}
                     )
+                progress.advance()
     return rows
 
 
@@ -780,7 +786,11 @@ def jobs_to_frame(rows: list[dict]) -> pl.DataFrame:
 
 
 def build_job_sequences(
-    usage: pl.DataFrame, long_running: pl.DataFrame, assignments: pl.DataFrame | None, cfg: SequenceConfig
+    usage: pl.DataFrame,
+    long_running: pl.DataFrame,
+    assignments: pl.DataFrame | None,
+    cfg: SequenceConfig,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Train/test job sequences (`JOB_SEQUENCES`) from the long-running workloads' kept runs.
 
@@ -789,6 +799,7 @@ def build_job_sequences(
     table and a stats dict (workloads in / per split / clipped, jobs drawn with replacement or from
     the other dominant resource, usage scale, expected job work per split, the arrival rate per
     (source, load), distinct workloads per split and the splits with too few, see `add_split_stats`).
+    Progress lines (sequences done per source, rate, time left) go to `log` (default: the `tvw` logger).
     """
     if cfg.step_how not in ("mean", "max") or cfg.request_mode not in ("peak", "trace"):
         raise ValueError(
@@ -817,13 +828,14 @@ def build_job_sequences(
         scale = _usage_scale(steps, cfg)
         stats["usage_scale"][source] = scale
         pool = _build_pool(steps, assignments, scale)
-        n_unassigned = sum(w not in set(assignments["workload_id"].to_list()) for w in pool.workload_ids)
+        assigned = set(assignments["workload_id"].to_list())
+        n_unassigned = sum(w not in assigned for w in pool.workload_ids)
         stats.setdefault("n_workloads_without_ec_label", {})[source] = n_unassigned
         cap = 1.0 + QUANTISE_EPS / cfg.capacity_units
         stats["n_workloads_clipped"] += sum(
             int(c.max() > cap or m.max() > cap) for c, m in zip(pool.cpu, pool.mem, strict=True)
         )
-        rows.extend(_sequences_for_source(source, pool, cfg, stats))
+        rows.extend(_sequences_for_source(source, pool, cfg, stats, log))
     jobs = attach_meta(jobs_to_frame(rows), long_running, stats)
     add_split_stats(stats, jobs, cfg.min_workloads_per_split)
     return jobs, stats

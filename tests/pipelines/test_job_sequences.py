@@ -187,10 +187,18 @@ def test_schema_counts_and_reproducibility(built) -> None:
     assert n_seq == 2 * (12 + 6)
     assert stats["n_jobs"] == df.height
     usage, long_running = _pool()
+    lines: list[str] = []
     again, _ = build_job_sequences(
-        usage, long_running, pl.DataFrame({"workload_id": ["w0", "w1"], "ec_label": [3, 5]}), CFG
+        usage,
+        long_running,
+        pl.DataFrame({"workload_id": ["w0", "w1"], "ec_label": [3, 5]}),
+        CFG,
+        log=lines.append,
     )
     assert again.equals(df)
+    # progress per source: the first and the last of its 2 x (12 + 6) sequences at least
+    assert lines[0].startswith("s job sequences: 1/36 sequences")
+    assert lines[-1].startswith("s job sequences: 36/36 sequences")
 
 
 def test_offered_load_matches_the_label(built) -> None:
