@@ -88,10 +88,15 @@ class UsageRunConfig(Config):
     )
     max_fill_bins: int = Field(default=0, description="longest gap (in 5-min bins) that the policy may fill")
     chunk_hours: dict[str, int] = Field(
-        default={"google2011": 6, "alibaba2018": 48, "google2011_derived": 24 * 30},
-        description="per source: hours of trace time per written chunk. Google shards are time-ordered, so a "
-        "chunk reads only its shards; Alibaba's container_usage is sorted by container, so each chunk scans "
-        "the whole table: fewer, longer chunks there",
+        default={},
+        description="per source: stream the usage build in time chunks of this many hours of trace time "
+        "instead of the source's own chunking (each source's `usage.chunking`: time chunks for time-ordered raw "
+        "usage such as Google's shards, container ranges for Alibaba's container-sorted container_usage)",
+    )
+    chunk_rows: dict[str, int] = Field(
+        default={},
+        description="per source: stream the usage build in workload-key ranges of about this many raw rows "
+        "(only for a source whose raw usage is sorted by workload, e.g. alibaba2018)",
     )
 
 
@@ -145,8 +150,11 @@ def core__usage(
     counts: list[pl.DataFrame] = []
 
     def chunks():
-        chunk_s = config.chunk_hours.get(source, 6) * 3600
-        for usage, chunk_counts in iter_usage_chunks(source, raw, cfg, chunk_s=chunk_s):
+        hours, rows = config.chunk_hours.get(source), config.chunk_rows.get(source)
+        chunk_s = None if hours is None else hours * 3600
+        for usage, chunk_counts in iter_usage_chunks(
+            source, raw, cfg, chunk_s=chunk_s, chunk_rows=rows, log=context.log.info
+        ):
             counts.append(chunk_counts)
             yield usage
 

@@ -4,12 +4,14 @@ What is common to every source lives here: the chunk driver, gap filling, counts
 rows become bins (which rows, which fractions, which weights) is the source's own `UsageMapping`
 (`pipelines.sources.<name>`, its module docstring states the rules); nothing here branches on a source's name.
 
-`iter_usage_chunks(source, raw, cfg, chunk_s)` yields the USAGE table of one source in pieces of trace time,
-each with its USAGE_COUNTS rows (rows in, dropped by reason, per-source workload counts, bins out and filled);
-write each piece as it comes (full Google: ~1.2 billion task_usage rows, about as many output bins). Each piece
-filters the raw usage table(s) on the time column(s) the mapping names, so Parquet row-group statistics skip the
-other rows when the files are in time order (Google's shards are) and memory follows `chunk_s`, not the trace
-length. `build_usage` / `build_usage_with_report` concatenate the pieces (small data, tests); `scan_usage` is the
+`iter_usage_chunks(source, raw, cfg)` yields the USAGE table of one source in pieces, each with its USAGE_COUNTS
+rows (rows in, dropped by reason, per-source workload counts, bins out and filled); write each piece as it comes
+(full Google: ~1.2 billion task_usage rows, about as many output bins). How the pieces are cut follows how the
+source stores its raw usage (`UsageMapping.chunking`): slices of trace time for time-ordered raw files (Google's
+shards), ranges of workload keys for raw files sorted by workload (Alibaba's container_usage). Either way a piece
+filters the raw usage on the column it is sorted by, so Parquet row-group statistics skip the other rows, the
+whole build reads the raw usage about once, and memory follows the chunk size, not the trace length.
+`build_usage` / `build_usage_with_report` concatenate the pieces (small data, tests); `scan_usage` is the
 one-pass lazy plan the pieces reproduce exactly (its group-by holds every output bin: ~3.8 GB at 20 M bins).
 Bins: `bin_start_s = floor(t / 300) * 300` in the source's trace time. Rows come in no particular order
 unless `UsageConfig.sort_rows` (then sorted within each piece).
@@ -26,15 +28,16 @@ nothing is filled before the first or after the last bin of a workload.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
 
+from pipelines.progress import Progress
 from pipelines.schemas import BIN_SECONDS, USAGE, USAGE_COUNTS, check_schema, empty_frame
 from pipelines.sources import SOURCES
-from pipelines.sources.mapping import BAD_ROW_REASONS, BINNED, UsageMapping
+from pipelines.sources.mapping import BAD_ROW_REASONS, BINNED, TimeChunks, UsageMapping, WorkloadChunks
 
 __all__ = [
     "BAD_ROW_REASONS",
@@ -47,6 +50,7 @@ __all__ = [
     "iter_usage_chunks",
     "scan_usage",
     "usage_chunk_bounds",
+    "workload_chunk_bounds",
 ]
 
 FILL_POLICIES = ("none", "hold", "linear")
@@ -170,6 +174,42 @@ def usage_chunk_bounds(source: str, raw: dict[str, pl.LazyFrame], chunk_s: int) 
     return [(k + 1) * chunk_s for k in ks.to_list()]
 
 
+def workload_chunk_bounds(source: str, raw: dict[str, pl.LazyFrame], chunk_rows: int) -> list:
+    """Lower ends (workload keys, ascending) of the workload-key ranges after the first: consecutive keys are
+    grouped so that a range holds about `chunk_rows` raw usage rows (a key with more rows gets a range of its
+    own). One streaming pass over the key column(s) only; memory: one row per workload."""
+    keys = _chunking(source, _binner(source), None, chunk_rows).keys
+    parts = [raw[table].select(key.alias("key")) for table, key in keys.items() if table in raw]
+    if not parts:
+        return []
+    per_key = (
+        pl.concat(parts)
+        .group_by("key")
+        .agg(pl.len().alias("n"))
+        .collect(engine="streaming")
+        .drop_nulls("key")
+    )
+    per_key = per_key.sort("key")
+    slot = (per_key["n"].cum_sum() - per_key["n"]) // chunk_rows  # which chunk_rows-slice a key starts in
+    first = slot != slot.shift(1, fill_value=slot[0] if len(slot) else 0)
+    return per_key.filter(first)["key"].to_list()
+
+
+def _chunking(
+    source: str, binner: UsageMapping, chunk_s: int | None, chunk_rows: int | None
+) -> TimeChunks | WorkloadChunks:
+    """The chunking asked for: time chunks of `chunk_s`, workload chunks of `chunk_rows`, else the source's."""
+    if chunk_s is not None and chunk_rows is not None:
+        raise ValueError(f"chunk_s={chunk_s} and chunk_rows={chunk_rows}: give one (time or workload chunks)")
+    if chunk_s is not None:
+        return TimeChunks(chunk_s)
+    if chunk_rows is not None:
+        if not isinstance(binner.chunking, WorkloadChunks):
+            raise ValueError(f"{source}: its raw usage declares no workload key; chunk it by time (chunk_s)")
+        return WorkloadChunks(binner.chunking.keys, chunk_rows)
+    return binner.chunking
+
+
 def _restrict(binner: UsageMapping, raw: dict[str, pl.LazyFrame], lo: int | None, hi: int | None) -> dict:
     """`raw` with its usage table(s) cut to the rows whose bin lies in [lo, hi) (seconds)."""
     out = dict(raw)
@@ -180,69 +220,132 @@ def _restrict(binner: UsageMapping, raw: dict[str, pl.LazyFrame], lo: int | None
     return out
 
 
+def _restrict_keys(keys: dict[str, pl.Expr], raw: dict[str, pl.LazyFrame], lo, hi) -> dict:
+    """`raw` with its usage table(s) cut to the rows whose workload key lies in [lo, hi)."""
+    return {t: lf.filter(_in_range(keys[t], lo, hi)) if t in keys else lf for t, lf in raw.items()}
+
+
 def _shift(x: int | None, d: int) -> int | None:
     return None if x is None else x - d
 
 
+def _ranges(ends: list) -> list[tuple]:
+    """Ascending inner bounds -> [(None, b1), (b1, b2), ..., (bn, None)] (one open range when there are none)."""
+    return list(zip([None, *ends], [*ends, None], strict=True))
+
+
+class _ChunkReader:
+    """Bins one restricted slice of the raw tables; adds the per-workload counts of workloads seen first."""
+
+    def __init__(self, binner: UsageMapping, raw: dict[str, pl.LazyFrame]):
+        self.binner, self.raw = binner, raw
+        self.seen = empty_frame({"workload_id": pl.String})
+
+    def read(self, part: dict[str, pl.LazyFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        bins_lf, counts_lf = _binned(self.binner, part)
+        bins, counts = pl.collect_all([bins_lf, counts_lf], engine="streaming")
+        if self.binner.workload_counts is not None:
+            new = bins.select("workload_id").unique().join(self.seen, on="workload_id", how="anti")
+            counts = pl.concat([counts, self.binner.workload_counts(self.raw, new.lazy()).collect()])
+            self.seen = pl.concat([self.seen, new])
+        return bins, counts
+
+
+def _finish(source: str, usage: pl.LazyFrame, counts: pl.DataFrame, cfg: UsageConfig):
+    out = usage.select([pl.col(c).cast(t) for c, t in USAGE.items()]).collect()
+    if cfg.sort_rows:
+        out = out.sort("workload_id", "bin_start_s")
+    return out, pl.concat([counts.cast(USAGE_COUNTS), _bin_counts(source, out)])
+
+
+def _time_chunks(source, binner, raw, cfg, chunk_s, progress_log):
+    ends = usage_chunk_bounds(source, raw, chunk_s)
+    reads = _ranges(ends[:-1]) if ends else [(None, None)]
+    progress = Progress(len(reads), f"{source} usage ({chunk_s / 3600:g} h time chunks)", progress_log,
+                        unit="chunks")  # fmt: skip
+    reader = _ChunkReader(binner, raw)
+    fills = cfg.fill_policy != "none" and cfg.max_fill_bins > 0
+    d = cfg.max_fill_bins * BIN_SECONDS if fills else 0
+    tail = empty_frame(BINNED)
+    for lo, hi in reads:
+        bins, counts = reader.read(_restrict(binner, raw, lo, hi))
+        observed = pl.concat([tail, bins]) if tail.height else bins
+        usage = fill_gaps(observed.lazy(), cfg).filter(
+            _in_range(pl.col("bin_start_s"), _shift(lo, d), _shift(hi, d))
+        )
+        if fills and hi is not None:  # observed bins that later chunks' fills may need
+            tail = observed.filter(pl.col("bin_start_s") >= hi - 2 * d)
+        out = _finish(source, usage, counts, cfg)
+        progress.advance()
+        yield out
+
+
+def _workload_chunks(source, binner, raw, cfg, chunking: WorkloadChunks, progress_log):
+    reads = _ranges(workload_chunk_bounds(source, raw, chunking.rows))
+    progress = Progress(len(reads), f"{source} usage (workload chunks of ~{chunking.rows:,} rows)",
+                        progress_log, unit="chunks")  # fmt: skip
+    reader = _ChunkReader(binner, raw)
+    for lo, hi in reads:
+        bins, counts = reader.read(_restrict_keys(chunking.keys, raw, lo, hi))
+        out = _finish(source, fill_gaps(bins.lazy(), cfg), counts, cfg)
+        progress.advance()
+        yield out
+
+
 def iter_usage_chunks(
-    source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig(), chunk_s: int = 6 * 3600
+    source: str,
+    raw: dict[str, pl.LazyFrame],
+    cfg: UsageConfig = UsageConfig(),
+    chunk_s: int | None = None,
+    chunk_rows: int | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
-    """The USAGE table of `source` in pieces: yields (USAGE rows, USAGE_COUNTS rows) per chunk of trace time.
+    """The USAGE table of `source` in pieces: yields (USAGE rows, USAGE_COUNTS rows) per chunk.
 
-    Chunk j holds exactly the bins in [b_(j-1) - D, b_j - D), where b_j are the ends of the non-empty
-    `chunk_s` chunks (`usage_chunk_bounds`; the first range open below, the last open above) and
-    D = max_fill_bins * 300 s when gaps are filled (else 0): a filled bin depends on the observed bins up to
-    max_fill_bins away on both sides, so a chunk is emitted once the raw rows up to b_j have been read.
-    Between chunks only the observed bins of the last 2 * max_fill_bins bins are carried (per workload).
-    Concatenated, the chunks are the one-pass `scan_usage` table; summed per `count`, the counts are its
-    counts (a per-workload count goes to the chunk where the workload first has usage).
+    How the pieces are cut follows how the source stores its raw usage (`UsageMapping.chunking`), unless
+    `chunk_s` (time chunks of that many seconds) or `chunk_rows` (workload chunks of about that many raw rows)
+    is given. Concatenated, the chunks are the one-pass `scan_usage` table; summed per `count`, the counts are
+    its counts (a per-workload count goes to the first chunk where the workload has usage). Yields at least one
+    chunk (maybe empty). `log` gets a progress line (chunks done / total, rate, time left) now and then.
 
-    Each chunk reads the raw rows of one time range (a filter on the raw time column: Parquet row-group
-    statistics skip the rest when the files are in time order, as Google's shards are), so memory follows
-    `chunk_s`, not the trace length. Yields at least one chunk (maybe empty). Alibaba's container_usage is in
-    container order, so there no row group can be skipped and every chunk scans the usage columns of the whole
-    table: use a larger `chunk_s` (e.g. a day) to make fewer passes.
+    Time chunks (raw usage in time order, as Google's shards): chunk j holds exactly the bins in
+    [b_(j-1) - D, b_j - D), where b_j are the ends of the non-empty `chunk_s` chunks (`usage_chunk_bounds`; the
+    first range open below, the last open above) and D = max_fill_bins * 300 s when gaps are filled (else 0): a
+    filled bin depends on the observed bins up to max_fill_bins away on both sides, so a chunk is emitted once the
+    raw rows up to b_j have been read. Between chunks only the observed bins of the last 2 * max_fill_bins bins
+    are carried (per workload). Each chunk filters the raw time column, so Parquet row-group statistics skip the
+    rest and memory follows `chunk_s`, not the trace length. On raw usage in workload order every time chunk
+    would scan the whole table.
+
+    Workload chunks (raw usage sorted by workload key, as Alibaba's container_usage): chunk j holds every bin of
+    the workloads whose key lies in [k_(j-1), k_j) (`workload_chunk_bounds`: ranges of about `chunk_rows` raw
+    rows; null keys in the first range). Each chunk filters the raw key column, so row-group statistics skip
+    the rest: the build reads each raw row once and memory follows `chunk_rows`. Gaps are filled within the
+    chunk (a workload never spans two).
     """
-    if chunk_s <= 0 or chunk_s % BIN_SECONDS:
-        raise ValueError(f"chunk_s={chunk_s} must be a positive multiple of {BIN_SECONDS}")
     binner = _binner(source)
+    chunking = _chunking(source, binner, chunk_s, chunk_rows)
     if binner.needed is not None and binner.needed not in raw:
         yield empty_frame(USAGE), _bin_counts(source, empty_frame(USAGE))
         return
     raw = {k: v.collect().lazy() if k in binner.small_tables else v for k, v in raw.items()}
-    ends = usage_chunk_bounds(source, raw, chunk_s)
-    reads = list(zip([None, *ends[:-1]], [*ends[:-1], None], strict=True)) if ends else [(None, None)]
-    fills = cfg.fill_policy != "none" and cfg.max_fill_bins > 0
-    d = cfg.max_fill_bins * BIN_SECONDS if fills else 0
-    tail, seen = empty_frame(BINNED), empty_frame({"workload_id": pl.String})
-    for lo, hi in reads:
-        bins_lf, counts_lf = _binned(binner, _restrict(binner, raw, lo, hi))
-        bins, counts = pl.collect_all([bins_lf, counts_lf], engine="streaming")
-        if binner.workload_counts is not None:
-            new = bins.select("workload_id").unique().join(seen, on="workload_id", how="anti")
-            counts = pl.concat([counts, binner.workload_counts(raw, new.lazy()).collect()])
-            seen = pl.concat([seen, new])
-        observed = pl.concat([tail, bins]) if tail.height else bins
-        usage = (
-            fill_gaps(observed.lazy(), cfg)
-            .filter(_in_range(pl.col("bin_start_s"), _shift(lo, d), _shift(hi, d)))
-            .select([pl.col(c).cast(t) for c, t in USAGE.items()])
-            .collect()
-        )
-        if cfg.sort_rows:
-            usage = usage.sort("workload_id", "bin_start_s")
-        if fills and hi is not None:  # observed bins that later chunks' fills may need
-            tail = observed.filter(pl.col("bin_start_s") >= hi - 2 * d)
-        yield usage, pl.concat([counts.cast(USAGE_COUNTS), _bin_counts(source, usage)])
+    if isinstance(chunking, WorkloadChunks):
+        yield from _workload_chunks(source, binner, raw, cfg, chunking, log)
+    else:
+        yield from _time_chunks(source, binner, raw, cfg, chunking.seconds, log)
 
 
 def build_usage_with_report(
-    source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig(), chunk_s: int = 6 * 3600
+    source: str,
+    raw: dict[str, pl.LazyFrame],
+    cfg: UsageConfig = UsageConfig(),
+    chunk_s: int | None = None,
+    chunk_rows: int | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(USAGE table, USAGE_COUNTS: rows in, dropped per reason, workloads without meta, bins out and filled).
 
     All chunks of iter_usage_chunks in one frame: for data that fits in memory (tests, samples)."""
-    parts = list(iter_usage_chunks(source, raw, cfg, chunk_s))
+    parts = list(iter_usage_chunks(source, raw, cfg, chunk_s, chunk_rows))
     usage = pl.concat([u for u, _ in parts])
     if cfg.sort_rows:
         usage = usage.sort("workload_id", "bin_start_s")

@@ -54,6 +54,7 @@ from pipelines.sources.base import (
 from pipelines.sources.mapping import (
     LongRunningRule,
     UsageMapping,
+    WorkloadChunks,
     bad_reason,
     count_reasons,
     counts_frame,
@@ -320,14 +321,21 @@ def count_workloads(raw: dict[str, pl.LazyFrame], ids: pl.LazyFrame) -> pl.LazyF
 LONG_RUNNING = LongRunningRule("contiguous_bins", 2000)
 """Default long-running rule (see the module docstring for TVW-RL's records reading, `observed_bins`)."""
 
+USAGE_CHUNK_ROWS = 10_000_000
+"""container_usage rows per chunk of the usage build (about 0.5 GB of CSV; peak memory measured in
+benchmarks/bench_alibaba_usage.py)."""
+
 USAGE_MAPPING = UsageMapping(
     build_bins,
     "container_usage",
     {"container_usage": (pl.col("time_s"), 1)},
     small_tables=("container_meta", "machine_meta"),
     workload_counts=count_workloads,
+    chunking=WorkloadChunks({"container_usage": pl.col("container_id")}, USAGE_CHUNK_ROWS),
 )
-"""container_usage binned by sample time. The table is in container order, so a time chunk scans all of it."""
+"""container_usage binned by sample time. The official file is sorted by container_id as a string (the ingest
+keeps file order in the raw Parquet), so the usage build reads it in ranges of container ids: a time chunk would
+scan the whole table, a container range reads only its own row groups."""
 
 
 class Alibaba2018Source:

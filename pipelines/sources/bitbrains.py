@@ -65,6 +65,7 @@ from pipelines.sources.base import (
 )
 from pipelines.sources.mapping import (
     LongRunningRule,
+    TimeChunks,
     UsageMapping,
     bad_reason,
     bin_start,
@@ -501,7 +502,9 @@ def usage_mapping(cfg: BitbrainsConfig) -> UsageMapping:
         mem_zero = counts_frame(rows.select((pl.col("mem_frac") == 0).sum().alias("rows_mem_zero")), NAME)
         return binned, pl.concat([count_reasons(rows, NAME), mem_zero])
 
-    return UsageMapping(bins, TABLE, {TABLE: (pl.col("timestamp_s"), 1)})
+    # a raw month partition holds whole VM-months, so each row group spans about a month of trace time and every
+    # time chunk reads its month's row groups: 48 h chunks (45 over rnd's three months) re-read 8x less than 6 h
+    return UsageMapping(bins, TABLE, {TABLE: (pl.col("timestamp_s"), 1)}, chunking=TimeChunks(48 * 3600))
 
 
 class BitbrainsSource:

@@ -52,7 +52,14 @@ from pipelines.sources.base import (
     iter_csv_batches,
     list_shards,
 )
-from pipelines.sources.mapping import LongRunningRule, UsageMapping, bad_reason, count_reasons, last_value
+from pipelines.sources.mapping import (
+    LongRunningRule,
+    TimeChunks,
+    UsageMapping,
+    bad_reason,
+    count_reasons,
+    last_value,
+)
 
 I64, I32, I8, F64, STR, BOOL = pl.Int64, pl.Int32, pl.Int8, pl.Float64, pl.String, pl.Boolean
 
@@ -311,7 +318,12 @@ def build_bins(raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFrame
     return bins, count_reasons(rows, NAME)
 
 
-USAGE_MAPPING = UsageMapping(build_bins, "task_usage", {"task_usage": (pl.col("start_time_us"), US_PER_S)})
+USAGE_MAPPING = UsageMapping(
+    build_bins,
+    "task_usage",
+    {"task_usage": (pl.col("start_time_us"), US_PER_S)},
+    chunking=TimeChunks(6 * 3600),
+)
 """task_usage binned by window start; chunks filter on start_time_us (the shards are in time order)."""
 
 

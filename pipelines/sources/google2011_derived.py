@@ -40,7 +40,14 @@ from pipelines.sources.base import (
     list_shards,
     quarantine_frame,
 )
-from pipelines.sources.mapping import LongRunningRule, UsageMapping, bad_reason, count_reasons, mean_per_bin
+from pipelines.sources.mapping import (
+    LongRunningRule,
+    TimeChunks,
+    UsageMapping,
+    bad_reason,
+    count_reasons,
+    mean_per_bin,
+)
 
 NAME = "google2011_derived"
 FOLDER = "google-2011-derived"
@@ -183,9 +190,13 @@ def build_bins(raw: dict[str, pl.LazyFrame]) -> tuple[pl.LazyFrame, pl.LazyFrame
 
 
 USAGE_MAPPING = UsageMapping(
-    build_bins, None, {"job_sums": (pl.col("time_s"), 1), "job_days": (_job_days_bin(), 1)}
+    build_bins,
+    None,
+    {"job_sums": (pl.col("time_s"), 1), "job_days": (_job_days_bin(), 1)},
+    chunking=TimeChunks(30 * 24 * 3600),
 )
-"""Either table (or both) binned; chunks filter on the row's time."""
+"""Either table (or both) binned; chunks of 30 days of trace time filter on the row's time (the derived series
+are small: a few chunks in all)."""
 
 
 class Google2011DerivedSource:

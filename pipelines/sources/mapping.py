@@ -3,8 +3,10 @@
 A source maps its raw tables (table name -> LazyFrame in its raw schema; a table missing from the trace folder is
 missing from the dict) to
 * its `workloads` frame: `TraceSource.workloads(raw)`, a LazyFrame with (at least) the WORKLOADS columns;
-* its binned usage: `TraceSource.usage`, a `UsageMapping` that says how raw rows become 5-minute bins and which
-  raw time column(s) let the common driver (`pipelines.usage.iter_usage_chunks`) stream the usage in time chunks;
+* its binned usage: `TraceSource.usage`, a `UsageMapping` that says how raw rows become 5-minute bins, and how
+  the common driver (`pipelines.usage.iter_usage_chunks`) should stream them given how the raw rows are stored:
+  in slices of trace time (`TimeChunks`, for time-ordered raw files such as Google's shards) or in ranges of
+  workload keys (`WorkloadChunks`, for raw files sorted by workload such as Alibaba's container_usage);
 * its long-running rule: `TraceSource.long_running`, a `LongRunningRule` (the paper's default for that trace).
 
 This module sits below the source modules and above `pipelines.schemas` only, so `pipelines.usage`,
@@ -38,6 +40,39 @@ LONG_RUNNING_RULES = ("contiguous_bins", "observed_bins")
 
 
 @dataclass(frozen=True)
+class TimeChunks:
+    """Stream the usage in slices of `seconds` of trace time. Suits raw usage stored in time order: a Parquet row
+    group then holds a short time range, and a chunk's filter on the time column skips the other row groups."""
+
+    seconds: int
+    """trace seconds per chunk (a positive multiple of 300)."""
+
+    def __post_init__(self) -> None:
+        if self.seconds <= 0 or self.seconds % BIN_SECONDS:
+            raise ValueError(
+                f"TimeChunks.seconds={self.seconds} must be a positive multiple of {BIN_SECONDS}"
+            )
+
+
+@dataclass(frozen=True)
+class WorkloadChunks:
+    """Stream the usage in ranges of workload keys holding about `rows` raw usage rows each. Suits raw usage
+    stored sorted by workload key: a Parquet row group then holds a short key range, a chunk's filter on the key
+    skips the other row groups, and the whole build reads every raw row once (plus the one row group at each
+    chunk boundary). A workload's rows all fall in one range, so gap filling needs nothing from other chunks."""
+
+    keys: dict[str, pl.Expr]
+    """usage table -> expression of a raw row's workload key (written on the raw column so Parquet row-group
+    statistics apply; every row of one workload has the same key; null keys go to the first range)."""
+    rows: int
+    """raw usage rows per chunk, about (a workload with more rows has a chunk of its own)."""
+
+    def __post_init__(self) -> None:
+        if self.rows <= 0:
+            raise ValueError(f"WorkloadChunks.rows={self.rows} must be positive")
+
+
+@dataclass(frozen=True)
 class UsageMapping:
     """How one source's raw tables become binned usage."""
 
@@ -53,6 +88,8 @@ class UsageMapping:
     """tables read whole by every chunk (metadata): collected once by the chunk driver."""
     workload_counts: Callable[[dict[str, pl.LazyFrame], pl.LazyFrame], pl.LazyFrame] | None = None
     """(raw tables, unique workload ids with usage) -> per-workload USAGE_COUNTS; None: there are none."""
+    chunking: TimeChunks | WorkloadChunks = TimeChunks(6 * 3600)
+    """how the chunk driver streams this source by default (it follows how the raw usage rows are stored)."""
 
 
 @dataclass(frozen=True)

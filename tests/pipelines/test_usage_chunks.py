@@ -1,14 +1,27 @@
-"""iter_usage_chunks: the chunks, concatenated, are exactly the one-pass scan_usage table and counts."""
+"""iter_usage_chunks: the chunks (time or workload ranges), concatenated, are exactly the one-pass scan_usage table
+and counts; workload chunks read each raw row about once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
 from pipelines.raw_schemas import RAW_SCHEMAS
-from pipelines.usage import UsageConfig, iter_usage_chunks, scan_usage, usage_chunk_bounds
+from pipelines.sources import SOURCES
+from pipelines.sources.mapping import TimeChunks, WorkloadChunks
+from pipelines.usage import (
+    UsageConfig,
+    build_usage_with_report,
+    iter_usage_chunks,
+    scan_usage,
+    usage_chunk_bounds,
+    workload_chunk_bounds,
+)
 
 S = 1_000_000  # µs per second
 CONFIGS = [
@@ -164,3 +177,98 @@ def test_missing_usage_table_gives_one_empty_chunk():
     parts = list(iter_usage_chunks("google2011", {}, UsageConfig()))
     assert len(parts) == 1 and parts[0][0].height == 0
     assert dict(zip(parts[0][1]["count"], parts[0][1]["n"], strict=True)) == {"bins_out": 0, "bins_filled": 0}
+
+
+# ---------------------------------------------------------------- workload chunks (raw usage sorted by workload)
+
+
+def alibaba_sorted_parquet(tmp_path, rows_per_group: int = 40) -> tuple[dict[str, pl.LazyFrame], Path]:
+    """alibaba_raw's container_usage sorted by container_id (as the official file is), written with small row
+    groups so that row-group statistics matter."""
+    raw = alibaba_raw()
+    path = tmp_path / "container_usage.parquet"
+    usage = raw["container_usage"].collect().sort("container_id", "time_s", maintain_order=True)
+    usage.write_parquet(path, row_group_size=rows_per_group, statistics=True)
+    return {**raw, "container_usage": pl.scan_parquet(path)}, path
+
+
+def row_groups_read(path: Path, column: str, lo, hi) -> int:
+    """Rows of the row groups whose [min, max] statistics of `column` meet [lo, hi) (None: open): what a reader
+    that prunes on statistics reads for that range."""
+    meta = pq.ParquetFile(path).metadata
+    j = meta.schema.to_arrow_schema().get_field_index(column)
+    n = 0
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(j).statistics
+        if (hi is None or st.min < hi) and (lo is None or st.max >= lo):
+            n += meta.row_group(g).num_rows
+    return n
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+def test_workload_chunks_equal_one_pass(tmp_path, cfg):
+    raw, _ = alibaba_sorted_parquet(tmp_path)
+    expected, expected_counts = one_pass("alibaba2018", raw, cfg)
+    parts = list(iter_usage_chunks("alibaba2018", raw, cfg, chunk_rows=150))
+    assert len(parts) >= 5
+    got = pl.concat([u for u, _ in parts]).sort("workload_id", "bin_start_s")
+    assert_frame_equal(got, expected)
+    counts = pl.concat([c for _, c in parts]).group_by("count").agg(pl.col("n").sum())
+    assert dict(counts.iter_rows()) == expected_counts
+    # each workload lies in exactly one chunk, and the chunks come in key order
+    ids = [set(u["workload_id"]) for u, _ in parts]
+    assert sum(len(s) for s in ids) == len(set().union(*ids))
+    nonempty = [s for s in ids if s]
+    assert all(max(a) < min(b) for a, b in zip(nonempty, nonempty[1:], strict=False))
+
+
+def test_alibaba_default_chunking_is_by_container_and_equals_one_pass(tmp_path):
+    raw, _ = alibaba_sorted_parquet(tmp_path)
+    assert isinstance(SOURCES["alibaba2018"].usage.chunking, WorkloadChunks)
+    assert isinstance(SOURCES["google2011"].usage.chunking, TimeChunks)
+    expected, _ = one_pass("alibaba2018", raw, UsageConfig("hold", 3))
+    got, _ = build_usage_with_report("alibaba2018", raw, UsageConfig("hold", 3))
+    assert_frame_equal(got.sort("workload_id", "bin_start_s"), expected)
+
+
+def test_workload_chunks_read_each_raw_row_once(tmp_path):
+    raw, path = alibaba_sorted_parquet(tmp_path)
+    n_rows = pq.ParquetFile(path).metadata.num_rows
+    rows_per_group = 40
+    starts = workload_chunk_bounds("alibaba2018", raw, chunk_rows=150)
+    ranges = list(zip([None, *starts], [*starts, None], strict=True))
+    parts = list(iter_usage_chunks("alibaba2018", raw, UsageConfig(), chunk_rows=150))
+    assert len(parts) == len(ranges) >= 5
+    # every raw row is binned in exactly one chunk: the chunks' rows_in add up to the table
+    rows_in = [int(c.filter(pl.col("count") == "rows_in")["n"].sum()) for _, c in parts]
+    assert sum(rows_in) == n_rows and all(n > 0 for n in rows_in)
+    # and is read about once: a chunk reads only the row groups its container range meets
+    read = [row_groups_read(path, "container_id", lo, hi) for lo, hi in ranges]
+    assert sum(read) <= n_rows + (len(ranges) - 1) * rows_per_group
+    assert all(r >= n for r, n in zip(read, rows_in, strict=True))
+    # time chunks of the same table meet most row groups (every container spans hours): rows are read many times
+    ends = usage_chunk_bounds("alibaba2018", raw, 3600)
+    assert len(ends) >= 5
+    t_ranges = list(zip([None, *ends[:-1]], [*ends[:-1], None], strict=True))
+    read_t = [row_groups_read(path, "time_s", lo, hi) for lo, hi in t_ranges]
+    assert sum(read_t) > 4 * n_rows
+
+
+def test_chunking_arguments_are_checked():
+    raw = alibaba_raw()
+    with pytest.raises(ValueError, match="give one"):
+        next(iter_usage_chunks("alibaba2018", raw, UsageConfig(), chunk_s=3600, chunk_rows=100))
+    with pytest.raises(ValueError, match="no workload key"):
+        next(iter_usage_chunks("google2011", {"task_usage": pl.LazyFrame()}, UsageConfig(), chunk_rows=100))
+    with pytest.raises(ValueError, match="must be positive"):
+        next(iter_usage_chunks("alibaba2018", raw, UsageConfig(), chunk_rows=0))
+
+
+def test_chunk_driver_logs_progress():
+    lines: list[str] = []
+    parts = list(
+        iter_usage_chunks("alibaba2018", alibaba_raw(), UsageConfig(), chunk_rows=150, log=lines.append)
+    )
+    assert lines and lines[-1].startswith(
+        f"alibaba2018 usage (workload chunks of ~150 rows): {len(parts)}/{len(parts)}"
+    )
