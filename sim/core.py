@@ -12,7 +12,7 @@ Model (every choice made here, in one place):
   jobs are sorted by arrival, placed jobs are a prefix of the job index range and the queue is the contiguous range
   [next_job, n_arrived).
 - A placed job starts at once (there is no "scheduled but not started" phase) and uses usage[t - start] units each
-  step of its duration. Committed usage of placed jobs lives in a ring timeline (B, M, D, W), W = T_max, indexed by
+  step of its duration. Committed usage of placed jobs lives in a ring timeline (B, W, M, D), W = T_max, indexed by
   absolute time mod W: placing adds the job's profile, closing a step clears its slot.
 - Validity (action mask): with hold_rule="always" (default, DeepRM's void action) hold is always valid; with
   "no_fit" (TVW-RL / DeepPlace) it is valid only when no machine can take the head. Placing needs a non-empty
@@ -77,12 +77,14 @@ class State:
     n_arrived: np.ndarray
     """(B,) int64: jobs with arrival_step <= t (the queue is [next_job, n_arrived))."""
     timeline: np.ndarray
-    """(B, M, D, W) int32: committed usage of placed jobs, slot (time mod W)."""
+    """(B, W, M, D) int32: committed usage of placed jobs, slot (time mod W) first so that one step of every
+    machine is one contiguous block."""
     overlap: np.ndarray
     """(B, W) int64: pairwise overlap sum_{m,d,i<j} u_i u_j still to be realised, slot (time mod W)."""
     past: np.ndarray
-    """(B, h, M, D) int16: units in use (workloads plus noise) at each closed step s, slot (s mod h): the
-    observed history the network encoding reads (`sim.observation`)."""
+    """(B, h, M, D) int16: units in use (workloads plus noise) at the last h closed steps, oldest first: row i is
+    step t - h + i (zeros before the episode start); the observed history the network encoding reads
+    (`sim.observation`)."""
     busy_until: np.ndarray
     """(B, M) int64: end step (exclusive) of the last-ending job placed on the machine (0 if none)."""
     job_machine: np.ndarray
@@ -238,7 +240,7 @@ def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | N
         t=t,
         next_job=np.zeros(n_envs, dtype=np.int64),
         n_arrived=(jobs.arrival_step <= 0).sum(axis=1).astype(np.int64),
-        timeline=np.zeros((n_envs, n_m, n_d, width), dtype=np.int32),
+        timeline=np.zeros((n_envs, width, n_m, n_d), dtype=np.int32),
         overlap=np.zeros((n_envs, width), dtype=np.int64),
         past=np.zeros((n_envs, cfg.history_steps, n_m, n_d), dtype=np.int16),
         busy_until=np.zeros((n_envs, n_m), dtype=np.int64),
@@ -253,7 +255,7 @@ def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | N
     )
     # an empty cluster with an empty queue earns no penalty: skipping to the first arrival loses no reward
     fields = _mutable(state)
-    _advance_idle(cfg, fields, np.zeros((n_envs, len(PENALTY_NAMES))), None)
+    _advance_idle(cfg, fields, np.zeros((n_envs, len(PENALTY_NAMES))), None, np.zeros(n_envs, dtype=bool))
     return State(**fields)
 
 
@@ -270,11 +272,14 @@ _MUTABLE_FIELDS = (
     "busy_until",
     "job_machine",
     "job_start",
-    "has_overshot",
     "is_terminated",
     "is_truncated",
     "penalty_totals",
 )
+"""Fields step() may write, copied up front; `has_overshot` is copied only when a first overshoot is marked."""
+
+_MAX_WINDOW = 64
+"""At most this many idle steps of an env are closed at once (bounds the (steps, M, D) arrays of a window)."""
 
 
 def _mutable(state: State) -> dict:
@@ -286,12 +291,18 @@ def _mutable(state: State) -> dict:
 
 
 def step(
-    cfg: SimConfig, state: State, actions: np.ndarray, trace: Trace | None = None
+    cfg: SimConfig,
+    state: State,
+    actions: np.ndarray,
+    trace: Trace | None = None,
+    mask: np.ndarray | None = None,
 ) -> tuple[State, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Apply one action per env: returns (new_state, reward (B,) float64, terminated (B,), truncated (B,), info).
 
     info: "penalty_<name>" (B,) float64 per component of this call's reward, "n_steps_closed" (B,) int64,
-    "is_placed" (B,) bool (the action placed a job). The input state is not mutated."""
+    "is_placed" (B,) bool (the action placed a job). `mask`: `action_mask(cfg, state)` when the caller has it
+    already (it is then not computed again; it must be the mask of this very state). The input state is not
+    mutated."""
     n_envs, n_m = state.batch_size, cfg.n_machines
     actions = np.asarray(actions).reshape(-1)
     if actions.shape[0] != n_envs:
@@ -302,7 +313,10 @@ def step(
         b = int(np.flatnonzero(out_of_range)[0])
         raise ValueError(f"env {b}: action {actions[b]} outside 0..{n_m}")
     is_done = state.is_done
-    mask = action_mask(cfg, state)
+    if mask is None:
+        mask = action_mask(cfg, state)
+    elif mask.shape != (n_envs, n_m + 1):
+        raise ValueError(f"mask has shape {mask.shape}, expected {(n_envs, n_m + 1)}")
     is_bad = ~mask[np.arange(n_envs), actions] & ~is_done
     if is_bad.any():
         if cfg.invalid_action == "raise":
@@ -320,10 +334,7 @@ def step(
     if is_placed.any():
         _place(fields, np.flatnonzero(is_placed), actions[is_placed])
     is_hold = (actions == n_m) & ~is_done
-    n_closed = np.zeros(n_envs, dtype=np.int64)
-    if is_hold.any():
-        n_closed += _close_step(cfg, fields, is_hold, pen, trace)
-    n_closed += _advance_idle(cfg, fields, pen, trace)
+    n_closed = _advance_idle(cfg, fields, pen, trace, is_hold)
     fields["penalty_totals"] += pen
     new = State(**fields)
     info = {f"penalty_{name}": pen[:, i] for i, name in enumerate(PENALTY_NAMES)}
@@ -333,19 +344,21 @@ def step(
 
 
 def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:
-    """Start the head job of each env in rows on the given machine at the env's current step."""
+    """Start the head job of each env in rows (distinct envs) on the given machine at the env's current step."""
     jobs: JobBatch = f["jobs"]
-    width = f["timeline"].shape[3]
-    n_d = f["timeline"].shape[2]
+    _, width, n_m, n_d = f["timeline"].shape
     j = f["next_job"][rows]
     t = f["t"][rows]
-    prof = jobs.usage[rows, j].astype(np.int32).transpose(0, 2, 1)  # (n, D, W)
-    slots = (t[:, None] + np.arange(width)[None, :]) % width  # (n, W): slot of t, t+1, ...
-    index = (rows[:, None, None], machines[:, None, None], np.arange(n_d)[None, :, None], slots[:, None, :])
-    committed = f["timeline"][index]
+    prof = jobs.usage[rows, j].astype(np.int32)  # (n, W, D): step k of the job's life
+    slots = (t[:, None] + np.arange(width)[None, :]) % width  # (n, W): ring slot of t, t+1, ...
+    # flat positions in the (contiguous, freshly copied) timeline and overlap ring; distinct since rows are
+    cells = ((rows[:, None] * width + slots) * n_m + machines[:, None]) * n_d
+    index = cells[..., None] + np.arange(n_d)  # (n, W, D)
+    timeline = f["timeline"].reshape(-1)
+    committed = timeline[index]
     # contention (TVW-RL Cr): the new job's overlap with every co-located job, realised step by step later
-    f["overlap"][rows[:, None], slots] += (prof * committed).sum(axis=1)
-    f["timeline"][index] = committed + prof
+    f["overlap"].reshape(-1)[rows[:, None] * width + slots] += (prof * committed).sum(axis=2)
+    timeline[index] = committed + prof
     f["job_machine"][rows, j] = machines
     f["job_start"][rows, j] = t
     ends = t + jobs.duration[rows, j]
@@ -353,60 +366,105 @@ def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:
     f["next_job"][rows] = j + 1
 
 
-def _advance_idle(cfg: SimConfig, f: dict, pen: np.ndarray, trace: Trace | None) -> np.ndarray:
-    """Close steps of envs whose queue is empty until a job arrives or the episode ends."""
+def _advance_idle(
+    cfg: SimConfig, f: dict, pen: np.ndarray, trace: Trace | None, is_hold: np.ndarray
+) -> np.ndarray:
+    """Close step t of the envs in is_hold, and close steps of envs whose queue is empty until a job arrives or
+    the episode ends; returns the steps closed per env. The steps of one env are closed together as a window
+    (`_close_window`): nothing but time changes inside it (no job is placed, none arrives before its end)."""
     n_closed = np.zeros(f["t"].shape[0], dtype=np.int64)
+    is_forced = is_hold
     while True:
         is_idle = (f["n_arrived"] == f["next_job"]) & ~(f["is_terminated"] | f["is_truncated"])
-        if not is_idle.any():
+        is_closing = is_idle | is_forced
+        if not is_closing.any():
             return n_closed
-        n_closed += _close_step(cfg, f, is_idle, pen, trace)
+        rows = np.flatnonzero(is_closing)
+        n_steps = np.where(is_idle[rows], _idle_steps(cfg, f, rows), 1)
+        _close_window(cfg, f, rows, n_steps, pen, trace)
+        n_closed[rows] += n_steps
+        is_forced = np.zeros_like(is_hold)
 
 
-def _close_step(
-    cfg: SimConfig, f: dict, is_closing: np.ndarray, pen: np.ndarray, trace: Trace | None
-) -> np.ndarray:
-    """Credit the penalties of step t for the envs in is_closing, record it, and move them to t + 1. An env that
-    reaches the safety cap unfinished is truncated and charged for every job it left unplaced."""
+def _idle_steps(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
+    """Steps an idle env (empty queue) closes before its next arrival, its last job's end or the safety cap,
+    at most _MAX_WINDOW and the ring width (so a window never reads a ring slot it has cleared)."""
     jobs: JobBatch = f["jobs"]
-    rows = np.flatnonzero(is_closing)
+    t, head = f["t"][rows], f["next_job"][rows]
+    has_next = head < jobs.n_jobs[rows]
+    arrival = jobs.arrival_step[rows, np.minimum(head, jobs.max_jobs - 1)]
+    done_at = np.maximum(f["busy_until"][rows].max(axis=1), t + 1)
+    end = np.minimum(np.where(has_next, arrival, done_at), cfg.max_steps)
+    return np.clip(end - t, 1, min(f["timeline"].shape[1], _MAX_WINDOW))
+
+
+def _close_window(
+    cfg: SimConfig, f: dict, rows: np.ndarray, n_steps: np.ndarray, pen: np.ndarray, trace: Trace | None
+) -> None:
+    """Close steps t .. t + n_steps - 1 of each env in rows: credit their penalties (in step order, so the sums
+    are the same floats as closing one step at a time), record them, and move the envs on. An env that reaches
+    the safety cap unfinished is truncated and charged for every job it left unplaced."""
+    jobs: JobBatch = f["jobs"]
+    _, width, n_m, n_d = f["timeline"].shape
     t = f["t"][rows]
-    slot = t % f["timeline"].shape[3]
+    # one entry per closed step: env pb, step ps
+    first = np.cumsum(n_steps) - n_steps
+    which = np.repeat(np.arange(rows.shape[0]), n_steps)
+    pb = rows[which]
+    ps = t[which] + np.arange(which.shape[0]) - first[which]
+    slot = pb * width + ps % width
     cap = np.asarray(cfg.capacity_units, dtype=np.int64)
-    usage = f["timeline"][rows, :, :, slot]  # (n, M, D), a copy
-    background = f["noise"][rows, t] if f["noise"] is not None else 0
-    total = usage + background
-    is_used = f["busy_until"][rows] > t[:, None]
-    qlen = f["n_arrived"][rows] - f["next_job"][rows]
-    overlap = f["overlap"][rows, slot]
-    step_pen = np.zeros((rows.shape[0], len(PENALTY_NAMES)))
+    usage = np.take(f["timeline"].reshape(-1, n_m, n_d), slot, axis=0)  # (P, M, D)
+    total = usage
+    if f["noise"] is not None:
+        noise = f["noise"]
+        total = usage + np.take(noise.reshape(-1, n_m, n_d), pb * noise.shape[1] + ps, axis=0)
+    is_used = f["busy_until"][pb] > ps[:, None]
+    qlen = (f["n_arrived"] - f["next_job"])[pb]
+    overlap = f["overlap"].reshape(-1)[slot]
+    step_pen = np.zeros((pb.shape[0], len(PENALTY_NAMES)))
     step_pen[:, 0] = penalties.contention_penalty(overlap, cfg.k_contention)
     step_pen[:, 1] = penalties.underutil_penalty(np.maximum(cap - total, 0), is_used, cfg.k_underutil)
-    step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, rows, t, total > cap), cfg.k_overshoot)
+    step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, pb, ps, total > cap), cfg.k_overshoot)
     step_pen[:, 3] = penalties.wait_penalty(qlen, cfg.k_wait)
     # advance
-    f["past"][rows, t % f["past"].shape[1]] = np.minimum(total, np.iinfo(np.int16).max)
-    f["timeline"][rows, :, :, slot] = 0
-    f["overlap"][rows, slot] = 0
-    f["t"][rows] = t + 1
-    f["n_arrived"][rows] = (jobs.arrival_step[rows] <= (t + 1)[:, None]).sum(axis=1)
-    is_finished = (f["next_job"][rows] == jobs.n_jobs[rows]) & (f["busy_until"][rows].max(axis=1) <= t + 1)
-    is_cut = ~is_finished & (t + 1 >= cfg.max_steps)
+    _push_past(f, rows, n_steps, first, total)
+    f["timeline"].reshape(-1, n_m, n_d)[slot] = 0
+    f["overlap"].reshape(-1)[slot] = 0
+    t_end = t + n_steps
+    f["t"][rows] = t_end
+    f["n_arrived"][rows] = (jobs.arrival_step[rows] <= t_end[:, None]).sum(axis=1)
+    is_finished = (f["next_job"][rows] == jobs.n_jobs[rows]) & (f["busy_until"][rows].max(axis=1) <= t_end)
+    is_cut = ~is_finished & (t_end >= cfg.max_steps)
     f["is_terminated"][rows] = is_finished
     f["is_truncated"][rows] = is_cut
     if is_cut.any():
-        step_pen[is_cut, PENALTY_NAMES.index("unplaced")] = -_unplaced_charges(cfg, f, rows[is_cut])
-    pen[rows] += step_pen
+        last = first + n_steps - 1
+        step_pen[last[is_cut], PENALTY_NAMES.index("unplaced")] = -_unplaced_charges(cfg, f, rows[is_cut])
+    np.add.at(pen, pb, step_pen)  # unbuffered, in entry (= step) order per env
     if trace is not None:
-        is_recorded = t < trace.usage.shape[1]
-        r, tr = rows[is_recorded], t[is_recorded]
+        is_recorded = ps < trace.usage.shape[1]
+        r, tr = pb[is_recorded], ps[is_recorded]
         trace.usage[r, tr] = usage[is_recorded]
         trace.background[r, tr] = (total - usage)[is_recorded]
         trace.is_active[r, tr] = is_used[is_recorded]
         trace.queue_length[r, tr] = qlen[is_recorded]
         trace.contention[r, tr] = overlap[is_recorded]
         trace.penalties[r, tr] = step_pen[is_recorded]
-    return is_closing.astype(np.int64)
+
+
+def _push_past(f: dict, rows: np.ndarray, n_steps: np.ndarray, first: np.ndarray, total: np.ndarray) -> None:
+    """Shift the closed steps' units in use (entries first[i] .. first[i] + n_steps[i] - 1 of total, per env
+    rows[i]) into the history, dropping the oldest steps."""
+    past = f["past"]
+    hist = past.shape[1]
+    n_cells = past.shape[2] * past.shape[3]
+    n = rows.shape[0]
+    closed = np.minimum(total, np.iinfo(np.int16).max).astype(np.int16).reshape(-1, n_cells)
+    source = np.concatenate([past[rows].reshape(n * hist, n_cells), closed])
+    pos = np.arange(hist)[None, :] + n_steps[:, None]  # position in (h old rows, then the n_steps new ones)
+    index = np.where(pos < hist, np.arange(n)[:, None] * hist + pos, n * hist + first[:, None] + pos - hist)
+    past[rows] = source[index].reshape(n, *past.shape[1:])
 
 
 def _unplaced_charges(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
@@ -425,26 +483,31 @@ def _unplaced_charges(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
     return (charge * is_left).sum(axis=1)
 
 
-def _first_overshoots(f: dict, rows: np.ndarray, t: np.ndarray, is_short: np.ndarray) -> np.ndarray:
-    """Count (workload, resource) pairs running on a short machine at t for the first time, and mark them."""
-    out = np.zeros(rows.shape[0], dtype=np.int64)
+def _first_overshoots(f: dict, pb: np.ndarray, ps: np.ndarray, is_short: np.ndarray) -> np.ndarray:
+    """Per closed step (env pb, step ps, in step order per env; is_short (P, M, D) machine above C_d): count the
+    (workload, resource) pairs running on a short machine for the first time, and mark them."""
+    out = np.zeros(pb.shape[0], dtype=np.int64)
     has_short = is_short.any(axis=(1, 2))
     if not has_short.any():
         return out
     sub = np.flatnonzero(has_short)
-    out[sub] = _first_overshoots_of(f, rows[sub], t[sub], is_short[sub])
-    return out
-
-
-def _first_overshoots_of(f: dict, rows: np.ndarray, t: np.ndarray, is_short: np.ndarray) -> np.ndarray:
+    b, s = pb[sub], ps[sub]
     jobs: JobBatch = f["jobs"]
-    machine = f["job_machine"][rows]
-    start = f["job_start"][rows]
-    is_running = (machine >= 0) & (start <= t[:, None]) & (start + jobs.duration[rows] > t[:, None])
-    short_j = is_short[np.arange(rows.shape[0])[:, None], np.maximum(machine, 0)]  # (n, J, D)
-    is_first = short_j & is_running[..., None] & ~f["has_overshot"][rows]
-    f["has_overshot"][rows] |= is_first
-    return is_first.sum(axis=(1, 2))
+    machine = f["job_machine"][b]
+    start = f["job_start"][b]
+    is_running = (machine >= 0) & (start <= s[:, None]) & (start + jobs.duration[b] > s[:, None])
+    short_j = is_short[sub[:, None], np.maximum(machine, 0)]  # (n, J, D)
+    is_new = short_j & is_running[..., None] & ~f["has_overshot"][b]
+    # within one env's window a pair is charged at its first short step only
+    seen = np.cumsum(is_new, axis=0)
+    is_group_start = np.r_[True, b[1:] != b[:-1]]
+    group_start = np.flatnonzero(is_group_start)
+    start_of = group_start[np.cumsum(is_group_start) - 1]
+    is_first = is_new & (seen - seen[start_of] + is_new[start_of] == 1)
+    f["has_overshot"] = f["has_overshot"].copy()  # copy-on-write: the input state's array stays as it was
+    f["has_overshot"][b[group_start]] |= np.logical_or.reduceat(is_first, group_start, axis=0)
+    out[sub] = is_first.sum(axis=(1, 2))
+    return out
 
 
 # masks and observations
@@ -639,7 +702,7 @@ def make_trace(cfg: SimConfig, batch_size: int) -> Trace:
 def current_usage(cfg: SimConfig, state: State) -> np.ndarray:
     """(B, M, D) int64: units in use now on each machine, workloads plus background noise."""
     rows = np.arange(state.batch_size)
-    usage = state.timeline[rows, :, :, state.t % state.timeline.shape[3]].astype(np.int64)
+    usage = state.timeline[rows, state.t % state.timeline.shape[1]].astype(np.int64)
     if state.noise is not None:
         usage += state.noise[rows, np.minimum(state.t, state.noise.shape[1] - 1)]
     return usage
@@ -648,12 +711,12 @@ def current_usage(cfg: SimConfig, state: State) -> np.ndarray:
 def committed_future_usage(state: State, horizon: int) -> np.ndarray:
     """(B, M, D, horizon) int64: units that already placed jobs will use at t, t+1, ..., t+horizon-1 (noise
     excluded; zero beyond the longest job)."""
-    width = state.timeline.shape[3]
+    width = state.timeline.shape[1]
     ahead = np.arange(horizon)
     slots = (state.t[:, None] + np.minimum(ahead, width - 1)[None, :]) % width  # (B, H)
-    out = np.take_along_axis(state.timeline, slots[:, None, None, :], axis=3).astype(np.int64)
-    out[..., ahead >= width] = 0
-    return out
+    out = np.take_along_axis(state.timeline, slots[:, :, None, None], axis=1).astype(np.int64)  # (B, H, M, D)
+    out[:, ahead >= width] = 0
+    return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
 
 
 def placed_requests(state: State) -> np.ndarray:

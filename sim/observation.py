@@ -89,14 +89,12 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     out = np.zeros((n_envs, n_features(cfg)), dtype=np.float32)
     offset = 0
 
-    # history: closed steps from the `past` ring (B, h, M, D), oldest first, then the current step. Slots of
-    # steps before the episode start were never written since reset zeroed the ring, so they read 0. Every
+    # history: the last h-1 closed steps from `past` (B, h, M, D), oldest first, then the current step. Every
     # operation runs on 2-D (B, features) views so numpy's inner loops are long.
     n_md = n_m * n_d
     size = hist * n_md
-    steps = state.t[:, None] - np.arange(hist - 1, 0, -1)[None, :]  # (B, h-1): h-1 .. 1 steps ago
     view = out[:, :size].reshape(n_envs, hist, n_md)
-    view[:, :-1] = state.past.reshape(n_envs, hist, n_md)[rows[:, None], np.mod(steps, hist)]
+    view[:, :-1] = state.past.reshape(n_envs, hist, n_md)[:, 1:]
     view[:, -1] = current_usage(cfg, state).reshape(n_envs, n_md)
     flat_view = out[:, :size]
     flat_view *= np.tile(1.0 / cap, hist * n_m)
