@@ -4,7 +4,9 @@
 distances (aggregate baseline, temporal features, DTW), picks k per method by the silhouette averaged over the
 initialisations, scores each method at its silhouette-best k and at a common k with the prediction-gain proxy
 over several forecaster seeds against a random-partition control (Table 1), and keeps the best mapping that beats
-its control (else a documented default, or nothing when EG is 0 everywhere). `ec__classifier_accuracy` trains
+its control in a paired test over the seeds (the 95 % interval of the per-seed difference EG - control EG, both
+scored against the same EC-agnostic model, lies above 0); else a documented default, or nothing when EG is 0
+everywhere. `ec__classifier_accuracy` trains
 ClassifyToEC (Algorithm 1) on the chosen labels and measures it with a split by workload group.
 
 The four `ec__mapping` tables come from one computation; each can be selected alone (the others are then not
@@ -12,6 +14,7 @@ written), e.g. `dagster asset materialize -m assets.definitions --select ec__sil
 """
 
 import base64
+import io
 import re
 import time
 from dataclasses import replace
@@ -104,8 +107,15 @@ COLUMN_DOCS = {
     "control_eg_pct_ci_low": "lower end of the control's 95 % interval",
     "control_eg_pct_ci_high": "upper end of the control's 95 % interval",
     "control_f_frac": "f of the random control, mean over seeds",
-    "beats_control": "EG's interval lies wholly above the control's: the mapping is better than chance",
+    "eg_diff_pct": "paired difference: mean over seeds of (EG - control EG), both scored with the same forecaster "
+    "seed against the same EC-agnostic model (its seed-to-seed quality cancels)",
+    "eg_diff_pct_ci_low": "lower end of the 95 % t-interval of the paired difference; > 0 means beats_control",
+    "eg_diff_pct_ci_high": "upper end of the 95 % t-interval of the paired difference",
+    "eg_diff_p_value": "one-sided paired t-test p-value of a mean difference > 0 (per mapping, no multiplicity "
+    "correction; several mappings are tested per source)",
+    "beats_control": "the paired difference's 95 % interval lies above 0: the mapping is better than chance",
     "n_seeds": "forecaster seeds the means are over",
+    "n_control_draws": "random-control permutations per seed (their EG averaged before pairing)",
     "n_ecs_too_small": "ECs below the minimum size (G set to 0)",
     "n_ecs_undefined": "ECs with an undefined correlation in some seed (G set to 0 there)",
     "ari_across_seeds": "mean adjusted Rand index between these labels and the same method's labels with other "
@@ -131,6 +141,42 @@ def column_schema(schema: dict) -> dict:
     """Definition metadata: the table's columns with their types and descriptions."""
     cols = [TableColumn(name=c, type=str(t), description=COLUMN_DOCS.get(c)) for c, t in schema.items()]
     return {"dagster/column_schema": TableSchema(columns=cols)}
+
+
+def plot_classifier_accuracy(table: pl.DataFrame, source: str) -> bytes:
+    """PNG (700 x 420 px): held-out accuracy and macro-F1 of the EC classifier against the usage-prefix length m,
+    beside the majority-class rate; the title states the split (by workload group) and the split sizes."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = table.sort("prefix_bins")
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    ax.plot(df["prefix_bins"], df["accuracy"], marker="o", label="accuracy")
+    ax.plot(df["prefix_bins"], df["macro_f1"], marker="s", label="macro F1")
+    ax.plot(df["prefix_bins"], df["majority_accuracy"], ls="--", color="grey", label="majority-class rate")
+    ax.set_xlabel("usage prefix m (5-minute bins; 0 = meta only)")
+    ax.set_ylabel("held-out score")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    r = df.row(0, named=True) if df.height else {}
+    sizes = (
+        f"train {r['n_train']} workloads / {r['n_groups_train']} groups, "
+        f"test {r['n_test']} / {r['n_groups_test']}"
+        if r
+        else "no rows"
+    )
+    split = textwrap.fill(f"split: {r.get('split', '-')}; {sizes}", 100)
+    ax.set_title(f"{source}: EC classifier (ClassifyToEC)\n{split}", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def png_markdown(png: bytes, alt: str) -> MetadataValue:
@@ -171,7 +217,12 @@ class EcRunConfig(Config):
         "models.forecaster.paper_scale); the forecaster_* fields below override single settings",
     )
     forecaster_seeds: int = Field(
-        default=5, description="forecaster seeds per mapping (mean and 95 % interval)"
+        default=5, description="forecaster seeds per mapping (mean and 95 % interval, paired test)"
+    )
+    control_draws: int = Field(
+        default=1,
+        description="random-control permutations per forecaster seed, their EG averaged; each costs k fits "
+        "per mapping (more seeds shrink the paired interval more per fit)",
     )
     forecaster_epochs: int | None = Field(default=None, description="LSTNet epochs per fit; None = preset's")
     forecaster_min_steps: int | None = Field(
@@ -237,6 +288,7 @@ def _gain_config(c: EcRunConfig) -> GainConfig:
         forecaster=forecaster_config(c),
         train_frac=c.train_frac,
         n_seeds=c.forecaster_seeds,
+        n_control_draws=c.control_draws,
         max_eval_bins=c.forecaster_max_eval_bins,
         min_members=c.min_ec_members,
         fallback_method=c.fallback_method,
@@ -297,8 +349,11 @@ CHECKS = (
             description="TVW-RL Table 1 with seeds: per distance method at its silhouette-best k and at a common "
             "k, the effective prediction gain EG (%) and the fraction f of workloads in ECs whose own forecaster "
             "beats the EC-agnostic one, as means with 95 % intervals over forecaster seeds, beside a random "
-            "control (same class sizes, labels shuffled). The chosen row (`is_chosen`) beats its control, or is "
-            "the documented fallback; `choice_reason` says which.",
+            "control (same class sizes, labels shuffled) and the PAIRED difference EG - control EG per seed "
+            "(same seed, same EC-agnostic model) with its 95 % interval and p-value. A mapping beats its "
+            "control when that paired interval lies above 0; the chosen row (`is_chosen`) is the best-EG "
+            "mapping that does, or the documented fallback (fallback_method at its silhouette-best k) when "
+            "none does; `choice_reason` says which.",
             metadata=column_schema(METHOD_COMPARISON),
         ),
         "ec__assignments": AssetOut(
@@ -362,7 +417,7 @@ def ec__mapping(
         return
 
     # clustering (training parts only)
-    sweep = sweep_methods(series, source, cfg)
+    sweep = sweep_methods(series, source, cfg, log=context.log.info)
     t_cluster = time.perf_counter() - t_start
     if sweep.warnings:
         context.log.warning(f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings))
@@ -389,7 +444,14 @@ def ec__mapping(
     t0 = time.perf_counter()
     gain_cfg = _gain_config(config)
     mappings = {key: sweep.labels[key[0]][key[1]] for key in rules}
-    table = mapping_gain_table(series.series_list(), mappings, gain_cfg, rules)
+    table = mapping_gain_table(
+        series.series_list(),
+        mappings,
+        gain_cfg,
+        rules,
+        log=context.log.info,
+        label=f"{source} Table 1 ({gain_cfg.n_seeds} forecaster seeds)",
+    )
     t_forecast = time.perf_counter() - t0
     t0 = time.perf_counter()
     comparison = _comparison(table, sweep, series, cfg, config, source)
@@ -423,6 +485,7 @@ def ec__mapping(
                     **{k: v for k, v in vars(gain_cfg.forecaster).items()},
                     "preset": config.forecaster_preset,
                     "n_seeds": gain_cfg.n_seeds,
+                    "n_control_draws": gain_cfg.n_control_draws,
                     "train_frac": gain_cfg.train_frac,
                     "max_eval_bins": gain_cfg.max_eval_bins,
                 }
@@ -494,8 +557,9 @@ def _comparison(table, sweep, series, cfg, config: EcRunConfig, source: str) -> 
 
 def _table_markdown(df: pl.DataFrame) -> str:
     lines = [
-        "| method | k | rule | EG % (95 % CI) | f (95 % CI) | control EG % (95 % CI) | beats control | ARI | chosen |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | k | rule | EG % (95 % CI) | f (95 % CI) | control EG % (95 % CI) | paired EG - control (95 % CI) "
+        "| p | beats control | ARI | chosen |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in df.iter_rows(named=True):
         ari = "" if r["ari_across_seeds"] is None else f"{r['ari_across_seeds']:.2f}"
@@ -503,7 +567,8 @@ def _table_markdown(df: pl.DataFrame) -> str:
             f"| {r['method']} | {r['k']} | {r['k_rule']} | {r['eg_pct']:.2f} ({r['eg_pct_ci_low']:.2f}, "
             f"{r['eg_pct_ci_high']:.2f}) | {r['f_frac']:.2f} ({r['f_frac_ci_low']:.2f}, {r['f_frac_ci_high']:.2f}) "
             f"| {r['control_eg_pct']:.2f} ({r['control_eg_pct_ci_low']:.2f}, {r['control_eg_pct_ci_high']:.2f}) "
-            f"| {r['beats_control']} | {ari} | {r['is_chosen']} |"
+            f"| {r['eg_diff_pct']:.2f} ({r['eg_diff_pct_ci_low']:.2f}, {r['eg_diff_pct_ci_high']:.2f}) "
+            f"| {r['eg_diff_p_value']:.3f} | {r['beats_control']} | {ari} | {r['is_chosen']} |"
         )
     return "\n".join(lines)
 
@@ -629,6 +694,7 @@ def ec__classifier_accuracy(
     final.save(path)
     context.add_output_metadata(
         {
+            "plot": png_markdown(plot_classifier_accuracy(table, source), "EC classifier accuracy against m"),
             "model_path": MetadataValue.path(str(path)),
             "n_labelled": len(labels),
             "n_groups": len(np.unique(groups)),

@@ -1,0 +1,54 @@
+import io
+
+import matplotlib.image as mpimg
+import polars as pl
+
+from assets.ec import COLUMN_DOCS, METHOD_COMPARISON, _table_markdown, plot_classifier_accuracy
+
+
+def test_classifier_plot_is_a_png_at_most_1200_px_wide():
+    table = pl.DataFrame(
+        {
+            "prefix_bins": [0, 6, 12],
+            "accuracy": [0.4, 0.6, 0.7],
+            "macro_f1": [0.3, 0.5, 0.6],
+            "majority_accuracy": [0.45, 0.45, 0.45],
+            "n_train": [40, 40, 40],
+            "n_test": [10, 10, 10],
+            "n_groups_train": [8, 8, 8],
+            "n_groups_test": [2, 2, 2],
+            "split": ["by workload group (a group wholly on one side)"] * 3,
+        }
+    )
+    png = plot_classifier_accuracy(table, "syn")
+    image = mpimg.imread(io.BytesIO(png), format="png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 300 <= image.shape[1] <= 1200 and image.shape[0] <= 1200
+
+
+def test_method_comparison_columns_are_described_and_the_markdown_shows_the_paired_test():
+    assert [c for c in METHOD_COMPARISON if c not in COLUMN_DOCS] == []
+    row = {c: None for c in METHOD_COMPARISON}
+    row.update(
+        method="dtw",
+        k=3,
+        k_rule="silhouette_best",
+        eg_pct=5.0,
+        eg_pct_ci_low=-1.0,
+        eg_pct_ci_high=11.0,
+        f_frac=0.5,
+        f_frac_ci_low=0.2,
+        f_frac_ci_high=0.8,
+        control_eg_pct=1.0,
+        control_eg_pct_ci_low=-2.0,
+        control_eg_pct_ci_high=4.0,
+        eg_diff_pct=4.0,
+        eg_diff_pct_ci_low=1.5,
+        eg_diff_pct_ci_high=6.5,
+        eg_diff_p_value=0.004,
+        beats_control=True,
+        is_chosen=True,
+    )
+    md = _table_markdown(pl.DataFrame([row], schema=METHOD_COMPARISON))
+    assert "paired EG - control" in md.splitlines()[0]
+    assert "| 4.00 (1.50, 6.50) | 0.004 | True |" in md
