@@ -57,13 +57,14 @@ RMSProp with the same learning rate 0.001).
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import torch
+from scipy import stats
 from torch import nn
 
 from models.reinforce import (
@@ -559,6 +560,12 @@ class RandomSlot:
 def job_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np.ndarray, int]:
     """(slowdown (finish - arrival) / duration of every placed job, jobs never placed) of `policy` over the
     jobsets `jobs` (run through `sim.policies.decide`, so a JobPicker's choice of job is honoured)."""
+    slowdown, _, n_unplaced = _run_slowdowns(policy, cfg, jobs, seed)
+    return slowdown, n_unplaced
+
+
+def _run_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(slowdown of every placed job, its jobset's index, jobs never placed) of `policy` over `jobs`."""
     rng = np.random.default_rng(seed)
     state = core.reset(cfg, jobs, seed)
     limit = int(state.jobs.max_jobs + cfg.max_steps + 1)
@@ -574,31 +581,55 @@ def job_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np
     is_placed = is_real & (state.job_start >= 0)
     finish = state.job_start + j.duration
     slowdown = (finish - j.arrival_step)[is_placed] / j.duration[is_placed]
-    return slowdown, int((is_real & ~is_placed).sum())
+    env = np.broadcast_to(np.arange(j.batch_size)[:, None], is_placed.shape)[is_placed]
+    return slowdown, env, int((is_real & ~is_placed).sum())
+
+
+def nearest_load(load_pct: int, trained: Sequence[int]) -> int:
+    """The training load closest to `load_pct` (ties to the lower one)."""
+    if not trained:
+        raise ValueError("nearest_load: no trained load given")
+    return min(sorted(trained), key=lambda t: abs(t - load_pct))
 
 
 def slowdown_vs_load(
     sequences: pl.DataFrame,
-    checkpoint_path: str | Path,
+    checkpoint_path: str | Path | Mapping[int, str | Path],
     policies: Sequence[str] = FIGURE4_POLICIES,
     split: str = "test",
     seed: int = 0,
     include_random: bool = True,
     include_tetris_star: bool = True,
 ) -> tuple[pl.DataFrame, bytes]:
-    """DeepRM Figure 4: mean job slowdown per load for the trained agent (`checkpoint_path`), the registry's
-        heuristics `policies`, (include_tetris_star) DeepRM's Tetris* ("tetris_star": `sim.policies.Tetris` with
+    """DeepRM Figure 4: mean job slowdown per load for the trained agent, the registry's heuristics `policies`,
+    (include_tetris_star) DeepRM's Tetris* ("tetris_star": `sim.policies.Tetris` with
     TETRIS_STAR_SHORT_JOB_WEIGHT) and (include_random) `RandomSlot`, on the `split` jobsets of `sequences` (a
-        `sim__job_sequences` frame, e.g. `build_deeprm_sequences`), in the simulator the agent was trained in.
+    `sim__job_sequences` frame, e.g. `build_deeprm_sequences`), in the simulator the agent was trained in.
 
-        Returns (table, PNG bytes). Table: one row per (load_pct, policy) with n_sequences, n_jobs, mean_slowdown
-        (over placed jobs), its 95 % interval half-width over jobs, n_unplaced."""
+    checkpoint_path: one checkpoint for every load, or {training load %: checkpoint}; DeepRM trains one agent per
+    load (its Fig. 6 is "training DeepRM ... at a load of 70 %"), so each load uses the agent trained at the
+    nearest training load (`trained_at_load_pct`). Every checkpoint must share one simulator (ValueError naming
+    the odd one).
+
+    Returns (table, PNG bytes). Table: one row per (load_pct, policy) with n_sequences, n_jobs, mean_slowdown
+    (DeepRM's "average over experiments": the mean over jobsets of each jobset's mean slowdown over its placed
+    jobs), slowdown_ci95 (half-width of its 95 % t-interval over jobsets), n_unplaced, trained_at_load_pct (the
+    agent's row; null for the others)."""
     frame = sequences.filter(pl.col("split") == split)
     if frame.height == 0:
         raise ValueError(f"slowdown_vs_load: no job sequences for split {split!r}")
-    agent = DeepRMAgentPolicy(checkpoint_path)
-    sim_cfg = agent.cfg.sim
-    named = [(agent.name, agent)] + [(n, make_policy(n)) for n in policies]
+    paths = dict(checkpoint_path) if isinstance(checkpoint_path, Mapping) else {-1: checkpoint_path}
+    if not paths:
+        raise ValueError("slowdown_vs_load: no checkpoint given")
+    agents = {load: DeepRMAgentPolicy(path) for load, path in paths.items()}
+    sim_cfg = next(iter(agents.values())).cfg.sim
+    for load, agent in agents.items():
+        if agent.cfg.sim != sim_cfg:
+            raise ValueError(
+                f"slowdown_vs_load: checkpoint {agent.checkpoint} (load {load} %) was trained in another "
+                f"simulator than {next(iter(agents.values())).checkpoint}"
+            )
+    named = [(n, make_policy(n)) for n in policies]
     if include_tetris_star:
         named.append(
             ("tetris_star", Tetris(short_job_weight=TETRIS_STAR_SHORT_JOB_WEIGHT, name="tetris_star"))
@@ -608,22 +639,37 @@ def slowdown_vs_load(
     rows = []
     for (load,), group in frame.group_by("load_pct", maintain_order=True):
         jobs = JobBatch.from_frame(group)
-        for name, policy in named:
-            slow, n_unplaced = job_slowdowns(policy, sim_cfg, jobs, seed)
-            half = 1.96 * slow.std(ddof=1) / np.sqrt(slow.size) if slow.size > 1 else float("nan")
+        trained_at = -1 if -1 in agents else nearest_load(int(load), list(agents))
+        runs = [(DeepRMAgentPolicy.name, agents[trained_at], trained_at)] + [(n, p, None) for n, p in named]
+        for name, policy, trained in runs:
+            slow, env, n_unplaced = _run_slowdowns(policy, sim_cfg, jobs, seed)
+            mean, half = _mean_over_jobsets(slow, env, jobs.batch_size)
             rows.append(
                 {
                     "load_pct": int(load),
                     "policy": name,
                     "n_sequences": jobs.batch_size,
                     "n_jobs": int(slow.size + n_unplaced),
-                    "mean_slowdown": float(slow.mean()) if slow.size else float("nan"),
-                    "slowdown_ci95": float(half),
+                    "mean_slowdown": mean,
+                    "slowdown_ci95": half,
                     "n_unplaced": n_unplaced,
+                    "trained_at_load_pct": None if trained is None or trained < 0 else int(trained),
                 }
             )
-    table = pl.DataFrame(rows).sort("load_pct", "policy")
+    table = pl.DataFrame(rows, schema_overrides={"trained_at_load_pct": pl.Int64}).sort("load_pct", "policy")
     return table, plot_slowdown_vs_load(table)
+
+
+def _mean_over_jobsets(slowdown: np.ndarray, env: np.ndarray, n_envs: int) -> tuple[float, float]:
+    """(mean over jobsets with a placed job of their mean slowdown, half-width of its 95 % t-interval)."""
+    count = np.bincount(env, minlength=n_envs)
+    per_set = np.bincount(env, weights=slowdown, minlength=n_envs)[count > 0] / count[count > 0]
+    if per_set.size == 0:
+        return float("nan"), float("nan")
+    if per_set.size == 1:
+        return float(per_set[0]), float("nan")
+    half = stats.t.ppf(0.975, per_set.size - 1) * per_set.std(ddof=1) / np.sqrt(per_set.size)
+    return float(per_set.mean()), float(half)
 
 
 def plot_slowdown_vs_load(table: pl.DataFrame) -> bytes:
