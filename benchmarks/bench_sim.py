@@ -91,7 +91,7 @@ def bench_rollout(n_seq: int = 20, n_traj: int = 20, seed: int = 0) -> None:
         t1 = time.perf_counter()
         mask = core.action_mask(cfg, state)
         t2 = time.perf_counter()
-        state, *_ = core.step(cfg, state, sample_actions(mask, rng))
+        state, *_ = core.step(cfg, state, sample_actions(mask, rng), mask=mask)
         t3 = time.perf_counter()
         timings["encode"] += t1 - t0
         timings["mask"] += t2 - t1

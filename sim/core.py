@@ -349,15 +349,17 @@ def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:
     _, width, n_m, n_d = f["timeline"].shape
     j = f["next_job"][rows]
     t = f["t"][rows]
-    prof = jobs.usage[rows, j].astype(np.int32)  # (n, W, D): step k of the job's life
+    prof = jobs.usage[rows, j].transpose(2, 0, 1)  # (D, n, W): step k of the job's life
     slots = (t[:, None] + np.arange(width)[None, :]) % width  # (n, W): ring slot of t, t+1, ...
-    # flat positions in the (contiguous, freshly copied) timeline and overlap ring; distinct since rows are
-    cells = ((rows[:, None] * width + slots) * n_m + machines[:, None]) * n_d
-    index = cells[..., None] + np.arange(n_d)  # (n, W, D)
+    # flat positions in the (contiguous, freshly copied) timeline and overlap ring, distinct since rows are;
+    # resource first so that every array operation runs over n x W elements
+    cells = (rows[:, None] * width + slots) * n_m + machines[:, None]
+    index = (cells * n_d)[None] + np.arange(n_d)[:, None, None]  # (D, n, W)
     timeline = f["timeline"].reshape(-1)
     committed = timeline[index]
     # contention (TVW-RL Cr): the new job's overlap with every co-located job, realised step by step later
-    f["overlap"].reshape(-1)[rows[:, None] * width + slots] += (prof * committed).sum(axis=2)
+    pair = sum(prof[d] * committed[d] for d in range(n_d))
+    f["overlap"].reshape(-1)[rows[:, None] * width + slots] += pair
     timeline[index] = committed + prof
     f["job_machine"][rows, j] = machines
     f["job_start"][rows, j] = t
@@ -493,19 +495,26 @@ def _first_overshoots(f: dict, pb: np.ndarray, ps: np.ndarray, is_short: np.ndar
     sub = np.flatnonzero(has_short)
     b, s = pb[sub], ps[sub]
     jobs: JobBatch = f["jobs"]
+    n_m, n_d = is_short.shape[1:]
     machine = f["job_machine"][b]
     start = f["job_start"][b]
     is_running = (machine >= 0) & (start <= s[:, None]) & (start + jobs.duration[b] > s[:, None])
-    short_j = is_short[sub[:, None], np.maximum(machine, 0)]  # (n, J, D)
-    is_new = short_j & is_running[..., None] & ~f["has_overshot"][b]
-    # within one env's window a pair is charged at its first short step only
-    seen = np.cumsum(is_new, axis=0)
-    is_group_start = np.r_[True, b[1:] != b[:-1]]
-    group_start = np.flatnonzero(is_group_start)
-    start_of = group_start[np.cumsum(is_group_start) - 1]
-    is_first = is_new & (seen - seen[start_of] + is_new[start_of] == 1)
+    cell = np.arange(sub.shape[0])[:, None] * n_m + np.maximum(machine, 0)
+    short_j = np.take(is_short[sub].reshape(-1, n_d), cell, axis=0)  # (n, J, D): the job's machine is short
+    is_first = short_j & is_running[..., None] & ~f["has_overshot"][b]
+    is_group_start = np.ones(b.shape[0], dtype=bool)
+    np.not_equal(b[1:], b[:-1], out=is_group_start[1:])
+    if not is_group_start.all():
+        # several steps of one env's window: a pair is charged at its first short step only
+        seen = np.cumsum(is_first, axis=0)
+        group_start = np.flatnonzero(is_group_start)
+        start_of = group_start[np.cumsum(is_group_start) - 1]
+        is_first &= seen - seen[start_of] + is_first[start_of] == 1
+        marked = np.logical_or.reduceat(is_first, group_start, axis=0)
+    else:
+        marked = is_first
     f["has_overshot"] = f["has_overshot"].copy()  # copy-on-write: the input state's array stays as it was
-    f["has_overshot"][b[group_start]] |= np.logical_or.reduceat(is_first, group_start, axis=0)
+    f["has_overshot"][b[is_group_start]] |= marked
     out[sub] = is_first.sum(axis=(1, 2))
     return out
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State, current_usage, jobs_running, observed_labels, queue_length
+from sim.core import State, current_usage, observed_labels, queue_length
 
 LABEL_MODES = ("predicted", "true")
 REQUEST_MODES = ("trace", "peak", "none")
@@ -76,80 +76,103 @@ def n_features(cfg: SimConfig) -> int:
 
 def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarray:
     """(B, F) float32 features in [0, 1] of every env (see the module docstring); done envs give zeros."""
-    n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
-    hist, n_g, n_k = cfg.history_steps, cfg.n_labels, cfg.queue_size
     if obs_cfg.labels == "predicted" and state.obs_label is None:
         raise ValueError(
             "the observation config shows predicted EC labels, but no labeller has set them on this state: "
             "relabel it (sim.labelling.ClassifierLabeller) or use ObservationConfig(labels='true')"
         )
-    labels = observed_labels(state)
-    cap = np.asarray(cfg.capacity_units, dtype=np.float32)
-    rows = np.arange(n_envs)
-    out = np.zeros((n_envs, n_features(cfg)), dtype=np.float32)
-    offset = 0
+    n_envs = state.batch_size
+    inv_cap = 1.0 / np.asarray(cfg.capacity_units, dtype=np.float32)
+    out = np.empty((n_envs, n_features(cfg)), dtype=np.float32)
+    # Every block is written through a 2-D (B, features) view, so numpy's inner loops are long.
+    size = _encode_history(cfg, state, out, inv_cap)
+    size += _encode_by_label(cfg, state, out[:, size:], inv_cap)
+    size += _encode_queue(cfg, obs_cfg, state, out[:, size:])
+    backlog = np.maximum(queue_length(state) - cfg.queue_size, 0) / max(state.jobs.max_jobs, 1)
+    out[:, size] = np.minimum(backlog, 1.0)
+    if state.is_done.any():
+        out[state.is_done] = 0.0
+    return out
 
-    # history: the last h-1 closed steps from `past` (B, h, M, D), oldest first, then the current step. Every
-    # operation runs on 2-D (B, features) views so numpy's inner loops are long.
-    n_md = n_m * n_d
-    size = hist * n_md
-    view = out[:, :size].reshape(n_envs, hist, n_md)
-    view[:, :-1] = state.past.reshape(n_envs, hist, n_md)[:, 1:]
-    view[:, -1] = current_usage(cfg, state).reshape(n_envs, n_md)
-    flat_view = out[:, :size]
-    flat_view *= np.tile(1.0 / cap, hist * n_m)
-    np.minimum(flat_view, 1.0, out=flat_view)
-    offset = size
 
-    # by_label: usage now of running jobs, per (machine, resource, label)
-    bi, ji = np.nonzero(jobs_running(state))
-    age = state.t[bi] - state.job_start[bi, ji]
+def _encode_history(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.ndarray) -> int:
+    """Write the history block (the last h-1 closed steps from `State.past`, oldest first, then the current
+    step) into out[:, :size]; returns size."""
+    n_envs, n_cells = state.batch_size, cfg.n_machines * cfg.n_resources
+    size = cfg.history_steps * n_cells
+    scale = np.tile(inv_cap, cfg.history_steps * cfg.n_machines)  # 1 / C_d of each column
+    closed = size - n_cells
+    np.multiply(state.past.reshape(n_envs, size)[:, n_cells:], scale[:closed], out=out[:, :closed])
+    now = current_usage(cfg, state).reshape(n_envs, n_cells).astype(np.float32)
+    np.multiply(now, scale[closed:], out=out[:, closed:size])
+    np.minimum(out[:, :size], 1.0, out=out[:, :size])
+    return size
+
+
+def _encode_by_label(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.ndarray) -> int:
+    """Write the by_label block (usage now of the running jobs per machine, resource and label) into
+    out[:, :size]; returns size."""
+    n_envs, n_m, n_d, n_g = state.batch_size, cfg.n_machines, cfg.n_resources, cfg.n_labels
     jobs = state.jobs
-    flat_job = (bi * jobs.max_jobs + ji) * jobs.max_duration + age
-    units = jobs.usage.reshape(-1, n_d)[flat_job].astype(np.float32)  # (N, D)
-    flat = ((bi * n_m + state.job_machine[bi, ji]) * n_d)[:, None] + np.arange(n_d)[None, :]
-    flat = flat * n_g + labels[bi, ji][:, None]
-    size = n_md * n_g
-    by_label = np.bincount(flat.ravel(), weights=units.ravel(), minlength=n_envs * size)
-    flat_view = out[:, offset : offset + size]
-    scale = np.repeat(np.tile(1.0 / cap, n_m), n_g)  # (M * D * G,) 1 / C_d of each column
-    np.multiply(by_label.reshape(n_envs, size), scale, out=flat_view, casting="unsafe")
-    np.minimum(flat_view, 1.0, out=flat_view)
-    offset += size
+    # placed jobs started at or before t, so running = placed and not yet ended
+    is_running = (state.job_machine >= 0) & (state.job_start + jobs.duration > state.t[:, None])
+    flat_job = np.flatnonzero(is_running)  # b * J + j
+    bi = flat_job // jobs.max_jobs
+    age = state.t[bi] - state.job_start.reshape(-1)[flat_job]
+    machine = state.job_machine.reshape(-1)[flat_job]
+    label = observed_labels(state).reshape(-1)[flat_job]
+    if jobs.usage.flags.c_contiguous:  # a gather of D-unit rows is much faster than a (job, step) fancy index
+        units = np.take(jobs.usage.reshape(-1, n_d), flat_job * jobs.max_duration + age, axis=0)  # (N, D)
+    else:
+        units = jobs.usage[bi, flat_job % jobs.max_jobs, age]
+    # column (machine, resource, label) of env b: resource first so that every operation runs over N elements
+    cell = (bi * n_m + machine) * (n_d * n_g) + label
+    cell = cell[None, :] + (np.arange(n_d) * n_g)[:, None]  # (D, N)
+    size = n_m * n_d * n_g
+    by_label = np.bincount(cell.ravel(), weights=units.T.ravel(), minlength=n_envs * size)
+    scale = np.repeat(np.tile(inv_cap, n_m), n_g)  # 1 / C_d of each column
+    view = out[:, :size]
+    np.multiply(by_label.reshape(n_envs, size), scale, out=view, casting="unsafe")
+    np.minimum(view, 1.0, out=view)
+    return size
 
-    # queue: label one-hot, request, request known
+
+def _encode_queue(cfg: SimConfig, obs_cfg: ObservationConfig, state: State, out: np.ndarray) -> int:
+    """Write the queue block (per visible slot: label one-hot, request, request known) into out[:, :size];
+    returns size."""
+    n_envs, n_g, n_d, n_k = state.batch_size, cfg.n_labels, cfg.n_resources, cfg.queue_size
+    n_cols = n_g + n_d + 1
+    size = n_k * n_cols
+    queue = out[:, :size].reshape(n_envs, n_k, n_cols)
+    queue[:] = 0.0
     slot_jobs = state.next_job[:, None] + np.arange(n_k)[None, :]
     is_waiting = (slot_jobs < state.n_arrived[:, None]) & ~state.is_done[:, None]
     slot_jobs = np.minimum(slot_jobs, state.jobs.max_jobs - 1)
-    queue = np.zeros((n_envs, n_k, n_g + n_d + 1), dtype=np.float32)
-    queue[rows[:, None], np.arange(n_k)[None, :], labels[rows[:, None], slot_jobs]] = 1.0
-    request, known = _queue_requests(cfg, obs_cfg, state, slot_jobs)
-    queue[..., n_g : n_g + n_d] = request
-    queue[..., n_g + n_d] = known
-    queue *= is_waiting[..., None]
-    out[:, offset : offset + queue[0].size] = queue.reshape(n_envs, -1)
-    offset += queue[0].size
-
-    backlog = np.maximum(queue_length(state) - n_k, 0) / max(state.jobs.max_jobs, 1)
-    out[:, offset] = np.minimum(backlog, 1.0)
-    out[state.is_done] = 0.0
-    return out
+    wb, wk = np.nonzero(is_waiting)
+    label = observed_labels(state).reshape(-1)[wb * state.jobs.max_jobs + slot_jobs[wb, wk]]
+    queue[wb, wk, label] = 1.0
+    requests = _queue_requests(cfg, obs_cfg, state, slot_jobs)
+    if requests is not None:
+        request, known = requests
+        queue[..., n_g : n_g + n_d] = request * is_waiting[..., None]
+        queue[..., n_g + n_d] = known * is_waiting
+    return size
 
 
 def _queue_requests(
     cfg: SimConfig, obs_cfg: ObservationConfig, state: State, slot_jobs: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """((B, K, D) request in [0, 1], (B, K) 1.0 where known) of the jobs in the visible slots."""
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """((B, K, D) request in [0, 1], (B, K) 1.0 where known) of the jobs in the visible slots; None where no
+    request is shown or known (all zeros)."""
     rows = np.arange(state.batch_size)[:, None]
-    shape = (*slot_jobs.shape, cfg.n_resources)
     if obs_cfg.queue_request == "none":
-        return np.zeros(shape, dtype=np.float32), np.zeros(slot_jobs.shape, dtype=np.float32)
+        return None
     if obs_cfg.queue_request == "peak":
         cap = np.asarray(cfg.capacity_units, dtype=np.float32)
         request = state.jobs.request[rows, slot_jobs].astype(np.float32) / cap
         return np.minimum(request, 1.0), np.ones(slot_jobs.shape, dtype=np.float32)
     if state.jobs.meta is None or cfg.n_resources != 2:
-        return np.zeros(shape, dtype=np.float32), np.zeros(slot_jobs.shape, dtype=np.float32)
+        return None
     request = state.jobs.meta[rows, slot_jobs, :2]  # cpu_request_frac, mem_request_frac (JOB_META_COLUMNS)
     known = np.isfinite(request).all(axis=2)
     request = np.clip(np.nan_to_num(request, nan=0.0), 0.0, 1.0).astype(np.float32)

@@ -101,7 +101,7 @@ def rollout(
         a = np.asarray(act(x, mask, rng), dtype=np.int64)
         a = np.where(is_alive, a, cfg.n_machines)
         t4 = time.perf_counter()
-        state, reward, *_ = core.step(cfg, state, a)
+        state, reward, *_ = core.step(cfg, state, a, mask=mask)
         if timings is not None:
             for key, dt in (("label", t1 - t0), ("encode", t2 - t1), ("act", t4 - t3), ("step", t3 - t2)):
                 timings[key] = timings.get(key, 0.0) + dt
