@@ -82,9 +82,9 @@ class State:
     overlap: np.ndarray
     """(B, W) int64: pairwise overlap sum_{m,d,i<j} u_i u_j still to be realised, slot (time mod W)."""
     past: np.ndarray
-    """(B, h, M, D) int16: units in use (workloads plus noise) at the last h closed steps, oldest first: row i is
-    step t - h + i (zeros before the episode start); the observed history the network encoding reads
-    (`sim.observation`)."""
+    """(B, h, M, D) float32: units in use (workloads plus noise) / C_d, clipped at 1, at the last h closed steps,
+    oldest first: row i is step t - h + i (zeros before the episode start). The observed history exactly as the
+    network encoding shows it (`sim.observation`), scaled once when the step is closed."""
     busy_until: np.ndarray
     """(B, M) int64: end step (exclusive) of the last-ending job placed on the machine (0 if none)."""
     job_machine: np.ndarray
@@ -242,7 +242,7 @@ def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | N
         n_arrived=(jobs.arrival_step <= 0).sum(axis=1).astype(np.int64),
         timeline=np.zeros((n_envs, width, n_m, n_d), dtype=np.int32),
         overlap=np.zeros((n_envs, width), dtype=np.int64),
-        past=np.zeros((n_envs, cfg.history_steps, n_m, n_d), dtype=np.int16),
+        past=np.zeros((n_envs, cfg.history_steps, n_m, n_d), dtype=np.float32),
         busy_until=np.zeros((n_envs, n_m), dtype=np.int64),
         job_machine=np.full((n_envs, jobs.max_jobs), -1, dtype=np.int64),
         job_start=np.full((n_envs, jobs.max_jobs), -1, dtype=np.int64),
@@ -430,7 +430,7 @@ def _close_window(
     step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, pb, ps, total > cap), cfg.k_overshoot)
     step_pen[:, 3] = penalties.wait_penalty(qlen, cfg.k_wait)
     # advance
-    _push_past(f, rows, n_steps, first, total)
+    _push_past(cfg, f, rows, n_steps, first, total)
     f["timeline"].reshape(-1, n_m, n_d)[slot] = 0
     f["overlap"].reshape(-1)[slot] = 0
     t_end = t + n_steps
@@ -455,14 +455,17 @@ def _close_window(
         trace.penalties[r, tr] = step_pen[is_recorded]
 
 
-def _push_past(f: dict, rows: np.ndarray, n_steps: np.ndarray, first: np.ndarray, total: np.ndarray) -> None:
-    """Shift the closed steps' units in use (entries first[i] .. first[i] + n_steps[i] - 1 of total, per env
-    rows[i]) into the history, dropping the oldest steps."""
+def _push_past(
+    cfg: SimConfig, f: dict, rows: np.ndarray, n_steps: np.ndarray, first: np.ndarray, total: np.ndarray
+) -> None:
+    """Shift the closed steps' units in use (entries first[i] .. first[i] + n_steps[i] - 1 of total (P, M, D),
+    per env rows[i]) into the history as fractions of C_d clipped at 1, dropping the oldest steps."""
     past = f["past"]
     hist = past.shape[1]
     n_cells = past.shape[2] * past.shape[3]
     n = rows.shape[0]
-    closed = np.minimum(total, np.iinfo(np.int16).max).astype(np.int16).reshape(-1, n_cells)
+    inv_cap = 1.0 / np.asarray(cfg.capacity_units, dtype=np.float32)
+    closed = np.minimum(total.astype(np.float32) * inv_cap, 1.0).reshape(-1, n_cells)
     source = np.concatenate([past[rows].reshape(n * hist, n_cells), closed])
     pos = np.arange(hist)[None, :] + n_steps[:, None]  # position in (h old rows, then the n_steps new ones)
     index = np.where(pos < hist, np.arange(n)[:, None] * hist + pos, n * hist + first[:, None] + pos - hist)

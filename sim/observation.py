@@ -96,16 +96,19 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
 
 
 def _encode_history(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.ndarray) -> int:
-    """Write the history block (the last h-1 closed steps from `State.past`, oldest first, then the current
-    step) into out[:, :size]; returns size."""
+    """Write the history block (the last h-1 closed steps from `State.past`, kept scaled and clipped, oldest
+    first, then the current step) into out[:, :size]; returns size."""
     n_envs, n_cells = state.batch_size, cfg.n_machines * cfg.n_resources
     size = cfg.history_steps * n_cells
-    scale = np.tile(inv_cap, cfg.history_steps * cfg.n_machines)  # 1 / C_d of each column
     closed = size - n_cells
-    np.multiply(state.past.reshape(n_envs, size)[:, n_cells:], scale[:closed], out=out[:, :closed])
-    now = current_usage(cfg, state).reshape(n_envs, n_cells).astype(np.float32)
-    np.multiply(now, scale[closed:], out=out[:, closed:size])
-    np.minimum(out[:, :size], 1.0, out=out[:, :size])
+    out[:, :closed] = state.past.reshape(n_envs, size)[:, n_cells:]
+    now = out[:, closed:size]
+    np.multiply(
+        current_usage(cfg, state).reshape(n_envs, n_cells).astype(np.float32),
+        np.tile(inv_cap, cfg.n_machines),
+        out=now,
+    )
+    np.minimum(now, 1.0, out=now)
     return size
 
 
