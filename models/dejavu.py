@@ -785,7 +785,12 @@ def _train(
                 is_pretraining=0.0,
                 epsilon=eps,
                 mean_competitive_return=float(ep.rewards.sum(axis=0).mean()),
+                std_competitive_return=float(ep.rewards.sum(axis=0).std()),
                 mean_sim_return=float(ep.final_state.penalty_totals.sum(axis=1).mean()),
+                **{
+                    f"cost_{name}": float(-ep.final_state.penalty_totals[:, i].mean())
+                    for i, name in enumerate(core.PENALTY_NAMES)
+                },
             )
             row.update(_update(tr, data, np.flatnonzero(data.is_sampled.numpy())))
         tr.iteration += 1

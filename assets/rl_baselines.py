@@ -1,0 +1,497 @@
+"""The learned baselines as assets: DeepRM's agent (`models.deeprm`) and Dejavu (`models.dejavu`) trained per
+(load, training seed) like TVW-RL (`assets.rl.RL_PARTITIONS`), and DeepRM's Figure 4 on its own workload.
+
+Trained policies are saved where `eval__results` looks for them, `models/<policy>/<source>/<partition>.pt` under
+the warehouse (`assets.rl.policy_path`, policy "deeprm_rl" or "dejavu"), each with a JSON sidecar holding its
+configuration, the git revision and the run's identity; `load_learned` reads one back as a registry scheduler.
+
+Which sources each agent trains on (every source with training sequences at the partition's load, or those named
+in its config):
+- DeepRM: TVW-RL's "DeepRM" baseline (`DeepRMAgentConfig.tvw_baseline`: TVW-RL's 10-machine cluster) on every
+  source but `deeprm_synthetic`; on `deeprm_synthetic`, DeepRM's own setup (one pool of 8 units per resource), the
+  agent of DeepRM's Figure 4 (`eval__deeprm_fig4`).
+- Dejavu: every source but `deeprm_synthetic` (Dejavu places pods on nodes; DeepRM's single-pool workload has
+  one node, where placement has no choice).
+"""
+
+import dataclasses
+import io
+import json
+import time
+from pathlib import Path
+
+import polars as pl
+from dagster import AssetExecutionContext, Config, MetadataValue, Output, asset
+from pydantic import Field
+
+from assets.ec import png_markdown
+from assets.resources import Warehouse
+from assets.rl import RL_PARTITIONS, curve_trend, git_revision, parse_rl_partition, policy_path
+from models import deeprm, dejavu
+from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, train_deeprm
+from models.dejavu import DejavuConfig, DejavuPolicy
+from pipelines.synthetic import DEEPRM_SOURCE, DeepRMConfig, build_deeprm_sequences
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+
+PRESETS = ("paper", "short", "sample")
+"""Training presets of both agents: "paper" (the papers' budgets, for a big machine), "short" (a few minutes per
+source on 2 cores, still learning visibly) and "sample" (the embedded sample's run: a partition in about a minute
+on a quiet 2-core machine; a smoke run of the whole layer, not a trained agent worth comparing)."""
+
+DEEPRM_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,
+    "mean_return": pl.Float64,  # mean episode return (negative slowdown and unused-resource cost; higher is better)
+    "std_return": pl.Float64,
+    "mean_slowdown": pl.Float64,  # mean over episodes of total slowdown / jobs
+    "cost_slowdown": pl.Float64,  # the reward's components as positive costs (`models.deeprm.REWARD_COMPONENTS`)
+    "cost_unused": pl.Float64,
+    "cost_unplaced": pl.Float64,
+    "loss": pl.Float64,
+    "entropy": pl.Float64,  # mean entropy of the masked policy (nats)
+    "n_truncated": pl.Int64,  # episodes that hit the safety cap
+    "wall_s": pl.Float64,  # seconds the iteration took
+}
+
+DEJAVU_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,
+    "is_pretraining": pl.Boolean,  # DQfD pretraining on demonstrations only (no episode, returns null)
+    "mean_return": pl.Float64,  # mean competitive return (Algorithm 2) of the iteration's episodes (RL phase)
+    "std_return": pl.Float64,
+    "mean_sim_return": pl.Float64,  # mean simulator return of those episodes (TVW-RL's penalties)
+    "cost_contention": pl.Float64,  # the simulator's penalties of those episodes as positive costs
+    "cost_underutil": pl.Float64,
+    "cost_overshoot": pl.Float64,
+    "cost_wait": pl.Float64,
+    "cost_unplaced": pl.Float64,
+    "epsilon": pl.Float64,  # exploration of the RL iteration
+    "loss": pl.Float64,  # DQfD loss (Eq. 11), mean over the iteration's updates
+    "loss_dq": pl.Float64,
+    "loss_n_step": pl.Float64,
+    "loss_supervised": pl.Float64,
+    "loss_l2": pl.Float64,
+    "wall_s": pl.Float64,  # seconds the iteration took
+}
+
+
+# --- configuration -----------------------------------------------------------------------------------------
+
+
+class DeepRMTrainConfig(Config):
+    preset: str = Field(
+        default="paper",
+        description="'paper' (DeepRM: 1000 iterations of 100 x 20; TVW-RL's baseline: 2000 of 20 x 20), "
+        "'short' or 'sample'",
+    )
+    n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
+    sources: list[str] = Field(
+        default=[], description="sources to train on (empty: every source with sequences)"
+    )
+
+
+class DejavuTrainConfig(Config):
+    preset: str = Field(
+        default="paper",
+        description="'paper' (10^6 demonstrations, 750k pretraining updates, 3750 RL iterations), 'short' or 'sample'",
+    )
+    n_pretrain_iterations: int = Field(
+        default=-1, description="override the preset's pretraining iterations (-1 = keep)"
+    )
+    n_rl_iterations: int = Field(default=-1, description="override the preset's RL iterations (-1 = keep)")
+    n_demo_decisions: int = Field(
+        default=0, description="override the preset's demonstrator decisions (0 = keep)"
+    )
+    sources: list[str] = Field(
+        default=[], description="sources to train on (empty: every source with sequences)"
+    )
+
+
+def _check_preset(preset: str, asset_name: str) -> None:
+    if preset not in PRESETS:
+        raise ValueError(f"{asset_name}: unknown preset {preset!r}; known: {PRESETS}")
+
+
+def deeprm_config(preset: str, source: str, seed: int, n_iterations: int = 0) -> DeepRMAgentConfig:
+    """The DeepRM agent trained on `source` under `preset`: DeepRM's own setup on its synthetic workload, TVW-RL's
+    baseline (10 machines, 40 jobs per episode; 20 in the short presets) elsewhere."""
+    _check_preset(preset, "rl__deeprm")
+    if source == DEEPRM_SOURCE:
+        base = DeepRMAgentConfig.paper() if preset == "paper" else DeepRMAgentConfig.short(seed)
+    else:
+        base = DeepRMAgentConfig.tvw_baseline(seed)
+        if preset != "paper":
+            base = base.with_sim(jobs_per_episode=20)
+    r = base.reinforce
+    if preset == "short":
+        r = dataclasses.replace(r, n_iterations=60, n_sequences=8, n_trajectories=8, checkpoint_every=10)
+    elif preset == "sample":
+        r = dataclasses.replace(r, n_iterations=15, n_sequences=4, n_trajectories=4, checkpoint_every=5)
+    r = dataclasses.replace(r, seed=seed, n_iterations=n_iterations or r.n_iterations)
+    return dataclasses.replace(base, reinforce=r)
+
+
+def dejavu_configs(config: DejavuTrainConfig, seed: int, n_labels: int) -> tuple[DejavuConfig, SimConfig]:
+    """(agent, training simulator) of a Dejavu run: TVW-RL's cluster (M = 10, L = 200) with episodes of 40 jobs
+    (20 in the short presets) and the evaluation's label count (`n_labels`: the network's input must match
+    `eval__results`' simulator, `assets.cluster.eval_sim_config`)."""
+    _check_preset(config.preset, "rl__dejavu")
+    if config.preset == "paper":
+        dcfg = DejavuConfig(seed=seed)
+    elif config.preset == "short":
+        dcfg = DejavuConfig.short(
+            seed=seed,
+            hidden_units=(128, 128),
+            n_demo_decisions=3000,
+            n_pretrain_iterations=15,
+            n_rl_iterations=6,
+            updates_per_iteration=100,
+            episodes_per_iteration=8,
+            target_update_every=200,
+            epsilon_decay_iterations=3,
+        )
+    else:
+        dcfg = DejavuConfig.short(
+            seed=seed,
+            n_demo_decisions=600,
+            n_pretrain_iterations=4,
+            n_rl_iterations=2,
+            updates_per_iteration=50,
+            episodes_per_iteration=4,
+            epsilon_decay_iterations=1,
+            checkpoint_every=2,
+        )
+    changes = {
+        k: v
+        for k, v in (
+            ("n_pretrain_iterations", config.n_pretrain_iterations),
+            ("n_rl_iterations", config.n_rl_iterations),
+        )
+        if v >= 0
+    }
+    if config.n_demo_decisions:
+        changes["n_demo_decisions"] = config.n_demo_decisions
+    dcfg = dataclasses.replace(dcfg, **changes)
+    jobs_per_episode = 40 if config.preset == "paper" else 20
+    sim = SimConfig(max_steps=200, jobs_per_episode=jobs_per_episode, n_labels=n_labels)
+    return dcfg, sim
+
+
+def eval_label_count(jobs: pl.DataFrame) -> int:
+    """n_labels of `assets.cluster.eval_sim_config` for the sequences `jobs`."""
+    return max(SimConfig().n_labels, int(jobs["ec_label"].max() or 0) + 1)
+
+
+def _sources(
+    train: pl.DataFrame, wanted: list[str], exclude: tuple[str, ...], asset_name: str, key: str
+) -> list[str]:
+    have = sorted(train["source"].unique().to_list())
+    sources = [s for s in have if s in wanted] if wanted else [s for s in have if s not in exclude]
+    if not sources:
+        raise ValueError(
+            f"{asset_name} {key}: no training sequences for sources {wanted or 'all'} at this load "
+            f"(sources with sequences: {have}); materialise sim__job_sequences first"
+        )
+    return sources
+
+
+def write_sidecar(
+    path: Path, policy: str, source: str, load: int, seed: int, config: dict, revision: str
+) -> None:
+    """The JSON next to a trained policy: what it is, what it was trained with, and at which git revision."""
+    payload = {
+        "policy": policy,
+        "source": source,
+        "load_pct": load,
+        "seed": seed,
+        "git_revision": revision,
+        "config": config,
+    }
+    path.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str))
+
+
+def load_learned(name: str, source: str, load: int, seed: int, warehouse: Warehouse):
+    """The trained scheduler `name` ("deeprm_rl" or "dejavu") of (source, load %, training seed) from the
+    warehouse, as `eval__results` runs it. FileNotFoundError naming the file when it was not trained there;
+    ValueError when its sidecar says it is another run (policy, source, load or seed) or the file is damaged."""
+    builders = {DeepRMAgentPolicy.name: DeepRMAgentPolicy, DejavuPolicy.name: DejavuPolicy}
+    if name not in builders:
+        raise ValueError(f"load_learned: {name!r} is not one of {sorted(builders)}")
+    path = policy_path(warehouse, name, source, load, seed)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no trained {name} policy at {path} (materialise rl__{name.removesuffix('_rl')})"
+        )
+    sidecar = path.with_suffix(".json")
+    if sidecar.exists():
+        meta = json.loads(sidecar.read_text())
+        want = {"policy": name, "source": source, "load_pct": load, "seed": seed}
+        bad = {k: meta.get(k) for k, v in want.items() if meta.get(k) != v}
+        if bad:
+            raise ValueError(
+                f"{path}: its sidecar {sidecar.name} describes another run ({bad}, wanted {want})"
+            )
+    return builders[name](path)
+
+
+def _curve_plot(curve: pl.DataFrame, panels: list[tuple[str, str]], title: str) -> bytes:
+    """PNG, 1,200 px wide: one row per (column, label) of `panels`, one column per source, a line per (load, seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = sorted(curve["source"].unique().to_list())
+    fig, axes = plt.subplots(
+        len(panels), len(sources), figsize=(12, 2.6 * len(panels)), squeeze=False, sharex="col"
+    )
+    for col, source in enumerate(sources):
+        part = curve.filter(pl.col("source") == source)
+        for row, (column, label) in enumerate(panels):
+            ax = axes[row][col]
+            for (load, seed), g in part.group_by("load_pct", "seed", maintain_order=True):
+                g = g.sort("iteration").drop_nulls(column)
+                ax.plot(g["iteration"], g[column], label=f"{load}% s{seed}", lw=1)
+            ax.tick_params(labelsize=7)
+            if row == 0:
+                ax.set_title(source, fontsize=9)
+            if col == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if row == len(panels) - 1:
+                ax.set_xlabel("iteration", fontsize=8)
+        axes[0][col].legend(fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# --- DeepRM -------------------------------------------------------------------------------------------------
+
+
+@asset(partitions_def=RL_PARTITIONS, group_name="rl", io_manager_key="table_io", kinds={"parquet", "torch"})
+def rl__deeprm(
+    context: AssetExecutionContext,
+    config: DeepRMTrainConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+) -> Output[pl.DataFrame]:
+    """DeepRM agent learning curves: one row per (source, load, training seed, iteration) with the mean and
+    spread of the episode return, the mean job slowdown, each reward component as a positive cost, the policy's
+    entropy and the wall seconds. One partition is one (load, seed); it trains DeepRM's agent (REINFORCE with the
+    time-dependent baseline, the chosen job placed by Best-Fit) on every source with training sequences at that
+    load: TVW-RL's "DeepRM" baseline on TVW-RL's cluster, DeepRM's own setup on `deeprm_synthetic`. Resumes from
+    its checkpoint when a run was interrupted; the trained policies are `models/deeprm_rl/<source>/<partition>.pt`
+    under the warehouse (JSON sidecar: configuration and git revision)."""
+    load, seed = parse_rl_partition(context.partition_key)
+    _check_preset(config.preset, "rl__deeprm")
+    train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
+    sources = _sources(train, config.sources, (), "rl__deeprm", context.partition_key)
+    revision = git_revision()
+    frames, saved = [], {}
+    for source in sources:
+        cfg = deeprm_config(config.preset, source, seed, config.n_iterations)
+        path = policy_path(warehouse, DeepRMAgentPolicy.name, source, load, seed)
+        context.log.info(
+            f"deeprm {source} load {load} % seed {seed}: {cfg.reinforce.n_iterations} iterations"
+        )
+        start = time.perf_counter()
+        curve = train_deeprm(
+            JobBatch.from_frame(train.filter(pl.col("source") == source)),
+            cfg,
+            path,
+            log=lambda m, s=source: context.log.info(f"deeprm {s}: {m}"),
+        )
+        context.log.info(f"deeprm {source}: trained in {time.perf_counter() - start:.1f} s")
+        write_sidecar(
+            path, DeepRMAgentPolicy.name, source, load, seed, deeprm.checkpoint_config(cfg), revision
+        )
+        saved[source] = str(path)
+        frames.append(
+            pl.DataFrame(curve).with_columns(
+                source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
+            )
+        )
+    out = pl.concat(frames, how="diagonal_relaxed").select(
+        [pl.col(c).cast(t) for c, t in DEEPRM_CURVE.items()]
+    )
+    plot = _curve_plot(
+        out, [("mean_return", "mean return"), ("mean_slowdown", "mean slowdown")], "DeepRM learning curves"
+    )
+    return Output(
+        out,
+        metadata={
+            "policies": MetadataValue.json(saved),
+            "git_revision": revision,
+            "learning_curve": png_markdown(plot, "DeepRM learning curves"),
+            "first_vs_last_return": MetadataValue.json(curve_trend(out).to_dicts()),
+        },
+    )
+
+
+# --- Dejavu -------------------------------------------------------------------------------------------------
+
+
+def _dejavu_curve(rows: list[dict]) -> pl.DataFrame:
+    """The learning-curve rows of `models.dejavu.train` renamed to DEJAVU_CURVE's columns (missing ones null)."""
+    frame = pl.DataFrame(rows).rename(
+        {"mean_competitive_return": "mean_return", "std_competitive_return": "std_return"}, strict=False
+    )
+    missing = [c for c in DEJAVU_CURVE if c not in frame.columns and c not in ("source", "load_pct", "seed")]
+    return frame.with_columns([pl.lit(None, pl.Float64).alias(c) for c in missing]).with_columns(
+        pl.col("is_pretraining").cast(pl.Boolean), pl.col("iteration").cast(pl.Int64)
+    )
+
+
+def save_dejavu_policy(checkpoint: Path, path: Path) -> None:
+    """`path`: the final checkpoint without its replay buffer (what evaluation needs: configs and weights; the
+    replay of a paper-sized run is gigabytes), written to a temporary file and renamed."""
+    import torch
+
+    payload = dejavu.read_checkpoint(checkpoint)
+    payload["replay"] = []
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+@asset(partitions_def=RL_PARTITIONS, group_name="rl", io_manager_key="table_io", kinds={"parquet", "torch"})
+def rl__dejavu(
+    context: AssetExecutionContext,
+    config: DejavuTrainConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+) -> Output[pl.DataFrame]:
+    """Dejavu learning curves: one row per (source, load, training seed, iteration): DQfD pretraining on
+    kube_default's selective demonstrations (loss and its parts), then RL with the competitive reward (mean and
+    spread of the competitive return, the simulator's return and each of its penalties as a positive cost,
+    epsilon, loss), and the wall seconds. One partition is one (load, seed); it trains Dejavu on every source with
+    training sequences at that load except `deeprm_synthetic`, resuming from the latest checkpoint of
+    `models/dejavu/<source>/<partition>.ckpt/`; the trained policies are `models/dejavu/<source>/<partition>.pt`
+    (weights and configs, no replay) with a JSON sidecar (configuration and git revision)."""
+    load, seed = parse_rl_partition(context.partition_key)
+    train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
+    sources = _sources(train, config.sources, (DEEPRM_SOURCE,), "rl__dejavu", context.partition_key)
+    dcfg, sim_cfg = dejavu_configs(config, seed, eval_label_count(sim__job_sequences))
+    revision = git_revision()
+    frames, saved = [], {}
+    for source in sources:
+        path = policy_path(warehouse, DejavuPolicy.name, source, load, seed)
+        ckpt_dir = path.with_suffix(".ckpt")
+        context.log.info(
+            f"dejavu {source} load {load} % seed {seed}: {dcfg.n_pretrain_iterations} pretraining + "
+            f"{dcfg.n_rl_iterations} RL iterations"
+        )
+        start = time.perf_counter()
+        trainer = dejavu.train(
+            dcfg,
+            sim_cfg,
+            JobBatch.from_frame(train.filter(pl.col("source") == source)),
+            checkpoint_dir=ckpt_dir,
+            log=lambda m, s=source: context.log.info(f"{s}: {m}"),
+        )
+        context.log.info(f"dejavu {source}: trained in {time.perf_counter() - start:.1f} s")
+        latest = dejavu.latest_checkpoint(ckpt_dir)
+        save_dejavu_policy(latest, path)
+        for old in ckpt_dir.glob("dejavu_iter*.pt"):
+            if old != latest:
+                old.unlink()  # a resumed run needs only the latest
+        config_json = {"dejavu": dataclasses.asdict(dcfg), "sim": dataclasses.asdict(sim_cfg)}
+        write_sidecar(path, DejavuPolicy.name, source, load, seed, config_json, revision)
+        saved[source] = str(path)
+        frames.append(
+            _dejavu_curve(trainer.curve).with_columns(
+                source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
+            )
+        )
+    out = pl.concat(frames, how="diagonal_relaxed").select(
+        [pl.col(c).cast(t) for c, t in DEJAVU_CURVE.items()]
+    )
+    plot = _curve_plot(
+        out,
+        [("loss", "DQfD loss"), ("loss_supervised", "margin loss"), ("mean_return", "competitive return")],
+        "Dejavu learning curves (pretraining, then RL)",
+    )
+    return Output(
+        out,
+        metadata={
+            "policies": MetadataValue.json(saved),
+            "git_revision": revision,
+            "learning_curve": png_markdown(plot, "Dejavu learning curves"),
+        },
+    )
+
+
+# --- DeepRM Figure 4 ---------------------------------------------------------------------------------------
+
+FIG4_TABLE = {
+    "load_pct": pl.Int32,
+    "policy": pl.String,
+    "n_sequences": pl.Int64,  # test jobsets at the load
+    "n_jobs": pl.Int64,
+    "mean_slowdown": pl.Float64,  # mean over jobsets of the jobset's mean job slowdown (1 = no wait)
+    "slowdown_ci95": pl.Float64,  # half-width of its 95 % t-interval over jobsets
+    "n_unplaced": pl.Int64,  # jobs never placed (0 unless the safety cap cut an episode)
+    "trained_at_load_pct": pl.Int64,  # the DeepRM agent's training load (null for the heuristics)
+}
+
+
+class DeepRMFig4Config(Config):
+    loads_pct: list[int] = Field(
+        default=[30, 50, 70, 90],
+        description="offered loads of the figure, % (DeepRM: 10-190 %; its workload generator reaches 92 %)",
+    )
+    n_test_sequences: int = Field(default=30, description="test jobsets per load (DeepRM: 100)")
+    sequence_seed: int = Field(
+        default=0,
+        description="seed of the jobsets (sim__job_sequences' seed: the same test jobsets at its loads)",
+    )
+    training_seed: int = Field(default=0, description="training seed of the DeepRM agent evaluated")
+    seed: int = Field(default=0, description="simulator and tie-break seed of the test episodes")
+
+
+@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"}, deps=["rl__deeprm"])
+def eval__deeprm_fig4(
+    context: AssetExecutionContext, config: DeepRMFig4Config, warehouse: Warehouse
+) -> Output[pl.DataFrame]:
+    """DeepRM Figure 4 on DeepRM's own synthetic workload: mean job slowdown with its 95 % interval over test
+    jobsets, per (load, policy), for the trained DeepRM agent (`rl__deeprm` on `deeprm_synthetic`; at each load the
+    agent trained at the nearest training load, `trained_at_load_pct`), DeepRM's heuristics SJF, Packer, Tetris
+    and Tetris*, and a random choice of job. The jobsets are built here at the figure's loads by
+    `pipelines.synthetic.build_deeprm_sequences` (with sim__job_sequences' seed they are its test jobsets at its
+    loads); the UI shows the slowdown-vs-load plot."""
+    root = Path(warehouse.root) / "models" / DeepRMAgentPolicy.name / DEEPRM_SOURCE
+    found = sorted(root.glob(f"load*-seed{config.training_seed}.pt"))
+    checkpoints = {parse_rl_partition(p.stem)[0]: p for p in found}
+    if not checkpoints:
+        raise ValueError(
+            f"eval__deeprm_fig4: no DeepRM agent trained on {DEEPRM_SOURCE} with seed {config.training_seed} under "
+            f"{root} (materialise rl__deeprm with the deeprm_synthetic source first)"
+        )
+    plan = DeepRMConfig(
+        n_train_sequences=0,
+        n_test_sequences=config.n_test_sequences,
+        loads_pct=tuple(config.loads_pct),
+        seed=config.sequence_seed,
+    )
+    table, png = deeprm.slowdown_vs_load(build_deeprm_sequences(plan), checkpoints, seed=config.seed)
+    table = table.select([pl.col(c).cast(t) for c, t in FIG4_TABLE.items()])
+    context.log.info(f"eval__deeprm_fig4: agents trained at {sorted(checkpoints)} % loads")
+    return Output(
+        table,
+        metadata={
+            "plot": png_markdown(png, "DeepRM Fig. 4: job slowdown vs load"),
+            "checkpoints": MetadataValue.json({str(k): str(v) for k, v in checkpoints.items()}),
+            "n_rows": table.height,
+        },
+    )
+
+
+RL_BASELINE_ASSETS = [rl__deeprm, rl__dejavu, eval__deeprm_fig4]
