@@ -116,6 +116,8 @@ COLUMN_DOCS = {
     "beats_control": "the paired difference's 95 % interval lies above 0: the mapping is better than chance",
     "n_seeds": "forecaster seeds the means are over",
     "n_control_draws": "random-control permutations per seed (their EG averaged before pairing)",
+    "eg_pct_by_seed": "EG of each forecaster seed (seed order): the draws behind the mean and interval",
+    "control_eg_pct_by_seed": "the control's EG of each seed (mean over its draws), paired with eg_pct_by_seed",
     "n_ecs_too_small": "ECs below the minimum size (G set to 0)",
     "n_ecs_undefined": "ECs with an undefined correlation in some seed (G set to 0 there)",
     "ari_across_seeds": "mean adjusted Rand index between these labels and the same method's labels with other "

@@ -82,6 +82,8 @@ MAPPING_ROWS = {
     "beats_control": pl.Boolean,  # eg_diff_pct_ci_low > 0: better than chance, paired over seeds
     "n_seeds": pl.Int64,  # forecaster seeds the means are over
     "n_control_draws": pl.Int64,  # random-control permutations per seed (their EG averaged)
+    "eg_pct_by_seed": pl.List(pl.Float64),  # EG of each forecaster seed, in seed order
+    "control_eg_pct_by_seed": pl.List(pl.Float64),  # the control's EG (mean over draws) of each seed
     "n_workloads": pl.Int64,
     "n_ecs_too_small": pl.Int64,  # ECs below min_members (G set to 0)
     "n_ecs_undefined": pl.Int64,  # ECs with an undefined correlation in at least one seed (G set to 0 there)
@@ -438,6 +440,8 @@ def _table_row(key, eg, f, c_eg, c_f, too_small, undefined, k_rules, cfg: GainCo
         "beats_control": bool(d[1] > 0.0),
         "n_seeds": cfg.n_seeds,
         "n_control_draws": cfg.n_control_draws,
+        "eg_pct_by_seed": list(eg[key]),
+        "control_eg_pct_by_seed": list(c_eg[key]),
         "n_workloads": n,
         "n_ecs_too_small": too_small[key],
         "n_ecs_undefined": undefined[key],

@@ -188,6 +188,12 @@ def test_table_over_seeds_with_a_random_control():
     assert r["eg_diff_pct_ci_low"] <= r["eg_diff_pct"] <= r["eg_diff_pct_ci_high"]
     assert r["beats_control"] == (r["eg_diff_pct_ci_low"] > 0) and r["beats_control"]
     assert r["eg_diff_p_value"] < 0.025 and r["n_control_draws"] == 1
+    assert len(r["eg_pct_by_seed"]) == 3 and np.mean(r["eg_pct_by_seed"]) == pytest.approx(r["eg_pct"])
+    d = np.subtract(r["eg_pct_by_seed"], r["control_eg_pct_by_seed"])
+    assert paired_difference(r["eg_pct_by_seed"], r["control_eg_pct_by_seed"])[:3] == pytest.approx(
+        (r["eg_diff_pct"], r["eg_diff_pct_ci_low"], r["eg_diff_pct_ci_high"])
+    )
+    assert d.mean() == pytest.approx(r["eg_diff_pct"])
     lines = []
     two = mapping_gain_table(
         values, {("temporal", 2): labels}, replace(cfg, n_control_draws=2), log=lines.append, label="t1"
