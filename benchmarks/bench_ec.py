@@ -9,7 +9,7 @@ synthetic usage series, and the projected cost of the full EC stage at paper sca
 
 `--project` times each stage (process CPU seconds) at n workloads (series of --length bins, clustered on their first 70 %) and
 projects it to --project-n workloads (default 10,000) of --length bins: the full EC stage of three methods,
-k 3..15, --n-init initialisations, --seeds forecaster seeds with random controls, per method, with the
+k 3..15, --n-init initialisations, --seeds forecaster seeds with --control-draws random controls each, per method, with the
 sampling / windowing / downsampling given (which the EC tables' metadata records in a real run).
 
 Prints seconds per stage and peak memory (ru_maxrss); for series_matrix also the memory the call itself added
@@ -294,15 +294,16 @@ def project(values: np.ndarray, a: argparse.Namespace) -> None:
     per_window = t_pred / (n * a.max_eval_bins)
     sum_k = 2 * 9 * 3  # two rows per method (silhouette-best and common k), k about 9 on average
     n_maps = 6
-    fits = a.seeds * (1 + 2 * sum_k)
-    # every mapping's EC fits together see all N series once, as does its control and the global fit
-    t_fits = fits * fixed + a.seeds * (1 + 2 * n_maps) * big_n * per_series
-    windows = a.seeds * (1 + 2 * n_maps) * big_n * a.max_eval_bins
+    sides = 1 + a.control_draws  # the mapping and each of its random controls
+    fits = a.seeds * (1 + sides * sum_k)
+    # every mapping's EC fits together see all N series once, as does each control and the global fit
+    t_fits = fits * fixed + a.seeds * (1 + sides * n_maps) * big_n * per_series
+    windows = a.seeds * (1 + sides * n_maps) * big_n * a.max_eval_bins
     t_fc = t_fits + windows * per_window
     print(
         f"  forecaster one fit {fixed:5.2f} s + {per_series * 1e3:.3f} ms per series, "
         f"prediction {per_window * 1e6:5.1f} us/window; "
-        f"{a.seeds} seeds x (1 global + 2 x sum k={sum_k} EC and control fits) = {fits} fits, "
+        f"{a.seeds} seeds x (1 global + {sides} x sum k={sum_k} EC and control fits) = {fits} fits, "
         f"{windows / 1e6:.1f} M windows ({a.max_eval_bins} held-out bins per workload) -> {t_fc:8.1f} s"
     )
     # ARI across 3 seeds, two rows per method: about 3 x 2 single-k clusterings per method
@@ -335,6 +336,7 @@ def main() -> None:
     p.add_argument("--project", action="store_true", help="time every stage and project to --project-n")
     p.add_argument("--project-n", type=int, default=10_000)
     p.add_argument("--seeds", type=int, default=5, help="forecaster seeds of the projection")
+    p.add_argument("--control-draws", type=int, default=1, help="random controls per mapping and seed")
     p.add_argument("--max-eval-bins", type=int, default=96, help="held-out bins scored per workload")
     p.add_argument("--fc-epochs", type=int, default=1)
     p.add_argument("--fc-min-steps", type=int, default=30)
