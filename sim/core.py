@@ -426,8 +426,13 @@ def _close_window(
     overlap = f["overlap"].reshape(-1)[slot]
     step_pen = np.zeros((pb.shape[0], len(PENALTY_NAMES)))
     step_pen[:, 0] = penalties.contention_penalty(overlap, cfg.k_contention)
-    step_pen[:, 1] = penalties.underutil_penalty(np.maximum(cap - total, 0), is_used, cfg.k_underutil)
-    step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, pb, ps, total > cap), cfg.k_overshoot)
+    # (P, M * D) views: a (D,) operand broadcast over (P, M, D) would run numpy's inner loop D elements long
+    cap_cells = np.tile(cap, n_m)
+    total_cells = total.reshape(-1, n_m * n_d)
+    unused = np.maximum(cap_cells - total_cells, 0).reshape(total.shape)
+    is_short = (total_cells > cap_cells).reshape(total.shape)
+    step_pen[:, 1] = penalties.underutil_penalty(unused, is_used, cfg.k_underutil)
+    step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, pb, ps, is_short), cfg.k_overshoot)
     step_pen[:, 3] = penalties.wait_penalty(qlen, cfg.k_wait)
     # advance
     _push_past(cfg, f, rows, n_steps, first, total)
@@ -498,27 +503,34 @@ def _first_overshoots(f: dict, pb: np.ndarray, ps: np.ndarray, is_short: np.ndar
     sub = np.flatnonzero(has_short)
     b, s = pb[sub], ps[sub]
     jobs: JobBatch = f["jobs"]
-    n_m, n_d = is_short.shape[1:]
+    n_j, (n_m, n_d) = jobs.max_jobs, is_short.shape[1:]
     machine = f["job_machine"][b]
     start = f["job_start"][b]
     is_running = (machine >= 0) & (start <= s[:, None]) & (start + jobs.duration[b] > s[:, None])
-    cell = np.arange(sub.shape[0])[:, None] * n_m + np.maximum(machine, 0)
-    short_j = np.take(is_short[sub].reshape(-1, n_d), cell, axis=0)  # (n, J, D): the job's machine is short
-    is_first = short_j & is_running[..., None] & ~f["has_overshot"][b]
-    is_group_start = np.ones(b.shape[0], dtype=bool)
-    np.not_equal(b[1:], b[:-1], out=is_group_start[1:])
-    if not is_group_start.all():
-        # several steps of one env's window: a pair is charged at its first short step only
-        seen = np.cumsum(is_first, axis=0)
-        group_start = np.flatnonzero(is_group_start)
-        start_of = group_start[np.cumsum(is_group_start) - 1]
-        is_first &= seen - seen[start_of] + is_first[start_of] == 1
-        marked = np.logical_or.reduceat(is_first, group_start, axis=0)
-    else:
-        marked = is_first
+    # one entry per (closed step, running job), in step order: its machine's shortage and the job's flag, per d
+    entry = np.flatnonzero(is_running)
+    step_of = entry // n_j
+    env_job = b[step_of] * n_j + entry % n_j
+    cell = (step_of * n_m + machine.reshape(-1)[entry]) * n_d
+    is_short_flat = is_short[sub].reshape(-1)
+    has_overshot = f["has_overshot"].reshape(-1)
+    keys, steps = [], []
+    for d in range(n_d):
+        key = env_job * n_d + d
+        is_new = is_short_flat[cell + d] & ~has_overshot[key]
+        keys.append(key[is_new])
+        steps.append(step_of[is_new])
+    key, step_of = np.concatenate(keys), np.concatenate(steps)
+    if key.size == 0:
+        return out
+    if (b[1:] == b[:-1]).any():
+        # several short steps of one env's window: a pair is charged at its first one only (a key's entries are
+        # in step order, and unique's stable sort returns the first)
+        _, first = np.unique(key, return_index=True)
+        key, step_of = key[first], step_of[first]
     f["has_overshot"] = f["has_overshot"].copy()  # copy-on-write: the input state's array stays as it was
-    f["has_overshot"][b[is_group_start]] |= marked
-    out[sub] = is_first.sum(axis=(1, 2))
+    f["has_overshot"].reshape(-1)[key] = True
+    out[sub] = np.bincount(step_of, minlength=sub.shape[0])
     return out
 
 
@@ -543,8 +555,10 @@ def action_mask(cfg: SimConfig, state: State) -> np.ndarray:
             need = state.jobs.usage[rows, head, 0]
         else:
             need = state.jobs.request[rows, head]
-        cap = np.asarray(cfg.capacity_units, dtype=np.int64)
-        fits = (current_usage(cfg, state) + need[:, None, :] <= cap).all(axis=2)
+        usage = current_usage(cfg, state)
+        fits = np.ones((n_envs, cfg.n_machines), dtype=bool)
+        for d, cap in enumerate(cfg.capacity_units):  # one (B, M) comparison per resource: D is tiny
+            fits &= usage[:, :, d] + need[:, d, None] <= cap
     mask = np.ones((n_envs, cfg.n_machines + 1), dtype=bool)
     mask[:, : cfg.n_machines] = fits & has_job[:, None]
     if cfg.hold_rule == "no_fit":

@@ -37,8 +37,24 @@ def underutil_penalty(unused_units: np.ndarray, is_used: np.ndarray, k_underutil
     Table 3 row K_u = 0 is the one that uses the MOST machines (no packing pressure)."""
     if k_underutil == 0:
         return np.zeros(unused_units.shape[0])
-    powered = np.power(unused_units.astype(np.float64), k_underutil)
-    return -(powered * is_used[..., None]).sum(axis=(1, 2))
+    base = unused_units.astype(np.float64)
+    exponent = float(k_underutil)
+    if (
+        unused_units.dtype.kind in "iu"
+        and exponent.is_integer()
+        and 1 <= exponent <= 8
+        and int(unused_units.max(initial=0)) ** int(exponent) < 2**53
+    ):
+        # integer units to a small integer power: repeated products are exact here, hence equal to np.power
+        # (which calls libm pow and is several times slower)
+        powered = base
+        for _ in range(int(exponent) - 1):
+            powered = powered * base
+    else:
+        powered = np.power(base, k_underutil)
+    # weights per (machine, resource) cell, summed over the M * D cells of a row as one contiguous run
+    weights = np.repeat(is_used, unused_units.shape[-1], axis=-1).reshape(powered.shape)
+    return -(powered * weights).sum(axis=(1, 2))
 
 
 def overshoot_penalty(n_first_overshoots: np.ndarray, k_overshoot: float) -> np.ndarray:
