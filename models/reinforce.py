@@ -43,6 +43,8 @@ class ReinforceConfig:
     advantage: str = "normalise"
     reward_scale: float = 1e4
     """Divisor of advantages when advantage = "scale"."""
+    discount: float = 1.0
+    """gamma per decision of the returns-to-go (DeepRM Fig. 3: v_t = sum_s gamma^(s-t) r_s; 1 = undiscounted)."""
     checkpoint_every: int = 50
     """Save a checkpoint every this many iterations (and at the end)."""
     seed: int = 0
@@ -50,6 +52,8 @@ class ReinforceConfig:
     def __post_init__(self) -> None:
         if self.advantage not in ADVANTAGE_MODES:
             raise ValueError(f"advantage must be one of {ADVANTAGE_MODES}, got {self.advantage!r}")
+        if not 0.0 < self.discount <= 1.0:
+            raise ValueError(f"discount must be in (0, 1], got {self.discount}")
         for name in ("n_trajectories", "n_sequences", "n_iterations", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -74,7 +78,7 @@ def sample_masked(
 
 def advantages(batch: RolloutBatch, cfg: ReinforceConfig) -> np.ndarray:
     """(K, E) advantages v - b (0 where not alive), scaled as `cfg.advantage` says."""
-    v = returns_to_go(batch.rewards)
+    v = returns_to_go(batch.rewards, cfg.discount)
     adv = (v - time_baseline(v, batch.alive, batch.n_trajectories)) * batch.alive
     if cfg.advantage == "normalise":
         std = adv[batch.alive].std() if batch.alive.any() else 0.0

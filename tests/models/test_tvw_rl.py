@@ -137,3 +137,29 @@ def test_bad_training_input_is_a_clear_error():
     nan_cfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, k_underutil=float("nan")))
     with pytest.raises(FloatingPointError, match="iteration 0"):
         train_tvw_rl(nan_jobs, nan_cfg)
+
+
+def test_discount_weights_later_rewards_less_in_the_advantages():
+    """advantages(): v_k = sum gamma^(k'-k) r_k', minus the mean over the sequence's trajectories (raw mode)."""
+    from models.reinforce import advantages
+    from sim.rollout import RolloutBatch
+
+    rewards = np.array([[0.0, 0.0], [-10.0, 0.0], [0.0, -10.0]])  # 3 decisions, 1 sequence x 2 trajectories
+    batch = RolloutBatch(
+        features=np.zeros((3, 2, 1), np.float32),
+        masks=np.ones((3, 2, 2), bool),
+        actions=np.zeros((3, 2), np.int64),
+        rewards=rewards,
+        alive=np.ones((3, 2), bool),
+        penalty_totals=np.zeros((2, 1)),
+        is_truncated=np.zeros(2, bool),
+        n_sequences=1,
+        n_trajectories=2,
+    )
+    undiscounted = advantages(batch, ReinforceConfig(advantage="raw"))
+    assert undiscounted[0].tolist() == [0.0, 0.0]  # both trajectories lose 10 in total
+    half = advantages(batch, ReinforceConfig(advantage="raw", discount=0.5))
+    # v_0 = -5 (penalty one decision later) vs -2.5 (two later): the later penalty weighs less
+    assert half[0].tolist() == [-1.25, 1.25]
+    with pytest.raises(ValueError, match="discount"):
+        ReinforceConfig(discount=0.0)
