@@ -268,7 +268,6 @@ _MUTABLE_FIELDS = (
     "n_arrived",
     "timeline",
     "overlap",
-    "past",
     "busy_until",
     "job_machine",
     "job_start",
@@ -276,7 +275,8 @@ _MUTABLE_FIELDS = (
     "is_truncated",
     "penalty_totals",
 )
-"""Fields step() may write, copied up front; `has_overshot` is copied only when a first overshoot is marked."""
+"""Fields step() may write, copied up front; `past` is rebuilt when steps are closed (`_push_past`) and
+`has_overshot` copied only when a first overshoot is marked."""
 
 _MAX_WINDOW = 64
 """At most this many idle steps of an env are closed at once (bounds the (steps, M, D) arrays of a window)."""
@@ -435,11 +435,11 @@ def _close_window(
     step_pen[:, 2] = penalties.overshoot_penalty(_first_overshoots(f, pb, ps, is_short), cfg.k_overshoot)
     step_pen[:, 3] = penalties.wait_penalty(qlen, cfg.k_wait)
     # advance
-    _push_past(cfg, f, rows, n_steps, first, total)
     f["timeline"].reshape(-1, n_m, n_d)[slot] = 0
     f["overlap"].reshape(-1)[slot] = 0
     t_end = t + n_steps
     f["t"][rows] = t_end
+    _push_past(cfg, f, rows, n_steps, pb, ps, total)
     f["n_arrived"][rows] = (jobs.arrival_step[rows] <= t_end[:, None]).sum(axis=1)
     is_finished = (f["next_job"][rows] == jobs.n_jobs[rows]) & (f["busy_until"][rows].max(axis=1) <= t_end)
     is_cut = ~is_finished & (t_end >= cfg.max_steps)
@@ -461,20 +461,35 @@ def _close_window(
 
 
 def _push_past(
-    cfg: SimConfig, f: dict, rows: np.ndarray, n_steps: np.ndarray, first: np.ndarray, total: np.ndarray
+    cfg: SimConfig,
+    f: dict,
+    rows: np.ndarray,
+    n_steps: np.ndarray,
+    pb: np.ndarray,
+    ps: np.ndarray,
+    total: np.ndarray,
 ) -> None:
-    """Shift the closed steps' units in use (entries first[i] .. first[i] + n_steps[i] - 1 of total (P, M, D),
-    per env rows[i]) into the history as fractions of C_d clipped at 1, dropping the oldest steps."""
+    """Shift the closed steps' units in use (total (P, M, D) at step ps of env pb; env rows[i] closed n_steps[i]
+    steps) into the history as fractions of C_d clipped at 1, dropping the oldest steps. Builds a new array with
+    one gather of every env's rows (the copy-on-write copy itself) and one write of the closed steps."""
     past = f["past"]
-    hist = past.shape[1]
+    n_envs, hist = past.shape[:2]
     n_cells = past.shape[2] * past.shape[3]
-    n = rows.shape[0]
+    shift = np.zeros(n_envs, dtype=np.int64)
+    shift[rows] = n_steps
+    # new row i of env b is old row i + shift[b]; rows past the end are overwritten by the closed steps below
+    source = (
+        np.minimum(np.arange(hist)[None, :] + shift[:, None], hist - 1) + (np.arange(n_envs) * hist)[:, None]
+    )
+    new = np.take(past.reshape(n_envs * hist, n_cells), source.reshape(-1), axis=0)
+    t_end = np.zeros(n_envs, dtype=np.int64)
+    t_end[rows] = f["t"][rows]  # already advanced to the end of the window
+    pos = hist - (t_end[pb] - ps)  # row of the closed step in the new history (< 0: shifted out again)
+    is_kept = pos >= 0
     inv_cap = 1.0 / np.asarray(cfg.capacity_units, dtype=np.float32)
-    closed = np.minimum(total.astype(np.float32) * inv_cap, 1.0).reshape(-1, n_cells)
-    source = np.concatenate([past[rows].reshape(n * hist, n_cells), closed])
-    pos = np.arange(hist)[None, :] + n_steps[:, None]  # position in (h old rows, then the n_steps new ones)
-    index = np.where(pos < hist, np.arange(n)[:, None] * hist + pos, n * hist + first[:, None] + pos - hist)
-    past[rows] = source[index].reshape(n, *past.shape[1:])
+    closed = np.minimum(total[is_kept].astype(np.float32) * inv_cap, 1.0)
+    new[pb[is_kept] * hist + pos[is_kept]] = closed.reshape(-1, n_cells)
+    f["past"] = new.reshape(past.shape)
 
 
 def _unplaced_charges(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
