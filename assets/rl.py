@@ -24,7 +24,7 @@ from pydantic import Field
 from assets.cluster import EVAL_CHECKS_FOR, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path, png_markdown
 from assets.resources import Warehouse
-from models.reinforce import ReinforceConfig
+from models.reinforce import ADVANTAGE_MODES, ReinforceConfig
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
 from sim.evaluate import evaluate_policies, plot_results, summarise
@@ -336,12 +336,15 @@ ABLATIONS: dict[str, tuple] = {
     "train_noise": (0, 1, 2, 3),  # Table 2: trained with background noise of 0..n units, tested at 0..3
     "shape_noise": (0, 1),  # trained with usage shapes perturbed by -1..1 units (1) or not (0)
     "ec_labels": ("none", "clustering"),  # Table 2's "w/o EC": every job labelled 0
+    "advantage": ADVANTAGE_MODES,  # reward scale: does the advantage scaling change which policy wins?
 }
 """TVW-RL's ablations (its Tables 2-3, at 50 % load): setting -> values; one training run per value."""
 ABLATION_PARTITIONS = StaticPartitionsDefinition([f"{k}={v}" for k, vals in ABLATIONS.items() for v in vals])
 ABLATION_RESULTS = {
     "ablation": pl.String,
     "value": pl.String,
+    "source": pl.String,
+    "load_pct": pl.Int32,
     "eval_noise_units": pl.Int32,  # background noise 0..n units in the test episodes
     "sequence_id": pl.Int32,
     "avg_util_cpu_frac": pl.Float64,
@@ -374,6 +377,8 @@ def ablation_config(base: TvwRlConfig, setting: str, value: str) -> TvwRlConfig:
         return base.with_sim(is_shape_perturbed=bool(int(value)))
     if setting == "ec_labels":
         return base
+    if setting == "advantage":
+        return dataclasses.replace(base, reinforce=dataclasses.replace(base.reinforce, advantage=value))
     raise ValueError(f"unknown ablation {setting!r}; known: {sorted(ABLATIONS)}")
 
 
@@ -439,14 +444,60 @@ def rl__ablation(
     )
 
 
+def ablation_winners(ablations: pl.DataFrame, baselines: pl.DataFrame) -> pl.DataFrame:
+    """Per ablation run (ablation, value) at test noise 0: the TVW-RL variant's mean return and utilisation
+    beside the heuristics' on the same source, load and test sequences (`eval__baselines`), the policy with the
+    best mean return among them all (`winner_by_return`) and the TVW-RL variant's rank by return (1 = best).
+    Reading the `advantage` rows together answers whether the advantage scaling changes which policy wins."""
+    runs = ablations.filter(pl.col("eval_noise_units") == 0)
+    rows = []
+    for (setting, value, source, load), run in runs.group_by(
+        "ablation", "value", "source", "load_pct", maintain_order=True
+    ):
+        ids = run["sequence_id"].unique()
+        base = baselines.filter(
+            (pl.col("source") == source) & (pl.col("load_pct") == load) & pl.col("sequence_id").is_in(ids)
+        )
+        means = (
+            pl.concat(
+                [
+                    base.select("policy", "episode_return", "avg_util_cpu_frac", "avg_overshoot_pct"),
+                    run.select(
+                        pl.lit("tvw_rl").alias("policy"),
+                        "episode_return",
+                        "avg_util_cpu_frac",
+                        "avg_overshoot_pct",
+                    ),
+                ]
+            )
+            .group_by("policy")
+            .agg(pl.all().mean())
+            .sort("episode_return", descending=True)
+        )
+        rank = means["policy"].to_list().index("tvw_rl") + 1
+        rows.append(
+            {
+                "ablation": setting,
+                "value": value,
+                "source": source,
+                "load_pct": load,
+                "n_policies": means.height,
+                "winner_by_return": means["policy"][0],
+                "tvw_rl_rank_by_return": rank,
+                "tvw_rl_return": means.filter(pl.col("policy") == "tvw_rl")["episode_return"][0],
+                "best_baseline_return": means.filter(pl.col("policy") != "tvw_rl")["episode_return"].max(),
+            }
+        )
+    return pl.DataFrame(rows).sort("ablation", "value")
+
+
 @asset(group_name="ablation", io_manager_key="table_io", kinds={"parquet", "polars"})
 def eval__ablations(rl__ablation: pl.DataFrame) -> pl.DataFrame:
     """TVW-RL Tables 2-3 from the ablation runs: per (ablation, value, test noise) the mean over test sequences of
     CPU and memory utilisation (higher is better), fragmentation, overshoot % and machines used (lower is
-    better), jobs never placed and the episode return."""
-    metrics = [
-        c for c in ABLATION_RESULTS if c not in ("ablation", "value", "eval_noise_units", "sequence_id")
-    ]
+    better), jobs never placed and the episode return (higher is better)."""
+    keys = ("ablation", "value", "eval_noise_units", "sequence_id", "source", "load_pct")
+    metrics = [c for c in ABLATION_RESULTS if c not in keys]
     return (
         rl__ablation.group_by("ablation", "value", "eval_noise_units")
         .agg([pl.col(c).mean() for c in metrics], n_sequences=pl.len())
@@ -454,4 +505,19 @@ def eval__ablations(rl__ablation: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-RL_ASSETS = [rl__tvw_rl, eval__results, eval__results_summary, rl__ablation, eval__ablations]
+@asset(group_name="ablation", io_manager_key="table_io", kinds={"parquet", "polars"})
+def eval__ablation_winners(rl__ablation: pl.DataFrame, eval__baselines: pl.DataFrame) -> pl.DataFrame:
+    """Each ablation run against the heuristics (`ablation_winners`): at test noise 0, on the same test
+    sequences, the policy with the best mean return and the TVW-RL variant's rank. The `advantage` rows answer
+    whether the advantage scaling (normalise / scale / raw) changes which policy wins."""
+    return ablation_winners(rl__ablation, eval__baselines)
+
+
+RL_ASSETS = [
+    rl__tvw_rl,
+    eval__results,
+    eval__results_summary,
+    rl__ablation,
+    eval__ablations,
+    eval__ablation_winners,
+]

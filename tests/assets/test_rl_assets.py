@@ -128,3 +128,39 @@ def test_the_runner_trains_after_the_sequences_and_evaluates_last():
     assert not _ready(rl[0], [cluster, *rl[1:], results], set())  # training waits for the sequences
     assert _ready(rl[0], rl[1:] + [results], set())  # training runs side by side
     assert not _ready(results, [], {rl[3]})  # the evaluation waits for every training run
+
+
+def test_ablation_winners_rank_each_run_against_the_heuristics_on_the_same_sequences():
+    from assets.rl import ablation_winners
+
+    def rows(policy, returns, seqs=(0, 1), **extra):
+        return pl.DataFrame(
+            {
+                "source": "s",
+                "load_pct": 50,
+                "policy": policy,
+                "sequence_id": list(seqs),
+                "episode_return": returns,
+                "avg_util_cpu_frac": 0.5,
+                "avg_overshoot_pct": 0.0,
+                **extra,
+            }
+        )
+
+    # tetris wins on sequences 0-1; best_fit's huge return on sequence 2 must not count (another sequence)
+    baselines = pl.concat(
+        [rows("tetris", [-10.0, -10.0]), rows("best_fit", [-30.0, -30.0]), rows("best_fit", [0.0], seqs=(2,))]
+    )
+    runs = pl.concat(
+        [
+            rows("tvw_rl", [-20.0, -20.0], ablation="advantage", value="raw", eval_noise_units=0),
+            rows("tvw_rl", [-5.0, -5.0], ablation="advantage", value="scale", eval_noise_units=0),
+            rows("tvw_rl", [0.0, 0.0], ablation="advantage", value="scale", eval_noise_units=3),
+        ]
+    ).drop("policy")
+    out = ablation_winners(runs, baselines)
+    assert out.select("value", "winner_by_return", "tvw_rl_rank_by_return").rows() == [
+        ("raw", "tetris", 2),
+        ("scale", "tvw_rl", 1),
+    ]
+    assert out["best_baseline_return"].to_list() == [-10.0, -10.0]
