@@ -4,8 +4,8 @@
 distances (aggregate baseline, temporal features, DTW), picks k per method by the silhouette averaged over the
 initialisations, scores each method at its silhouette-best k and at a common k with the prediction-gain proxy
 over several forecaster seeds against a random-partition control (Table 1), and keeps the best mapping that beats
-its control in a paired test over the seeds (the 95 % interval of the per-seed difference EG - control EG, both
-scored against the same EC-agnostic model, lies above 0); else a documented default, or nothing when EG is 0
+its control in a paired test over the seeds (the 95 % sign-test interval of the median per-seed difference
+EG - control EG, both scored against the same EC-agnostic model, lies above 0); else a documented default, or nothing when EG is 0
 everywhere. `ec__classifier_accuracy` trains
 ClassifyToEC (Algorithm 1) on the chosen labels and measures it with a split by workload group.
 
@@ -113,7 +113,16 @@ COLUMN_DOCS = {
     "eg_diff_pct_ci_high": "upper end of the 95 % t-interval of the paired difference",
     "eg_diff_p_value": "one-sided paired t-test p-value of a mean difference > 0 (per mapping, no multiplicity "
     "correction; several mappings are tested per source)",
-    "beats_control": "the paired difference's 95 % interval lies above 0: the mapping is better than chance",
+    "eg_diff_pct_median": "median of the paired difference EG - control EG over the seeds where it is not 0 "
+    "(a tie, usually EG 0 on both sides, favours neither: the sign test leaves it out)",
+    "eg_diff_pct_median_ci_low": "lower end of the sign-test interval (>= 95 %) of that median; > 0 means "
+    "beats_control; null below 6 seeds",
+    "eg_diff_pct_median_ci_high": "upper end of the sign-test interval of the median paired difference",
+    "n_seeds_diff_positive": "seeds in which the mapping's EG exceeds its control's",
+    "n_seeds_diff_negative": "seeds in which the mapping's EG is below its control's (the other seeds are ties)",
+    "eg_diff_sign_p_value": "one-sided exact sign-test p-value (per mapping, no multiplicity correction)",
+    "beats_control": "the median paired difference's sign-test interval lies above 0 (distribution-free: EG per "
+    "seed is heavy-tailed, so the t-interval is reported but not used): the mapping is better than chance",
     "n_seeds": "forecaster seeds the means are over",
     "n_control_draws": "random-control permutations per seed (their EG averaged before pairing)",
     "eg_pct_by_seed": "EG of each forecaster seed (seed order): the draws behind the mean and interval",
@@ -352,8 +361,10 @@ CHECKS = (
             "k, the effective prediction gain EG (%) and the fraction f of workloads in ECs whose own forecaster "
             "beats the EC-agnostic one, as means with 95 % intervals over forecaster seeds, beside a random "
             "control (same class sizes, labels shuffled) and the PAIRED difference EG - control EG per seed "
-            "(same seed, same EC-agnostic model) with its 95 % interval and p-value. A mapping beats its "
-            "control when that paired interval lies above 0; the chosen row (`is_chosen`) is the best-EG "
+            "(same seed, same EC-agnostic model): its mean with a t-interval and its median with a "
+            "distribution-free sign-test interval. A mapping beats its control when the median's interval "
+            "lies above 0 (EG per seed is heavy-tailed: one seed with a poor EC-agnostic model can multiply "
+            "it); the chosen row (`is_chosen`) is the best-EG "
             "mapping that does, or the documented fallback (fallback_method at its silhouette-best k) when "
             "none does; `choice_reason` says which.",
             metadata=column_schema(METHOD_COMPARISON),
@@ -559,8 +570,8 @@ def _comparison(table, sweep, series, cfg, config: EcRunConfig, source: str) -> 
 
 def _table_markdown(df: pl.DataFrame) -> str:
     lines = [
-        "| method | k | rule | EG % (95 % CI) | f (95 % CI) | control EG % (95 % CI) | paired EG - control (95 % CI) "
-        "| p | beats control | ARI | chosen |",
+        "| method | k | rule | EG % (95 % CI) | f (95 % CI) | control EG % (95 % CI) | paired EG - control: mean "
+        "(95 % CI), p | median (95 % sign-test CI), seeds + / - | beats control | ARI | chosen |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in df.iter_rows(named=True):
@@ -569,8 +580,11 @@ def _table_markdown(df: pl.DataFrame) -> str:
             f"| {r['method']} | {r['k']} | {r['k_rule']} | {r['eg_pct']:.2f} ({r['eg_pct_ci_low']:.2f}, "
             f"{r['eg_pct_ci_high']:.2f}) | {r['f_frac']:.2f} ({r['f_frac_ci_low']:.2f}, {r['f_frac_ci_high']:.2f}) "
             f"| {r['control_eg_pct']:.2f} ({r['control_eg_pct_ci_low']:.2f}, {r['control_eg_pct_ci_high']:.2f}) "
-            f"| {r['eg_diff_pct']:.2f} ({r['eg_diff_pct_ci_low']:.2f}, {r['eg_diff_pct_ci_high']:.2f}) "
-            f"| {r['eg_diff_p_value']:.3f} | {r['beats_control']} | {ari} | {r['is_chosen']} |"
+            f"| {r['eg_diff_pct']:.2f} ({r['eg_diff_pct_ci_low']:.2f}, {r['eg_diff_pct_ci_high']:.2f}), "
+            f"{r['eg_diff_p_value']:.3f} | {r['eg_diff_pct_median']:.2f} ({r['eg_diff_pct_median_ci_low']:.2f}, "
+            f"{r['eg_diff_pct_median_ci_high']:.2f}), +{r['n_seeds_diff_positive']} "
+            f"-{r['n_seeds_diff_negative']} of {r['n_seeds']} "
+            f"| {r['beats_control']} | {ari} | {r['is_chosen']} |"
         )
     return "\n".join(lines)
 

@@ -46,9 +46,15 @@ def test_method_comparison_columns_are_described_and_the_markdown_shows_the_pair
         eg_diff_pct_ci_low=1.5,
         eg_diff_pct_ci_high=6.5,
         eg_diff_p_value=0.004,
+        eg_diff_pct_median=3.0,
+        eg_diff_pct_median_ci_low=0.5,
+        eg_diff_pct_median_ci_high=7.0,
+        n_seeds_diff_positive=9,
+        n_seeds_diff_negative=1,
+        n_seeds=10,
         beats_control=True,
         is_chosen=True,
     )
     md = _table_markdown(pl.DataFrame([row], schema=METHOD_COMPARISON))
     assert "paired EG - control" in md.splitlines()[0]
-    assert "| 4.00 (1.50, 6.50) | 0.004 | True |" in md
+    assert "| 4.00 (1.50, 6.50), 0.004 | 3.00 (0.50, 7.00), +9 -1 of 10 | True |" in md

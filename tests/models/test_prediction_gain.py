@@ -15,9 +15,12 @@ from models.prediction_gain import (
     gaining_fraction,
     mapping_gain_table,
     mean_interval,
+    median_interval,
     paired_difference,
+    paired_sign_summary,
     pearson,
     prediction_gain,
+    sign_test_p,
 )
 
 FAST = GainConfig(
@@ -82,7 +85,7 @@ def test_only_a_mapping_that_beats_its_control_is_chosen_else_fallback_or_none()
     ]
     c = choose_mapping(rows, fallback_method="temporal")
     assert (c.method, c.k, c.basis) == ("temporal", 5, "fallback_default")
-    assert "no mapping's paired difference to its random control" in c.reason
+    assert "no mapping's median paired difference to its random control" in c.reason
     zero = [_row("aggregate", 3, 0.0, 0.0, False), _row("temporal", 3, 0.0, 0.0, False)]
     c = choose_mapping(zero)
     assert (c.method, c.k, c.basis) == (None, None, "none") and "EG is 0" in c.reason
@@ -117,6 +120,34 @@ def test_paired_difference_removes_a_shift_shared_by_both_sides():
     assert paired_difference([3.0, 3.0], [1.0, 1.0])[3] == 0.0
     with pytest.raises(ValueError, match="equal-length"):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_median_interval_and_sign_test_resist_one_wild_seed():
+    # nine seeds favour the mapping by 8-23 points, one by 280: the t-interval crosses 0, the sign test does not
+    d = [17.3, 10.7, 7.6, 280.2, 177.3, 9.7, 11.0, 23.4, 20.4, 8.3]
+    assert mean_interval(d)[1] < 0
+    # n = 10: j = 2 (P(B <= 1) = 11/1024, coverage 97.9 %; j = 3 would cover 89 %)
+    assert median_interval(d) == pytest.approx((14.15, 8.3, 177.3))
+    assert sign_test_p(d) == pytest.approx(1 / 1024)
+    assert median_interval([-1.0] + d[1:])[1] == pytest.approx(7.6)  # one seed against: still above 0
+    assert median_interval([-1.0, -2.0] + d[2:])[1] == pytest.approx(-1.0)  # two against: not
+    assert median_interval(range(1, 21))[1:] == (6.0, 15.0)  # n = 20: j = 6, coverage 95.9 %
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0])[1] != median_interval([1.0] * 5)[1]  # NaN: n <= 5
+    assert median_interval(range(1, 7))[1:] == (1.0, 6.0)  # n = 6: min and max, coverage 1 - 2/64
+    assert sign_test_p([0.0, 0.0]) == 1.0 and sign_test_p([1.0, -1.0, 0.0]) == pytest.approx(0.75)
+
+
+def test_paired_sign_summary_leaves_ties_out():
+    # 10 seeds: 8 for the mapping, 1 against, 1 tie (EG 0 on both sides): 8 of 9 informative, p = 10/512
+    mapping = [20.8, 1.3, 18.0, 14.7, 7.4, 6.7, 56.5, 3.0, 0.0, 7.2]
+    control = [0.2, 2.0, 0.6, 1.6, 2.6, 3.4, 5.3, 0.9, 0.0, 3.0]
+    med, lo, hi, n_pos, n_neg, p = paired_sign_summary(mapping, control)
+    assert (n_pos, n_neg) == (8, 1) and p == pytest.approx(10 / 512)
+    d = sorted(np.subtract(mapping, control)[[0, 1, 2, 3, 4, 5, 6, 7, 9]])
+    assert (med, lo, hi) == pytest.approx((d[4], d[1], d[7]))  # n = 9: j = 2 (coverage 96.1 %)
+    assert lo > 0
+    med, lo, hi, n_pos, n_neg, p = paired_sign_summary([0.0, 0.0], [0.0, 0.0])
+    assert (med, n_pos, n_neg, p) == (0.0, 0, 0, 1.0) and np.isnan(lo) and np.isnan(hi)
 
 
 def _ar_workloads(phis: list[float], length: int, seed: int) -> np.ndarray:
@@ -175,31 +206,41 @@ def test_bad_inputs():
 
 def test_table_over_seeds_with_a_random_control():
     values = _ar_workloads([0.9] * 4 + [-0.9] * 4, length=120, seed=4)
-    cfg = replace(FAST, n_seeds=3, max_eval_bins=20)
+    cfg = replace(FAST, n_seeds=6, max_eval_bins=20)
     labels = np.array([0] * 4 + [1] * 4)
     table = mapping_gain_table(values, {("temporal", 2): labels}, cfg, {("temporal", 2): "silhouette_best"})
     r = table.row(0, named=True)
-    assert r["n_seeds"] == 3 and r["k_rule"] == "silhouette_best"
+    assert r["n_seeds"] == 6 and r["k_rule"] == "silhouette_best"
     assert r["eg_pct_ci_low"] <= r["eg_pct"] <= r["eg_pct_ci_high"]
     assert r["f_frac_ci_low"] <= r["f_frac"] <= r["f_frac_ci_high"]
     # the planted split helps in every seed, its shuffled controls much less: it beats them, paired by seed
     assert r["eg_pct"] > r["control_eg_pct"]
     assert r["eg_diff_pct"] == pytest.approx(r["eg_pct"] - r["control_eg_pct"])
     assert r["eg_diff_pct_ci_low"] <= r["eg_diff_pct"] <= r["eg_diff_pct_ci_high"]
-    assert r["beats_control"] == (r["eg_diff_pct_ci_low"] > 0) and r["beats_control"]
     assert r["eg_diff_p_value"] < 0.025 and r["n_control_draws"] == 1
-    assert len(r["eg_pct_by_seed"]) == 3 and np.mean(r["eg_pct_by_seed"]) == pytest.approx(r["eg_pct"])
+    assert r["n_seeds_diff_positive"] == 6 and r["n_seeds_diff_negative"] == 0
+    assert r["eg_diff_sign_p_value"] == pytest.approx(1 / 64)
+    assert r["beats_control"] == (r["eg_diff_pct_median_ci_low"] > 0) and r["beats_control"]
+    assert len(r["eg_pct_by_seed"]) == 6 and np.mean(r["eg_pct_by_seed"]) == pytest.approx(r["eg_pct"])
     d = np.subtract(r["eg_pct_by_seed"], r["control_eg_pct_by_seed"])
     assert paired_difference(r["eg_pct_by_seed"], r["control_eg_pct_by_seed"])[:3] == pytest.approx(
         (r["eg_diff_pct"], r["eg_diff_pct_ci_low"], r["eg_diff_pct_ci_high"])
     )
-    assert d.mean() == pytest.approx(r["eg_diff_pct"])
+    assert (d.min(), d.max()) == pytest.approx(
+        (r["eg_diff_pct_median_ci_low"], r["eg_diff_pct_median_ci_high"])
+    )
     lines = []
     two = mapping_gain_table(
-        values, {("temporal", 2): labels}, replace(cfg, n_control_draws=2), log=lines.append, label="t1"
+        values,
+        {("temporal", 2): labels},
+        replace(cfg, n_seeds=3, n_control_draws=2),
+        log=lines.append,
+        label="t1",
     ).row(0, named=True)
-    assert two["eg_pct"] == pytest.approx(r["eg_pct"])  # same seeds: the mapping's own fits are unchanged
-    assert two["n_control_draws"] == 2 and two["control_eg_pct"] != r["control_eg_pct"]
+    # same seeds: the mapping's own fits are unchanged, the controls average two shuffles
+    assert two["eg_pct_by_seed"] == pytest.approx(r["eg_pct_by_seed"][:3])
+    assert two["n_control_draws"] == 2 and two["control_eg_pct_by_seed"] != r["control_eg_pct_by_seed"][:3]
+    assert not two["beats_control"]  # 3 seeds: no 95 % sign-test interval exists
     assert lines[0].startswith("t1: 1/3 mappings") and lines[-1].startswith("t1: 3/3 mappings")
     with pytest.raises(ValueError, match="n_control_draws"):
         GainConfig(n_control_draws=0)
