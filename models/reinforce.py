@@ -76,6 +76,17 @@ def sample_masked(
     return np.minimum((cum < u).sum(axis=1), probs.shape[1] - 1)
 
 
+def draw_sequences(rng: np.random.Generator, n_available: int, n: int) -> np.ndarray:
+    """Rows of the training sequences one iteration rolls out: n distinct ones when there are enough (every
+    iteration then sees a fresh mix, and a set no larger than n is seen whole every time, which keeps the learning
+    curve free of draw noise), else every sequence once plus n - n_available drawn with replacement."""
+    if n <= n_available:
+        return np.sort(rng.choice(n_available, size=n, replace=False))
+    return np.sort(
+        np.concatenate([np.arange(n_available), rng.integers(0, n_available, size=n - n_available)])
+    )
+
+
 def advantages(batch: RolloutBatch, cfg: ReinforceConfig) -> np.ndarray:
     """(K, E) advantages v - b (0 where not alive), scaled as `cfg.advantage` says."""
     v = returns_to_go(batch.rewards, cfg.discount)

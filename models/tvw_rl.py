@@ -31,6 +31,7 @@ from models.reinforce import (
     ReinforceConfig,
     check_state_space,
     config_dict,
+    draw_sequences,
     load_checkpoint,
     sample_masked,
     train_loop,
@@ -118,7 +119,7 @@ def train_tvw_rl(
     r = cfg.reinforce
 
     def run_iteration(i: int, rng: np.random.Generator) -> RolloutBatch:
-        rows = rng.integers(0, jobs.batch_size, size=r.n_sequences)
+        rows = draw_sequences(rng, jobs.batch_size, r.n_sequences)
         return rollout(
             cfg.sim,
             cfg.obs,

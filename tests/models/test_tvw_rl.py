@@ -85,14 +85,14 @@ def test_resume_after_a_kill_reaches_the_same_weights(tmp_path):
             calls["n"] += 1
             if calls["n"] == 7:
                 raise Killed
-            rows = rng.integers(0, 4, size=cfg.reinforce.n_sequences)
+            rows = draw_sequences(rng, 4, cfg.reinforce.n_sequences)
             return rollout(
                 cfg.sim, cfg.obs, toy_jobs().select(rows), 8, make_act(net), int(rng.integers(2**31))
             )
 
         return run
 
-    from models.reinforce import config_dict
+    from models.reinforce import config_dict, draw_sequences
 
     config = config_dict(cfg.sim, cfg.obs, cfg.reinforce) | {"hidden_units": cfg.hidden_units}
     net = build_net(cfg)
@@ -163,3 +163,14 @@ def test_discount_weights_later_rewards_less_in_the_advantages():
     assert half[0].tolist() == [-1.25, 1.25]
     with pytest.raises(ValueError, match="discount"):
         ReinforceConfig(discount=0.0)
+
+
+def test_an_iteration_draws_distinct_sequences_and_a_small_set_whole():
+    from models.reinforce import draw_sequences
+
+    rng = np.random.default_rng(0)
+    rows = draw_sequences(rng, 10, 4)
+    assert len(set(rows.tolist())) == 4 and rows.max() < 10
+    assert draw_sequences(rng, 5, 5).tolist() == [0, 1, 2, 3, 4]
+    more = draw_sequences(rng, 3, 7)
+    assert len(more) == 7 and set(more.tolist()) == {0, 1, 2}
