@@ -228,7 +228,9 @@ class EcRunConfig(Config):
         "models.forecaster.paper_scale); the forecaster_* fields below override single settings",
     )
     forecaster_seeds: int = Field(
-        default=5, description="forecaster seeds per mapping (mean and 95 % interval, paired test)"
+        default=10,
+        description="forecaster seeds per mapping (means, intervals, paired sign test); below 6 no mapping can "
+        "beat its control at 95 % and the choice always falls back",
     )
     control_draws: int = Field(
         default=1,
@@ -456,6 +458,11 @@ def ec__mapping(
         return
     t0 = time.perf_counter()
     gain_cfg = _gain_config(config)
+    if gain_cfg.n_seeds < 6:
+        context.log.warning(
+            f"{source}: forecaster_seeds={gain_cfg.n_seeds} < 6: the 95 % sign-test interval does not exist, "
+            "so no mapping can beat its control and the choice falls back"
+        )
     mappings = {key: sweep.labels[key[0]][key[1]] for key in rules}
     table = mapping_gain_table(
         series.series_list(),

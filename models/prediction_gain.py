@@ -116,7 +116,9 @@ class GainConfig:
     train_frac: float = 0.7  # leading fraction of every series used for training; the rest is held out
     min_members: int = 2  # ECs with fewer workloads get G = 0 (status too_small) instead of their own model
     correlation_space: str = "standardised"  # "standardised" (per workload, training stats) or "raw"
-    n_seeds: int = 5  # forecaster seeds (forecaster.seed, +1, ...) each mapping and control is scored over
+    # forecaster seeds (forecaster.seed, +1, ...) each mapping and control is scored over; the sign-test
+    # interval needs >= 6 informative seeds at 95 %, so fewer can never show that a mapping beats its control
+    n_seeds: int = 10
     max_eval_bins: int | None = None  # held-out bins scored per workload (the first after its training part)
     confidence: float = 0.95  # level of the t-intervals over seeds
     n_control_draws: int = 1  # random-control permutations per seed; their EG is averaged before pairing
