@@ -24,7 +24,7 @@ from pydantic import Field
 from assets.io_manager import frame_metadata
 from assets.raw import raw_table_name
 from assets.resources import TraceFolder, Warehouse
-from pipelines.long_running import ORPHAN_REASON, REASONS, LongRunningConfig, filter_long_running
+from pipelines.long_running import ORPHAN_REASON, REASONS, LongRunningConfig, long_running_tables
 from pipelines.schemas import BIN_SECONDS, USAGE, empty_frame
 from pipelines.sources import SOURCES
 from pipelines.usage import UsageConfig, iter_usage_chunks
@@ -34,6 +34,7 @@ SOURCE_PARTITIONS = StaticPartitionsDefinition(list(SOURCES))
 """Downstream of the raw layer, a partition is a trace source."""
 
 PAPER_MIN_BINS = dict(LongRunningConfig().min_contiguous_bins)
+PAPER_RULES = dict(LongRunningConfig().rule)
 
 
 def _raw_deps() -> list[AssetDep]:
@@ -179,7 +180,13 @@ def core__usage(
 class LongRunningRunConfig(Config):
     min_contiguous_bins: dict[str, int] = Field(
         default=PAPER_MIN_BINS,
-        description="per source: minimum contiguous 5-min records (TVW-RL: 6000 Google, 2000 Alibaba)",
+        description="per source: minimum 5-min records, counted as `rule` says (TVW-RL: 6000 continuous for "
+        "Google, 2000 records for Alibaba)",
+    )
+    rule: dict[str, str] = Field(
+        default=PAPER_RULES,
+        description="per source: contiguous_bins (longest gap-free run of 5-min bins; Google, Bitbrains) or "
+        "observed_bins (5-min bins with a sample, anywhere; TVW-RL's records rule for Alibaba)",
     )
 
 
@@ -202,6 +209,15 @@ def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataF
             description="How many workloads the long-running filter kept, and dropped for each reason.",
             kinds={"parquet", "polars"},
         ),
+        "core__long_running_judged": AssetOut(
+            io_manager_key="table_io",
+            description="Why each workload was kept or dropped by the long-running filter, one row per workload: "
+            "the reason (first match of no_usage, bad_final_state, partial, too_short, else kept), the rule and "
+            "threshold it was judged under (rule, min_bins), and what it was judged on: its longest run of "
+            "consecutive 5-minute bins (n_run_bins), its bins with a sample (n_observed_bins), its final_state "
+            "and is_partial.",
+            kinds={"parquet", "polars"},
+        ),
     },
     partitions_def=SOURCE_PARTITIONS,
     group_name="core",
@@ -211,7 +227,13 @@ def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataF
             "every_workload_counted_once",
             asset="core__long_running_report",
             description="the report's counts add up to the number of workloads of the source",
-        )
+        ),
+        AssetCheckSpec(
+            "every_workload_judged_once",
+            asset="core__long_running_judged",
+            description="every workload of the source has exactly one row, and the rows per reason equal the "
+            "report's counts",
+        ),
     ],
 )
 def core__long_running(
@@ -220,9 +242,12 @@ def core__long_running(
     warehouse: Warehouse,
     core__workloads: pl.DataFrame,
 ):
-    cfg = LongRunningConfig(min_contiguous_bins={**PAPER_MIN_BINS, **config.min_contiguous_bins})
+    cfg = LongRunningConfig(
+        min_contiguous_bins={**PAPER_MIN_BINS, **config.min_contiguous_bins},
+        rule={**PAPER_RULES, **config.rule},
+    )
     usage = warehouse.scan("core__usage", [context.partition_key])
-    kept, report = filter_long_running(core__workloads, usage, cfg)
+    kept, report, judged = long_running_tables(core__workloads, usage, cfg)
     context.log.info("long-running filter:\n" + str(report))
     # the five reasons partition the workloads; usage_without_workload counts ids outside the table
     n_reported = int(report.filter(pl.col("reason").is_in(list(REASONS)))["n_workloads"].sum())
@@ -231,6 +256,12 @@ def core__long_running(
         report,
         output_name="core__long_running_report",
         metadata={"report": MetadataValue.md("\n".join(f"- {r}: {n}" for _, r, n in report.iter_rows()))},
+    )
+    yield Output(judged, output_name="core__long_running_judged")
+    yield AssetCheckResult(
+        asset_key="core__long_running_judged",
+        check_name="every_workload_judged_once",
+        **check_judged(judged, core__workloads, report),
     )
     yield AssetCheckResult(
         asset_key="core__long_running_report",
@@ -244,6 +275,32 @@ def core__long_running(
             ),
         },
     )
+
+
+def check_judged(judged: pl.DataFrame, workloads: pl.DataFrame, report: pl.DataFrame) -> dict:
+    """`passed` and `metadata` of the judged table's check: each workload of `workloads` exactly once (no other
+    rows), and the rows per (source, reason) equal the report's counts of the five reasons."""
+    key = ["source", "workload_id"]
+    n_dup = judged.height - judged.select(key).n_unique()
+    n_missing = workloads.select(key).join(judged.select(key), on=key, how="anti").height
+    n_extra = judged.select(key).join(workloads.select(key), on=key, how="anti").height
+    per_reason = judged.group_by("source", "reason").agg(pl.len().cast(pl.Int64).alias("n_judged"))
+    reported = report.filter(pl.col("reason").is_in(list(REASONS)))
+    diff = reported.join(per_reason, on=["source", "reason"], how="full", coalesce=True).filter(
+        pl.col("n_workloads").fill_null(0) != pl.col("n_judged").fill_null(0)
+    )
+    mismatches = [f"{s}/{r}: report {a}, judged {b}" for s, r, a, b in diff.iter_rows()]
+    return {
+        "passed": n_dup == 0 and n_missing == 0 and n_extra == 0 and not mismatches,
+        "metadata": {
+            "n_judged": judged.height,
+            "n_workloads": workloads.height,
+            "n_duplicate_rows": n_dup,
+            "n_workloads_missing": n_missing,
+            "n_rows_not_a_workload": n_extra,
+            "reason_count_mismatches": "; ".join(mismatches) or "none",
+        },
+    }
 
 
 CORE_ASSETS = [core__workloads, core__usage, core__long_running]

@@ -9,14 +9,15 @@ therefore per source (`LongRunningConfig.rule`, default: each source's `TraceSou
   exactly 300 s) must reach the threshold; bins produced by gap filling (`is_filled`) count as present, so the
   fill policy of `pipelines.usage` decides how strict "continuous" is.
 * `observed_bins`: the number of 5-minute bins with at least one sample (`is_filled` false), wherever the gaps
-  are, must reach the threshold: TVW-RL's wording for Alibaba ("records", no contiguity asked). Every source's
-  default is contiguous_bins today (see `pipelines.sources.alibaba2018` for why); observed_bins is config.
+  are, must reach the threshold: TVW-RL's wording for Alibaba ("records", no contiguity asked), Alibaba's default
+  (`pipelines.sources.alibaba2018`); Google's sources and Bitbrains default to contiguous_bins.
 * Either way the longest run is kept as the workload's window (`run_start_s`, `n_run_bins`; the earliest one on
   ties): everything downstream needs a gap-free window.
 * each workload gets exactly one reason, first match in this order: `no_usage` (no bin at all),
   `bad_final_state` (final_state in `drop_states`), `partial` (is_partial and `drop_partial`), `too_short`
   (below the source's threshold under its rule), else `kept`. `judge_long_running` gives that reason per
-  workload, with the numbers it was judged on. The report lists all five reasons per source
+  workload, with the numbers it was judged on (`long_running_tables` gives it with the kept workloads and the
+  report, from one pass). The report lists all five reasons per source
   (zeros included) and their sum equals the number of workloads (checked).
 * usage rows whose workload is not in `workloads` are ignored; if there are any, the report has one more row,
   reason `usage_without_workload`, counting those workload ids (outside the five reasons' sum).
@@ -310,6 +311,24 @@ def judge_long_running(
     return check_schema(judged.sort(KEY), JUDGED, "long_running_judged")
 
 
+def long_running_tables(
+    workloads: pl.DataFrame,
+    usage: pl.DataFrame | pl.LazyFrame,
+    cfg: LongRunningConfig = LongRunningConfig(),
+    n_partitions: int = 1,
+    chunk_s: int | None = 6 * 3600,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(LONG_RUNNING, LONG_RUNNING_REPORT, JUDGED) from one pass over the usage: the kept workloads, the counts
+    per reason, and every workload's verdict. Same arguments as `filter_long_running`."""
+    judged, orphans = _judge(workloads, usage, cfg, n_partitions, chunk_s)
+    kept = judged.filter(pl.col("reason") == "kept").sort(KEY)
+    return (
+        check_schema(kept, LONG_RUNNING, "long_running"),
+        _report(judged, orphans),
+        check_schema(judged.sort(KEY), JUDGED, "long_running_judged"),
+    )
+
+
 def filter_long_running(
     workloads: pl.DataFrame,
     usage: pl.DataFrame | pl.LazyFrame,
@@ -325,6 +344,5 @@ def filter_long_running(
     holds every usage bin). With `n_partitions > 1` it makes that many passes, each over the workloads whose
     id hashes to it (runs never cross workloads, so the result is the same either way).
     """
-    judged, orphans = _judge(workloads, usage, cfg, n_partitions, chunk_s)
-    kept = judged.filter(pl.col("reason") == "kept").sort(KEY)
-    return check_schema(kept, LONG_RUNNING, "long_running"), _report(judged, orphans)
+    kept, report, _ = long_running_tables(workloads, usage, cfg, n_partitions, chunk_s)
+    return kept, report

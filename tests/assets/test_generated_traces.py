@@ -119,6 +119,19 @@ def test_long_running_report_counts_every_planted_reason(pipeline, source):
 
 
 @pytest.mark.parametrize("source", SOURCES)
+def test_judged_table_gives_every_workload_its_planted_reason_and_rule(pipeline, source):
+    wh, planted, _, _ = pipeline
+    p = planted[source]
+    judged = frame(wh, "core__long_running_judged", source)
+    assert dict(judged.select("workload_id", "reason").iter_rows()) == p.reasons
+    assert judged.height == len(p.reasons)
+    assert set(judged["rule"]) == {p.rule} and set(judged["min_bins"]) == {p.min_contiguous_bins}
+    with_usage = judged.filter(pl.col("n_run_bins").is_not_null())
+    assert dict(with_usage.select("workload_id", "n_observed_bins").iter_rows()) == p.n_observed_bins
+    assert dict(with_usage.select("workload_id", "n_run_bins").iter_rows()) == p.n_run_bins
+
+
+@pytest.mark.parametrize("source", SOURCES)
 def test_workloads_have_planted_states_and_requests(pipeline, source):
     wh, planted, _, _ = pipeline
     p = planted[source]

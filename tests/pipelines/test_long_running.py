@@ -7,10 +7,12 @@ import polars as pl
 import pytest
 
 from pipelines.long_running import (
+    REASONS,
     LongRunningConfig,
     chunked_longest_runs,
     filter_long_running,
     judge_long_running,
+    long_running_tables,
     longest_runs,
 )
 from pipelines.schemas import LONG_RUNNING, USAGE, WORKLOADS
@@ -134,9 +136,11 @@ def test_paper_defaults():
     assert cfg.min_contiguous_bins == {
         "google2011": 6000, "alibaba2018": 2000, "google2011_derived": 6000, "bitbrains": 6000
     }  # fmt: skip
-    # TVW-RL: "6000 continuous ... records" for Google; Alibaba's "2000 ... records" reading (observed_bins) is
-    # configurable, the default stays contiguous (pipelines.sources.alibaba2018)
-    assert set(cfg.rule.values()) == {"contiguous_bins"}
+    # TVW-RL: "6000 continuous ... records" for Google; "at least 2000 ... records" for Alibaba (observed_bins)
+    assert cfg.rule == {
+        "google2011": "contiguous_bins", "alibaba2018": "observed_bins", "google2011_derived": "contiguous_bins",
+        "bitbrains": "contiguous_bins",
+    }  # fmt: skip
     assert set(cfg.drop_states) >= {"evicted", "killed", "failed"}
     kept, report = filter_long_running(
         workloads([(G, "a", "running", False)]), usage([(G, "a", list(range(5999)))])
@@ -255,3 +259,62 @@ def test_observed_bins_add_up_across_chunks_and_partitions():
 def test_unknown_rule_is_an_error():
     with pytest.raises(ValueError, match="unknown rule"):
         LongRunningConfig(rule={G: "records"})
+
+
+def test_default_rules_alibaba_counts_records_google_needs_a_contiguous_run():
+    """The paper's defaults on hand-made series: Alibaba 2000 records anywhere, Google 6000 in one run."""
+    a = "alibaba2018"
+    every_other = list(range(0, 4000, 2))  # 2000 records, no two consecutive
+    wl = workloads([
+        (a, "every_other", "running", False),
+        (a, "one_record_short", "running", False),
+        (a, "mostly_filled", "running", False),
+        (G, "every_other", "running", False),
+        (G, "one_run", "running", False),
+        (G, "one_bin_short", "running", False),
+    ])  # fmt: skip
+    use = usage(
+        [
+            (a, "every_other", every_other),
+            (a, "one_record_short", every_other[1:]),
+            (a, "mostly_filled", list(range(2500))),  # one run of 2500, but 1000 of its bins are gap-filled
+            (G, "every_other", list(range(0, 12000, 2))),  # 6000 records, longest run 1
+            (G, "one_run", list(range(100)) + list(range(200, 6200))),  # a run of exactly 6000 after a gap
+            (G, "one_bin_short", list(range(5999)) + list(range(6000, 9000))),  # runs of 5999 and 3000
+        ],
+        filled={("mostly_filled", b) for b in range(1, 2001, 2)},
+    )
+    judged = judge_long_running(wl, use)
+    got = {
+        (r["source"], r["workload_id"]): (r["reason"], r["rule"], r["min_bins"], r["n_run_bins"], r["n_observed_bins"])
+        for r in judged.iter_rows(named=True)
+    }  # fmt: skip
+    assert got == {
+        (a, "every_other"): ("kept", "observed_bins", 2000, 1, 2000),
+        (a, "one_record_short"): ("too_short", "observed_bins", 2000, 1, 1999),
+        (a, "mostly_filled"): ("too_short", "observed_bins", 2000, 2500, 1500),
+        (G, "every_other"): ("too_short", "contiguous_bins", 6000, 1, 6000),
+        (G, "one_run"): ("kept", "contiguous_bins", 6000, 6000, 6100),
+        (G, "one_bin_short"): ("too_short", "contiguous_bins", 6000, 5999, 8999),
+    }
+    # the kept window is the longest gap-free run under either rule
+    kept, _ = filter_long_running(wl, use)
+    assert kept.select("source", "workload_id", "run_start_s", "n_run_bins").rows() == [
+        (a, "every_other", 0, 1),
+        (G, "one_run", 200 * 300, 6000),
+    ]
+    # Alibaba under the contiguous rule: only the gap-filled run passes (filled bins count as present there)
+    strict = LongRunningConfig(rule={a: "contiguous_bins", G: "contiguous_bins"})
+    assert set(filter_long_running(wl, use, strict)[0]["workload_id"]) == {"mostly_filled", "one_run"}
+
+
+def test_long_running_tables_agree_with_each_other():
+    kept, report, judged = long_running_tables(WORKLOADS_ALL, USAGE_ALL, CFG)
+    assert judged.height == WORKLOADS_ALL.height
+    assert judged.select("source", "workload_id").n_unique() == judged.height
+    assert set(judged.filter(pl.col("reason") == "kept")["workload_id"]) == set(kept["workload_id"])
+    per_reason = dict(judged.group_by("reason").len().iter_rows())
+    assert {r: n for r, n in reasons(report).items() if n and r in REASONS} == per_reason
+    kept2, report2 = filter_long_running(WORKLOADS_ALL, USAGE_ALL, CFG)
+    assert kept.equals(kept2) and report.equals(report2)
+    assert judged.equals(judge_long_running(WORKLOADS_ALL, USAGE_ALL, CFG))
