@@ -24,7 +24,7 @@ import yaml
 GENERATOR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "generate_traces.py"
 N_GOOGLE_SPECIAL = 13
 """Google tasks of the special kinds (one each): everything but long_running and filler."""
-N_ALIBABA_SPECIAL = 5
+N_ALIBABA_SPECIAL = 6
 
 
 def load_generator():
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  total {size / 1e6:.2f} MB gzip, {lines:,d} lines ({lines / max(seconds, 1e-9):,.0f} lines/s)"
         )
         print(
-            f"  expected long-running report: {plan.report} (min_contiguous_bins={plan.min_contiguous_bins})"
+            f"  expected long-running report: {plan.report} ({plan.rule} >= {plan.min_contiguous_bins} bins)"
         )
         print(f"  planted malformed rows: {len(plan.malformed)}")
     print(f"run config: {config}")
