@@ -40,8 +40,9 @@ from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.policies import make_policy
 
-TRAIN_SIM = SimConfig(jobs_per_episode=60)
-"""Training episodes: the first 60 jobs of a sequence (TVW-RL's "a fixed number of jobs per episode")."""
+TRAIN_SIM = SimConfig(jobs_per_episode=150)
+"""Training episodes: the first 150 jobs of a sequence, long enough for the cluster to fill up by requests as in
+the whole test sequences (with 60 jobs the agent rarely saw the states where kube_default holds)."""
 
 
 def deepplace_jobs(load_pct: int, n_train: int, n_test: int) -> tuple[JobBatch, JobBatch]:
