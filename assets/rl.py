@@ -24,7 +24,7 @@ from pydantic import Field
 from assets.cluster import EVAL_CHECKS_FOR, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path, png_markdown
 from assets.resources import Warehouse
-from models.reinforce import ADVANTAGE_MODES, ReinforceConfig
+from models.reinforce import ADVANTAGE_MODES
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
 from sim.evaluate import evaluate_policies, plot_results, summarise
@@ -88,7 +88,9 @@ def git_revision() -> str:
 
 class TvwRlTrainConfig(Config):
     preset: str = Field(
-        default="paper", description="'paper' (TVW-RL: 2000 iterations of 20 x 20) or 'short'"
+        default="paper",
+        description="'paper' (TVW-RL: 2000 iterations of 20 x 20), 'study' (300 iterations of 20 x 20 at lr 0.01, "
+        "gamma 0.95) or 'short' (the embedded sample's 100 iterations of 10 x 8)",
     )
     n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
     learning_rate: float = Field(
@@ -103,17 +105,20 @@ class TvwRlTrainConfig(Config):
     )
 
 
+TVW_RL_PRESETS = {"paper": TvwRlConfig.paper, "study": TvwRlConfig.study, "short": TvwRlConfig.short}
+"""Named TVW-RL training presets (`models.tvw_rl.TvwRlConfig`)."""
+
+
 def _train_config(config: TvwRlTrainConfig, seed: int, is_synthetic: bool) -> TvwRlConfig:
-    base = TvwRlConfig.short(seed) if config.preset == "short" else TvwRlConfig.paper()
+    if config.preset not in TVW_RL_PRESETS:
+        raise ValueError(f"unknown TVW-RL preset {config.preset!r}; known: {sorted(TVW_RL_PRESETS)}")
+    base = TVW_RL_PRESETS[config.preset](seed)
     r = base.reinforce
-    reinforce = ReinforceConfig(
+    reinforce = dataclasses.replace(
+        r,
         learning_rate=config.learning_rate or r.learning_rate,
-        n_trajectories=r.n_trajectories,
-        n_sequences=r.n_sequences,
         n_iterations=config.n_iterations or r.n_iterations,
         advantage=config.advantage,
-        reward_scale=r.reward_scale,
-        checkpoint_every=r.checkpoint_every,
         seed=seed,
     )
     labels = "true" if is_synthetic else config.labels
@@ -361,7 +366,7 @@ ABLATION_RESULTS = {
 class AblationConfig(Config):
     source: str = Field(default="deepplace_synthetic", description="source whose sequences train and test")
     load_pct: int = Field(default=50, description="load of the ablation (TVW-RL: 50 %)")
-    preset: str = Field(default="paper", description="'paper' or 'short' training preset")
+    preset: str = Field(default="paper", description="'paper', 'study' or 'short' training preset")
     n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
     learning_rate: float = Field(default=0.0, description="override the preset's learning rate (0 = keep)")
     seed: int = Field(default=0, description="training seed")
