@@ -6,8 +6,9 @@ for the whole batch when every env is done. Prints B = 1 and B = 256 for M = 10 
 ratio, all measured in this one run.
 
 Then the policy-gradient rollout (`sim.rollout`): B x N = 20 x 20 = 400 envs, M = 10, decisions per second with
-the network encoding built before every decision (`sim.observation.encode`), printed beside the step-only rate
-of the same rollout and the share of time spent encoding (target: >= 100k observed decisions/s on 2 cores).
+the network encoding built before every decision (`sim.observation.encode`) and the action mask computed once per
+decision (passed to step), printed beside the step-only rate of the same rollout and the share of time spent
+encoding and masking (target: >= 100k observed decisions/s on 2 cores).
 
 Run: .venv/bin/python benchmarks/bench_sim.py [--seconds 2]
 """

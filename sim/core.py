@@ -44,6 +44,9 @@ Model (every choice made here, in one place):
   `jobs_per_episode` keeps only the first n jobs of each sequence (TVW-RL: a fixed number of jobs per episode).
 - Labels: a job's EC label only colours the observation (image and queue). What the scheduler sees is
   `State.obs_label` when set by `relabel` (predicted labels, TVW-RL Algorithm 1), else the jobs' own labels.
+- Idle time is closed in windows: the steps an env closes before its next arrival, its end or the cap (at most
+  `_MAX_WINDOW`) are closed together, vectorised over the window, with penalties added in step order, so rewards,
+  traces and states are exactly those of closing one step at a time (tests/sim/test_rollout_equivalence.py).
 - Purity: step() never mutates its input state (arrays it changes are copied first); the JobBatch is shared.
   The optional `Trace` buffer is the one mutable thing: step() writes the closed steps' rows into it.
 """
