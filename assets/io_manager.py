@@ -8,10 +8,9 @@ from dagster import (
     MetadataValue,
     OutputContext,
     ResourceDependency,
-    TableColumn,
-    TableSchema,
 )
 
+from assets.column_docs import table_schema, undocumented
 from assets.resources import Warehouse
 
 
@@ -33,12 +32,12 @@ def markdown_preview(df: pl.DataFrame, n: int = 10, max_chars: int = 40) -> str:
     return "\n".join(lines)
 
 
-def frame_metadata(df: pl.DataFrame) -> dict:
-    """Row count, column schema and a preview: what the UI shows for every table."""
-    schema = TableSchema(columns=[TableColumn(name=c, type=str(t)) for c, t in df.schema.items()])
+def frame_metadata(df: pl.DataFrame, table: str | None = None) -> dict:
+    """Row count, column schema (type and description of every column, `assets.column_docs`; `table` picks the
+    table's own meaning of a column where it has one) and a preview: what the UI shows for every table."""
     return {
         "dagster/row_count": len(df),
-        "dagster/column_schema": schema,
+        "dagster/column_schema": table_schema(df.schema, table),
         "preview": MetadataValue.md(markdown_preview(df)),
     }
 
@@ -64,8 +63,11 @@ class TableIOManager(ConfigurableIOManager):
             profile = context.step_context.run_tags.get("tvw/profile", "unset")
         except DagsterInvariantViolationError:  # an OutputContext built outside a run (unit tests)
             profile = "unset"
+        missing = undocumented(obj.columns, name)
+        if missing:
+            context.log.warning(f"{name}: column(s) {missing} have no description in assets/column_docs.py")
         context.add_output_metadata(
-            {**frame_metadata(obj), "path": MetadataValue.path(str(path)), "tvw/profile": profile}
+            {**frame_metadata(obj, name), "path": MetadataValue.path(str(path)), "tvw/profile": profile}
         )
 
     def load_input(self, context: InputContext) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from scipy import stats
 from pipelines.progress import Progress
 from sim import core
 from sim.config import SimConfig
+from sim.core import PENALTY_NAMES
 from sim.jobs import SEQUENCE_KEY, JobBatch
 from sim.metrics import episode_metrics, episode_trace, machines_lower_bound
 from sim.policies import Policy, accepts_profiles, decide, is_learned, make_policy
@@ -27,6 +28,21 @@ from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
 
 RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
 """Columns identifying one result row."""
+
+METRIC_BETTER: dict[str, str] = {
+    **{f"avg_util_{r}_frac": "higher" for r in ("cpu", "mem")},
+    **{f"avg_frag_{r}_frac": "lower" for r in ("cpu", "mem")},
+    "avg_overshoot_pct": "lower",
+    "machines_used": "lower",
+    "contention_score_units2": "lower",
+    "mean_wait_steps": "lower",
+    "n_unplaced": "lower",
+    "is_truncated": "lower",
+    "episode_return": "higher",
+    **{f"cost_{name}": "lower" for name in PENALTY_NAMES},
+}
+"""Which way each metric of `sim.metrics.episode_metrics` is better; the others (n_steps, machines_lower_bound)
+are not scores. `summarise` states it per row (`better`), the tables' column descriptions per column."""
 
 PLOT_METRICS = (
     ("avg_util_cpu_frac", "CPU utilisation"),
@@ -156,7 +172,8 @@ def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
 
     Seeds are averaged within a sequence first (a deterministic policy gives the same row for every seed, so
     seeds are not independent samples); the interval is then over the n sequences. Columns: source, load_pct,
-    policy, metric, n (sequences), n_seeds (max seeds per sequence), mean, std, ci_low, ci_high (interval =
+    policy, metric, better (METRIC_BETTER: "higher", "lower" or "" for a column that is not a score), n
+    (sequences), n_seeds (max seeds per sequence), mean, std, ci_low, ci_high (interval =
     mean -/+ t * std / sqrt(n), t the Student quantile with n - 1 degrees of freedom; equal to the mean when
     n = 1). NaN values of a metric (e.g. mean wait with nothing placed) are left out.
     """
@@ -178,8 +195,23 @@ def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     )
     t = np.array([stats.t.ppf(0.5 + confidence / 2, n - 1) if n > 1 else 0.0 for n in out["n"].to_list()])
     half = pl.Series(t) * out["std"] / out["n"].cast(pl.Float64).sqrt()
-    return out.with_columns(ci_low=pl.col("mean") - half, ci_high=pl.col("mean") + half).sort(
-        "source", "load_pct", "policy", "metric"
+    better = pl.col("metric").replace_strict(METRIC_BETTER, default="", return_dtype=pl.String)
+    return (
+        out.with_columns(ci_low=pl.col("mean") - half, ci_high=pl.col("mean") + half, better=better)
+        .select(
+            "source",
+            "load_pct",
+            "policy",
+            "metric",
+            "better",
+            "n",
+            "n_seeds",
+            "mean",
+            "std",
+            "ci_low",
+            "ci_high",
+        )
+        .sort("source", "load_pct", "policy", "metric")
     )
 
 

@@ -187,6 +187,10 @@ def test_summary_and_plot(results) -> None:
     assert (summary["ci_low"] <= summary["mean"]).all() and (summary["mean"] <= summary["ci_high"]).all()
     png = plot_results(summary)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    better = dict(summary.select("metric", "better").unique().iter_rows())
+    assert better["episode_return"] == "higher" and better["avg_util_cpu_frac"] == "higher"
+    assert better["machines_used"] == "lower" and better["cost_wait"] == "lower"
+    assert better["n_steps"] == "" and better["machines_lower_bound"] == ""
 
 
 def test_no_test_sequences_is_an_error() -> None:

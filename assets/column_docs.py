@@ -1,0 +1,486 @@
+"""What every column of every table means: the one place the Dagster UI's column descriptions come from.
+
+`COLUMN_DOCS` describes a column by name: the house rule is that the same quantity has the same name in every
+table, so one entry serves every table that has the column. `TABLE_COLUMN_DOCS` holds what a column means in one
+table where the name alone is not enough (a raw trace's own `status`, a summary's `mean`). Metric columns (the
+episode metrics of `sim.metrics`, the EC scores, the learning curves) carry their direction: the description of a
+column listed in `sim.evaluate.METRIC_BETTER` or `BETTER` below ends with "Higher is better." or "Lower is better.".
+
+`TableIOManager` attaches `table_schema` to every table it writes; `undocumented` lists the columns with no entry
+(the IO manager logs them, and tests/assets/test_column_docs.py fails naming them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import polars as pl
+from dagster import TableColumn, TableSchema
+
+from sim.evaluate import METRIC_BETTER
+
+_METRIC_UNITS = {
+    "avg_util_cpu_frac": "average CPU utilisation: CPU used by workloads, clipped at capacity, summed over steps and "
+    "machines / (T x most machines active at once x C_cpu) (0..1)",
+    "avg_util_mem_frac": "average memory utilisation: memory used, clipped at capacity, summed over steps and machines "
+    "/ (T x most machines active at once x C_mem) (0..1)",
+    "avg_frag_cpu_frac": "average CPU fragmentation: 1 - mean over steps of (largest free CPU block on one active "
+    "machine / free CPU on all active machines) (0..1)",
+    "avg_frag_mem_frac": "average memory fragmentation: 1 - mean over steps of (largest free memory block on one "
+    "active machine / free memory on all active machines) (0..1)",
+    "avg_overshoot_pct": "average overshoot: demand above capacity (noise included), summed over resources, % of the "
+    "cluster's capacity per step",
+    "machines_used": "machines where at least one workload was placed during the episode",
+    "contention_score_units2": "realised contention: sum over steps, machines and resources of the pairwise usage "
+    "overlaps of co-located workloads (units squared)",
+    "mean_wait_steps": "mean steps from arrival to placement over placed jobs (NaN when none was placed)",
+    "n_unplaced": "jobs never placed when the episode ended (only after truncation)",
+    "is_truncated": "1 when the episode hit the safety cap (max_steps) before every job was placed and finished: a "
+    "failure",
+    "episode_return": "undiscounted return: the sum of every penalty over the episode, = - sum of the cost_* "
+    "columns (<= 0)",
+    "cost_contention": "contention penalty of the episode as a positive cost",
+    "cost_underutil": "under-utilisation penalty of the episode as a positive cost",
+    "cost_overshoot": "overshoot penalty of the episode as a positive cost",
+    "cost_wait": "waiting penalty of the episode as a positive cost",
+    "cost_unplaced": "charge for jobs left unplaced when the safety cap cut the episode, as a positive cost",
+    "n_steps": "logical steps the episode ran (T)",
+    "machines_lower_bound": "fewest machines that could hold the sequence's busiest step with every job started on "
+    "arrival and perfect packing (a yardstick for machines_used, not a policy)",
+}
+
+COLUMN_DOCS: dict[str, str] = {
+    **_METRIC_UNITS,
+    # keys shared by many tables
+    "source": "trace source (google2011, alibaba2018, google2011_derived, bitbrains, or a synthetic workload)",
+    "workload_id": "workload: Google '<job_id>/<task_index>', Alibaba container_id, derived and Bitbrains ids "
+    "per job / VM",
+    "machine_id": "machine the workload ran on (last seen); null when unknown",
+    "load_pct": "average cluster load the job sequence was generated for (%)",
+    "split": "train or test: which side of the workload split the row belongs to",
+    "sequence_id": "job sequence, 0-based within (source, load_pct, split)",
+    "seed": "seed of the simulator and the policy (evaluation) or the training seed (learning curves)",
+    "policy": "scheduler: a registered policy name (sim.policies.POLICIES) or an importable 'module:attr'",
+    "method": "EC distance: aggregate (Zhang et al. 2011 baseline), temporal (tsfresh features) or dtw",
+    "k": "number of ECs",
+    "ec_label": "equivalence class, 0..k-1 (0 = largest); an unassigned workload gets 0",
+    "step": "5-minute bin (core tables, EC profiles) or 5-minute point of the day (job_days), from 0",
+    "n_workloads": "workloads counted in the row",
+    "n_jobs": "jobs counted in the row",
+    "n_seeds": "seeds the figures are over",
+    "n": "how many (see the table's description)",
+    "count": "what is counted",
+    # core tables
+    "start_time_s": "first usage record, seconds of trace time",
+    "end_time_s": "end of the last usage record, seconds of trace time",
+    "n_usage_records": "raw usage rows of the workload",
+    "cpu_request_frac": "CPU requested, fraction of one machine of the source's reference size; null when unknown",
+    "mem_request_frac": "memory requested, fraction of one machine; null when unknown",
+    "priority": "trace priority (Google 0..11; null where the trace has none)",
+    "scheduling_class": "trace scheduling class (Google 0..3, 3 = most latency-sensitive; null where none)",
+    "final_state": "how the workload ended: finished, evicted, killed, failed, lost, running (at the trace end) "
+    "or unknown",
+    "is_partial": "only partly recorded: starts before or ends after what the data covers",
+    "bin_start_s": "start of the 5-minute bin, seconds of trace time (a multiple of 300)",
+    "cpu_frac": "CPU usage, fraction of one machine of the source's reference size",
+    "mem_frac": "memory usage, fraction of one machine",
+    "n_samples": "raw records averaged into the bin; 0 for a filled bin",
+    "is_filled": "the gap-filling policy produced the value (no record in the bin)",
+    "run_start_s": "first bin of the longest contiguous run kept, seconds of trace time",
+    "n_run_bins": "length of the longest contiguous run, in 5-minute bins",
+    "reason": "why the row was set aside or how the workload was judged (kept, no_usage, bad_final_state, "
+    "partial, too_short)",
+    "rule": "long-running rule: contiguous_bins or observed_bins",
+    "min_bins": "the source's threshold under its rule, in 5-minute bins",
+    "n_observed_bins": "5-minute bins with at least one sample",
+    # quarantine
+    "table": "raw table the row was read for",
+    "source_file": "input file the row came from",
+    "line_number": "1-based line in the (decompressed) input file",
+    "raw_line": "the line as read",
+    # job sequences
+    "job_index": "0-based order of arrival within the sequence",
+    "arrival_step": "logical step (one hour by default) at which the placement request arrives",
+    "duration_steps": "steps the job runs once placed",
+    "cpu_units": "CPU usage per step while running, units of C_d = 8 per machine; length duration_steps",
+    "mem_units": "memory usage per step while running, units of C_d = 8 per machine; length duration_steps",
+    "cpu_request_units": "CPU the job asks for (its peak usage), units",
+    "mem_request_units": "memory the job asks for (its peak usage), units",
+    "is_long_running": "the job is cut from the long-duration stratum of the mix",
+    # offered load
+    "n_distinct_workloads": "distinct workloads the jobs were cut from",
+    "n_machines": "M: machines of the cluster the load refers to",
+    "capacity_units": "C_d: units per machine and resource",
+    "window_steps": "arrival window the load is spread over, steps",
+    "n_jobs_after_window": "jobs arriving at or after window_steps (their work counts all the same)",
+    "last_arrival_step": "arrival step of the sequence's last job",
+    "work_cpu_unit_steps": "total CPU work of the sequence: sum over jobs and steps of cpu_units",
+    "work_mem_unit_steps": "total memory work of the sequence: sum over jobs and steps of mem_units",
+    "offered_load_cpu": "realised CPU load: work_cpu_unit_steps / (M x C_d x window_steps)",
+    "offered_load_mem": "realised memory load: work_mem_unit_steps / (M x C_d x window_steps)",
+    "offered_load_mean": "mean of the CPU and memory realised loads",
+    "dominant_resource": "the resource with the larger total work over the source's sequences at this load",
+    "offered_load_dominant": "realised load of the dominant resource (what load_pct labels)",
+    "peak_demand_cpu": "busiest step's CPU demand, jobs running as if started on arrival, / (M x C_d)",
+    "peak_demand_mem": "busiest step's memory demand, jobs running as if started on arrival, / (M x C_d)",
+    "peak_demand_dominant": "the larger of peak_demand_cpu and peak_demand_mem",
+    # usage scale
+    "cpu_frac_scale": "multiplier applied to cpu_frac before quantising to units (95th percentile peak -> 6 of 8)",
+    "mem_frac_scale": "multiplier applied to mem_frac before quantising to units",
+    "step_bins": "5-minute bins per logical step (12 = one hour)",
+    # split diversity
+    "n_sequences": "job sequences counted",
+    "is_too_few_workloads": "cut from fewer distinct workloads than min_split_workloads: policies may tie",
+    # labelling
+    "age_steps": "usage steps the scheduler has observed of a job when its EC is predicted (0 = meta only)",
+    "n_correct": "jobs whose predicted EC equals the clustering label",
+    # EC tables
+    "silhouette": "mean silhouette over the n_init initialisations (TVW-RL's k criterion, -1..1)",
+    "silhouette_sd": "standard deviation of the mean silhouette over the initialisations",
+    "silhouette_kept": "mean silhouette of the kept (lowest-cost) initialisation's labels",
+    "n_init": "initialisations per k",
+    "n_silhouette_points": "workloads the silhouette was computed on (a seeded sample when large)",
+    "is_skipped": "k could not be clustered (too few or identical workloads)",
+    "skip_reason": "why, when is_skipped",
+    "n_members": "workloads in the EC",
+    "k_rule": "why this k is in the table: silhouette_best, common (the k all methods share) or both",
+    "eg_pct": "effective prediction gain EG (%), mean over forecaster seeds",
+    "eg_pct_ci_low": "lower end of the 95 % t-interval of EG",
+    "eg_pct_ci_high": "upper end of the 95 % t-interval of EG",
+    "f_frac": "fraction of workloads in ECs whose own forecaster beats the EC-agnostic one, mean over seeds",
+    "f_frac_ci_low": "lower end of the 95 % t-interval of f",
+    "f_frac_ci_high": "upper end of the 95 % t-interval of f",
+    "control_eg_pct": "EG of the random control (same class sizes, labels shuffled), mean over seeds",
+    "control_eg_pct_ci_low": "lower end of the control's 95 % interval",
+    "control_eg_pct_ci_high": "upper end of the control's 95 % interval",
+    "control_f_frac": "f of the random control, mean over seeds",
+    "eg_diff_pct": "paired gain over chance: mean over seeds of EG - the random control's EG (same seed, same global "
+    "model), percentage points",
+    "eg_diff_pct_ci_low": "lower end of the 95 % t-interval of eg_diff_pct (above 0: the mapping beats chance)",
+    "eg_diff_pct_ci_high": "upper end of the 95 % t-interval of eg_diff_pct",
+    "eg_diff_p_value": "one-sided paired t-test p-value of eg_diff_pct > 0 (NaN with one seed)",
+    "eg_pct_by_seed": "EG (%) of each forecaster seed, in seed order",
+    "control_eg_pct_by_seed": "the random control's EG (%, mean over its draws) of each forecaster seed",
+    "n_control_draws": "random-control permutations per seed (their EG averaged)",
+    "corr_ec": "forecast correlation of the EC's own forecaster on its workloads' held-out windows",
+    "corr_global": "forecast correlation of the EC-agnostic forecaster on the same windows",
+    "gain_pct": "prediction gain G(e) = 100 x (corr_ec - corr_global) / |corr_global|",
+    "status": "ok, too_small (G set to 0) or undefined_corr (a correlation is NaN or corr_global = 0; G = 0)",
+    "accuracy": "share of predictions equal to the reference label",
+    "beats_control": "the mapping beats its random control (see the table's description for the test)",
+    "n_ecs_too_small": "ECs below the minimum size (G set to 0)",
+    "n_ecs_undefined": "ECs with an undefined correlation in some seed (G set to 0 there)",
+    "ari_across_seeds": "mean adjusted Rand index between these labels and the same method's labels with other "
+    "seeds; 1 = identical",
+    "ari_across_seeds_min": "lowest of those ARIs",
+    "is_chosen": "this mapping labels the workloads in ec__assignments",
+    "choice_basis": "beats_control, fallback_default (no mapping beats its control) or none (EG 0 everywhere)",
+    "choice_reason": "the choice in one sentence",
+    "prefix_bins": "usage bins m fed to the classifier (0 = meta only)",
+    "macro_f1": "held-out macro F1 of the EC classifier",
+    "majority_accuracy": "held-out accuracy of always predicting the training split's most common EC",
+    "n_train": "workloads in the training split",
+    "n_test": "workloads in the held-out split",
+    "n_groups_train": "workload groups (e.g. jobs of job-days) in the training split",
+    "n_groups_test": "workload groups in the held-out split; no group is on both sides",
+    # learning curves
+    "iteration": "training iteration, from 0",
+    "mean_return": "mean episode return over the iteration's training episodes (<= 0)",
+    "std_return": "standard deviation of the episode return over the iteration's episodes",
+    "loss": "policy-gradient loss of the iteration's update",
+    "entropy": "mean entropy of the masked policy over the iteration's decisions (nats)",
+    "n_truncated": "episodes that hit the safety cap",
+    "wall_s": "seconds the iteration took",
+    "mean_slowdown": "mean job slowdown (DeepRM: (completion - arrival) / duration; 1 = no wait)",
+    "slowdown_ci95": "half-width of the 95 % t-interval of mean_slowdown over job sets",
+    "trained_at_load_pct": "load the learned agent was trained at (null for heuristics)",
+    "cost_slowdown": "DeepRM's slowdown penalty of the iteration's episodes as a positive cost",
+    "cost_unused": "DeepRM's unused-resource penalty of the iteration's episodes as a positive cost",
+    "is_pretraining": "DQfD pretraining on demonstrations only (no episode; returns null)",
+    "mean_sim_return": "mean simulator return (TVW-RL's penalties) of the iteration's episodes (<= 0)",
+    "epsilon": "exploration rate of the iteration",
+    "loss_dq": "DQfD one-step TD loss, mean over the iteration's updates",
+    "loss_n_step": "DQfD n-step TD loss, mean over the iteration's updates",
+    "loss_supervised": "DQfD large-margin supervised loss, mean over the iteration's updates",
+    "loss_l2": "DQfD L2 regularisation loss, mean over the iteration's updates",
+    # ablations
+    "ablation": "TVW-RL ablation setting (Tables 2-3): k_contention, train_noise, shape_noise or ec_labels",
+    "value": "the setting's value this policy was trained with",
+    "eval_noise_units": "background noise 0..n units added in the test episodes",
+    # summaries (long form: one row per metric)
+    "metric": "metric column of the evaluation table this row summarises",
+    "better": "which way the metric is better: higher, lower, or '' where it is not a score (counts, bounds)",
+}
+"""Column name -> what it holds, in every table that has it."""
+
+BETTER: dict[str, str] = {
+    "silhouette": "higher",
+    "silhouette_kept": "higher",
+    "eg_pct": "higher",
+    "f_frac": "higher",
+    "eg_diff_pct": "higher",
+    "gain_pct": "higher",
+    "accuracy": "higher",
+    "macro_f1": "higher",
+    "mean_return": "higher",
+    "mean_sim_return": "higher",
+    "mean_slowdown": "lower",
+    "ari_across_seeds": "higher",
+}
+"""Scores outside the episode metrics (which are in `sim.evaluate.METRIC_BETTER`): which way is better."""
+
+_RAW = {
+    "raw_google2011__job_events": {
+        "time_us": "event time, microseconds since 600 s before the trace start (0: before the trace)",
+        "missing_info": "Google's missing-info flag (record synthesised or incomplete); null when absent",
+        "job_id": "Google job id",
+        "event_type": "Google event type: 0 submit, 1 schedule, 2 evict, 3 fail, 4 finish, 5 kill, 6 lost, "
+        "7/8 update",
+        "user": "hashed user name",
+        "scheduling_class": "scheduling class 0..3 (3 = most latency-sensitive)",
+        "job_name": "hashed job name",
+        "logical_job_name": "hashed logical job name",
+    },
+    "raw_google2011__task_events": {
+        "time_us": "event time, microseconds since 600 s before the trace start",
+        "missing_info": "Google's missing-info flag; null when absent",
+        "job_id": "Google job id",
+        "task_index": "task index within the job",
+        "machine_id": "machine id; null when not yet placed",
+        "event_type": "Google event type: 0 submit, 1 schedule, 2 evict, 3 fail, 4 finish, 5 kill, 6 lost, "
+        "7/8 update",
+        "user": "hashed user name",
+        "scheduling_class": "scheduling class 0..3",
+        "priority": "priority 0..11",
+        "cpu_request_frac": "CPU request, fraction of the largest machine's CPU",
+        "mem_request_frac": "memory request, fraction of the largest machine's memory",
+        "disk_request_frac": "local disk request, fraction of the largest machine's disk",
+        "is_different_machines": "the task must run on a machine apart from its job's other tasks",
+    },
+    "raw_google2011__task_usage": {
+        "start_time_us": "start of the measurement period, microseconds of trace time",
+        "end_time_us": "end of the measurement period, microseconds of trace time",
+        "job_id": "Google job id",
+        "task_index": "task index within the job",
+        "machine_id": "machine id",
+        "cpu_rate_frac": "mean CPU rate over the period, fraction of the largest machine's CPU",
+        "canonical_mem_frac": "canonical memory usage, fraction of the largest machine's memory",
+        "assigned_mem_frac": "memory assigned to the container, fraction of the largest machine's memory",
+        "unmapped_page_cache_frac": "unmapped page cache, fraction of the largest machine's memory",
+        "total_page_cache_frac": "total page cache, fraction of the largest machine's memory",
+        "max_mem_frac": "maximum memory usage in the period, fraction of the largest machine's memory",
+        "disk_io_time_frac": "mean disk I/O time, fraction",
+        "local_disk_frac": "mean local disk space used, fraction of the largest machine's disk",
+        "max_cpu_rate_frac": "maximum CPU rate in the period, fraction of the largest machine's CPU",
+        "max_disk_io_time_frac": "maximum disk I/O time, fraction",
+        "cpi": "cycles per instruction",
+        "mai": "memory accesses per instruction",
+        "sample_portion": "portion of the period the sample covers",
+        "is_aggregated": "the record aggregates several subcontainers",
+        "sampled_cpu_rate_frac": "CPU rate of one sampled second, fraction of the largest machine's CPU",
+    },
+    "raw_google2011__machine_events": {
+        "time_us": "event time, microseconds of trace time",
+        "machine_id": "machine id",
+        "event_type": "0 add, 1 remove, 2 update",
+        "platform_id": "hashed microarchitecture / chipset",
+        "cpu_capacity_frac": "CPU capacity, fraction of the largest machine's",
+        "mem_capacity_frac": "memory capacity, fraction of the largest machine's",
+    },
+    "raw_google2011__machine_attributes": {
+        "time_us": "event time, microseconds of trace time",
+        "machine_id": "machine id",
+        "attribute_name": "hashed attribute name",
+        "attribute_value": "attribute value (hashed or integer)",
+        "is_deleted": "the attribute was deleted",
+    },
+    "raw_google2011__task_constraints": {
+        "time_us": "time the constraint was set, microseconds of trace time",
+        "job_id": "Google job id",
+        "task_index": "task index within the job",
+        "comparison_operator": "0 equal, 1 not equal, 2 less than, 3 greater than",
+        "attribute_name": "hashed machine attribute name",
+        "attribute_value": "value compared against (hashed or integer)",
+    },
+    "raw_alibaba2018__batch_instance": {
+        "instance_name": "instance name",
+        "task_name": "task the instance belongs to",
+        "job_name": "batch job name",
+        "task_type": "task type",
+        "status": "instance status (e.g. Terminated, Running, Failed)",
+        "start_time_s": "instance start, seconds from the start of the sampled period",
+        "end_time_s": "instance end, seconds from the start of the sampled period",
+        "machine_id": "machine the instance ran on",
+        "seq_no": "attempt number of the instance",
+        "total_seq_no": "attempts of the instance in all",
+        "cpu_avg_centicores": "mean CPU used, 100 = one core",
+        "cpu_max_centicores": "largest CPU used, 100 = one core",
+        "mem_avg_pct": "mean memory used, % of a machine (normalised)",
+        "mem_max_pct": "largest memory used, % of a machine (normalised)",
+    },
+    "raw_alibaba2018__container_meta": {
+        "container_id": "container id",
+        "machine_id": "machine the container is on",
+        "time_s": "snapshot time, seconds from the start of the sampled period",
+        "app_du": "application deployment unit (containers of one application)",
+        "status": "container status: allocated, started or stopped",
+        "cpu_request_centicores": "CPU request, 100 = one core",
+        "cpu_limit_centicores": "CPU limit, 100 = one core",
+        "mem_size_pct": "memory size, % of a machine's memory (normalised)",
+    },
+    "raw_alibaba2018__container_usage": {
+        "container_id": "container id",
+        "machine_id": "machine the container is on",
+        "time_s": "sample time, seconds from the start of the sampled period",
+        "cpu_util_pct": "CPU utilisation, % of the container's CPU request",
+        "mem_util_pct": "memory utilisation, % of the container's memory size",
+        "cpi": "cycles per instruction",
+        "mem_gps_pct": "normalised memory bandwidth, %",
+        "mpki": "cache misses per thousand instructions",
+        "net_in_pct": "normalised incoming network traffic, %",
+        "net_out_pct": "normalised outgoing network traffic, %",
+        "disk_io_pct": "disk I/O, % (normalised)",
+    },
+    "raw_alibaba2018__machine_meta": {
+        "machine_id": "machine id",
+        "time_s": "snapshot time, seconds from the start of the sampled period",
+        "failure_domain_1": "first failure domain (e.g. rack)",
+        "failure_domain_2": "second failure domain (e.g. power)",
+        "cpu_num": "CPU cores of the machine",
+        "mem_size_pct": "memory size, % (normalised; 100 = the largest)",
+        "status": "machine status (e.g. USING)",
+    },
+    "raw_alibaba2018__machine_usage": {
+        "machine_id": "machine id",
+        "time_s": "sample time, seconds from the start of the sampled period",
+        "cpu_util_pct": "CPU utilisation of the machine, %",
+        "mem_util_pct": "memory utilisation of the machine, %",
+        "mem_gps_pct": "normalised memory bandwidth, %",
+        "mkpi": "cache misses per thousand instructions",
+        "net_in_pct": "normalised incoming network traffic, %",
+        "net_out_pct": "normalised outgoing network traffic, %",
+        "disk_io_pct": "disk I/O, % (normalised)",
+    },
+    "raw_alibaba2018__batch_task": {
+        "task_name": "task name (its DAG position within the job)",
+        "instance_num": "instances of the task",
+        "job_name": "batch job name",
+        "task_type": "task type",
+        "status": "task status (e.g. Terminated, Running, Failed)",
+        "start_time_s": "task start, seconds from the start of the sampled period",
+        "end_time_s": "task end, seconds from the start of the sampled period",
+        "plan_cpu_centicores": "CPU planned per instance, 100 = one core",
+        "plan_mem_pct": "memory planned per instance, % of a machine (normalised)",
+    },
+    "raw_google2011_derived__job_sums": {
+        "job_id": "Google job id (from the file name)",
+        "time_s": "start of the 300-s step, seconds of trace time",
+        "n_tasks": "tasks of the job with a usage record in the step",
+        "n_machines": "machines those tasks ran on",
+        "cpu_rate_sum_frac": "sum over the job's tasks of the mean CPU rate, fraction of the largest machine",
+        "canonical_mem_sum_frac": "sum over the tasks of canonical memory usage, fraction of the largest machine",
+        "assigned_mem_sum_frac": "sum over the tasks of assigned memory, fraction of the largest machine",
+        "unmapped_page_cache_sum_frac": "sum over the tasks of unmapped page cache, fraction",
+        "total_page_cache_sum_frac": "sum over the tasks of total page cache, fraction",
+        "max_mem_sum_frac": "sum over the tasks of maximum memory usage, fraction",
+        "disk_io_time_sum_frac": "sum over the tasks of mean disk I/O time, fraction",
+        "local_disk_sum_frac": "sum over the tasks of local disk space used, fraction",
+        "max_cpu_rate_sum_frac": "sum over the tasks of maximum CPU rate, fraction",
+        "max_disk_io_time_sum_frac": "sum over the tasks of maximum disk I/O time, fraction",
+        "cpi_sum": "sum over the tasks of cycles per instruction",
+        "mai_sum": "sum over the tasks of memory accesses per instruction",
+        "sample_portion_sum": "sum over the tasks of the sampled portion",
+        "aggregation_type_sum": "sum over the tasks of the aggregation flag",
+        "sampled_cpu_rate_sum_frac": "sum over the tasks of the sampled CPU rate, fraction",
+    },
+    "raw_google2011_derived__job_days": {
+        "job_id": "Google job id (from the member name)",
+        "day_index": "day k of the job's series (from the member name)",
+        "step": "5-minute point of the day, 0..287",
+        "cpu_pct": "CPU usage, % of a machine",
+        "mem_pct": "memory usage, % of a machine",
+    },
+    "raw_bitbrains__vm_usage": {
+        "vm_set": "Bitbrains set: rnd or fastStorage",
+        "vm_id": "VM id (the file name)",
+        "month": "month folder (e.g. 2013-7; empty without one)",
+        "timestamp_s": "sample time, Unix epoch seconds (the header says ms)",
+        "cpu_cores": "virtual CPU cores provisioned",
+        "cpu_capacity_mhz": "CPU capacity provisioned, MHz",
+        "cpu_usage_mhz": "CPU used, MHz",
+        "cpu_usage_pct": "CPU used, % of the capacity provisioned",
+        "mem_capacity_kb": "memory provisioned, KB",
+        "mem_usage_kb": "memory used, KB",
+        "disk_read_kb_per_s": "disk read throughput, KB/s",
+        "disk_write_kb_per_s": "disk write throughput, KB/s",
+        "net_rx_kb_per_s": "network received, KB/s",
+        "net_tx_kb_per_s": "network sent, KB/s",
+    },
+}
+
+_SUMMARY = {
+    "n": "test sequences the mean is over (seeds averaged within a sequence first)",
+    "n_seeds": "most seeds per sequence",
+    "mean": "mean of the metric over the sequences (direction: see `better`)",
+    "std": "standard deviation over the sequences",
+    "ci_low": "lower end of the 95 % t-interval of the mean",
+    "ci_high": "upper end of the 95 % t-interval of the mean",
+}
+
+TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
+    **{t: docs for t, docs in _RAW.items() if docs},
+    "eval__summary": _SUMMARY,
+    "eval__results_summary": _SUMMARY,
+    "eval__ec_labelling": {
+        "n_jobs": "test jobs still running at that age (duration > age_steps)",
+        "accuracy": "share of those jobs whose EC the saved classifier predicts as the clustering label (NaN when "
+        "n_jobs = 0)",
+    },
+    "ec__classifier_accuracy": {"accuracy": "held-out accuracy of the EC classifier"},
+    "core__usage_counts": {"count": "what is counted (rows_in, rows_dropped_<reason>, bins_out, ...)"},
+    "core__long_running_report": {"n_workloads": "workloads with this reason (kept: passed the filter)"},
+}
+"""Table -> column -> what it holds in that table, where it says more than `COLUMN_DOCS`."""
+
+
+def direction(column: str) -> str | None:
+    """'higher' or 'lower' where the column is a score, else None."""
+    return METRIC_BETTER.get(column) or BETTER.get(column) or None
+
+
+def describe(column: str, table: str | None = None) -> str | None:
+    """The column's description in `table` (or in any table), with its direction for a score; None when unknown."""
+    text = TABLE_COLUMN_DOCS.get(table or "", {}).get(column) or COLUMN_DOCS.get(column)
+    if not text:
+        return None
+    better = direction(column)
+    return f"{text}. {better.capitalize()} is better." if better else text
+
+
+def undocumented(columns: Iterable[str], table: str | None = None) -> list[str]:
+    """The columns with no description, in order."""
+    return [c for c in columns if describe(c, table) is None]
+
+
+def table_schema(schema: Mapping[str, object], table: str | None = None) -> TableSchema:
+    """Dagster's column schema for a table: name, type and description of every column ('' when undocumented)."""
+    return TableSchema(
+        columns=[
+            TableColumn(name=c, type=str(t), description=describe(c, table) or "") for c, t in schema.items()
+        ]
+    )
+
+
+def undocumented_in_warehouse(root: str | Path) -> dict[str, list[str]]:
+    """Table -> its columns with no description, for every table stored under `root`/tables (empty when every
+    column of every table is documented)."""
+    out: dict[str, list[str]] = {}
+    tables = Path(root) / "tables"
+    for folder in sorted(p for p in tables.iterdir() if p.is_dir()) if tables.is_dir() else []:
+        files = sorted(folder.glob("**/*.parquet"))
+        if files:
+            missing = undocumented(pl.read_parquet_schema(files[0]), folder.name)
+            if missing:
+                out[folder.name] = missing
+    return out
