@@ -18,8 +18,9 @@ from dagster import (
 from pydantic import Field
 
 from assets.core import long_running_usage
-from assets.ec import classifier_path, png_markdown
+from assets.ec import classifier_path
 from assets.io_manager import markdown_preview
+from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from pipelines.job_sequences import (
     JOB_SEQUENCES,
@@ -29,6 +30,7 @@ from pipelines.job_sequences import (
     offered_load_check,
     offered_load_table,
 )
+from pipelines.progress import Progress
 from pipelines.synthetic import (
     DEEPPLACE_SOURCE,
     DEEPRM_SOURCE,
@@ -38,7 +40,7 @@ from pipelines.synthetic import (
     build_deeprm_sequences,
 )
 from sim.config import SimConfig
-from sim.evaluate import RESULT_KEY, evaluate_policies, plot_results, split_diversity, summarise
+from sim.evaluate import RESULT_KEY, evaluate_policies, split_diversity, summarise
 from sim.jobs import JobBatch
 from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age
 from sim.policies import POLICIES, is_learned
@@ -464,9 +466,11 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
 def eval__summary(context: AssetExecutionContext, eval__baselines: pl.DataFrame) -> pl.DataFrame:
     """Mean and 95% interval of every metric per (source, load, policy) over test sequences (seeds averaged
     within a sequence first, so n = sequences); `episode_return` is higher-is-better, `cost_*`, overshoot,
-    fragmentation, machines used and waits lower-is-better, utilisation higher-is-better. The UI shows the TVW-RL Fig. 4/5 style plot (utilisation, fragmentation, machines used, overshoot per load)."""
+    fragmentation, machines used and waits lower-is-better, utilisation higher-is-better (column `better`). The UI
+    shows a TVW-RL Fig. 4/5 style plot per source (`plot_<source>`: utilisation, fragmentation, machines used,
+    overshoot, jobs never placed per load)."""
     summary = summarise(eval__baselines)
-    context.add_output_metadata({"plot": png_markdown(plot_results(summary), "metrics per load and policy")})
+    context.add_output_metadata(summary_plot_metadata(summary))
     return summary
 
 
@@ -492,14 +496,20 @@ def eval__ec_labelling(
 ) -> pl.DataFrame:
     """TVW-RL Algorithm 1 in the simulator: how often the saved EC classifier, labelling test jobs from their meta
     on arrival (age 0) and from meta plus the usage observed so far as they run, agrees with the clustering label,
-    per source and job age in steps."""
+    per source and job age in steps. The UI shows accuracy against age, a panel per source and a line per load."""
     frames = []
+    test_all = sim__job_sequences.filter(pl.col("split") == "test")
+    n_groups = (
+        test_all.join(sim__usage_scale.select("source"), on="source").select("source", "load_pct").unique()
+    )
+    progress = Progress(n_groups.height, "EC labelling", log=context.log.info, unit="groups")
     for source, cpu_scale, mem_scale, step_bins in sim__usage_scale.iter_rows():
         path = classifier_path(warehouse, source)
+        test = test_all.filter(pl.col("source") == source)
         if not path.exists():
             context.log.warning(f"{source}: no saved EC classifier at {path}; skipped")
+            progress.advance(test["load_pct"].n_unique())
             continue
-        test = sim__job_sequences.filter((pl.col("source") == source) & (pl.col("split") == "test"))
         labeller = ClassifierLabeller(
             path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale)
         )
@@ -507,13 +517,18 @@ def eval__ec_labelling(
         for (load,), group in test.group_by("load_pct", maintain_order=True):
             acc = label_accuracy_by_age(labeller, cfg, JobBatch.from_frame(group), config.ages_steps)
             frames.append(acc.with_columns(source=pl.lit(source), load_pct=pl.lit(load, pl.Int32)))
+            progress.advance()
     if not frames:
         return pl.DataFrame(schema={"source": pl.String, "load_pct": pl.Int32, **LABEL_ACCURACY})
-    return (
+    out = (
         pl.concat(frames)
         .select("source", "load_pct", *LABEL_ACCURACY)
         .sort("source", "load_pct", "age_steps")
     )
+    context.add_output_metadata(
+        {"plot": png_markdown(labelling_accuracy_plot(out), "EC labelling accuracy by job age")}
+    )
+    return out
 
 
 CLUSTER_ASSETS = [sim__job_sequences, eval__baselines, eval__summary, eval__ec_labelling]

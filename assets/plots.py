@@ -1,0 +1,186 @@
+"""Plots for the Dagster UI: PNGs that fit its metadata dialog (at most `MAX_WIDTH_PX` wide, legend inside).
+
+- `summary_plots(summary)`: one figure per source of an evaluation summary (`sim.evaluate.summarise`): TVW-RL Fig.
+  4/5's panels (utilisation, fragmentation, machines used, overshoot, jobs never placed) with loads on the x axis
+  and a bar per policy with its 95 % interval; each panel's title says which way is better.
+- `labelling_accuracy_plot(table)`: `eval__ec_labelling`, accuracy against job age, a panel per source, a line
+  per load.
+- `classifier_accuracy_plot(table)`: `ec__classifier_accuracy`, accuracy against usage prefix length, a panel per
+  source, with the majority-class rate as the line to beat.
+`png_markdown` wraps a PNG for `context.add_output_metadata`; `png_width_px` reads a PNG's width (for tests).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+
+import numpy as np
+import polars as pl
+from dagster import MetadataValue
+
+from sim.evaluate import METRIC_BETTER, PLOT_METRICS
+
+MAX_WIDTH_PX = 1200
+"""Widest PNG the UI's metadata dialog shows without scrolling."""
+DPI = 100
+PANELS_PER_ROW = 4
+SOURCES_PER_ROW = 3
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    _pyplot().close(fig)
+    return buf.getvalue()
+
+
+def png_markdown(png: bytes, alt: str) -> MetadataValue:
+    """A PNG shown inline in the Dagster UI."""
+    return MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
+
+
+def png_width_px(png: bytes) -> int:
+    """Width of a PNG, from its IHDR chunk."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    return struct.unpack(">I", png[16:20])[0]
+
+
+def _grid(n_panels: int, per_row: int, panel_h_in: float):
+    """A figure exactly MAX_WIDTH_PX wide with n_panels axes in rows of `per_row` plus one free cell for the
+    legend when the last row has room; returns (fig, axes as a flat list)."""
+    plt = _pyplot()
+    n_cols = min(per_row, max(n_panels, 1))
+    n_rows = -(-n_panels // n_cols)
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(MAX_WIDTH_PX / DPI, panel_h_in * n_rows), squeeze=False, dpi=DPI
+    )
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
+        ax.axis("off")
+    return fig, flat
+
+
+def _title(metric: str, title: str) -> str:
+    better = METRIC_BETTER.get(metric)
+    return f"{title} ({better} is better)" if better else title
+
+
+def summary_figure(summary: pl.DataFrame, source: str):
+    """The matplotlib figure of `summary_plots` for one source (one panel per PLOT_METRICS entry)."""
+    part = summary.filter(pl.col("source") == source)
+    policies = sorted(part["policy"].unique().to_list())
+    loads = sorted(part["load_pct"].unique().to_list())
+    fig, axes = _grid(len(PLOT_METRICS), PANELS_PER_ROW, 2.6)
+    width = 0.8 / max(len(policies), 1)
+    cmap = _pyplot().get_cmap("tab20")
+    for ax, (metric, title) in zip(axes, PLOT_METRICS, strict=False):
+        rows = part.filter(pl.col("metric") == metric)
+        for k, policy in enumerate(policies):
+            by_load = {
+                r["load_pct"]: r for r in rows.filter(pl.col("policy") == policy).iter_rows(named=True)
+            }
+            mean = np.array([by_load[x]["mean"] if x in by_load else np.nan for x in loads])
+            low = np.array([by_load[x]["ci_low"] if x in by_load else np.nan for x in loads])
+            high = np.array([by_load[x]["ci_high"] if x in by_load else np.nan for x in loads])
+            xs = np.arange(len(loads)) + (k - (len(policies) - 1) / 2) * width
+            ax.bar(
+                xs,
+                mean,
+                width,
+                yerr=np.vstack([mean - low, high - mean]),
+                capsize=1.5,
+                label=policy,
+                color=cmap(k % 20),
+            )
+        ax.set_xticks(np.arange(len(loads)), [f"{x} %" for x in loads])
+        ax.set_title(_title(metric, title), fontsize=8)
+        ax.tick_params(labelsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if len(axes) > len(PLOT_METRICS):  # the free cell of the grid holds the legend
+        axes[len(PLOT_METRICS)].legend(handles, labels, loc="center", fontsize=7, ncol=2, title="policy")
+    else:
+        axes[0].legend(fontsize=6, loc="best")
+    fig.suptitle(f"{source}: mean and 95 % interval over test sequences, per load", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def summary_plots(summary: pl.DataFrame) -> dict[str, bytes]:
+    """Source -> PNG (at most MAX_WIDTH_PX wide) of an evaluation summary (`sim.evaluate.summarise`)."""
+    return {s: _png(summary_figure(summary, s)) for s in sorted(summary["source"].unique().to_list())}
+
+
+def summary_plot_metadata(summary: pl.DataFrame) -> dict[str, MetadataValue]:
+    """`plot_<source>` -> the source's summary figure, for `context.add_output_metadata`."""
+    return {
+        f"plot_{source}": png_markdown(png, f"{source}: metrics per load and policy")
+        for source, png in summary_plots(summary).items()
+    }
+
+
+def _per_source_panels(table: pl.DataFrame, panel_h_in: float = 3.0):
+    sources = sorted(table["source"].unique().to_list())
+    fig, axes = _grid(len(sources), SOURCES_PER_ROW, panel_h_in)
+    return fig, list(zip(sources, axes, strict=False))
+
+
+def labelling_accuracy_figure(table: pl.DataFrame):
+    """`labelling_accuracy_plot`'s figure: a panel per source."""
+    fig, panels = _per_source_panels(table)
+    for source, ax in panels:
+        part = table.filter(pl.col("source") == source)
+        for (load,), rows in part.sort("age_steps").group_by("load_pct", maintain_order=True):
+            ax.plot(rows["age_steps"], rows["accuracy"], marker="o", label=f"{load} % load")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("job age (steps observed)", fontsize=8)
+        ax.set_ylabel("accuracy (higher is better)", fontsize=8)
+        ax.set_title(source, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("EC labels predicted in the simulator vs the clustering label", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def labelling_accuracy_plot(table: pl.DataFrame) -> bytes:
+    """PNG of `eval__ec_labelling` (source, load_pct, age_steps, accuracy): accuracy against job age."""
+    return _png(labelling_accuracy_figure(table))
+
+
+def classifier_accuracy_figure(table: pl.DataFrame):
+    """`classifier_accuracy_plot`'s figure: a panel per source."""
+    fig, panels = _per_source_panels(table)
+    for source, ax in panels:
+        rows = table.filter(pl.col("source") == source).sort("prefix_bins")
+        ax.plot(rows["prefix_bins"], rows["accuracy"], marker="o", label="classifier")
+        if "macro_f1" in rows.columns:
+            ax.plot(rows["prefix_bins"], rows["macro_f1"], marker=".", linestyle=":", label="macro F1")
+        ax.plot(
+            rows["prefix_bins"], rows["majority_accuracy"], linestyle="--", color="grey", label="majority EC"
+        )
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("usage prefix (5-minute bins; 0 = meta only)", fontsize=8)
+        ax.set_ylabel("held-out accuracy (higher is better)", fontsize=8)
+        ax.set_title(source, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("EC classifier against always predicting the most common EC", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def classifier_accuracy_plot(table: pl.DataFrame) -> bytes:
+    """PNG of `ec__classifier_accuracy` (source, prefix_bins, accuracy, majority_accuracy, optional macro_f1)."""
+    return _png(classifier_accuracy_figure(table))

@@ -1,0 +1,81 @@
+"""The UI's plots fit its dialog (<= 1,200 px wide), one figure or panel per source, every policy in the legend."""
+
+import numpy as np
+import polars as pl
+
+from assets.plots import (
+    MAX_WIDTH_PX,
+    classifier_accuracy_figure,
+    classifier_accuracy_plot,
+    labelling_accuracy_figure,
+    labelling_accuracy_plot,
+    png_width_px,
+    summary_figure,
+    summary_plot_metadata,
+    summary_plots,
+)
+from sim.evaluate import PLOT_METRICS
+from sim.policies import POLICIES
+
+SOURCES = ["alibaba2018", "deepplace_synthetic", "google2011"]
+
+
+def _summary() -> pl.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for source in SOURCES:
+        for load in (30, 50, 80):
+            for policy in sorted(POLICIES):
+                for metric, _ in PLOT_METRICS:
+                    mean = float(rng.uniform(0, 1))
+                    rows.append((source, load, policy, metric, mean, mean - 0.05, mean + 0.05))
+    cols = ["source", "load_pct", "policy", "metric", "mean", "ci_low", "ci_high"]
+    return pl.DataFrame(rows, schema=cols, orient="row").with_columns(pl.col("load_pct").cast(pl.Int32))
+
+
+def test_summary_is_one_figure_per_source_that_fits_the_dialog():
+    summary = _summary()
+    pngs = summary_plots(summary)
+    assert sorted(pngs) == SOURCES
+    for png in pngs.values():
+        assert 800 <= png_width_px(png) <= MAX_WIDTH_PX
+    assert sorted(summary_plot_metadata(summary)) == [f"plot_{s}" for s in SOURCES]
+    fig = summary_figure(summary, "google2011")
+    drawn = [ax for ax in fig.axes if ax.patches]
+    assert len(drawn) == len(PLOT_METRICS)
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) == 1
+    assert sorted(t.get_text() for t in legends[0].get_texts()) == sorted(POLICIES)
+    # the legend sits inside the figure, not off to its right
+    fig.canvas.draw()
+    box = legends[0].get_window_extent()
+    assert box.x1 <= fig.bbox.x1 and box.y0 >= 0
+    assert "higher is better" in drawn[0].get_title()
+
+
+def test_labelling_and_classifier_plots_have_a_panel_per_source():
+    labelling = pl.DataFrame(
+        {
+            "source": [s for s in SOURCES for _ in range(4)],
+            "load_pct": [50, 50, 80, 80] * len(SOURCES),
+            "age_steps": [0, 4] * 2 * len(SOURCES),
+            "accuracy": np.linspace(0.2, 0.9, 4 * len(SOURCES)),
+        }
+    )
+    fig = labelling_accuracy_figure(labelling)
+    assert sorted(ax.get_title() for ax in fig.axes if ax.lines) == SOURCES
+    assert png_width_px(labelling_accuracy_plot(labelling)) <= MAX_WIDTH_PX
+    accuracy = pl.DataFrame(
+        {
+            "source": [s for s in SOURCES[:2] for _ in range(3)],
+            "prefix_bins": [0, 12, 48] * 2,
+            "accuracy": [0.5, 0.6, 0.7, 0.4, 0.45, 0.8],
+            "macro_f1": [0.3, 0.4, 0.5, 0.2, 0.3, 0.6],
+            "majority_accuracy": [0.45] * 3 + [0.5] * 3,
+        }
+    )
+    fig = classifier_accuracy_figure(accuracy)
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert sorted(ax.get_title() for ax in panels) == SOURCES[:2]
+    assert all("majority EC" in [t.get_text() for t in ax.get_legend().get_texts()] for ax in panels)
+    assert png_width_px(classifier_accuracy_plot(accuracy)) <= MAX_WIDTH_PX
