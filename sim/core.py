@@ -364,10 +364,12 @@ def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:
     pair = sum(prof[d] * committed[d] for d in range(n_d))
     f["overlap"].reshape(-1)[rows[:, None] * width + slots] += pair
     timeline[index] = committed + prof
-    f["job_machine"][rows, j] = machines
-    f["job_start"][rows, j] = t
+    job = rows * jobs.max_jobs + j  # flat positions in the freshly copied (B, J) and (B, M) arrays
+    f["job_machine"].reshape(-1)[job] = machines
+    f["job_start"].reshape(-1)[job] = t
     ends = t + jobs.duration[rows, j]
-    f["busy_until"][rows, machines] = np.maximum(f["busy_until"][rows, machines], ends)
+    busy_until, cell = f["busy_until"].reshape(-1), rows * n_m + machines
+    busy_until[cell] = np.maximum(busy_until[cell], ends)
     f["next_job"][rows] = j + 1
 
 
@@ -400,7 +402,7 @@ def _idle_steps(cfg: SimConfig, f: dict, rows: np.ndarray) -> np.ndarray:
     arrival = jobs.arrival_step[rows, np.minimum(head, jobs.max_jobs - 1)]
     done_at = np.maximum(f["busy_until"][rows].max(axis=1), t + 1)
     end = np.minimum(np.where(has_next, arrival, done_at), cfg.max_steps)
-    return np.clip(end - t, 1, min(f["timeline"].shape[1], _MAX_WINDOW))
+    return np.maximum(np.minimum(end - t, min(f["timeline"].shape[1], _MAX_WINDOW)), 1)
 
 
 def _close_window(
@@ -418,7 +420,6 @@ def _close_window(
     pb = rows[which]
     ps = t[which] + np.arange(which.shape[0]) - first[which]
     slot = pb * width + ps % width
-    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
     usage = np.take(f["timeline"].reshape(-1, n_m, n_d), slot, axis=0)  # (P, M, D)
     total = usage
     if f["noise"] is not None:
@@ -430,7 +431,7 @@ def _close_window(
     step_pen = np.zeros((pb.shape[0], len(PENALTY_NAMES)))
     step_pen[:, 0] = penalties.contention_penalty(overlap, cfg.k_contention)
     # (P, M * D) views: a (D,) operand broadcast over (P, M, D) would run numpy's inner loop D elements long
-    cap_cells = np.tile(cap, n_m)
+    cap_cells = np.asarray(cfg.capacity_units * n_m, dtype=np.int64)  # C_d of each (machine, resource)
     total_cells = total.reshape(-1, n_m * n_d)
     unused = np.maximum(cap_cells - total_cells, 0).reshape(total.shape)
     is_short = (total_cells > cap_cells).reshape(total.shape)
@@ -745,8 +746,12 @@ def make_trace(cfg: SimConfig, batch_size: int) -> Trace:
 
 def current_usage(cfg: SimConfig, state: State) -> np.ndarray:
     """(B, M, D) int64: units in use now on each machine, workloads plus background noise."""
-    rows = np.arange(state.batch_size)
-    usage = state.timeline[rows, state.t % state.timeline.shape[1]].astype(np.int64)
+    n_envs, width = state.timeline.shape[:2]
+    rows = np.arange(n_envs)
+    slot = rows * width + state.t % width  # one (M, D) block per env
+    usage = np.take(state.timeline.reshape(n_envs * width, *state.timeline.shape[2:]), slot, axis=0).astype(
+        np.int64
+    )
     if state.noise is not None:
         usage += state.noise[rows, np.minimum(state.t, state.noise.shape[1] - 1)]
     return usage

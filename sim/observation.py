@@ -34,6 +34,7 @@ colour image for the Gymnasium adapter.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,7 +72,7 @@ def feature_layout(cfg: SimConfig) -> dict[str, tuple[int, ...]]:
 
 def n_features(cfg: SimConfig) -> int:
     """F: length of `encode`'s vector."""
-    return int(sum(np.prod(shape) for shape in feature_layout(cfg).values()))
+    return sum(math.prod(shape) for shape in feature_layout(cfg).values())
 
 
 def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarray:
@@ -82,11 +83,10 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
             "relabel it (sim.labelling.ClassifierLabeller) or use ObservationConfig(labels='true')"
         )
     n_envs = state.batch_size
-    inv_cap = 1.0 / np.asarray(cfg.capacity_units, dtype=np.float32)
     out = np.empty((n_envs, n_features(cfg)), dtype=np.float32)
     # Every block is written through a 2-D (B, features) view, so numpy's inner loops are long.
-    size = _encode_history(cfg, state, out, inv_cap)
-    size += _encode_by_label(cfg, state, out[:, size:], inv_cap)
+    size = _encode_history(cfg, state, out)
+    size += _encode_by_label(cfg, state, out[:, size:])
     size += _encode_queue(cfg, obs_cfg, state, out[:, size:])
     backlog = np.maximum(queue_length(state) - cfg.queue_size, 0) / max(state.jobs.max_jobs, 1)
     out[:, size] = np.minimum(backlog, 1.0)
@@ -95,7 +95,13 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     return out
 
 
-def _encode_history(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.ndarray) -> int:
+def _column_scale(cfg: SimConfig, repeat: int) -> np.ndarray:
+    """(M * D * repeat,) float32 1 / C_d of each column of a block laid out (machine, resource, repeat)."""
+    caps = [c for c in cfg.capacity_units for _ in range(repeat)] * cfg.n_machines
+    return 1.0 / np.asarray(caps, dtype=np.float32)
+
+
+def _encode_history(cfg: SimConfig, state: State, out: np.ndarray) -> int:
     """Write the history block (the last h-1 closed steps from `State.past`, kept scaled and clipped, oldest
     first, then the current step) into out[:, :size]; returns size."""
     n_envs, n_cells = state.batch_size, cfg.n_machines * cfg.n_resources
@@ -105,14 +111,14 @@ def _encode_history(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.n
     now = out[:, closed:size]
     np.multiply(
         current_usage(cfg, state).reshape(n_envs, n_cells).astype(np.float32),
-        np.tile(inv_cap, cfg.n_machines),
+        _column_scale(cfg, 1),
         out=now,
     )
     np.minimum(now, 1.0, out=now)
     return size
 
 
-def _encode_by_label(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.ndarray) -> int:
+def _encode_by_label(cfg: SimConfig, state: State, out: np.ndarray) -> int:
     """Write the by_label block (usage now of the running jobs per machine, resource and label) into
     out[:, :size]; returns size."""
     n_envs, n_m, n_d, n_g = state.batch_size, cfg.n_machines, cfg.n_resources, cfg.n_labels
@@ -133,10 +139,11 @@ def _encode_by_label(cfg: SimConfig, state: State, out: np.ndarray, inv_cap: np.
     cell = cell[None, :] + (np.arange(n_d) * n_g)[:, None]  # (D, N)
     size = n_m * n_d * n_g
     by_label = np.bincount(cell.ravel(), weights=units.T.ravel(), minlength=n_envs * size)
-    scale = np.repeat(np.tile(inv_cap, n_m), n_g)  # 1 / C_d of each column
-    view = out[:, :size]
-    np.multiply(by_label.reshape(n_envs, size), scale, out=view, casting="unsafe")
-    np.minimum(view, 1.0, out=view)
+    scale = _column_scale(cfg, n_g)
+    # sums of integer units are exact in float32; scaling there equals scaling the float64 sum and rounding once
+    by_label = by_label.reshape(n_envs, size).astype(np.float32)
+    by_label *= scale
+    np.minimum(by_label, 1.0, out=out[:, :size])
     return size
 
 
