@@ -88,3 +88,37 @@ def test_registered_with_gymnasium_single_and_vector():
     )
     obs, _ = vec.reset(seed=0)
     assert obs["machines"].shape[:2] == (2, 3)
+
+
+def test_readme_gymnasium_example_runs(tmp_path, monkeypatch):
+    """The README's Gymnasium block, run as written against a warehouse holding `sim__job_sequences` (here the
+    synthetic workloads' sequences, as the sample run writes them)."""
+    import re
+    from pathlib import Path
+
+    import polars as pl
+
+    from pipelines.synthetic import (
+        DeepPlaceConfig,
+        DeepRMConfig,
+        build_deepplace_sequences,
+        build_deeprm_sequences,
+    )
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "tvw/Placement-v0" in b]
+    assert len(blocks) == 1, "README: expected one python block using tvw/Placement-v0"
+    assert len(blocks[0].strip().splitlines()) <= 20
+    dp, _ = build_deepplace_sequences(
+        DeepPlaceConfig(n_train_sequences=1, n_test_sequences=2, loads_pct=(50,))
+    )
+    drm = build_deeprm_sequences(DeepRMConfig(n_train_sequences=1, n_test_sequences=2, loads_pct=(50,)))
+    table = tmp_path / "warehouse" / "tables" / "sim__job_sequences"
+    table.mkdir(parents=True)
+    pl.concat([dp, drm], how="vertical_relaxed").write_parquet(table / "all.parquet")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)
+    assert scope["terminated"] or scope["truncated"]
+    assert scope["vec"].num_envs == 8
+    scope["vec"].close()
