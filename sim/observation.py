@@ -87,7 +87,7 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     # Every block is written through a 2-D (B, features) view, so numpy's inner loops are long.
     size = _encode_history(cfg, state, out)
     size += _encode_by_label(cfg, state, out[:, size:])
-    size += _encode_queue(cfg, obs_cfg, state, out[:, size:])
+    size += _encode_queue(cfg, obs_cfg, state, out, size)
     backlog = np.maximum(queue_length(state) - cfg.queue_size, 0) / max(state.jobs.max_jobs, 1)
     out[:, size] = np.minimum(backlog, 1.0)
     if state.is_done.any():
@@ -147,20 +147,23 @@ def _encode_by_label(cfg: SimConfig, state: State, out: np.ndarray) -> int:
     return size
 
 
-def _encode_queue(cfg: SimConfig, obs_cfg: ObservationConfig, state: State, out: np.ndarray) -> int:
-    """Write the queue block (per visible slot: label one-hot, request, request known) into out[:, :size];
-    returns size."""
+def _encode_queue(
+    cfg: SimConfig, obs_cfg: ObservationConfig, state: State, out: np.ndarray, offset: int
+) -> int:
+    """Write the queue block (per visible slot: label one-hot, request, request known) into
+    out[:, offset : offset + size] (out: the whole (B, F) array); returns size."""
     n_envs, n_g, n_d, n_k = state.batch_size, cfg.n_labels, cfg.n_resources, cfg.queue_size
     n_cols = n_g + n_d + 1
     size = n_k * n_cols
-    queue = out[:, :size].reshape(n_envs, n_k, n_cols)
+    queue = out[:, offset : offset + size].reshape(n_envs, n_k, n_cols)
     queue[:] = 0.0
     slot_jobs = state.next_job[:, None] + np.arange(n_k)[None, :]
     is_waiting = (slot_jobs < state.n_arrived[:, None]) & ~state.is_done[:, None]
     slot_jobs = np.minimum(slot_jobs, state.jobs.max_jobs - 1)
-    wb, wk = np.nonzero(is_waiting)
-    label = observed_labels(state).reshape(-1)[wb * state.jobs.max_jobs + slot_jobs[wb, wk]]
-    queue[wb, wk, label] = 1.0
+    waiting = np.flatnonzero(is_waiting)  # b * K + k
+    env, slot = np.divmod(waiting, n_k)
+    label = observed_labels(state).reshape(-1)[env * state.jobs.max_jobs + slot_jobs.reshape(-1)[waiting]]
+    out.reshape(-1)[env * out.shape[1] + offset + slot * n_cols + label] = 1.0
     requests = _queue_requests(cfg, obs_cfg, state, slot_jobs)
     if requests is not None:
         request, known = requests
