@@ -148,7 +148,7 @@ def labelling_accuracy_figure(table: pl.DataFrame):
         ax.set_ylabel("accuracy (higher is better)", fontsize=8)
         ax.set_title(source, fontsize=9)
         ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle("EC labels predicted in the simulator vs the clustering label", fontsize=9)
     fig.tight_layout()
     return fig
@@ -175,7 +175,7 @@ def classifier_accuracy_figure(table: pl.DataFrame):
         ax.set_ylabel("held-out accuracy (higher is better)", fontsize=8)
         ax.set_title(source, fontsize=9)
         ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle("EC classifier against always predicting the most common EC", fontsize=9)
     fig.tight_layout()
     return fig
