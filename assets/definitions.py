@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from dagster import Definitions, JobDefinition, in_process_executor
 
-from assets import cluster, core, ec, rl
+from assets import cluster, core, ec, rl, rl_baselines
 from assets.io_manager import TableIOManager
 from assets.jobs import build_jobs
 from assets.raw import build_raw_assets
@@ -80,7 +80,14 @@ def build_definitions(
     """Definitions for a given trace folder, warehouse, profile and executor (tests point these at tmp_path)."""
     warehouse = Warehouse(root=str(warehouse_root))
     raw_assets = build_raw_assets(traces)
-    all_assets = [*raw_assets, *core.CORE_ASSETS, *ec.EC_ASSETS, *cluster.CLUSTER_ASSETS, *rl.RL_ASSETS]
+    all_assets = [
+        *raw_assets,
+        *core.CORE_ASSETS,
+        *ec.EC_ASSETS,
+        *cluster.CLUSTER_ASSETS,
+        *rl.RL_ASSETS,
+        *rl_baselines.RL_BASELINE_ASSETS,
+    ]
     return Definitions(
         assets=all_assets,
         asset_checks=[*core.CORE_CHECKS],

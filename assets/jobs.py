@@ -54,12 +54,14 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         tags=tags,
     )
     from assets.rl import ABLATION_PARTITIONS, RL_PARTITIONS, rl__ablation, rl__tvw_rl
+    from assets.rl_baselines import rl__deeprm, rl__dejavu
 
     rl = define_asset_job(
         "rl_job",
-        selection=AssetSelection.assets(rl__tvw_rl),
+        selection=AssetSelection.assets(rl__tvw_rl, rl__deeprm, rl__dejavu),
         partitions_def=RL_PARTITIONS,
-        description="Train TVW-RL for one (load, training seed) on every source with training sequences.",
+        description="Train the learned schedulers (TVW-RL, DeepRM's agent, Dejavu) for one (load, training seed) "
+        "on every source with training sequences.",
         config=_ops_config(assets, ("rl",), profile_config) or None,
         tags=tags,
     )

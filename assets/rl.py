@@ -272,7 +272,7 @@ class ResultsConfig(Config):
     group_name="results",
     io_manager_key="table_io",
     kinds={"parquet", "polars"},
-    deps=["rl__tvw_rl"],
+    deps=["rl__tvw_rl", "rl__deeprm", "rl__dejavu"],
     check_specs=EVAL_CHECKS_FOR("eval__results"),
 )
 def eval__results(
@@ -304,7 +304,9 @@ def eval__results(
             labellers[source] = labeller_for(warehouse, source, sim__usage_scale)
         if name == "tvw_rl":
             return TvwRlPolicy(path, labeller=labellers[source])
-        return make_policy(name, checkpoint=path)
+        from assets.rl_baselines import load_learned  # rl_baselines imports this module
+
+        return load_learned(name, source, load, seed, warehouse)
 
     learned = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds, make=make)
     if config.policies and learned.height == 0:
