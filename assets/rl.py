@@ -23,11 +23,12 @@ from pydantic import Field
 
 from assets.cluster import EVAL_CHECKS_FOR, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path, png_markdown
+from assets.plots import summary_plot_metadata
 from assets.resources import Warehouse
 from models.reinforce import ADVANTAGE_MODES
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
-from sim.evaluate import evaluate_policies, plot_results, summarise
+from sim.evaluate import evaluate_policies, summarise
 from sim.jobs import JobBatch
 from sim.labelling import ClassifierLabeller
 from sim.observation import ObservationConfig
@@ -308,7 +309,9 @@ def eval__results(
 
         return load_learned(name, source, load, seed, warehouse)
 
-    learned = evaluate_by_cluster(sim__job_sequences, config.policies, cfg, config.seeds, make=make)
+    learned = evaluate_by_cluster(
+        sim__job_sequences, config.policies, cfg, config.seeds, make=make, log=context.log.info
+    )
     if config.policies and learned.height == 0:
         raise ValueError(
             f"eval__results: no checkpoint found for any of {config.policies} under {warehouse.root}/models "
@@ -332,7 +335,7 @@ def eval__results_summary(context: AssetExecutionContext, eval__results: pl.Data
     """Mean and 95 % interval of every metric of `eval__results` per (source, load, policy) over test sequences
     (seeds averaged within a sequence first); the UI shows the Fig. 4/5-style plot."""
     summary = summarise(eval__results)
-    context.add_output_metadata({"plot": png_markdown(plot_results(summary), "metrics per load and policy")})
+    context.add_output_metadata(summary_plot_metadata(summary))
     return summary
 
 

@@ -5,12 +5,11 @@ seed, and returns one row per (source, load_pct, policy, sequence_id, seed) with
 `sim.metrics.episode_metrics`. Policies that take EC profiles (`sim.policies.accepts_profiles`, e.g.
 ec_peak_aware) get the profiles learned once per (source, load) from that group's TRAIN sequences only
 (`learn_group_profiles`); the evaluated sequences never feed them. `summarise` gives the mean and a t-based 95 % interval per (source, load, policy,
-metric); `plot_results` draws TVW-RL Fig. 4/5 (utilisation, fragmentation, machines used, overshoot per load).
+metric); `assets.plots` draws TVW-RL Fig. 4/5 from it (utilisation, fragmentation, machines used, overshoot per load).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -242,42 +241,3 @@ def split_diversity(jobs_frame: pl.DataFrame, min_workloads: int = 5) -> pl.Data
         .cast(DIVERSITY)
         .sort("source", "load_pct", "split")
     )
-
-
-def plot_results(summary: pl.DataFrame) -> bytes:
-    """PNG bytes: one row of panels per source, one panel per TVW-RL Fig. 4/5 metric, loads on the x axis and a
-    bar per policy with its 95 % interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sources = sorted(summary["source"].unique().to_list())
-    policies = sorted(summary["policy"].unique().to_list())
-    loads = sorted(summary["load_pct"].unique().to_list())
-    fig, axes = plt.subplots(
-        len(sources), len(PLOT_METRICS), figsize=(3.2 * len(PLOT_METRICS), 2.8 * len(sources)), squeeze=False
-    )
-    width = 0.8 / max(len(policies), 1)
-    for r, source in enumerate(sources):
-        for c, (metric, title) in enumerate(PLOT_METRICS):
-            ax = axes[r][c]
-            for k, policy in enumerate(policies):
-                part = summary.filter(
-                    (pl.col("source") == source) & (pl.col("metric") == metric) & (pl.col("policy") == policy)
-                )
-                by_load = {row["load_pct"]: row for row in part.iter_rows(named=True)}
-                mean = np.array([by_load[x]["mean"] if x in by_load else np.nan for x in loads])
-                low = np.array([by_load[x]["ci_low"] if x in by_load else np.nan for x in loads])
-                high = np.array([by_load[x]["ci_high"] if x in by_load else np.nan for x in loads])
-                xs = np.arange(len(loads)) + (k - (len(policies) - 1) / 2) * width
-                ax.bar(xs, mean, width, yerr=np.vstack([mean - low, high - mean]), capsize=2, label=policy)
-            ax.set_xticks(np.arange(len(loads)), [f"{x}%" for x in loads])
-            ax.set_title(f"{title}\n{source}", fontsize=8)
-            ax.tick_params(labelsize=7)
-    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()

@@ -131,3 +131,10 @@ def test_summary_counts_every_source_and_warns_where_nothing_was_kept(materialis
         rows["google2011_derived"][4] in ("aggregate", "temporal", "dtw")
         and "k=" in rows["google2011_derived"][5]
     )
+
+
+def test_every_column_of_every_table_written_has_a_description(materialised):
+    from assets.column_docs import undocumented_in_warehouse
+
+    wh, *_ = materialised
+    assert undocumented_in_warehouse(wh.root) == {}

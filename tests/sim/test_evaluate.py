@@ -14,7 +14,6 @@ from sim.evaluate import (
     RESULT_KEY,
     evaluate_policies,
     learn_group_profiles,
-    plot_results,
     split_diversity,
     summarise,
 )
@@ -181,12 +180,10 @@ def test_summary_interval_is_t_based() -> None:
     assert row["ci_low"] == pytest.approx(4.0 - row["ci_high"])
 
 
-def test_summary_and_plot(results) -> None:
+def test_summary_and_its_directions(results) -> None:
     summary = summarise(results)
     assert summary.select("source", "load_pct", "policy").unique().height == 2 * 3
     assert (summary["ci_low"] <= summary["mean"]).all() and (summary["mean"] <= summary["ci_high"]).all()
-    png = plot_results(summary)
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     better = dict(summary.select("metric", "better").unique().iter_rows())
     assert better["episode_return"] == "higher" and better["avg_util_cpu_frac"] == "higher"
     assert better["machines_used"] == "lower" and better["cost_wait"] == "lower"
@@ -237,7 +234,9 @@ def test_noop_has_the_worst_return_on_the_synthetic_workloads() -> None:
     dp, _ = build_deepplace_sequences(DeepPlaceConfig(n_train_sequences=1, n_test_sequences=3))
     drm = build_deeprm_sequences(DeepRMConfig(n_train_sequences=1, n_test_sequences=3))
     drm = drm[0] if isinstance(drm, tuple) else drm
-    res = evaluate_policies(pl.concat([dp, drm], how="diagonal_relaxed"), sorted(POLICIES), SimConfig())
+    # the heuristics: an untrained learned policy is no scheduler (an untrained Dejavu holds every job)
+    heuristics = sorted(p for p in POLICIES if not is_learned(p))
+    res = evaluate_policies(pl.concat([dp, drm], how="diagonal_relaxed"), heuristics, SimConfig())
     mean = res.group_by("source", "load_pct", "policy").agg(pl.col("episode_return").mean())
     worst = mean.sort("episode_return").group_by("source", "load_pct").first()
     assert worst.height == 6 and (worst["policy"] == "noop").all()
