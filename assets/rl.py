@@ -90,7 +90,7 @@ def git_revision() -> str:
 class TvwRlTrainConfig(Config):
     preset: str = Field(
         default="paper",
-        description="'paper' (TVW-RL: 2000 iterations of 20 x 20), 'study' (300 iterations of 20 x 20 at lr 0.01, "
+        description="'paper' (TVW-RL: 2000 iterations of 20 x 20), 'study' (200 iterations of 10 x 20 whole sequences, lr 0.01, "
         "gamma 0.95) or 'short' (the embedded sample's 100 iterations of 10 x 8)",
     )
     n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
