@@ -448,6 +448,9 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
     "ec__classifier_accuracy": {"accuracy": "held-out accuracy of the EC classifier"},
     "core__usage_counts": {"count": "what is counted (rows_in, rows_dropped_<reason>, bins_out, ...)"},
     "core__long_running_report": {"n_workloads": "workloads with this reason (kept: passed the filter)"},
+    "core__long_running_judged": {
+        "reason": "the verdict on this workload: kept, or the first reason it was dropped (REASONS order)"
+    },
 }
 """Table -> column -> what it holds in that table, where it says more than `COLUMN_DOCS`."""
 
