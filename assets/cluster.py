@@ -1,5 +1,6 @@
 """Job sequences for the simulator and the evaluation of every registered scheduler (TVW-RL "End-to-End
-Evaluation", Fig. 4/5). Not partitioned: these tables span every trace source and the synthetic workloads."""
+Evaluation", Fig. 4/5). These tables span every trace source and the synthetic workloads; the heuristic
+evaluation (`eval__baselines`) is partitioned by load, so that its runs fan out, and read back whole."""
 
 import dataclasses
 
@@ -12,6 +13,7 @@ from dagster import (
     Config,
     MetadataValue,
     Output,
+    StaticPartitionsDefinition,
     asset,
     multi_asset,
 )
@@ -89,6 +91,33 @@ USAGE_SCALE = {
     "mem_frac_scale": pl.Float64,
     "step_bins": pl.Int32,  # 5-minute bins per logical step
 }
+
+
+EVAL_LOADS = (30, 50, 80)
+"""Loads the evaluation is partitioned by: TVW-RL's 30/50/80 %, as the training runs (`assets.rl.RL_LOADS`)."""
+EVAL_PARTITIONS = StaticPartitionsDefinition([f"load{load}" for load in EVAL_LOADS])
+"""One `eval__baselines` partition per load ('load50'): every policy, source and seed at that load."""
+
+
+def parse_eval_partition(key: str) -> int:
+    """'load50' -> 50; ValueError naming the known keys otherwise."""
+    if key not in EVAL_PARTITIONS.get_partition_keys():
+        raise ValueError(
+            f"unknown evaluation partition {key!r}; known: {EVAL_PARTITIONS.get_partition_keys()}"
+        )
+    return int(key.removeprefix("load"))
+
+
+def eval_partition_keys(loads_pct: list[int]) -> list[str]:
+    """The `eval__baselines` partitions of the configured loads (`sim__job_sequences.loads_pct`), in order;
+    ValueError naming the loads that have no partition (their sequences could never be evaluated)."""
+    missing = [load for load in loads_pct if load not in EVAL_LOADS]
+    if missing:
+        raise ValueError(
+            f"sim__job_sequences.loads_pct {loads_pct}: load(s) {missing} have no evaluation partition "
+            f"(eval__baselines is partitioned by {list(EVAL_LOADS)} %, as the training runs)"
+        )
+    return [f"load{load}" for load in loads_pct]
 
 
 SEQUENCE_CHECKS = [
@@ -232,6 +261,12 @@ def sequence_checks(
     group_name="sim",
 )
 def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfig, warehouse: Warehouse):
+    unevaluated = [load for load in config.loads_pct if load not in EVAL_LOADS]
+    if unevaluated:
+        context.log.warning(
+            f"loads_pct {unevaluated} %: built, but eval__baselines and the training runs are partitioned by "
+            f"{list(EVAL_LOADS)} % only, so these sequences are not evaluated"
+        )
     long_running = _read_optional(warehouse, "core__long_running")
     assignments = _read_optional(warehouse, "ec__assignments")
     seq_cfg = SequenceConfig(
@@ -436,24 +471,46 @@ def eval_checks(
     ]
 
 
-@asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"}, check_specs=EVAL_CHECKS)
+@asset(
+    group_name="eval",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    check_specs=EVAL_CHECKS,
+    partitions_def=EVAL_PARTITIONS,
+)
 def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job_sequences: pl.DataFrame):
     """One row per (source, load, policy, test sequence, seed) with every operational metric of TVW-RL
     (avg utilisation clipped at capacity and fragmentation per resource, overshoot %, machines used) plus
     contention, mean wait, jobs never placed, whether the episode hit the safety cap (`is_truncated`, a failure),
     the episode return (<= 0, higher is better) and its components as positive costs (`cost_*`, lower is
-    better). Every policy of the `POLICIES` registry is evaluated, `noop` (never places) as the sanity floor."""
+    better). Every policy of the `POLICIES` registry is evaluated, `noop` (never places) as the sanity floor.
+    One partition per load (`load30`, `load50`, `load80`): each evaluates only the test sequences of its load,
+    so the loads run side by side; readers get every partition concatenated."""
+    if not context.has_partition_key:
+        raise ValueError(
+            "eval__baselines is partitioned by load: materialise one partition "
+            f"({', '.join(EVAL_PARTITIONS.get_partition_keys())}; e.g. partition_key='load50'), or run eval_job"
+        )
+    load = parse_eval_partition(context.partition_key)
+    # the simulator (EC label count) is sized on every load's sequences: a partition equals its rows of the
+    # table evaluated whole
     cfg = eval_sim_config("eval__baselines", config, sim__job_sequences)
-    results = evaluate_by_cluster(
-        sim__job_sequences, config.policies, cfg, config.seeds, log=context.log.info
-    )
-    test = sim__job_sequences.filter(pl.col("split") == "test")
+    jobs = sim__job_sequences.filter(pl.col("load_pct") == load)
+    test = jobs.filter(pl.col("split") == "test")
+    if test.is_empty():
+        have = sorted(sim__job_sequences.filter(pl.col("split") == "test")["load_pct"].unique().to_list())
+        raise ValueError(
+            f"eval__baselines[{context.partition_key}]: sim__job_sequences has no test sequences at {load} % "
+            f"(loads with test sequences: {have}); evaluate only the loads of sim__job_sequences.loads_pct"
+        )
+    results = evaluate_by_cluster(jobs, config.policies, cfg, config.seeds, log=context.log.info)
     n_sequences = test.select("source", "load_pct", "sequence_id").unique().height
     n_expected = results.select("source", "load_pct", "sequence_id", "policy").unique().height * len(
         config.seeds
     )
     context.log.info(
-        f"{results.height} episodes evaluated ({len(config.policies)} policies, {n_sequences} sequences)"
+        f"{load} %: {results.height} episodes evaluated ({len(config.policies)} policies, "
+        f"{n_sequences} sequences)"
     )
     yield Output(
         results,
@@ -468,8 +525,9 @@ def eval__summary(context: AssetExecutionContext, eval__baselines: pl.DataFrame)
     within a sequence first, so n = sequences); `episode_return` is higher-is-better, `cost_*`, overshoot,
     fragmentation, machines used and waits lower-is-better, utilisation higher-is-better (column `better`). The UI
     shows a TVW-RL Fig. 4/5 style plot per source (`plot_<source>`: utilisation, fragmentation, machines used,
-    overshoot, jobs never placed per load)."""
-    summary = summarise(eval__baselines)
+    overshoot, jobs never placed per load). Reads every load partition of `eval__baselines`."""
+    # partitions arrive load by load; the summary's per-group order (and so its float sums) follows the key
+    summary = summarise(eval__baselines.sort(list(RESULT_KEY)))
     context.add_output_metadata(summary_plot_metadata(summary))
     return summary
 

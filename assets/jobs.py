@@ -1,5 +1,5 @@
 """Asset jobs: one per layer (and one per raw table). A job's assets share one partitioning, so each run is
-one partition: a shard, a trace source, or the whole cluster layer. Every job carries the profile's config
+one partition: a shard, a trace source, a load, a (load, training seed), or the whole cluster layer. Every job carries the profile's config
 (for its own ops) as its default, and the profile's name as the `tvw/profile` tag."""
 
 from dagster import AssetsDefinition, AssetSelection, define_asset_job
@@ -17,15 +17,23 @@ def raw_job_name(raw_asset_name: str) -> str:
 
 def _ops_config(assets: list[AssetsDefinition], groups: tuple[str, ...], profile_config: dict) -> dict:
     """The profile's `ops:` entries for the ops whose assets are in `groups` (Dagster rejects unknown ops)."""
-    names = {a.node_def.name for a in assets if set(a.group_names_by_key.values()) & set(groups)}
+    return _config_of(_op_names(assets, groups), profile_config)
+
+
+def _op_names(assets: list[AssetsDefinition], groups: tuple[str, ...]) -> set[str]:
+    return {a.node_def.name for a in assets if set(a.group_names_by_key.values()) & set(groups)}
+
+
+def _config_of(names: set[str], profile_config: dict) -> dict:
     ops = {k: v for k, v in profile_config.get("ops", {}).items() if k in names}
     return {"ops": ops} if ops else {}
 
 
 def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: str) -> list:
     """`raw_<source>__<table>_job` per raw table (partition: a shard file), `per_source_job` (canonical
-    tables and equivalence classes of one source; partition: the source), `cluster_job` (job sequences
-    and evaluation over every source)."""
+    tables and equivalence classes of one source; partition: the source), `cluster_job` (job sequences, EC
+    labelling in the simulator), `eval_job` (the heuristics on every source at one load; partition: the load),
+    `eval_summary_job` (their summary), `rl_job`, `results_job` and `ablation_job`."""
     tags = {PROFILE_TAG: profile}
     raw_assets = [a for a in assets if all(k.path[-1].startswith("raw_") for k in a.keys)]
     raw = [
@@ -46,11 +54,31 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         config=_ops_config(assets, PER_SOURCE_GROUPS, profile_config) or None,
         tags=tags,
     )
+    from assets.cluster import EVAL_PARTITIONS, eval__baselines, eval__summary
+
+    evaluation = AssetSelection.assets(eval__baselines, eval__summary)
     cluster = define_asset_job(
         "cluster_job",
-        selection=AssetSelection.groups(*GLOBAL_GROUPS),
-        description="Job sequences for the simulator and the evaluation of every scheduler.",
-        config=_ops_config(assets, GLOBAL_GROUPS, profile_config) or None,
+        selection=AssetSelection.groups(*GLOBAL_GROUPS) - evaluation,
+        description="Job sequences for the simulator, and how well the EC classifier labels their jobs.",
+        config=_config_of(
+            _op_names(assets, GLOBAL_GROUPS) - {"eval__baselines", "eval__summary"}, profile_config
+        )
+        or None,
+        tags=tags,
+    )
+    eval_job = define_asset_job(
+        "eval_job",
+        selection=AssetSelection.assets(eval__baselines),
+        partitions_def=EVAL_PARTITIONS,
+        description="Every heuristic scheduler on every source's test sequences at one load (a run per load).",
+        config=_config_of({"eval__baselines"}, profile_config) or None,
+        tags=tags,
+    )
+    eval_summary = define_asset_job(
+        "eval_summary_job",
+        selection=AssetSelection.assets(eval__summary),
+        description="Means and intervals of the heuristics' metrics over every load evaluated.",
         tags=tags,
     )
     from assets.rl import ABLATION_PARTITIONS, RL_PARTITIONS, rl__ablation, rl__tvw_rl
@@ -80,4 +108,4 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         config=_ops_config(assets, ("ablation",), profile_config) or None,
         tags=tags,
     )
-    return [*raw, per_source, cluster, rl, results, ablation]
+    return [*raw, per_source, cluster, eval_job, eval_summary, rl, results, ablation]

@@ -3,8 +3,9 @@ independent work at the same time.
 
     raw layer      a run of `raw_<source>__<table>_job` per shard file: a bad shard fails alone
     per source     a run of `per_source_job` per trace source, started as soon as that source's shards are in
-    cluster        a run of `cluster_job` once every source is done (job sequences, heuristic baselines)
-    rl             a run of `rl_job` per (load, training seed): TVW-RL trained on every source's sequences
+    cluster        a run of `cluster_job` once every source is done (job sequences, EC labelling in the simulator)
+    eval           a run of `eval_job` per configured load (every heuristic on every source), then `eval_summary_job`
+    rl             a run of `rl_job` per (load, training seed), beside the eval runs: the learned schedulers
     results        a run of `results_job`: every policy, learned ones included, and its summary
 
 Every run is a normal run of a named job of the `tvw` code location, recorded in the project's Dagster
@@ -28,7 +29,7 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CONFIG = Path(__file__).with_name("sample_config.yaml")
-LAYERS = ("raw", "per_source", "cluster", "rl", "results")
+LAYERS = ("raw", "per_source", "cluster", "eval", "rl", "results")
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 """Dagster's console logger prints every step event; the terminal gets the runner's own lines and errors, and
@@ -197,8 +198,12 @@ def check_shared_warehouse(scheduler: str, warehouse: str) -> None:
         )
 
 
-def plan_runs(target: Target, sources: list[str], layers: tuple[str, ...]) -> list[RunSpec]:
-    """Every run of the chosen layers and sources, raw shards largest first (the long ones start early)."""
+def plan_runs(
+    target: Target, sources: list[str], layers: tuple[str, ...], run_config: dict | None = None
+) -> list[RunSpec]:
+    """Every run of the chosen layers and sources, raw shards largest first (the long ones start early).
+    The evaluation runs are the loads of `sim__job_sequences.loads_pct` in `run_config` (default: the
+    target's profile)."""
     from assets.jobs import raw_job_name
     from assets.raw import raw_table_name
     from pipelines.sources import SOURCES
@@ -216,6 +221,9 @@ def plan_runs(target: Target, sources: list[str], layers: tuple[str, ...]) -> li
         specs += [RunSpec("per_source", "per_source_job", s, s) for s in sources]
     if "cluster" in layers:
         specs.append(RunSpec("cluster", "cluster_job", None, None))
+    if "eval" in layers:
+        specs += [RunSpec("eval", "eval_job", key, None) for key in eval_partitions(target, run_config)]
+        specs.append(RunSpec("eval", "eval_summary_job", None, None))
     if "rl" in layers:
         from assets.rl import RL_PARTITIONS
 
@@ -225,15 +233,30 @@ def plan_runs(target: Target, sources: list[str], layers: tuple[str, ...]) -> li
     return specs
 
 
+def eval_partitions(target: Target, run_config: dict | None = None) -> list[str]:
+    """The `eval_job` partitions of the loads `sim__job_sequences` is configured with (its default when the
+    run config, default the target's profile, does not set them); ValueError for a load with no partition."""
+    from assets.cluster import JobSequencesConfig, eval_partition_keys
+    from assets.definitions import load_profile
+
+    config = load_profile(target.profile) if run_config is None else run_config
+    seq = config.get("ops", {}).get("sim__job_sequences", {}).get("config", {})
+    return eval_partition_keys(list(seq.get("loads_pct", JobSequencesConfig().loads_pct)))
+
+
 def _ready(spec: RunSpec, pending: list[RunSpec], running: set[RunSpec]) -> bool:
-    """A per-source run waits for its source's raw runs; the cluster run waits for every other run."""
+    """A per-source run waits for its source's raw runs; the cluster run waits for every earlier run; the
+    evaluation runs and the training runs wait for the cluster run (the job sequences) and go side by side;
+    the evaluation summary waits for the evaluation runs, the results for everything."""
     blockers = [*pending, *running]
     if spec.layer == "per_source":
         return not any(b.layer == "raw" and b.source == spec.source for b in blockers)
     if spec.layer == "cluster":
-        return not any(b.layer not in ("cluster", "rl", "results") for b in blockers)
-    if spec.layer == "rl":  # training reads the job sequences
-        return not any(b.layer not in ("rl", "results") for b in blockers)
+        return not any(b.layer not in ("cluster", "eval", "rl", "results") for b in blockers)
+    if spec.job == "eval_summary_job":
+        return not any(b.layer not in ("rl", "results") and b.job != spec.job for b in blockers)
+    if spec.layer in ("eval", "rl"):  # both read the job sequences
+        return not any(b.layer not in ("eval", "rl", "results") for b in blockers)
     if spec.layer == "results":
         return not any(b.layer != "results" for b in blockers)
     return True
@@ -275,7 +298,11 @@ def run_all(
         if stale:
             shown = ", ".join(f"{p.table}[{p.stem}]" for p in stale[:5]) + (" ..." if len(stale) > 5 else "")
             log(f"  removed {len(stale)} raw partition(s) not ingested from {target.traces}: {shown}")
-    pending = plan_runs(target, sources, layers)
+    pending = plan_runs(target, sources, layers, run_config)
+    if "eval" in layers:
+        unplanned = remove_unplanned_evaluations(Warehouse(root=target.warehouse), pending)
+        if unplanned:
+            log(f"  removed eval__baselines partition(s) of loads not configured now: {', '.join(unplanned)}")
     configs = {s.job: _ops_config_for(target, s.job, run_config) for s in pending}
     outcomes: list[RunOutcome] = []
 
@@ -304,6 +331,18 @@ def run_all(
                 running.pop(fut)
                 finished(fut.result())
     return outcomes
+
+
+def remove_unplanned_evaluations(warehouse, planned: list[RunSpec]) -> list[str]:
+    """Delete the stored `eval__baselines` partitions of loads that this invocation does not evaluate (left by
+    a run with other loads): readers concatenate every stored partition, and must not mix in stale loads."""
+    from assets.resources import partition_file_stem
+
+    keep = {partition_file_stem(s.partition) for s in planned if s.job == "eval_job"}
+    stale = sorted(set(warehouse.partition_keys_on_disk("eval__baselines")) - keep)
+    for stem in stale:
+        warehouse.remove_partition("eval__baselines", stem)
+    return stale
 
 
 def layer_lines(outcomes: list[RunOutcome]) -> list[str]:

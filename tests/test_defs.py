@@ -16,8 +16,15 @@ def defs(tmp_path_factory):
 
 
 def test_every_job_resolves(defs):
-    for name in ("per_source_job", "cluster_job"):
+    for name in ("per_source_job", "cluster_job", "eval_job", "eval_summary_job", "rl_job", "results_job"):
         assert defs.resolve_job_def(name).name == name
+
+
+def test_the_evaluation_fans_out_by_load(defs):
+    job = defs.resolve_job_def("eval_job")
+    assert job.partitions_def.get_partition_keys() == ["load30", "load50", "load80"]
+    assert {n.name for n in job.graph.nodes} == {"eval__baselines"}
+    assert "eval__baselines" not in {n.name for n in defs.resolve_job_def("cluster_job").graph.nodes}
 
 
 def test_every_raw_table_has_a_job_partitioned_by_its_shards(defs):

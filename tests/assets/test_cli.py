@@ -61,11 +61,14 @@ def test_help_names_the_project_options(entry, capsys):
 def test_every_job_carries_the_profile(tmp_path, profile):
     defs = build_definitions(FIXTURES, tmp_path, profile)
     config = load_profile(profile)["ops"]
-    for name in ("per_source_job", "cluster_job"):
+    for name in ("per_source_job", "cluster_job", "eval_job", "eval_summary_job"):
         job = defs.resolve_job_def(name)
         assert job.tags["tvw/profile"] == profile
     sequences = defs.resolve_job_def("cluster_job").run_config["ops"]["sim__job_sequences"]
     assert sequences == config["sim__job_sequences"]
+    per_load = defs.resolve_job_def("eval_job").partitioned_config.get_run_config_for_partition_key("load50")
+    evaluation = per_load["ops"]["eval__baselines"]
+    assert evaluation == config["eval__baselines"]
 
 
 def test_unknown_profile_is_named(tmp_path):

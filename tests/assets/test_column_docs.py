@@ -80,22 +80,28 @@ def materialised(tmp_path_factory):
     wh = Warehouse(root=str(root))
     resources = {"warehouse": wh, "table_io": TableIOManager(warehouse=wh)}
     seq = {"n_train_sequences": 2, "n_test_sequences": 2, "loads_pct": [50], "include_synthetic": True}
-    run_config = {
-        "ops": {
-            "sim__job_sequences": {"config": seq},
-            "eval__baselines": {"config": {"policies": ["best_fit", "noop", "ec_peak_aware"], "seeds": [0]}},
-        }
-    }
+    base = {"policies": ["best_fit", "noop", "ec_peak_aware"], "seeds": [0]}
+    sequences = sim__job_sequences.to_source_assets()
+    # as the jobs run them: the job sequences, the evaluation of one load (a partition), the summary
+    runs = [
+        ([sim__job_sequences, eval__ec_labelling], [], {"sim__job_sequences": {"config": seq}}, None),
+        ([eval__baselines], sequences, {"eval__baselines": {"config": base}}, "load50"),
+        ([eval__summary], eval__baselines.to_source_assets(), {}, None),
+    ]
+    events = []
     with DagsterInstance.ephemeral() as instance:
-        result = materialize(
-            [sim__job_sequences, eval__baselines, eval__summary, eval__ec_labelling],
-            instance=instance,
-            resources=resources,
-            run_config=run_config,
-            selection=[sim__job_sequences, eval__baselines, eval__summary, eval__ec_labelling],
-        )
-    assert result.success
-    return root, result.get_asset_materialization_events()
+        for selection, upstream, ops, partition in runs:
+            result = materialize(
+                selection + upstream,
+                instance=instance,
+                resources=resources,
+                run_config={"ops": ops},
+                partition_key=partition,
+                selection=selection,
+            )
+            assert result.success
+            events += result.get_asset_materialization_events()
+    return root, events
 
 
 def test_every_column_of_the_cluster_tables_is_described_in_the_ui(materialised):

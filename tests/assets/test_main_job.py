@@ -11,7 +11,7 @@ from assets.main import Target, run_all
 from assets.resources import Warehouse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
-PIPELINE_LAYERS = ("raw", "per_source", "cluster")
+PIPELINE_LAYERS = ("raw", "per_source", "cluster", "eval")
 """Training (rl, results) is covered by tests/assets/test_rl_assets.py with a tiny budget: the sample profile's
 training would take minutes here."""
 
@@ -49,13 +49,21 @@ def test_runs_are_named_jobs_of_the_code_location(materialised):
     _, _, _, runs = materialised
     names = {r.job_name for r in runs}
     assert "__ephemeral_asset_job__" not in names
-    assert {"per_source_job", "cluster_job", "raw_google2011__task_usage_job"} <= names
+    assert {
+        "per_source_job",
+        "cluster_job",
+        "eval_job",
+        "eval_summary_job",
+        "raw_google2011__task_usage_job",
+    } <= names
     assert {r.remote_job_origin.location_name for r in runs} == {"tvw"}
     assert {r.tags.get("tvw/profile") for r in runs} == {"sample"}
     per_source = [r for r in runs if r.job_name == "per_source_job"]
     assert sorted(r.tags["dagster/partition"] for r in per_source) == sorted(
         ["google2011", "alibaba2018", "google2011_derived", "bitbrains"]
     )
+    evaluations = [r for r in runs if r.job_name == "eval_job"]  # one run per load of the sample profile
+    assert sorted(r.tags["dagster/partition"] for r in evaluations) == ["load30", "load50", "load80"]
 
 
 def test_raw_rows_add_up_with_quarantine(materialised):
@@ -113,6 +121,8 @@ def test_every_policy_is_evaluated(materialised):
     assert {"deepplace_synthetic", "deeprm_synthetic", "google2011_derived"} <= sources
     summary = wh.query("select count(*) as n from eval__summary where metric = 'avg_util_cpu_frac'")
     assert summary["n"][0] > 0
+    loads = wh.query("select distinct load_pct from eval__baselines order by load_pct")["load_pct"].to_list()
+    assert loads == [30, 50, 80]  # the three load partitions, read back as one table
 
 
 def test_summary_counts_every_source_and_warns_where_nothing_was_kept(materialised):

@@ -1,0 +1,124 @@
+"""The heuristic evaluation fans out by load: its partitions read back as the table evaluated whole, a load
+without sequences fails naming it, and `tvw-run` plans one run per configured load beside training."""
+
+import polars as pl
+import pytest
+from dagster import DagsterInstance, materialize
+
+from assets.cluster import (
+    EvalConfig,
+    eval__baselines,
+    eval__summary,
+    eval_partition_keys,
+    eval_sim_config,
+    evaluate_by_cluster,
+    sim__job_sequences,
+)
+from assets.io_manager import TableIOManager
+from assets.main import RunSpec, Target, _ready, plan_runs, remove_unplanned_evaluations
+from assets.resources import Warehouse
+from sim.evaluate import RESULT_KEY, summarise
+
+POLICIES = ["best_fit", "noop", "tetris", "ec_peak_aware"]
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """Synthetic sequences at 30 and 50 %; eval__baselines materialised one load partition at a time, then the
+    summary over both; the failed run of a load that has no sequences."""
+    wh = Warehouse(root=str(tmp_path_factory.mktemp("wh")))
+    resources = {"warehouse": wh, "table_io": TableIOManager(warehouse=wh)}
+    seq = {"n_train_sequences": 2, "n_test_sequences": 2, "loads_pct": [30, 50], "include_synthetic": True}
+    base = {"policies": POLICIES, "seeds": [0, 1]}
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize(
+            [sim__job_sequences],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"sim__job_sequences": {"config": seq}}},
+        ).success
+        runs = {
+            key: materialize(
+                [eval__baselines, *sim__job_sequences.to_source_assets()],
+                instance=instance,
+                resources=resources,
+                run_config={"ops": {"eval__baselines": {"config": base}}},
+                partition_key=key,
+                selection=[eval__baselines],
+                raise_on_error=False,
+            )
+            for key in ("load30", "load50", "load80")
+        }
+        assert materialize(
+            [eval__summary, *eval__baselines.to_source_assets()],
+            instance=instance,
+            resources=resources,
+            selection=[eval__summary],
+        ).success
+    return wh, runs, base
+
+
+def test_the_load_partitions_are_the_table_evaluated_whole(evaluated):
+    wh, runs, base = evaluated
+    assert runs["load30"].success and runs["load50"].success
+    jobs = wh.scan("sim__job_sequences").collect()
+    config = EvalConfig(**base)
+    whole = evaluate_by_cluster(
+        jobs, POLICIES, eval_sim_config("eval__baselines", config, jobs), base["seeds"]
+    )
+    parts = wh.scan("eval__baselines").collect()
+    assert sorted(p.name for p in wh.table_files("eval__baselines")) == ["load30.parquet", "load50.parquet"]
+    assert parts.sort(list(RESULT_KEY)).equals(whole)
+    assert wh.scan("eval__summary").collect().equals(summarise(whole))
+    for key in ("load30", "load50"):  # the checks run per partition, on that load's rows
+        checks = {e.check_name: e.passed for e in runs[key].get_asset_check_evaluations()}
+        assert len(checks) == 4 and all(checks.values()), (key, checks)
+
+
+def test_a_load_without_sequences_fails_naming_it(evaluated):
+    _, runs, _ = evaluated
+    failed = runs["load80"]
+    assert not failed.success
+    messages = " ".join(
+        str(e.event_specific_data.error.cause or e.event_specific_data.error.message)
+        for e in failed.all_events
+        if e.is_step_failure
+    )
+    assert "no test sequences at 80 %" in messages and "[30, 50]" in messages
+
+
+def test_the_runner_evaluates_the_configured_loads_beside_training():
+    config = {"ops": {"sim__job_sequences": {"config": {"loads_pct": [50, 80]}}}}
+    specs = plan_runs(Target("data", "unused"), [], ("cluster", "eval", "rl", "results"), config)
+    evals = [s for s in specs if s.job == "eval_job"]
+    summary = next(s for s in specs if s.job == "eval_summary_job")
+    cluster = next(s for s in specs if s.layer == "cluster")
+    rl = [s for s in specs if s.layer == "rl"]
+    assert [s.partition for s in evals] == ["load50", "load80"]
+    assert not _ready(evals[0], [cluster, *evals[1:], summary, *rl], set())  # waits for the sequences
+    assert _ready(evals[0], [*evals[1:], summary, *rl], set())  # loads and training side by side
+    assert _ready(rl[0], [*evals, summary, *rl[1:]], set())
+    assert not _ready(summary, [summary], {evals[1]})  # the summary waits for every load
+    assert _ready(summary, [summary, *rl], set())
+    assert not _ready(specs[-1], [], {summary})  # the results wait for the evaluation
+    # the sample profile keeps the papers' three loads
+    assert [s.partition for s in plan_runs(Target("data", "unused"), [], ("eval",)) if s.partition] == [
+        "load30",
+        "load50",
+        "load80",
+    ]
+
+
+def test_a_load_with_no_partition_is_named():
+    with pytest.raises(ValueError, match=r"load\(s\) \[40\] have no evaluation partition"):
+        eval_partition_keys([30, 40])
+
+
+def test_stale_load_partitions_are_removed_before_the_evaluation(tmp_path):
+    wh = Warehouse(root=str(tmp_path))
+    frame = pl.DataFrame({"load_pct": [30]})
+    for key in ("load30", "load50", None):  # None: the table as written before it was partitioned
+        wh.write("eval__baselines", frame, key)
+    planned = [RunSpec("eval", "eval_job", "load50", None), RunSpec("eval", "eval_summary_job", None, None)]
+    assert remove_unplanned_evaluations(wh, planned) == ["all", "load30"]
+    assert [p.name for p in wh.table_files("eval__baselines")] == ["load50.parquet"]
