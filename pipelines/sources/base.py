@@ -8,12 +8,14 @@ in a quarantine frame (`pipelines.schemas.QUARANTINE`) with their 1-based line n
 from __future__ import annotations
 
 import gzip
+import inspect
 import io
 import queue
+import re
 import tarfile
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +127,81 @@ def list_shards(
     if not folder.is_dir():
         return {}
     return {p.name: p for p in sorted(folder.iterdir()) if p.is_file() and matches(p.name)}
+
+
+# ---------------------------------------------------------------- files no table reads
+
+COMPANION_FILE = re.compile(
+    r"\..*|.*\.(md|rst|txt|pdf|html?)|(readme|licen[cs]e|notice|sha256sums?|md5sums?)(\..*)?", re.IGNORECASE
+)
+"""Names that are documentation or checksums beside the data (hidden files, `*.md`, `README`, `SHA256SUM`,
+...): not data, so not reported as unread. A source may name more in an optional `companion_files` attribute
+(a tuple of exact file names)."""
+
+
+def expected_files(source: TraceSource) -> dict[str, str]:
+    """Table -> the names and layout its files must have, from the source's optional `expected_files`
+    attribute, else the first line of its `discover` docstring."""
+    given = getattr(source, "expected_files", None)
+    if given:
+        return dict(given)
+    doc = (inspect.getdoc(type(source).discover) or "").splitlines()
+    return dict.fromkeys(source.tables, doc[0] if doc else "see the source module's docstring")
+
+
+def find_unread_files(source: TraceSource, root: Path) -> list[Path]:
+    """Files and folders under `<root>/<source.folder>/` that no table of `source` reads: not a shard that
+    `discover` returns, not inside one (a shard folder's own files are the source's to read or quarantine),
+    not a documentation or checksum file (`COMPANION_FILE`, the source's `companion_files`). A folder holding
+    no shard is listed once, not file by file; empty folders are not listed. Sorted by path."""
+    folder = Path(root) / source.folder
+    if not folder.is_dir():
+        return []
+    read = {p.resolve() for t in source.tables for p in source.discover(Path(root), t).values()}
+    companions = set(getattr(source, "companion_files", ()))
+    unread: list[Path] = []
+
+    def visit(d: Path) -> None:
+        for p in sorted(d.iterdir()):
+            rp = p.resolve()
+            if rp in read or COMPANION_FILE.fullmatch(p.name) or p.name in companions:
+                continue
+            if p.is_dir():
+                if any(r.is_relative_to(rp) for r in read):
+                    visit(p)
+                elif any(f.is_file() for f in p.rglob("*")):
+                    unread.append(p)
+            else:
+                unread.append(p)
+
+    visit(folder)
+    return unread
+
+
+def describe_unread_files(source: TraceSource, root: Path, unread: list[Path]) -> str:
+    """One line naming the unread files (at most 10, then a count) and the names each table expects."""
+    folder = Path(root) / source.folder
+    names = [str(p.relative_to(folder)) + ("/" if p.is_dir() else "") for p in unread]
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    by_how: dict[str, list[str]] = {}
+    for table, how in expected_files(source).items():
+        by_how.setdefault(how, []).append(table)
+    expected = "; ".join(f"{', '.join(tables)}: {how}" for how, tables in by_how.items())
+    return (
+        f"{source.name}: {len(unread)} file(s) in {folder} match no table and are not read: {shown}. "
+        f"Expected names: {expected}"
+    )
+
+
+def unread_file_warnings(root: Path, sources: Iterable[TraceSource]) -> list[str]:
+    """One warning line per source with files in its folder that no table reads (`find_unread_files`);
+    empty when every file is read."""
+    out = []
+    for source in sources:
+        unread = find_unread_files(source, root)
+        if unread:
+            out.append(describe_unread_files(source, root, unread))
+    return out
 
 
 def empty_quarantine() -> pl.DataFrame:

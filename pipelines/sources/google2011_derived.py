@@ -1,17 +1,31 @@
 """Real Google 2011 usage series aggregated by third parties (see shared/traces/google-2011-derived/SOURCE.md).
 
-* `job<id>_5min_sum.csv.gz` -> table `job_sums`: one row per 300-s step, sums over the job's tasks;
-  the job id comes from the file name, the 18 columns from the file (floats such as `878856.0`).
-* `GCD_VMs*.tar.gz` -> table `job_days`: members `GCD_VMs/vm_<job>_<k>`, each 288 lines
+Files (names in `EXPECTED_FILES`; anything else in the folder is reported as unread, never silently skipped):
+
+* `job<id>_5min_sum.csv[.gz]`, or the publisher's `data_resource_JobId_<id>_5minutes.csv[.gz]` /
+  `data_resource_usage_fiveMinutes_<id>.csv[.gz]` -> table `job_sums`: one row per 300-s step, sums over the
+  job's tasks; the job id comes from the file name, the 18 columns from the file (floats such as `878856.0`).
+  One file per job: a second name for the same job id is not read (reported).
+* `GCD_VMs*.tar.gz` / `.tgz` / `.tar`, or the unpacked `GCD_VMs/` folder (one shard, read instead of any
+  tarball beside it) -> table `job_days`: members / files `vm_<job>_<k>`, each 288 lines
   `cpu_percent mem_percent` (space separated); one row per line with job_id, day_index = k, step 0..287.
 
 Canonical mapping:
-  * job_sums -> one workload `"job<job_id>"`; job_days -> one workload per (job, day) `"<job_id>_d<k>"`
+  * A workload is a whole job: what the GCD_VMs publisher packs as one VM, and the only unit both tables
+    share (job_days carry no task count, so no per-task mean can be formed for them).
+    job_sums -> one workload `"job<job_id>"`; job_days -> one workload per (job, day) `"<job_id>_d<k>"`
     (contiguity of the days of a job is not verified, so each day stands alone).
-  * Usage: job_sums rows -> t = time_s, per-task means `cpu_frac = cpu_rate_sum_frac / n_tasks`,
-    `mem_frac = canonical_mem_sum_frac / n_tasks` (a row with n_tasks <= 0 has no mean: counted as null usage);
+  * Usage is the job's total over its tasks, as a fraction of one machine (Google's normalisation: 1.0 = the
+    largest machine of the cell), the same scale in both tables:
+    job_sums rows -> t = time_s, `cpu_frac = cpu_rate_sum_frac`, `mem_frac = canonical_mem_sum_frac` (a row
+    with n_tasks <= 0 has no task running: counted as null usage, a gap);
     job_days rows -> `bin_start_s = (k - 1) * 86400 + step * 300` (bins unique per workload),
-    `cpu_frac = cpu_pct / 100`, `mem_frac = mem_pct / 100`.
+    `cpu_frac = cpu_pct / 100`, `mem_frac = mem_pct / 100` (the publisher's job-level sums in percent).
+  * A job larger than one machine keeps its real total: job 6336594489 (about 20,000 tasks) sums to 70-210
+    machines of CPU, and a few job-days exceed one machine of memory (up to 1.31 in GCD_VMs.dev). Such bins
+    are kept in `core__usage`, counted per resource by the `usage_within_one_machine` check (WARN), scaled
+    with the rest of the source by the job-sequence builder, and clipped to a machine and counted by the
+    simulator (`oversize="clip"`).
   * Workload times from the usage bins: start = first bin, end = last bin + 300 s, `n_usage_records` = raw rows.
     No requests, priority, class or machine; `final_state = "running"`, never partial.
   * Long-running: 6000 contiguous 5-minute bins, as for the Google trace they come from.
@@ -35,6 +49,7 @@ from pipelines.sources.base import (
     CsvTable,
     IngestError,
     ParsedBatch,
+    check_table,
     empty_quarantine,
     iter_csv_batches,
     list_shards,
@@ -91,9 +106,26 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 """Raw tables; `_frac` as in Google 2011 (fraction of the largest machine), `_pct` percent of a machine."""
 
-JOB_SUMS_FILE = re.compile(r"job(\d+)_5min_sum\.csv(\.gz)?")
-JOB_DAYS_FILE = re.compile(r"GCD_VMs.*\.tar\.gz")
+JOB_SUMS_FILES = (
+    re.compile(r"job(\d+)_5min_sum\.csv(\.gz)?"),
+    re.compile(r"data_resource_JobId_(\d+)_5minutes\.csv(\.gz)?"),
+    re.compile(r"data_resource_usage_fiveMinutes_(\d+)\.csv(\.gz)?"),
+)
+"""Names of a job_sums file, in order of preference: the project's, the publisher's (thangbk2209/
+google_cluster_analysis `results/data_resource_JobId_<id>_5minutes.csv`), and the publisher's other naming
+scheme at 5 minutes (`data_resource_usage_<step>_<id>.csv`). The job id is group 1."""
+JOB_DAYS_FILE = re.compile(r"GCD_VMs[^/]*\.(tar\.gz|tgz|tar)")
+JOB_DAYS_FOLDER = re.compile(r"GCD_VMs[^/]*")
 JOB_DAYS_MEMBER = re.compile(r"vm_(\d+)_(\d+)")
+
+EXPECTED_FILES = {
+    "job_sums": "one headerless 18-column 5-minute file per job, named job<id>_5min_sum.csv[.gz], "
+    "data_resource_JobId_<id>_5minutes.csv[.gz] or data_resource_usage_fiveMinutes_<id>.csv[.gz] "
+    "(one file per job id; other steps than 5 minutes are not read)",
+    "job_days": "the GCD_VMs*.tar.gz / .tgz / .tar tarball, or its unpacked GCD_VMs/ folder of vm_<job>_<k> "
+    "files (the folder is read instead of any tarball beside it)",
+}
+"""Table -> the file names and layout `discover` accepts (shown when a file in the folder matches none)."""
 
 _SUMS_FILE_SCHEMA = {c: t for c, t in SCHEMAS["job_sums"].items() if c != "job_id"}
 SUMS_SPEC = CsvTable(
@@ -124,16 +156,17 @@ def _job_days_bin() -> pl.Expr:
 
 
 def usage_rows(raw: dict[str, pl.LazyFrame]) -> pl.LazyFrame:
-    """Raw rows of both tables as (workload_id, bin_start_s, cpu_frac, mem_frac), before checks."""
+    """Raw rows of both tables as (workload_id, bin_start_s, cpu_frac, mem_frac), before checks: whole-job
+    totals as fractions of one machine (module docstring)."""
     parts = []
     if "job_sums" in raw:
-        per_task = pl.when(pl.col("n_tasks") > 0).then(1.0 / pl.col("n_tasks"))
+        running = pl.col("n_tasks") > 0  # no task recorded in the step: the job is not running (a gap)
         parts.append(
             raw["job_sums"].select(
                 pl.format("job{}", "job_id").alias("workload_id"),
                 (pl.col("time_s") // BIN_SECONDS * BIN_SECONDS).cast(pl.Int64).alias("bin_start_s"),
-                (pl.col("cpu_rate_sum_frac") * per_task).alias("cpu_frac"),
-                (pl.col("canonical_mem_sum_frac") * per_task).alias("mem_frac"),
+                pl.when(running).then(pl.col("cpu_rate_sum_frac")).alias("cpu_frac"),
+                pl.when(running).then(pl.col("canonical_mem_sum_frac")).alias("mem_frac"),
             )
         )
     if "job_days" in raw:
@@ -209,10 +242,18 @@ class Google2011DerivedSource:
     long_running = LongRunningRule("contiguous_bins", 6000)
     usage = USAGE_MAPPING
 
+    expected_files = EXPECTED_FILES
+
     def discover(self, root: Path, table: str) -> dict[str, Path]:
-        """Files of `table` (file name -> path, sorted)."""
-        pattern = JOB_SUMS_FILE if table == "job_sums" else JOB_DAYS_FILE
-        return list_shards(self, table, Path(root) / FOLDER, lambda n: pattern.fullmatch(n) is not None)
+        """Shards of `table`: file (or unpacked GCD_VMs folder) name -> path, sorted (names in EXPECTED_FILES)."""
+        folder = Path(root) / FOLDER
+        if table == "job_sums":
+            return _discover_job_sums(list_shards(self, table, folder, lambda n: job_sums_id(n) is not None))
+        check_table(self, table)
+        unpacked = _job_days_folders(folder)
+        if unpacked:
+            return unpacked
+        return list_shards(self, table, folder, lambda n: JOB_DAYS_FILE.fullmatch(n) is not None)
 
     def iter_batches(
         self, table: str, path: Path, batch_bytes: int = DEFAULT_BATCH_BYTES
@@ -231,21 +272,53 @@ class Google2011DerivedSource:
         return build_workloads(raw)
 
 
+def job_sums_id(name: str) -> int | None:
+    """The job id in a job_sums file name (any of JOB_SUMS_FILES), None when the name is none of them."""
+    for pattern in JOB_SUMS_FILES:
+        m = pattern.fullmatch(name)
+        if m is not None:
+            return int(m.group(1))
+    return None
+
+
+def _discover_job_sums(found: dict[str, Path]) -> dict[str, Path]:
+    """One file per job id: of two names for the same job, the one earlier in JOB_SUMS_FILES (then by name)
+    is read; the other stays in the folder unread, and is reported as such (`find_unread_files`)."""
+    rank = {n: next(i for i, p in enumerate(JOB_SUMS_FILES) if p.fullmatch(n)) for n in found}
+    chosen: dict[int, str] = {}
+    for name in sorted(found, key=lambda n: (rank[n], n)):
+        chosen.setdefault(job_sums_id(name), name)
+    return {n: found[n] for n in sorted(chosen.values())}
+
+
+def _job_days_folders(folder: Path) -> dict[str, Path]:
+    """Unpacked GCD_VMs* folders (those holding at least one vm_<job>_<k> file): folder name -> path."""
+    if not folder.is_dir():
+        return {}
+    return {
+        p.name: p
+        for p in sorted(folder.iterdir())
+        if p.is_dir()
+        and JOB_DAYS_FOLDER.fullmatch(p.name)
+        and any(JOB_DAYS_MEMBER.fullmatch(f.name) for f in p.iterdir())
+    }
+
+
 def _iter_job_sums(path: Path, batch_bytes: int) -> Iterator[ParsedBatch]:
-    m = JOB_SUMS_FILE.fullmatch(path.name)
-    if m is None:
-        raise IngestError(path, "file name is not job<id>_5min_sum.csv[.gz]: cannot tell the job id")
-    job_id = int(m.group(1))
+    job_id = job_sums_id(path.name)
+    if job_id is None:
+        raise IngestError(path, f"file name is not a job_sums name ({EXPECTED_FILES['job_sums']}): no job id")
     schema = SCHEMAS["job_sums"]
     for batch in iter_csv_batches(SUMS_SPEC, path, batch_bytes):
         rows = batch.rows.with_columns(pl.lit(job_id, dtype=pl.Int64).alias("job_id")).select(list(schema))
         yield ParsedBatch(rows, batch.quarantine, batch.n_lines, batch.n_invalid_markers)
 
 
-def _parse_member(tar_name: str, member: str, data: bytes) -> ParsedBatch:
-    """One `vm_<job>_<k>` member -> rows (job_id, day_index, step, cpu_pct, mem_pct)."""
+def _parse_member(source_file: str, member: str, data: bytes) -> ParsedBatch:
+    """One `vm_<job>_<k>` member (of a tarball or an unpacked folder) -> rows (job_id, day_index, step,
+    cpu_pct, mem_pct); a member with another name, or empty, is one quarantine row. `source_file` names it
+    in the quarantine (`<tarball>:<member>` or `<folder>/<file>`)."""
     schema = SCHEMAS["job_days"]
-    source_file = f"{tar_name}:{member}"
     m = JOB_DAYS_MEMBER.fullmatch(Path(member).name)
     if m is None or not data.strip():
         reason = "member name is not vm_<job>_<k>" if m is None else "empty member"
@@ -265,12 +338,37 @@ def _parse_member(tar_name: str, member: str, data: bytes) -> ParsedBatch:
 
 
 def _iter_job_days(path: Path, batch_bytes: int) -> Iterator[ParsedBatch]:
+    """Batches of about `batch_bytes` of member text, from a tarball (streamed) or an unpacked folder."""
+    members = _folder_members(path) if path.is_dir() else _tar_members(path)
+    parts: list[ParsedBatch] = []
+    size = 0
+    for source_file, member, data in members:
+        parts.append(_parse_member(source_file, member, data))
+        size += len(data)
+        if size >= batch_bytes:
+            yield _merge(parts)
+            parts, size = [], 0
+    if parts:
+        yield _merge(parts)
+
+
+def _folder_members(path: Path) -> Iterator[tuple[str, str, bytes]]:
+    """(`<folder>/<file>`, file name, bytes) of every entry of an unpacked GCD_VMs folder, sorted by name; a
+    subfolder is passed on as an empty member (quarantined: not a vm_<job>_<k> file)."""
+    entries = sorted(path.iterdir())
+    if not entries:
+        raise IngestError(path, "empty folder (expected vm_<job>_<k> files)")
+    for p in entries:
+        yield f"{path.name}/{p.name}", p.name, p.read_bytes() if p.is_file() else b""
+
+
+def _tar_members(path: Path) -> Iterator[tuple[str, str, bytes]]:
+    """(`<tarball>:<member>`, member name, bytes) of every regular member, streamed."""
     if not path.is_file():
         raise IngestError(path, "file not found")
     if path.stat().st_size == 0:
         raise IngestError(path, "empty file")
-    parts: list[ParsedBatch] = []
-    size = n_members = 0
+    n_members = 0
     try:
         with tarfile.open(path, "r|*") as tar:
             for info in tar:
@@ -278,19 +376,12 @@ def _iter_job_days(path: Path, batch_bytes: int) -> Iterator[ParsedBatch]:
                     continue
                 f = tar.extractfile(info)
                 assert f is not None
-                data = f.read()
                 n_members += 1
-                parts.append(_parse_member(path.name, info.name, data))
-                size += len(data)
-                if size >= batch_bytes:
-                    yield _merge(parts)
-                    parts, size = [], 0
+                yield f"{path.name}:{info.name}", info.name, f.read()
     except _DECODE_ERRORS as e:
         raise IngestError(path, f"cannot read tar archive: {e}") from e
     if n_members == 0:
         raise IngestError(path, "tar archive has no members")
-    if parts:
-        yield _merge(parts)
 
 
 def _merge(parts: list[ParsedBatch]) -> ParsedBatch:

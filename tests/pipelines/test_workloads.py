@@ -261,17 +261,19 @@ def derived_raw(days: list[dict] | None = None) -> dict[str, pl.LazyFrame]:
     return {"job_sums": raw_frame(src, "job_sums", sums), "job_days": raw_frame(src, "job_days", days)}
 
 
-def test_derived_usage_per_task_means_and_day_offsets():
+def test_derived_usage_whole_job_totals_and_day_offsets():
+    """Both tables on one scale: the whole job's total as a fraction of one machine (job_sums are not divided
+    by n_tasks, job_days percent / 100); a job above one machine (mem 2.0) is kept as it is."""
     usage, report = build_usage_with_report("google2011_derived", derived_raw(), UsageConfig())
     expected = usage_frame("google2011_derived", [
         ("5_d1", 0, 0.1, 0.2, 1, False),
         ("5_d1", 300, 0.3, 0.4, 1, False),
         ("5_d2", 86_400, 0.5, 0.6, 1, False),
-        ("job7", 878_700, 0.25, 0.125, 1, False),
-        ("job7", 879_000, 0.25, 0.5, 1, False),
+        ("job7", 878_700, 0.5, 0.25, 1, False),
+        ("job7", 879_000, 1.0, 2.0, 1, False),
     ])  # fmt: skip
     assert_frame_equal(sorted_usage(usage), expected)
-    assert counts_of(report)["rows_dropped_null_usage"] == 1  # n_tasks = 0: no per-task mean
+    assert counts_of(report)["rows_dropped_null_usage"] == 1  # n_tasks = 0: no task running, a gap
 
 
 def test_derived_workloads():
