@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import shutil
+import tarfile
 from pathlib import Path
 
 import polars as pl
@@ -10,6 +13,7 @@ import pytest
 from pipelines.raw_schemas import RAW_SCHEMAS
 from pipelines.schemas import QUARANTINE
 from pipelines.sources import SOURCES, IngestError
+from pipelines.sources.base import describe_unread_files, find_unread_files, unread_file_warnings
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
@@ -210,3 +214,134 @@ def test_every_source_provides_its_whole_mapping():
         assert src.usage.needed is None or src.usage.needed in src.tables
         assert set(src.usage.times) <= set(src.tables) and src.long_running.min_bins > 0
         assert callable(src.workloads)
+
+
+# ---------------------------------------------------------------- derived files under their publishers' names
+
+DERIVED = ROOT / "google-2011-derived"
+SUMS_FIXTURE = DERIVED / "job6336594489_5min_sum.csv.gz"
+DAYS_FIXTURE = DERIVED / "GCD_VMs.tiny.tar.gz"
+
+
+def derived_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "google-2011-derived"
+    folder.mkdir()
+    return folder
+
+
+def unpack(tarball: Path, into: Path) -> list[str]:
+    """Unpack like `tar xzf` (members GCD_VMs/vm_<job>_<k>); returns the member names."""
+    with tarfile.open(tarball, "r:gz") as tar:
+        tar.extractall(into, filter="data")
+        return sorted(m.name for m in tar.getmembers() if m.isfile())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "data_resource_JobId_6336594489_5minutes.csv",
+        "data_resource_JobId_6336594489_5minutes.csv.gz",
+        "data_resource_usage_fiveMinutes_6336594489.csv",
+        "job6336594489_5min_sum.csv",
+    ],
+)
+def test_derived_job_sums_read_under_the_publishers_names(tmp_path, name):
+    folder = derived_folder(tmp_path)
+    data = gzip.decompress(SUMS_FIXTURE.read_bytes())
+    (folder / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    d = SOURCES["google2011_derived"]
+    assert list(d.discover(tmp_path, "job_sums")) == [name]
+    rows, q, n, _ = parse_all("google2011_derived", "job_sums", folder / name)
+    expected, _, _, _ = parse_all("google2011_derived", "job_sums", SUMS_FIXTURE)
+    assert (n, q.height) == (50, 0)
+    assert rows.equals(expected)
+    assert rows["job_id"].unique().to_list() == [6336594489]
+    assert find_unread_files(d, tmp_path) == []
+
+
+def test_derived_one_file_per_job_the_second_name_is_reported(tmp_path):
+    folder = derived_folder(tmp_path)
+    for name in ["data_resource_JobId_6336594489_5minutes.csv.gz", "job6336594489_5min_sum.csv.gz"]:
+        shutil.copy(SUMS_FIXTURE, folder / name)
+    d = SOURCES["google2011_derived"]
+    assert list(d.discover(tmp_path, "job_sums")) == ["job6336594489_5min_sum.csv.gz"]
+    assert find_unread_files(d, tmp_path) == [folder / "data_resource_JobId_6336594489_5minutes.csv.gz"]
+
+
+def test_derived_job_days_from_the_unpacked_folder_equal_the_tarball(tmp_path):
+    folder = derived_folder(tmp_path)
+    members = unpack(DAYS_FIXTURE, folder)
+    assert len(members) == 12 and all(m.startswith("GCD_VMs/vm_") for m in members)
+    d = SOURCES["google2011_derived"]
+    assert d.discover(tmp_path, "job_days") == {"GCD_VMs": folder / "GCD_VMs"}
+    rows, q, n, _ = parse_all("google2011_derived", "job_days", folder / "GCD_VMs", batch_bytes=5000)
+    expected, _, _, _ = parse_all("google2011_derived", "job_days", DAYS_FIXTURE)
+    assert (n, q.height) == (12 * 288, 0)
+    key = ["job_id", "day_index", "step"]
+    assert rows.sort(key).equals(expected.sort(key))
+    assert rows.sort(key).row(0) == (1218322450, 1, 0, 6.763, 5.103)
+    # a tarball beside its unpacked folder is not read twice: the folder wins, the tarball is reported
+    shutil.copy(DAYS_FIXTURE, folder / "GCD_VMs.tar.gz")
+    assert list(d.discover(tmp_path, "job_days")) == ["GCD_VMs"]
+    assert find_unread_files(d, tmp_path) == [folder / "GCD_VMs.tar.gz"]
+
+
+def test_derived_unpacked_folder_quarantines_files_of_other_names(tmp_path):
+    folder = derived_folder(tmp_path)
+    unpack(DAYS_FIXTURE, folder)
+    (folder / "GCD_VMs" / "notes.csv").write_text("1 2\n")
+    rows, q, n, _ = parse_all("google2011_derived", "job_days", folder / "GCD_VMs")
+    assert (rows.height, n) == (12 * 288, 12 * 288 + 1)
+    assert q.select("source_file", "reason").rows() == [
+        ("GCD_VMs/notes.csv", "member name is not vm_<job>_<k>")
+    ]
+
+
+@pytest.mark.parametrize("name", ["GCD_VMs.tgz", "GCD_VMs.tar"])
+def test_derived_job_days_tgz_and_tar(tmp_path, name):
+    folder = derived_folder(tmp_path)
+    data = DAYS_FIXTURE.read_bytes()
+    (folder / name).write_bytes(data if name.endswith(".tgz") else gzip.decompress(data))
+    assert list(SOURCES["google2011_derived"].discover(tmp_path, "job_days")) == [name]
+    rows, q, n, _ = parse_all("google2011_derived", "job_days", folder / name)
+    assert (rows.height, q.height, n) == (12 * 288, 0, 12 * 288)
+    assert rows.row(0) == (1218322450, 1, 0, 6.763, 5.103)
+
+
+def test_stray_files_are_reported_with_the_expected_names(tmp_path):
+    folder = derived_folder(tmp_path)
+    shutil.copy(SUMS_FIXTURE, folder / "job6336594489_5min_sum.csv.gz")
+    shutil.copy(DAYS_FIXTURE, folder / "GCD_VMs.dev.tar.gz")
+    (folder / "data_resource_usage_tenMinutes_6176858948.csv").write_text("600,1\n")  # a 10-minute series
+    (folder / "GCD_VMs.zip").write_bytes(b"PK")
+    (folder / "old").mkdir()
+    (folder / "old" / "vm_1_1").write_text("1 2\n")
+    (folder / "empty").mkdir()
+    for companion in ["SOURCE.md", ".DS_Store", "README"]:
+        (folder / companion).write_text("x")
+    d = SOURCES["google2011_derived"]
+    unread = find_unread_files(d, tmp_path)
+    assert [p.name for p in unread] == ["GCD_VMs.zip", "data_resource_usage_tenMinutes_6176858948.csv", "old"]
+    (line,) = unread_file_warnings(tmp_path, SOURCES.values())
+    assert line.startswith(f"google2011_derived: 3 file(s) in {folder} match no table and are not read: ")
+    assert "GCD_VMs.zip, data_resource_usage_tenMinutes_6176858948.csv, old/." in line
+    for expected in [
+        "job_sums: ",
+        "data_resource_JobId_<id>_5minutes.csv[.gz]",
+        "job_days: ",
+        "GCD_VMs/ folder",
+    ]:
+        assert expected in line
+
+
+def test_unread_files_of_a_source_without_expected_files_use_its_discover_doc(tmp_path):
+    folder = tmp_path / "google-2011"
+    (folder / "task_usage").mkdir(parents=True)
+    shutil.copy(only_shard("google2011", "task_usage"), folder / "task_usage" / "part-00000-of-00500.csv.gz")
+    (folder / "task_usage" / "part-00001-of-00500.csv.bz2").write_bytes(b"x")
+    (folder / "SHA256SUM").write_text("x")
+    g = SOURCES["google2011"]
+    assert find_unread_files(g, tmp_path) == [folder / "task_usage" / "part-00001-of-00500.csv.bz2"]
+    line = describe_unread_files(g, tmp_path, find_unread_files(g, tmp_path))
+    assert "task_usage/part-00001-of-00500.csv.bz2" in line
+    assert "job_events, task_events, task_usage" in line and "part-00000-of-00500.csv.gz" in line
