@@ -3,6 +3,9 @@
 The assets are generated from the `SOURCES` registry: adding a source module adds its tables here
 with no Dagster code. Partitions are the shard files found in the trace folder when the
 definitions load (restart `dagster dev`, or reload the code location, after adding files).
+Files in a source's folder that no table reads (a wrong name, an unsupported layout) are never skipped
+silently: each raw run logs a warning naming them and the names expected, and records them in its metadata
+(`n_unread_files`, `unread_files`).
 """
 
 import dataclasses
@@ -27,6 +30,7 @@ from assets.resources import Warehouse, partition_file_stem
 from pipelines.ingest import ingest_shard
 from pipelines.raw_schemas import RAW_SCHEMAS
 from pipelines.sources import SOURCES, TraceSource
+from pipelines.sources.base import describe_unread_files, expected_files, find_unread_files
 
 QUARANTINE_TABLE = "raw_quarantine"
 NO_SHARD = "no-shard-found"
@@ -87,10 +91,14 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
     def _raw(context: AssetExecutionContext, warehouse: Warehouse) -> MaterializeResult:
         shard = context.partition_key
         found = source.discover(trace_root, table)
+        unread = find_unread_files(source, trace_root)
+        if unread:
+            context.log.warning(describe_unread_files(source, trace_root, unread))
         if shard not in found:
             raise FileNotFoundError(
                 f"{name}: shard {shard!r} not found under {trace_root / source.folder} "
-                f"(found {len(found)} shard(s)); check TVW_TRACE_DIR"
+                f"(found {len(found)} shard(s)); check TVW_TRACE_DIR. Expected names: "
+                f"{expected_files(source)[table]}"
             )
         out = warehouse.partition_path(name, shard)
         quarantine = warehouse.partition_path(QUARANTINE_TABLE, quarantine_key(source.name, table, shard))
@@ -114,6 +122,7 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
                 "dagster/row_count": stats.rows_written,
                 "source_file": MetadataValue.path(str(found[shard])),
                 "path": MetadataValue.path(str(out)),
+                **_unread_metadata(source, trace_root, unread),
             },
             check_results=[
                 AssetCheckResult(
@@ -130,6 +139,17 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
         )
 
     return _raw
+
+
+def _unread_metadata(source: TraceSource, trace_root: Path, unread: list[Path]) -> dict:
+    """`n_unread_files` always (0 when every file in the source's folder is read), and `unread_files` (the
+    warning line: which files, which names are expected) when some are not."""
+    if not unread:
+        return {"n_unread_files": 0}
+    return {
+        "n_unread_files": len(unread),
+        "unread_files": MetadataValue.text(describe_unread_files(source, trace_root, unread)),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
