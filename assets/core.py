@@ -7,6 +7,7 @@ import polars as pl
 from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
@@ -27,7 +28,7 @@ from assets.resources import TraceFolder, Warehouse
 from pipelines.long_running import ORPHAN_REASON, REASONS, LongRunningConfig, long_running_tables
 from pipelines.schemas import BIN_SECONDS, USAGE, empty_frame
 from pipelines.sources import SOURCES
-from pipelines.usage import UsageConfig, iter_usage_chunks
+from pipelines.usage import UsageConfig, count_bins_above_one_machine, iter_usage_chunks
 from pipelines.workloads import build_workloads
 
 SOURCE_PARTITIONS = StaticPartitionsDefinition(list(SOURCES))
@@ -112,6 +113,16 @@ from read_parquet({files})
 """
 
 
+def above_one_machine_line(source: str, above: dict[str, int | float]) -> str:
+    """The log line of `count_bins_above_one_machine`'s counts for one source."""
+    return (
+        f"{source}: {above['n_cpu_bins_above_one_machine']} bins above one machine of CPU "
+        f"(max cpu_frac {above['max_cpu_frac']:.3g}), {above['n_mem_bins_above_one_machine']} of memory "
+        f"(max mem_frac {above['max_mem_frac']:.3g}), in {above['n_workloads_above_one_machine']} workload(s), "
+        f"of {above['n_bins']} bins; kept (scaled per source for job sequences, clipped by the simulator)"
+    )
+
+
 def check_usage_invariants(files: list[Path]) -> dict[str, int]:
     """Counts of rows that break the USAGE contract, computed by DuckDB over the files (streaming)."""
     listed = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
@@ -135,8 +146,16 @@ def check_usage_invariants(files: list[Path]) -> dict[str, int]:
             "usage_contract",
             asset="core__usage",
             description="bins on the 5-minute grid, one per workload, non-negative finite fractions, "
-            "filled bins carry no samples",
-        )
+            "filled bins carry no samples (metadata also counts the bins above one machine, per resource)",
+        ),
+        AssetCheckSpec(
+            "usage_within_one_machine",
+            asset="core__usage",
+            description="warns when bins use more than one machine (cpu_frac > 1 or mem_frac > 1): counted per "
+            "resource with the workloads involved and the largest values. Such bins are kept; the job-sequence "
+            "builder scales each source to machine units and the simulator clips and counts what still exceeds "
+            "a machine (oversize='clip')",
+        ),
     ],
 )
 def core__usage(
@@ -163,10 +182,22 @@ def core__usage(
     totals = pl.concat(counts).group_by("count").agg(pl.col("n").sum()) if counts else pl.DataFrame()
     context.log.info(f"{source}: {rows} usage bins written; counts: {dict(totals.iter_rows())}")
     preview = warehouse.scan("core__usage", [source]).head(10).collect()
-    broken = check_usage_invariants(warehouse.partition_files("core__usage", source))
+    files = warehouse.partition_files("core__usage", source)
+    broken = check_usage_invariants(files)
+    above = count_bins_above_one_machine(files)
+    n_above = above["n_cpu_bins_above_one_machine"] + above["n_mem_bins_above_one_machine"]
+    (context.log.warning if n_above else context.log.info)(above_one_machine_line(source, above))
     return MaterializeResult(
         check_results=[
-            AssetCheckResult(check_name="usage_contract", passed=not any(broken.values()), metadata=broken)
+            AssetCheckResult(
+                check_name="usage_contract", passed=not any(broken.values()), metadata={**broken, **above}
+            ),
+            AssetCheckResult(
+                check_name="usage_within_one_machine",
+                passed=n_above == 0,
+                severity=AssetCheckSeverity.WARN,
+                metadata=above,
+            ),
         ],
         metadata={
             **{k: int(v) for k, v in totals.iter_rows()},

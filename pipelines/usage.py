@@ -20,6 +20,13 @@ Validity: a raw row whose CPU or memory value is null, NaN or negative (or a rea
 Google's window ending before it starts) is dropped and counted under `rows_dropped_<reason>` (first matching
 reason, `pipelines.sources.mapping.BAD_ROW_REASONS`). Nothing is dropped silently.
 
+Scale: every source maps to fractions of one machine (1.0 = the source's reference machine, its docstring
+says which). A bin above 1.0 (a job totalled over many machines, memory over-committed, a VM larger than the
+reference machine) is not dropped: `count_bins_above_one_machine` counts such bins per resource for the
+`usage_within_one_machine` check (a warning); the job-sequence builder scales each source's usage to machine
+units (`pipelines.job_sequences`, a per-source quantile), and the simulator clips what still exceeds a machine
+and counts it (`SimConfig.oversize="clip"`).
+
 Gaps: a bin without samples is absent unless `UsageConfig.fill_policy` is "hold" (repeat the last value before
 the gap) or "linear" (interpolate between the bins around the gap) AND the gap is at most `max_fill_bins` bins;
 such rows have `is_filled = True`, `n_samples = 0` and are counted (`bins_filled`). Longer gaps stay gaps, and
@@ -28,8 +35,9 @@ nothing is filled before the first or after the last bin of a workload.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import polars as pl
@@ -360,3 +368,42 @@ def build_usage_with_report(
 def build_usage(source: str, raw: dict[str, pl.LazyFrame], cfg: UsageConfig = UsageConfig()) -> pl.DataFrame:
     """The USAGE table of `source` (see the module docstring); use build_usage_with_report to get the counts."""
     return build_usage_with_report(source, raw, cfg)[0]
+
+
+# ---------------------------------------------------------------- values above one machine
+
+ABOVE_ONE_MACHINE_COUNTS = (
+    "n_bins",
+    "n_cpu_bins_above_one_machine",
+    "n_mem_bins_above_one_machine",
+    "n_workloads_above_one_machine",
+)
+"""Keys of `count_bins_above_one_machine` besides the maxima (`max_cpu_frac`, `max_mem_frac`)."""
+
+
+def count_bins_above_one_machine(usage: pl.LazyFrame | Sequence[Path]) -> dict[str, int | float]:
+    """Bins whose CPU or memory is above one machine (`cpu_frac > 1`, `mem_frac > 1`), counted per resource,
+    the workloads with at least one such bin, all bins, and the largest `cpu_frac` / `mem_frac` (0.0 when
+    there are no bins). `usage` is a USAGE frame or its Parquet files (scanned, streamed). Such bins are kept
+    in `core__usage` (they may be real: a job's total over many machines); downstream the job-sequence builder
+    scales each source to machine units and the simulator clips and counts what still exceeds a machine."""
+    if not isinstance(usage, pl.LazyFrame) and not usage:
+        usage = empty_frame(USAGE).lazy()
+    lf = usage if isinstance(usage, pl.LazyFrame) else pl.scan_parquet([str(f) for f in usage])
+    over_cpu, over_mem = pl.col("cpu_frac") > 1.0, pl.col("mem_frac") > 1.0
+    row = (
+        lf.select(
+            pl.len().alias("n_bins"),
+            over_cpu.sum().alias("n_cpu_bins_above_one_machine"),
+            over_mem.sum().alias("n_mem_bins_above_one_machine"),
+            pl.col("workload_id")
+            .filter(over_cpu | over_mem)
+            .n_unique()
+            .alias("n_workloads_above_one_machine"),
+            pl.col("cpu_frac").max().alias("max_cpu_frac"),
+            pl.col("mem_frac").max().alias("max_mem_frac"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    return {k: (float(v or 0.0) if k.startswith("max_") else int(v or 0)) for k, v in row.items()}

@@ -17,6 +17,7 @@ from pipelines.sources.mapping import TimeChunks, WorkloadChunks
 from pipelines.usage import (
     UsageConfig,
     build_usage_with_report,
+    count_bins_above_one_machine,
     iter_usage_chunks,
     scan_usage,
     usage_chunk_bounds,
@@ -272,3 +273,24 @@ def test_chunk_driver_logs_progress():
     assert lines and lines[-1].startswith(
         f"alibaba2018 usage (workload chunks of ~150 rows): {len(parts)}/{len(parts)}"
     )
+
+
+def test_bins_above_one_machine_counted_per_resource_over_chunk_files(tmp_path):
+    """Counted over a partition's chunk files (as the usage check reads them), per resource and workload."""
+    rows = [  # (workload, bin, cpu, mem)
+        ("a", 0, 0.5, 1.25), ("a", 300, 1.5, 1.0), ("b", 0, 1.0, 0.2), ("c", 0, 0.1, 0.1), ("c", 300, 2.5, 3.0),
+    ]  # fmt: skip
+    frame = pl.DataFrame(rows, schema=["workload_id", "bin_start_s", "cpu_frac", "mem_frac"], orient="row")
+    files = []
+    for i, part in enumerate(frame.iter_slices(2)):
+        files.append(tmp_path / f"chunk-{i}.parquet")
+        part.write_parquet(files[-1])
+    assert count_bins_above_one_machine(files) == {
+        "n_bins": 5,
+        "n_cpu_bins_above_one_machine": 2,
+        "n_mem_bins_above_one_machine": 2,
+        "n_workloads_above_one_machine": 2,
+        "max_cpu_frac": 2.5,
+        "max_mem_frac": 3.0,
+    }
+    assert count_bins_above_one_machine([])["n_bins"] == 0

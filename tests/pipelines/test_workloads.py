@@ -10,7 +10,7 @@ from polars.testing import assert_frame_equal
 
 from pipelines.raw_schemas import RAW_SCHEMAS
 from pipelines.schemas import USAGE, WORKLOADS
-from pipelines.usage import UsageConfig, build_usage, build_usage_with_report
+from pipelines.usage import UsageConfig, build_usage, build_usage_with_report, count_bins_above_one_machine
 from pipelines.workloads import build_workloads
 
 S = 1_000_000  # µs per second
@@ -274,6 +274,18 @@ def test_derived_usage_whole_job_totals_and_day_offsets():
     ])  # fmt: skip
     assert_frame_equal(sorted_usage(usage), expected)
     assert counts_of(report)["rows_dropped_null_usage"] == 1  # n_tasks = 0: no task running, a gap
+
+
+def test_derived_bins_above_one_machine_are_counted_not_dropped():
+    usage = build_usage("google2011_derived", derived_raw())
+    assert count_bins_above_one_machine(usage.lazy()) == {
+        "n_bins": 5,
+        "n_cpu_bins_above_one_machine": 0,  # 1.0 is one machine exactly: not above
+        "n_mem_bins_above_one_machine": 1,  # job7 at 879_000: 2.0
+        "n_workloads_above_one_machine": 1,
+        "max_cpu_frac": 1.0,
+        "max_mem_frac": 2.0,
+    }
 
 
 def test_derived_workloads():
