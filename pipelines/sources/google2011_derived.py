@@ -21,8 +21,8 @@ Canonical mapping:
     with n_tasks <= 0 has no task running: counted as null usage, a gap);
     job_days rows -> `bin_start_s = (k - 1) * 86400 + step * 300` (bins unique per workload),
     `cpu_frac = cpu_pct / 100`, `mem_frac = mem_pct / 100` (the publisher's job-level sums in percent).
-  * A job larger than one machine keeps its real total: job 6336594489 (about 20,000 tasks) sums to 70-210
-    machines of CPU, and a few job-days exceed one machine of memory (up to 1.31 in GCD_VMs.dev). Such bins
+  * A job larger than one machine keeps its real total: job 6336594489 (about 20,000 tasks) sums to about 80
+    machines of CPU (up to 210), and a few job-days exceed one machine of memory (up to 1.31 in GCD_VMs.dev). Such bins
     are kept in `core__usage`, counted per resource by the `usage_within_one_machine` check (WARN), scaled
     with the rest of the source by the job-sequence builder, and clipped to a machine and counted by the
     simulator (`oversize="clip"`).

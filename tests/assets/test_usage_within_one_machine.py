@@ -36,7 +36,7 @@ def test_usage_above_one_machine_warns_and_is_kept(tmp_path):
     within = checks["usage_within_one_machine"]
     assert not within.passed and within.severity == AssetCheckSeverity.WARN
     meta = {k: v.value for k, v in within.metadata.items()}
-    # the 20,000-task job's total (49 running steps of 50, 70-210 machines) is above one machine; no job-day is
+    # the 20,000-task job's total (49 running steps of 50, tens of machines each) is above one machine; no job-day is
     assert meta["n_cpu_bins_above_one_machine"] == 49 and meta["n_mem_bins_above_one_machine"] == 49
     assert meta["n_workloads_above_one_machine"] == 1 and meta["n_bins"] == 3506
     assert checks["usage_contract"].metadata["n_mem_bins_above_one_machine"].value == 49
