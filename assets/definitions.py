@@ -69,7 +69,7 @@ def load_profile(profile: str) -> dict:
 def _executor(scheduler: str | None):
     if not scheduler:
         return in_process_executor
-    from dagster_dask import dask_executor  # optional: `pip install -e '.[dask]'`
+    from assets.dask_executor import dask_executor  # dagster-dask with task keys per run; `.[dask]` extra
 
     return dask_executor.configured({"cluster": {"existing": {"address": scheduler}}}, name="dask")
 
