@@ -519,7 +519,9 @@ def main(argv: list[str] | None = None) -> int:
         shards = check_trace_folder(trace_dir(), sources, subset_asked=bool(args.sources))
         if target.scheduler:
             check_shared_warehouse(target.scheduler, target.warehouse)
-    except (TraceFolderError, RuntimeError) as exc:
+        if "eval" in layers:
+            eval_partitions(target)  # a configured load without an evaluation partition stops here
+    except (TraceFolderError, RuntimeError, ValueError) as exc:
         print(f"tvw-run: {exc}", file=sys.stderr)
         return 2
     print(f"traces:    {target.traces} ({', '.join(f'{s}: {n} shards' for s, n in shards.items())})")

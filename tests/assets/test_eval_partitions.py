@@ -122,3 +122,18 @@ def test_stale_load_partitions_are_removed_before_the_evaluation(tmp_path):
     planned = [RunSpec("eval", "eval_job", "load50", None), RunSpec("eval", "eval_summary_job", None, None)]
     assert remove_unplanned_evaluations(wh, planned) == ["all", "load30"]
     assert [p.name for p in wh.table_files("eval__baselines")] == ["load50.parquet"]
+
+
+def test_tvw_run_stops_on_a_configured_load_without_partition(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from assets.main import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("ops:\n  sim__job_sequences:\n    config:\n      loads_pct: [50, 40]\n")
+    traces = Path(__file__).parents[1] / "fixtures" / "traces"
+    argv = ["--traces", str(traces), "--warehouse", str(tmp_path / "wh"), "--profile", str(profile)]
+    assert main([*argv, "--sources", "google2011", "--layers", "eval"]) == 2
+    assert "load(s) [40] have no evaluation partition" in capsys.readouterr().err
+    assert not (tmp_path / "wh").exists()
