@@ -15,7 +15,7 @@ import re
 import tarfile
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,11 +193,38 @@ def describe_unread_files(source: TraceSource, root: Path, unread: list[Path]) -
     )
 
 
-def unread_file_warnings(root: Path, sources: Iterable[TraceSource]) -> list[str]:
-    """One warning line per source with files in its folder that no table reads (`find_unread_files`);
-    empty when every file is read."""
+def find_foreign_entries(root: Path, sources: Iterable[TraceSource]) -> list[Path]:
+    """Entries directly under the trace folder that are no source's folder (a trace file put there instead of
+    in its source's folder, a folder of another trace), documentation and checksums aside. Sorted."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    folders = {s.folder for s in sources}
+    return [
+        p for p in sorted(root.iterdir()) if p.name not in folders and not COMPANION_FILE.fullmatch(p.name)
+    ]
+
+
+def unread_file_warnings(
+    root: Path, sources: Iterable[TraceSource], selected: Collection[str] | None = None
+) -> list[str]:
+    """Warning lines for everything under the trace folder that no table reads: one line for entries beside
+    the folders of `sources` (all registered sources: `find_foreign_entries`), and one per source named in
+    `selected` (default: all) with files in its folder that no table reads (`find_unread_files`), each line
+    naming what is expected. Empty when everything is read."""
+    sources = list(sources)
     out = []
+    foreign = find_foreign_entries(root, sources)
+    if foreign:
+        names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in foreign)
+        expected = ", ".join(f"{s.folder}/ ({s.name})" for s in sources)
+        out.append(
+            f"{len(foreign)} entries in {root} are no source's folder and are not read: {names}. "
+            f"Expected folders: {expected}"
+        )
     for source in sources:
+        if selected is not None and source.name not in selected:
+            continue
         unread = find_unread_files(source, root)
         if unread:
             out.append(describe_unread_files(source, root, unread))

@@ -323,6 +323,7 @@ def test_stray_files_are_reported_with_the_expected_names(tmp_path):
     unread = find_unread_files(d, tmp_path)
     assert [p.name for p in unread] == ["GCD_VMs.zip", "data_resource_usage_tenMinutes_6176858948.csv", "old"]
     (line,) = unread_file_warnings(tmp_path, SOURCES.values())
+    assert unread_file_warnings(tmp_path, SOURCES.values(), ["google2011"]) == []  # not asked for
     assert line.startswith(f"google2011_derived: 3 file(s) in {folder} match no table and are not read: ")
     assert "GCD_VMs.zip, data_resource_usage_tenMinutes_6176858948.csv, old/." in line
     for expected in [
@@ -345,3 +346,15 @@ def test_unread_files_of_a_source_without_expected_files_use_its_discover_doc(tm
     line = describe_unread_files(g, tmp_path, find_unread_files(g, tmp_path))
     assert "task_usage/part-00001-of-00500.csv.bz2" in line
     assert "job_events, task_events, task_usage" in line and "part-00000-of-00500.csv.gz" in line
+
+
+def test_entries_beside_the_source_folders_are_reported(tmp_path):
+    """A trace file dropped into the trace folder itself, or a folder of another trace, is not read: say so."""
+    shutil.copy(SUMS_FIXTURE, tmp_path / "job6336594489_5min_sum.csv.gz")
+    (tmp_path / "google-2019").mkdir()
+    (tmp_path / "google-2011").mkdir()
+    (tmp_path / "README.md").write_text("x")
+    (line,) = unread_file_warnings(tmp_path, SOURCES.values(), [])
+    assert line.startswith(f"2 entries in {tmp_path} are no source's folder and are not read: ")
+    assert "google-2019/, job6336594489_5min_sum.csv.gz." in line
+    assert "google-2011-derived/ (google2011_derived)" in line
