@@ -46,7 +46,8 @@ def _describe(source: TraceSource, table: str) -> str:
     return (
         f"Raw `{table}` table of the `{source.name}` trace, parsed from its genuine files under "
         f"`<trace dir>/{source.folder}/`, one Parquet file per input shard (zstd). Rows that cannot be "
-        f"parsed go to `{QUARANTINE_TABLE}` with file, line and reason.\n\nColumns: {cols}"
+        f"parsed go to `{QUARANTINE_TABLE}` with file, line and reason. Files read: "
+        f"{expected_files(source)[table]}\n\nColumns: {cols}"
     )
 
 
