@@ -46,6 +46,7 @@ def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):
             resources=resources,
             run_config={"ops": {"eval__baselines": {"config": base_cfg}}},
             selection=[eval__baselines],
+            partition_key="load50",
         ).success
         eval_cfg = {"policies": ["tvw_rl"], "seeds": [0]}
         evaluated = materialize(
