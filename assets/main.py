@@ -381,6 +381,7 @@ def check_trace_folder(traces: Path, sources: list[str], subset_asked: bool) -> 
     folder is missing or a source has no shard at all, unless the user asked for a subset of sources (then
     only the asked ones must have shards)."""
     from pipelines.sources import SOURCES
+    from pipelines.sources.base import unread_file_warnings
 
     found = {s: sum(len(SOURCES[s].discover(traces, t)) for t in SOURCES[s].tables) for s in sources}
     empty = [s for s, n in found.items() if n == 0]
@@ -396,6 +397,8 @@ def check_trace_folder(traces: Path, sources: list[str], subset_asked: bool) -> 
         raise TraceFolderError(
             f"trace folder {traces} {what} (TVW_TRACE_DIR). Expected layout:\n{layout}{hint}"
         )
+    for line in unread_file_warnings(traces, SOURCES.values(), sources):  # nothing is ignored silently
+        print(f"WARNING {line}", file=sys.stderr)
     return found
 
 

@@ -21,7 +21,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.cluster import EVAL_CHECKS_FOR, eval_checks, eval_sim_config, evaluate_by_cluster
+from assets.cluster import EVAL_CHECKS_FOR, EVAL_LOADS, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path, png_markdown
 from assets.plots import summary_plot_metadata
 from assets.resources import Warehouse
@@ -34,7 +34,7 @@ from sim.labelling import ClassifierLabeller
 from sim.observation import ObservationConfig
 from sim.policies import POLICIES, is_learned, make_policy
 
-RL_LOADS = (30, 50, 80)
+RL_LOADS = EVAL_LOADS  # the loads the heuristics are evaluated at
 RL_SEEDS = (0, 1, 2)
 RL_PARTITIONS = StaticPartitionsDefinition(
     [f"load{load}-seed{seed}" for load in RL_LOADS for seed in RL_SEEDS]

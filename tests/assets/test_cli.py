@@ -74,3 +74,16 @@ def test_every_job_carries_the_profile(tmp_path, profile):
 def test_unknown_profile_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="'nope'"):
         load_profile("nope")
+
+
+def test_a_stray_file_in_the_trace_folder_is_reported_at_start(tmp_path, capsys):
+    from assets.main import check_trace_folder
+
+    folder = tmp_path / "google-2011-derived"
+    folder.mkdir()
+    (folder / "job7_5min_sum.csv").write_text("300.0,1,1" + ",0.0" * 15 + "\n")
+    (folder / "notes.xlsx").write_text("x")
+    found = check_trace_folder(tmp_path, ["google2011_derived"], subset_asked=True)
+    assert found == {"google2011_derived": 1}
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "notes.xlsx" in err
