@@ -478,7 +478,9 @@ def ec__mapping(
     t_ari = time.perf_counter() - t0
     choice = choose_mapping(comparison, config.fallback_method)
     comparison = comparison.with_columns(
-        is_chosen=(pl.col("method") == choice.method) & (pl.col("k") == choice.k),
+        is_chosen=pl.lit(False)
+        if choice.method is None  # no mapping chosen (e.g. EG 0 everywhere): no row is
+        else (pl.col("method") == choice.method) & (pl.col("k") == choice.k),
         choice_basis=pl.lit(choice.basis),
         choice_reason=pl.lit(choice.reason),
     ).select(list(METHOD_COMPARISON))
