@@ -30,13 +30,12 @@ from dagster import (
     Config,
     MetadataValue,
     Output,
-    TableColumn,
-    TableSchema,
     asset,
     multi_asset,
 )
 from pydantic import Field
 
+from assets.column_docs import table_schema
 from assets.core import SOURCE_PARTITIONS, long_running_usage
 from assets.resources import Warehouse
 from models.ec_classifier import (
@@ -78,80 +77,12 @@ METHOD_COMPARISON = {
 }
 CLASSIFIER_ACCURACY = {"source": pl.String, **ACCURACY_ROWS}
 
-COLUMN_DOCS = {
-    "source": "trace source (the partition)",
-    "workload_id": "long-running workload",
-    "method": "EC distance: aggregate (Zhang et al. 2011 baseline), temporal (tsfresh features) or dtw",
-    "k": "number of ECs",
-    "silhouette": "mean silhouette averaged over the n_init initialisations (TVW-RL's k criterion)",
-    "silhouette_sd": "standard deviation of the mean silhouette over the initialisations",
-    "silhouette_kept": "mean silhouette of the kept (lowest-cost) initialisation's labels",
-    "n_init": "initialisations per k",
-    "n_workloads": "workloads clustered / scored",
-    "n_silhouette_points": "workloads the silhouette was computed on (a seeded sample when large)",
-    "is_skipped": "k could not be clustered (too few or identical workloads)",
-    "skip_reason": "why, when is_skipped",
-    "ec_label": "EC, 0..k-1 (0 = largest)",
-    "step": "5-minute bin from the start of the kept window",
-    "cpu_frac": "CPU usage, fraction of a machine",
-    "mem_frac": "memory usage, fraction of a machine",
-    "n_members": "workloads in the EC",
-    "k_rule": "why this k is in the table: silhouette_best, common (the k all methods share) or both",
-    "eg_pct": "effective prediction gain EG (%), mean over forecaster seeds",
-    "eg_pct_ci_low": "lower end of the 95 % t-interval of EG",
-    "eg_pct_ci_high": "upper end of the 95 % t-interval of EG",
-    "f_frac": "fraction of workloads in ECs whose own forecaster beats the EC-agnostic one, mean over seeds",
-    "f_frac_ci_low": "lower end of the 95 % t-interval of f",
-    "f_frac_ci_high": "upper end of the 95 % t-interval of f",
-    "control_eg_pct": "EG of the random control (same class sizes, labels shuffled), mean over seeds",
-    "control_eg_pct_ci_low": "lower end of the control's 95 % interval",
-    "control_eg_pct_ci_high": "upper end of the control's 95 % interval",
-    "control_f_frac": "f of the random control, mean over seeds",
-    "eg_diff_pct": "paired difference: mean over seeds of (EG - control EG), both scored with the same forecaster "
-    "seed against the same EC-agnostic model (its seed-to-seed quality cancels)",
-    "eg_diff_pct_ci_low": "lower end of the 95 % t-interval of the paired difference; > 0 means beats_control",
-    "eg_diff_pct_ci_high": "upper end of the 95 % t-interval of the paired difference",
-    "eg_diff_p_value": "one-sided paired t-test p-value of a mean difference > 0 (per mapping, no multiplicity "
-    "correction; several mappings are tested per source)",
-    "eg_diff_pct_median": "median of the paired difference EG - control EG over the seeds where it is not 0 "
-    "(a tie, usually EG 0 on both sides, favours neither: the sign test leaves it out)",
-    "eg_diff_pct_median_ci_low": "lower end of the sign-test interval (>= 95 %) of that median; > 0 means "
-    "beats_control; null below 6 seeds",
-    "eg_diff_pct_median_ci_high": "upper end of the sign-test interval of the median paired difference",
-    "n_seeds_diff_positive": "seeds in which the mapping's EG exceeds its control's",
-    "n_seeds_diff_negative": "seeds in which the mapping's EG is below its control's (the other seeds are ties)",
-    "eg_diff_sign_p_value": "one-sided exact sign-test p-value (per mapping, no multiplicity correction)",
-    "beats_control": "the median paired difference's sign-test interval lies above 0 (distribution-free: EG per "
-    "seed is heavy-tailed, so the t-interval is reported but not used): the mapping is better than chance",
-    "n_seeds": "forecaster seeds the means are over",
-    "n_control_draws": "random-control permutations per seed (their EG averaged before pairing)",
-    "eg_pct_by_seed": "EG of each forecaster seed (seed order): the draws behind the mean and interval",
-    "control_eg_pct_by_seed": "the control's EG of each seed (mean over its draws), paired with eg_pct_by_seed",
-    "n_ecs_too_small": "ECs below the minimum size (G set to 0)",
-    "n_ecs_undefined": "ECs with an undefined correlation in some seed (G set to 0 there)",
-    "ari_across_seeds": "mean adjusted Rand index between these labels and the same method's labels with other "
-    "seeds (other initialisations and, for sampled DTW, another sample); 1 = identical",
-    "ari_across_seeds_min": "lowest of those ARIs",
-    "is_chosen": "this mapping labels the workloads in ec__assignments",
-    "choice_basis": "beats_control, fallback_default (no mapping beats its control) or none (EG 0 everywhere)",
-    "choice_reason": "the choice in one sentence",
-    "prefix_bins": "usage bins m fed to the classifier (0 = meta only)",
-    "accuracy": "held-out accuracy",
-    "macro_f1": "held-out macro F1",
-    "majority_accuracy": "held-out accuracy of always predicting the training split's most common EC",
-    "n_train": "workloads in the training split",
-    "n_test": "workloads in the held-out split",
-    "n_groups_train": "workload groups (e.g. jobs of job-days) in the training split",
-    "n_groups_test": "workload groups in the held-out split; no group is on both sides",
-    "split": "how train and test were separated",
-}
 """Column descriptions of the EC tables (shown in the Dagster UI as the column schema)."""
 
 
-def column_schema(schema: dict) -> dict:
-    """Definition metadata: the table's columns with their types and descriptions."""
-    cols = [TableColumn(name=c, type=str(t), description=COLUMN_DOCS.get(c)) for c, t in schema.items()]
-    return {"dagster/column_schema": TableSchema(columns=cols)}
+def column_schema(schema: dict, table: str | None = None) -> dict:
+    """Definition-time column schema with the descriptions of `assets.column_docs` (the one place for them)."""
+    return {"dagster/column_schema": table_schema(schema, table)}
 
 
 def plot_classifier_accuracy(table: pl.DataFrame, source: str) -> bytes:
@@ -354,7 +285,7 @@ CHECKS = (
             description="Mean silhouette (averaged over the initialisations, with its sd) for every (method, k), "
             "k = 3..15, on the training part of each series; the k with the highest mean is each method's "
             "silhouette-best k. Skipped k (too few workloads, identical points) carry the reason.",
-            metadata=column_schema(EC_SILHOUETTE),
+            metadata=column_schema(EC_SILHOUETTE, "ec__silhouette"),
         ),
         "ec__method_comparison": AssetOut(
             io_manager_key="table_io",
@@ -369,20 +300,20 @@ CHECKS = (
             "it); the chosen row (`is_chosen`) is the best-EG "
             "mapping that does, or the documented fallback (fallback_method at its silhouette-best k) when "
             "none does; `choice_reason` says which.",
-            metadata=column_schema(METHOD_COMPARISON),
+            metadata=column_schema(METHOD_COMPARISON, "ec__method_comparison"),
         ),
         "ec__assignments": AssetOut(
             io_manager_key="table_io",
             is_required=False,
             description="The chosen EC mapping: the EC label of every usable long-running workload (empty when "
             "no mapping is chosen).",
-            metadata=column_schema(EC_ASSIGNMENTS),
+            metadata=column_schema(EC_ASSIGNMENTS, "ec__assignments"),
         ),
         "ec__profiles": AssetOut(
             io_manager_key="table_io",
             is_required=False,
             description="Each EC's representative usage series (medoid for DTW, members' mean otherwise).",
-            metadata=column_schema(EC_PROFILES),
+            metadata=column_schema(EC_PROFILES, "ec__profiles"),
         ),
     },
     partitions_def=SOURCE_PARTITIONS,
@@ -676,7 +607,7 @@ def classifier_path(warehouse: Warehouse, source: str) -> Path:
     group_name="ec",
     io_manager_key="table_io",
     deps=["core__usage"],
-    metadata=column_schema(CLASSIFIER_ACCURACY),
+    metadata=column_schema(CLASSIFIER_ACCURACY, "ec__classifier_accuracy"),
     description="Held-out accuracy and macro-F1 of the EC classifier (TVW-RL Algorithm 1, ClassifyToEC: two "
     "dense ReLU layers and a softmax) per usage-prefix length m, with the majority-class rate, on a split by "
     "workload group (all days of a job on one side; `split` states it). The model trained on all labelled "
