@@ -402,6 +402,28 @@ def check_trace_folder(traces: Path, sources: list[str], subset_asked: bool) -> 
     return found
 
 
+def failed_check_lines(instance, outcomes: list[RunOutcome]) -> list[str]:
+    """One warning line per asset check that did not pass in the runs of `outcomes` (a run whose checks fail
+    still succeeds: the checks say what is wrong with its tables), naming the check, its asset and severity."""
+    from dagster import DagsterEventType
+
+    lines = []
+    for o in outcomes:
+        if not o.run_id:
+            continue
+        for record in instance.get_records_for_run(
+            o.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+        ).records:
+            check = record.event_log_entry.dagster_event.event_specific_data
+            if not check.passed:
+                severity = getattr(check.severity, "value", str(check.severity))
+                lines.append(
+                    f"  WARNING check failed ({severity}): {check.asset_key.to_user_string()}"
+                    f".{check.check_name} in {o.spec.label}"
+                )
+    return lines
+
+
 def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
     """Per source: workloads, long-running workloads kept, equivalence classes, job sequences; a warning line
     for a source whose thresholds kept too few workloads for the later layers."""
@@ -543,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
     print("\n".join(layer_lines(outcomes)))
     print("\n".join(source_summary(warehouse_dir(), sources)))
+    print("\n".join(failed_check_lines(DagsterInstance.get(), outcomes)))
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")
     duckdb_cli = Path(sys.executable).with_name("duckdb")
     query = (

@@ -87,3 +87,36 @@ def test_a_stray_file_in_the_trace_folder_is_reported_at_start(tmp_path, capsys)
     assert found == {"google2011_derived": 1}
     err = capsys.readouterr().err
     assert "WARNING" in err and "notes.xlsx" in err
+
+
+def test_failed_checks_are_named_in_the_summary():
+    from dagster import (
+        AssetCheckResult,
+        AssetCheckSeverity,
+        AssetCheckSpec,
+        DagsterInstance,
+        Output,
+        asset,
+        materialize,
+    )
+
+    from assets.main import RunOutcome, RunSpec, failed_check_lines
+
+    @asset(
+        check_specs=[
+            AssetCheckSpec("always_fine", asset="table"),
+            AssetCheckSpec("rows_are_odd", asset="table"),
+        ]
+    )
+    def table(context):
+        yield Output(1)
+        yield AssetCheckResult(check_name="always_fine", passed=True)
+        yield AssetCheckResult(check_name="rows_are_odd", passed=False, severity=AssetCheckSeverity.WARN)
+
+    with DagsterInstance.ephemeral() as instance:
+        run = materialize([table], instance=instance)
+        spec = RunSpec(layer="results", job="results_job", partition=None, source=None)
+        outcome = RunOutcome(spec=spec, ok=True, seconds=0.0, run_id=run.run_id, peak_rss_mib=0.0)
+        lines = failed_check_lines(instance, [outcome])
+    assert len(lines) == 1
+    assert "check failed (WARN): table.rows_are_odd in results_job" in lines[0]
