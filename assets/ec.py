@@ -13,7 +13,6 @@ The four `ec__mapping` tables come from one computation; each can be selected al
 written), e.g. `dagster asset materialize -m assets.definitions --select ec__silhouette --partition <source>`.
 """
 
-import base64
 import io
 import re
 import time
@@ -37,6 +36,7 @@ from pydantic import Field
 
 from assets.column_docs import table_schema
 from assets.core import SOURCE_PARTITIONS, long_running_usage
+from assets.plots import png_markdown
 from assets.resources import Warehouse
 from models.ec_classifier import (
     ACCURACY_ROWS,
@@ -119,11 +119,6 @@ def plot_classifier_accuracy(table: pl.DataFrame, source: str) -> bytes:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
-
-
-def png_markdown(png: bytes, alt: str) -> MetadataValue:
-    """A PNG shown inline in the Dagster UI."""
-    return MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
 class EcRunConfig(Config):

@@ -22,8 +22,8 @@ from dagster import (
 from pydantic import Field
 
 from assets.cluster import EVAL_CHECKS_FOR, EVAL_LOADS, eval_checks, eval_sim_config, evaluate_by_cluster
-from assets.ec import classifier_path, png_markdown
-from assets.plots import summary_plot_metadata
+from assets.ec import classifier_path
+from assets.plots import png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from models.reinforce import ADVANTAGE_MODES
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl

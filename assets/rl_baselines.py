@@ -24,7 +24,7 @@ import polars as pl
 from dagster import AssetExecutionContext, Config, MetadataValue, Output, asset
 from pydantic import Field
 
-from assets.ec import png_markdown
+from assets.plots import png_markdown
 from assets.resources import Warehouse
 from assets.rl import RL_PARTITIONS, curve_trend, git_revision, parse_rl_partition, policy_path
 from models import deeprm, dejavu
