@@ -27,6 +27,7 @@ from assets.plots import png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from models.reinforce import ADVANTAGE_MODES
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
+from pipelines.equivalence import EC_METHODS
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
 from sim.evaluate import evaluate_policies, summarise
 from sim.jobs import JobBatch
@@ -345,7 +346,12 @@ ABLATIONS: dict[str, tuple] = {
     "k_contention": (0.0, 0.1, 1.0, 10.0),
     "train_noise": (0, 1, 2, 3),  # Table 2: trained with background noise of 0..n units, tested at 0..3
     "shape_noise": (0, 1),  # trained with usage shapes perturbed by -1..1 units (1) or not (0)
-    "ec_labels": ("none", "clustering"),  # Table 2's "w/o EC": every job labelled 0
+    "ec_mapping": (
+        "none",
+        "aggregate",
+        "dtw",
+        "temporal",
+    ),  # Table 2: w/o EC (every job labelled 0), or each method's mapping
     "advantage": ADVANTAGE_MODES,  # reward scale: does the advantage scaling change which policy wins?
 }
 """TVW-RL's ablations (its Tables 2-3, at 50 % load): setting -> values; one training run per value."""
@@ -369,12 +375,61 @@ ABLATION_RESULTS = {
 
 
 class AblationConfig(Config):
-    source: str = Field(default="deepplace_synthetic", description="source whose sequences train and test")
+    source: str = Field(
+        default="google2011_derived",
+        description="source whose sequences train and test (a real source: the ec_mapping ablation relabels its "
+        "workloads with each clustering method's mapping)",
+    )
     load_pct: int = Field(default=50, description="load of the ablation (TVW-RL: 50 %)")
     preset: str = Field(default="paper", description="'paper', 'study' or 'short' training preset")
     n_iterations: int = Field(default=0, description="override the preset's iterations (0 = keep)")
     learning_rate: float = Field(default=0.0, description="override the preset's learning rate (0 = keep)")
     seed: int = Field(default=0, description="training seed")
+
+
+def method_labels(warehouse: Warehouse, source: str, method: str) -> pl.DataFrame:
+    """(workload_id, ec_label) of `method`'s mapping of `source` (`ec__method_assignments`: one mapping per
+    clustering method, at the k that method's choice rule picks); a clear error where there is none."""
+    if not warehouse.has_table("ec__method_assignments"):
+        raise ValueError(
+            f"ec_mapping={method}: no ec__method_assignments table under {warehouse.root}; materialise the EC "
+            f"layer for {source} first"
+        )
+    rows = (
+        warehouse.scan("ec__method_assignments")
+        .filter((pl.col("source") == source) & (pl.col("method") == method))
+        .select("workload_id", "k", "ec_label")
+        .collect()
+    )
+    if rows.height == 0:
+        synthetic = " (a synthetic source: its job classes are known, it has no EC mapping)"
+        raise ValueError(
+            f"ec_mapping={method}: ec__method_assignments has no {method} mapping of {source}"
+            f"{synthetic if source in SYNTHETIC_SOURCES else ''}; choose a real source with an EC mapping"
+        )
+    return rows
+
+
+def relabel_by_method(
+    jobs: pl.DataFrame, value: str, warehouse: Warehouse, source: str, log=print
+) -> pl.DataFrame:
+    """TVW-RL Table 2's EC-mapping rows: every job of `jobs` labelled 0 ("none": no EC knowledge), or labelled
+    with `value`'s mapping (aggregate, dtw or temporal) looked up by workload. Workloads the mapping does not
+    cover (kept by the sequences, but skipped by the clustering) get label 0 and are counted in the log."""
+    if value == "none":
+        return jobs.with_columns(ec_label=pl.lit(0, pl.Int32))
+    if value not in EC_METHODS:
+        raise ValueError(f"ec_mapping={value!r}: unknown; known: none, {', '.join(sorted(EC_METHODS))}")
+    labels = method_labels(warehouse, source, value)
+    out = jobs.drop("ec_label").join(
+        labels.select("workload_id", pl.col("ec_label").cast(pl.Int32)), on="workload_id", how="left"
+    )
+    uncovered = out.filter(pl.col("ec_label").is_null())["workload_id"].n_unique()
+    log(
+        f"ec_mapping={value}: {source} relabelled with the {value} mapping (k = {labels['k'][0]}); "
+        f"{uncovered} of {jobs['workload_id'].n_unique()} workloads uncovered -> label 0"
+    )
+    return out.with_columns(pl.col("ec_label").fill_null(0)).select(jobs.columns)
 
 
 def ablation_config(base: TvwRlConfig, setting: str, value: str) -> TvwRlConfig:
@@ -385,7 +440,7 @@ def ablation_config(base: TvwRlConfig, setting: str, value: str) -> TvwRlConfig:
         return base.with_sim(noise_max_units=int(value))
     if setting == "shape_noise":
         return base.with_sim(is_shape_perturbed=bool(int(value)))
-    if setting == "ec_labels":
+    if setting == "ec_mapping":
         return base
     if setting == "advantage":
         return dataclasses.replace(base, reinforce=dataclasses.replace(base.reinforce, advantage=value))
@@ -405,14 +460,14 @@ def rl__ablation(
     sim__job_sequences: pl.DataFrame,
 ) -> Output[pl.DataFrame]:
     """One TVW-RL ablation run (TVW-RL Tables 2-3): the policy trained with one setting changed (a penalty weight,
-    training noise, shape noise, or no EC labels) on `source` at `load_pct`, then evaluated greedily on that
+    training noise, shape noise, or the EC mapping: none, aggregate, DTW or temporal) on `source` at `load_pct`, then evaluated greedily on that
     source's test sequences at background noise 0..3 units; one row per (noise level, test sequence)."""
     setting, value = context.partition_key.split("=")
     group = sim__job_sequences.filter(
         (pl.col("source") == config.source) & (pl.col("load_pct") == config.load_pct)
     )
-    if setting == "ec_labels" and value == "none":
-        group = group.with_columns(ec_label=pl.lit(0, pl.Int32))
+    if setting == "ec_mapping":
+        group = relabel_by_method(group, value, warehouse, config.source, context.log.info)
     train, test = group.filter(pl.col("split") == "train"), group.filter(pl.col("split") == "test")
     if train.height == 0 or test.height == 0:
         raise ValueError(

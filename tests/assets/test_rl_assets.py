@@ -85,7 +85,7 @@ def test_an_ablation_run_and_its_table(tmp_path):
     wh = Warehouse(root=str(tmp_path / "wh"))
     resources = {"warehouse": wh, "table_io": TableIOManager(warehouse=wh)}
     seq_config = {"n_train_sequences": 2, "n_test_sequences": 2, "loads_pct": [50], "include_synthetic": True}
-    abl = {"preset": "short", "n_iterations": 1}
+    abl = {"preset": "short", "n_iterations": 1, "source": "deepplace_synthetic"}
     with DagsterInstance.ephemeral() as instance:
         assert materialize(
             [sim__job_sequences],
@@ -93,7 +93,7 @@ def test_an_ablation_run_and_its_table(tmp_path):
             resources=resources,
             run_config={"ops": {"sim__job_sequences": {"config": seq_config}}},
         ).success
-        for key in ("ec_labels=none", "k_underutil=0.0"):
+        for key in ("ec_mapping=none", "k_underutil=0.0"):
             assert materialize(
                 [rl__ablation, *sim__job_sequences.to_source_assets()],
                 instance=instance,
@@ -110,7 +110,7 @@ def test_an_ablation_run_and_its_table(tmp_path):
         ).success
     table = wh.scan("eval__ablations").collect()
     assert set(zip(table["ablation"], table["value"], strict=True)) == {
-        ("ec_labels", "none"),
+        ("ec_mapping", "none"),
         ("k_underutil", "0.0"),
     }
     assert sorted(set(table["eval_noise_units"])) == [0, 1, 2, 3] and (table["n_sequences"] == 2).all()
@@ -165,3 +165,39 @@ def test_ablation_winners_rank_each_run_against_the_heuristics_on_the_same_seque
         ("scale", "tvw_rl", 1),
     ]
     assert out["best_baseline_return"].to_list() == [-10.0, -10.0]
+
+
+def test_the_ec_mapping_ablation_relabels_jobs_with_each_methods_mapping(tmp_path):
+    import pytest
+
+    from assets.rl import ABLATIONS, relabel_by_method
+
+    assert ABLATIONS["ec_mapping"] == ("none", "aggregate", "dtw", "temporal")  # TVW-RL Table 2's rows
+    wh = Warehouse(root=str(tmp_path / "wh"))
+    jobs = pl.DataFrame(
+        {"workload_id": ["a", "b", "c", "a"], "ec_label": [5, 5, 5, 5], "cpu_units": [1, 2, 3, 1]},
+        schema_overrides={"ec_label": pl.Int32},
+    )
+    with pytest.raises(ValueError, match="no ec__method_assignments table"):
+        relabel_by_method(jobs, "dtw", wh, "google2011_derived")
+    mapping = pl.DataFrame(
+        {
+            "source": ["google2011_derived"] * 4,
+            "workload_id": ["a", "b", "a", "b"],
+            "method": ["dtw", "dtw", "temporal", "temporal"],
+            "k": [2, 2, 3, 3],
+            "ec_label": [1, 0, 2, 2],
+        }
+    )
+    wh.write("ec__method_assignments", mapping, "google2011_derived")
+    lines = []
+    dtw = relabel_by_method(jobs, "dtw", wh, "google2011_derived", lines.append)
+    assert dtw.columns == jobs.columns and dtw["ec_label"].dtype == pl.Int32
+    assert dtw["ec_label"].to_list() == [1, 0, 0, 1]  # c is not in the mapping: label 0, and counted
+    assert "1 of 3 workloads uncovered" in lines[0]
+    assert relabel_by_method(jobs, "temporal", wh, "google2011_derived")["ec_label"].to_list() == [2, 2, 0, 2]
+    assert relabel_by_method(jobs, "none", wh, "google2011_derived")["ec_label"].to_list() == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="synthetic source"):
+        relabel_by_method(jobs, "aggregate", wh, "deepplace_synthetic")
+    with pytest.raises(ValueError, match="unknown"):
+        relabel_by_method(jobs, "kmeans", wh, "google2011_derived")
