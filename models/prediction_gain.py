@@ -433,15 +433,22 @@ def mapping_gain_table(
     k_rules: Mapping[tuple[str, int], str] | None = None,
     log: Callable[[str], None] | None = None,
     label: str = "prediction gain",
+    control_index: Mapping[tuple[str, int], int] | None = None,
 ) -> pl.DataFrame:
     """Table 1 over seeds: one MAPPING_ROWS row per (method, k) -> labels mapping, with its random control.
 
     For each of cfg.n_seeds forecaster seeds (forecaster.seed + s) the EC-agnostic model is fitted once; every
     mapping and its cfg.n_control_draws controls (fresh shuffles per seed) are scored against it with that
     seed, and the per-seed difference EG - mean control EG gives the paired columns. `log` receives progress
-    lines (one item = one mapping with its controls in one seed), prefixed with `label`."""
+    lines (one item = one mapping with its controls in one seed), prefixed with `label`.
+
+    `control_index` gives each mapping the index its random controls are drawn with (`control_labels`);
+    default: its position in `mappings`. A table over part of a source's mappings (one method's, when the
+    methods fan out) passes each mapping's position among ALL of them, so its rows equal the corresponding
+    rows of the table over all mappings (the EC-agnostic model of a seed depends only on the series)."""
     series, n_train = scored_series(values, cfg)
     keys = list(mappings)
+    index_of = _control_indices(keys, control_index)
     eg, f, c_eg, c_f = ({key: [] for key in keys} for _ in range(4))
     too_small = {key: 0 for key in keys}
     undefined = {key: 0 for key in keys}
@@ -451,11 +458,15 @@ def mapping_gain_table(
         seed = cfg.forecaster.seed + s
         cfg_s = replace(cfg, forecaster=replace(cfg.forecaster, seed=seed))
         global_preds = predict_series(fit_forecaster(series, n_train, cfg_s.forecaster), series, n_train)
-        for index, key in enumerate(keys):
+        for key in keys:
             r = prediction_gain(series, mappings[key], cfg_s, global_preds, n_train)
             controls = [
                 prediction_gain(
-                    series, control_labels(mappings[key], seed, index, draw), cfg_s, global_preds, n_train
+                    series,
+                    control_labels(mappings[key], seed, index_of[key], draw),
+                    cfg_s,
+                    global_preds,
+                    n_train,
                 )
                 for draw in range(cfg.n_control_draws)
             ]
@@ -471,6 +482,22 @@ def mapping_gain_table(
         schema=MAPPING_ROWS,
         orient="row",
     )
+
+
+def _control_indices(
+    keys: list[tuple[str, int]], control_index: Mapping[tuple[str, int], int] | None
+) -> dict[tuple[str, int], int]:
+    """Each mapping's control index: its position among `keys`, or the given one (every key must have one, and
+    no two keys may share one: they would get the same random controls)."""
+    if control_index is None:
+        return {key: i for i, key in enumerate(keys)}
+    missing = [key for key in keys if key not in control_index]
+    if missing:
+        raise ValueError(f"control_index has no index for mapping(s) {missing}")
+    out = {key: int(control_index[key]) for key in keys}
+    if len(set(out.values())) < len(out):
+        raise ValueError(f"control_index gives two mappings the same index: {out}")
+    return out
 
 
 def _table_row(key, eg, f, c_eg, c_f, too_small, undefined, k_rules, cfg: GainConfig, n: int) -> dict:

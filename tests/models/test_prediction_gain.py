@@ -244,3 +244,27 @@ def test_table_over_seeds_with_a_random_control():
     assert lines[0].startswith("t1: 1/3 mappings") and lines[-1].startswith("t1: 3/3 mappings")
     with pytest.raises(ValueError, match="n_control_draws"):
         GainConfig(n_control_draws=0)
+
+
+def test_a_table_over_some_mappings_with_their_global_control_indices_equals_those_rows_of_the_full_table():
+    """One method's mappings scored alone (the EC method fan-out) give the rows of the table over every method's."""
+    values = _ar_workloads([0.9] * 3 + [-0.9] * 3, length=90, seed=5)
+    cfg = replace(FAST, n_seeds=2, max_eval_bins=12)
+    mappings = {
+        ("aggregate", 2): np.array([0, 0, 0, 1, 1, 1]),
+        ("temporal", 2): np.array([0, 1, 0, 1, 0, 1]),
+        ("temporal", 3): np.array([0, 0, 1, 1, 2, 2]),
+    }
+    full = mapping_gain_table(values, mappings, cfg)
+    position = {key: i for i, key in enumerate(mappings)}
+    temporal = {key: v for key, v in mappings.items() if key[0] == "temporal"}
+    part = mapping_gain_table(values, temporal, cfg, control_index=position)
+    assert part.equals(full.filter(pl.col("method") == "temporal"))
+    # without the global indices the controls are other shuffles: the control columns differ
+    alone = mapping_gain_table(values, temporal, cfg)
+    assert alone["eg_pct_by_seed"].to_list() == part["eg_pct_by_seed"].to_list()
+    assert alone["control_eg_pct_by_seed"].to_list() != part["control_eg_pct_by_seed"].to_list()
+    with pytest.raises(ValueError, match="no index for mapping"):
+        mapping_gain_table(values, temporal, cfg, control_index={("temporal", 2): 1})
+    with pytest.raises(ValueError, match="the same index"):
+        mapping_gain_table(values, temporal, cfg, control_index={("temporal", 2): 1, ("temporal", 3): 1})
