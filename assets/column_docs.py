@@ -144,6 +144,7 @@ COLUMN_DOCS: dict[str, str] = {
     "is_skipped": "k could not be clustered (too few or identical workloads)",
     "skip_reason": "why, when is_skipped",
     "n_members": "workloads in the EC",
+    "is_medoid": "this workload is its EC's medoid (DTW's K-Medoids; always false for the K-Means methods)",
     "k_rule": "why this k is in the table: silhouette_best, common (the k all methods share) or both",
     "eg_pct": "effective prediction gain EG (%), mean over forecaster seeds",
     "eg_pct_ci_low": "lower end of the 95 % t-interval of EG",
@@ -446,6 +447,12 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
         "n_jobs = 0)",
     },
     "ec__classifier_accuracy": {"accuracy": "held-out accuracy of the EC classifier"},
+    "ec__method_assignments": {
+        "method": "EC distance whose mapping this is: aggregate, temporal or dtw (as in ec__method_comparison)",
+        "k": "number of ECs of the method's mapping: the k the choice rule picks among this method's rows of "
+        "ec__method_comparison alone (a row beating its random control with the best mean EG, else the method's "
+        "silhouette-best k)",
+    },
     "core__usage_counts": {"count": "what is counted (rows_in, rows_dropped_<reason>, bins_out, ...)"},
     "core__long_running_report": {"n_workloads": "workloads with this reason (kept: passed the filter)"},
     "core__long_running_judged": {
