@@ -29,8 +29,9 @@ The image length T = `image_steps` (DeepRM: 20).
 
 Actions: 0..K-1 = "schedule the job in visible slot k"; K = void. A slot is valid when it holds a waiting job that
 fits some machine now (`sim.policies.queued_fits`: the simulator's placement rule and its request within the
-machine's free capacity by requests); void is valid as in DeepRM except on an idle cluster with a job that fits
-(`slot_mask` says why), and, under the simulator's hold_rule "no_fit", only when no slot is. The chosen job is moved to the queue head (`sim.policies.promote_queued_job`) and placed by
+machine's free capacity by requests); void is valid as in DeepRM except on an idle cluster with a job that fits,
+or while a visible job that fits has waited `max_hold_steps` (T) steps or more (`slot_mask` says why), and, under
+the simulator's hold_rule "no_fit", only when no slot is. The chosen job is moved to the queue head (`sim.policies.promote_queued_job`) and placed by
 Best-Fit by requests; void holds (the simulator closes the step and time advances). Unlike DeepRM, a job starts
 at once or not at all (the simulator has no reservations "in the first timestep the job fits till completion"),
 so only jobs that fit now are valid, and an invalid choice is masked rather than treated as void.
@@ -45,8 +46,13 @@ P_U is the simulator's own under-utilisation penalty of the closed steps (`info[
 default of its SimConfig here) it is linear, "proportional to the number of total unused resources" as TVW-RL
 states; dividing by C_d makes a wholly unused resource of one machine cost k_unused per step. k_unused = 1 is ours
 (TVW-RL gives no value). The simulator's other penalties (contention, overshoot, wait) are not DeepRM's reward and
-are not used. When the safety cap truncates an episode, each job never placed is charged 1 more (it would finish
-at least T_j after the cap, so its slowdown is at least what it has accrued + 1): voiding for ever never pays.
+are not used. When the safety cap truncates an episode, each job j never placed is charged
+    1 + k_unused x T_j x sum_d C_d^K_u / mean_d(C_d)
+(it would finish at least T_j after the cap, so its slowdown is at least what it has accrued + 1; and for each of
+its T_j steps it could leave at most a whole machine unused, the simulator's own bound in
+`sim.penalties.unplaced_charge`). With a charge of 1 alone, voiding until the cap paid: on the sample's DeepPlace
+sequences (20-job episodes, cap 200) a policy that voids whenever it may scored -482 against -828 for one that
+never voids, because truncation stopped the unused-resource penalty that running the jobs accrues.
 
 Training (DeepRM Figure 3): per iteration, `n_sequences` jobsets x `n_trajectories` episodes in lock-step
 (`rollout_deeprm`), returns-to-go with gamma = 1, baseline = the mean return at the same decision index over the
@@ -80,6 +86,7 @@ from sim import core
 from sim.config import SimConfig
 from sim.core import State
 from sim.jobs import JobBatch
+from sim.penalties import unplaced_charge
 from sim.policies import (
     Tetris,
     _deeprm_act,
@@ -129,6 +136,13 @@ class DeepRMAgentConfig:
     """Units of the one fully connected hidden layer (DeepRM: 20)."""
     k_unused: float = 1.0
     """Weight of TVW-RL's extra penalty on unused resources (ours; TVW-RL gives no value)."""
+    max_hold_steps: int | None = 20
+    """Void is not offered while a visible job that fits now has waited this many steps or more since it arrived
+    (None: DeepRM as published, void whenever a job runs). Ours, = T: DeepRM withholds a job to keep room for
+    short jobs about to arrive (its Fig. 7), within its T-step look-ahead; its jobs last at most 15 < T steps.
+    Without it, an undertrained greedy agent on long-running jobs (which run for hundreds of steps) voids while
+    anything runs, so it runs one job at a time: with the sample preset, 41 of 135 test episodes of the sample
+    hit the evaluation's 1000-step cap (`slot_mask`)."""
     reinforce: ReinforceConfig = field(
         default_factory=lambda: ReinforceConfig(n_iterations=1000, n_sequences=100, n_trajectories=20)
     )
@@ -139,6 +153,8 @@ class DeepRMAgentConfig:
             raise ValueError("image_steps, backlog_size and hidden_units must be >= 1")
         if not np.isfinite(self.k_unused) or self.k_unused < 0:
             raise ValueError(f"k_unused must be finite and >= 0, got {self.k_unused}")
+        if self.max_hold_steps is not None and self.max_hold_steps < 1:
+            raise ValueError(f"max_hold_steps must be >= 1 or None, got {self.max_hold_steps}")
 
     @staticmethod
     def paper() -> DeepRMAgentConfig:
@@ -243,20 +259,29 @@ def encode(cfg: DeepRMAgentConfig, state: State) -> np.ndarray:
 
 
 def slot_mask(cfg: DeepRMAgentConfig, sim_cfg: SimConfig, state: State) -> np.ndarray:
-    """(B, K + 1) bool: slots holding a waiting job that fits some machine now (`queued_fits`), and void: under
-    hold_rule "always" wherever some job runs or no slot is valid; under "no_fit" only where no slot is valid.
-    Done envs: only void.
+    """(B, K + 1) bool: slots holding a waiting job that fits some machine now (`queued_fits`), and void: where no
+    slot is valid, and under hold_rule "always" also where some job runs and no valid slot's job has waited
+    cfg.max_hold_steps steps or more since its arrival. Done envs: only void.
 
     Void on an idle cluster (no job running) with a job that fits is not offered: DeepRM's state has no clock,
     so the image would stay the same until the next arrival and a greedy policy could hold for ever (measured:
     episodes truncated with jobs never placed); DeepRM's gains from holding (its Figure 7) come from keeping room
-    while jobs run."""
-    _, _, fits = queued_fits(sim_cfg, state)
+    while jobs run. The wait bound (`DeepRMAgentConfig.max_hold_steps`) closes the same trap on a busy cluster:
+    a job that fits is withheld for at most that many steps, so a policy that prefers void still places every
+    job and every episode ends (a greedy agent that voided while anything ran ran long-running jobs one at a
+    time, past the safety cap)."""
+    jobs_idx, _, fits = queued_fits(sim_cfg, state)
     mask = np.zeros((state.batch_size, cfg.n_actions), dtype=bool)
     mask[:, :-1] = fits.any(axis=2) & ~state.is_done[:, None]
     can_place = mask[:, :-1].any(axis=1)
     if sim_cfg.hold_rule == "always":
-        mask[:, -1] = ~can_place | core.jobs_running(state).any(axis=1)
+        may_hold = core.jobs_running(state).any(axis=1)
+        if cfg.max_hold_steps is not None:
+            waited = (
+                state.t[:, None] - state.jobs.arrival_step[np.arange(state.batch_size)[:, None], jobs_idx]
+            )
+            may_hold &= ~(mask[:, :-1] & (waited >= cfg.max_hold_steps)).any(axis=1)
+        mask[:, -1] = ~can_place | may_hold
     else:
         mask[:, -1] = ~can_place
     return mask
@@ -297,8 +322,14 @@ def decision_rewards(
     out[:, 0] = -(slowdown_accrued(after) - slowdown_accrued(before))
     out[:, 1] = cfg.k_unused * info["penalty_underutil"] / float(np.mean(cfg.sim.capacity_units))
     is_cut = after.is_truncated & ~before.is_truncated
-    n_left = after.jobs.n_jobs - after.next_job
-    out[:, 2] = -np.where(is_cut, n_left, 0)
+    if is_cut.any():
+        jobs = after.jobs
+        is_left = (np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]) & (after.job_start < 0)
+        unused_bound = unplaced_charge(
+            jobs.duration, cfg.sim.capacity_units, 0.0, cfg.sim.k_underutil, 0.0, 0.0
+        )
+        per_job = 1.0 + cfg.k_unused * unused_bound / float(np.mean(cfg.sim.capacity_units))
+        out[:, 2] = -np.where(is_cut, (per_job * is_left).sum(axis=1), 0.0)
     return out
 
 
@@ -393,6 +424,7 @@ def checkpoint_config(cfg: DeepRMAgentConfig) -> dict:
         "backlog_size": cfg.backlog_size,
         "hidden_units": cfg.hidden_units,
         "k_unused": cfg.k_unused,
+        "max_hold_steps": cfg.max_hold_steps,
     }
 
 
@@ -408,6 +440,8 @@ def config_from_checkpoint(ckpt: dict, path: Path | str = "?") -> DeepRMAgentCon
         backlog_size=int(c["backlog_size"]),
         hidden_units=int(c["hidden_units"]),
         k_unused=float(c["k_unused"]),
+        # checkpoints from before the wait bound were trained without it: they run as they were trained
+        max_hold_steps=c.get("max_hold_steps"),
         reinforce=ReinforceConfig(**c["ReinforceConfig"]),
     )
 
