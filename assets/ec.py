@@ -1,34 +1,52 @@
-"""Equivalence classes (TVW-RL "Workload Equivalence-Class (EC) Mapping"), one partition per trace source.
+"""Equivalence classes (TVW-RL "Workload Equivalence-Class (EC) Mapping"), in three steps that fan out.
 
-`ec__mapping` clusters the training part (first `train_frac`) of every long-running workload's series with three
-distances (aggregate baseline, temporal features, DTW), picks k per method by the silhouette averaged over the
-initialisations, scores each method at its silhouette-best k and at a common k with the prediction-gain proxy
-over several forecaster seeds against a random-partition control (Table 1), and keeps the best mapping that beats
-its control in a paired test over the seeds (the 95 % sign-test interval of the median per-seed difference
-EG - control EG, both scored against the same EC-agnostic model, lies above 0); else a documented default, or nothing when EG is 0
-everywhere. `ec__classifier_accuracy` trains
-ClassifyToEC (Algorithm 1) on the chosen labels and measures it with a split by workload group.
+1. `ec__method_sweep` (a partition per source and distance method): clusters the training part (first
+   `train_frac`) of every long-running workload's series with one distance (aggregate baseline, temporal
+   features or DTW) for every k, and stores the silhouette rows and each k's labels (`ec__sweep_silhouette`,
+   `ec__sweep_labels`).
+2. `ec__method_gain` (a partition per source and method): scores the method at its silhouette-best k and at the
+   common k (from every method's stored silhouettes of the source) with the prediction-gain proxy over several
+   forecaster seeds against a random-partition control (Table 1), with the ARI across clustering seeds.
+3. `ec__mapping` (a partition per source): gathers them and keeps the best mapping that beats its control in a
+   paired test over the seeds (the 95 % sign-test interval of the median per-seed difference EG - control EG,
+   both scored against the same EC-agnostic model, lies above 0); else a documented default, or nothing when
+   EG is 0 everywhere. It also writes each method's own choice (`ec__method_assignments`, for the EC-mapping
+   ablation). `ec__classifier_accuracy` trains ClassifyToEC (Algorithm 1) on the chosen labels and measures it
+   with a split by workload group.
 
-The four `ec__mapping` tables come from one computation; each can be selected alone (the others are then not
-written), e.g. `dagster asset materialize -m assets.definitions --select ec__silhouette --partition <source>`.
+The tables equal those of one computation over every method: each mapping's random control is drawn with its
+position among all the source's mappings. The `ec__mapping` tables can be selected alone (the others are then
+not written), e.g. `dagster asset materialize -m assets.definitions --select ec__silhouette --partition <source>`.
 """
 
 import io
 import re
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 from dagster import (
+    AllPartitionMapping,
     AssetCheckResult,
     AssetCheckSpec,
+    AssetDep,
     AssetExecutionContext,
+    AssetIn,
     AssetOut,
+    BetaWarning,
     Config,
+    DimensionPartitionMapping,
+    IdentityPartitionMapping,
     MetadataValue,
+    MultiPartitionKey,
+    MultiPartitionMapping,
+    MultiPartitionsDefinition,
+    MultiToSingleDimensionPartitionMapping,
     Output,
+    StaticPartitionsDefinition,
     asset,
     multi_asset,
 )
@@ -50,31 +68,24 @@ from models.forecaster import ForecasterConfig, paper_scale
 from models.prediction_gain import MAPPING_ROWS, GainConfig, choose_mapping, mapping_gain_table
 from pipelines.equivalence import (
     EC_ASSIGNMENTS,
+    EC_METHODS,
     EC_PROFILES,
     EC_SILHOUETTE,
     DtwConfig,
     EcConfig,
-    ari_across_seeds,
+    ari_of_labels,
     assignments_frame,
+    best_k,
     common_k,
+    method_inputs,
     plot_profiles,
     plot_silhouette,
-    profiles_frame,
+    profiles_of,
+    series_notes,
     sweep_methods,
 )
-from pipelines.features import series_matrix
+from pipelines.features import SeriesSet, series_matrix
 
-METHOD_COMPARISON = {
-    "source": pl.String,
-    **MAPPING_ROWS,
-    "silhouette": pl.Float64,
-    "silhouette_sd": pl.Float64,
-    "ari_across_seeds": pl.Float64,
-    "ari_across_seeds_min": pl.Float64,
-    "is_chosen": pl.Boolean,
-    "choice_basis": pl.String,
-    "choice_reason": pl.String,
-}
 CLASSIFIER_ACCURACY = {"source": pl.String, **ACCURACY_ROWS}
 
 """Column descriptions of the EC tables (shown in the Dagster UI as the column schema)."""
@@ -234,14 +245,148 @@ def _gain_config(c: EcRunConfig) -> GainConfig:
     )
 
 
-EC_MAPPING_TABLES = ("ec__silhouette", "ec__method_comparison", "ec__assignments", "ec__profiles")
+METHOD_PARTITIONS = StaticPartitionsDefinition(list(EC_METHODS))
+"""The EC distance methods (`pipelines.equivalence.EC_METHODS`)."""
+SOURCE_METHOD_PARTITIONS = MultiPartitionsDefinition(
+    {"source": SOURCE_PARTITIONS, "method": METHOD_PARTITIONS}
+)
+"""The EC method sweep fans out: a partition is (trace source, distance method), key '<method>|<source>'."""
+with warnings.catch_warnings():  # both mappings are marked beta in Dagster 1.13; they are the documented way
+    warnings.simplefilter("ignore", BetaWarning)
+    SOURCE_OF = MultiToSingleDimensionPartitionMapping(partition_dimension_name="source")
+    EVERY_METHOD_OF_SOURCE = MultiPartitionMapping(
+        {
+            "source": DimensionPartitionMapping("source", IdentityPartitionMapping()),
+            "method": DimensionPartitionMapping("method", AllPartitionMapping()),
+        }
+    )
+"""SOURCE_OF: a (source, method) partition reads its source's partition, a source's partition every method's.
+EVERY_METHOD_OF_SOURCE: a (source, method) partition reads every method's of its source (the common k)."""
+
+EC_SWEEP_LABELS = {
+    "source": pl.String,
+    "workload_id": pl.String,
+    "method": pl.String,
+    "k": pl.Int64,
+    "ec_label": pl.Int64,
+    "is_medoid": pl.Boolean,
+}
+"""`ec__sweep_labels`: the kept labels of every k a method clustered (skipped k have none)."""
+METHOD_GAIN = {
+    "source": pl.String,
+    **MAPPING_ROWS,
+    "silhouette": pl.Float64,
+    "silhouette_sd": pl.Float64,
+    "ari_across_seeds": pl.Float64,
+    "ari_across_seeds_min": pl.Float64,
+}
+"""`ec__method_gain`: Table 1 rows of one method's mappings (ec__method_comparison without the choice)."""
+METHOD_COMPARISON = {
+    **METHOD_GAIN,
+    "is_chosen": pl.Boolean,
+    "choice_basis": pl.String,
+    "choice_reason": pl.String,
+}
+EC_MAPPING_TABLES = (
+    "ec__silhouette",
+    "ec__method_comparison",
+    "ec__assignments",
+    "ec__profiles",
+    "ec__method_assignments",
+)
 EC_MAPPING_SCHEMAS = dict(
-    zip(EC_MAPPING_TABLES, (EC_SILHOUETTE, METHOD_COMPARISON, EC_ASSIGNMENTS, EC_PROFILES), strict=True)
+    zip(
+        EC_MAPPING_TABLES,
+        (EC_SILHOUETTE, METHOD_COMPARISON, EC_ASSIGNMENTS, EC_PROFILES, EC_ASSIGNMENTS),
+        strict=True,
+    )
 )
 
 
+def _source_and_method(context: AssetExecutionContext) -> tuple[str, str]:
+    key = context.partition_key
+    dims = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else None
+    if dims is None:
+        dims = SOURCE_METHOD_PARTITIONS.get_partition_key_from_str(str(key)).keys_by_dimension
+    return dims["source"], dims["method"]
+
+
+def _usable_series(
+    warehouse: Warehouse, source: str, long_running: pl.DataFrame, config: EcRunConfig
+) -> tuple[SeriesSet | None, str | None]:
+    """The series every EC step clusters or scores, or why there is nothing to cluster."""
+    if long_running.is_empty():
+        return None, "no long-running workloads"
+    usage = long_running_usage(warehouse, source, long_running)
+    series = series_matrix(usage, long_running, None, max_bins=config.series_max_bins)
+    if series.n < config.k_min + 1:
+        return series, f"{series.n} usable long-running workloads, fewer than k_min + 1"
+    return series, None
+
+
+def _of_source(table: pl.DataFrame, source: str, methods: tuple[str, ...]) -> pl.DataFrame:
+    """The rows of `source`, of the configured methods only, in their configured order (a stored partition of
+    a method not configured now is left out)."""
+    rows = table.filter(pl.col("source") == source)
+    return pl.concat([rows.filter(pl.col("method") == m) for m in methods], how="vertical_relaxed")
+
+
+def _labelled_ks(silhouette: pl.DataFrame, methods: tuple[str, ...]) -> dict[str, set[int]]:
+    """Method -> the k it has labels for (the k not skipped), every configured method present."""
+    kept = silhouette.filter(~pl.col("is_skipped"))
+    return {m: set(kept.filter(pl.col("method") == m)["k"].to_list()) for m in methods}
+
+
+def k_rules(
+    best: dict[str, int | None], labelled: dict[str, set[int]], configured_common_k: int | None
+) -> dict[tuple[str, int], str]:
+    """The mappings Table 1 scores, in table order: (method, k) -> "silhouette_best", "common" or
+    "silhouette_best+common". First each method's silhouette-best k (methods in configured order), then the
+    common k of each method that has labels for it. A mapping's position in this order is the index its random
+    controls are drawn with (`mapping_gain_table`'s control_index), whichever step scores it."""
+    rules: dict[tuple[str, int], str] = {}
+    for method, k in best.items():
+        if k is not None:
+            rules[(method, k)] = "silhouette_best"
+    by_method = {m: dict.fromkeys(ks) for m, ks in labelled.items()}
+    shared = configured_common_k if configured_common_k is not None else common_k(best, by_method)
+    for method, ks in labelled.items():
+        if shared is not None and shared in ks:
+            key = (method, shared)
+            rules[key] = "silhouette_best+common" if key in rules else "common"
+    return rules
+
+
+def _rules_of(silhouette: pl.DataFrame, config: EcRunConfig) -> dict[tuple[str, int], str]:
+    methods = tuple(config.methods)
+    best = {m: best_k(silhouette.filter(pl.col("method") == m)).get(m) for m in methods}
+    return k_rules(best, _labelled_ks(silhouette, methods), config.common_k)
+
+
+def _labels_array(labels: pl.DataFrame, method: str, k: int, workload_ids: np.ndarray) -> pl.DataFrame:
+    """The stored labels of (method, k), in the order of `workload_ids` (the series order); raises naming the
+    mapping when the stored sweep does not cover exactly these workloads (a sweep older than the series)."""
+    rows = labels.filter((pl.col("method") == method) & (pl.col("k") == k))
+    stored = rows["workload_id"].to_list()
+    if stored != workload_ids.tolist():
+        raise ValueError(
+            f"ec__sweep_labels ({method}, k={k}) of {rows['source'][0] if rows.height else '?'} holds "
+            f"{len(stored)} workloads, not the {len(workload_ids)} usable long-running ones in the same order: "
+            "re-run ec_sweep_job for this source"
+        )
+    return rows
+
+
+def _medoids(rows: pl.DataFrame) -> np.ndarray | None:
+    """Workload indices of the medoids in label order (DTW), None for K-Means methods (no medoid stored)."""
+    idx = np.flatnonzero(rows["is_medoid"].to_numpy())
+    if not len(idx):
+        return None
+    return idx[np.argsort(rows["ec_label"].to_numpy()[idx], kind="stable")]
+
+
 class _Emitter:
-    """Yields only what the run selected: each of the four tables (and its checks) can be materialised alone."""
+    """Yields only what the run selected: each of the EC tables (and its checks) can be materialised alone."""
 
     def __init__(self, context: AssetExecutionContext) -> None:
         self.outputs = set(context.selected_output_names)
@@ -256,20 +401,192 @@ class _Emitter:
             yield AssetCheckResult(asset_key=asset, check_name=name, passed=bool(passed), metadata=metadata)
 
 
-def _empty_outputs(context: AssetExecutionContext, emit: _Emitter, why: str):
+def _empty_outputs(context: AssetExecutionContext, emit: _Emitter, why: str, done: tuple[str, ...] = ()):
+    """Empty tables (and passing checks saying why) for every output not yet emitted (`done`)."""
     context.log.warning(f"{context.partition_key}: {why}; EC tables are empty for this source")
     note = {"note": MetadataValue.text(why)}
     for name, schema in EC_MAPPING_SCHEMAS.items():
-        yield from emit.output(name, pl.DataFrame(schema=schema), note)
+        if name not in done:
+            yield from emit.output(name, pl.DataFrame(schema=schema), note)
     for table, check in CHECKS:
-        yield from emit.check(table, check, True, {"note": MetadataValue.text(f"nothing clustered: {why}")})
+        if table not in done:
+            yield from emit.check(
+                table, check, True, {"note": MetadataValue.text(f"nothing clustered: {why}")}
+            )
 
 
 CHECKS = (
     ("ec__silhouette", "silhouette_row_per_method_and_k"),
     ("ec__assignments", "labels_cover_every_kept_workload"),
     ("ec__method_comparison", "at_most_one_chosen_mapping"),
+    ("ec__method_assignments", "chosen_mapping_equals_ec_assignments"),
 )
+
+
+@multi_asset(
+    outs={
+        "ec__sweep_silhouette": AssetOut(
+            io_manager_key="table_io",
+            description="One method's k sweep on one source (a partition per source and method): mean "
+            "silhouette over the initialisations, with its sd, for every k, on the training part of each "
+            "series. ec__silhouette gathers every method's rows.",
+            metadata=column_schema(EC_SILHOUETTE, "ec__silhouette"),
+        ),
+        "ec__sweep_labels": AssetOut(
+            io_manager_key="table_io",
+            description="One method's k sweep on one source: the kept (lowest-cost) labels of every k that "
+            "was not skipped, one row per (k, workload), in the series order; DTW marks each EC's medoid.",
+            metadata=column_schema(EC_SWEEP_LABELS, "ec__sweep_labels"),
+        ),
+    },
+    partitions_def=SOURCE_METHOD_PARTITIONS,
+    group_name="ec",
+    deps=[AssetDep("core__usage", partition_mapping=SOURCE_OF)],
+    ins={"core__long_running": AssetIn(partition_mapping=SOURCE_OF)},
+)
+def ec__method_sweep(
+    context: AssetExecutionContext,
+    config: EcRunConfig,
+    warehouse: Warehouse,
+    core__long_running: pl.DataFrame,
+):
+    source, method = _source_and_method(context)
+    cfg = _ec_config(config)
+    series, why = _usable_series(warehouse, source, core__long_running, config)
+    if method not in cfg.methods:
+        why = f"method {method} is not configured (methods: {list(cfg.methods)})"
+    if why:
+        context.log.warning(f"{source} {method}: {why}; nothing clustered")
+        note = {"note": MetadataValue.text(why)}
+        yield Output(pl.DataFrame(schema=EC_SILHOUETTE), "ec__sweep_silhouette", metadata=note)
+        yield Output(pl.DataFrame(schema=EC_SWEEP_LABELS), "ec__sweep_labels", metadata=note)
+        return
+    sweep = sweep_methods(series, source, replace(cfg, methods=(method,)), log=context.log.info)
+    if sweep.warnings:
+        context.log.warning(f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings))
+    yield Output(
+        sweep.silhouette,
+        "ec__sweep_silhouette",
+        metadata={
+            "best_k": sweep.best_k[method] or 0,
+            "notes": MetadataValue.md("\n".join(f"- {n}" for n in sweep.notes)),
+            "seconds": round(sweep.timings_s[method], 2),
+            **sweep.counts,
+        },
+    )
+    yield Output(sweep_labels_frame(sweep, method), "ec__sweep_labels")
+
+
+def sweep_labels_frame(sweep, method: str) -> pl.DataFrame:
+    """`ec__sweep_labels` rows of one method's sweep: every k with labels, workloads in the series order."""
+    frames = []
+    for k in sorted(sweep.labels[method]):
+        labels = sweep.labels[method][k]
+        is_medoid = np.zeros(len(labels), dtype=bool)
+        medoids = sweep.medoids.get(method, {}).get(k)
+        if medoids is not None:
+            is_medoid[medoids] = True
+        frames.append(
+            assignments_frame(sweep, method, k).with_columns(is_medoid=pl.Series(is_medoid, dtype=pl.Boolean))
+        )
+    return pl.concat(frames) if frames else pl.DataFrame(schema=EC_SWEEP_LABELS)
+
+
+@asset(
+    partitions_def=SOURCE_METHOD_PARTITIONS,
+    group_name="ec",
+    io_manager_key="table_io",
+    deps=[AssetDep("core__usage", partition_mapping=SOURCE_OF)],
+    ins={
+        "ec__sweep_silhouette": AssetIn(partition_mapping=EVERY_METHOD_OF_SOURCE),
+        "ec__sweep_labels": AssetIn(),
+        "core__long_running": AssetIn(partition_mapping=SOURCE_OF),
+    },
+    metadata=column_schema(METHOD_GAIN, "ec__method_comparison"),
+    description="TVW-RL Table 1 rows of one method's mappings on one source (a partition per source and "
+    "method): the method at its silhouette-best k and at the common k (the median of every method's "
+    "silhouette-best k, so this step reads every method's sweep of its source), each over forecaster seeds "
+    "against its random control, with the silhouette and the ARI across clustering seeds. The random control "
+    "of a mapping is drawn with its position among every method's mappings, so the rows equal those of one "
+    "table over all methods. ec__method_comparison gathers them and marks the choice.",
+)
+def ec__method_gain(
+    context: AssetExecutionContext,
+    config: EcRunConfig,
+    warehouse: Warehouse,
+    ec__sweep_silhouette: pl.DataFrame,
+    ec__sweep_labels: pl.DataFrame,
+    core__long_running: pl.DataFrame,
+) -> pl.DataFrame:
+    source, method = _source_and_method(context)
+    cfg = _ec_config(config)
+    if method not in cfg.methods:
+        context.log.warning(f"{source} {method}: not configured (methods {list(cfg.methods)}); no rows")
+        return pl.DataFrame(schema=METHOD_GAIN)
+    silhouette = _of_source(ec__sweep_silhouette, source, cfg.methods)
+    rules = _rules_of(silhouette, config)
+    keys = list(rules)
+    own = [key for key in keys if key[0] == method]
+    if not own:
+        context.log.warning(f"{source} {method}: no mapping to score (nothing clustered, or every k skipped)")
+        return pl.DataFrame(schema=METHOD_GAIN)
+    series, why = _usable_series(warehouse, source, core__long_running, config)
+    if why:
+        raise ValueError(f"{source}: the stored sweeps have mappings but now {why}: re-run ec_sweep_job")
+    gain_cfg = _gain_config(config)
+    if gain_cfg.n_seeds < 6:
+        context.log.warning(
+            f"{source}: forecaster_seeds={gain_cfg.n_seeds} < 6: the 95 % sign-test interval does not exist, "
+            "so no mapping can beat its control and the choice falls back"
+        )
+    labels = ec__sweep_labels.filter(pl.col("source") == source)
+    mappings = {key: _labels_array(labels, *key, series.workload_ids)["ec_label"].to_numpy() for key in own}
+    t0 = time.perf_counter()
+    table = mapping_gain_table(
+        series.series_list(),
+        mappings,
+        gain_cfg,
+        rules,
+        log=context.log.info,
+        label=f"{source} {method} Table 1 ({gain_cfg.n_seeds} forecaster seeds)",
+        control_index={key: keys.index(key) for key in own},
+    )
+    t_forecast = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    inputs = method_inputs(series, method, cfg) if config.ari_seeds else None
+    aris = []
+    for key in own:
+        a = (
+            ari_of_labels(mappings[key], inputs, method, key[1], cfg, config.ari_seeds)
+            if inputs is not None
+            else []
+        )
+        aris.append((*key, float(np.mean(a)) if a else None, float(np.min(a)) if a else None))
+    ari = pl.DataFrame(
+        aris,
+        schema={
+            "method": pl.String,
+            "k": pl.Int64,
+            "ari_across_seeds": pl.Float64,
+            "ari_across_seeds_min": pl.Float64,
+        },
+        orient="row",
+    )
+    sil = silhouette.select("method", "k", "silhouette", "silhouette_sd")
+    rows = (
+        table.with_columns(source=pl.lit(source))
+        .join(sil, on=["method", "k"], how="left")
+        .join(ari, on=["method", "k"], how="left")
+        .select(list(METHOD_GAIN))
+    )
+    context.add_output_metadata(
+        {
+            "seconds_forecaster": round(t_forecast, 2),
+            "seconds_ari": round(time.perf_counter() - t0, 2),
+            "control_index": MetadataValue.json({f"{m} k={k}": keys.index((m, k)) for m, k in own}),
+        }
+    )
+    return rows
 
 
 @multi_asset(
@@ -310,10 +627,26 @@ CHECKS = (
             description="Each EC's representative usage series (medoid for DTW, members' mean otherwise).",
             metadata=column_schema(EC_PROFILES, "ec__profiles"),
         ),
+        "ec__method_assignments": AssetOut(
+            io_manager_key="table_io",
+            is_required=False,
+            description="One EC mapping per distance method (for the EC-mapping ablation, TVW-RL Table 2): the "
+            "mapping the choice rule picks when only that method's rows of ec__method_comparison exist, i.e. "
+            "`choose_mapping(rows of the method, fallback_method=the method)`: among its mappings that beat "
+            "their random control, the best mean EG (ties: higher f, smaller k); if none does, or its EG is 0 "
+            "in every row and seed, the method at its silhouette-best k. The chosen method's rows equal "
+            "ec__assignments (same labels, same order); the metadata says how each mapping was picked.",
+            metadata=column_schema(EC_ASSIGNMENTS, "ec__method_assignments"),
+        ),
     },
     partitions_def=SOURCE_PARTITIONS,
     group_name="ec",
     deps=["core__usage"],
+    ins={
+        "ec__sweep_silhouette": AssetIn(partition_mapping=SOURCE_OF),
+        "ec__sweep_labels": AssetIn(partition_mapping=SOURCE_OF),
+        "ec__method_gain": AssetIn(partition_mapping=SOURCE_OF),
+    },
     can_subset=True,
     check_specs=[
         AssetCheckSpec(
@@ -324,13 +657,19 @@ CHECKS = (
         AssetCheckSpec(
             "labels_cover_every_kept_workload",
             asset="ec__assignments",
-            description="every long-running workload is labelled once, or listed as skipped with its reason",
+            description="every kept long-running workload has exactly one label, except those skipped for "
+            "unusable series",
         ),
         AssetCheckSpec(
             "at_most_one_chosen_mapping",
             asset="ec__method_comparison",
             description="one chosen row (none only when EG is 0 everywhere); it beats its control unless the "
             "table says it is the fallback",
+        ),
+        AssetCheckSpec(
+            "chosen_mapping_equals_ec_assignments",
+            asset="ec__method_assignments",
+            description="at most one mapping per method, and the chosen method's rows equal ec__assignments",
         ),
     ],
 )
@@ -339,69 +678,43 @@ def ec__mapping(
     config: EcRunConfig,
     warehouse: Warehouse,
     core__long_running: pl.DataFrame,
+    ec__sweep_silhouette: pl.DataFrame,
+    ec__sweep_labels: pl.DataFrame,
+    ec__method_gain: pl.DataFrame,
 ):
+    """Gathers the method sweeps and their Table 1 rows (ec_sweep_job, ec_gain_job), chooses the mapping and
+    labels the workloads; clusters and fits nothing itself."""
     source = context.partition_key
     cfg = _ec_config(config)
     emit = _Emitter(context)
-    if core__long_running.is_empty():
-        yield from _empty_outputs(context, emit, "no long-running workloads")
+    series, why = _usable_series(warehouse, source, core__long_running, config)
+    if series is not None:
+        for row in series.skipped.group_by("reason").len().iter_rows():
+            context.log.warning(f"{source}: {row[1]} workload(s) skipped: {row[0]}")
+    if why:
+        yield from _empty_outputs(context, emit, why)
         return
     t_start = time.perf_counter()
-    usage = long_running_usage(warehouse, source, core__long_running)
-    series = series_matrix(usage, core__long_running, None, max_bins=config.series_max_bins)
-    for row in series.skipped.group_by("reason").len().iter_rows():
-        context.log.warning(f"{source}: {row[1]} workload(s) skipped: {row[0]}")
-    if series.n < cfg.k_min + 1:
-        yield from _empty_outputs(
-            context, emit, f"{series.n} usable long-running workloads, fewer than k_min + 1"
-        )
-        return
-
-    # clustering (training parts only)
-    sweep = sweep_methods(series, source, cfg, log=context.log.info)
-    t_cluster = time.perf_counter() - t_start
-    if sweep.warnings:
-        context.log.warning(f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings))
+    silhouette = _of_source(ec__sweep_silhouette, source, cfg.methods)
+    best = best_k(silhouette)
+    notes = series_notes(series, cfg)
     yield from emit.output(
         "ec__silhouette",
-        sweep.silhouette,
+        silhouette,
         {
-            "plot": png_markdown(plot_silhouette(sweep.silhouette), "silhouette against k"),
-            "best_k": MetadataValue.json({m: k for m, k in sweep.best_k.items()}),
-            "notes": MetadataValue.md("\n".join(f"- {n}" for n in sweep.notes)),
-            **{f"seconds_{m}": round(t, 2) for m, t in sweep.timings_s.items()},
-            **sweep.counts,
+            "plot": png_markdown(plot_silhouette(silhouette), "silhouette against k"),
+            "best_k": MetadataValue.json(best),
+            "notes": MetadataValue.md("\n".join(f"- {n}" for n in notes)),
         },
     )
-    yield from emit.check(*CHECKS[0], *_silhouette_check(sweep.silhouette, cfg))
-    if not emit.outputs - {"ec__silhouette"}:
-        return  # only the silhouette table was selected: no forecaster stage
-
-    # Table 1: silhouette-best k and a common k per method, over seeds, with random controls
-    rules = _k_rules(sweep, config.common_k)
+    yield from emit.check(*CHECKS[0], *_silhouette_check(silhouette, cfg))
+    rules = _rules_of(silhouette, config)
     if not rules:
-        yield from _empty_outputs(context, emit, "every k was skipped for every method")
+        yield from _empty_outputs(context, emit, "every k was skipped for every method", ("ec__silhouette",))
         return
-    t0 = time.perf_counter()
-    gain_cfg = _gain_config(config)
-    if gain_cfg.n_seeds < 6:
-        context.log.warning(
-            f"{source}: forecaster_seeds={gain_cfg.n_seeds} < 6: the 95 % sign-test interval does not exist, "
-            "so no mapping can beat its control and the choice falls back"
-        )
-    mappings = {key: sweep.labels[key[0]][key[1]] for key in rules}
-    table = mapping_gain_table(
-        series.series_list(),
-        mappings,
-        gain_cfg,
-        rules,
-        log=context.log.info,
-        label=f"{source} Table 1 ({gain_cfg.n_seeds} forecaster seeds)",
-    )
-    t_forecast = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    comparison = _comparison(table, sweep, series, cfg, config, source)
-    t_ari = time.perf_counter() - t0
+
+    # Table 1 rows of every method, in table order, and the choice
+    comparison = _gathered_rows(ec__method_gain, source, rules)
     choice = choose_mapping(comparison, config.fallback_method)
     comparison = comparison.with_columns(
         is_chosen=pl.lit(False)
@@ -412,13 +725,7 @@ def ec__mapping(
     ).select(list(METHOD_COMPARISON))
     log = context.log.info if choice.basis == "beats_control" else context.log.warning
     log(f"{source}: EC mapping choice ({choice.basis}): {choice.reason}")
-    timings = {
-        "seconds_clustering": round(t_cluster, 2),
-        "seconds_forecaster": round(t_forecast, 2),
-        "seconds_ari": round(t_ari, 2),
-        "seconds_ec_stage": round(time.perf_counter() - t_start, 2),
-    }
-    context.log.info(f"{source}: EC stage timings {timings}")
+    gain_cfg = _gain_config(config)
     yield from emit.output(
         "ec__method_comparison",
         comparison,
@@ -427,7 +734,7 @@ def ec__mapping(
             "choice_basis": choice.basis,
             "choice_reason": MetadataValue.text(choice.reason),
             "table": MetadataValue.md(_table_markdown(comparison)),
-            "window_and_sampling": MetadataValue.md("\n".join(f"- {n}" for n in sweep.notes)),
+            "window_and_sampling": MetadataValue.md("\n".join(f"- {n}" for n in notes)),
             "forecaster": MetadataValue.json(
                 {
                     **{k: v for k, v in vars(gain_cfg.forecaster).items()},
@@ -439,14 +746,18 @@ def ec__mapping(
                 }
             ),
             "n_init": cfg.n_init,
-            **timings,
         },
     )
     yield from emit.check(*CHECKS[2], *_chosen_check(comparison, choice))
 
+    # labels of the chosen mapping and of each method's own choice, from the stored sweeps
+    labels = ec__sweep_labels.filter(pl.col("source") == source)
+    chosen_rows = (
+        _labels_array(labels, choice.method, choice.k, series.workload_ids) if choice.method else None
+    )
     labels_df = (
-        assignments_frame(sweep, choice.method, choice.k)
-        if choice.method
+        chosen_rows.select(list(EC_ASSIGNMENTS))
+        if chosen_rows is not None
         else pl.DataFrame(schema=EC_ASSIGNMENTS)
     )
     yield from emit.output(
@@ -457,50 +768,78 @@ def ec__mapping(
     yield from emit.check(*CHECKS[1], *_coverage_check(labels_df, series, core__long_running, choice))
     if "ec__profiles" in emit.outputs:
         profiles = (
-            profiles_frame(sweep, series, choice.method, choice.k)
+            profiles_of(
+                source,
+                series,
+                choice.method,
+                choice.k,
+                chosen_rows["ec_label"].to_numpy(),
+                _medoids(chosen_rows),
+            )
             if choice.method
             else pl.DataFrame(schema=EC_PROFILES)
         )
         plot = {"plot": png_markdown(plot_profiles(profiles), "EC profiles")} if profiles.height else {}
         yield from emit.output("ec__profiles", profiles, plot)
-
-
-def _k_rules(sweep, configured_common_k: int | None) -> dict[tuple[str, int], str]:
-    """(method, k) -> "silhouette_best", "common" or "silhouette_best+common"."""
-    rules: dict[tuple[str, int], str] = {}
-    for method, k in sweep.best_k.items():
-        if k is not None:
-            rules[(method, k)] = "silhouette_best"
-    shared = configured_common_k if configured_common_k is not None else common_k(sweep.best_k, sweep.labels)
-    for method, by_k in sweep.labels.items():
-        if shared is not None and shared in by_k:
-            key = (method, shared)
-            rules[key] = "silhouette_best+common" if key in rules else "common"
-    return rules
-
-
-def _comparison(table, sweep, series, cfg, config: EcRunConfig, source: str) -> pl.DataFrame:
-    """Table 1 rows with the silhouette and the ARI across seeds of each (method, k)."""
-    aris = []
-    for method, k in table.select("method", "k").iter_rows():
-        a = ari_across_seeds(series, sweep, method, k, cfg, config.ari_seeds) if config.ari_seeds else []
-        aris.append((method, k, float(np.mean(a)) if a else None, float(np.min(a)) if a else None))
-    ari = pl.DataFrame(
-        aris,
-        schema={
-            "method": pl.String,
-            "k": pl.Int64,
-            "ari_across_seeds": pl.Float64,
-            "ari_across_seeds_min": pl.Float64,
-        },
-        orient="row",
+    per_method, picks = _method_assignments(comparison, labels, cfg.methods, series.workload_ids)
+    yield from emit.output(
+        "ec__method_assignments",
+        per_method,
+        {"mappings": MetadataValue.json(picks), "seconds_choice": round(time.perf_counter() - t_start, 2)},
     )
-    sil = sweep.silhouette.select("method", "k", "silhouette", "silhouette_sd")
-    return (
-        table.with_columns(source=pl.lit(source))
-        .join(sil, on=["method", "k"], how="left")
-        .join(ari, on=["method", "k"], how="left")
-    )
+    yield from emit.check(*CHECKS[3], *_method_assignments_check(per_method, labels_df, choice))
+
+
+def _gathered_rows(gain: pl.DataFrame, source: str, rules: dict[tuple[str, int], str]) -> pl.DataFrame:
+    """The stored Table 1 rows of `source` in table order (the order of `rules`); raises naming the mappings
+    the stored ec__method_gain partitions lack or hold beyond them (a gain step older than the sweeps)."""
+    rows = gain.filter(pl.col("source") == source)
+    order = {key: i for i, key in enumerate(rules)}
+    have = [tuple(r) for r in rows.select("method", "k").iter_rows()]
+    missing, extra = sorted(set(order) - set(have)), sorted(set(have) - set(order))
+    if missing or extra or len(have) != len(set(have)):
+        raise ValueError(
+            f"ec__method_gain of {source}: mappings {missing} missing, {extra} not in Table 1 now "
+            f"({len(have)} rows for {len(order)} mappings): re-run ec_gain_job for {source} after ec_sweep_job"
+        )
+    position = pl.Series([order[key] for key in have], dtype=pl.Int64)
+    return rows.with_columns(_position=position).sort("_position").drop("_position")
+
+
+def _method_assignments(
+    comparison: pl.DataFrame, labels: pl.DataFrame, methods: tuple[str, ...], workload_ids: np.ndarray
+) -> tuple[pl.DataFrame, dict[str, str]]:
+    """`ec__method_assignments`: per method, the mapping `choose_mapping` picks from that method's rows alone
+    with the method itself as the fallback (its silhouette-best k), and that same silhouette-best k where the
+    rule picks nothing (EG 0 in every row and seed): every method with a scored mapping has one, for the
+    EC-mapping ablation. The labels in the series order; `picks` says how each was picked."""
+    frames, picks = [], {}
+    for method in methods:
+        rows = comparison.filter(pl.col("method") == method)
+        if rows.height == 0:
+            picks[method] = "no mapping scored"
+            continue
+        pick = choose_mapping(rows, fallback_method=method)
+        k = pick.k if pick.method else _silhouette_best(rows)
+        picks[method] = f"k={k} ({pick.basis})"
+        frames.append(_labels_array(labels, method, k, workload_ids).select(list(EC_ASSIGNMENTS)))
+    return (pl.concat(frames) if frames else pl.DataFrame(schema=EC_ASSIGNMENTS)), picks
+
+
+def _silhouette_best(rows: pl.DataFrame) -> int:
+    return int(rows.filter(pl.col("k_rule").str.contains("silhouette_best"))["k"][0])
+
+
+def _method_assignments_check(per_method: pl.DataFrame, chosen: pl.DataFrame, choice) -> tuple[bool, dict]:
+    mappings = per_method.select("method", "k").unique()
+    one_each = mappings.height == mappings["method"].n_unique()
+    of_chosen = per_method.filter(pl.col("method") == choice.method) if choice.method else per_method.clear()
+    equal = of_chosen.equals(chosen)
+    return one_each and equal, {
+        "n_mappings": mappings.height,
+        "is_one_mapping_per_method": one_each,
+        "is_chosen_equal_to_ec_assignments": equal,
+    }
 
 
 def _table_markdown(df: pl.DataFrame) -> str:
@@ -655,4 +994,4 @@ def ec__classifier_accuracy(
     return table.with_columns(source=pl.lit(source)).select(list(CLASSIFIER_ACCURACY))
 
 
-EC_ASSETS = [ec__mapping, ec__classifier_accuracy]
+EC_ASSETS = [ec__method_sweep, ec__method_gain, ec__mapping, ec__classifier_accuracy]

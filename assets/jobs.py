@@ -1,12 +1,16 @@
 """Asset jobs: one per layer (and one per raw table). A job's assets share one partitioning, so each run is
-one partition: a shard, a trace source, a load, a (load, training seed), or the whole cluster layer. Every job carries the profile's config
-(for its own ops) as its default, and the profile's name as the `tvw/profile` tag."""
+one partition: a shard, a trace source, a (source, EC method), a load, a (load, training seed), or the whole
+cluster layer. Every job carries the profile's config (for its own ops) as its default, and the profile's name
+as the `tvw/profile` tag."""
 
 from dagster import AssetsDefinition, AssetSelection, define_asset_job
 
 from assets.core import SOURCE_PARTITIONS
 
-PER_SOURCE_GROUPS = ("core", "ec")
+PER_SOURCE_GROUPS = ("core",)
+EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
+"""Ops configured by the profile's `ec__mapping` entry (all three take `assets.ec.EcRunConfig`): a profile
+configures the EC layer once, and its sweep, gain and choice steps agree on methods, k range and seeds."""
 GLOBAL_GROUPS = ("sim", "eval")
 PROFILE_TAG = "tvw/profile"
 
@@ -24,15 +28,25 @@ def _op_names(assets: list[AssetsDefinition], groups: tuple[str, ...]) -> set[st
     return {a.node_def.name for a in assets if set(a.group_names_by_key.values()) & set(groups)}
 
 
+def with_shared_ec_config(ops: dict) -> dict:
+    """The profile's `ops:` with its `ec__mapping` entry copied to the EC sweep and gain ops (an entry the
+    profile gives one of them itself is kept)."""
+    if "ec__mapping" not in ops:
+        return dict(ops)
+    return {**dict.fromkeys(EC_CONFIG_OPS, ops["ec__mapping"]), **ops}
+
+
 def _config_of(names: set[str], profile_config: dict) -> dict:
-    ops = {k: v for k, v in profile_config.get("ops", {}).items() if k in names}
+    shared = with_shared_ec_config(profile_config.get("ops", {}))
+    ops = {k: v for k, v in shared.items() if k in names}
     return {"ops": ops} if ops else {}
 
 
 def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: str) -> list:
     """`raw_<source>__<table>_job` per raw table (partition: a shard file), `per_source_job` (canonical
-    tables and equivalence classes of one source; partition: the source), `cluster_job` (job sequences, EC
-    labelling in the simulator), `eval_job` (the heuristics on every source at one load; partition: the load),
+    tables of one source; partition: the source), `ec_sweep_job` (one EC method's k sweep; partition: source x
+    method), `ec_gain_job` (that method's Table 1 rows; source x method), `ec_job` (the EC choice, labels and
+    classifier of one source), `cluster_job` (job sequences, EC labelling in the simulator), `eval_job` (the heuristics on every source at one load; partition: the load),
     `eval_summary_job` (their summary), `rl_job`, `results_job` and `ablation_job`."""
     tags = {PROFILE_TAG: profile}
     raw_assets = [a for a in assets if all(k.path[-1].startswith("raw_") for k in a.keys)]
@@ -50,8 +64,42 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         "per_source_job",
         selection=AssetSelection.groups(*PER_SOURCE_GROUPS),
         partitions_def=SOURCE_PARTITIONS,
-        description="Canonical tables, long-running filter and equivalence classes for one trace source.",
+        description="Canonical tables and the long-running filter for one trace source.",
         config=_ops_config(assets, PER_SOURCE_GROUPS, profile_config) or None,
+        tags=tags,
+    )
+    from assets.ec import (
+        SOURCE_METHOD_PARTITIONS,
+        ec__classifier_accuracy,
+        ec__mapping,
+        ec__method_gain,
+        ec__method_sweep,
+    )
+
+    ec_sweep = define_asset_job(
+        "ec_sweep_job",
+        selection=AssetSelection.assets(ec__method_sweep),
+        partitions_def=SOURCE_METHOD_PARTITIONS,
+        description="One EC distance method's k sweep on one source (a run per source and method).",
+        config=_config_of({"ec__method_sweep"}, profile_config) or None,
+        tags=tags,
+    )
+    ec_gain = define_asset_job(
+        "ec_gain_job",
+        selection=AssetSelection.assets(ec__method_gain),
+        partitions_def=SOURCE_METHOD_PARTITIONS,
+        description="Table 1 (prediction gain over forecaster seeds, random control) of one EC method's mappings "
+        "on one source; reads every method's sweep of the source (the common k).",
+        config=_config_of({"ec__method_gain"}, profile_config) or None,
+        tags=tags,
+    )
+    ec = define_asset_job(
+        "ec_job",
+        selection=AssetSelection.assets(ec__mapping, ec__classifier_accuracy),
+        partitions_def=SOURCE_PARTITIONS,
+        description="The EC mapping of one source (chosen from the methods' Table 1 rows), each method's own "
+        "mapping, the EC profiles and the EC classifier.",
+        config=_config_of({"ec__mapping", "ec__classifier_accuracy"}, profile_config) or None,
         tags=tags,
     )
     from assets.cluster import EVAL_PARTITIONS, eval__baselines, eval__summary
@@ -108,4 +156,4 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         config=_ops_config(assets, ("ablation",), profile_config) or None,
         tags=tags,
     )
-    return [*raw, per_source, cluster, eval_job, eval_summary, rl, results, ablation]
+    return [*raw, per_source, ec_sweep, ec_gain, ec, cluster, eval_job, eval_summary, rl, results, ablation]

@@ -2,7 +2,10 @@
 independent work at the same time.
 
     raw layer      a run of `raw_<source>__<table>_job` per shard file: a bad shard fails alone
-    per source     a run of `per_source_job` per trace source, started as soon as that source's shards are in
+    per_source     a run of `per_source_job` per trace source, started as soon as that source's shards are in
+    ec_sweep       a run of `ec_sweep_job` per (source, EC method): one distance's k sweep
+    ec_gain        a run of `ec_gain_job` per (source, EC method), once every method of that source is swept
+    ec             a run of `ec_job` per source, once its methods are scored: the choice, labels, classifier
     cluster        a run of `cluster_job` once every source is done (job sequences, EC labelling in the simulator)
     eval           a run of `eval_job` per configured load (every heuristic on every source), then `eval_summary_job`
     rl             a run of `rl_job` per (load, training seed), beside the eval runs: the learned schedulers
@@ -29,7 +32,9 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CONFIG = Path(__file__).with_name("sample_config.yaml")
-LAYERS = ("raw", "per_source", "cluster", "eval", "rl", "results")
+LAYERS = ("raw", "per_source", "ec_sweep", "ec_gain", "ec", "cluster", "eval", "rl", "results")
+SOURCE_LAYERS = ("raw", "per_source", "ec_sweep", "ec_gain", "ec")
+"""Layers whose runs are per source: a run waits only for the earlier layers' runs of its own source."""
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 """Dagster's console logger prints every step event; the terminal gets the runner's own lines and errors, and
@@ -219,6 +224,12 @@ def plan_runs(
         specs += sorted(raw, key=lambda r: -r.input_bytes)
     if "per_source" in layers:
         specs += [RunSpec("per_source", "per_source_job", s, s) for s in sources]
+    methods = ec_methods(target, run_config)
+    for layer, job in (("ec_sweep", "ec_sweep_job"), ("ec_gain", "ec_gain_job")):
+        if layer in layers:
+            specs += [RunSpec(layer, job, ec_partition(s, m), s) for s in sources for m in methods]
+    if "ec" in layers:
+        specs += [RunSpec("ec", "ec_job", s, s) for s in sources]
     if "cluster" in layers:
         specs.append(RunSpec("cluster", "cluster_job", None, None))
     if "eval" in layers:
@@ -233,6 +244,24 @@ def plan_runs(
     return specs
 
 
+def ec_methods(target: Target, run_config: dict | None = None) -> list[str]:
+    """The EC distance methods `ec__mapping` is configured with (its default when the run config, default the
+    target's profile, does not set them): the methods the EC sweep fans out over."""
+    from assets.definitions import load_profile
+    from assets.ec import EcRunConfig
+
+    config = load_profile(target.profile) if run_config is None else run_config
+    ec = config.get("ops", {}).get("ec__mapping", {}).get("config", {})
+    return list(ec.get("methods", EcRunConfig().methods))
+
+
+def ec_partition(source: str, method: str) -> str:
+    """The `ec_sweep_job` / `ec_gain_job` partition key of (source, method)."""
+    from dagster import MultiPartitionKey
+
+    return str(MultiPartitionKey({"source": source, "method": method}))
+
+
 def eval_partitions(target: Target, run_config: dict | None = None) -> list[str]:
     """The `eval_job` partitions of the loads `sim__job_sequences` is configured with (its default when the
     run config, default the target's profile, does not set them); ValueError for a load with no partition."""
@@ -245,12 +274,15 @@ def eval_partitions(target: Target, run_config: dict | None = None) -> list[str]
 
 
 def _ready(spec: RunSpec, pending: list[RunSpec], running: set[RunSpec]) -> bool:
-    """A per-source run waits for its source's raw runs; the cluster run waits for every earlier run; the
-    evaluation runs and the training runs wait for the cluster run (the job sequences) and go side by side;
-    the evaluation summary waits for the evaluation runs, the results for everything."""
+    """A run of a per-source layer (per_source, ec_sweep, ec_gain, ec) waits for the earlier layers' runs of its
+    own source: an EC method's gain run for every method's sweep of its source (the common k), the EC choice
+    for every method's gain run; the cluster run waits for every earlier run; the evaluation runs and the
+    training runs wait for the cluster run (the job sequences) and go side by side; the evaluation summary
+    waits for the evaluation runs, the results for everything."""
     blockers = [*pending, *running]
-    if spec.layer == "per_source":
-        return not any(b.layer == "raw" and b.source == spec.source for b in blockers)
+    if spec.layer in SOURCE_LAYERS:
+        earlier = SOURCE_LAYERS[: SOURCE_LAYERS.index(spec.layer)]
+        return not any(b.layer in earlier and b.source == spec.source for b in blockers)
     if spec.layer == "cluster":
         return not any(b.layer not in ("cluster", "eval", "rl", "results") for b in blockers)
     if spec.job == "eval_summary_job":
@@ -263,12 +295,14 @@ def _ready(spec: RunSpec, pending: list[RunSpec], running: set[RunSpec]) -> bool
 
 
 def _ops_config_for(target: Target, job_name: str, run_config: dict) -> dict:
-    """The run config of one run: the profile's entries for this job's ops, and a quiet console."""
+    """The run config of one run: the profile's entries for this job's ops (`ec__mapping`'s also for the EC
+    sweep and gain ops), and a quiet console."""
     from assets.definitions import job_for
+    from assets.jobs import with_shared_ec_config
 
     job = job_for(job_name, target.traces, target.warehouse, target.profile, target.scheduler)
     names = {node.name for node in job.graph.nodes}
-    ops = {k: v for k, v in run_config.get("ops", {}).items() if k in names}
+    ops = {k: v for k, v in with_shared_ec_config(run_config.get("ops", {})).items() if k in names}
     return {**QUIET, "ops": ops} if ops else dict(QUIET)
 
 

@@ -568,6 +568,11 @@ def _advance(progress: Progress | None) -> None:
         progress.advance()
 
 
+def series_notes(series: SeriesSet, cfg: EcConfig) -> list[str]:
+    """What every method clusters: how many series, their lengths, and the clustering window."""
+    return [f"series: {series.n} workloads, {series.length_note}", _window_note(series, cfg)]
+
+
 def _window_note(series: SeriesSet, cfg: EcConfig) -> str:
     train = series.training_bins(cfg.train_frac)
     span = f"{int(train.min())}..{int(train.max())}" if len(train) else "0"
@@ -577,16 +582,27 @@ def _window_note(series: SeriesSet, cfg: EcConfig) -> str:
     )
 
 
+def method_features(series: SeriesSet, method: str, cfg: EcConfig) -> np.ndarray:
+    """The raw features a K-Means method clusters (before min-max normalisation), from each series' training
+    part: Zhang et al.'s aggregates ("aggregate") or TVW-RL's temporal features ("temporal")."""
+    parts = series.training_parts(cfg.train_frac)
+    if method == "aggregate":
+        return aggregate_of(parts)
+    if method == "temporal":
+        return temporal_features_of(parts, cfg.temporal)
+    raise ValueError(f"{method!r} is not a K-Means method; K-Means methods: aggregate, temporal")
+
+
 def sweep_aggregate(series: SeriesSet, cfg: EcConfig, progress: Progress | None = None) -> _MethodResult:
     """The Zhang et al. (2011) aggregate-feature baseline, on each series' training part."""
-    return sweep_kmeans(aggregate_of(series.training_parts(cfg.train_frac)), "aggregate", cfg, progress)
+    return sweep_kmeans(method_features(series, "aggregate", cfg), "aggregate", cfg, progress)
 
 
 def sweep_temporal(series: SeriesSet, cfg: EcConfig, progress: Progress | None = None) -> _MethodResult:
     """TVW-RL's temporal features (tsfresh definitions, numpy implementation), on each series' training part."""
     parts = series.training_parts(cfg.train_frac)
     _, notes = temporal_feature_names(min(p.shape[1] for p in parts), cfg.temporal)
-    out = sweep_kmeans(temporal_features_of(parts, cfg.temporal), "temporal", cfg, progress)
+    out = sweep_kmeans(method_features(series, "temporal", cfg), "temporal", cfg, progress)
     out.warnings[:0] = [f"temporal: {note}" for note in notes]
     return out
 
@@ -685,7 +701,7 @@ def sweep_methods(
     if unknown:
         raise ValueError(f"unknown EC method(s) {unknown}; known: {sorted(EC_METHODS)}")
     rows, labels, medoids, warns, timings, inputs = [], {}, {}, [], {}, {}
-    notes = [f"series: {series.n} workloads, {series.length_note}", _window_note(series, cfg)]
+    notes = series_notes(series, cfg)
     n_k = cfg.k_max - cfg.k_min + 1
     progress = Progress(len(cfg.methods) * n_k, f"{source} EC sweep", log=log, unit="(method, k)")
     for method in cfg.methods:
@@ -749,17 +765,37 @@ def ari_across_seeds(
     """Adjusted Rand index between the kept labels of (method, k) and the labels the same method gives with
     each of `n_seeds` other seeds (cfg.seed + 1, ...): other initialisations and, for sampled DTW, another
     sample. 1 = identical partitions, about 0 = chance agreement."""
-    main = sweep.labels[method][k]
+    return ari_of_labels(sweep.labels[method][k], sweep.inputs[method], method, k, cfg, n_seeds)
+
+
+def ari_of_labels(
+    main: np.ndarray, inputs: np.ndarray | tuple, method: str, k: int, cfg: EcConfig, n_seeds: int
+) -> list[float]:
+    """`ari_across_seeds` of the labels `main` of (method, k), given what the method clustered (`inputs`:
+    `EcSweep.inputs[method]`, or `method_inputs`)."""
     with threadpool_limits(cfg.kmeans_threads):
-        out = [_ari_one(sweep, method, k, cfg, cfg.seed + s, main) for s in range(1, n_seeds + 1)]
+        out = [_ari_one(inputs, method, k, cfg, cfg.seed + s, main) for s in range(1, n_seeds + 1)]
     return out
 
 
-def _ari_one(sweep: EcSweep, method: str, k: int, cfg: EcConfig, seed: int, main: np.ndarray) -> float:
+def method_inputs(series: SeriesSet, method: str, cfg: EcConfig) -> np.ndarray | tuple:
+    """What `method`'s sweep clustered, computed again (deterministic: equal to `EcSweep.inputs[method]`):
+    the min-max normalised features of a K-Means method, or DTW's (prepared series, lengths, fitted rows,
+    distance matrix). The DTW matrix is the expensive part; it is only computed when the ARI reuses it (every
+    workload fitted, no sample), else it is None."""
+    if method != "dtw":
+        return minmax_normalise(method_features(series, method, cfg))
+    prepared, lengths = prepare_dtw_series(series.training_parts(cfg.train_frac), cfg.dtw)
+    fit = _dtw_fit_sample(series.n, cfg, cfg.dtw.seed)
+    dist = dtw_matrix(prepared[fit], cfg.dtw, lengths[fit]) if len(fit) == series.n else None
+    return prepared, lengths, fit, dist
+
+
+def _ari_one(inputs, method: str, k: int, cfg: EcConfig, seed: int, main: np.ndarray) -> float:
     if method == "dtw":
-        labels = _dtw_labels(sweep.inputs["dtw"], k, cfg, seed)
+        labels = _dtw_labels(inputs, k, cfg, seed)
     else:
-        runs = kmeans_runs(sweep.inputs[method], k, cfg, seed, method)
+        runs = kmeans_runs(inputs, k, cfg, seed, method)
         labels = min(runs, key=lambda r: r[1])[0]
     return float(adjusted_rand_score(main, labels))
 
@@ -768,7 +804,9 @@ def _dtw_labels(inputs: tuple, k: int, cfg: EcConfig, seed: int) -> np.ndarray:
     prepared, lengths, fit_main, dist_main = inputs
     fit = _dtw_fit_sample(len(lengths), cfg, cfg.dtw.seed + seed - cfg.seed)
     is_same = len(fit) == len(fit_main) and np.array_equal(fit, fit_main)  # exact: every workload, one matrix
-    dist = dist_main if is_same else dtw_matrix(prepared[fit], cfg.dtw, lengths[fit])
+    dist = (
+        dist_main if is_same and dist_main is not None else dtw_matrix(prepared[fit], cfg.dtw, lengths[fit])
+    )
     medoids, _, _ = fit_kmedoids(
         dist, k, cfg.n_init, np.random.default_rng([seed, 3, k]), cfg.kmedoids_max_iter
     )
@@ -814,8 +852,15 @@ def profiles_frame(sweep: EcSweep, series: SeriesSet, method: str, k: int) -> pl
     """`ec__profiles` rows of one (method, k): the medoid's whole series (dtw) or the members' mean series over
     the bins every member has (K-Means methods)."""
     labels = _labels_of(sweep, method, k)
+    return profiles_of(sweep.source, series, method, k, labels, sweep.medoids.get(method, {}).get(k))
+
+
+def profiles_of(
+    source: str, series: SeriesSet, method: str, k: int, labels: np.ndarray, medoids: np.ndarray | None
+) -> pl.DataFrame:
+    """`ec__profiles` rows of one mapping: `labels` (n,) in `series` order, `medoids` (k,) workload indices in
+    label order (DTW) or None (the members' mean series)."""
     sizes = np.bincount(labels, minlength=k)
-    medoids = sweep.medoids.get(method, {}).get(k)
     reps = []
     for c in range(k):
         if medoids is not None:
@@ -828,7 +873,7 @@ def profiles_frame(sweep: EcSweep, series: SeriesSet, method: str, k: int) -> pl
     total = sum(steps)
     return pl.DataFrame(
         {
-            "source": [sweep.source] * total,
+            "source": [source] * total,
             "method": [method] * total,
             "k": [k] * total,
             "ec_label": np.repeat(np.arange(k), steps),
