@@ -458,6 +458,24 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
     "core__long_running_judged": {
         "reason": "the verdict on this workload: kept, or the first reason it was dropped (REASONS order)"
     },
+    "eval__dejavu_metrics": {
+        "n_sequences": "test sequences the means are over (seeds averaged within a sequence first)",
+        "n_seeds": "most seeds per sequence (training seeds of a learned policy, simulator seeds of a heuristic)",
+        "dejavu_util_frac": "Dejavu's utilisation rate: mean over steps until the last placement and resources of "
+        "the cluster's usage, clipped at capacity, / (M x C_d) (0..1), mean over test sequences. Higher is better",
+        "rbd1": "Dejavu's RBD1: sqrt(sum over resources of the variance across nodes of the requested share) right "
+        "after a placement, mean over placements, then over test sequences. Lower is better",
+        "rbd2": "Dejavu's RBD2: |cpu share - memory share| of the node a job was placed on, right after the "
+        "placement, mean over placements, then over test sequences. Lower is better",
+        "completion_time_steps": "step at which the last job finished (or the safety cap), mean over test "
+        "sequences. Lower is better",
+        "turnaround_time_steps": "mean over placed jobs of finish - arrival (steps), mean over test sequences. "
+        "Lower is better",
+        **{
+            f"{m}_ci95": f"half-width of the 95 % t-interval of {m} over test sequences (0 with one sequence)"
+            for m in ("dejavu_util_frac", "rbd1", "rbd2", "completion_time_steps", "turnaround_time_steps")
+        },
+    },
 }
 """Table -> column -> what it holds in that table, where it says more than `COLUMN_DOCS`."""
 
