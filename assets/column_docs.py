@@ -219,6 +219,19 @@ COLUMN_DOCS: dict[str, str] = {
     # summaries (long form: one row per metric)
     "metric": "metric column of the evaluation table this row summarises",
     "better": "which way the metric is better: higher, lower, or '' where it is not a score (counts, bounds)",
+    # Dejavu's own metrics (eval__dejavu_metrics: means over test sequences, seeds averaged within a sequence)
+    "dejavu_util_frac": "Dejavu's utilisation rate: mean over steps until the last placement and resources of the "
+    "cluster's usage, clipped at capacity, / (M x C_d) (0..1)",
+    "rbd1": "Dejavu's RBD1: sqrt(sum over resources of the variance across nodes of the requested share) right after "
+    "a placement, mean over the episode's placements",
+    "rbd2": "Dejavu's RBD2: |cpu share - memory share| of the node a job was placed on, right after the placement, "
+    "mean over the episode's placements",
+    "completion_time_steps": "step at which the episode's last job finished (or the safety cap)",
+    "turnaround_time_steps": "mean over placed jobs of finish - arrival (steps)",
+    **{
+        f"{m}_ci95": f"half-width of the 95 % t-interval of {m} over test sequences (0 with one sequence)"
+        for m in ("dejavu_util_frac", "rbd1", "rbd2", "completion_time_steps", "turnaround_time_steps")
+    },
 }
 """Column name -> what it holds, in every table that has it."""
 
@@ -236,6 +249,11 @@ BETTER: dict[str, str] = {
     "mean_sim_return": "higher",
     "mean_slowdown": "lower",
     "ari_across_seeds": "higher",
+    "dejavu_util_frac": "higher",
+    "rbd1": "lower",
+    "rbd2": "lower",
+    "completion_time_steps": "lower",
+    "turnaround_time_steps": "lower",
 }
 """Scores outside the episode metrics (which are in `sim.evaluate.METRIC_BETTER`): which way is better."""
 
@@ -457,24 +475,6 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
     "core__long_running_report": {"n_workloads": "workloads with this reason (kept: passed the filter)"},
     "core__long_running_judged": {
         "reason": "the verdict on this workload: kept, or the first reason it was dropped (REASONS order)"
-    },
-    "eval__dejavu_metrics": {
-        "n_sequences": "test sequences the means are over (seeds averaged within a sequence first)",
-        "n_seeds": "most seeds per sequence (training seeds of a learned policy, simulator seeds of a heuristic)",
-        "dejavu_util_frac": "Dejavu's utilisation rate: mean over steps until the last placement and resources of "
-        "the cluster's usage, clipped at capacity, / (M x C_d) (0..1), mean over test sequences. Higher is better",
-        "rbd1": "Dejavu's RBD1: sqrt(sum over resources of the variance across nodes of the requested share) right "
-        "after a placement, mean over placements, then over test sequences. Lower is better",
-        "rbd2": "Dejavu's RBD2: |cpu share - memory share| of the node a job was placed on, right after the "
-        "placement, mean over placements, then over test sequences. Lower is better",
-        "completion_time_steps": "step at which the last job finished (or the safety cap), mean over test "
-        "sequences. Lower is better",
-        "turnaround_time_steps": "mean over placed jobs of finish - arrival (steps), mean over test sequences. "
-        "Lower is better",
-        **{
-            f"{m}_ci95": f"half-width of the 95 % t-interval of {m} over test sequences (0 with one sequence)"
-            for m in ("dejavu_util_frac", "rbd1", "rbd2", "completion_time_steps", "turnaround_time_steps")
-        },
     },
 }
 """Table -> column -> what it holds in that table, where it says more than `COLUMN_DOCS`."""
