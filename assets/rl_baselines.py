@@ -2,8 +2,12 @@
 (load, training seed) like TVW-RL (`assets.rl.RL_PARTITIONS`), and DeepRM's Figure 4 on its own workload.
 
 Trained policies are saved where `eval__results` looks for them, `models/<policy>/<source>/<partition>.pt` under
-the warehouse (`assets.rl.policy_path`, policy "deeprm_rl" or "dejavu"), each with a JSON sidecar holding its
-configuration, the git revision and the run's identity; `load_learned` reads one back as a registry scheduler.
+the warehouse (`assets.learned.policy_path`, policy "deeprm_rl" or "dejavu"), each with a JSON sidecar holding its
+configuration, the git revision and the run's identity (`assets.learned.write_sidecar`);
+`assets.learned.load_learned` reads one back as a registry scheduler.
+
+`eval__dejavu_metrics` reports Dejavu's own metrics (utilisation, RBD1, RBD2, completion and turnaround time) for
+the trained Dejavu agents and the heuristics they compete with.
 
 Which sources each agent trains on (every source with training sequences at the partition's load, or those named
 in its config):
@@ -16,7 +20,6 @@ in its config):
 
 import dataclasses
 import io
-import json
 import time
 from pathlib import Path
 
@@ -24,15 +27,26 @@ import polars as pl
 from dagster import AssetExecutionContext, Config, MetadataValue, Output, asset
 from pydantic import Field
 
+from assets.cluster import eval_sim_config
+from assets.learned import (
+    LEARNED_BUILDERS,
+    curve_frame,
+    git_revision,
+    load_learned,
+    policy_path,
+    stack_curves,
+    write_sidecar,
+)
 from assets.plots import png_markdown
 from assets.resources import Warehouse
-from assets.rl import RL_PARTITIONS, curve_trend, git_revision, parse_rl_partition, policy_path
+from assets.rl import RL_PARTITIONS, RL_SEEDS, curve_trend, parse_rl_partition
 from models import deeprm, dejavu
 from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, train_deeprm
-from models.dejavu import DejavuConfig, DejavuPolicy
+from models.dejavu import DEJAVU_METRICS, DejavuConfig, DejavuPolicy
 from pipelines.synthetic import DEEPRM_SOURCE, DeepRMConfig, build_deeprm_sequences
 from sim.config import SimConfig
 from sim.jobs import JobBatch
+from sim.policies import is_learned, make_policy
 
 PRESETS = ("paper", "short", "sample")
 """Training presets of both agents: "paper" (the papers' budgets, for a big machine), "short" (a few minutes per
@@ -204,45 +218,6 @@ def _sources(
     return sources
 
 
-def write_sidecar(
-    path: Path, policy: str, source: str, load: int, seed: int, config: dict, revision: str
-) -> None:
-    """The JSON next to a trained policy: what it is, what it was trained with, and at which git revision."""
-    payload = {
-        "policy": policy,
-        "source": source,
-        "load_pct": load,
-        "seed": seed,
-        "git_revision": revision,
-        "config": config,
-    }
-    path.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str))
-
-
-def load_learned(name: str, source: str, load: int, seed: int, warehouse: Warehouse):
-    """The trained scheduler `name` ("deeprm_rl" or "dejavu") of (source, load %, training seed) from the
-    warehouse, as `eval__results` runs it. FileNotFoundError naming the file when it was not trained there;
-    ValueError when its sidecar says it is another run (policy, source, load or seed) or the file is damaged."""
-    builders = {DeepRMAgentPolicy.name: DeepRMAgentPolicy, DejavuPolicy.name: DejavuPolicy}
-    if name not in builders:
-        raise ValueError(f"load_learned: {name!r} is not one of {sorted(builders)}")
-    path = policy_path(warehouse, name, source, load, seed)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"no trained {name} policy at {path} (materialise rl__{name.removesuffix('_rl')})"
-        )
-    sidecar = path.with_suffix(".json")
-    if sidecar.exists():
-        meta = json.loads(sidecar.read_text())
-        want = {"policy": name, "source": source, "load_pct": load, "seed": seed}
-        bad = {k: meta.get(k) for k, v in want.items() if meta.get(k) != v}
-        if bad:
-            raise ValueError(
-                f"{path}: its sidecar {sidecar.name} describes another run ({bad}, wanted {want})"
-            )
-    return builders[name](path)
-
-
 def _curve_plot(curve: pl.DataFrame, panels: list[tuple[str, str]], title: str) -> bytes:
     """PNG, 1,200 px wide: one row per (column, label) of `panels`, one column per source, a line per (load, seed)."""
     import matplotlib
@@ -318,14 +293,8 @@ def rl__deeprm(
             path, DeepRMAgentPolicy.name, source, load, seed, deeprm.checkpoint_config(cfg), revision
         )
         saved[source] = str(path)
-        frames.append(
-            pl.DataFrame(curve).with_columns(
-                source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
-            )
-        )
-    out = pl.concat(frames, how="diagonal_relaxed").select(
-        [pl.col(c).cast(t) for c, t in DEEPRM_CURVE.items()]
-    )
+        frames.append(curve_frame(curve, source, load, seed))
+    out = stack_curves(frames, DEEPRM_CURVE)
     plot = _curve_plot(
         out, [("mean_return", "mean return"), ("mean_slowdown", "mean slowdown")], "DeepRM learning curves"
     )
@@ -344,13 +313,10 @@ def rl__deeprm(
 
 
 def _dejavu_curve(rows: list[dict]) -> pl.DataFrame:
-    """The learning-curve rows of `models.dejavu.train` renamed to DEJAVU_CURVE's columns (missing ones null)."""
-    frame = pl.DataFrame(rows).rename(
+    """The learning-curve rows of `models.dejavu.train` with DEJAVU_CURVE's names (`stack_curves` adds the
+    columns a run did not report, as nulls)."""
+    return pl.DataFrame(rows).rename(
         {"mean_competitive_return": "mean_return", "std_competitive_return": "std_return"}, strict=False
-    )
-    missing = [c for c in DEJAVU_CURVE if c not in frame.columns and c not in ("source", "load_pct", "seed")]
-    return frame.with_columns([pl.lit(None, pl.Float64).alias(c) for c in missing]).with_columns(
-        pl.col("is_pretraining").cast(pl.Boolean), pl.col("iteration").cast(pl.Int64)
     )
 
 
@@ -410,14 +376,8 @@ def rl__dejavu(
         config_json = {"dejavu": dataclasses.asdict(dcfg), "sim": dataclasses.asdict(sim_cfg)}
         write_sidecar(path, DejavuPolicy.name, source, load, seed, config_json, revision)
         saved[source] = str(path)
-        frames.append(
-            _dejavu_curve(trainer.curve).with_columns(
-                source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
-            )
-        )
-    out = pl.concat(frames, how="diagonal_relaxed").select(
-        [pl.col(c).cast(t) for c, t in DEJAVU_CURVE.items()]
-    )
+        frames.append(curve_frame(_dejavu_curve(trainer.curve), source, load, seed))
+    out = stack_curves(frames, DEJAVU_CURVE)
     plot = _curve_plot(
         out,
         [("loss", "DQfD loss"), ("loss_supervised", "margin loss"), ("mean_return", "competitive return")],
@@ -498,4 +458,128 @@ def eval__deeprm_fig4(
     )
 
 
-RL_BASELINE_ASSETS = [rl__deeprm, rl__dejavu, eval__deeprm_fig4]
+# --- Dejavu's own metrics -----------------------------------------------------------------------------------
+
+DEJAVU_METRICS_TABLE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "policy": pl.String,
+    "n_sequences": pl.Int64,  # test sequences the means are over (seeds averaged within a sequence first)
+    "n_seeds": pl.Int64,
+    "n_truncated": pl.Int64,  # episodes that hit the safety cap
+    **{c: pl.Float64 for m in DEJAVU_METRICS for c in (m, f"{m}_ci95")},
+}
+
+DEJAVU_COMPETITORS = ["dejavu", "kube_default", "best_fit", "tetris"]
+"""Dejavu and the heuristics it is measured against: kube_default (its demonstrator and competitive baseline),
+Best-Fit and Tetris."""
+
+
+class DejavuMetricsConfig(Config):
+    policies: list[str] = Field(
+        default=DEJAVU_COMPETITORS,
+        description="policies to measure: registered heuristics, and the learned dejavu / deeprm_rl",
+    )
+    seeds: list[int] = Field(
+        default=list(RL_SEEDS),
+        description="seeds: training seed of the learned policies, simulator/policy seed of all",
+    )
+    n_machines: int = Field(default=10, description="M (TVW-RL: 10)")
+    max_steps: int = Field(default=1000, description="safety cap in logical steps (hitting it is a failure)")
+    noise_max_units: int = Field(default=0, description="background noise 0..n units")
+
+
+def _dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
+    """PNG: one row per Dejavu metric, one column per source, a line per policy over load (95 % error bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = sorted(table["source"].unique().to_list())
+    fig, axes = plt.subplots(
+        len(DEJAVU_METRICS), len(sources), figsize=(12, 2.2 * len(DEJAVU_METRICS)), squeeze=False, sharex=True
+    )
+    for col, source in enumerate(sources):
+        part = table.filter(pl.col("source") == source)
+        for row, metric in enumerate(DEJAVU_METRICS):
+            ax = axes[row][col]
+            for (name,), g in part.group_by("policy", maintain_order=True):
+                g = g.sort("load_pct")
+                ax.errorbar(
+                    g["load_pct"], g[metric], yerr=g[f"{metric}_ci95"], marker="o", capsize=2, label=name
+                )
+            ax.tick_params(labelsize=7)
+            if row == 0:
+                ax.set_title(source, fontsize=9)
+            if col == 0:
+                ax.set_ylabel(metric, fontsize=8)
+            if row == len(DEJAVU_METRICS) - 1:
+                ax.set_xlabel("load (%)", fontsize=8)
+        axes[0][col].legend(fontsize=6)
+    fig.suptitle("Dejavu's metrics (section IV-D)", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"}, deps=["rl__dejavu"])
+def eval__dejavu_metrics(
+    context: AssetExecutionContext,
+    config: DejavuMetricsConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+) -> Output[pl.DataFrame]:
+    """Dejavu's own metrics (Dejavu section IV-D) per (source, load, policy) on the test sequences, for the
+    trained Dejavu agents (`rl__dejavu`, one per training seed) and the heuristics they compete with (kube_default,
+    Best-Fit, Tetris): the cluster's utilisation until the last placement, RBD1 (imbalance across nodes) and RBD2
+    (imbalance across a node's resources) after each placement, completion time (the step the last job ends) and
+    turnaround time (finish - arrival), each a mean over test sequences with its 95 % half-width (`_ci95`), seeds
+    averaged within a sequence first. In the evaluation's simulator (`eval__results`' M, cap and hold rule); every
+    source but `deeprm_synthetic` (one node: placement has no choice). A learned run with no trained file is left
+    out and listed in the metadata."""
+    cfg = eval_sim_config("eval__dejavu_metrics", config, sim__job_sequences)
+    unsupported = [
+        p for p in config.policies if is_learned(p) and p not in (DejavuPolicy.name, DeepRMAgentPolicy.name)
+    ]
+    if unsupported:
+        raise ValueError(
+            f"eval__dejavu_metrics: learned policies {unsupported} are not measured here "
+            f"(learned ones it loads: {[DejavuPolicy.name, DeepRMAgentPolicy.name]})"
+        )
+    jobs = sim__job_sequences.filter(pl.col("source") != DEEPRM_SOURCE)
+
+    def make(name: str, source: str, load: int, seed: int):
+        if name not in LEARNED_BUILDERS:
+            return make_policy(name)
+        if not policy_path(warehouse, name, source, load, seed).exists():
+            return None
+        return load_learned(name, source, load, seed, warehouse)
+
+    episodes, missing = dejavu.evaluate_dejavu_metrics(jobs, config.policies, cfg, config.seeds, make)
+    if DejavuPolicy.name in config.policies and not (
+        episodes.height and (episodes["policy"] == DejavuPolicy.name).any()
+    ):
+        raise ValueError(
+            f"eval__dejavu_metrics: no trained Dejavu policy under {Path(warehouse.root) / 'models' / 'dejavu'} for "
+            f"seeds {config.seeds} (materialise rl__dejavu first)"
+        )
+    if missing:
+        context.log.warning(f"{len(missing)} learned policy runs have no trained file: {missing[:10]}")
+    table = dejavu.summarise_dejavu_metrics(episodes).select(
+        [pl.col(c).cast(t) for c, t in DEJAVU_METRICS_TABLE.items()]
+    )
+    return Output(
+        table,
+        metadata={
+            "n_rows": table.height,
+            "n_episodes": episodes.height,
+            "left_out": MetadataValue.json(missing),
+            "plot": png_markdown(_dejavu_metrics_plot(table), "Dejavu's metrics by load"),
+        },
+    )
+
+
+RL_BASELINE_ASSETS = [rl__deeprm, rl__dejavu, eval__deeprm_fig4, eval__dejavu_metrics]

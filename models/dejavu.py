@@ -81,6 +81,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
+from scipy import stats
 from torch import nn
 
 from models.training import init_parameters
@@ -1014,3 +1015,72 @@ def compare_policies(
         for i, m in enumerate(dejavu_episode_metrics(policy, cfg, jobs, seed)):
             rows.append({"policy": name, "sequence": i, **m})
     return pl.DataFrame(rows)
+
+
+DEJAVU_METRICS = ("dejavu_util_frac", "rbd1", "rbd2", "completion_time_steps", "turnaround_time_steps")
+"""Dejavu's own metrics (section IV-D), the columns `dejavu_episode_metrics` adds; which way is better:
+utilisation higher, the rest lower."""
+
+
+def evaluate_dejavu_metrics(
+    jobs_frame: pl.DataFrame,
+    policies: Sequence[str],
+    cfg: SimConfig,
+    seeds: Sequence[int],
+    make: Callable[[str, str, int, int], Policy | None],
+) -> tuple[pl.DataFrame, list[str]]:
+    """(episodes, left out): one row per (source, load_pct, policy, sequence_id, seed) of the test split of
+    `jobs_frame` (`sim__job_sequences` rows) with DEJAVU_METRICS, is_truncated and n_unplaced, every sequence of a
+    (source, load_pct) run as one batch. `make(name, source, load_pct, seed)` builds each policy (a learned one
+    from its training seed `seed`, which also seeds the simulator); where it returns None the run is left out and
+    named in the second value."""
+    test = jobs_frame.filter(pl.col("split") == "test")
+    if test.height == 0:
+        raise ValueError("evaluate_dejavu_metrics: no test sequences")
+    rows, missing = [], []
+    for (source, load), group in test.group_by("source", "load_pct", maintain_order=True):
+        jobs = JobBatch.from_frame(group)
+        seq_ids = [key[-1] for key in jobs.sequence_keys]
+        for name in policies:
+            for seed in seeds:
+                policy = make(name, source, int(load), seed)
+                if policy is None:
+                    missing.append(f"{name} {source} {load}% seed {seed}")
+                    continue
+                for seq_id, m in zip(seq_ids, dejavu_episode_metrics(policy, cfg, jobs, seed), strict=True):
+                    rows.append(
+                        {"source": source, "load_pct": int(load), "policy": name, "sequence_id": seq_id}
+                        | {"seed": seed, "is_truncated": m["is_truncated"], "n_unplaced": m["n_unplaced"]}
+                        | {k: m[k] for k in DEJAVU_METRICS}
+                    )
+    return pl.DataFrame(rows), missing
+
+
+def summarise_dejavu_metrics(episodes: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """One row per (source, load_pct, policy) of `evaluate_dejavu_metrics`' episodes: n_sequences, n_seeds,
+    n_truncated (episodes), and per metric of DEJAVU_METRICS its mean over test sequences (seeds averaged within
+    a sequence first, as `sim.evaluate.summarise`) and `<metric>_ci95`, the half-width of its t-interval over
+    sequences (0 with one sequence). NaN values (turnaround with nothing placed) are left out of the mean."""
+    keys = ["source", "load_pct", "policy"]
+    per_seq = episodes.group_by(*keys, "sequence_id", maintain_order=True).agg(
+        pl.len().alias("n_seeds"),
+        pl.col("is_truncated").sum().alias("n_truncated"),
+        *[pl.col(c).fill_nan(None).mean() for c in DEJAVU_METRICS],
+    )
+    out = per_seq.group_by(*keys, maintain_order=True).agg(
+        pl.len().alias("n_sequences"),
+        pl.col("n_seeds").max(),
+        pl.col("n_truncated").sum().cast(pl.Int64),
+        *[pl.col(c).mean() for c in DEJAVU_METRICS],
+        *[pl.col(c).std().fill_null(0.0).alias(f"{c}_std") for c in DEJAVU_METRICS],
+        *[pl.col(c).count().alias(f"{c}_n") for c in DEJAVU_METRICS],
+    )
+    halves = []
+    for c in DEJAVU_METRICS:
+        n = out[f"{c}_n"].to_numpy()
+        t = np.array([stats.t.ppf(0.5 + confidence / 2, k - 1) if k > 1 else 0.0 for k in n])
+        halves.append(pl.Series(f"{c}_ci95", t * out[f"{c}_std"].to_numpy() / np.sqrt(np.maximum(n, 1))))
+    cols = [*keys, "n_sequences", "n_seeds", "n_truncated"]
+    for c in DEJAVU_METRICS:
+        cols += [c, f"{c}_ci95"]
+    return out.with_columns(halves).select(cols).sort(keys)

@@ -1,5 +1,5 @@
-"""The DeepRM and Dejavu training assets and DeepRM's Figure 4 materialise with a tiny configuration; their
-checkpoints load back as schedulers that act on the evaluation's simulator."""
+"""The DeepRM and Dejavu training assets, DeepRM's Figure 4 and Dejavu's metrics materialise with a tiny
+configuration; their checkpoints load back as schedulers that act on the evaluation's simulator."""
 
 import json
 
@@ -12,7 +12,13 @@ from assets.cluster import sim__job_sequences
 from assets.io_manager import TableIOManager
 from assets.resources import Warehouse
 from assets.rl import policy_path
-from assets.rl_baselines import eval__deeprm_fig4, load_learned, rl__deeprm, rl__dejavu
+from assets.rl_baselines import (
+    eval__deeprm_fig4,
+    eval__dejavu_metrics,
+    load_learned,
+    rl__deeprm,
+    rl__dejavu,
+)
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
@@ -61,6 +67,16 @@ def test_deeprm_and_dejavu_train_save_and_load_and_fig4_covers_every_policy_and_
             },
         )
         assert fig4.success
+        metrics = materialize(
+            [eval__dejavu_metrics, *sim__job_sequences.to_source_assets()],
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"eval__dejavu_metrics": {"config": {"seeds": [0, 1]}}}},
+            selection=[eval__dejavu_metrics],
+        )
+        assert metrics.success
+        [mat] = metrics.asset_materializations_for_node("eval__dejavu_metrics")
+        assert mat.metadata["left_out"].data == ["dejavu deepplace_synthetic 50% seed 1"]
 
     # learning curves: one row per (source, iteration)
     curve = wh.scan("rl__deeprm").collect().sort("source", "iteration")
@@ -98,6 +114,18 @@ def test_deeprm_and_dejavu_train_save_and_load_and_fig4_covers_every_policy_and_
     )
     with pytest.raises(ValueError, match="another run"):
         load_learned("dejavu", "deepplace_synthetic", 80, 0, wh)
+
+    # Dejavu's metrics: one row per (source, load, policy), deeprm_synthetic left out, every metric finite
+    dm = wh.scan("eval__dejavu_metrics").collect()
+    assert sorted(dm.select("source", "load_pct", "policy").rows()) == [
+        ("deepplace_synthetic", 50, p) for p in ("best_fit", "dejavu", "kube_default", "tetris")
+    ]
+    assert (dm["n_sequences"] == 2).all() and (dm["n_truncated"] == 0).all()
+    assert dm.sort("policy")["n_seeds"].to_list() == [2, 1, 2, 2]  # Dejavu was trained with seed 0 only
+    for metric in ("dejavu_util_frac", "rbd1", "rbd2", "completion_time_steps", "turnaround_time_steps"):
+        assert dm[metric].is_finite().all() and dm[f"{metric}_ci95"].is_finite().all(), metric
+    assert ((dm["dejavu_util_frac"] > 0) & (dm["dejavu_util_frac"] <= 1)).all()
+    assert (dm["turnaround_time_steps"] <= dm["completion_time_steps"]).all()
 
     # Figure 4: every policy at every load, finite slowdowns, the agent trained at 50 %
     table = wh.scan("eval__deeprm_fig4").collect()

@@ -391,3 +391,37 @@ def test_demonstrator_is_valid_where_kube_default_would_hold_under_no_fit() -> N
     assert make_policy("kube_default").act(cfg, state, np.random.default_rng(0)).tolist() == [1]
     action = dejavu.kube_act(cfg)(state, np.zeros((1, 1)), mask, np.random.default_rng(0))
     assert action.tolist() == [0]
+
+
+def test_dejavu_metrics_summary_averages_seeds_within_a_sequence_then_sequences() -> None:
+    base = {"source": "s", "load_pct": 50, "policy": "dejavu", "is_truncated": 0.0, "n_unplaced": 0.0}
+    rows = []
+    # sequence 0: seeds give 1 and 3 -> 2; sequence 1: 4 and 6 -> 5; turnaround NaN in one episode is left out
+    for seq, seed, value, turnaround in [
+        (0, 0, 1.0, 10.0),
+        (0, 1, 3.0, float("nan")),
+        (1, 0, 4.0, 20.0),
+        (1, 1, 6.0, 30.0),
+    ]:
+        metrics = dict.fromkeys(dejavu.DEJAVU_METRICS, value) | {"turnaround_time_steps": turnaround}
+        rows.append(base | {"sequence_id": seq, "seed": seed} | metrics)
+    rows.append(
+        base
+        | {
+            "policy": "kube_default",
+            "sequence_id": 0,
+            "seed": 0,
+            "is_truncated": 1.0,
+            **dict.fromkeys(dejavu.DEJAVU_METRICS, 7.0),
+        }
+    )
+    out = dejavu.summarise_dejavu_metrics(pl.DataFrame(rows))
+    assert out["policy"].to_list() == ["dejavu", "kube_default"]
+    agent = out.row(0, named=True)
+    assert (agent["n_sequences"], agent["n_seeds"], agent["n_truncated"]) == (2, 2, 0)
+    assert agent["rbd1"] == pytest.approx(3.5)
+    # t(0.975, 1) x std(2, 5) / sqrt(2) = 12.706 x 2.1213 / 1.4142
+    assert agent["rbd1_ci95"] == pytest.approx(12.7062047 * 1.5, rel=1e-6)
+    assert agent["turnaround_time_steps"] == pytest.approx((10.0 + 25.0) / 2)
+    kube = out.row(1, named=True)
+    assert (kube["n_sequences"], kube["n_truncated"], kube["rbd2"], kube["rbd2_ci95"]) == (1, 1, 7.0, 0.0)
