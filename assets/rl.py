@@ -460,8 +460,9 @@ def rl__ablation(
     sim__job_sequences: pl.DataFrame,
 ) -> Output[pl.DataFrame]:
     """One TVW-RL ablation run (TVW-RL Tables 2-3): the policy trained with one setting changed (a penalty weight,
-    training noise, shape noise, or the EC mapping: none, aggregate, DTW or temporal) on `source` at `load_pct`, then evaluated greedily on that
-    source's test sequences at background noise 0..3 units; one row per (noise level, test sequence)."""
+    training noise, shape noise, or the EC mapping: none, aggregate, DTW or temporal) on `source` at `load_pct`,
+    then evaluated greedily on that source's test sequences at background noise 0..3 units, scored with the
+    unablated penalty weights; one row per (noise level, test sequence)."""
     setting, value = context.partition_key.split("=")
     group = sim__job_sequences.filter(
         (pl.col("source") == config.source) & (pl.col("load_pct") == config.load_pct)
@@ -487,8 +488,10 @@ def rl__ablation(
     policy = TvwRlPolicy(path)
     frames = []
     for noise in range(4):
+        # scored under the unablated weights, so an ablation run's return compares with the heuristics' and
+        # with the other runs' (a run trained with K_o = 0 is not rewarded at test for ignoring overshoot)
         sim = dataclasses.replace(
-            cfg.sim,
+            base.sim,
             noise_max_units=noise,
             is_shape_perturbed=False,
             max_steps=1000,
