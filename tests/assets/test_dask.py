@@ -8,6 +8,7 @@ import pytest
 from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
+from assets.definitions import load_profile
 from assets.main import RunSpec, Target, check_shared_warehouse, execute_named_run, run_all
 from assets.resources import Warehouse
 
@@ -21,7 +22,35 @@ TABLES = [
     "core__usage",
     "core__long_running",
     "core__long_running_report",
+]
+"""per_source_job writes the canonical tables only; the EC layers fan out (test below)."""
+EC_SOURCE = "google2011_derived"
+"""The fixture source with long-running series to cluster."""
+SMALL_EC = {
+    "ec__mapping": {
+        "config": {
+            "k_max": 5,
+            "n_init": 3,
+            "dtw_downsample": 12,
+            "forecaster_seeds": 2,
+            "forecaster_epochs": 1,
+            "forecaster_min_steps": 5,
+            "forecaster_max_train_windows": 50,
+            "forecaster_max_eval_bins": 24,
+            "ari_seeds": 1,
+        }
+    }
+}
+"""A quick EC configuration, given once: tvw-run copies it to the sweep and gain ops."""
+EC_TABLES = [
+    "ec__sweep_silhouette",
+    "ec__sweep_labels",
+    "ec__method_gain",
+    "ec__silhouette",
+    "ec__method_comparison",
     "ec__assignments",
+    "ec__profiles",
+    "ec__method_assignments",
 ]
 
 
@@ -68,6 +97,58 @@ def test_per_source_job_on_dask_equals_in_process(tmp_path, cluster):
 
     for table in TABLES:
         assert _table(local_wh, table).equals(_table(dask_wh, table)), table
+
+
+def test_the_ec_method_sweeps_fan_out_on_dask(tmp_path, cluster):
+    """The EC layers on the derived fixture: the sweep and gain runs of the three methods two at a time, every
+    step a Dask task; the same tables as in-process, and each method's own mapping beside the chosen one."""
+    local_wh, dask_wh = tmp_path / "wh_local", tmp_path / "wh_dask"
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    ec_layers = ("ec_sweep", "ec_gain", "ec")
+    config = load_profile("sample")
+    config["ops"].update(SMALL_EC)  # the sample's long-running thresholds, a quick EC configuration
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        local = Target(str(FIXTURES), str(local_wh), "sample")
+        quiet = {"log": lambda _: None, "sources": [EC_SOURCE]}
+        assert all(o.ok for o in run_all(local, instance, config, layers=("raw", "per_source"), **quiet))
+        shutil.copytree(local_wh, dask_wh)
+        assert all(o.ok for o in run_all(local, instance, config, layers=ec_layers, **quiet))
+        on_dask = Target(str(FIXTURES), str(dask_wh), "sample", cluster.scheduler_address)
+        with distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
+            outcomes = run_all(on_dask, instance, config, max_concurrent=2, layers=ec_layers, **quiet)
+        assert all(o.ok for o in outcomes)
+        labels = [o.spec.label for o in outcomes]
+        assert sorted(labels) == sorted(
+            [
+                f"{job}[{m}|{EC_SOURCE}]"
+                for job in ("ec_sweep_job", "ec_gain_job")
+                for m in ("aggregate", "dtw", "temporal")
+            ]
+            + [f"ec_job[{EC_SOURCE}]"]
+        )
+        # every gain run started after every sweep of its source had finished (the common k reads them all)
+        sweeps = [o for o in outcomes if o.spec.layer == "ec_sweep"]
+        gains = [o for o in outcomes if o.spec.layer == "ec_gain"]
+        assert max(o.started_at + o.seconds for o in sweeps) <= min(o.started_at for o in gains)
+        assert labels[-1] == f"ec_job[{EC_SOURCE}]"
+        run_ids = {o.run_id for o in sweeps + gains}
+    keys = [t["key"] for t in stream.data]
+    assert {k.split(".")[1] for k in keys if k.startswith(("ec_sweep_job.", "ec_gain_job."))} == run_ids
+    for table in EC_TABLES:
+        local_df = Warehouse(root=str(local_wh)).scan(table).collect()
+        dask_df = Warehouse(root=str(dask_wh)).scan(table).collect()
+        assert local_df.height and local_df.sort(local_df.columns).equals(dask_df.sort(dask_df.columns)), (
+            table
+        )
+    wh = Warehouse(root=str(dask_wh))
+    per_method = wh.scan("ec__method_assignments").collect()
+    assert sorted(per_method["method"].unique()) == ["aggregate", "dtw", "temporal"]
+    chosen = wh.scan("ec__method_comparison").filter(pl.col("is_chosen")).collect()
+    assert chosen.height == 1
+    assert per_method.filter(pl.col("method") == chosen["method"][0]).equals(
+        wh.scan("ec__assignments").collect()
+    )
 
 
 def test_the_load_partitions_of_the_evaluation_fan_out_on_dask(tmp_path, cluster):
