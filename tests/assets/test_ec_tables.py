@@ -59,3 +59,16 @@ def test_method_comparison_columns_are_described_and_the_markdown_shows_the_pair
     md = _table_markdown(pl.DataFrame([row], schema=METHOD_COMPARISON))
     assert "paired EG - control" in md.splitlines()[0]
     assert "| 4.00 (1.50, 6.50), 0.004 | 3.00 (0.50, 7.00), +9 -1 of 10 | True |" in md
+
+
+def test_the_fan_out_tables_are_described():
+    from assets.ec import EC_SWEEP_LABELS, METHOD_GAIN
+    from pipelines.equivalence import EC_ASSIGNMENTS
+
+    for table, schema in (
+        ("ec__sweep_labels", EC_SWEEP_LABELS),
+        ("ec__method_gain", METHOD_GAIN),
+        ("ec__method_assignments", EC_ASSIGNMENTS),
+    ):
+        assert [c for c in schema if not describe(c, table)] == [], table
+    assert "choice rule" in describe("k", "ec__method_assignments")

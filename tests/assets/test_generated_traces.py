@@ -77,7 +77,14 @@ def pipeline(tmp_path_factory):
             instance,
             run_config(planted),
             log=lines.append,
-            layers=("raw", "per_source", "cluster"),  # training: tests/assets/test_rl_assets.py
+            layers=(
+                "raw",
+                "per_source",
+                "ec_sweep",
+                "ec_gain",
+                "ec",
+                "cluster",
+            ),  # training: tests/assets/test_rl_assets.py
         )
     failures = [o.spec.label for o in outcomes if not o.ok]
     return Warehouse(root=str(root)), planted, failures, lines
@@ -197,6 +204,12 @@ def test_google_equivalence_classes(pipeline):
     per_label = shapes.group_by("ec_label").agg(pl.col("shape").n_unique().alias("n_shapes"))
     assert per_label["n_shapes"].max() == 1
     assert shapes["shape"].n_unique() == 4
+    # only the configured methods were swept (a run per method); each has its own mapping, the chosen one's
+    # rows are ec__assignments
+    assert set(frame(wh, "ec__sweep_silhouette", "google2011")["method"]) == {"temporal", "dtw"}
+    per_method = frame(wh, "ec__method_assignments", "google2011")
+    assert sorted(per_method["method"].unique()) == ["dtw", "temporal"]
+    assert per_method.filter(pl.col("method") == method).equals(labels)
 
 
 def test_job_sequences_use_the_kept_workloads(pipeline):

@@ -11,7 +11,7 @@ from assets.main import Target, run_all
 from assets.resources import Warehouse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
-PIPELINE_LAYERS = ("raw", "per_source", "cluster", "eval")
+PIPELINE_LAYERS = ("raw", "per_source", "ec_sweep", "ec_gain", "ec", "cluster", "eval")
 """Training (rl, results) is covered by tests/assets/test_rl_assets.py with a tiny budget: the sample profile's
 training would take minutes here."""
 
@@ -51,6 +51,9 @@ def test_runs_are_named_jobs_of_the_code_location(materialised):
     assert "__ephemeral_asset_job__" not in names
     assert {
         "per_source_job",
+        "ec_sweep_job",
+        "ec_gain_job",
+        "ec_job",
         "cluster_job",
         "eval_job",
         "eval_summary_job",
@@ -62,6 +65,13 @@ def test_runs_are_named_jobs_of_the_code_location(materialised):
     assert sorted(r.tags["dagster/partition"] for r in per_source) == sorted(
         ["google2011", "alibaba2018", "google2011_derived", "bitbrains"]
     )
+    sources = ["google2011", "alibaba2018", "google2011_derived", "bitbrains"]
+    sweeps = [r for r in runs if r.job_name == "ec_sweep_job"]  # the EC sweep fans out: source x method
+    assert sorted(r.tags["dagster/partition"] for r in sweeps) == sorted(
+        f"{m}|{s}" for s in sources for m in ("aggregate", "temporal", "dtw")
+    )
+    assert len([r for r in runs if r.job_name == "ec_gain_job"]) == len(sweeps)
+    assert sorted(r.tags["dagster/partition"] for r in runs if r.job_name == "ec_job") == sorted(sources)
     evaluations = [r for r in runs if r.job_name == "eval_job"]  # one run per load of the sample profile
     assert sorted(r.tags["dagster/partition"] for r in evaluations) == ["load30", "load50", "load80"]
 
@@ -109,6 +119,11 @@ def test_ec_tables_on_the_derived_fixture(materialised):
     labels = wh.query("select distinct method, k, ec_label from ec__assignments")
     assert set(labels["method"]) == {method} and set(labels["k"]) == {k}
     assert labels["ec_label"].max() < k
+    # one mapping per method for the EC-mapping ablation; the chosen method's is ec__assignments, row for row
+    per_method = wh.scan("ec__method_assignments").filter(pl.col("source") == "google2011_derived").collect()
+    assert per_method.group_by("method").agg(pl.col("k").n_unique())["k"].to_list() == [1, 1, 1]
+    assignments = wh.scan("ec__assignments").filter(pl.col("source") == "google2011_derived").collect()
+    assert per_method.filter(pl.col("method") == method).equals(assignments)
 
 
 def test_every_policy_is_evaluated(materialised):
