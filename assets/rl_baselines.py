@@ -24,7 +24,15 @@ import time
 from pathlib import Path
 
 import polars as pl
-from dagster import AssetExecutionContext, Config, MetadataValue, Output, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Config,
+    MetadataValue,
+    Output,
+    asset,
+)
 from pydantic import Field
 
 from assets.cluster import eval_sim_config
@@ -525,13 +533,29 @@ def _dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"}, deps=["rl__dejavu"])
+DEJAVU_METRICS_CHECKS = [
+    AssetCheckSpec(
+        "no_episode_hits_the_safety_cap",
+        asset="eval__dejavu_metrics",
+        description="Every policy measured finishes every test episode before the safety cap (a truncated episode "
+        "would make its completion time the cap and its turnaround a mean over the jobs it did place).",
+    ),
+]
+
+
+@asset(
+    group_name="results",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    deps=["rl__dejavu"],
+    check_specs=DEJAVU_METRICS_CHECKS,
+)
 def eval__dejavu_metrics(
     context: AssetExecutionContext,
     config: DejavuMetricsConfig,
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
-) -> Output[pl.DataFrame]:
+):
     """Dejavu's own metrics (Dejavu section IV-D) per (source, load, policy) on the test sequences, for the
     trained Dejavu agents (`rl__dejavu`, one per training seed) and the heuristics they compete with (kube_default,
     Best-Fit, Tetris): the cluster's utilisation until the last placement, RBD1 (imbalance across nodes) and RBD2
@@ -571,13 +595,23 @@ def eval__dejavu_metrics(
     table = dejavu.summarise_dejavu_metrics(episodes).select(
         [pl.col(c).cast(t) for c, t in DEJAVU_METRICS_TABLE.items()]
     )
-    return Output(
+    yield Output(
         table,
         metadata={
             "n_rows": table.height,
             "n_episodes": episodes.height,
             "left_out": MetadataValue.json(missing),
             "plot": png_markdown(_dejavu_metrics_plot(table), "Dejavu's metrics by load"),
+        },
+    )
+    cut = table.filter(pl.col("n_truncated") > 0)
+    yield AssetCheckResult(
+        asset_key="eval__dejavu_metrics",
+        check_name="no_episode_hits_the_safety_cap",
+        passed=cut.height == 0,
+        metadata={
+            "n_truncated_episodes": int(cut["n_truncated"].sum()),
+            "groups": MetadataValue.json(cut.select("source", "load_pct", "policy").to_dicts()),
         },
     )
 

@@ -76,6 +76,8 @@ def test_deeprm_and_dejavu_train_save_and_load_and_fig4_covers_every_policy_and_
         )
         assert metrics.success
         [mat] = metrics.asset_materializations_for_node("eval__dejavu_metrics")
+        [check] = metrics.get_asset_check_evaluations()
+        assert check.check_name == "no_episode_hits_the_safety_cap" and check.passed
         assert mat.metadata["left_out"].data == ["dejavu deepplace_synthetic 50% seed 1"]
 
     # learning curves: one row per (source, iteration)
