@@ -6,8 +6,6 @@ sidecar holding its configuration and the git revision it was trained at; `eval_
 """
 
 import dataclasses
-import json
-import subprocess
 from pathlib import Path
 
 import polars as pl
@@ -23,9 +21,10 @@ from pydantic import Field
 
 from assets.cluster import EVAL_CHECKS_FOR, EVAL_LOADS, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path
+from assets.learned import curve_frame, git_revision, load_learned, policy_path, stack_curves, write_sidecar
 from assets.plots import png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
-from models.reinforce import ADVANTAGE_MODES
+from models.reinforce import ADVANTAGE_MODES, config_dict
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.equivalence import EC_METHODS
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
@@ -67,25 +66,6 @@ def parse_rl_partition(key: str) -> tuple[int, int]:
     """'load50-seed1' -> (50, 1)."""
     load, seed = key.split("-")
     return int(load.removeprefix("load")), int(seed.removeprefix("seed"))
-
-
-def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:
-    return Path(warehouse.root) / "models" / policy / source / f"load{load_pct}-seed{seed}.pt"
-
-
-def git_revision() -> str:
-    """The project's git revision (with '+dirty' when the tree has changes), or 'unknown' outside a checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True
-        ).stdout
-        return rev + ("+dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 class TvwRlTrainConfig(Config):
@@ -188,18 +168,12 @@ def rl__tvw_rl(
             f"{source} load {load} % seed {seed}: training {cfg.reinforce.n_iterations} iterations"
         )
         curve = train_tvw_rl(jobs, cfg, labeller, path, log=lambda m, s=source: context.log.info(f"{s}: {m}"))
-        path.with_suffix(".json").write_text(
-            json.dumps({"git_revision": revision, "source": source, "load_pct": load, "seed": seed}, indent=2)
+        write_sidecar(
+            path, "tvw_rl", source, load, seed, config_dict(cfg.sim, cfg.obs, cfg.reinforce), revision
         )
         saved[source] = str(path)
-        frames.append(
-            pl.DataFrame(curve).with_columns(
-                source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
-            )
-        )
-    out = pl.concat(frames, how="diagonal_relaxed").select(
-        [pl.col(c).cast(t) for c, t in LEARNING_CURVE.items()]
-    )
+        frames.append(curve_frame(curve, source, load, seed))
+    out = stack_curves(frames, LEARNING_CURVE)
     return Output(
         out,
         metadata={
@@ -302,13 +276,11 @@ def eval__results(
         if not path.exists():
             missing.append(f"{name} {source} {load}% seed {seed}")
             return None
+        if name != "tvw_rl":
+            return load_learned(name, source, load, seed, warehouse)
         if source not in labellers:
             labellers[source] = labeller_for(warehouse, source, sim__usage_scale)
-        if name == "tvw_rl":
-            return TvwRlPolicy(path, labeller=labellers[source])
-        from assets.rl_baselines import load_learned  # rl_baselines imports this module
-
-        return load_learned(name, source, load, seed, warehouse)
+        return load_learned(name, source, load, seed, warehouse, labeller=labellers[source])
 
     learned = evaluate_by_cluster(
         sim__job_sequences, config.policies, cfg, config.seeds, make=make, log=context.log.info
