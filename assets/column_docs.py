@@ -213,7 +213,13 @@ COLUMN_DOCS: dict[str, str] = {
     "loss_supervised": "DQfD large-margin supervised loss, mean over the iteration's updates",
     "loss_l2": "DQfD L2 regularisation loss, mean over the iteration's updates",
     # ablations
-    "ablation": "TVW-RL ablation setting (Tables 2-3): k_contention, train_noise, shape_noise or ec_labels",
+    "ablation": "TVW-RL ablation setting (Tables 2-3): k_underutil, k_overshoot, k_contention, train_noise, "
+    "shape_noise, ec_mapping or advantage",
+    "n_policies": "policies compared: the ablation's TVW-RL variant and every heuristic on the same test sequences",
+    "winner_by_return": "policy with the best mean episode return among them",
+    "tvw_rl_rank_by_return": "rank of the TVW-RL variant by mean return (1 = best; lower is better)",
+    "tvw_rl_return": "mean episode return of the TVW-RL variant, scored with the unablated penalty weights",
+    "best_baseline_return": "best mean episode return of a heuristic on the same test sequences",
     "value": "the setting's value this policy was trained with",
     "eval_noise_units": "background noise 0..n units added in the test episodes",
     # summaries (long form: one row per metric)
