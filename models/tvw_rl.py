@@ -124,6 +124,18 @@ def make_act(
     return act
 
 
+def greedy_hold_or_place(logits: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+    """(E,) the greedy decision of the masked softmax in two stages: hold when hold's probability exceeds that of
+    placing at all (the sum over the valid machines), else the most probable valid machine. A plain argmax over the
+    M + 1 actions compares hold with each machine alone: a policy that places with probability 0.7 spread over
+    seven machines (0.1 each) and holds with 0.3 would hold for ever in a state that does not change. Under the
+    "no_fit" rule hold is valid only when no machine is, so this equals the plain argmax there."""
+    probs = torch.softmax(logits.masked_fill(~torch.from_numpy(mask), float("-inf")), dim=-1).numpy()
+    place = probs[:, :-1]
+    is_hold = probs[:, -1] > place.sum(axis=1)
+    return np.where(is_hold, probs.shape[1] - 1, place.argmax(axis=1))
+
+
 def penalty_means(batch: RolloutBatch) -> dict[str, float]:
     """Mean cost per component over the iteration's episodes (positive numbers, lower is better)."""
     return {f"cost_{n}": float(-batch.penalty_totals[:, i].mean()) for i, n in enumerate(PENALTY_NAMES)}
@@ -186,7 +198,8 @@ STATE_SHAPE_FIELDS = ("n_machines", "capacity_units", "history_steps", "queue_si
 
 
 class TvwRlPolicy:
-    """TVW-RL's trained policy as a scheduler of the registry: greedy (argmax) over the masked softmax.
+    """TVW-RL's trained policy as a scheduler of the registry: greedy over the masked softmax
+    (`greedy_hold_or_place`: hold only when holding is likelier than placing anywhere, else the likeliest machine).
 
     checkpoint: a file written by `train_tvw_rl`, or None (the seeded untrained network of TvwRlConfig.short(),
     built for the SimConfig of the first `act`). labeller: sets the predicted labels before every decision when the
@@ -227,4 +240,4 @@ class TvwRlPolicy:
             mask[:, -1] = ~mask[:, :-1].any(axis=1)
         with torch_threads(1), torch.no_grad():
             logits = net(torch.from_numpy(encode(cfg, obs, state)))
-            return sample_masked(logits, mask, rng, greedy=True).astype(np.int64)
+            return greedy_hold_or_place(logits, mask).astype(np.int64)

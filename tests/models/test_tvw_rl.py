@@ -174,3 +174,55 @@ def test_an_iteration_draws_distinct_sequences_and_a_small_set_whole():
     assert draw_sequences(rng, 5, 5).tolist() == [0, 1, 2, 3, 4]
     more = draw_sequences(rng, 3, 7)
     assert len(more) == 7 and set(more.tolist()) == {0, 1, 2}
+
+
+def test_greedy_holds_only_when_holding_is_likelier_than_placing_anywhere():
+    """Hold-anytime policies: argmax over M + 1 actions would hold with p(hold) = 0.29 against seven machines at
+    about 0.1 each; the greedy decision places (the likeliest machine), and holds only when p(hold) > p(place)."""
+    from models.tvw_rl import greedy_hold_or_place
+
+    # seven valid machines at 0.1-0.11 (three masked, their logits irrelevant), hold at 0.29
+    logits = torch.log(torch.tensor([[0.1] * 6 + [0.11, 0.5, 0.5, 0.5, 0.29]]))
+    mask = np.array([[True] * 7 + [False] * 3 + [True]])
+    assert sample_argmax(logits, mask) == 10  # the plain argmax holds
+    assert greedy_hold_or_place(logits, mask).tolist() == [6]
+    likely_hold = torch.tensor([[0.0] * 10 + [3.0]])
+    assert greedy_hold_or_place(likely_hold, np.ones((1, 11), bool)).tolist() == [10]
+    # "no_fit": hold is valid only where no machine is, so the decision is the plain argmax
+    no_fit = np.array([[True, False] * 5 + [False], [False] * 10 + [True]])
+    logits = torch.randn(2, 11, generator=torch.Generator().manual_seed(0))
+    assert greedy_hold_or_place(logits, no_fit).tolist() == sample_argmax(logits, no_fit).tolist()
+
+
+def sample_argmax(logits: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+    from models.reinforce import sample_masked
+
+    return sample_masked(logits, mask, np.random.default_rng(0), greedy=True)
+
+
+def deepplace_train_jobs(load_pct: int) -> JobBatch:
+    """The embedded sample's DeepPlace training sequences at one load (10 sequences, as `sim__job_sequences`
+    builds them with the sample profile)."""
+    import polars as pl
+
+    from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+
+    frame, _ = build_deepplace_sequences(
+        DeepPlaceConfig(n_train_sequences=10, n_test_sequences=1, loads_pct=(load_pct,))
+    )
+    return JobBatch.from_frame(frame.filter(pl.col("split") == "train"))
+
+
+@pytest.mark.parametrize("load_pct", [30, 80])
+def test_short_preset_episodes_end_within_the_safety_cap(load_pct):
+    """The short preset's episodes (its first jobs of each sequence) finish under a random policy at every load:
+    a truncated episode would teach the unplaced charge, not placement."""
+    from sim.rollout import random_valid_act
+
+    cfg = TvwRlConfig.short()
+    out = rollout(
+        cfg.sim, ObservationConfig(labels="true"), deepplace_train_jobs(load_pct), 2, random_valid_act, 0
+    )
+    assert not out.is_truncated.any()
+    placed = (out.actions < cfg.sim.n_machines) & out.alive
+    assert placed.sum(axis=0).tolist() == [cfg.sim.jobs_per_episode] * out.actions.shape[1]
