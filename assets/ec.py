@@ -452,9 +452,9 @@ def ec__method_sweep(
 ):
     source, method = _source_and_method(context)
     cfg = _ec_config(config)
-    series, why = _usable_series(warehouse, source, core__long_running, config)
-    if method not in cfg.methods:
-        why = f"method {method} is not configured (methods: {list(cfg.methods)})"
+    series, why = None, f"method {method} is not configured (methods: {list(cfg.methods)})"
+    if method in cfg.methods:
+        series, why = _usable_series(warehouse, source, core__long_running, config)
     if why:
         context.log.warning(f"{source} {method}: {why}; nothing clustered")
         note = {"note": MetadataValue.text(why)}
