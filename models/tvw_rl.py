@@ -9,10 +9,11 @@ Run it without Dagster:
 
 `TvwRlConfig.paper()` is the paper's setup: M = 10, h = 20, d = 2, C = 8, K_c = 0.1, K_u = 3, K_o = 30000,
 K_w = 50, Adam lr 0.001, N = 20 trajectories x 20 sequences per iteration, episodes of at most L = 200 steps,
-2000 iterations. Choices the paper leaves open, ours: `jobs_per_episode` = 40 (the paper: "a fixed number of jobs
-arrive"; 40 of our sequences' jobs arrive well within L at every load), hold only when no machine fits (the
-paper's action space is the M machines), advantages normalised per iteration (see `models.reinforce`), the
-observation of `sim.observation` (predicted labels, the trace's request, observed usage only).
+2000 iterations. Choices the paper leaves open, ours: `jobs_per_episode` = 40 in `paper` (the paper: "a fixed
+number of jobs arrive"; 40 of our sequences' jobs arrive well within L at every load; `short` takes 100, `study`
+the whole sequence), hold only when no machine fits (the paper's action space is the M machines), advantages
+normalised per iteration (see `models.reinforce`), the observation of `sim.observation` (predicted labels, the
+trace's request, observed usage only).
 """
 
 from __future__ import annotations
@@ -65,16 +66,20 @@ class TvwRlConfig:
 
     @staticmethod
     def short(seed: int = 0) -> TvwRlConfig:
-        """The embedded sample's preset, a minute or two per policy on 2 cores: 100 iterations of 10 sequences
-        (the sample's whole training set per load) x 8 trajectories, episodes of 40 jobs, Adam lr 0.01 and a
-        discount of 0.95 per decision. Too short to converge: it moves the greedy policy from the untrained
-        network's fixed machine order (which packs like First-Fit) towards spreading risky jobs."""
+        """The embedded sample's preset, about a minute per policy on 2 busy cores: 150 iterations of 10 sequences
+        (the sample's whole training set per load, so the curve carries no draw noise) x 8 trajectories, episodes
+        of the first 100 jobs of each sequence (safety cap 1000 steps), Adam lr 0.01, a discount of 0.95 per
+        decision. 100 jobs fill the cluster to the sequence's load (40 jobs only ever saw a light cluster: the
+        curve was flat, entropy 2.28 -> 2.25), at a quarter of a whole 80 % sequence's cost. Too short to
+        converge; it learns visibly: on the sample's sequences (seed 0), the mean return of the last 10 % of
+        iterations is 1-10 % above the first 10 % in all 9 (source, load) cells, 2.2-15 standard errors, most at
+        30 % load and least at 80 %, where the no_fit hold rule forces overshoot whatever the agent learns."""
         return TvwRlConfig(
-            sim=SimConfig(max_steps=300, jobs_per_episode=40, hold_rule="no_fit"),
+            sim=SimConfig(max_steps=1000, jobs_per_episode=100, hold_rule="no_fit"),
             reinforce=ReinforceConfig(
                 learning_rate=0.01,
                 discount=0.95,
-                n_iterations=100,
+                n_iterations=150,
                 n_sequences=10,
                 n_trajectories=8,
                 checkpoint_every=25,
