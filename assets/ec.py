@@ -19,7 +19,6 @@ position among all the source's mappings. The `ec__mapping` tables can be select
 not written), e.g. `dagster asset materialize -m assets.definitions --select ec__silhouette --partition <source>`.
 """
 
-import io
 import re
 import time
 import warnings
@@ -54,7 +53,7 @@ from pydantic import Field
 
 from assets.column_docs import table_schema
 from assets.core import SOURCE_PARTITIONS, long_running_usage
-from assets.plots import png_markdown
+from assets.plots import classifier_accuracy_plot, png_markdown
 from assets.resources import Warehouse
 from models.ec_classifier import (
     ACCURACY_ROWS,
@@ -94,42 +93,6 @@ CLASSIFIER_ACCURACY = {"source": pl.String, **ACCURACY_ROWS}
 def column_schema(schema: dict, table: str | None = None) -> dict:
     """Definition-time column schema with the descriptions of `assets.column_docs` (the one place for them)."""
     return {"dagster/column_schema": table_schema(schema, table)}
-
-
-def plot_classifier_accuracy(table: pl.DataFrame, source: str) -> bytes:
-    """PNG (700 x 420 px): held-out accuracy and macro-F1 of the EC classifier against the usage-prefix length m,
-    beside the majority-class rate; the title states the split (by workload group) and the split sizes."""
-    import textwrap
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    df = table.sort("prefix_bins")
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
-    ax.plot(df["prefix_bins"], df["accuracy"], marker="o", label="accuracy")
-    ax.plot(df["prefix_bins"], df["macro_f1"], marker="s", label="macro F1")
-    ax.plot(df["prefix_bins"], df["majority_accuracy"], ls="--", color="grey", label="majority-class rate")
-    ax.set_xlabel("usage prefix m (5-minute bins; 0 = meta only)")
-    ax.set_ylabel("held-out score")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    r = df.row(0, named=True) if df.height else {}
-    sizes = (
-        f"train {r['n_train']} workloads / {r['n_groups_train']} groups, "
-        f"test {r['n_test']} / {r['n_groups_test']}"
-        if r
-        else "no rows"
-    )
-    split = textwrap.fill(f"split: {r.get('split', '-')}; {sizes}", 100)
-    ax.set_title(f"{source}: EC classifier (ClassifyToEC)\n{split}", fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 class EcRunConfig(Config):
@@ -984,7 +947,10 @@ def ec__classifier_accuracy(
     final.save(path)
     context.add_output_metadata(
         {
-            "plot": png_markdown(plot_classifier_accuracy(table, source), "EC classifier accuracy against m"),
+            "plot": png_markdown(
+                classifier_accuracy_plot(table.with_columns(source=pl.lit(source))),
+                "EC classifier accuracy against m",
+            ),
             "model_path": MetadataValue.path(str(path)),
             "n_labelled": len(labels),
             "n_groups": len(np.unique(groups)),

@@ -159,6 +159,21 @@ def labelling_accuracy_plot(table: pl.DataFrame) -> bytes:
     return _png(labelling_accuracy_figure(table))
 
 
+def _split_title(source: str, rows: pl.DataFrame) -> str:
+    """The panel title: the source, and how its workloads were split where the table says (split, sizes)."""
+    sizes = ("split", "n_train", "n_groups_train", "n_test", "n_groups_test")
+    if rows.height == 0 or any(c not in rows.columns for c in sizes):
+        return source
+    r = rows.row(0, named=True)
+    import textwrap
+
+    text = (
+        f"split: {r['split']}; train {r['n_train']} workloads / {r['n_groups_train']} groups, "
+        f"test {r['n_test']} / {r['n_groups_test']}"
+    )
+    return f"{source}\n" + textwrap.fill(text, 60)
+
+
 def classifier_accuracy_figure(table: pl.DataFrame):
     """`classifier_accuracy_plot`'s figure: a panel per source."""
     fig, panels = _per_source_panels(table)
@@ -173,7 +188,7 @@ def classifier_accuracy_figure(table: pl.DataFrame):
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("usage prefix (5-minute bins; 0 = meta only)", fontsize=8)
         ax.set_ylabel("held-out accuracy (higher is better)", fontsize=8)
-        ax.set_title(source, fontsize=9)
+        ax.set_title(_split_title(source, rows), fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("EC classifier against always predicting the most common EC", fontsize=9)

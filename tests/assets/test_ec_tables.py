@@ -4,12 +4,14 @@ import matplotlib.image as mpimg
 import polars as pl
 
 from assets.column_docs import describe
-from assets.ec import METHOD_COMPARISON, _table_markdown, plot_classifier_accuracy
+from assets.ec import METHOD_COMPARISON, _table_markdown
+from assets.plots import classifier_accuracy_figure, classifier_accuracy_plot
 
 
 def test_classifier_plot_is_a_png_at_most_1200_px_wide():
     table = pl.DataFrame(
         {
+            "source": ["syn"] * 3,
             "prefix_bins": [0, 6, 12],
             "accuracy": [0.4, 0.6, 0.7],
             "macro_f1": [0.3, 0.5, 0.6],
@@ -21,7 +23,9 @@ def test_classifier_plot_is_a_png_at_most_1200_px_wide():
             "split": ["by workload group (a group wholly on one side)"] * 3,
         }
     )
-    png = plot_classifier_accuracy(table, "syn")
+    title = next(ax.get_title() for ax in classifier_accuracy_figure(table).axes if ax.lines)
+    assert title.startswith("syn\nsplit: by workload group") and "test 10 / 2" in title
+    png = classifier_accuracy_plot(table)
     image = mpimg.imread(io.BytesIO(png), format="png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert 300 <= image.shape[1] <= 1200 and image.shape[0] <= 1200
