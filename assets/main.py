@@ -467,24 +467,37 @@ def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
 
     wh = Warehouse(root=str(warehouse))
 
-    def counts(table: str, expr: pl.Expr) -> dict[str, int]:
+    warnings = []
+
+    def read(table: str, query) -> pl.DataFrame | None:
+        """`query` over the table's files, or None (with a warning line) where its partitions disagree: files
+        written by different versions of the code, e.g. a source not re-run since an upgrade."""
         if not wh.has_table(table):
-            return {}
-        df = wh.scan(table).group_by("source").agg(expr.alias("n")).collect()
-        return {s: int(n) for s, n in df.iter_rows()}
+            return None
+        try:
+            return query(wh.scan(table)).collect()
+        except pl.exceptions.PolarsError as e:
+            first = str(e).splitlines()[0]
+            warnings.append(
+                f"  WARNING {table}: its partitions cannot be read together ({first}); re-run the layers of "
+                "the sources not run with this version, or remove their stale files"
+            )
+            return None
+
+    def counts(table: str, expr: pl.Expr) -> dict[str, int]:
+        df = read(table, lambda lf: lf.group_by("source").agg(expr.alias("n")))
+        return {} if df is None else {s: int(n) for s, n in df.iter_rows()}
 
     workloads = counts("core__workloads", pl.len())
     kept = counts("core__long_running", pl.len())
     ecs = counts("ec__assignments", pl.col("ec_label").n_unique())
     seqs = counts("sim__job_sequences", pl.struct("load_pct", "split", "sequence_id").n_unique())
-    chosen: dict[str, str] = {}
-    if wh.has_table("ec__method_comparison"):
-        rows = wh.scan("ec__method_comparison").filter(pl.col("is_chosen")).collect()
-        chosen = {
-            r["source"]: f"{r['method']} k={r['k']} ({r['choice_basis']})" for r in rows.iter_rows(named=True)
-        }
+    rows = read("ec__method_comparison", lambda lf: lf.filter(pl.col("is_chosen")))
+    chosen = {
+        r["source"]: f"{r['method']} k={r['k']} ({r['choice_basis']})"
+        for r in ([] if rows is None else rows.iter_rows(named=True))
+    }
     lines = [f"  {'source':<20} {'workloads':>10} {'kept':>8} {'ECs':>5} {'sequences':>10}  EC mapping"]
-    warnings = []
     for s in sources:
         row = [workloads.get(s, 0), kept.get(s, 0), ecs.get(s, 0), seqs.get(s, 0)]
         method = chosen.get(s, "-")
