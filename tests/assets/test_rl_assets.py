@@ -1,6 +1,7 @@
 """The training and evaluation assets materialise with a tiny configuration, and their outputs hang together."""
 
 import polars as pl
+import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.cluster import eval__baselines, sim__job_sequences
@@ -201,3 +202,25 @@ def test_the_ec_mapping_ablation_relabels_jobs_with_each_methods_mapping(tmp_pat
         relabel_by_method(jobs, "aggregate", wh, "deepplace_synthetic")
     with pytest.raises(ValueError, match="unknown"):
         relabel_by_method(jobs, "kmeans", wh, "google2011_derived")
+
+
+def test_learning_curves_are_plotted_relative_to_their_first_tenth():
+    from assets.rl import plot_learning_curves, relative_curves
+
+    rows = []
+    for load, scale in ((30, 1.0), (80, 3.0)):  # the same 2 % rise on returns three times the size
+        rows += [
+            {
+                "source": "s",
+                "load_pct": load,
+                "seed": 0,
+                "iteration": i,
+                "mean_return": -scale * (100 - i * 0.2),
+            }
+            for i in range(20)
+        ]
+    out = relative_curves(pl.DataFrame(rows))
+    last = out.filter(pl.col("iteration") == 19).sort("load_pct")["return_change_pct"].to_list()
+    # first tenth = iterations 0-1 (mean -99.9 x scale); iteration 19: -96.2 x scale -> +3.70 % at both loads
+    assert last == pytest.approx([3.7037, 3.7037], abs=1e-3)
+    assert plot_learning_curves(pl.DataFrame(rows))[:8] == b"\x89PNG\r\n\x1a\n"
