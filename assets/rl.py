@@ -28,6 +28,7 @@ from models.reinforce import ADVANTAGE_MODES, config_dict
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.equivalence import EC_METHODS
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
+from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, summarise
 from sim.jobs import JobBatch
 from sim.labelling import ClassifierLabeller
@@ -373,6 +374,21 @@ class AblationConfig(Config):
     seed: int = Field(default=0, description="training seed")
 
 
+def ablation_test_sim(base: TvwRlConfig, noise_units: int) -> SimConfig:
+    """The simulator an ablation run is tested in: the UNABLATED preset's (penalty weights included, so every
+    run's return compares with the heuristics' and with the other runs'; a run trained with K_o = 0 is not
+    rewarded at test for ignoring overshoot), whole test sequences, background noise 0..`noise_units` units, no
+    shape noise, the evaluation's safety cap."""
+    return dataclasses.replace(
+        base.sim,
+        noise_max_units=noise_units,
+        is_shape_perturbed=False,
+        max_steps=1000,
+        jobs_per_episode=None,
+        oversize="clip",
+    )
+
+
 def method_labels(warehouse: Warehouse, source: str, method: str) -> pl.DataFrame:
     """(workload_id, ec_label) of `method`'s mapping of `source` (`ec__method_assignments`: one mapping per
     clustering method, at the k that method's choice rule picks); a clear error where there is none."""
@@ -474,16 +490,7 @@ def rl__ablation(
     policy = TvwRlPolicy(path)
     frames = []
     for noise in range(4):
-        # scored under the unablated weights, so an ablation run's return compares with the heuristics' and
-        # with the other runs' (a run trained with K_o = 0 is not rewarded at test for ignoring overshoot)
-        sim = dataclasses.replace(
-            base.sim,
-            noise_max_units=noise,
-            is_shape_perturbed=False,
-            max_steps=1000,
-            jobs_per_episode=None,
-            oversize="clip",
-        )
+        sim = ablation_test_sim(base, noise)
         res = evaluate_policies(test, ["tvw_rl"], sim, seeds=[config.seed], make=lambda *_: policy)
         frames.append(res.with_columns(eval_noise_units=pl.lit(noise, pl.Int32)))
     out = pl.concat(frames).with_columns(ablation=pl.lit(setting), value=pl.lit(value))

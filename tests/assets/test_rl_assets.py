@@ -224,3 +224,20 @@ def test_learning_curves_are_plotted_relative_to_their_first_tenth():
     # first tenth = iterations 0-1 (mean -99.9 x scale); iteration 19: -96.2 x scale -> +3.70 % at both loads
     assert last == pytest.approx([3.7037, 3.7037], abs=1e-3)
     assert plot_learning_curves(pl.DataFrame(rows))[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_ablation_run_is_trained_with_its_setting_and_tested_under_the_unablated_penalties():
+    from assets.rl import ablation_config, ablation_test_sim
+    from models.tvw_rl import TvwRlConfig
+
+    base = TvwRlConfig.short()
+    assert ablation_config(base, "k_overshoot", "0.0").sim.k_overshoot == 0.0  # trained without K_o
+    assert ablation_config(base, "train_noise", "3").sim.noise_max_units == 3
+    tested = ablation_test_sim(base, 2)
+    weights = ("k_overshoot", "k_underutil", "k_contention", "k_wait")
+    assert [getattr(tested, w) for w in weights] == [getattr(base.sim, w) for w in weights]
+    assert tested.k_overshoot == 30000.0  # the paper's K_o, whatever the run was trained with
+    assert tested.noise_max_units == 2 and not tested.is_shape_perturbed
+    assert (
+        tested.jobs_per_episode is None and tested.max_steps == 1000
+    )  # whole test sequences, the safety cap
