@@ -89,6 +89,12 @@ class UsageRunConfig(Config):
         default="none", description="none | hold | linear: how gaps between bins are filled"
     )
     max_fill_bins: int = Field(default=0, description="longest gap (in 5-min bins) that the policy may fill")
+    fill_policy_by_source: dict[str, str] = Field(
+        default={}, description="per source: fill_policy for that source (others use fill_policy)"
+    )
+    max_fill_bins_by_source: dict[str, int] = Field(
+        default={}, description="per source: max_fill_bins for that source (others use max_fill_bins)"
+    )
     chunk_hours: dict[str, int] = Field(
         default={},
         description="per source: stream the usage build in time chunks of this many hours of trace time "
@@ -136,6 +142,17 @@ def check_usage_invariants(files: list[Path]) -> dict[str, int]:
     )
 
 
+def usage_config_for(config: UsageRunConfig, source: str) -> UsageConfig:
+    """The gap-filling settings of `source`: its entries of the `*_by_source` maps, else the common ones."""
+    try:
+        return UsageConfig(
+            fill_policy=config.fill_policy_by_source.get(source, config.fill_policy),
+            max_fill_bins=config.max_fill_bins_by_source.get(source, config.max_fill_bins),
+        )
+    except ValueError as e:
+        raise ValueError(f"core__usage config for source {source!r}: {e}") from e
+
+
 @asset(
     partitions_def=SOURCE_PARTITIONS,
     deps=_raw_deps(),
@@ -166,7 +183,8 @@ def core__usage(
     folder of chunk files per source (one per slice of trace time), never held in memory whole."""
     source = context.partition_key
     raw = load_raw(warehouse, traces, source, context.log)
-    cfg = UsageConfig(fill_policy=config.fill_policy, max_fill_bins=config.max_fill_bins)
+    cfg = usage_config_for(config, source)
+    context.log.info(f"{source}: gap filling {cfg.fill_policy}, at most {cfg.max_fill_bins} bin(s)")
     counts: list[pl.DataFrame] = []
 
     def chunks():
