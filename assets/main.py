@@ -458,9 +458,10 @@ def failed_check_lines(instance, outcomes: list[RunOutcome]) -> list[str]:
     return lines
 
 
-def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
+def source_summary(warehouse: Path, sources: list[str], layers: tuple[str, ...] = LAYERS) -> list[str]:
     """Per source: workloads, long-running workloads kept, equivalence classes, job sequences; a warning line
-    for a source whose thresholds kept too few workloads for the later layers."""
+    for a source whose thresholds kept too few workloads for the later layers (of those in `layers`: a run of
+    the early layers alone is not warned about the tables it did not make)."""
     import polars as pl
 
     from assets.resources import Warehouse
@@ -507,9 +508,9 @@ def source_summary(warehouse: Path, sources: list[str]) -> list[str]:
                 f"  WARNING {s}: no long-running workload kept of {row[0]}: its EC and evaluation rows are "
                 "empty (lower core__long_running.min_contiguous_bins in the profile, or use longer traces)"
             )
-        elif row[2] == 0:
+        elif row[2] == 0 and "ec" in layers:
             warnings.append(f"  WARNING {s}: {row[1]} kept, too few to map to equivalence classes")
-        elif row[3] == 0:
+        elif row[2] > 0 and row[3] == 0 and "cluster" in layers:
             warnings.append(f"  WARNING {s}: {row[1]} kept in {row[2]} ECs, too few to build job sequences")
     return lines + warnings
 
@@ -611,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     db = warehouse_dir() / "tvw.duckdb"
     print(f"\nfinished in {time.perf_counter() - t0:.0f}s; DAGSTER_HOME={home}")
     print("\n".join(layer_lines(outcomes)))
-    print("\n".join(source_summary(warehouse_dir(), sources)))
+    print("\n".join(source_summary(warehouse_dir(), sources, layers)))
     print("\n".join(failed_check_lines(DagsterInstance.get(), outcomes)))
     print(f"results: Parquet under {warehouse_dir() / 'tables'}, DuckDB views in {db}")
     duckdb_cli = Path(sys.executable).with_name("duckdb")

@@ -22,3 +22,13 @@ def test_a_table_whose_partitions_disagree_is_named_not_a_crash(tmp_path):
     assert "WARNING ec__method_comparison: its partitions cannot be read together" in text
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:3]}
     assert rows["a"][0] == "2" and rows["b"][0] == "1"  # the readable tables still count
+
+
+def test_a_run_of_the_early_layers_is_not_warned_about_tables_it_did_not_make(tmp_path):
+    wh = Warehouse(root=str(tmp_path / "wh"))
+    wh.write("core__workloads", pl.DataFrame({"source": ["a"] * 3, "workload_id": ["1", "2", "3"]}), "a")
+    wh.write("core__long_running", pl.DataFrame({"source": ["a"] * 3, "workload_id": ["1", "2", "3"]}), "a")
+    early = "\n".join(source_summary(Path(wh.root), ["a"], ("raw", "per_source")))
+    assert "WARNING" not in early
+    full = "\n".join(source_summary(Path(wh.root), ["a"]))
+    assert "WARNING a: 3 kept, too few to map to equivalence classes" in full
