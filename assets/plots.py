@@ -7,6 +7,8 @@
   per load.
 - `classifier_accuracy_plot(table)`: `ec__classifier_accuracy`, accuracy against usage prefix length, a panel per
   source, with the majority-class rate as the line to beat.
+- `source_grid(table, rows, draw, ...)`: a panel per (row, source), e.g. a metric per row; `curve_plot(curve,
+  panels, title)` draws learning curves on it, a line per (load, seed).
 `png_markdown` wraps a PNG for `context.add_output_metadata`; `png_width_px` reads a PNG's width (for tests).
 """
 
@@ -38,7 +40,8 @@ def _pyplot():
     return plt
 
 
-def _png(fig) -> bytes:
+def fig_png(fig) -> bytes:
+    """The figure as a PNG (closed afterwards)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     _pyplot().close(fig)
@@ -119,7 +122,7 @@ def summary_figure(summary: pl.DataFrame, source: str):
 
 def summary_plots(summary: pl.DataFrame) -> dict[str, bytes]:
     """Source -> PNG (at most MAX_WIDTH_PX wide) of an evaluation summary (`sim.evaluate.summarise`)."""
-    return {s: _png(summary_figure(summary, s)) for s in sorted(summary["source"].unique().to_list())}
+    return {s: fig_png(summary_figure(summary, s)) for s in sorted(summary["source"].unique().to_list())}
 
 
 def summary_plot_metadata(summary: pl.DataFrame) -> dict[str, MetadataValue]:
@@ -156,7 +159,7 @@ def labelling_accuracy_figure(table: pl.DataFrame):
 
 def labelling_accuracy_plot(table: pl.DataFrame) -> bytes:
     """PNG of `eval__ec_labelling` (source, load_pct, age_steps, accuracy): accuracy against job age."""
-    return _png(labelling_accuracy_figure(table))
+    return fig_png(labelling_accuracy_figure(table))
 
 
 def _split_title(source: str, rows: pl.DataFrame) -> str:
@@ -198,4 +201,52 @@ def classifier_accuracy_figure(table: pl.DataFrame):
 
 def classifier_accuracy_plot(table: pl.DataFrame) -> bytes:
     """PNG of `ec__classifier_accuracy` (source, prefix_bins, accuracy, majority_accuracy, optional macro_f1)."""
-    return _png(classifier_accuracy_figure(table))
+    return fig_png(classifier_accuracy_figure(table))
+
+
+def source_grid(
+    table: pl.DataFrame,
+    rows: list[tuple[str, str]],
+    draw,
+    *,
+    xlabel: str,
+    title: str,
+    panel_height_in: float,
+    sharex: bool | str,
+) -> bytes:
+    """PNG, 1,200 px wide: one row of panels per (key, ylabel) of `rows`, one column per source of `table`;
+    `draw(ax, rows_of_that_source, key)` fills a panel; the first row's panels carry the source and a legend."""
+    plt = _pyplot()
+    sources = sorted(table["source"].unique().to_list())
+    fig, axes = plt.subplots(
+        len(rows), len(sources), figsize=(12, panel_height_in * len(rows)), squeeze=False, sharex=sharex
+    )
+    for col, source in enumerate(sources):
+        part = table.filter(pl.col("source") == source)
+        for row, (key, label) in enumerate(rows):
+            ax = axes[row][col]
+            draw(ax, part, key)
+            ax.tick_params(labelsize=7)
+            if row == 0:
+                ax.set_title(source, fontsize=9)
+            if col == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if row == len(rows) - 1:
+                ax.set_xlabel(xlabel, fontsize=8)
+        axes[0][col].legend(fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig_png(fig)
+
+
+def curve_plot(curve: pl.DataFrame, panels: list[tuple[str, str]], title: str) -> bytes:
+    """Learning curves on a `source_grid`: one row per (column, label) of `panels`, a line per (load, seed)."""
+
+    def draw(ax, part: pl.DataFrame, column: str) -> None:
+        for (load, seed), g in part.group_by("load_pct", "seed", maintain_order=True):
+            g = g.sort("iteration").drop_nulls(column)
+            ax.plot(g["iteration"], g[column], label=f"{load}% s{seed}", lw=1)
+
+    return source_grid(
+        curve, panels, draw, xlabel="iteration", title=title, panel_height_in=2.6, sharex="col"
+    )

@@ -22,7 +22,7 @@ from pydantic import Field
 from assets.cluster import EVAL_CHECKS_FOR, EVAL_LOADS, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path
 from assets.learned import curve_frame, git_revision, load_learned, policy_path, stack_curves, write_sidecar
-from assets.plots import png_markdown, summary_plot_metadata
+from assets.plots import curve_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from models.reinforce import ADVANTAGE_MODES, config_dict
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
@@ -218,31 +218,11 @@ def relative_curves(curve: pl.DataFrame, share: float = 0.1) -> pl.DataFrame:
 def plot_learning_curves(curve: pl.DataFrame) -> bytes:
     """PNG: the mean return's change from its first tenth of iterations (%, `relative_curves`) per iteration, one
     panel per source, a line per (load, seed); 1,200 px wide."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curve = relative_curves(curve)
-    sources = sorted(curve["source"].unique().to_list())
-    fig, axes = plt.subplots(1, len(sources), figsize=(12, 3.2), squeeze=False)
-    for ax, source in zip(axes[0], sources, strict=True):
-        part = curve.filter(pl.col("source") == source)
-        for (load, seed), g in part.group_by("load_pct", "seed", maintain_order=True):
-            g = g.sort("iteration")
-            ax.plot(g["iteration"], g["return_change_pct"], label=f"{load}% s{seed}", lw=1)
-        ax.set_title(source, fontsize=9)
-        ax.set_xlabel("iteration", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("mean return vs its first 10 %\n(% change; up = cost fell)", fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    return curve_plot(
+        relative_curves(curve),
+        [("return_change_pct", "mean return vs its first 10 %\n(% change; up = cost fell)")],
+        "TVW-RL learning curves",
+    )
 
 
 class ResultsConfig(Config):

@@ -19,7 +19,6 @@ in its config):
 """
 
 import dataclasses
-import io
 import time
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from assets.learned import (
     stack_curves,
     write_sidecar,
 )
-from assets.plots import png_markdown
+from assets.plots import curve_plot, png_markdown, source_grid
 from assets.resources import Warehouse
 from assets.rl import RL_PARTITIONS, RL_SEEDS, curve_trend, parse_rl_partition
 from models import deeprm, dejavu
@@ -226,40 +225,6 @@ def _sources(
     return sources
 
 
-def _curve_plot(curve: pl.DataFrame, panels: list[tuple[str, str]], title: str) -> bytes:
-    """PNG, 1,200 px wide: one row per (column, label) of `panels`, one column per source, a line per (load, seed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sources = sorted(curve["source"].unique().to_list())
-    fig, axes = plt.subplots(
-        len(panels), len(sources), figsize=(12, 2.6 * len(panels)), squeeze=False, sharex="col"
-    )
-    for col, source in enumerate(sources):
-        part = curve.filter(pl.col("source") == source)
-        for row, (column, label) in enumerate(panels):
-            ax = axes[row][col]
-            for (load, seed), g in part.group_by("load_pct", "seed", maintain_order=True):
-                g = g.sort("iteration").drop_nulls(column)
-                ax.plot(g["iteration"], g[column], label=f"{load}% s{seed}", lw=1)
-            ax.tick_params(labelsize=7)
-            if row == 0:
-                ax.set_title(source, fontsize=9)
-            if col == 0:
-                ax.set_ylabel(label, fontsize=8)
-            if row == len(panels) - 1:
-                ax.set_xlabel("iteration", fontsize=8)
-        axes[0][col].legend(fontsize=6)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
-
-
 # --- DeepRM -------------------------------------------------------------------------------------------------
 
 
@@ -303,7 +268,7 @@ def rl__deeprm(
         saved[source] = str(path)
         frames.append(curve_frame(curve, source, load, seed))
     out = stack_curves(frames, DEEPRM_CURVE)
-    plot = _curve_plot(
+    plot = curve_plot(
         out, [("mean_return", "mean return"), ("mean_slowdown", "mean slowdown")], "DeepRM learning curves"
     )
     return Output(
@@ -386,7 +351,7 @@ def rl__dejavu(
         saved[source] = str(path)
         frames.append(curve_frame(_dejavu_curve(trainer.curve), source, load, seed))
     out = stack_curves(frames, DEJAVU_CURVE)
-    plot = _curve_plot(
+    plot = curve_plot(
         out,
         [("loss", "DQfD loss"), ("loss_supervised", "margin loss"), ("mean_return", "competitive return")],
         "Dejavu learning curves (pretraining, then RL)",
@@ -499,38 +464,22 @@ class DejavuMetricsConfig(Config):
 
 def _dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
     """PNG: one row per Dejavu metric, one column per source, a line per policy over load (95 % error bars)."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw(ax, part: pl.DataFrame, metric: str) -> None:
+        for (name,), g in part.group_by("policy", maintain_order=True):
+            g = g.sort("load_pct")
+            ax.errorbar(g["load_pct"], g[metric], yerr=g[f"{metric}_ci95"], marker="o", capsize=2, label=name)
 
-    sources = sorted(table["source"].unique().to_list())
-    fig, axes = plt.subplots(
-        len(DEJAVU_METRICS), len(sources), figsize=(12, 2.2 * len(DEJAVU_METRICS)), squeeze=False, sharex=True
+    rows = [(m, m) for m in DEJAVU_METRICS]
+    return source_grid(
+        table,
+        rows,
+        draw,
+        xlabel="load (%)",
+        title="Dejavu's metrics (section IV-D)",
+        panel_height_in=2.2,
+        sharex=True,
     )
-    for col, source in enumerate(sources):
-        part = table.filter(pl.col("source") == source)
-        for row, metric in enumerate(DEJAVU_METRICS):
-            ax = axes[row][col]
-            for (name,), g in part.group_by("policy", maintain_order=True):
-                g = g.sort("load_pct")
-                ax.errorbar(
-                    g["load_pct"], g[metric], yerr=g[f"{metric}_ci95"], marker="o", capsize=2, label=name
-                )
-            ax.tick_params(labelsize=7)
-            if row == 0:
-                ax.set_title(source, fontsize=9)
-            if col == 0:
-                ax.set_ylabel(metric, fontsize=8)
-            if row == len(DEJAVU_METRICS) - 1:
-                ax.set_xlabel("load (%)", fontsize=8)
-        axes[0][col].legend(fontsize=6)
-    fig.suptitle("Dejavu's metrics (section IV-D)", fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 DEJAVU_METRICS_CHECKS = [
