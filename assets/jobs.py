@@ -21,7 +21,7 @@ def raw_job_name(raw_asset_name: str) -> str:
 
 def _ops_config(assets: list[AssetsDefinition], groups: tuple[str, ...], profile_config: dict) -> dict:
     """The profile's `ops:` entries for the ops whose assets are in `groups` (Dagster rejects unknown ops)."""
-    return _config_of(_op_names(assets, groups), profile_config)
+    return ops_config_of(_op_names(assets, groups), profile_config)
 
 
 def _op_names(assets: list[AssetsDefinition], groups: tuple[str, ...]) -> set[str]:
@@ -36,7 +36,8 @@ def with_shared_ec_config(ops: dict) -> dict:
     return {**dict.fromkeys(EC_CONFIG_OPS, ops["ec__mapping"]), **ops}
 
 
-def _config_of(names: set[str], profile_config: dict) -> dict:
+def ops_config_of(names: set[str], profile_config: dict) -> dict:
+    """`{"ops": ...}` with the profile's entries for the ops in `names` (`with_shared_ec_config`), or {}."""
     shared = with_shared_ec_config(profile_config.get("ops", {}))
     ops = {k: v for k, v in shared.items() if k in names}
     return {"ops": ops} if ops else {}
@@ -81,7 +82,7 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         selection=AssetSelection.assets(ec__method_sweep),
         partitions_def=SOURCE_METHOD_PARTITIONS,
         description="One EC distance method's k sweep on one source (a run per source and method).",
-        config=_config_of({"ec__method_sweep"}, profile_config) or None,
+        config=ops_config_of({"ec__method_sweep"}, profile_config) or None,
         tags=tags,
     )
     ec_gain = define_asset_job(
@@ -90,7 +91,7 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         partitions_def=SOURCE_METHOD_PARTITIONS,
         description="Table 1 (prediction gain over forecaster seeds, random control) of one EC method's mappings "
         "on one source; reads every method's sweep of the source (the common k).",
-        config=_config_of({"ec__method_gain"}, profile_config) or None,
+        config=ops_config_of({"ec__method_gain"}, profile_config) or None,
         tags=tags,
     )
     ec = define_asset_job(
@@ -99,7 +100,7 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         partitions_def=SOURCE_PARTITIONS,
         description="The EC mapping of one source (chosen from the methods' Table 1 rows), each method's own "
         "mapping, the EC profiles and the EC classifier.",
-        config=_config_of({"ec__mapping", "ec__classifier_accuracy"}, profile_config) or None,
+        config=ops_config_of({"ec__mapping", "ec__classifier_accuracy"}, profile_config) or None,
         tags=tags,
     )
     from assets.cluster import EVAL_PARTITIONS, eval__baselines, eval__summary
@@ -109,7 +110,7 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         "cluster_job",
         selection=AssetSelection.groups(*GLOBAL_GROUPS) - evaluation,
         description="Job sequences for the simulator, and how well the EC classifier labels their jobs.",
-        config=_config_of(
+        config=ops_config_of(
             _op_names(assets, GLOBAL_GROUPS) - {"eval__baselines", "eval__summary"}, profile_config
         )
         or None,
@@ -120,7 +121,7 @@ def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: st
         selection=AssetSelection.assets(eval__baselines),
         partitions_def=EVAL_PARTITIONS,
         description="Every heuristic scheduler on every source's test sequences at one load (a run per load).",
-        config=_config_of({"eval__baselines"}, profile_config) or None,
+        config=ops_config_of({"eval__baselines"}, profile_config) or None,
         tags=tags,
     )
     eval_summary = define_asset_job(

@@ -244,14 +244,20 @@ def plan_runs(
     return specs
 
 
+def _op_config(target: Target, run_config: dict | None, op: str) -> dict:
+    """`op`'s `config:` entry in the run config (default: the target's profile); {} where it sets none."""
+    from assets.definitions import load_profile
+
+    config = load_profile(target.profile) if run_config is None else run_config
+    return config.get("ops", {}).get(op, {}).get("config", {})
+
+
 def ec_methods(target: Target, run_config: dict | None = None) -> list[str]:
     """The EC distance methods `ec__mapping` is configured with (its default when the run config, default the
     target's profile, does not set them): the methods the EC sweep fans out over."""
-    from assets.definitions import load_profile
     from assets.ec import EcRunConfig
 
-    config = load_profile(target.profile) if run_config is None else run_config
-    ec = config.get("ops", {}).get("ec__mapping", {}).get("config", {})
+    ec = _op_config(target, run_config, "ec__mapping")
     return list(ec.get("methods", EcRunConfig().methods))
 
 
@@ -266,10 +272,8 @@ def eval_partitions(target: Target, run_config: dict | None = None) -> list[str]
     """The `eval_job` partitions of the loads `sim__job_sequences` is configured with (its default when the
     run config, default the target's profile, does not set them); ValueError for a load with no partition."""
     from assets.cluster import JobSequencesConfig, eval_partition_keys
-    from assets.definitions import load_profile
 
-    config = load_profile(target.profile) if run_config is None else run_config
-    seq = config.get("ops", {}).get("sim__job_sequences", {}).get("config", {})
+    seq = _op_config(target, run_config, "sim__job_sequences")
     return eval_partition_keys(list(seq.get("loads_pct", JobSequencesConfig().loads_pct)))
 
 
@@ -298,12 +302,10 @@ def _ops_config_for(target: Target, job_name: str, run_config: dict) -> dict:
     """The run config of one run: the profile's entries for this job's ops (`ec__mapping`'s also for the EC
     sweep and gain ops), and a quiet console."""
     from assets.definitions import job_for
-    from assets.jobs import with_shared_ec_config
+    from assets.jobs import ops_config_of
 
     job = job_for(job_name, target.traces, target.warehouse, target.profile, target.scheduler)
-    names = {node.name for node in job.graph.nodes}
-    ops = {k: v for k, v in with_shared_ec_config(run_config.get("ops", {})).items() if k in names}
-    return {**QUIET, "ops": ops} if ops else dict(QUIET)
+    return {**QUIET, **ops_config_of({node.name for node in job.graph.nodes}, run_config)}
 
 
 def run_all(
