@@ -46,7 +46,7 @@ from assets.learned import (
 )
 from assets.plots import curve_plot, png_markdown, source_grid
 from assets.resources import Warehouse
-from assets.rl import RL_PARTITIONS, RL_SEEDS, curve_trend, parse_rl_partition
+from assets.rl import RL_PARTITIONS, ResultsConfig, curve_trend, parse_rl_partition
 from models import deeprm, dejavu
 from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, train_deeprm
 from models.dejavu import DEJAVU_METRICS, DejavuConfig, DejavuPolicy
@@ -448,18 +448,13 @@ DEJAVU_COMPETITORS = ["dejavu", "kube_default", "best_fit", "tetris"]
 Best-Fit and Tetris."""
 
 
-class DejavuMetricsConfig(Config):
+class DejavuMetricsConfig(ResultsConfig):
+    """`eval__results`' simulator and seeds; the policies are Dejavu and its competitors."""
+
     policies: list[str] = Field(
         default=DEJAVU_COMPETITORS,
         description="policies to measure: registered heuristics, and the learned dejavu / deeprm_rl",
     )
-    seeds: list[int] = Field(
-        default=list(RL_SEEDS),
-        description="seeds: training seed of the learned policies, simulator/policy seed of all",
-    )
-    n_machines: int = Field(default=10, description="M (TVW-RL: 10)")
-    max_steps: int = Field(default=1000, description="safety cap in logical steps (hitting it is a failure)")
-    noise_max_units: int = Field(default=0, description="background noise 0..n units")
 
 
 def _dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
