@@ -313,12 +313,8 @@ ABLATIONS: dict[str, tuple] = {
     "k_contention": (0.0, 0.1, 1.0, 10.0),
     "train_noise": (0, 1, 2, 3),  # Table 2: trained with background noise of 0..n units, tested at 0..3
     "shape_noise": (0, 1),  # trained with usage shapes perturbed by -1..1 units (1) or not (0)
-    "ec_mapping": (
-        "none",
-        "aggregate",
-        "dtw",
-        "temporal",
-    ),  # Table 2: w/o EC (every job labelled 0), or each method's mapping
+    # Table 2: w/o EC (every job labelled 0), or each clustering method's own mapping
+    "ec_mapping": ("none", "aggregate", "dtw", "temporal"),
     "advantage": ADVANTAGE_MODES,  # reward scale: does the advantage scaling change which policy wins?
 }
 """TVW-RL's ablations (its Tables 2-3, at 50 % load): setting -> values; one training run per value."""
