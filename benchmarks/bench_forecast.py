@@ -1,0 +1,182 @@
+"""Benchmark the learned usage forecaster (`models.usage_forecast`, issue 22 item 1) on real and synthetic sequences.
+
+Sources, each turned into `sim__job_sequences` rows by the project's own builders (so the view matches the
+simulator's):
+- Bitbrains GWA-T-12 (`<traces>/bitbrains-gwa-t-12/`, the 84 rnd VMs): ingest_shard -> build_workloads ->
+  iter_usage_chunks (the paper profile's linear fill of gaps up to 2 bins) -> filter_long_running (6000 contiguous
+  bins) -> EC labels from the aggregate method's sweep (k 3..8, best silhouette) -> build_job_sequences (one load,
+  one-hour steps). The sequences are cached under benchmarks/out/forecast/ (delete to rebuild).
+- DeepPlace's synthetic square-wave workload (`pipelines.synthetic.build_deepplace_sequences`).
+
+For each source and load it fits, on the training split only, the learned forecaster with and without EC inputs
+and the four baselines, and scores them on the test split (`forecast_table`: every test job at arrival and at
+running origins). Prints fit seconds, forecasts per second (job_view + features + numpy net, batches of 300 jobs,
+one thread) and per forecaster the mean pinball loss / C and the coverage of each level, overall and at arrival /
+running origins.
+
+    python benchmarks/bench_forecast.py [--traces /work/shared/traces] [--preset sample|default] [--sources bitbrains,deepplace]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from models.usage_forecast import (  # noqa: E402
+    FORECAST_PRESETS,
+    fit_forecasters,
+    forecast_table,
+    origin_state,
+    summarise_forecast_table,
+)
+from sim.config import SimConfig  # noqa: E402
+from sim.jobs import JobBatch  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out" / "forecast"
+LOAD = 50
+N_TRAIN, N_TEST = 20, 10
+
+
+def bitbrains_sequences(traces: Path) -> pl.DataFrame:
+    """Bitbrains job sequences through the pipeline's own functions (cached)."""
+    cache = OUT / "bitbrains_sequences.parquet"
+    if cache.exists():
+        return pl.read_parquet(cache)
+    from pipelines.equivalence import EcConfig, assignments_frame, sweep_methods
+    from pipelines.features import series_matrix
+    from pipelines.ingest import ingest_shard
+    from pipelines.job_sequences import SequenceConfig, build_job_sequences
+    from pipelines.long_running import LongRunningConfig, filter_long_running
+    from pipelines.sources import SOURCES
+    from pipelines.usage import UsageConfig, iter_usage_chunks
+    from pipelines.workloads import build_workloads
+
+    t0 = time.perf_counter()
+    src = SOURCES["bitbrains"]
+    with tempfile.TemporaryDirectory(prefix="bench_forecast_") as tmp:
+        files = []
+        for key, path in src.discover(traces, "vm_usage").items():
+            files.append(Path(tmp) / f"{key}.parquet")
+            ingest_shard(src, "vm_usage", path, files[-1], Path(tmp) / f"q_{key}.parquet")
+        raw = {"vm_usage": pl.scan_parquet(files)}
+        workloads = build_workloads("bitbrains", raw)
+        ucfg = UsageConfig(fill_policy="linear", max_fill_bins=2)
+        usage = pl.concat([u for u, _ in iter_usage_chunks("bitbrains", raw, ucfg, chunk_s=48 * 3600)])
+    lcfg = LongRunningConfig(min_contiguous_bins={"bitbrains": 6000}, rule={"bitbrains": "contiguous_bins"})
+    kept, _ = filter_long_running(workloads, usage, lcfg)
+    series = series_matrix(usage, kept, None)
+    sweep = sweep_methods(series, "bitbrains", EcConfig(k_min=3, k_max=8, n_init=10, methods=("aggregate",)))
+    k = sweep.best_k["aggregate"]
+    assignments = assignments_frame(sweep, "aggregate", k)
+    scfg = SequenceConfig(loads_pct=(LOAD,), n_train_sequences=N_TRAIN, n_test_sequences=N_TEST)
+    seqs, _ = build_job_sequences(usage, kept, assignments, scfg)
+    OUT.mkdir(parents=True, exist_ok=True)
+    seqs.write_parquet(cache)
+    print(
+        f"bitbrains: {kept.height} of {workloads.height} VMs long-running, EC aggregate k={k}, "
+        f"{seqs.height} jobs; built in {time.perf_counter() - t0:.1f} s"
+    )
+    return seqs
+
+
+def deepplace_sequences() -> pl.DataFrame:
+    from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+
+    cfg = DeepPlaceConfig(loads_pct=(LOAD,), n_train_sequences=N_TRAIN, n_test_sequences=N_TEST)
+    return build_deepplace_sequences(cfg)[0]
+
+
+def forecasts_per_second(
+    sim_cfg: SimConfig, forecaster, test: JobBatch, batch: int = 300, reps: int = 20
+) -> float:
+    """Job-forecasts per second of `forecaster.forecast` on running test jobs, `batch` jobs per call."""
+    rng = np.random.default_rng(0)
+    is_real = np.arange(test.max_jobs)[None, :] < test.n_jobs[:, None]
+    n_obs = np.where(test.duration >= 2, rng.integers(1, np.maximum(test.duration, 2)), 0)
+    state = origin_state(sim_cfg, test, n_obs)
+    env, job = np.nonzero(is_real)
+    pick = rng.choice(len(env), size=min(batch, len(env)), replace=False)
+    e, j = env[pick], job[pick]
+    forecaster.forecast(sim_cfg, state, e, j)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        forecaster.forecast(sim_cfg, state, e, j)
+    return reps * len(e) / (time.perf_counter() - t0)
+
+
+def run_source(name: str, seqs: pl.DataFrame, preset: str) -> None:
+    sim_cfg = SimConfig(n_labels=max(16, int(seqs["ec_label"].max()) + 1))
+    cfg = FORECAST_PRESETS[preset]
+    train = JobBatch.from_frame(seqs.filter(pl.col("split") == "train"))
+    test = JobBatch.from_frame(seqs.filter(pl.col("split") == "test"))
+    n_tr = int(train.n_jobs.sum())
+    n_te = int(test.n_jobs.sum())
+    n_wl = seqs.group_by("split").agg(pl.col("workload_id").n_unique()).sort("split").rows()
+    print(f"\n=== {name} (load {LOAD} %): {n_tr} training jobs, {n_te} test jobs; distinct workloads {n_wl}")
+    t0 = time.perf_counter()
+    forecasters = fit_forecasters(sim_cfg, train, cfg)
+    print(f"fit all (learned x2 + baselines): {time.perf_counter() - t0:.1f} s")
+    for key in ("learned_with_ec", "learned_without_ec"):
+        rep = forecasters[key].report
+        cov = {k: round(v, 3) for k, v in rep["calibration_coverage"].items()}
+        print(
+            f"  {key}: fit {rep['fit_s']:.1f} s, {rep['epochs_run']} epochs, examples {rep['n_examples']}, "
+            f"workloads {rep['n_workloads']}, calibration coverage {cov}"
+        )
+        print(
+            f"    forecasts/s (batches of 300, 1 thread): {forecasts_per_second(sim_cfg, forecasters[key], test):,.0f}"
+        )
+    t0 = time.perf_counter()
+    table = forecast_table(sim_cfg, test, forecasters, origins_per_job=3, seed=0)
+    print(
+        f"forecast table: {time.perf_counter() - t0:.1f} s, {int(table.filter(pl.col('level') == 0.5)['n'].sum()) // 2:,} scored job-steps per level and resource"
+    )
+    cols = ["forecaster", "pinball_frac", "coverage_50", "coverage_90", "coverage_95", "coverage_99"]
+    with pl.Config(
+        tbl_rows=40, tbl_cols=12, tbl_width_chars=160, float_precision=4, tbl_hide_dataframe_shape=True
+    ):
+        print("all origins:")
+        print(summarise_forecast_table(table).select(cols))
+        print("by origin (arrival: nothing observed; running: ages 1 .. duration - 1):")
+        print(summarise_forecast_table(table, ("origin",)).select(["origin", *cols]))
+        h95 = (
+            table.filter((pl.col("level") == 0.95) & pl.col("forecaster").str.starts_with("learned"))
+            .group_by("forecaster", "horizon_step")
+            .agg((pl.col("coverage") * pl.col("n")).sum() / pl.col("n").sum())
+            .pivot(on="horizon_step", index="forecaster")
+        )
+        print("95 % coverage of the learned forecasters per horizon step 1..H:")
+        print(h95.select("forecaster", *[str(h) for h in (1, 2, 4, 8, 12, 24) if str(h) in h95.columns]))
+    OUT.mkdir(parents=True, exist_ok=True)
+    table.write_parquet(OUT / f"table_{name}.parquet")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces", type=Path, default=Path("/work/shared/traces"))
+    ap.add_argument("--preset", default="default", choices=sorted(FORECAST_PRESETS))
+    ap.add_argument("--sources", default="bitbrains,deepplace")
+    args = ap.parse_args()
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; preset {args.preset}: {dataclasses.asdict(FORECAST_PRESETS[args.preset])}"
+    )
+    t0 = time.perf_counter()
+    for name in args.sources.split(","):
+        seqs = bitbrains_sequences(args.traces) if name == "bitbrains" else deepplace_sequences()
+        run_source(name, seqs, args.preset)
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+from dataclasses import replace
+
+import numpy as np
+import polars as pl
+import pytest
+
+from models.usage_forecast import (
+    EcAgeQuantileForecaster,
+    ForecastConfig,
+    LastPeriodMaxForecaster,
+    QuantileUsageForecaster,
+    RequestForecaster,
+    SeasonalNaiveForecaster,
+    _Examples,
+    _train_network,
+    fit_usage_forecaster,
+    forecast_table,
+    origin_state,
+    seasonal_values,
+    summarise_forecast_table,
+)
+from sim.config import SimConfig
+from sim.core import relabel
+from sim.forecast import UsageForecaster
+from sim.jobs import JobBatch
+
+SIM = SimConfig(n_labels=4)
+TINY = ForecastConfig(
+    horizon=6,
+    n_recent=12,
+    n_short=4,
+    period_steps=6,
+    hidden=(32, 32),
+    epochs=12,
+    patience=3,
+    origins_per_job=3,
+    max_examples=6000,
+    lr=3e-3,
+)
+
+
+def _stationary(n_seq: int, n_jobs: int, seed: int, prefix: str) -> JobBatch:
+    """Jobs whose units are iid around a per-job level (label = level bucket): a stationary source."""
+    rng = np.random.default_rng(seed)
+    seqs = []
+    for s in range(n_seq):
+        jobs = []
+        for i in range(n_jobs):
+            level = rng.uniform(1.0, 6.0, size=2)
+            dur = int(rng.integers(10, 40))
+            units = np.clip(np.round(level + rng.normal(0.0, 0.8, size=(dur, 2))), 0, 8).astype(int)
+            jobs.append(
+                {
+                    "arrival_step": int(rng.integers(0, 50)),
+                    "usage": units.tolist(),
+                    "ec_label": int(min(level[0] // 1.5, 3)),
+                    "request": [8, 8],
+                    "workload_id": f"{prefix}-{s}-{i}",
+                }
+            )
+        seqs.append(jobs)
+    return JobBatch.from_jobs(seqs)
+
+
+@pytest.fixture(scope="module")
+def data():
+    train = _stationary(20, 40, seed=0, prefix="train")
+    test = _stationary(10, 40, seed=1, prefix="test")
+    learned = fit_usage_forecaster(SIM, train, TINY)
+    no_ec = fit_usage_forecaster(SIM, train, replace(TINY, use_ec=False))
+    baselines = {
+        "request": RequestForecaster(6),
+        "ec_age_quantile": EcAgeQuantileForecaster.fit(train, SIM.n_labels, 6),
+        "seasonal_naive": SeasonalNaiveForecaster(6, period_steps=6),
+        "last_period_max": LastPeriodMaxForecaster(6, period_steps=6),
+    }
+    return train, test, learned, no_ec, baselines
+
+
+def _running_state(jobs: JobBatch, seed: int):
+    rng = np.random.default_rng(seed)
+    n_obs = np.where(rng.random(jobs.duration.shape) < 0.3, 0, rng.integers(0, np.maximum(jobs.duration, 1)))
+    env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    return n_obs, env, job
+
+
+def test_every_forecaster_gives_monotone_quantiles_of_the_right_shape(data):
+    _, test, learned, no_ec, baselines = data
+    n_obs, env, job = _running_state(test, 0)
+    state = origin_state(SIM, test, n_obs)
+    for f in [learned, no_ec, *baselines.values()]:
+        assert isinstance(f, UsageForecaster)
+        q = f.forecast(SIM, state, env, job)
+        assert q.shape == (len(env), 4, 6, 2)
+        assert np.isfinite(q).all() and (q >= 0).all() and (q <= 8).all()
+        assert (np.diff(q, axis=1) >= 0).all()
+    assert learned.forecast(SIM, state, env, job, horizon=3).shape == (len(env), 4, 3, 2)
+
+
+def test_coverage_on_a_stationary_source_is_within_two_points_of_nominal(data):
+    _, test, learned, _, _ = data
+    table = forecast_table(SIM, test, {"learned": learned}, origins_per_job=3, seed=0)
+    summary = summarise_forecast_table(table)
+    assert summary["coverage_90"][0] == pytest.approx(0.90, abs=0.02)
+    assert summary["coverage_95"][0] == pytest.approx(0.95, abs=0.02)
+    assert learned.report["calibration_coverage"][0.95] >= 0.95
+
+
+def test_no_forecast_reads_the_future(data):
+    _, test, learned, no_ec, baselines = data
+    n_obs, env, job = _running_state(test, 1)
+    n_obs = np.minimum(n_obs, test.duration)
+    ages = np.arange(test.max_duration)[None, None, :]
+    is_future = (ages >= n_obs[..., None])[..., None]
+    noise = np.random.default_rng(2).integers(0, 9, size=test.usage.shape)
+    alive = (ages < test.duration[..., None])[..., None]
+    perturbed = replace(test, usage=np.where(is_future & alive, noise, test.usage).astype(np.int16))
+    assert (perturbed.usage != test.usage).any()
+    before = origin_state(SIM, test, n_obs)
+    after = origin_state(SIM, perturbed, n_obs)
+    for f in [learned, no_ec, *baselines.values()]:
+        np.testing.assert_array_equal(f.forecast(SIM, before, env, job), f.forecast(SIM, after, env, job))
+
+
+def test_asking_beyond_the_trained_horizon_names_the_forecaster(data):
+    _, test, learned, _, baselines = data
+    n_obs, env, job = _running_state(test, 3)
+    state = origin_state(SIM, test, n_obs)
+    with pytest.raises(ValueError, match=r"QuantileUsageForecaster.*horizon of 7 steps.*1\.\.6"):
+        learned.forecast(SIM, state, env, job, horizon=7)
+    with pytest.raises(ValueError, match=r"'learned'.*forecasts 6 steps.*horizon of 12"):
+        forecast_table(SIM, test, {"learned": learned, **baselines}, horizon=12)
+
+
+def test_an_empty_training_split_is_an_error():
+    empty = JobBatch.from_jobs([[]])
+    with pytest.raises(ValueError, match=r"QuantileUsageForecaster\(use_ec=True.*empty training split"):
+        fit_usage_forecaster(SIM, empty, TINY)
+    with pytest.raises(ValueError, match="EcAgeQuantileForecaster: empty training split"):
+        EcAgeQuantileForecaster.fit(empty, SIM.n_labels)
+
+
+def test_a_nan_loss_names_the_forecaster_epoch_and_iteration():
+    rng = np.random.default_rng(0)
+    n = 64
+    ex = _Examples(
+        x=rng.normal(size=(n, 5)),
+        anchors=np.ones((n, 2, 6, 2)),
+        y=np.full((n, 6, 2), np.nan),
+        alive=np.ones((n, 6), dtype=bool),
+        scale=np.ones((n, 2)),
+        request=np.ones((n, 2)),
+        workload=np.array(["w"] * n, dtype=object),
+    )
+    with pytest.raises(ValueError, match=r"my-forecaster: training loss is nan at epoch 1, iteration 1"):
+        _train_network(ex, ex, TINY, np.array([8, 8]), "my-forecaster")
+
+
+def test_ec_off_drops_exactly_the_ec_inputs_and_ignores_labels(data):
+    _, test, learned, no_ec, _ = data
+    # one-hot label (G) and the per-age prior (H x D) are the EC features
+    assert len(learned.x_mean) - len(no_ec.x_mean) == SIM.n_labels + TINY.horizon * 2
+    n_obs, env, job = _running_state(test, 4)
+    state = origin_state(SIM, test, n_obs)
+    other = relabel(SIM, state, (test.ec_label + 1) % SIM.n_labels)
+    np.testing.assert_array_equal(no_ec.forecast(SIM, state, env, job), no_ec.forecast(SIM, other, env, job))
+    assert not np.array_equal(learned.forecast(SIM, state, env, job), learned.forecast(SIM, other, env, job))
+
+
+def test_the_table_scores_every_forecaster_and_the_request_always_covers(data):
+    _, test, learned, _, baselines = data
+    table = forecast_table(SIM, test, {"learned": learned, **baselines}, origins_per_job=1, seed=0)
+    assert set(table["forecaster"].unique()) == {"learned", *baselines}
+    assert set(table["origin"].unique()) == {"arrival", "running"}
+    assert table["horizon_step"].max() == 6
+    request = table.filter(pl.col("forecaster") == "request")
+    assert (request["coverage"] == 1.0).all()  # requests of 8 units (= C) cover everything
+    assert (table["pinball_frac"] == table["pinball_units"] / 8).all()
+
+
+def test_seasonal_values_read_the_most_recent_same_phase_observed_age():
+    # window R = 4 holds ages 2..5 (n_observed 6); period 3: target ages 6, 7, 8 read ages 3, 4, 5
+    x0 = np.array([[10.0, 11.0, 12.0, 13.0]])[..., None]
+    seen = np.ones((1, 4), dtype=bool)
+    values, valid = seasonal_values(x0, seen, np.array([6]), 4, np.array([[3]]))
+    assert values[0, :, 0].tolist() == [11.0, 12.0, 13.0, 11.0]
+    assert valid.all()
+
+
+def test_same_seed_same_forecaster():
+    train = _stationary(4, 20, seed=5, prefix="w")
+    cfg = replace(TINY, epochs=2, max_examples=800)
+    a, b = fit_usage_forecaster(SIM, train, cfg), fit_usage_forecaster(SIM, train, cfg)
+    assert isinstance(a, QuantileUsageForecaster)
+    for (wa, ba), (wb, bb) in zip(a.weights, b.weights, strict=True):
+        np.testing.assert_array_equal(wa, wb)
+        np.testing.assert_array_equal(ba, bb)
+    np.testing.assert_array_equal(a.shifts, b.shifts)
