@@ -111,8 +111,8 @@ class UsageRunConfig(Config):
 USAGE_INVARIANTS_SQL = """
 select
     count(*) filter (where bin_start_s % {bin_s} <> 0)                       as n_off_grid,
-    count(*) filter (where cpu_frac < 0 or mem_frac < 0
-                        or isnan(cpu_frac) or isnan(mem_frac))               as n_bad_values,
+    count(*) filter (where not (isfinite(cpu_frac) and isfinite(mem_frac)
+                                and cpu_frac >= 0 and mem_frac >= 0))        as n_bad_values,
     count(*) filter (where is_filled and n_samples <> 0)                     as n_filled_with_samples,
     count(*) - count(distinct (workload_id, bin_start_s))                    as n_duplicate_bins
 from read_parquet({files})
@@ -162,8 +162,10 @@ def usage_config_for(config: UsageRunConfig, source: str) -> UsageConfig:
         AssetCheckSpec(
             "usage_contract",
             asset="core__usage",
-            description="bins on the 5-minute grid, one per workload, non-negative finite fractions, "
-            "filled bins carry no samples (metadata also counts the bins above one machine, per resource)",
+            description="ERROR, blocking: bins on the 5-minute grid, one per workload, finite non-negative "
+            "fractions (no NaN, no infinity), filled bins carry no samples (metadata also counts the bins above "
+            "one machine, per resource)",
+            blocking=True,
         ),
         AssetCheckSpec(
             "usage_within_one_machine",
@@ -208,7 +210,10 @@ def core__usage(
     return MaterializeResult(
         check_results=[
             AssetCheckResult(
-                check_name="usage_contract", passed=not any(broken.values()), metadata={**broken, **above}
+                check_name="usage_contract",
+                passed=not any(broken.values()),
+                severity=AssetCheckSeverity.ERROR,
+                metadata={**broken, **above},
             ),
             AssetCheckResult(
                 check_name="usage_within_one_machine",

@@ -115,6 +115,9 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
         on_disk_rows, on_disk_quarantined = parquet_rows(out), parquet_rows(quarantine)
         added_up = stats.rows_in == on_disk_rows + on_disk_quarantined
         head = pl.scan_parquet(out).head(10).collect()
+        reasons = quarantine_reason_counts(quarantine)
+        if reasons:
+            context.log.warning(f"{name}[{shard}]: quarantined lines by reason: {reasons}")
         return MaterializeResult(
             metadata={
                 **frame_metadata(head),
@@ -122,6 +125,7 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
                 **{k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, int | float)},
                 "dagster/row_count": stats.rows_written,
                 "source_file": MetadataValue.path(str(found[shard])),
+                "quarantined_by_reason": MetadataValue.json(reasons),
                 "path": MetadataValue.path(str(out)),
                 **_unread_metadata(source, trace_root, unread),
             },
@@ -140,6 +144,14 @@ def build_raw_asset(source: TraceSource, table: str, trace_root: Path) -> Assets
         )
 
     return _raw
+
+
+def quarantine_reason_counts(quarantine: Path) -> dict[str, int]:
+    """Quarantined lines of one shard per kind of reason (the reason up to its first ':', e.g. "non-finite
+    cpu_util_pct", "invalid UTF-8 at byte 12"), most frequent first."""
+    reasons = pl.scan_parquet(quarantine).select(pl.col("reason").str.split(":").list.first().alias("kind"))
+    counts = reasons.group_by("kind").len().sort(["len", "kind"], descending=[True, False]).collect()
+    return dict(counts.iter_rows())
 
 
 def _unread_metadata(source: TraceSource, trace_root: Path, unread: list[Path]) -> dict:

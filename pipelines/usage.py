@@ -16,7 +16,9 @@ one-pass lazy plan the pieces reproduce exactly (its group-by holds every output
 Bins: `bin_start_s = floor(t / 300) * 300` in the source's trace time. Rows come in no particular order
 unless `UsageConfig.sort_rows` (then sorted within each piece).
 
-Validity: a raw row whose CPU or memory value is null, NaN or negative (or a reason of the source's own, such as
+Validity: a value outside its column's valid range, NaN or infinite never reaches a raw table (the source quarantines
+its line at ingest, `pipelines.sources.base.CsvTable.ranges`). A raw row whose CPU or memory value is null, NaN,
+infinite or negative (or a reason of the source's own, such as
 Google's window ending before it starts) is dropped and counted under `rows_dropped_<reason>` (first matching
 reason, `pipelines.sources.mapping.BAD_ROW_REASONS`). Nothing is dropped silently.
 
@@ -30,7 +32,8 @@ and counts it (`SimConfig.oversize="clip"`).
 Gaps: a bin without samples is absent unless `UsageConfig.fill_policy` is "hold" (repeat the last value before
 the gap) or "linear" (interpolate between the bins around the gap) AND the gap is at most `max_fill_bins` bins;
 such rows have `is_filled = True`, `n_samples = 0` and are counted (`bins_filled`). Longer gaps stay gaps, and
-nothing is filled before the first or after the last bin of a workload.
+nothing is filled before the first or after the last bin of a workload. A fill only copies (or interpolates between)
+bins whose values are finite and non-negative: a gap next to any other value stays a gap.
 """
 
 from __future__ import annotations
@@ -102,9 +105,14 @@ def fill_gaps(usage: pl.LazyFrame, cfg: UsageConfig) -> pl.LazyFrame:
             return pl.col(c)
         return pl.col(c) + (pl.col(f"next_{c}") - pl.col(c)) * k / (pl.col("gap") + 1)
 
+    # the bins a fill reads: the one before the gap, and for "linear" the one after it too
+    sources = ["cpu_frac", "mem_frac"] + (
+        ["next_cpu_frac", "next_mem_frac"] if cfg.fill_policy == "linear" else []
+    )
+    usable = pl.all_horizontal([pl.col(c).is_finite() & (pl.col(c) >= 0) for c in sources]).fill_null(False)
     fills = (
         s.with_columns(gap, *(e.alias(f"next_{c}") for c, e in nxt.items() if c != "bin_start_s"))
-        .filter(pl.col("gap").is_between(1, cfg.max_fill_bins))
+        .filter(pl.col("gap").is_between(1, cfg.max_fill_bins) & usable)
         .with_columns(pl.int_ranges(1, pl.col("gap") + 1).alias("k"))
         .explode("k")
         .select(

@@ -3,7 +3,8 @@
 Times are seconds from the start of the sampled period (container_usage rows may start on day 2,
 alibaba/clusterdata issue #52: kept as they are). Normalised values are on [0, 100]; -1 and 101
 are the documented invalid markers and become null (counted, not quarantined). Raw column units: `_s`
-seconds, `_pct` percentages on [0, 100], `_centicores` "100 = 1 core".
+seconds, `_pct` percentages on [0, 100], `_centicores` "100 = 1 core". Every numeric column has a valid range
+(`valid_range`); a value outside it, NaN or infinite, sends its line to the quarantine with the reason.
 
 Canonical mapping (online containers):
   * Workload = container, `workload_id = container_id`; union of container_meta and container_usage ids.
@@ -144,6 +145,31 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 """Raw tables, in schema.txt's column order."""
 
 
+MAX_TIME_S = 31 * 86_400
+"""Latest valid time stamp: the trace covers 8 days from 0 s and container_usage runs to day 9 (issue #52: up to
+777,590 s); a month bounds that with room, and keeps a value such as 1e300 out of an int64 column."""
+MAX_CPU_NUM = 1024
+"""Most cores a machine can have (every machine of the trace has 96)."""
+MAX_CENTICORES = 100 * MAX_CPU_NUM
+"""Largest CPU request, limit or use in centicores (100 = 1 core): a whole machine of the largest size."""
+
+
+def valid_range(column: str) -> tuple[float | None, float | None]:
+    """The valid range of a numeric raw column, from its unit (schema.txt, trace_2018.md): percentages and
+    normalised values on [0, 100] (the invalid markers -1 and 101 are let through, then nulled and counted),
+    times on [0, MAX_TIME_S], centicores on [0, MAX_CENTICORES], cpu_num on [1, MAX_CPU_NUM]; counters and
+    ratios (instance_num, seq_no, cpi, mkpi / mpki, failure_domain_1) non-negative. Every float is also finite."""
+    if column.endswith("_pct"):
+        return 0, 100
+    if column.endswith("_s"):
+        return 0, MAX_TIME_S
+    if column.endswith("_centicores"):
+        return 0, MAX_CENTICORES
+    if column == "cpu_num":
+        return 1, MAX_CPU_NUM
+    return 0, None
+
+
 def _spec(table: str, mandatory: tuple[str, ...], **kw) -> CsvTable:
     schema = SCHEMAS[table]
     # time stamps are "double" in schema.txt for the usage tables: parse as float, require integers
@@ -153,7 +179,7 @@ def _spec(table: str, mandatory: tuple[str, ...], **kw) -> CsvTable:
         table=table,
         schema=schema,
         mandatory=mandatory,
-        non_negative=tuple(c for c, t in schema.items() if t.is_numeric()),
+        ranges={c: valid_range(c) for c, t in schema.items() if t.is_numeric()},
         invalid_markers=tuple(c for c in schema if c.endswith("_pct")),
         parse_as=parse_as,
         **kw,

@@ -15,7 +15,7 @@ import re
 import tarfile
 import threading
 import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +93,10 @@ class CsvTable:
     table: str
     schema: dict[str, pl.DataType]  # the raw schema (output columns, in file order)
     mandatory: tuple[str, ...] = ()  # empty value -> quarantine "empty <col>"
-    non_negative: tuple[str, ...] = ()  # negative value -> quarantine
+    non_negative: tuple[str, ...] = ()  # negative value -> quarantine (shorthand for a range (0, None))
+    ranges: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    """column -> closed valid range (lo, hi), None = unbounded on that side; a value outside -> quarantine.
+    Every float column (as read) must also be finite: NaN and +-inf are quarantined wherever they appear."""
     invalid_markers: tuple[str, ...] = ()  # columns where -1 / 101 mean "invalid" -> null, counted
     order_keys: tuple[str, ...] = ()  # workload key for the time-order check (empty: no check)
     order_time: str | None = None  # time column that must not go backwards within a workload
@@ -103,6 +106,18 @@ class CsvTable:
     @property
     def read_schema(self) -> dict[str, pl.DataType]:
         return {c: self.parse_as.get(c, t) for c, t in self.schema.items()}
+
+    @property
+    def valid_ranges(self) -> dict[str, tuple[float | None, float | None]]:
+        """column -> its declared valid range (`ranges`, else (0, None) for a `non_negative` column)."""
+        out: dict[str, tuple[float | None, float | None]] = dict.fromkeys(self.non_negative, (0, None))
+        out.update(self.ranges)
+        return out
+
+    def undeclared_columns(self) -> list[str]:
+        """Numeric columns with no declared valid range (each source declares one for every numeric column)."""
+        ranges = self.valid_ranges
+        return [c for c, t in self.read_schema.items() if t.is_numeric() and c not in ranges]
 
 
 ORDER_STATE_MERGE_ROWS = 1_000_000
@@ -366,8 +381,29 @@ def count_bytes(chunk: bytes, sep: str) -> tuple[int, int]:
 
 
 def raw_lines(chunk: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> list[str]:
-    """The text of the lines at positions `idx` (for quarantine rows)."""
-    return [chunk[starts[i] : ends[i]].decode("utf-8", "replace").rstrip("\r") for i in idx]
+    """The text of the lines at positions `idx` (for quarantine rows); bytes that are not UTF-8 are written as
+    `\\xNN` escapes, so the quarantine shows them as they are in the file."""
+    return [chunk[starts[i] : ends[i]].decode("utf-8", "backslashreplace").rstrip("\r") for i in idx]
+
+
+def invalid_utf8_lines(chunk: bytes, starts: np.ndarray, ends: np.ndarray) -> dict[int, str]:
+    """Line index -> reason (byte position in the line, offending bytes) for each line of the chunk that is not
+    valid UTF-8. One C-speed decode proves a clean chunk; otherwise only lines holding a byte >= 0x80 are
+    decoded one by one."""
+    try:
+        chunk.decode("utf-8")
+        return {}
+    except UnicodeDecodeError:
+        pass
+    high = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) >= 0x80)
+    out = {}
+    for i in np.unique(np.searchsorted(ends, high)):  # the line of a byte: the first line end at or after it
+        line = chunk[starts[i] : ends[i]]
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            out[int(i)] = f"invalid UTF-8: {line[e.start : e.end]!r} at byte {e.start + 1}"
+    return out
 
 
 def field_counts(chunk: bytes, starts: np.ndarray, ends: np.ndarray, sep: int) -> np.ndarray:
@@ -428,6 +464,40 @@ def _cast_strings(df: pl.DataFrame, spec: CsvTable) -> tuple[pl.DataFrame, pl.Se
     return out, reason
 
 
+def row_conditions(spec: CsvTable) -> list[tuple[pl.Expr, pl.Expr]]:
+    """(is bad, reason) per row check of a table, in the order reasons are reported: empty mandatory fields,
+    non-finite floats, values outside their declared range, malformed flags and integers."""
+    conds = [(pl.col(c).is_null(), pl.lit(f"empty {c}")) for c in spec.mandatory]
+    for c, dtype in spec.read_schema.items():
+        if dtype.is_float():
+            conds.append(
+                (~pl.col(c).is_finite().fill_null(True), pl.format(f"non-finite {c}: {{}}", pl.col(c)))
+            )
+    for c, (lo, hi) in spec.valid_ranges.items():
+        marker = pl.col(c).is_in(INVALID_MARKER_VALUES) if c in spec.invalid_markers else pl.lit(False)
+        if lo is not None:
+            what = f"negative {c}" if lo == 0 else f"{c} below {lo:g}"
+            below = ((pl.col(c) < lo) & ~marker).fill_null(False)
+            conds.append((below, pl.format(f"{what}: {{}}", pl.col(c))))
+        if hi is not None:
+            above = ((pl.col(c) > hi) & ~marker).fill_null(False)
+            conds.append((above, pl.format(f"{c} out of range [{_fmt(lo)}, {hi:g}]: {{}}", pl.col(c))))
+    for c, dtype in spec.schema.items():
+        if spec.read_schema[c] == dtype:
+            continue
+        if dtype == pl.Boolean:
+            not_flag = ~pl.col(c).is_in([0, 1]).fill_null(True)
+            conds.append((not_flag, pl.format(f"{c} is not a 0/1 flag: {{}}", pl.col(c))))
+        if dtype.is_integer():
+            not_int = (pl.col(c) != pl.col(c).round()).fill_null(False)
+            conds.append((not_int, pl.format(f"non-integer {c}: {{}}", pl.col(c))))
+            low = float(np.iinfo(_NUMPY_INT[dtype]).min)
+            # valid: min <= x < max + 1 = -min (exact in float, unlike max itself for int64)
+            wide = ((pl.col(c) < low) | (pl.col(c) >= -low)).fill_null(False)
+            conds.append((wide, pl.format(f"{c} does not fit {dtype}: {{}}", pl.col(c))))
+    return conds
+
+
 class CsvChunkParser:
     """Stateful parser of one file's chunks (state: last time per workload for the order check)."""
 
@@ -439,6 +509,7 @@ class CsvChunkParser:
         self.path = path
         self.lines_done = 0
         self._pending: list[pl.DataFrame] = []  # per-chunk (key, max time) frames, folded lazily
+        self.conditions = row_conditions(spec)
         self.state_max: int | None = None  # largest time seen so far in this file
 
     def parse(self, chunk: bytes, counts: tuple[int, int] | None = None) -> ParsedBatch:
@@ -515,6 +586,21 @@ class CsvChunkParser:
                     raw_lines(chunk, starts, ends, bad_idx),
                 )
             )
+        undecodable = {i: r for i, r in invalid_utf8_lines(chunk, starts, ends).items() if good[i]}
+        if undecodable:
+            bad_idx = np.fromiter(undecodable, dtype=np.int64)
+            good[bad_idx] = False
+            n_bad += len(bad_idx)
+            qparts.append(
+                quarantine_frame(
+                    spec.source,
+                    spec.table,
+                    self.source_file,
+                    bad_idx + first_line,
+                    list(undecodable.values()),
+                    raw_lines(chunk, starts, ends, bad_idx),
+                )
+            )
         idx = np.flatnonzero(good)
         buf = keep_lines(chunk, starts, ends, good) if n_bad else chunk
         if len(idx) == 0:
@@ -539,21 +625,7 @@ class CsvChunkParser:
 
     def _check(self, df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         """Row checks on typed values; returns the frame (maybe with derived columns) and a reason per row."""
-        spec, conds = self.spec, []
-        for c in spec.mandatory:
-            conds.append((pl.col(c).is_null(), pl.lit(f"empty {c}")))
-        for c in spec.non_negative:
-            neg = pl.col(c) < 0
-            if c in spec.invalid_markers:
-                neg = neg & ~pl.col(c).is_in(INVALID_MARKER_VALUES)
-            conds.append((neg.fill_null(False), pl.format(f"negative {c}: {{}}", pl.col(c))))
-        for c, dtype in spec.schema.items():
-            if spec.read_schema[c] != dtype and dtype == pl.Boolean:
-                not_flag = ~pl.col(c).is_in([0, 1]).fill_null(True)
-                conds.append((not_flag, pl.format(f"{c} is not a 0/1 flag: {{}}", pl.col(c))))
-            if spec.read_schema[c] != dtype and dtype.is_integer():
-                not_int = (pl.col(c) != pl.col(c).round()).fill_null(False)
-                conds.append((not_int, pl.format(f"non-integer {c}: {{}}", pl.col(c))))
+        spec, conds = self.spec, self.conditions
         reason = pl.Series("r", [None] * df.height, dtype=pl.String)
         if conds:
             any_bad = df.select(pl.any_horizontal([c for c, _ in conds]).alias("b"))["b"]
@@ -624,6 +696,13 @@ class CsvChunkParser:
                 ]
             )
         return df, n
+
+
+_NUMPY_INT = {pl.Int8: np.int8, pl.Int16: np.int16, pl.Int32: np.int32, pl.Int64: np.int64}
+
+
+def _fmt(bound: float | None) -> str:
+    return "-inf" if bound is None else f"{bound:g}"
 
 
 def _is_ordered_per_key(frame: pl.DataFrame, keys: list[str]) -> bool:

@@ -17,8 +17,11 @@ throughput [KB/s]; Network transmitted throughput [KB/s]`. Quirks kept in mind:
   * provisioned capacity (cores, MHz, KB) can change between samples (resizing): kept per row.
 Bad input: a row with the wrong field count, an unparsable or non-integer number, a negative value, or a
 timestamp going backwards within a VM goes to the quarantine with file, line and reason (`raw_line` as in the
-file). The TAB after each `;` needs no rewriting: numbers are parsed with leading blanks allowed. A file that is empty, has no data row, has another header, or cannot be
-decompressed (truncated gzip or zip member, truncated zip) fails its whole partition with an error naming it.
+file). The TAB after each `;` needs no rewriting: numbers are parsed with leading blanks allowed. Files are judged
+one by one: a VM file that is empty, has no data row, has another header, or cannot be decompressed (truncated
+gzip, corrupt zip member) is quarantined whole, as one quarantine row (line 1 and the header when the header is
+at fault, else line 0) counted as one input record, and the other VM files of its partition are ingested. Only a
+partition that cannot be listed (a zip whose directory is unreadable, a folder without VM files) fails whole.
 
 Canonical mapping:
   * Workload = VM, `workload_id = "<set>/<vm>"` (e.g. `rnd/14`): the same VM across months is one workload.
@@ -121,12 +124,30 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 """Raw table: set (`rnd` / `fastStorage`), VM id (file name), month folder (`2013-7`, empty without one), then
 every column of the file."""
 
+VALID_RANGES: dict[str, tuple[float, float]] = {
+    "timestamp_s": (946_684_800, 2_147_483_647),  # 2000-01-01 .. 2038 in epoch seconds (the trace: 2013)
+    "cpu_cores": (0, 1024),
+    "cpu_capacity_mhz": (0, 1024 * 10_000.0),  # 1024 cores at 10 GHz
+    "cpu_usage_mhz": (0, 1024 * 10_000.0),
+    # above 100 in the trace (up to 154.6 in rnd/2013-7: bursts over the provisioned capacity)
+    "cpu_usage_pct": (0, 1000),
+    "mem_capacity_kb": (0, 2.0**34),  # 16 TiB in KiB
+    "mem_usage_kb": (0, 2.0**34),
+    "disk_read_kb_per_s": (0, 1e9),  # 1 TB/s
+    "disk_write_kb_per_s": (0, 1e9),
+    "net_rx_kb_per_s": (0, 1e9),
+    "net_tx_kb_per_s": (0, 1e9),
+}
+"""Valid range of every file column: physical bounds far above the trace (largest VM: 32 cores, 86,400 MHz,
+64 GiB), so that a corrupt value (1e300, a timestamp in ms) is quarantined while every genuine sample passes.
+Every value must also be finite."""
+
 FILE_SPEC = CsvTable(
     source=NAME,
     table=TABLE,
     schema=FILE_COLUMNS,
     mandatory=("timestamp_s",),
-    non_negative=tuple(FILE_COLUMNS),
+    ranges=VALID_RANGES,
     # E notation and "2.0" are legal floats: read as float, require whole numbers
     parse_as={"timestamp_s": F64, "cpu_cores": F64},
     separator=";",
@@ -211,7 +232,7 @@ def discover_partitions(root: Path) -> dict[str, Path]:
 
 @dataclass(frozen=True)
 class _Piece:
-    """Data lines of one file inside a parse buffer."""
+    """Data lines of one file inside a parse buffer, or (`problem` set, no lines) a file quarantined whole."""
 
     label: str  # file as named in errors and the quarantine
     vm_set: str
@@ -220,12 +241,21 @@ class _Piece:
     first_line: int  # line number in the file of the piece's first line
     n_lines: int
     n_seps: int  # ';' in the piece (the parser's fast-path test)
+    problem: IngestError | None = None  # why the whole file is quarantined
+
+
+class BadVmFile(IngestError):
+    """A VM file whose header line is at fault (wrong, or nothing after it): `line` is that header."""
+
+    def __init__(self, path: Path | str, message: str, line: bytes):
+        super().__init__(path, message)
+        self.line = line
 
 
 def _check_header(label: str, line: bytes) -> None:
     got = tuple(f.strip() for f in line.decode("utf-8", "replace").rstrip("\r\n").split(";"))
     if got != HEADER:
-        raise IngestError(label, f"wrong header: expected {';'.join(HEADER)!r}, got {line[:300]!r}")
+        raise BadVmFile(label, f"wrong header: expected {';'.join(HEADER)!r}, got {line[:300]!r}", line)
 
 
 def _file_chunks(name: str, f, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
@@ -237,7 +267,7 @@ def _file_chunks(name: str, f, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
         raise IngestError(name, "empty file")
     cut = first.find(b"\n")
     _check_header(name, first[:cut])
-    line, body = 2, first[cut + 1 :]
+    header, line, body = first[:cut], 2, first[cut + 1 :]
     seen_data = False
     for chunk in [body] if body else []:
         seen_data = True
@@ -248,7 +278,7 @@ def _file_chunks(name: str, f, batch_bytes: int) -> Iterator[tuple[int, bytes]]:
         yield line, chunk
         line += chunk.count(b"\n")
     if not seen_data:
-        raise IngestError(name, "no data rows after the header")
+        raise BadVmFile(name, "no data rows after the header", header)
 
 
 def _folder_files(path: Path) -> Iterator[tuple[str, str, str, str, Path]]:
@@ -284,6 +314,25 @@ def _piece(label: str, vm_set: str, vm: str, month: str, line: int, chunk: bytes
     return _Piece(label, vm_set, vm, month, line, chunk.count(b"\n"), chunk.count(b";")), chunk
 
 
+def _file_pieces(label: str, vm_set: str, vm: str, month: str, name: str, f, batch_bytes: int):
+    """Every piece of one VM file, read whole before any is passed on, so that a file found bad at any point
+    (header, decompression) becomes one piece with its `problem` and nothing else of it is parsed."""
+    try:
+        return [_piece(label, vm_set, vm, month, line, c) for line, c in _file_chunks(name, f, batch_bytes)]
+    except IngestError as e:
+        return [(_Piece(label, vm_set, vm, month, 0, 0, 0, problem=e), b"")]
+
+
+def _bad_file_batch(piece: _Piece) -> ParsedBatch:
+    """The one quarantine row of a VM file quarantined whole (counted as one input record)."""
+    err = piece.problem
+    header = isinstance(err, BadVmFile)
+    raw = err.line.decode("utf-8", "backslashreplace").rstrip("\r")[:1000] if header else ""
+    reason = f"whole file quarantined: {err.message}"
+    q = quarantine_frame(NAME, TABLE, piece.label, [1 if header else 0], [reason], [raw])
+    return ParsedBatch(pl.DataFrame(schema=SCHEMAS[TABLE]), q, 1, 0)
+
+
 def _folder_pieces(path: Path, batch_bytes: int) -> Iterator[tuple[_Piece, bytes]]:
     """Pieces of the VM files of a folder; a few files are decompressed at once, in threads (zlib frees the
     GIL), at most READ_AHEAD_FILES ahead of the parser."""
@@ -293,10 +342,11 @@ def _folder_pieces(path: Path, batch_bytes: int) -> Iterator[tuple[_Piece, bytes
 
     def load(item: tuple[str, str, str, str, Path]) -> list[tuple[_Piece, bytes]]:
         label, vm_set, vm, month, p = item
-        with open_stream(p) as f:
-            return [
-                _piece(label, vm_set, vm, month, line, c) for line, c in _file_chunks(str(p), f, batch_bytes)
-            ]
+        try:
+            with open_stream(p) as f:
+                return _file_pieces(label, vm_set, vm, month, str(p), f, batch_bytes)
+        except IngestError as e:  # missing or empty file
+            return [(_Piece(label, vm_set, vm, month, 0, 0, 0, problem=e), b"")]
 
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         for i in range(0, len(files), READ_AHEAD_FILES):
@@ -323,10 +373,11 @@ def _zip_pieces(path: Path, batch_bytes: int) -> Iterator[tuple[_Piece, bytes]]:
             label = f"{path.name}:{member}"
             try:
                 with archive.open(member) as f:
-                    for line, chunk in _file_chunks(f"{path}:{member}", f, batch_bytes):
-                        yield _piece(label, vm_set, vm, month, line, chunk)
+                    pieces = _file_pieces(label, vm_set, vm, month, f"{path}:{member}", f, batch_bytes)
             except (zipfile.BadZipFile, *_DECODE_ERRORS) as e:
-                raise IngestError(f"{path}:{member}", f"cannot decompress zip member: {e}") from e
+                problem = IngestError(f"{path}:{member}", f"cannot decompress zip member: {e}")
+                pieces = [(_Piece(label, vm_set, vm, month, 0, 0, 0, problem=problem), b"")]
+            yield from pieces
 
 
 def _iter_pieces(path: Path, batch_bytes: int) -> Iterator[tuple[_Piece, bytes]]:
@@ -442,6 +493,9 @@ def iter_vm_batches(path: Path, batch_bytes: int = DEFAULT_BATCH_BYTES) -> Itera
     size = 0
     # decompression of the next files overlaps parsing (zlib frees the GIL)
     for piece, chunk in prefetch(_iter_pieces(Path(path), batch_bytes), depth=16):
+        if piece.problem is not None:
+            yield _bad_file_batch(piece)
+            continue
         pieces.append(piece)
         chunks.append(chunk)
         size += len(chunk)

@@ -1,5 +1,8 @@
 """Google clusterdata-2011-2: headerless gzip CSV shards `<table>/part-NNNNN-of-00500.csv.gz`.
 
+Every numeric column has a valid range (`valid_range`); a value outside it, NaN or infinite, sends its line
+to the quarantine with the reason.
+
 Time convention (kept as in the trace, not converted): `*_time_us` are int64 microseconds since
 600 s before the start of the trace window (an event 20 s into the window has 620,000,000);
 0 means "before the window" and 2**63 - 1 means "after the window". Usage windows are nominally
@@ -153,16 +156,42 @@ def _bools_as_int8(schema: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
     return {c: pl.Int8 for c, t in schema.items() if t == pl.Boolean}
 
 
+UNBOUNDED_FRAC = ("disk_io_time_frac", "max_disk_io_time_frac", "max_cpu_rate_frac", "sampled_cpu_rate_frac")
+"""`_frac` columns that are not a share of one machine's capacity held over the window: disk I/O time per second
+(several disks can push it above 1), and the CPU peaks and 1-second samples (short measurements, not a mean;
+only the window mean `cpu_rate_frac` enters the usage table)."""
+VALID_RANGES = {
+    "event_type": (0, 8),  # SUBMIT .. UPDATE_RUNNING
+    "missing_info": (0, 2),  # SNAPSHOT_BUT_NO_TRANSITION .. EXISTS_BUT_NO_CREATION
+    "scheduling_class": (0, 3),
+    "priority": (0, 11),
+    "sample_portion": (0, 1),
+}
+"""Columns with a documented range other than non-negative (ClusterData2011_2.md, schema.csv, the format doc)."""
+
+
+def valid_range(column: str) -> tuple[float | None, float | None]:
+    """The valid range of a numeric raw column: `VALID_RANGES`; a normalised size or rate (`_frac`: a share of
+    the largest machine, which holds at most the whole machine) on [0, 1] except `UNBOUNDED_FRAC`; anything else
+    (times in µs with their special values 0 and 2**63 - 1, ids, indexes, cpi, mai) non-negative. Every float is
+    also finite."""
+    if column in VALID_RANGES:
+        return VALID_RANGES[column]
+    if column.endswith("_frac") and column not in UNBOUNDED_FRAC:
+        return 0, 1
+    return 0, None
+
+
 def _spec(table: str, mandatory: tuple[str, ...], **kw) -> CsvTable:
     schema = SCHEMAS[table]
-    non_negative = tuple(c for c, t in schema.items() if t.is_numeric())
+    parse_as = _bools_as_int8(schema)
     return CsvTable(
         source=NAME,
         table=table,
         schema=schema,
         mandatory=mandatory,
-        non_negative=non_negative,
-        parse_as=_bools_as_int8(schema),
+        ranges={c: valid_range(c) for c, t in schema.items() if parse_as.get(c, t).is_numeric()},
+        parse_as=parse_as,
         **kw,
     )
 

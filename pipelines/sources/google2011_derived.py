@@ -10,6 +10,9 @@ Files (names in `EXPECTED_FILES`; anything else in the folder is reported as unr
   tarball beside it) -> table `job_days`: members / files `vm_<job>_<k>`, each 288 lines
   `cpu_percent mem_percent` (space separated); one row per line with job_id, day_index = k, step 0..287.
 
+Every numeric column has a valid range (`sums_range`, `DAYS_SPEC`); a value outside it, NaN or infinite,
+sends its line to the quarantine with the reason.
+
 Canonical mapping:
   * A workload is a whole job: what the GCD_VMs publisher packs as one VM, and the only unit both tables
     share (job_days carry no task count, so no per-task mean can be formed for them).
@@ -127,13 +130,34 @@ EXPECTED_FILES = {
 }
 """Table -> the file names and layout `discover` accepts (shown when a file in the folder matches none)."""
 
+CELL_MACHINES = 13_000
+"""Upper bound of a whole-job sum in machines: the 2011 cell has about 12,500 machines (trace-schemas.md), so no
+job can use more (job 6336594489, the largest, peaks at 210 machines of CPU and 1,709 of 1-second CPU peaks)."""
+MAX_TASKS = 1_000_000
+"""Upper bound of a job's task (and machine) count in one step (the largest job of the trace has about 40,000)."""
+MAX_TIME_S = 40 * 86_400
+"""Latest valid step time: the trace covers 29 days from 600 s."""
+
+
+def sums_range(column: str) -> tuple[float | None, float | None]:
+    """The valid range of a job_sums column: sums of fractions of a machine on [0, CELL_MACHINES], counts on
+    [0, MAX_TASKS], times on [0, MAX_TIME_S]; cpi / mai sums and the others non-negative. Floats also finite."""
+    if column.endswith("_sum_frac"):
+        return 0, CELL_MACHINES
+    if column in ("n_tasks", "n_machines"):
+        return 0, MAX_TASKS
+    if column == "time_s":
+        return 0, MAX_TIME_S
+    return 0, None
+
+
 _SUMS_FILE_SCHEMA = {c: t for c, t in SCHEMAS["job_sums"].items() if c != "job_id"}
 SUMS_SPEC = CsvTable(
     source=NAME,
     table="job_sums",
     schema=_SUMS_FILE_SCHEMA,
     mandatory=("time_s", "n_tasks"),
-    non_negative=tuple(_SUMS_FILE_SCHEMA),
+    ranges={c: sums_range(c) for c in _SUMS_FILE_SCHEMA},
     # written by numpy as floats ("878856.0", "1.0"): parse as float, require whole numbers
     parse_as={c: pl.Float64 for c, t in _SUMS_FILE_SCHEMA.items() if t.is_integer()},
 )
@@ -142,7 +166,8 @@ DAYS_SPEC = CsvTable(
     table="job_days",
     schema={"cpu_pct": pl.Float64, "mem_pct": pl.Float64},
     mandatory=("cpu_pct", "mem_pct"),
-    non_negative=("cpu_pct", "mem_pct"),
+    # whole-job percent of one machine: above 100 for jobs larger than a machine (mem up to 131 in GCD_VMs.dev)
+    ranges={"cpu_pct": (0, 100 * CELL_MACHINES), "mem_pct": (0, 100 * CELL_MACHINES)},
     separator=" ",
 )
 

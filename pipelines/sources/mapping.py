@@ -23,7 +23,14 @@ import polars as pl
 
 from pipelines.schemas import BIN_SECONDS
 
-BAD_ROW_REASONS = ("no_workload_id", "null_usage", "nan_usage", "negative_usage", "bad_window")
+BAD_ROW_REASONS = (
+    "no_workload_id",
+    "null_usage",
+    "nan_usage",
+    "infinite_usage",
+    "negative_usage",
+    "bad_window",
+)
 """Why a raw usage row is dropped before binning (first matching reason), counted as rows_dropped_<reason>."""
 
 BINNED = {
@@ -128,6 +135,8 @@ def bad_reason(cpu: pl.Expr, mem: pl.Expr) -> pl.Expr:
         .then(pl.lit("null_usage"))
         .when(cpu.is_nan() | mem.is_nan())
         .then(pl.lit("nan_usage"))
+        .when(cpu.is_infinite() | mem.is_infinite())
+        .then(pl.lit("infinite_usage"))
         .when((cpu < 0) | (mem < 0))
         .then(pl.lit("negative_usage"))
     )

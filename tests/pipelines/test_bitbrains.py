@@ -157,38 +157,43 @@ def test_time_order_is_checked_across_chunks_of_one_vm(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("content", "message"),
+    ("content", "line", "message"),
     [
-        (None, "empty file"),  # 0 bytes
-        (b"", "empty file"),  # valid gzip of nothing
-        ((HEADER + "\n").encode(), "no data rows"),
-        (("Timestamp;CPU\n" + GOOD + "\n").encode(), "wrong header"),
+        (None, 0, "empty file"),  # 0 bytes
+        (b"", 0, "empty file"),  # valid gzip of nothing
+        ((HEADER + "\n").encode(), 1, "no data rows"),
+        (("Timestamp;CPU\n" + GOOD + "\n").encode(), 1, "wrong header"),
+        (b"Timestamp \xff;CPU\n" + GOOD.encode() + b"\n", 1, "wrong header"),  # a bad byte in the header
     ],
 )
-def test_bad_file_fails_its_partition_naming_the_file(tmp_path, content, message):
+def test_bad_file_is_quarantined_alone(tmp_path, content, line, message):
     month = tmp_path / "rnd" / "2013-8"
     write_vm(month, "1", [HEADER, GOOD])
+    write_vm(month, "3", [HEADER, GOOD, GOOD.replace("1376000000", "1376000300")])
     bad = month / "2.csv.gz"
     bad.write_bytes(b"" if content is None else gzip.compress(content, mtime=0))
-    with pytest.raises(IngestError, match=message) as err:
-        ingest_shard(SRC, T, month, tmp_path / "o.parquet", tmp_path / "q.parquet")
-    assert "2.csv.gz" in str(err.value)
-    assert not (tmp_path / "o.parquet").exists()
-    # the other month of the same VM set still ingests
-    ok = tmp_path / "rnd" / "2013-9"
-    write_vm(ok, "1", [HEADER, GOOD])
-    assert ingest_shard(SRC, T, ok, tmp_path / "o9.parquet", tmp_path / "q9.parquet").rows_written == 1
+    stats = ingest_shard(SRC, T, month, tmp_path / "o.parquet", tmp_path / "q.parquet")
+    assert (stats.rows_in, stats.rows_written, stats.rows_quarantined) == (4, 3, 1)
+    assert pl.read_parquet(tmp_path / "o.parquet")["vm_id"].to_list() == ["1", "3", "3"]
+    q = pl.read_parquet(tmp_path / "q.parquet")
+    assert q.select("source_file", "line_number").rows() == [("rnd/2013-8/2.csv.gz", line)]
+    assert q["reason"].item().startswith("whole file quarantined: ") and message in q["reason"].item()
+    if line == 1:
+        assert q["raw_line"].item() == content.split(b"\n")[0].decode("utf-8", "backslashreplace")
 
 
-def test_truncated_gzip_fails_naming_the_file(tmp_path):
+def test_truncated_gzip_is_quarantined_naming_the_file(tmp_path):
     month = tmp_path / "rnd" / "2013-8"
     path = write_vm(month, "3", [HEADER, *[GOOD] * 2000])
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(IngestError, match=r"3\.csv\.gz.*cannot decompress"):
-        read_all(month)
+    write_vm(month, "4", [HEADER, GOOD])
+    rows, q, n = read_all(month)
+    assert n == 2 and rows["vm_id"].to_list() == ["4"]
+    assert q["source_file"].to_list() == ["rnd/2013-8/3.csv.gz"]
+    assert "cannot decompress" in q["reason"].item()
 
 
-def test_truncated_or_corrupt_zip_fails_naming_the_archive(tmp_path):
+def test_truncated_zip_fails_and_a_corrupt_member_is_quarantined_alone(tmp_path):
     data = (ZIP / "bitbrains-gwa-t-12" / "rnd.zip").read_bytes()
     cut = tmp_path / "cut" / "rnd.zip"
     cut.parent.mkdir()
@@ -201,8 +206,27 @@ def test_truncated_or_corrupt_zip_fails_naming_the_archive(tmp_path):
         info = z.getinfo("2013-8/18.csv")
     mid = info.header_offset + 30 + len(info.filename) + info.compress_size // 2
     corrupt.write_bytes(data[:mid] + bytes(b ^ 0xFF for b in data[mid : mid + 64]) + data[mid + 64 :])
-    with pytest.raises(IngestError, match=r"rnd\.zip:2013-8/18\.csv"):
-        read_all(corrupt)
+    rows, q, n = read_all(corrupt)
+    good_rows, _, _ = read_all(ZIP / "bitbrains-gwa-t-12" / "rnd.zip")
+    assert q["source_file"].to_list() == ["rnd.zip:2013-8/18.csv"]
+    assert rows.height == good_rows.height - 150 and n == rows.height + 1
+    assert rows.filter((pl.col("vm_id") == "18") & (pl.col("month") == "2013-8")).height == 0
+
+
+def test_bad_bytes_cost_their_line_only(tmp_path):
+    month = tmp_path / "rnd" / "2013-8"
+    lines = [HEADER, GOOD, GOOD.replace("1376000000", "1376000300"), GOOD.replace("1376000000", "1376000600")]
+    path = write_vm(month, "5", lines)
+    text = gzip.decompress(path.read_bytes()).replace(b"\t87.7799835", b"\t87.7\xff\xfe", 1)
+    path.write_bytes(gzip.compress(text.replace(b"1376000300;", b"1376000300\xc3;"), mtime=0))
+    rows, q, n = read_all(month)
+    assert n == 3 and rows["timestamp_s"].to_list() == [1376000600]
+    assert q["line_number"].to_list() == [2, 3]
+    assert q["reason"].to_list() == [
+        "invalid UTF-8: b'\\xff' at byte 31",
+        "invalid UTF-8: b'\\xc3' at byte 11",
+    ]
+    assert "87.7\\xff\\xfe" in q["raw_line"][0]
 
 
 # ---------------------------------------------------------------- canonical tables

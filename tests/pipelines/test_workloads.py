@@ -10,7 +10,13 @@ from polars.testing import assert_frame_equal
 
 from pipelines.raw_schemas import RAW_SCHEMAS
 from pipelines.schemas import USAGE, WORKLOADS
-from pipelines.usage import UsageConfig, build_usage, build_usage_with_report, count_bins_above_one_machine
+from pipelines.usage import (
+    UsageConfig,
+    build_usage,
+    build_usage_with_report,
+    count_bins_above_one_machine,
+    fill_gaps,
+)
 from pipelines.workloads import build_workloads
 
 S = 1_000_000  # µs per second
@@ -152,7 +158,7 @@ def test_google_usage_drops_and_counts_bad_rows():
     assert_frame_equal(sorted_usage(usage), expected)
     assert counts_of(report) == {
         "rows_in": 7, "rows_dropped_no_workload_id": 0, "rows_dropped_null_usage": 1, "rows_dropped_nan_usage": 1,
-        "rows_dropped_negative_usage": 1, "rows_dropped_bad_window": 1, "bins_out": 2, "bins_filled": 0,
+        "rows_dropped_infinite_usage": 0, "rows_dropped_negative_usage": 1, "rows_dropped_bad_window": 1, "bins_out": 2, "bins_filled": 0,
     }  # fmt: skip
 
 
@@ -237,7 +243,7 @@ def test_alibaba_usage_normalisation_and_counts():
     assert_frame_equal(sorted_usage(usage), expected)
     assert counts_of(report) == {
         "rows_in": 9, "rows_dropped_no_workload_id": 2, "rows_dropped_null_usage": 1, "rows_dropped_nan_usage": 0,
-        "rows_dropped_negative_usage": 0, "rows_dropped_bad_window": 0, "workloads_without_meta": 1,
+        "rows_dropped_infinite_usage": 0, "rows_dropped_negative_usage": 0, "rows_dropped_bad_window": 0, "workloads_without_meta": 1,
         "workloads_default_cpu_num": 1, "bins_out": 5, "bins_filled": 0,
     }  # fmt: skip
 
@@ -350,6 +356,28 @@ def test_fill_linear_interpolates_across_gaps():
         assert math.isclose(got[b][0], want) and got[b][1] == 0
     mem_1200 = usage.filter(pl.col("bin_start_s") == 1200)["mem_frac"][0]
     assert math.isclose(mem_1200, 0.3 + (0.9 - 0.3) * 2 / 3)
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, -0.5])
+@pytest.mark.parametrize("policy", ["hold", "linear"])
+def test_fill_never_reads_a_bad_bin(policy, bad):
+    """A bin with a non-finite or negative value that reached the table (it should not: the ingest quarantines
+    it) is never copied or interpolated into a gap: the gaps beside it stay gaps."""
+    usage = pl.DataFrame(
+        {
+            "source": ["s"] * 4,
+            "workload_id": ["w"] * 4,
+            "bin_start_s": [0, 600, 1200, 1800],
+            "cpu_frac": [0.1, bad, 0.3, 0.4],
+            "mem_frac": [0.1, 0.2, 0.3, 0.4],
+            "n_samples": pl.Series([1, 1, 1, 1], dtype=pl.Int32),
+        }
+    )
+    filled = fill_gaps(usage.lazy(), UsageConfig(policy, 1)).collect().sort("bin_start_s")
+    got = dict(zip(filled["bin_start_s"], filled["is_filled"], strict=True))
+    # 300 sits between 0.1 and the bad bin (linear reads both), 900 after the bad bin (both policies read it)
+    assert 900 not in got and (300 in got) == (policy == "hold")
+    assert got[1500] is True
 
 
 def test_usage_config_rejects_bad_values():
