@@ -1,13 +1,14 @@
-"""What every learned scheduler's assets share: where a trained policy lives in the warehouse, the JSON sidecar
-written next to it, loading it back as a registry scheduler, and the learning-curve frame of a training run.
+"""What every learned scheduler's assets share: where a trained policy lives in the warehouse, publishing it with
+its JSON sidecar, loading it back as a registry scheduler, and the learning-curve frame of a training run.
 
 A trained policy of (policy, source, load %, training seed) is `models/<policy>/<source>/load<L>-seed<S>.pt` under
-the warehouse (`policy_path`); its sidecar `...json` (`write_sidecar`) holds the policy name, source, load, seed,
-git revision and the configuration it was trained with. `load_learned` checks the sidecar against the run asked
-for before it builds the scheduler, so a file copied to the wrong place is a clear error, not a wrong policy.
+the warehouse (`policy_path`); its resumable checkpoints live apart, in `load<L>-seed<S>.ckpt/`
+(`models.checkpoint.checkpoint_dir`). The file format, the sidecar and the rules (published together only when
+training is complete, refused when the sidecar is missing or short of iterations) are `models.checkpoint`'s;
+`load_learned` applies them and checks the sidecar against the run asked for before it builds the scheduler, so a
+half-trained file, or one copied to the wrong place, is a clear error naming it, not a wrong policy.
 """
 
-import json
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,9 +16,24 @@ from pathlib import Path
 import polars as pl
 
 from assets.resources import Warehouse
+from models.checkpoint import RUN_KEYS, check_run, check_trained, publish_trained, read_sidecar
 from models.deeprm import DeepRMAgentPolicy
 from models.dejavu import DejavuPolicy
 from models.tvw_rl import TvwRlPolicy
+
+__all__ = [
+    "LEARNED_BUILDERS",
+    "RUN_KEYS",
+    "TRAINING_ASSET",
+    "check_sidecar",
+    "curve_frame",
+    "git_revision",
+    "load_learned",
+    "policy_path",
+    "publish_trained",
+    "read_sidecar",
+    "stack_curves",
+]
 
 LEARNED_BUILDERS = {
     TvwRlPolicy.name: TvwRlPolicy,
@@ -32,9 +48,6 @@ TRAINING_ASSET = {
     DejavuPolicy.name: "rl__dejavu",
 }
 """Learned policy name -> the asset that trains it."""
-
-RUN_KEYS = ("policy", "source", "load_pct", "seed")
-"""Sidecar fields that name the training run; `load_learned` compares them with the run asked for."""
 
 
 def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:
@@ -57,58 +70,22 @@ def git_revision() -> str:
         return "unknown"
 
 
-def write_sidecar(
-    path: Path, policy: str, source: str, load: int, seed: int, config: Mapping, revision: str
-) -> Path:
-    """Write the JSON next to the trained policy `path` (same name, suffix .json): what it is (RUN_KEYS), the
-    configuration it was trained with and the git revision; returns the sidecar's path."""
-    payload = {
-        "policy": policy,
-        "source": source,
-        "load_pct": int(load),
-        "seed": int(seed),
-        "git_revision": revision,
-        "config": dict(config),
-    }
-    sidecar = path.with_suffix(".json")
-    sidecar.write_text(json.dumps(payload, indent=2, default=str))
-    return sidecar
-
-
-def read_sidecar(path: Path) -> dict | None:
-    """The sidecar of the trained policy `path` as a dict, None when there is none; ValueError naming the file
-    when it is not a JSON object."""
-    sidecar = path.with_suffix(".json")
-    if not sidecar.exists():
-        return None
-    try:
-        meta = json.loads(sidecar.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{sidecar}: not valid JSON ({err})") from err
-    if not isinstance(meta, dict):
-        raise ValueError(f"{sidecar}: expected a JSON object, got {type(meta).__name__}")
+def check_sidecar(path: Path, policy: str, source: str, load: int, seed: int) -> dict:
+    """The sidecar of the trained policy `path` once it is known complete (`models.checkpoint.check_trained`) and
+    of the run asked for; ValueError naming the file otherwise. A RUN_KEYS field the sidecar lacks is not an
+    error; one that disagrees is."""
+    name = TRAINING_ASSET.get(policy)
+    meta = check_trained(path, f"materialise {name}" if name else "retrain it")
+    check_run(path, meta, dict(zip(RUN_KEYS, (policy, source, load, seed), strict=True)))
     return meta
-
-
-def check_sidecar(path: Path, policy: str, source: str, load: int, seed: int) -> None:
-    """ValueError naming the file when the sidecar of `path` describes another run. A RUN_KEYS field the sidecar
-    lacks is not an error (sidecars written before it was recorded); one that disagrees is."""
-    meta = read_sidecar(path)
-    if meta is None:
-        return
-    want = dict(zip(RUN_KEYS, (policy, source, load, seed), strict=True))
-    bad = {k: meta[k] for k, v in want.items() if k in meta and meta[k] != v}
-    if bad:
-        raise ValueError(
-            f"{path}: its sidecar {path.with_suffix('.json').name} describes another run ({bad}, wanted {want})"
-        )
 
 
 def load_learned(name: str, source: str, load: int, seed: int, warehouse: Warehouse, **kwargs):
     """The trained scheduler `name` (a LEARNED_BUILDERS key) of (source, load %, training seed) from the warehouse,
     as the evaluation runs it; `kwargs` go to its class (e.g. TVW-RL's `labeller`). FileNotFoundError naming the
-    file and the asset to materialise when it was not trained there; ValueError when its sidecar says it is
-    another run or the file is damaged."""
+    file and the asset to materialise when it was not trained there; ValueError naming the file when its sidecar
+    is missing, records fewer iterations than its config asks for, or says it is another run, or the file is
+    damaged."""
     if name not in LEARNED_BUILDERS:
         raise ValueError(f"load_learned: {name!r} is not one of {sorted(LEARNED_BUILDERS)}")
     path = policy_path(warehouse, name, source, load, seed)

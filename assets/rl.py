@@ -21,10 +21,11 @@ from pydantic import Field
 
 from assets.cluster import EVAL_CHECKS_FOR, EVAL_LOADS, eval_checks, eval_sim_config, evaluate_by_cluster
 from assets.ec import classifier_path
-from assets.learned import curve_frame, git_revision, load_learned, policy_path, stack_curves, write_sidecar
+from assets.learned import curve_frame, git_revision, load_learned, policy_path, publish_trained, stack_curves
 from assets.plots import curve_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
-from models.reinforce import ADVANTAGE_MODES, config_dict
+from models.checkpoint import checkpoint_file
+from models.reinforce import ADVANTAGE_MODES, config_dict, policy_payload
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.equivalence import EC_METHODS
 from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
@@ -137,8 +138,10 @@ def rl__tvw_rl(
     """TVW-RL learning curves: one row per (source, load, training seed, iteration) with the mean and spread of the
     episode return, each penalty as a positive cost, the policy's entropy and the wall seconds. One partition is one
     (load, seed); it trains a policy for every source with training sequences at that load (REINFORCE with the
-    time-dependent baseline, `models.tvw_rl`), resuming from its checkpoint when a run was interrupted. The
-    trained policies are saved as `models/tvw_rl/<source>/<partition>.pt` under the warehouse."""
+    time-dependent baseline, `models.tvw_rl`), resuming from its checkpoint (`models/tvw_rl/<source>/<partition>
+    .ckpt/`) when a run was interrupted. The trained policies are `models/tvw_rl/<source>/<partition>.pt` under
+    the warehouse, published with their JSON sidecar (configuration, git revision, iteration counts) only when
+    training is complete."""
     load, seed = parse_rl_partition(context.partition_key)
     train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
     sources = sorted(train["source"].unique().to_list())
@@ -168,9 +171,11 @@ def rl__tvw_rl(
         context.log.info(
             f"{source} load {load} % seed {seed}: training {cfg.reinforce.n_iterations} iterations"
         )
-        curve = train_tvw_rl(jobs, cfg, labeller, path, log=lambda m, s=source: context.log.info(f"{s}: {m}"))
-        write_sidecar(
-            path, "tvw_rl", source, load, seed, config_dict(cfg.sim, cfg.obs, cfg.reinforce), revision
+        ckpt = checkpoint_file(path)
+        curve = train_tvw_rl(jobs, cfg, labeller, ckpt, log=lambda m, s=source: context.log.info(f"{s}: {m}"))
+        payload = policy_payload(ckpt, TvwRlPolicy.name)
+        publish_trained(
+            path, payload, source, load, seed, config_dict(cfg.sim, cfg.obs, cfg.reinforce), revision
         )
         saved[source] = str(path)
         frames.append(curve_frame(curve, source, load, seed))

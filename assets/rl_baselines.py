@@ -3,7 +3,8 @@
 
 Trained policies are saved where `eval__results` looks for them, `models/<policy>/<source>/<partition>.pt` under
 the warehouse (`assets.learned.policy_path`, policy "deeprm_rl" or "dejavu"), each with a JSON sidecar holding its
-configuration, the git revision and the run's identity (`assets.learned.write_sidecar`);
+configuration, the git revision, its iteration counts and the run's identity, both published together once training
+is complete (`models.checkpoint.publish_policy`; resumable checkpoints live apart, in `<partition>.ckpt/`);
 `assets.learned.load_learned` reads one back as a registry scheduler.
 
 `eval__dejavu_metrics` reports Dejavu's own metrics (utilisation, RBD1, RBD2, completion and turnaround time) for
@@ -37,19 +38,22 @@ from pydantic import Field
 from assets.cluster import eval_sim_config
 from assets.learned import (
     LEARNED_BUILDERS,
+    check_sidecar,
     curve_frame,
     git_revision,
     load_learned,
     policy_path,
+    publish_trained,
     stack_curves,
-    write_sidecar,
 )
 from assets.plots import curve_plot, png_markdown, source_grid
 from assets.resources import Warehouse
 from assets.rl import RL_PARTITIONS, ResultsConfig, curve_trend, parse_rl_partition
 from models import deeprm, dejavu
+from models.checkpoint import checkpoint_dir, checkpoint_file
 from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, train_deeprm
 from models.dejavu import DEJAVU_METRICS, DejavuConfig, DejavuPolicy
+from models.reinforce import policy_payload
 from pipelines.synthetic import DEEPRM_SOURCE, DeepRMConfig, build_deeprm_sequences
 from sim.config import SimConfig
 from sim.jobs import JobBatch
@@ -240,8 +244,9 @@ def rl__deeprm(
     entropy and the wall seconds. One partition is one (load, seed); it trains DeepRM's agent (REINFORCE with the
     time-dependent baseline, the chosen job placed by Best-Fit) on every source with training sequences at that
     load: TVW-RL's "DeepRM" baseline on TVW-RL's cluster, DeepRM's own setup on `deeprm_synthetic`. Resumes from
-    its checkpoint when a run was interrupted; the trained policies are `models/deeprm_rl/<source>/<partition>.pt`
-    under the warehouse (JSON sidecar: configuration and git revision)."""
+    its checkpoint (`models/deeprm_rl/<source>/<partition>.ckpt/`) when a run was interrupted; the trained
+    policies are `models/deeprm_rl/<source>/<partition>.pt` under the warehouse, published with their JSON sidecar
+    (configuration, git revision, iteration counts) only when training is complete."""
     load, seed = parse_rl_partition(context.partition_key)
     _check_preset(config.preset, "rl__deeprm")
     train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
@@ -255,16 +260,16 @@ def rl__deeprm(
             f"deeprm {source} load {load} % seed {seed}: {cfg.reinforce.n_iterations} iterations"
         )
         start = time.perf_counter()
+        ckpt = checkpoint_file(path)
         curve = train_deeprm(
             JobBatch.from_frame(train.filter(pl.col("source") == source)),
             cfg,
-            path,
+            ckpt,
             log=lambda m, s=source: context.log.info(f"deeprm {s}: {m}"),
         )
         context.log.info(f"deeprm {source}: trained in {time.perf_counter() - start:.1f} s")
-        write_sidecar(
-            path, DeepRMAgentPolicy.name, source, load, seed, deeprm.checkpoint_config(cfg), revision
-        )
+        payload = policy_payload(ckpt, DeepRMAgentPolicy.name)
+        publish_trained(path, payload, source, load, seed, deeprm.checkpoint_config(cfg), revision)
         saved[source] = str(path)
         frames.append(curve_frame(curve, source, load, seed))
     out = stack_curves(frames, DEEPRM_CURVE)
@@ -293,18 +298,6 @@ def _dejavu_curve(rows: list[dict]) -> pl.DataFrame:
     )
 
 
-def save_dejavu_policy(checkpoint: Path, path: Path) -> None:
-    """`path`: the final checkpoint without its replay buffer (what evaluation needs: configs and weights; the
-    replay of a paper-sized run is gigabytes), written to a temporary file and renamed."""
-    import torch
-
-    payload = dejavu.read_checkpoint(checkpoint)
-    payload["replay"] = []
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-
-
 @asset(partitions_def=RL_PARTITIONS, group_name="rl", io_manager_key="table_io", kinds={"parquet", "torch"})
 def rl__dejavu(
     context: AssetExecutionContext,
@@ -318,7 +311,8 @@ def rl__dejavu(
     epsilon, loss), and the wall seconds. One partition is one (load, seed); it trains Dejavu on every source with
     training sequences at that load except `deeprm_synthetic`, resuming from the latest checkpoint of
     `models/dejavu/<source>/<partition>.ckpt/`; the trained policies are `models/dejavu/<source>/<partition>.pt`
-    (weights and configs, no replay) with a JSON sidecar (configuration and git revision)."""
+    (weights and configs, no replay), published with their JSON sidecar (configuration, git revision, iteration
+    counts) only when training is complete."""
     load, seed = parse_rl_partition(context.partition_key)
     train = sim__job_sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
     sources = _sources(train, config.sources, (DEEPRM_SOURCE,), "rl__dejavu", context.partition_key)
@@ -327,7 +321,7 @@ def rl__dejavu(
     frames, saved = [], {}
     for source in sources:
         path = policy_path(warehouse, DejavuPolicy.name, source, load, seed)
-        ckpt_dir = path.with_suffix(".ckpt")
+        ckpt_dir = checkpoint_dir(path)
         context.log.info(
             f"dejavu {source} load {load} % seed {seed}: {dcfg.n_pretrain_iterations} pretraining + "
             f"{dcfg.n_rl_iterations} RL iterations"
@@ -342,12 +336,11 @@ def rl__dejavu(
         )
         context.log.info(f"dejavu {source}: trained in {time.perf_counter() - start:.1f} s")
         latest = dejavu.latest_checkpoint(ckpt_dir)
-        save_dejavu_policy(latest, path)
+        config_json = {"dejavu": dataclasses.asdict(dcfg), "sim": dataclasses.asdict(sim_cfg)}
+        publish_trained(path, dejavu.policy_payload(ckpt_dir), source, load, seed, config_json, revision)
         for old in ckpt_dir.glob("dejavu_iter*.pt"):
             if old != latest:
                 old.unlink()  # a resumed run needs only the latest
-        config_json = {"dejavu": dataclasses.asdict(dcfg), "sim": dataclasses.asdict(sim_cfg)}
-        write_sidecar(path, DejavuPolicy.name, source, load, seed, config_json, revision)
         saved[source] = str(path)
         frames.append(curve_frame(_dejavu_curve(trainer.curve), source, load, seed))
     out = stack_curves(frames, DEJAVU_CURVE)
@@ -407,6 +400,8 @@ def eval__deeprm_fig4(
     root = Path(warehouse.root) / "models" / DeepRMAgentPolicy.name / DEEPRM_SOURCE
     found = sorted(root.glob(f"load*-seed{config.training_seed}.pt"))
     checkpoints = {parse_rl_partition(p.stem)[0]: p for p in found}
+    for load, p in checkpoints.items():  # a half-trained or unpublished file is an error naming it
+        check_sidecar(p, DeepRMAgentPolicy.name, DEEPRM_SOURCE, load, config.training_seed)
     if not checkpoints:
         raise ValueError(
             f"eval__deeprm_fig4: no DeepRM agent trained on {DEEPRM_SOURCE} with seed {config.training_seed} under "

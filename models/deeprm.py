@@ -454,8 +454,10 @@ def train_deeprm(
 ) -> list[dict]:
     """Train on the jobsets `jobs` (each iteration draws cfg.reinforce.n_sequences of them with replacement);
     returns the learning curve (one row per iteration: mean/std return, mean slowdown per job, each reward
-    component, loss, entropy, wall seconds). Resumes from `checkpoint_path` when it exists and was written with
-    the same configuration (else a clear error). Raises ValueError when `jobs` holds no job, FloatingPointError on
+    component, loss, entropy, wall seconds). `checkpoint_path` is the resumable checkpoint, never the trained
+    policy: training resumes from it when it exists and was written with the same configuration (else a clear
+    error), logging "resuming deeprm_rl from iteration N of M"; `models.reinforce.policy_payload` and
+    `models.checkpoint.publish_policy` make the trained policy once training is done. Raises ValueError when `jobs` holds no job, FloatingPointError on
     a non-finite return or loss."""
     if jobs.batch_size == 0 or int(jobs.n_jobs.sum()) == 0:
         raise ValueError("train_deeprm: the training jobsets hold no job")
@@ -493,6 +495,7 @@ def train_deeprm(
             None if checkpoint_path is None else Path(checkpoint_path),
             log,
             curve_extra,
+            name=DeepRMAgentPolicy.name,
         )
     finally:
         torch.set_num_threads(before)
@@ -515,7 +518,8 @@ class DeepRMAgentPolicy:
     The agent sees and chooses among its own K = queue_size job slots (those it was trained with), under the
     evaluation's placement rule, hold rule and cluster; `pick_job` returns a slot in 0..K-1.
 
-    checkpoint: a file written by `train_deeprm`, or None (the seeded untrained network of
+    checkpoint: a trained policy file (`models.checkpoint.publish_policy`), a checkpoint written by
+    `train_deeprm`, or None (the seeded untrained network of
     DeepRMAgentConfig.short() for the SimConfig of the first call)."""
 
     name = "deeprm_rl"

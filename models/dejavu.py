@@ -72,7 +72,6 @@ its folder and reaches the same final weights as an uninterrupted run (bit-ident
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -84,6 +83,7 @@ import torch
 from scipy import stats
 from torch import nn
 
+from models.checkpoint import read_payload, resume_message, save_atomic
 from models.training import init_parameters
 from sim import core
 from sim.config import SimConfig
@@ -752,7 +752,7 @@ def _train(
     latest = latest_checkpoint(ckpt_dir) if ckpt_dir is not None else None
     tr = load_checkpoint(latest, dcfg, sim_cfg) if latest is not None else new_trainer(dcfg, sim_cfg)
     if latest is not None and log:
-        log(f"dejavu: resumed from {latest} at iteration {tr.iteration}")
+        log(f"{resume_message(DejavuPolicy.name, tr.iteration, dcfg.n_iterations)} ({latest})")
     # demonstrations: a generator of their own, so a resumed run recomputes exactly the same ones
     demos, counts = collect_demonstrations(sim_cfg, dcfg, jobs, np.random.default_rng([dcfg.seed, 1]))
     if counts["n_kept"] == 0:
@@ -841,10 +841,7 @@ def save_checkpoint(tr: Trainer, path: str | Path) -> Path:
         "replay": [part.to_dict() for part in tr.replay],
         "curve": tr.curve,
     }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    return path
+    return save_atomic(path, payload)
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
@@ -859,17 +856,35 @@ def read_checkpoint(path: str | Path) -> dict:
     """The raw payload (torch.load with weights_only=True); ValueError naming the file when it is missing,
     corrupt, truncated or not a Dejavu checkpoint."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Dejavu checkpoint {path} does not exist")
-    try:
-        payload = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as err:  # noqa: BLE001 - torch raises many types for damaged files; all mean the same
-        raise ValueError(
-            f"Dejavu checkpoint {path} is corrupt or truncated: {type(err).__name__}: {err}"
-        ) from err
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+    payload = read_payload(path, "Dejavu checkpoint")
+    if payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a Dejavu checkpoint (format {CHECKPOINT_FORMAT})")
     return payload
+
+
+def config_of(payload: dict) -> DejavuConfig:
+    """The DejavuConfig a checkpoint or trained policy was written under."""
+    return DejavuConfig(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in payload["dejavu_config"].items()}
+    )
+
+
+def policy_payload(checkpoint_dir: Path) -> dict:
+    """The trained-policy payload (`models.checkpoint.publish_policy`) of the latest checkpoint in
+    `checkpoint_dir`: configs, weights, curve, the iteration it reached and the n_iterations its config asks for,
+    without the replay (a paper-sized run's is gigabytes) or the optimiser. FileNotFoundError naming the folder
+    when it holds no checkpoint."""
+    latest = latest_checkpoint(Path(checkpoint_dir))
+    if latest is None:
+        raise FileNotFoundError(f"no Dejavu checkpoint in {checkpoint_dir}")
+    payload = read_checkpoint(latest)
+    dcfg = config_of(payload)
+    drop = ("replay", "optimizer", "rng")
+    return {k: v for k, v in payload.items() if k not in drop} | {
+        "policy": DejavuPolicy.name,
+        "config": {"dejavu": payload["dejavu_config"], "sim": payload["sim_config"]},
+        "n_iterations": dcfg.n_iterations,
+    }
 
 
 def _config_diff(saved: dict, wanted: dict) -> list[str]:
@@ -911,8 +926,9 @@ def load_checkpoint(path: str | Path, dcfg: DejavuConfig, sim_cfg: SimConfig) ->
 
 
 class DejavuPolicy:
-    """Greedy on masked Q of a trained Dejavu network (`checkpoint`), or with checkpoint=None of the seeded
-    untrained network (DejavuConfig().seed) built on the first `act` from the SimConfig it is given."""
+    """Greedy on masked Q of a trained Dejavu network (`checkpoint`: a trained policy file of `policy_payload`, or a
+    training checkpoint), or with checkpoint=None of the seeded untrained network (DejavuConfig().seed) built on
+    the first `act` from the SimConfig it is given."""
 
     name = "dejavu"
 
@@ -923,9 +939,7 @@ class DejavuPolicy:
         self._shape: dict | None = None
         if self.checkpoint is not None:
             payload = read_checkpoint(self.checkpoint)
-            self.config = DejavuConfig(
-                **{k: tuple(v) if isinstance(v, list) else v for k, v in payload["dejavu_config"].items()}
-            )
+            self.config = config_of(payload)
             self._shape = {k: payload["sim_config"][k] for k in SHAPE_FIELDS}
             self._state_dict = payload["online"]
 

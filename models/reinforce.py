@@ -1,5 +1,6 @@
 """REINFORCE with a time-dependent baseline (DeepRM Fig. 3, TVW-RL "Implementation"), the policy-gradient core
-shared by the learned schedulers, plus checkpoints that resume bit-identically.
+shared by the learned schedulers, plus checkpoints that resume bit-identically (in the one format of
+`models.checkpoint`: a resumable checkpoint while training, a trained policy published apart when it is done).
 
 One iteration: roll the current policy over `n_sequences` training sequences x `n_trajectories` trajectories each
 in lock-step (`sim.rollout`), compute every decision's return-to-go v, subtract the baseline b_k = the mean of v at
@@ -15,7 +16,6 @@ absorbs a constant scale, but not the iteration-to-iteration swings).
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from collections.abc import Callable
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.checkpoint import read_payload, resume_message, save_atomic
 from models.training import init_parameters
 from sim.rollout import RolloutBatch, returns_to_go, time_baseline
 
@@ -148,36 +149,25 @@ class PolicyNet(nn.Module):
 def save_checkpoint(
     path: Path, config: dict, iteration: int, net: nn.Module, optimiser, curve: list[dict]
 ) -> None:
-    """Write a checkpoint atomically (temp file, then rename): config, iteration, weights, optimiser, curve."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    torch.save(
-        {
-            "config": config,
-            "iteration": iteration,
-            "model": net.state_dict(),
-            "optimiser": optimiser.state_dict(),
-            "curve": curve,
-        },
-        buf,
-    )
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    """Write a resumable checkpoint atomically (`models.checkpoint.save_atomic`): config, iteration, weights,
+    optimiser, curve."""
+    payload = {
+        "config": config,
+        "iteration": iteration,
+        "model": net.state_dict(),
+        "optimiser": optimiser.state_dict(),
+        "curve": curve,
+    }
+    save_atomic(Path(path), payload)
 
 
 def load_checkpoint(path: Path, expected_config: dict | None = None) -> dict:
-    """A checkpoint loaded with weights_only=True. ValueError naming the file when it is corrupt or truncated,
-    or when `expected_config` is given and differs from the one it was trained with (listing the fields)."""
+    """A checkpoint (or a trained policy file: it holds the same config, iteration and weights) loaded with
+    weights_only=True. ValueError naming the file when it is corrupt or truncated, or when `expected_config` is
+    given and differs from the one it was trained with (listing the fields)."""
     path = Path(path)
-    try:
-        ckpt = torch.load(path, weights_only=True, map_location="cpu")
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # torch raises several kinds on a damaged zip/pickle
-        raise ValueError(f"checkpoint {path} is corrupt or truncated: {type(err).__name__}: {err}") from err
-    if not isinstance(ckpt, dict) or not {"config", "iteration", "model"} <= set(ckpt):
+    ckpt = read_payload(path, "checkpoint")
+    if not {"config", "iteration", "model"} <= set(ckpt):
         raise ValueError(f"checkpoint {path} lacks config/iteration/model: not a tvw checkpoint")
     if expected_config is not None and ckpt["config"] != expected_config:
         diff = _differing_fields(expected_config, ckpt["config"])
@@ -186,6 +176,21 @@ def load_checkpoint(path: Path, expected_config: dict | None = None) -> dict:
             "delete it or train with the same configuration"
         )
     return ckpt
+
+
+def policy_payload(checkpoint_path: Path, policy: str) -> dict:
+    """The trained-policy payload (`models.checkpoint.publish_policy`) of the REINFORCE checkpoint at
+    `checkpoint_path`: its config, weights and curve, the iteration it reached and the n_iterations its config asks
+    for; no optimiser (evaluation needs none)."""
+    ckpt = load_checkpoint(checkpoint_path)
+    return {
+        "policy": policy,
+        "config": ckpt["config"],
+        "iteration": int(ckpt["iteration"]),
+        "n_iterations": int(ckpt["config"]["ReinforceConfig"]["n_iterations"]),
+        "model": ckpt["model"],
+        "curve": list(ckpt.get("curve", [])),
+    }
 
 
 def _differing_fields(now: dict, saved: dict, prefix: str = "") -> list[str]:
@@ -235,11 +240,14 @@ def train_loop(
     checkpoint_path: Path | None = None,
     log: Callable[[str], None] | None = None,
     curve_extra: Callable[[RolloutBatch], dict[str, float]] | None = None,
+    name: str = "policy",
 ) -> list[dict]:
     """Run REINFORCE for cfg.n_iterations, resuming from `checkpoint_path` when it exists (same `config`, else a
-    clear error). Iteration i draws everything from default_rng([seed, i]), so a resumed run reaches the same
-    weights as an uninterrupted one. Returns the learning curve: one row per iteration (iteration, mean and std
-    of the episode return, loss, entropy, wall seconds, plus `curve_extra`)."""
+    clear error; `log` then gets "resuming <name> from iteration N of M"). The checkpoint is written there every
+    cfg.checkpoint_every iterations and at the end; it is never the trained policy (`policy_payload`, then
+    `models.checkpoint.publish_policy`, make that). Iteration i draws everything from default_rng([seed, i]), so a
+    resumed run reaches the same weights as an uninterrupted one. Returns the learning curve: one row per
+    iteration (iteration, mean and std of the episode return, loss, entropy, wall seconds, plus `curve_extra`)."""
     optimiser = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
     curve: list[dict] = []
     start = 0
@@ -248,6 +256,8 @@ def train_loop(
         net.load_state_dict(ckpt["model"])
         optimiser.load_state_dict(ckpt["optimiser"])
         curve, start = list(ckpt["curve"]), int(ckpt["iteration"])
+        if log is not None:
+            log(resume_message(name, start, cfg.n_iterations))
     t_start = time.perf_counter()
     for i in range(start, cfg.n_iterations):
         t0 = time.perf_counter()

@@ -5,7 +5,7 @@ REINFORCE and a time-dependent baseline (`models.reinforce`) on the training job
 Run it without Dagster:
 
     from models.tvw_rl import TvwRlConfig, train_tvw_rl
-    curve = train_tvw_rl(JobBatch.from_frame(train_rows), TvwRlConfig.short(), checkpoint_path="tvw.pt")
+    curve = train_tvw_rl(JobBatch.from_frame(train_rows), TvwRlConfig.short(), checkpoint_path="tvw.ckpt.pt")
 
 `TvwRlConfig.paper()` is the paper's setup: M = 10, h = 20, d = 2, C = 8, K_c = 0.1, K_u = 3, K_o = 30000,
 K_w = 50, Adam lr 0.001, N = 20 trajectories x 20 sequences per iteration, episodes of at most L = 200 steps,
@@ -155,7 +155,10 @@ def train_tvw_rl(
 ) -> list[dict]:
     """Train on the training sequences `jobs` (each iteration draws cfg.reinforce.n_sequences of them with
     replacement); returns the learning curve (one row per iteration: mean/std return, each cost, loss, entropy,
-    wall seconds). Resumes from `checkpoint_path` when it exists and was written with the same configuration.
+    wall seconds). `checkpoint_path` is the resumable checkpoint (`models.checkpoint.checkpoint_file` of the policy
+    file), never the trained policy: training resumes from it when it exists and was written with the same
+    configuration (logging "resuming tvw_rl from iteration N of M"); `models.reinforce.policy_payload` and
+    `models.checkpoint.publish_policy` make the trained policy once training is done.
     Raises ValueError when `jobs` has no job, FloatingPointError on a non-finite return or loss."""
     if jobs.batch_size == 0 or int(jobs.n_jobs.sum()) == 0:
         raise ValueError("train_tvw_rl: the training sequences hold no job")
@@ -183,6 +186,7 @@ def train_tvw_rl(
             None if checkpoint_path is None else Path(checkpoint_path),
             log,
             penalty_means,
+            name=TvwRlPolicy.name,
         )
 
 
@@ -206,7 +210,8 @@ class TvwRlPolicy:
     """TVW-RL's trained policy as a scheduler of the registry: greedy over the masked softmax
     (`greedy_hold_or_place`: hold only when holding is likelier than placing anywhere, else the likeliest machine).
 
-    checkpoint: a file written by `train_tvw_rl`, or None (the seeded untrained network of TvwRlConfig.short(),
+    checkpoint: a trained policy file (`models.checkpoint.publish_policy`; the evaluation loads it through
+    `models.checkpoint.check_trained`), a checkpoint written by `train_tvw_rl`, or None (the seeded untrained network of TvwRlConfig.short(),
     built for the SimConfig of the first `act`). labeller: sets the predicted labels before every decision when the
     policy's observation shows predicted labels and the state carries none (None: the clustering labels are
     shown instead, which the evaluation states in its results). The policy keeps its own hold rule (the one it

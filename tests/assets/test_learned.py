@@ -1,4 +1,5 @@
-"""The helpers every learned scheduler's assets share: sidecars, loading a trained policy back, curve frames."""
+"""The helpers every learned scheduler's assets share: sidecars, loading a trained policy back (only a complete,
+published one), curve frames."""
 
 import json
 
@@ -7,39 +8,56 @@ import pytest
 import torch
 
 from assets.learned import (
+    LEARNED_BUILDERS,
+    TRAINING_ASSET,
     check_sidecar,
     curve_frame,
     load_learned,
     policy_path,
+    publish_trained,
     read_sidecar,
     stack_curves,
-    write_sidecar,
 )
 from assets.resources import Warehouse
+from models.checkpoint import make_sidecar, sidecar_path, write_sidecar
 from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, build_net, checkpoint_config
-from models.reinforce import save_checkpoint
+from models.reinforce import policy_payload, save_checkpoint
+
+
+def deeprm_payload(cfg: DeepRMAgentConfig, iteration: int, tmp_path) -> dict:
+    """The policy payload of a DeepRM checkpoint saved at `iteration` (untrained weights)."""
+    net = build_net(cfg)
+    ckpt = tmp_path / f"ckpt{iteration}.pt"
+    save_checkpoint(ckpt, checkpoint_config(cfg), iteration, net, torch.optim.Adam(net.parameters()), [])
+    return policy_payload(ckpt, DeepRMAgentPolicy.name)
 
 
 def test_the_sidecar_names_its_run_and_a_file_under_another_runs_name_is_refused(tmp_path) -> None:
     wh = Warehouse(root=str(tmp_path))
     path = policy_path(wh, "deeprm_rl", "bitbrains", 50, 1)
     assert path == tmp_path / "models" / "deeprm_rl" / "bitbrains" / "load50-seed1.pt"
-    path.parent.mkdir(parents=True)
-    sidecar = write_sidecar(path, "deeprm_rl", "bitbrains", 50, 1, {"k_unused": 1.0}, "abc123")
-    assert sidecar == path.with_suffix(".json")
+    cfg = DeepRMAgentConfig.short()
+    n = cfg.reinforce.n_iterations
+    publish_trained(path, deeprm_payload(cfg, n, tmp_path), "bitbrains", 50, 1, {"k_unused": 1.0}, "abc123")
     assert read_sidecar(path) == {
+        "format": "tvw-policy/1",
         "policy": "deeprm_rl",
         "source": "bitbrains",
         "load_pct": 50,
         "seed": 1,
+        "iteration": n,
+        "n_iterations": n,
         "git_revision": "abc123",
         "config": {"k_unused": 1.0},
     }
     check_sidecar(path, "deeprm_rl", "bitbrains", 50, 1)
     with pytest.raises(ValueError, match=r"describes another run \({'seed': 1}"):
         check_sidecar(path, "deeprm_rl", "bitbrains", 50, 2)
-    # an older sidecar without the policy name: what it has must agree, what it lacks is not an error
-    sidecar.write_text(json.dumps({"source": "bitbrains", "load_pct": 50, "seed": 1}))
+    # a sidecar without the policy name: what it has must agree, what it lacks is not an error
+    sidecar = sidecar_path(path)
+    sidecar.write_text(
+        json.dumps({"source": "bitbrains", "load_pct": 50, "seed": 1, "iteration": n, "n_iterations": n})
+    )
     check_sidecar(path, "deeprm_rl", "bitbrains", 50, 1)
     with pytest.raises(ValueError, match="'load_pct': 50"):
         check_sidecar(path, "deeprm_rl", "bitbrains", 80, 1)
@@ -63,11 +81,27 @@ def test_load_learned_builds_the_trained_scheduler(tmp_path) -> None:
     wh = Warehouse(root=str(tmp_path))
     cfg = DeepRMAgentConfig.short()
     path = policy_path(wh, "deeprm_rl", "deeprm_synthetic", 30, 0)
-    net = build_net(cfg)
-    save_checkpoint(path, checkpoint_config(cfg), 1, net, torch.optim.Adam(net.parameters()), [])
-    write_sidecar(path, "deeprm_rl", "deeprm_synthetic", 30, 0, checkpoint_config(cfg), "abc")
+    payload = deeprm_payload(cfg, cfg.reinforce.n_iterations, tmp_path)
+    publish_trained(path, payload, "deeprm_synthetic", 30, 0, checkpoint_config(cfg), "abc")
     policy = load_learned("deeprm_rl", "deeprm_synthetic", 30, 0, wh)
     assert isinstance(policy, DeepRMAgentPolicy) and policy.cfg == cfg
+
+
+@pytest.mark.parametrize("name", sorted(LEARNED_BUILDERS))
+def test_load_learned_refuses_a_partial_policy_naming_the_file(tmp_path, name) -> None:
+    """Every learned policy: a file at the policy's name without a sidecar (a checkpoint written there by a killed
+    run), or with a sidecar short of its config's iterations, is refused, naming the file and the asset."""
+    wh = Warehouse(root=str(tmp_path))
+    path = policy_path(wh, name, "bitbrains", 50, 0)
+    path.parent.mkdir(parents=True)
+    torch.save({"config": {}, "iteration": 25, "model": {}}, path)
+    with pytest.raises(
+        ValueError, match=rf"{name}/bitbrains/load50-seed0\.pt: no sidecar .*{TRAINING_ASSET[name]}"
+    ):
+        load_learned(name, "bitbrains", 50, 0, wh)
+    write_sidecar(path, make_sidecar(name, "bitbrains", 50, 0, {}, "abc", 25, 150))
+    with pytest.raises(ValueError, match=r"load50-seed0\.pt: trained 25 of its config's 150 iterations"):
+        load_learned(name, "bitbrains", 50, 0, wh)
 
 
 def test_curves_stack_into_the_schema_with_nulls_where_a_run_reported_nothing() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from models import dejavu
+from models.checkpoint import check_trained, checkpoint_dir, publish_trained
 from models.dejavu import (
     DejavuConfig,
     DejavuPolicy,
@@ -223,7 +224,7 @@ def test_resume_from_checkpoint_reaches_the_same_weights(tmp_path) -> None:
     assert latest_checkpoint(tmp_path / "killed").name == "dejavu_iter0000003.pt"
     messages: list[str] = []
     resumed = train(dcfg, TINY_SIM, jobs, checkpoint_dir=tmp_path / "killed", log=messages.append)
-    assert any("resumed" in m and "iteration 3" in m for m in messages)
+    assert messages[0].startswith(f"resuming dejavu from iteration 3 of {dcfg.n_iterations} (")
     assert resumed.iteration == full.iteration == dcfg.n_iterations
     assert len(resumed.replay) == len(full.replay) == dcfg.n_rl_iterations
     for net_a, net_b in ((full.online, resumed.online), (full.target, resumed.target)):
@@ -232,6 +233,24 @@ def test_resume_from_checkpoint_reaches_the_same_weights(tmp_path) -> None:
     # and training changed the weights at all (the equality is not trivially about untouched networks)
     fresh = new_trainer(dcfg, TINY_SIM).online.state_dict()
     assert not all(torch.equal(fresh[k], v) for k, v in full.online.state_dict().items())
+
+
+def test_a_policy_is_published_only_from_a_complete_run(tmp_path) -> None:
+    dcfg, jobs = tiny_cfg(), tiny_jobs()
+    policy = tmp_path / "load50-seed0.pt"
+    ckpt_dir = checkpoint_dir(policy)
+    train(dcfg, TINY_SIM, jobs, checkpoint_dir=ckpt_dir, max_iterations=3, log=None)  # killed after 3
+    partial = dejavu.policy_payload(ckpt_dir)
+    assert (partial["iteration"], partial["n_iterations"]) == (3, dcfg.n_iterations)
+    with pytest.raises(ValueError, match=rf"load50-seed0\.pt: trained 3 of {dcfg.n_iterations} iterations"):
+        publish_trained(policy, partial, "toy", 50, 0, {}, "abc")
+    train(dcfg, TINY_SIM, jobs, checkpoint_dir=ckpt_dir, log=None)
+    payload = dejavu.policy_payload(ckpt_dir)
+    assert "replay" not in payload and payload["policy"] == "dejavu"
+    publish_trained(policy, payload, "toy", 50, 0, {}, "abc")
+    assert check_trained(policy)["iteration"] == dcfg.n_iterations
+    state = core.reset(TINY_SIM, tiny_jobs(1), 0)
+    assert DejavuPolicy(policy).act(TINY_SIM, state, np.random.default_rng(0)).shape == (1,)
 
 
 def test_checkpoint_under_another_configuration_is_an_error(tmp_path) -> None:

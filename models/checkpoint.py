@@ -1,0 +1,241 @@
+"""One file format for every learned policy: resumable checkpoints while it trains, a trained policy when it is done.
+
+Two kinds of file, never the same one:
+
+* the **checkpoint** (`checkpoint_file(policy)`, in `<policy stem>.ckpt/`): what a training run needs to resume
+  (weights, optimiser, generators, curve, ...), written every few iterations by the trainer (`save_atomic`);
+* the **trained policy** (`<policy>.pt`) and its JSON **sidecar** (`<policy>.json`): published together by
+  `publish_policy`, once, when training has run all its iterations.
+
+A policy file holds at least `policy_format` (POLICY_FORMAT), `policy`, `config`, `iteration` and `n_iterations`, plus its
+weights; its sidecar names the run (RUN_KEYS), the configuration, the git revision, and the same two iteration
+counts. `publish_policy` refuses a payload whose iteration is short of n_iterations, writes both files to temporary
+names, removes any previous policy, then renames the sidecar and last the policy: a reader that finds the policy
+finds its sidecar. `check_trained` is the loader's gate: it refuses (ValueError naming the file) a policy without a
+sidecar, with a sidecar that records no iteration counts, or whose iteration count is short of its config's.
+
+Every file is written to a temporary name in the same folder, flushed to disk, then renamed (`save_atomic`): a
+killed run never leaves half a file under a final name. Loads use `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+POLICY_FORMAT = "tvw-policy/1"
+"""`format` of a trained policy file (and of its sidecar)."""
+RUN_KEYS = ("policy", "source", "load_pct", "seed")
+"""Sidecar fields that name the training run; the loader compares them with the run asked for."""
+ITERATION_KEYS = ("iteration", "n_iterations")
+"""Iterations the policy was trained for, and the number its configuration asks for (sidecar and policy file)."""
+
+
+def checkpoint_dir(policy: Path) -> Path:
+    """The folder of the resumable checkpoints of the trained policy file `policy`: `<stem>.ckpt/`."""
+    return Path(policy).with_suffix(".ckpt")
+
+
+def checkpoint_file(policy: Path) -> Path:
+    """The one resumable checkpoint of a trainer that keeps a single one (TVW-RL, DeepRM)."""
+    return checkpoint_dir(policy) / "checkpoint.pt"
+
+
+def resume_message(policy: str, iteration: int, n_iterations: int) -> str:
+    """The line a trainer logs when it resumes from a checkpoint."""
+    return f"resuming {policy} from iteration {iteration} of {n_iterations}"
+
+
+# ---------------------------------------------------------------- atomic writes, safe reads
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """`data` to a temporary file beside `path`, flushed to disk, then renamed over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _torch_bytes(payload: Mapping) -> bytes:
+    buf = io.BytesIO()
+    torch.save(dict(payload), buf)
+    return buf.getvalue()
+
+
+def save_atomic(path: Path, payload: Mapping) -> Path:
+    """`torch.save(payload)` to `path`, written under a temporary name and renamed (never half a file)."""
+    _write_atomic(Path(path), _torch_bytes(payload))
+    return Path(path)
+
+
+def read_payload(path: Path, what: str = "checkpoint") -> dict:
+    """The dict saved in `path` (weights_only=True, on the CPU). FileNotFoundError naming the file when it is
+    missing; ValueError naming it when it is corrupt, truncated or not a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a damaged zip or pickle
+        raise ValueError(f"{what} {path} is corrupt or truncated: {type(err).__name__}: {err}") from err
+    if not isinstance(payload, dict):
+        raise ValueError(f"{what} {path} holds a {type(payload).__name__}, not a tvw {what}")
+    return payload
+
+
+# ---------------------------------------------------------------- sidecars
+
+
+def sidecar_path(policy: Path) -> Path:
+    """The JSON sidecar of the trained policy file `policy` (same name, suffix .json)."""
+    return Path(policy).with_suffix(".json")
+
+
+def make_sidecar(
+    policy: str,
+    source: str,
+    load_pct: int,
+    seed: int,
+    config: Mapping,
+    revision: str,
+    iteration: int,
+    n_iterations: int,
+) -> dict:
+    """The sidecar of one trained policy: the run (RUN_KEYS), its iteration counts, git revision and config."""
+    return {
+        "format": POLICY_FORMAT,
+        "policy": policy,
+        "source": source,
+        "load_pct": int(load_pct),
+        "seed": int(seed),
+        "iteration": int(iteration),
+        "n_iterations": int(n_iterations),
+        "git_revision": revision,
+        "config": dict(config),
+    }
+
+
+def write_sidecar(policy: Path, sidecar: Mapping) -> Path:
+    """Write `sidecar` as the JSON next to `policy` (atomically); returns the sidecar's path."""
+    path = sidecar_path(policy)
+    _write_atomic(path, json.dumps(dict(sidecar), indent=2, default=str).encode())
+    return path
+
+
+def read_sidecar(policy: Path) -> dict | None:
+    """The sidecar of the trained policy `policy` as a dict, None when there is none; ValueError naming the file
+    when it is not a JSON object."""
+    path = sidecar_path(policy)
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def check_run(policy: Path, meta: Mapping, want: Mapping) -> None:
+    """ValueError naming the file when a RUN_KEYS field of the sidecar `meta` disagrees with `want`."""
+    bad = {k: meta[k] for k, v in want.items() if k in meta and meta[k] != v}
+    if bad:
+        raise ValueError(
+            f"{policy}: its sidecar {sidecar_path(policy).name} describes another run ({bad}, wanted {dict(want)})"
+        )
+
+
+# ---------------------------------------------------------------- publishing and checking a trained policy
+
+
+def _short_of(meta: Mapping) -> tuple[int, int] | None:
+    """(iteration, n_iterations) when the counts in `meta` say training stopped early, else None."""
+    done, planned = int(meta["iteration"]), int(meta["n_iterations"])
+    return (done, planned) if done < planned else None
+
+
+def publish_policy(path: Path, payload: Mapping, sidecar: Mapping) -> Path:
+    """Publish the trained policy `path` (`payload`, torch) and its sidecar together (module docstring).
+
+    ValueError naming the file when `payload` or `sidecar` lacks ITERATION_KEYS, when they disagree, or when the
+    iteration count is short of n_iterations (a half-trained network is never published)."""
+    path = Path(path)
+    for name, meta in (("policy", payload), ("sidecar", sidecar)):
+        missing = [k for k in ITERATION_KEYS if k not in meta]
+        if missing:
+            raise ValueError(f"publish_policy {path}: the {name} lacks {missing}")
+    counts = {k: int(payload[k]) for k in ITERATION_KEYS}
+    if counts != {k: int(sidecar[k]) for k in ITERATION_KEYS}:
+        raise ValueError(f"publish_policy {path}: policy {counts} and sidecar iteration counts differ")
+    if short := _short_of(payload):
+        raise ValueError(f"publish_policy {path}: trained {short[0]} of {short[1]} iterations; not published")
+    policy_bytes = _torch_bytes({"policy_format": POLICY_FORMAT, **payload})
+    side = sidecar_path(path)
+    side_tmp, policy_tmp = side.with_name(side.name + ".tmp"), path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(side_tmp, json.dumps(dict(sidecar), indent=2, default=str).encode())
+    _write_atomic(policy_tmp, policy_bytes)
+    # the policy goes first and comes last: whoever finds it finds the sidecar written with it
+    path.unlink(missing_ok=True)
+    os.replace(side_tmp, side)
+    os.replace(policy_tmp, path)
+    return path
+
+
+def check_trained(path: Path, retrain: str = "retrain it") -> dict:
+    """The sidecar of the trained policy `path` once it is known complete. ValueError naming the file (and
+    `retrain`, what to do) when the sidecar is missing, records no iteration counts, or the policy's iteration
+    count (sidecar and file) is short of its configuration's; FileNotFoundError when the policy is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trained policy at {path} ({retrain})")
+    meta = read_sidecar(path)
+    if meta is None:
+        raise ValueError(
+            f"{path}: no sidecar {sidecar_path(path).name}: not a published policy (an unfinished or "
+            f"foreign file); {retrain}"
+        )
+    if any(k not in meta for k in ITERATION_KEYS):
+        raise ValueError(
+            f"{path}: its sidecar records no iteration count (written before policies were published apart "
+            f"from checkpoints): it may be half-trained; {retrain}"
+        )
+    if short := _short_of(meta):
+        raise ValueError(f"{path}: trained {short[0]} of its config's {short[1]} iterations; {retrain}")
+    payload = read_payload(path, "trained policy")
+    if payload.get("iteration") != meta["iteration"]:
+        raise ValueError(
+            f"{path}: the file holds iteration {payload.get('iteration')!r}, its sidecar says "
+            f"{meta['iteration']}: not the policy the sidecar was written for; {retrain}"
+        )
+    return meta
+
+
+def publish_trained(
+    path: Path, payload: Mapping, source: str, load_pct: int, seed: int, config: Mapping, revision: str
+) -> Path:
+    """`publish_policy` of `payload` (a trainer's `policy_payload`) with the sidecar of its run: the policy name
+    and iteration counts come from the payload, the run (source, load %, seed), config and revision from the
+    caller."""
+    sidecar = make_sidecar(
+        payload["policy"],
+        source,
+        load_pct,
+        seed,
+        config,
+        revision,
+        payload["iteration"],
+        payload["n_iterations"],
+    )
+    return publish_policy(path, payload, sidecar)
