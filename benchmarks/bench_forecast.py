@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from models.usage_forecast import (  # noqa: E402
     FORECAST_PRESETS,
     fit_forecasters,
+    fit_usage_forecaster,
     forecast_table,
     origin_state,
     summarise_forecast_table,
@@ -160,6 +161,34 @@ def run_source(name: str, seqs: pl.DataFrame, preset: str) -> None:
         print(h95.select("forecaster", *[str(h) for h in (1, 2, 4, 8, 12, 24) if str(h) in h95.columns]))
     OUT.mkdir(parents=True, exist_ok=True)
     table.write_parquet(OUT / f"table_{name}.parquet")
+    ec_value_over_seeds(sim_cfg, cfg, train, test)
+
+
+def ec_value_over_seeds(sim_cfg: SimConfig, cfg, train: JobBatch, test: JobBatch, seeds=(0, 1, 2)) -> None:
+    """The learned forecaster with and without EC inputs over several seeds (each seed also redraws the
+    workload split and the origins): the measured value of ECs and how much of it is seed noise."""
+    fitted = {}
+    for seed in seeds:
+        for use_ec in (True, False):
+            key = f"{'with' if use_ec else 'without'}_ec_seed{seed}"
+            fitted[key] = fit_usage_forecaster(
+                sim_cfg, train, dataclasses.replace(cfg, use_ec=use_ec, seed=seed)
+            )
+    summary = summarise_forecast_table(forecast_table(sim_cfg, test, fitted, origins_per_job=3, seed=0))
+    rows = summary.with_columns(pl.col("forecaster").str.extract(r"^(with|without)_ec").alias("variant"))
+    paired = summary.with_columns(
+        pl.col("forecaster").str.extract(r"seed(\d+)").alias("seed"),
+        pl.col("forecaster").str.extract(r"^(with|without)_ec").alias("variant"),
+    ).pivot(on="variant", index="seed", values="pinball_frac")
+    print(f"with vs without EC inputs, seeds {list(seeds)} (mean +- sd over seeds):")
+    for variant, part in rows.group_by("variant", maintain_order=True):
+        print(
+            f"  {variant[0]:>7}_ec: pinball/C {part['pinball_frac'].mean():.5f} +- {part['pinball_frac'].std():.5f}, "
+            f"coverage 95 % {part['coverage_95'].mean():.4f} ({part['coverage_95'].min():.4f}..{part['coverage_95'].max():.4f})"
+        )
+    wins = int((paired["with"] < paired["without"]).sum())
+    diff = (paired["with"] - paired["without"]) / paired["without"]
+    print(f"  EC lowers pinball in {wins} of {paired.height} seeds; mean change {100 * diff.mean():+.1f} %")
 
 
 def main() -> None:

@@ -12,20 +12,27 @@ from `sim.forecast.job_view` (observed usage only), at serve time and at trainin
   the target ages; ages past the job's end are masked out of the loss (not zero-filled).
 - Features (`view_features`; all usage as a fraction of s = max(request, 1) per resource): request / C; log1p of
   n_observed, flags for "nothing observed" and "window not full"; the last observed value; mean, max and std of the
-  last `n_short` observed steps; the least-squares slope over the recent window; life max and mean; the raw recent
-  window (`n_recent` steps, 0 where unobserved) and its observed mask; seasonal values for every target step: the
-  value at the most recent observed age of the same phase, for `period_steps` (a fixed period, e.g. a day) and for
-  the job's own period estimated from the autocorrelation of its recent window (with the autocorrelation's
-  strength and the period as inputs; last observed value where none); meta (NaN -> 0, plus is-known flags).
+  last `n_short` observed steps; the least-squares slope over the recent window; life max and mean; seasonal values
+  for every target step: the value at the most recent observed age of the same phase, for `period_steps` (a fixed
+  period, e.g. a day) and for the job's own period (the lag of the largest autocorrelation of its recent window,
+  with that autocorrelation and the period as inputs; the last observed value where no such age was observed);
+  meta (NaN -> 0, plus is-known flags); optionally (`raw_window`) the recent window itself and its observed mask.
   EC inputs (dropped exactly, and only, when `use_ec=False`): the one-hot observed label and the EC per-age prior
   `sim.profiles.learn_profiles(train).predict(label, target ages)` (mean usage / request of the label at that age).
-- Model: an MLP (torch, seeded) whose head gives, per target step and resource, a base quantile and softplus
-  increments accumulated over the levels, so the quantiles never cross. Loss: pinball in units / C over the alive
-  target steps, all levels. Adam with early stopping on validation workloads.
+- Model: an MLP (torch, seeded). Its head gives per resource softmax weights over K "anchors", simple forecasts of
+  every target step (the request, the last value, the life mean, the two seasonal values, the EC prior when EC
+  inputs are on), whose mix is the centre of every level; and, per target step and resource, a base offset plus
+  softplus increments accumulated over the levels, so the quantiles never cross. The anchors give the net an easy
+  path to "repeat what the job did one period ago" that a plain MLP of a few dozen training workloads does not find.
+  Loss: pinball in units / C over the alive target steps, all levels. Adam with early stopping on validation
+  workloads.
 - Calibration: split-conformal, CQR-style: on held-out calibration WORKLOADS (the split is by workload id, never by
   row), per level, horizon step and resource, the additive shift (in fractions of s) that makes the calibration
-  coverage reach the nominal level (the ceil((n + 1) tau) / n empirical quantile of (y - q) / s). After the shift the
-  quantiles are clipped to [0, C] and made non-decreasing over the levels again.
+  coverage reach the nominal level (the k-th smallest score (y - q) / s, k = ceil((n + 1) tau)). After the shift
+  the quantiles are clipped to [0, C] (to [0, request] when no training step used more than its request, as with
+  the peak requests of `sim__job_sequences`: capping then never uncovers a step) and made non-decreasing over the
+  levels again. Usage is whole units, so coverage of a level cannot be tuned finer than the mass of a job's most
+  common value: where most steps sit exactly at the request (Bitbrains), coverage lands above nominal.
 - Inference is numpy on the exported weights (no torch at serve time).
 
 Baselines (same `UsageForecaster` Protocol): `RequestForecaster`, `EcAgeQuantileForecaster`,
@@ -40,10 +47,12 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 
 import numpy as np
 import polars as pl
 import torch
+from threadpoolctl import ThreadpoolController
 from torch import nn
 
 from models.forecaster import torch_threads
@@ -70,6 +79,8 @@ FORECAST_TABLE = {
 }
 """One row per (forecaster, origin kind, horizon step, level, resource) of `forecast_table`."""
 
+STANDARD_CLIP = 10.0
+"""Standardised inputs are clipped to +- this many training standard deviations."""
 _CHUNK = 4096
 """Jobs per job_view call while building examples and scoring (bounds the (N, T_max, D) copy job_view makes)."""
 
@@ -90,7 +101,7 @@ class ForecastConfig:
     """A fixed period of usage in steps (24: daily at one-hour steps) for the seasonal input; None: none."""
     use_ec: bool = True
     """Feed the EC inputs (observed label one-hot and the EC per-age prior); False drops exactly these."""
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the MLP (ReLU)."""
     epochs: int = 40
     """Most passes over the training examples."""
@@ -137,7 +148,7 @@ class ForecastConfig:
 
 FORECAST_PRESETS = {
     "default": ForecastConfig(),
-    "sample": ForecastConfig(hidden=(64, 64), epochs=20, max_examples=12_000, origins_per_job=2),
+    "sample": ForecastConfig(hidden=(32, 32), epochs=20, max_examples=12_000, origins_per_job=2),
 }
 """Named configurations: "sample" is small enough for tests and the sample run on 2 cores."""
 
@@ -233,15 +244,17 @@ def estimated_period(x0: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.n
     w = seen[..., None].astype(np.float64)
     mean = (x0 * w).sum(axis=1, keepdims=True) / np.maximum(w.sum(axis=1, keepdims=True), 1.0)
     xc = (x0 - mean) * w
-    denom = (xc**2).sum(axis=1)
-    best = np.zeros((n, d))
-    period = np.ones((n, d), dtype=np.int64)
-    for lag in range(2, r // 2 + 1):
-        num = (xc[:, lag:] * xc[:, :-lag]).sum(axis=1)
-        acf = np.divide(num, denom, where=denom > 0, out=np.zeros_like(num))
-        better = acf > best
-        best = np.where(better, acf, best)
-        period = np.where(better, lag, period)
+    # all lags at once: the autocovariance is the inverse FFT of the power spectrum (zero-padded to 2R: no wrap)
+    spec = np.fft.rfft(xc, n=2 * r, axis=1)
+    acov = np.fft.irfft(spec * spec.conj(), n=2 * r, axis=1)[:, : r // 2 + 1]  # (N, lags 0..R//2, D)
+    denom = acov[:, :1]
+    acf = np.divide(acov, denom, where=denom > 1e-12, out=np.zeros_like(acov))[:, 2:]
+    if acf.shape[1] == 0:
+        return np.ones((n, d), dtype=np.int64), np.zeros((n, d))
+    best_lag = acf.argmax(axis=1)
+    best = np.take_along_axis(acf, best_lag[:, None], axis=1)[:, 0]
+    period = np.where(best > 0, best_lag + 2, 1).astype(np.int64)
+    best = np.maximum(best, 0.0)
     return period, best
 
 
@@ -389,15 +402,23 @@ class _QuantileNet(nn.Module):
         return centre[:, None] + offsets
 
 
+@cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries loaded (found once, on the first forecast)."""
+    return ThreadpoolController()
+
+
 def _numpy_forward(
     weights: tuple[tuple[np.ndarray, np.ndarray], ...], x: np.ndarray, anchors: np.ndarray, shape
 ) -> np.ndarray:
     """The exported `_QuantileNet` in numpy (float32 matmuls): (N, L, H, D) fractions of s."""
-    h = x.astype(np.float32)
-    for w, b in weights[:-1]:
-        h = np.maximum(h @ w + b, 0.0)
-    w, b = weights[-1]
-    out = (h @ w + b).astype(np.float64)
+    # one BLAS thread: products this small are slower threaded, and much slower beside torch's spinning threads
+    with _blas().limit(limits=1, user_api="blas"):
+        h = x.astype(np.float32)
+        for w, b in weights[:-1]:
+            h = np.maximum(h @ w + b, 0.0)
+        w, b = weights[-1]
+        out = (h @ w + b).astype(np.float64)
     n_q = int(np.prod(shape))
     raw = out[:, :n_q].reshape(-1, *shape)
     logits = out[:, n_q:].reshape(len(out), anchors.shape[1], 1, shape[2])
@@ -487,11 +508,11 @@ def build_examples(
     return ex.take(np.flatnonzero(has_target))
 
 
-def split_by_workload(
-    workload: np.ndarray, cfg: ForecastConfig, who: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(train, validation, calibration) example indices: whole workloads go to one part (seeded draw)."""
-    ids, codes = np.unique(workload.astype(str), return_inverse=True)
+def split_workloads(jobs: JobBatch, cfg: ForecastConfig, who: str) -> dict[str, int]:
+    """Workload id -> part (0 train, 1 validation, 2 calibration) for every workload of the real jobs of `jobs`:
+    whole workloads go to one part (seeded draw). ValueError naming the forecaster with fewer than 3 workloads."""
+    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    ids = sorted(set(_workload_of(jobs, *np.nonzero(is_real)).astype(str).tolist()))
     n = len(ids)
     n_cal = max(1, int(round(cfg.calibration_share * n)))
     n_val = max(1, int(round(cfg.validation_share * n)))
@@ -504,8 +525,28 @@ def split_by_workload(
     part = np.zeros(n, dtype=np.int64)
     part[order[:n_cal]] = 2
     part[order[n_cal : n_cal + n_val]] = 1
-    of_example = part[codes]
-    return tuple(np.flatnonzero(of_example == k) for k in range(3))  # type: ignore[return-value]
+    return dict(zip(ids, part.tolist(), strict=True))
+
+
+def profiles_of_part(jobs: JobBatch, parts: dict[str, int], n_labels: int) -> EcProfiles:
+    """EC per-age profiles learned from the jobs of the TRAIN part only (the calibration and validation
+    workloads must not see their own usage through the prior); a label none of whose jobs is in that part uses
+    the all-jobs profile, as `learn_profiles` does for a label without jobs."""
+    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    b, j = np.nonzero(is_real)
+    in_part = np.zeros(jobs.duration.shape, dtype=bool)
+    in_part[b, j] = np.array([parts[w] == 0 for w in _workload_of(jobs, b, j).astype(str)], dtype=bool)
+    kept = replace(
+        jobs, duration=np.where(in_part, jobs.duration, 0)
+    )  # duration 0: no age is learned from it
+    prof = learn_profiles(kept, n_labels, max(jobs.max_duration, 1))
+    unseen = np.bincount(jobs.ec_label[in_part], minlength=n_labels) == 0
+    counts = prof.counts.sum(axis=0)
+    sums = (prof.fraction * prof.counts).sum(axis=0)
+    fraction = prof.fraction.copy()
+    fraction[unseen] = np.divide(sums, counts, where=counts > 0, out=np.zeros(sums.shape))
+    n_jobs = np.where(unseen, 0, prof.n_jobs)
+    return replace(prof, fraction=fraction, n_jobs=n_jobs)
 
 
 def _train_network(
@@ -542,7 +583,9 @@ def _train_network(
             b = order[lo : lo + cfg.batch_size]
             loss = pinball_loss(net(x[b], anc[b]) * s[b], y[b], alive[b], levels)
             if not torch.isfinite(loss):
-                raise ValueError(f"{who}: training loss is {float(loss)} at epoch {epoch}, iteration {it}")
+                raise ValueError(
+                    f"{who}: training loss is {float(loss.detach())} at epoch {epoch}, iteration {it}"
+                )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -627,7 +670,7 @@ class QuantileUsageForecaster:
     def forecast_fraction(self, view: JobView) -> np.ndarray:
         """(N, L, H, D) uncalibrated quantiles as fractions of max(request, 1)."""
         x, anchors = view_features(view, self.cfg, self.ec)
-        x = (x - self.x_mean) / self.x_std
+        x = _standardised(x, self.x_mean, self.x_std)
         return _numpy_forward(self.weights, x, anchors, (len(self.levels), self.horizon, len(self.capacity)))
 
     def forecast_view(self, view: JobView) -> np.ndarray:
@@ -669,15 +712,17 @@ def fit_usage_forecaster(
     capacity = np.asarray(sim_cfg.capacity_units, dtype=np.int64)
     if not (np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]).any():
         raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
-    ec = None
-    if cfg.use_ec:
-        profiles = learn_profiles(train, sim_cfg.n_labels, max(train.max_duration, 1))
-        ec = _EcInputs(profiles=profiles, n_labels=sim_cfg.n_labels)
+    parts = split_workloads(train, cfg, who)
+    ec = _EcInputs(profiles_of_part(train, parts, sim_cfg.n_labels), sim_cfg.n_labels) if cfg.use_ec else None
     ex = build_examples(sim_cfg, train, cfg, ec, who)
-    i_train, i_val, i_cal = split_by_workload(ex.workload, cfg, who)
+    part = np.array([parts[w] for w in ex.workload.astype(str)])
+    i_train, i_val, i_cal = (np.flatnonzero(part == k) for k in range(3))
     mean = ex.x[i_train].mean(axis=0)
-    std = np.maximum(ex.x[i_train].std(axis=0), 1e-6)
-    norm = replace(ex, x=(ex.x - mean) / std)
+    std = ex.x[i_train].std(axis=0)
+    std = np.where(
+        std > 1e-6, std, 1.0
+    )  # constant in training (e.g. a label only other parts hold): not scaled up
+    norm = replace(ex, x=_standardised(ex.x, mean, std))
     with torch_threads(cfg.n_threads):
         net, report = _train_network(norm.take(i_train), norm.take(i_val), cfg, capacity, who)
     weights = tuple(
@@ -702,6 +747,12 @@ def fit_usage_forecaster(
         "fit_s": time.perf_counter() - t0,
     }
     return QuantileUsageForecaster(cfg, capacity, weights, mean, std, shifts, ec, is_capped, report)
+
+
+def _standardised(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """(x - mean) / std clipped to +-10: an input far outside training (an unseen label, a huge meta value) is
+    bounded at serve time."""
+    return np.clip((x - mean) / std, -STANDARD_CLIP, STANDARD_CLIP)
 
 
 def is_usage_within_request(jobs: JobBatch) -> bool:
