@@ -636,7 +636,7 @@ def _to_units(q_frac: np.ndarray, scale: np.ndarray, cap: np.ndarray) -> np.ndar
 # --- the learned forecaster -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class QuantileUsageForecaster:
     """The fitted, calibrated forecaster (`fit_usage_forecaster` makes one). Implements `UsageForecaster`."""
 
@@ -846,7 +846,7 @@ class LastPeriodMaxForecaster:
         return _repeat_levels(np.repeat(value[:, None], h, axis=1), len(self.levels))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EcAgeQuantileForecaster:
     """Empirical quantiles of usage / request of the training jobs of the job's (observed) EC label at the target
     age, times the job's request. An (label, age) cell with fewer than `min_count` training values, and ages beyond

@@ -34,7 +34,8 @@ TINY = ForecastConfig(
     epochs=12,
     patience=3,
     origins_per_job=3,
-    max_examples=6000,
+    max_examples=12000,
+    calibration_share=0.4,
     lr=3e-3,
 )
 
@@ -64,8 +65,9 @@ def _stationary(n_seq: int, n_jobs: int, seed: int, prefix: str) -> JobBatch:
 
 @pytest.fixture(scope="module")
 def data():
-    train = _stationary(20, 40, seed=0, prefix="train")
-    test = _stationary(10, 40, seed=1, prefix="test")
+    # about 600 calibration and 1000 test jobs (each its own workload): coverage noise well inside 2 points
+    train = _stationary(50, 40, seed=0, prefix="train")
+    test = _stationary(25, 40, seed=1, prefix="test")
     learned = fit_usage_forecaster(SIM, train, TINY)
     no_ec = fit_usage_forecaster(SIM, train, replace(TINY, use_ec=False))
     baselines = {
@@ -196,3 +198,32 @@ def test_same_seed_same_forecaster():
         np.testing.assert_array_equal(wa, wb)
         np.testing.assert_array_equal(ba, bb)
     np.testing.assert_array_equal(a.shifts, b.shifts)
+
+
+def test_tables_by_source_fit_on_train_and_score_test_per_load():
+    from models.usage_forecast import forecast_tables_by_source
+    from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+
+    frame, _ = build_deepplace_sequences(
+        DeepPlaceConfig(
+            loads_pct=(30,), n_train_sequences=2, n_test_sequences=1, n_train_jobs=12, n_test_jobs=4
+        )
+    )
+    cfg = replace(TINY, epochs=2, max_examples=600)
+    table, reports = forecast_tables_by_source(frame, SimConfig(), cfg, baseline_period=6, origins_per_job=1)
+    assert table.columns[:2] == ["source", "load_pct"]
+    assert set(table["forecaster"].unique()) == {
+        "learned_with_ec",
+        "learned_without_ec",
+        "request",
+        "ec_age_quantile",
+        "seasonal_naive",
+        "last_period_max",
+    }
+    assert set(reports) == {
+        ("deepplace_synthetic", 30, "learned_with_ec"),
+        ("deepplace_synthetic", 30, "learned_without_ec"),
+    }
+    assert table["n"].sum() > 0
+    with pytest.raises(ValueError, match="empty test split"):
+        forecast_tables_by_source(frame.filter(pl.col("split") == "train"), SimConfig(), cfg)
