@@ -66,6 +66,35 @@ def load_raw(warehouse: Warehouse, traces: TraceFolder, source: str, log=None) -
     return out
 
 
+def missing_raw_shards(warehouse: Warehouse, traces: TraceFolder, source: str) -> dict[str, list[str]]:
+    """Raw table -> the shards of `source` in the trace folder that have no current raw partition (their ingest
+    failed, or has not run): a table built from the others covers part of the source only."""
+    out: dict[str, list[str]] = {}
+    for t in SOURCES[source].tables:
+        name = raw_table_name(source, t)
+        missing = [
+            k for k, path in traces.shards(source, t).items() if not warehouse.is_current(name, k, path)
+        ]
+        if missing:
+            out[t] = missing
+    return out
+
+
+def partial_source_metadata(warehouse: Warehouse, traces: TraceFolder, source: str, log) -> dict:
+    """`is_partial_source` and `missing_raw_shards` metadata of a core table, with a warning naming the shards
+    when some are missing: a source whose shard failed is never reported as if it were whole."""
+    missing = missing_raw_shards(warehouse, traces, source)
+    if missing:
+        listed = "; ".join(
+            f"{t}: {', '.join(keys[:5])}" + (" ..." if len(keys) > 5 else "") for t, keys in missing.items()
+        )
+        log.warning(
+            f"{source} is PARTIAL: {sum(map(len, missing.values()))} shard(s) in {traces.root} have no raw table "
+            f"(their ingest failed or has not run), built from the other shards only: {listed}"
+        )
+    return {"is_partial_source": bool(missing), "missing_raw_shards": MetadataValue.json(missing)}
+
+
 @asset(
     partitions_def=SOURCE_PARTITIONS,
     deps=_raw_deps(),
@@ -81,6 +110,9 @@ def core__workloads(
     a machine, priority, scheduling class, final state and whether it was only partly recorded."""
     raw = load_raw(warehouse, traces, context.partition_key, context.log)
     context.log.info(f"raw tables available: {sorted(raw)}")
+    context.add_output_metadata(
+        partial_source_metadata(warehouse, traces, context.partition_key, context.log)
+    )
     return build_workloads(context.partition_key, raw)
 
 
@@ -225,6 +257,7 @@ def core__usage(
         metadata={
             **{k: int(v) for k, v in totals.iter_rows()},
             **frame_metadata(preview),
+            **partial_source_metadata(warehouse, traces, source, context.log),
             "dagster/row_count": rows,
             "path": MetadataValue.path(str(folder)),
         },

@@ -46,3 +46,29 @@ def test_truncated_shard_fails_alone(tmp_path):
         assert [p.name for p in wh.table_files("raw_google2011__task_events")] == [
             "part-00000-of-00500.parquet"
         ]
+
+
+def test_core_tables_of_a_source_with_a_failed_shard_say_it_is_partial(tmp_path):
+    traces = tmp_path / "traces"
+    shutil.copytree(FIXTURES / "traces" / "google-2011", traces / "google-2011")
+    bad = "part-00001-of-00500.csv.gz"
+    shutil.copy(FIXTURES / "bad" / "truncated.csv.gz", traces / "google-2011" / "task_usage" / bad)
+    defs = build_definitions(traces, tmp_path / "warehouse")
+    with DagsterInstance.ephemeral() as instance:
+        for table in ("task_usage", "task_events"):
+            asset = _raw(defs, f"raw_google2011__{table}")
+            for key in asset.partitions_def.get_partition_keys():
+                materialize(
+                    [asset],
+                    instance=instance,
+                    resources=defs.resources,
+                    partition_key=key,
+                    raise_on_error=False,
+                )
+        core = [_raw(defs, "core__workloads"), _raw(defs, "core__usage")]
+        result = materialize(core, instance=instance, resources=defs.resources, partition_key="google2011")
+    assert result.success
+    for name in ("core__workloads", "core__usage"):
+        meta = result.asset_materializations_for_node(name)[0].metadata
+        assert meta["is_partial_source"].value is True
+        assert meta["missing_raw_shards"].value["task_usage"] == [bad]
