@@ -97,8 +97,8 @@ COLUMN_DOCS: dict[str, str] = {
     # quarantine
     "table": "raw table the row was read for",
     "source_file": "input file the row came from",
-    "line_number": "1-based line in the (decompressed) input file",
-    "raw_line": "the line as read",
+    "line_number": "1-based line in the (decompressed) input file; 0 for a whole file that could not be read",
+    "raw_line": "the line as read (bytes that are not UTF-8 written as \\xNN escapes)",
     # job sequences
     "job_index": "0-based order of arrival within the sequence",
     "arrival_step": "logical step (one hour by default) at which the placement request arrives",
@@ -478,6 +478,11 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
         "silhouette-best k)",
     },
     "core__usage_counts": {"count": "what is counted (rows_in, rows_dropped_<reason>, bins_out, ...)"},
+    "raw_quarantine": {
+        "reason": "why the line was set aside: wrong field count, invalid UTF-8 (with the offending bytes), "
+        "unparsable, empty mandatory field, non-finite value, value outside the column's declared range, "
+        "time going backwards, or 'whole file quarantined' (a Bitbrains VM file with a bad header or no data)"
+    },
     "core__long_running_report": {"n_workloads": "workloads with this reason (kept: passed the filter)"},
     "core__long_running_judged": {
         "reason": "the verdict on this workload: kept, or the first reason it was dropped (REASONS order)"
