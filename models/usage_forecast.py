@@ -225,15 +225,15 @@ def _masked_stats(x0: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _slope(x0: np.ndarray, seen: np.ndarray) -> np.ndarray:
-    """(N, D) least-squares slope per step over the observed positions of the window; 0 with < 2 observed."""
-    w = seen[..., None].astype(np.float64)
-    pos = np.arange(x0.shape[1], dtype=np.float64)[None, :, None]
-    sw = np.maximum(w.sum(axis=1, keepdims=True), 1.0)
-    mp = (w * pos).sum(axis=1, keepdims=True) / sw
-    mx = (w * x0).sum(axis=1, keepdims=True) / sw
-    cov = (w * (pos - mp) * (x0 - mx)).sum(axis=1)
-    var = (w * (pos - mp) ** 2).sum(axis=1)
-    return np.divide(cov, var, where=var > 0, out=np.zeros_like(cov))
+    """(N, D) least-squares slope per step over the observed positions of the window (x0 is 0 elsewhere); 0 with
+    fewer than 2 observed."""
+    w = seen.astype(np.float64)
+    pos = np.arange(x0.shape[1], dtype=np.float64)
+    sw, sp, spp = w.sum(axis=1), w @ pos, w @ pos**2
+    sx, spx = x0.sum(axis=1), np.einsum("nrd,r->nd", x0, pos)
+    var = (sw * spp - sp**2)[:, None]
+    cov = sw[:, None] * spx - sp[:, None] * sx
+    return np.divide(cov, var, where=var > 1e-9, out=np.zeros_like(cov))
 
 
 def estimated_period(x0: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -418,15 +418,16 @@ def _numpy_forward(
         for w, b in weights[:-1]:
             h = np.maximum(h @ w + b, 0.0)
         w, b = weights[-1]
-        out = (h @ w + b).astype(np.float64)
+        out = h @ w + b
     n_q = int(np.prod(shape))
     raw = out[:, :n_q].reshape(-1, *shape)
     logits = out[:, n_q:].reshape(len(out), anchors.shape[1], 1, shape[2])
     gate = np.exp(logits - logits.max(axis=1, keepdims=True))
     centre = (gate * anchors).sum(axis=1) / gate.sum(axis=1)
-    steps = np.logaddexp(0.0, raw[:, 1:])
+    inc = raw[:, 1:]
+    steps = np.maximum(inc, 0.0) + np.log1p(np.exp(-np.abs(inc)))  # softplus, stable
     offsets = np.concatenate([raw[:, :1], raw[:, :1] + np.cumsum(steps, axis=1)], axis=1)
-    return centre[:, None] + offsets
+    return (centre[:, None] + offsets).astype(np.float64)
 
 
 def pinball_loss(q: torch.Tensor, y: torch.Tensor, alive: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
@@ -629,8 +630,14 @@ def _to_units(q_frac: np.ndarray, scale: np.ndarray, cap: np.ndarray) -> np.ndar
     """Fractions of s -> units, clipped to [0, cap] (cap (N, D) or (D,)), non-decreasing over the levels."""
     cap = np.asarray(cap, dtype=np.float64)
     cap = cap[:, None, None, :] if cap.ndim == 2 else cap
-    units = np.clip(q_frac * scale[:, None, None, :], 0.0, cap)
-    return np.maximum.accumulate(units, axis=1)
+    units = q_frac * scale[:, None, None, :]
+    np.minimum(units, cap, out=units)
+    np.maximum(units, 0.0, out=units)
+    for li in range(
+        1, units.shape[1]
+    ):  # running max over the levels (a few; faster than accumulate on axis 1)
+        np.maximum(units[:, li], units[:, li - 1], out=units[:, li])
+    return units
 
 
 # --- the learned forecaster -----------------------------------------------------------------------------------
@@ -1041,7 +1048,9 @@ def summarise_forecast_table(table: pl.DataFrame, by: tuple[str, ...] = ()) -> p
         )
         .pivot(on="col", index=keys, values="coverage")
     )
-    return loss.join(cov, on=keys).sort([*by, "pinball_frac"])
+    levels = sorted(c for c in cov.columns if c.startswith("coverage_"))
+    levels.sort(key=lambda c: int(c.removeprefix("coverage_")))
+    return loss.join(cov, on=keys).select(*keys, "pinball_frac", *levels).sort([*by, "pinball_frac"])
 
 
 def forecast_tables_by_source(

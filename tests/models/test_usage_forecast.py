@@ -227,3 +227,22 @@ def test_tables_by_source_fit_on_train_and_score_test_per_load():
     assert table["n"].sum() > 0
     with pytest.raises(ValueError, match="empty test split"):
         forecast_tables_by_source(frame.filter(pl.col("split") == "train"), SimConfig(), cfg)
+
+
+@pytest.mark.slow
+def test_learned_beats_every_baseline_on_deepplace_and_covers_95_within_the_bar():
+    from models.usage_forecast import fit_forecasters
+    from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+
+    frame, _ = build_deepplace_sequences(
+        DeepPlaceConfig(loads_pct=(50,), n_train_sequences=20, n_test_sequences=10)
+    )
+    sim = SimConfig()
+    train = JobBatch.from_frame(frame.filter(pl.col("split") == "train"))
+    test = JobBatch.from_frame(frame.filter(pl.col("split") == "test"))
+    summary = summarise_forecast_table(forecast_table(sim, test, fit_forecasters(sim, train)))
+    loss = dict(zip(summary["forecaster"], summary["pinball_frac"], strict=True))
+    for baseline in ("request", "ec_age_quantile", "seasonal_naive", "last_period_max"):
+        assert loss["learned_with_ec"] < loss[baseline] and loss["learned_without_ec"] < loss[baseline]
+    learned = summary.filter(pl.col("forecaster").str.starts_with("learned"))
+    assert learned["coverage_95"].is_between(0.93, 0.97).all()
