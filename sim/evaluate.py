@@ -20,13 +20,30 @@ from pipelines.progress import Progress
 from sim import core
 from sim.config import SimConfig
 from sim.core import PENALTY_NAMES
+from sim.forecast import UsageForecaster
 from sim.jobs import SEQUENCE_KEY, JobBatch
 from sim.metrics import episode_metrics, episode_trace, machines_lower_bound
-from sim.policies import Policy, accepts_profiles, decide, is_learned, make_policy
+from sim.policies import (
+    POLICIES,
+    Policy,
+    accepts_profiles,
+    decide,
+    is_fitted,
+    is_learned,
+    is_oracle,
+    make_policy,
+    policy_kind,
+)
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
+from sim.tuning import FitContext, TuningConfig
 
 RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
 """Columns identifying one result row."""
+
+DESCRIPTOR_COLUMNS = ("n_machines", "policy_kind", "is_oracle", "is_learned")
+"""Columns of a result row that describe the run, not a metric: the cluster size M, what the policy is
+(`sim.policies.POLICY_KINDS`), whether it reads the future (an oracle: a yardstick, never "best") and whether it
+is learned."""
 
 METRIC_BETTER: dict[str, str] = {
     **{f"avg_util_{r}_frac": "higher" for r in ("cpu", "mem")},
@@ -94,6 +111,9 @@ def evaluate_policies(
     make: PolicyFactory | None = None,
     log: Callable[[str], None] | None = None,
     label: str = "evaluate",
+    tuning: TuningConfig | None = None,
+    forecaster_factory: Callable[[JobBatch, SimConfig], UsageForecaster] | None = None,
+    choices: dict | None = None,
 ) -> pl.DataFrame:
     """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
 
@@ -105,6 +125,11 @@ def evaluate_policies(
     `sim.metrics.episode_metrics`, plus `machines_lower_bound` of the sequence (`sim.metrics.machines_lower_bound`).
     Progress (batches of one policy x seed x group done, rate, time left) goes to `log` (default: the `tvw`
     logger), its lines starting with `label`.
+    Fitted rules (`sim.policies.is_fitted`: the hybrid, Google's peak predictors, the forecast-driven rules) are
+    fitted once per (source, load) from that group's TRAIN sequences only (`sim.tuning.FitContext` with `tuning`
+    and `forecaster_factory`; validation sequences are carved from the training split); what validation chose
+    goes into `choices[(source, load_pct)][policy]` when a dict is given. A fitted rule that cannot be fitted
+    (no training sequences, or no forecaster factory for one that needs it) is left out and logged.
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -118,9 +143,15 @@ def evaluate_policies(
         seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
         profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg)
         bound = machines_lower_bound(jobs, cfg.capacity_units)
+        fit_ctx = _fit_context(jobs_frame, source, load, cfg, tuning, forecaster_factory)
+        fitted = {name: _fit(name, fit_ctx, log) for name in policies if is_fitted(name)}
+        if choices is not None and fit_ctx is not None:
+            choices[(source, load)] = fit_ctx.choices
         for name in policies:
             for seed in seeds:
-                if make is not None and is_learned(name):
+                if name in fitted:
+                    policy = fitted[name]
+                elif make is not None and is_learned(name):
                     policy = make(name, source, load, seed)
                 elif accepts_profiles(name):
                     policy = make_policy(name, profiles=profiles)
@@ -133,7 +164,9 @@ def evaluate_policies(
                 progress.advance()
                 for seq_id, metrics, lb in zip(seq_ids, episodes, bound.tolist(), strict=True):
                     key = dict(zip(RESULT_KEY, (source, load, name, seq_id, seed), strict=True))
-                    rows.append({**key, **metrics, "machines_lower_bound": float(lb)})
+                    rows.append(
+                        {**key, **describe_policy(name, cfg), **metrics, "machines_lower_bound": float(lb)}
+                    )
     if not rows:  # every policy was left out by `make`
         key_schema = {"source": pl.String, "load_pct": pl.Int32, "policy": pl.String}
         return pl.DataFrame(schema={**key_schema, "sequence_id": pl.Int32, "seed": pl.Int64})
@@ -146,6 +179,51 @@ def evaluate_policies(
         )
         .sort("source", "load_pct", "policy", "sequence_id", "seed")
     )
+
+
+def describe_policy(name: str, cfg: SimConfig) -> dict:
+    """The DESCRIPTOR_COLUMNS of a result row of policy `name` on the cluster `cfg`."""
+    return {
+        "n_machines": cfg.n_machines,
+        "policy_kind": policy_kind(name),
+        "is_oracle": is_oracle(name),
+        "is_learned": is_learned(name),
+    }
+
+
+def _fit_context(
+    jobs_frame: pl.DataFrame,
+    source: str,
+    load_pct: int,
+    cfg: SimConfig,
+    tuning: TuningConfig | None,
+    forecaster_factory,
+) -> FitContext | None:
+    """The FitContext of one (source, load) from its TRAIN rows; None when it has none."""
+    train = jobs_frame.filter(
+        (pl.col("split") == "train") & (pl.col("source") == source) & (pl.col("load_pct") == load_pct)
+    )
+    if train.height == 0:
+        return None
+    return FitContext(
+        cfg=cfg,
+        train=JobBatch.from_frame(train),
+        tuning=tuning or TuningConfig(),
+        forecaster_factory=forecaster_factory,
+        where=f"{source} {load_pct} %",
+    )
+
+
+def _fit(name: str, ctx: FitContext | None, log: Callable[[str], None] | None) -> Policy | None:
+    """The fitted rule `name` for the context's group, or None (logged) when it cannot be fitted there."""
+    say = log or (lambda msg: None)
+    if ctx is None:
+        say(f"{name}: no training sequences to fit it on: left out")
+        return None
+    policy = POLICIES[name].fit(ctx)
+    if policy is None:
+        say(f"{name} ({ctx.where}): cannot be fitted (it needs a learned forecaster): left out")
+    return policy
 
 
 def learn_group_profiles(
@@ -176,7 +254,7 @@ def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     mean -/+ t * std / sqrt(n), t the Student quantile with n - 1 degrees of freedom; equal to the mean when
     n = 1). NaN values of a metric (e.g. mean wait with nothing placed) are left out.
     """
-    metric_cols = [c for c in results.columns if c not in RESULT_KEY]
+    metric_cols = [c for c in results.columns if c not in RESULT_KEY and c not in DESCRIPTOR_COLUMNS]
     long = results.unpivot(
         index=["source", "load_pct", "policy", "sequence_id", "seed"],
         on=metric_cols,
@@ -195,12 +273,16 @@ def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     t = np.array([stats.t.ppf(0.5 + confidence / 2, n - 1) if n > 1 else 0.0 for n in out["n"].to_list()])
     half = pl.Series(t) * out["std"] / out["n"].cast(pl.Float64).sqrt()
     better = pl.col("metric").replace_strict(METRIC_BETTER, default="", return_dtype=pl.String)
+    kinds = [c for c in ("policy_kind", "is_oracle", "is_learned") if c in results.columns]
+    if kinds:
+        out = out.join(results.select("policy", *kinds).unique("policy"), on="policy", how="left")
     return (
         out.with_columns(ci_low=pl.col("mean") - half, ci_high=pl.col("mean") + half, better=better)
         .select(
             "source",
             "load_pct",
             "policy",
+            *kinds,
             "metric",
             "better",
             "n",
@@ -241,3 +323,129 @@ def split_diversity(jobs_frame: pl.DataFrame, min_workloads: int = 5) -> pl.Data
         .cast(DIVERSITY)
         .sort("source", "load_pct", "split")
     )
+
+
+TRUTH_OF = {"forecast_risk": "forecast_risk_truth", "forecast_risk_nodur": "forecast_risk_truth"}
+"""Forecast-driven rule -> the same rule on the true future usage (its information gap's yardstick)."""
+
+GAP_TABLE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "n_machines": pl.Int64,
+    "policy": pl.String,
+    "policy_kind": pl.String,
+    "is_oracle": pl.Boolean,
+    "is_learned": pl.Boolean,
+    "n_sequences": pl.Int64,
+    "mean_return": pl.Float64,
+    "best_heuristic": pl.String,
+    "best_heuristic_return": pl.Float64,
+    "diff_vs_best_heuristic": pl.Float64,
+    "diff_ci_low": pl.Float64,
+    "diff_ci_high": pl.Float64,
+    "n_sequences_better": pl.Int64,
+    "is_significantly_better": pl.Boolean,
+    "is_significantly_worse": pl.Boolean,
+    "oracle": pl.String,
+    "oracle_return": pl.Float64,
+    "gap_closed_frac": pl.Float64,
+    "truth_return": pl.Float64,
+    "information_gap": pl.Float64,
+    "avg_overshoot_pct": pl.Float64,
+    "tetris_overshoot_pct": pl.Float64,
+    "machines_used": pl.Float64,
+    "tetris_machines_used": pl.Float64,
+}
+"""One row per (source, load, policy) of `gap_table`."""
+
+
+def _per_sequence(results: pl.DataFrame) -> pl.DataFrame:
+    """Seeds averaged within each (source, load, policy, sequence)."""
+    return results.group_by("source", "load_pct", "policy", "sequence_id").agg(
+        pl.col("episode_return").mean(), pl.col("avg_overshoot_pct").mean(), pl.col("machines_used").mean()
+    )
+
+
+def _paired(diff: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """(mean, low, high) of a t-interval of paired differences."""
+    n = diff.size
+    mean = float(diff.mean()) if n else float("nan")
+    if n < 2:
+        return mean, mean, mean
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * float(diff.std(ddof=1)) / np.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def gap_table(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """Per (source, load) and policy: its mean return against the best NON-ORACLE heuristic of that cell (the
+    request-based ones, the hybrid and Google's predictors; chosen by test mean, so the comparison is against the
+    strongest), the paired difference by test sequence with its t-interval, the best oracle's return (a
+    yardstick: never "best"), the share of the heuristic-to-oracle gap the policy closes, and for a forecast-driven
+    rule the same rule on the true future (`TRUTH_OF`): its information gap. Overshoot and machines used sit
+    beside Tetris's. Needs the DESCRIPTOR_COLUMNS (`evaluate_policies` writes them); `noop` is left out."""
+    if results.is_empty():
+        return pl.DataFrame(schema=GAP_TABLE)
+    kinds = results.select("policy", "policy_kind", "is_oracle", "is_learned", "n_machines").unique("policy")
+    seq = _per_sequence(results.filter(pl.col("policy") != "noop")).join(
+        kinds.select("policy", "policy_kind", "is_oracle"), on="policy"
+    )
+    rows = []
+    for (source, load), cell in seq.group_by("source", "load_pct", maintain_order=True):
+        means = cell.group_by("policy", "policy_kind", "is_oracle").agg(
+            pl.col("episode_return").mean(),
+            pl.col("avg_overshoot_pct").mean(),
+            pl.col("machines_used").mean(),
+        )
+        heur = means.filter((pl.col("policy_kind") == "heuristic") & ~pl.col("is_oracle"))
+        if heur.is_empty():
+            continue
+        best = heur.sort("episode_return", descending=True).row(0, named=True)
+        oracles = means.filter(pl.col("is_oracle")).sort("episode_return", descending=True)
+        oracle = oracles.row(0, named=True) if oracles.height else None
+        tetris = means.filter(pl.col("policy") == "tetris")
+        by_policy = {p: g.sort("sequence_id") for (p,), g in cell.group_by("policy")}
+        base = by_policy[best["policy"]]
+        for m in means.sort("policy").iter_rows(named=True):
+            mine = by_policy[m["policy"]].join(base, on="sequence_id", suffix="_base")
+            diff = (mine["episode_return"] - mine["episode_return_base"]).to_numpy()
+            mean, low, high = _paired(diff, confidence)
+            span = (oracle["episode_return"] - best["episode_return"]) if oracle else float("nan")
+            truth = means.filter(pl.col("policy") == TRUTH_OF.get(m["policy"], ""))
+            truth_return = truth["episode_return"][0] if truth.height else None
+            rows.append(
+                {
+                    "source": source,
+                    "load_pct": load,
+                    "policy": m["policy"],
+                    "n_sequences": int(diff.size),
+                    "mean_return": m["episode_return"],
+                    "best_heuristic": best["policy"],
+                    "best_heuristic_return": best["episode_return"],
+                    "diff_vs_best_heuristic": mean,
+                    "diff_ci_low": low,
+                    "diff_ci_high": high,
+                    "n_sequences_better": int((diff > 0).sum()),
+                    "is_significantly_better": bool(low > 0),
+                    "is_significantly_worse": bool(high < 0),
+                    "oracle": oracle["policy"] if oracle else None,
+                    "oracle_return": oracle["episode_return"] if oracle else None,
+                    "gap_closed_frac": mean / span if oracle and span > 0 else None,
+                    "truth_return": truth_return,
+                    "information_gap": truth_return - m["episode_return"]
+                    if truth_return is not None
+                    else None,
+                    "avg_overshoot_pct": m["avg_overshoot_pct"],
+                    "tetris_overshoot_pct": tetris["avg_overshoot_pct"][0] if tetris.height else None,
+                    "machines_used": m["machines_used"],
+                    "tetris_machines_used": tetris["machines_used"][0] if tetris.height else None,
+                }
+            )
+    out = (
+        pl.DataFrame(rows, schema_overrides={k: v for k, v in GAP_TABLE.items() if k in rows[0]})
+        if rows
+        else None
+    )
+    if out is None:
+        return pl.DataFrame(schema=GAP_TABLE)
+    out = out.join(kinds, on="policy", how="left")
+    return out.select([pl.col(c).cast(t) for c, t in GAP_TABLE.items()]).sort("source", "load_pct", "policy")

@@ -63,6 +63,16 @@ from sim.core import (
     queue_length,
 )
 from sim.profiles import EcProfiles
+from sim.risk import (
+    PeakPredictorPacking,
+    RequestForecaster,
+    RiskAwarePacking,
+    RiskConfig,
+    fit_forecast_risk,
+    fit_forecast_truth,
+    fit_hybrid,
+    fit_peak_predictor,
+)
 
 
 @runtime_checkable
@@ -385,6 +395,7 @@ class ForesightPeakAware:
     peak, then least overlap), else opens an empty machine, else holds rather than overshoot."""
 
     name: str = "foresight_peak_aware"
+    is_oracle = True  # reads the true future: a yardstick, never a winner
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         cap = _capacity(cfg)
@@ -463,6 +474,63 @@ def learned_policy(module: str, class_name: str) -> Callable[..., Policy]:
     return make
 
 
+POLICY_KINDS = ("heuristic", "forecast", "learned", "oracle")
+"""What a registered policy is: a heuristic (request-based, or on observed usage: the hybrid and Google's peak
+predictors), a rule on a learned usage forecast, a learned policy, or an oracle (sees the future: a yardstick)."""
+
+
+def fitted_policy(
+    default: Callable[..., Policy], builder: Callable, kind: str = "heuristic"
+) -> Callable[..., Policy]:
+    """A registry constructor for a rule fitted per (source, load) from its training sequences: calling it builds
+    the rule with default knobs (no data); `.fit(ctx)` (`sim.tuning.FitContext`) builds it with the knobs chosen
+    on validation sequences carved from the training split (None when it cannot be fitted there, e.g. a rule
+    that needs a learned forecaster and none was given)."""
+    if kind not in POLICY_KINDS:
+        raise ValueError(f"fitted_policy: kind must be one of {POLICY_KINDS}, got {kind!r}")
+
+    def make(**kwargs) -> Policy:
+        return default(**kwargs)
+
+    make.fit = builder  # type: ignore[attr-defined]
+    make.kind = kind  # type: ignore[attr-defined]
+    make.is_oracle = kind == "oracle"  # type: ignore[attr-defined]
+    make.__qualname__ = f"fitted_policy({getattr(builder, '__name__', 'fit')})"
+    return make
+
+
+def _registered(name: str):
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
+    return POLICIES[name]
+
+
+def is_fitted(name: str) -> bool:
+    """Whether the registered policy `name` is fitted per (source, load) on training sequences (`fitted_policy`)."""
+    if name not in POLICIES and ":" in name:
+        return False
+    return callable(getattr(_registered(name), "fit", None))
+
+
+def is_oracle(name: str) -> bool:
+    """Whether the registered policy `name` reads the true future (a yardstick: never "best", never a winner)."""
+    if name not in POLICIES and ":" in name:
+        return False
+    return bool(getattr(_registered(name), "is_oracle", False))
+
+
+def policy_kind(name: str) -> str:
+    """One of POLICY_KINDS for a registered policy (an importable "module:attr" one counts as a heuristic)."""
+    if name not in POLICIES and ":" in name:
+        return "heuristic"
+    factory = _registered(name)
+    if is_oracle(name):
+        return "oracle"
+    if getattr(factory, "is_learned", False):
+        return "learned"
+    return getattr(factory, "kind", "heuristic")
+
+
 def is_learned(name: str) -> bool:
     """Whether the registered policy `name` is a learned one (built from a checkpoint)."""
     if name not in POLICIES and ":" in name:
@@ -483,6 +551,44 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "ec_peak_aware": ECProfilePeakAware,
     "foresight_peak_aware": ForesightPeakAware,
     "noop": Noop,
+    "hybrid_observed": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="hybrid_observed", **kw),
+        lambda ctx: fit_hybrid(ctx, True, "hybrid_observed"),
+    ),
+    "hybrid_observed_nodur": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            risk=RiskConfig(use_durations=False), name="hybrid_observed_nodur", **kw
+        ),
+        lambda ctx: fit_hybrid(ctx, False, "hybrid_observed_nodur"),
+    ),
+    "n_sigma_observed": fitted_policy(
+        lambda **kw: PeakPredictorPacking(predictor="n_sigma", name="n_sigma_observed", **kw),
+        lambda ctx: fit_peak_predictor(ctx, "n_sigma", "n_sigma_observed"),
+    ),
+    "max_pct_n_sigma_observed": fitted_policy(
+        lambda **kw: PeakPredictorPacking(predictor="max_pct_n_sigma", name="max_pct_n_sigma_observed", **kw),
+        lambda ctx: fit_peak_predictor(ctx, "max_pct_n_sigma", "max_pct_n_sigma_observed"),
+    ),
+    "forecast_risk": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_risk", **kw),
+        lambda ctx: fit_forecast_risk(ctx, True, "forecast_risk"),
+        kind="forecast",
+    ),
+    "forecast_risk_nodur": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(),
+            risk=RiskConfig(use_durations=False),
+            name="forecast_risk_nodur",
+            **kw,
+        ),
+        lambda ctx: fit_forecast_risk(ctx, False, "forecast_risk_nodur"),
+        kind="forecast",
+    ),
+    "forecast_risk_truth": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="forecast_risk_truth", **kw),
+        lambda ctx: fit_forecast_truth(ctx, "forecast_risk_truth"),
+        kind="oracle",
+    ),
     "dejavu": learned_policy("models.dejavu", "DejavuPolicy"),
     "tvw_rl": learned_policy("models.tvw_rl", "TvwRlPolicy"),
     "deeprm_rl": learned_policy("models.deeprm", "DeepRMAgentPolicy"),

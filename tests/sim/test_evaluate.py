@@ -11,6 +11,7 @@ import pytest
 from pipelines.job_sequences import jobs_to_frame
 from sim.config import SimConfig
 from sim.evaluate import (
+    DESCRIPTOR_COLUMNS,
     RESULT_KEY,
     evaluate_policies,
     learn_group_profiles,
@@ -146,7 +147,7 @@ def test_progress_counts_every_batch() -> None:
 def test_one_finite_row_per_key(results) -> None:
     assert results.height == 2 * 1 * 3 * 2 * 2  # sources x loads x policies x test sequences x seeds
     assert results.select(RESULT_KEY).unique().height == results.height
-    metrics = [c for c in results.columns if c not in RESULT_KEY]
+    metrics = [c for c in results.columns if c not in RESULT_KEY and c not in DESCRIPTOR_COLUMNS]
     for name in (
         "avg_util_cpu_frac",
         "avg_frag_mem_frac",
@@ -160,6 +161,10 @@ def test_one_finite_row_per_key(results) -> None:
     assert np.isfinite(results.select(metrics).to_numpy()).all()
     assert (results["n_unplaced"] == 0).all()
     assert set(results["sequence_id"].to_list()) == {0, 1}
+    # every row says what its policy is: no oracle among these heuristics, none learned, M of the cluster
+    assert not results["is_oracle"].any() and not results["is_learned"].any()
+    assert set(results["policy_kind"].to_list()) == {"heuristic"}
+    assert set(results["n_machines"].to_list()) == {CFG.n_machines}
 
 
 def test_summary_interval_is_t_based() -> None:

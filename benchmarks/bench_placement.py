@@ -1,0 +1,157 @@
+"""Does packing beyond requests pay? Every heuristic, the hybrid, Google's peak predictors, the forecast-driven
+rules and the oracles on fresh job sequences at the issue's scale, with the gap table against the best heuristic.
+
+Sequences: the real sources' long-running workloads from a warehouse that a `tvw-run` (layers raw .. cluster)
+filled, cut into `--n-train` training and `--n-test` test sequences per load by the project's own builder
+(`pipelines.job_sequences`, train and test from disjoint workloads), plus DeepPlace's synthetic workload. Every
+rule is fitted per (source, load) on the TRAINING sequences only (validation carved from them, `sim.tuning`);
+the learned forecaster (`models.usage_forecast`, the "sample" preset) is fitted on the same training part.
+
+Prints, per cell: the best non-oracle heuristic, each rule's paired difference in return against it with the 95 %
+interval, the share of the heuristic-to-oracle gap it closes, overshoot and machines used beside Tetris's, the
+fitting and evaluation seconds; and writes the gap table and the raw results as Parquet under `--out`.
+
+    python benchmarks/bench_placement.py --warehouse warehouse [--sources bitbrains,deepplace_synthetic]
+        [--loads 30,50,80] [--n-train 100] [--n-test 30] [--out /tmp/placement]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+
+from pipelines.job_sequences import SequenceConfig, build_job_sequences
+from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+from sim.config import SimConfig
+from sim.evaluate import evaluate_policies, gap_table
+from sim.tuning import TuningConfig
+
+HEURISTICS = ["tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer", "noop"]
+RULES = [
+    "hybrid_observed",
+    "hybrid_observed_nodur",
+    "n_sigma_observed",
+    "max_pct_n_sigma_observed",
+    "forecast_risk",
+    "forecast_risk_nodur",
+    "forecast_risk_truth",
+    "foresight_peak_aware",
+]
+
+
+def real_sequences(warehouse: Path, source: str, cfg: SequenceConfig) -> pl.DataFrame:
+    """`sim__job_sequences` rows of one real source from the warehouse's core tables and EC labels."""
+    tables = warehouse / "tables"
+    lr = pl.read_parquet(tables / "core__long_running" / f"{source}.parquet")
+    usage = (
+        pl.scan_parquet(str(tables / "core__usage" / source / "*.parquet"))
+        .join(lr.select("source", "workload_id").lazy(), on=["source", "workload_id"], how="semi")
+        .collect()
+    )
+    ec_path = tables / "ec__assignments" / f"{source}.parquet"
+    assignments = pl.read_parquet(ec_path) if ec_path.exists() else None
+    frame, _ = build_job_sequences(usage, lr, assignments, cfg, log=lambda msg: None)
+    return frame
+
+
+def forecaster_factory(preset: str):
+    from models.usage_forecast import FORECAST_PRESETS, fit_usage_forecaster
+
+    def fit(train, sim_cfg):
+        return fit_usage_forecaster(sim_cfg, train, FORECAST_PRESETS[preset])
+
+    return fit
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warehouse", default="warehouse")
+    ap.add_argument("--sources", default="bitbrains,google2011_derived,deepplace_synthetic")
+    ap.add_argument("--loads", default="30,50,80")
+    ap.add_argument("--n-train", type=int, default=100)
+    ap.add_argument("--n-test", type=int, default=30)
+    ap.add_argument("--step-bins", type=int, default=6, help="5-minute bins per step (the sample profile's 6)")
+    ap.add_argument("--policies", default=",".join(HEURISTICS + RULES))
+    ap.add_argument("--forecaster", default="sample", help="models.usage_forecast preset ('' = none)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="/tmp/tvw_placement")
+    args = ap.parse_args()
+    loads = tuple(int(x) for x in args.loads.split(","))
+    policies = args.policies.split(",")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seq_cfg = SequenceConfig(
+        loads_pct=loads,
+        step_bins=args.step_bins,
+        n_train_sequences=args.n_train,
+        n_test_sequences=args.n_test,
+        seed=args.seed,
+    )
+    factory = forecaster_factory(args.forecaster) if args.forecaster else None
+    frames = []
+    for source in args.sources.split(","):
+        t0 = time.perf_counter()
+        if source == "deepplace_synthetic":
+            dp = replace(
+                DeepPlaceConfig(), n_train_sequences=args.n_train, n_test_sequences=args.n_test, loads_pct=loads
+            )
+            jobs, _ = build_deepplace_sequences(dp)
+        else:
+            jobs = real_sequences(Path(args.warehouse), source, seq_cfg)
+        print(f"{source}: {jobs.height} jobs in sequences ({time.perf_counter() - t0:.1f} s)", flush=True)
+        for load in loads:
+            cell = jobs.filter(pl.col("load_pct") == load)
+            cfg = SimConfig(
+                n_machines=10,
+                max_steps=1000,
+                oversize="clip",
+                n_labels=max(16, int(cell["ec_label"].max() or 0) + 1),
+            )
+            t1 = time.perf_counter()
+            choices: dict = {}
+            res = evaluate_policies(
+                cell,
+                policies,
+                cfg,
+                seeds=[args.seed],
+                tuning=TuningConfig(seed=args.seed),
+                forecaster_factory=factory,
+                choices=choices,
+                log=lambda msg: print("   ", msg, flush=True) if "left out" in msg else None,
+            )
+            frames.append(res)
+            gaps = gap_table(res)
+            print(f"\n== {source} {load} %: fitted and evaluated in {time.perf_counter() - t1:.0f} s", flush=True)
+            show = gaps.filter(pl.col("policy").is_in(RULES) | (pl.col("policy") == pl.col("best_heuristic")))
+            with pl.Config(tbl_rows=40, tbl_cols=12, tbl_width_chars=200, float_precision=3):
+                print(
+                    show.select(
+                        "policy",
+                        "best_heuristic",
+                        (pl.col("mean_return") / 1e6).alias("return_1e6"),
+                        (pl.col("diff_vs_best_heuristic") / 1e6).alias("diff_1e6"),
+                        (pl.col("diff_ci_low") / 1e6).alias("lo_1e6"),
+                        (pl.col("diff_ci_high") / 1e6).alias("hi_1e6"),
+                        "n_sequences_better",
+                        "gap_closed_frac",
+                        "avg_overshoot_pct",
+                        "tetris_overshoot_pct",
+                        "machines_used",
+                        "tetris_machines_used",
+                    )
+                )
+            for name, choice in choices.get((source, load), {}).items():
+                knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
+                print(f"   {name}: {knobs}")
+    results = pl.concat(frames, how="diagonal_relaxed")
+    results.write_parquet(out / "results.parquet")
+    gap_table(results).write_parquet(out / "gap_table.parquet")
+    print(f"\nwrote {out}/results.parquet and gap_table.parquet")
+
+
+if __name__ == "__main__":
+    main()

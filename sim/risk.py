@@ -1,0 +1,451 @@
+"""Risk-aware packing beyond requests: schedulers that place a job on a machine only while the forecast chance
+that the machine's summed usage exceeds capacity over the horizon stays small, and otherwise follow a
+request-based heuristic.
+
+Why: every request-based heuristic (Tetris, Best-Fit, DeepRM's SJF and Packer) never overshoots, and it leaves
+machines as empty as the sum of peak requests says. A foresight oracle shows 14-84 % headroom in return, almost all
+of it from packing beyond requests; each wrong guess costs K_o on every co-located job. So a rule may pack
+beyond requests only as far as the forecast's uncertainty allows.
+
+The machine's joint forecast (TVW-RL's machines run several workloads that can peak together):
+for the jobs i on machine m (the placed ones, plus the candidate job), with per-job median mu_i(k) and upper
+quantile q_i(k) at level p for step t + k, the level-p bound of the SUM is
+
+    S(k) = sum_i mu_i(k) + sqrt(rho * (sum_i delta_i(k))^2 + (1 - rho) * sum_i delta_i(k)^2),  delta = q - mu
+
+rho = 1 is the sum of quantiles (jobs peak together: comonotone, the most cautious), rho = 0 adds independent
+deviations (the N-sigma of a sum of independent jobs). `fit_rho` calibrates rho on training sequences so that the
+bound of the sum covers the realised sum at the nominal level: the quantile of the sum, not the sum of quantiles.
+A machine is safe for the job when S(k) <= C_d at every step k = 1..H and resource d (step t itself is the
+simulator's mask: the machine's usage now plus the job's first step fit).
+
+With durations known (the simulator's `duration`, as DeepRM's SJF also reads it), a job's forecast is 0 after it
+ends; with durations unknown every running job is assumed to run through the horizon.
+
+Decision modes:
+- "deviate": follow the fallback heuristic; only where it would hold or open an empty machine, take instead the
+  tightest safe machine already in use. The fallback's own choice is safe by requests, so this rule never does
+  worse than the heuristic by construction of a single decision; it differs only by packing more.
+- "pack": always take the tightest safe machine in use (highest bound peak); where none is safe, the fallback.
+
+The rules of this module (all deployable: they read only `sim.forecast.job_view`'s observed usage, requests and,
+where said, durations):
+- `RiskAwarePacking` with a learned forecaster (`models.usage_forecast`): registry names contain "forecast".
+- `RiskAwarePacking` with `PersistenceForecaster` (each running job keeps its usage observed now; the job placed
+  uses its request): the "hybrid" rule, the best heuristic deviating only to use a machine that is safe by
+  observed usage now and known end times.
+- `PeakPredictorPacking`: Google's production peak predictors (Bashir et al., EuroSys 2021, "Take it to the
+  limit"): a machine's future peak is predicted from the summed observed usage of the workloads running on it over
+  a trailing window, as N-sigma (mean + N x std) or max(percentile p, N-sigma); the job fits when that peak plus
+  its request is within capacity.
+Every tunable knob (level, rho, N, mode, the fallback heuristic itself) is chosen per (source, load) on validation
+sequences carved from the TRAINING split (`sim.tuning`), never on test sequences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State, jobs_running, machines_used, queue_head
+from sim.forecast import DEFAULT_LEVELS, UsageForecaster, job_view
+
+MODES = ("deviate", "pack")
+
+
+@dataclass(frozen=True)
+class RiskConfig:
+    """Knobs of `RiskAwarePacking` (chosen on validation sequences, `sim.tuning`)."""
+
+    level: float = 0.95
+    """p: quantile level of the machine's summed usage that must stay within C_d (nominal risk 1 - p per step)."""
+    rho: float = 1.0
+    """Co-peaking of co-located jobs in the sum's bound: 1 = sum of quantiles, 0 = independent deviations."""
+    mode: str = "deviate"
+    """"deviate" (follow the fallback unless it holds or opens an empty machine) or "pack" (see module doc)."""
+    use_durations: bool = True
+    """Known end times: a job's forecast is 0 after it ends. False: running jobs run through the horizon."""
+    horizon: int | None = None
+    """Steps t + 1 .. t + H checked; None = the forecaster's whole horizon."""
+    extend_to: int | None = None
+    """Steps checked in all: beyond the forecaster's horizon each job is held at its forecast's peak (the largest
+    median and deviation over the horizon) up to step t + extend_to, so a long job's later peaks still count;
+    None checks the forecast horizon only."""
+    min_observed: int = 0
+    """A job observed for fewer steps than this is taken at its request (every quantile = request): the forecast
+    is trusted only once the job has shown some of its pattern. 0 trusts it from arrival; a value above every
+    job's duration gives request-based packing, i.e. the fallback heuristic itself."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.level < 1.0:
+            raise ValueError(f"RiskConfig.level must be in (0, 1), got {self.level}")
+        if not 0.0 <= self.rho <= 1.0:
+            raise ValueError(f"RiskConfig.rho must be in [0, 1], got {self.rho}")
+        if self.mode not in MODES:
+            raise ValueError(f"RiskConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if self.min_observed < 0:
+            raise ValueError(f"RiskConfig.min_observed must be >= 0, got {self.min_observed}")
+        if self.horizon is not None and self.horizon < 1:
+            raise ValueError(f"RiskConfig.horizon must be >= 1 or None, got {self.horizon}")
+
+
+# --- the joint bound -----------------------------------------------------------------------------
+
+
+def _level_index(levels: tuple[float, ...], level: float, who: str) -> int:
+    for i, lv in enumerate(levels):
+        if abs(lv - level) < 1e-9:
+            return i
+    raise ValueError(f"{who}: level {level} is not one of the forecaster's levels {levels}")
+
+
+def job_moments(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    env: np.ndarray,
+    job: np.ndarray,
+    rcfg: RiskConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(mu, delta) (N, H, D) of jobs `job` of envs `env` at steps t + 1 .. t + H: median and level-p quantile minus
+    the median, zero after the job's end when durations are known."""
+    horizon = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
+    if horizon > forecaster.horizon:
+        raise ValueError(
+            f"RiskConfig.horizon {horizon} exceeds the forecaster's horizon {forecaster.horizon} "
+            f"({type(forecaster).__name__})"
+        )
+    who = type(forecaster).__name__
+    i_med, i_up = _level_index(forecaster.levels, 0.5, who), _level_index(forecaster.levels, rcfg.level, who)
+    if env.size == 0:
+        n_steps = max(horizon, rcfg.extend_to or 0)
+        empty = np.zeros((0, n_steps, cfg.n_resources))
+        return empty, empty
+    quant = forecaster.forecast(cfg, state, env, job)[:, :, :horizon]
+    mu, up = quant[:, i_med], quant[:, i_up]
+    delta = np.maximum(up - mu, 0.0)
+    if rcfg.extend_to is not None and rcfg.extend_to > horizon:
+        tail = rcfg.extend_to - horizon
+        mu = np.concatenate([mu, np.repeat(mu.max(axis=1, keepdims=True), tail, axis=1)], axis=1)
+        delta = np.concatenate([delta, np.repeat(delta.max(axis=1, keepdims=True), tail, axis=1)], axis=1)
+        horizon = rcfg.extend_to
+    is_placed = state.job_machine[env, job] >= 0
+    start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
+    if rcfg.min_observed > 0:
+        is_young = (state.t[env] - start + 1 < rcfg.min_observed)[:, None, None]
+        request = state.jobs.request[env, job].astype(np.float64)[:, None, :]
+        mu, delta = np.where(is_young, request, mu), np.where(is_young, 0.0, delta)
+    if rcfg.use_durations:
+        start = np.minimum(start, state.t[env])  # a job placed now starts at t
+        end = start + state.jobs.duration[env, job]  # exclusive
+        steps = state.t[env, None] + 1 + np.arange(horizon)[None, :]
+        alive = (steps < end[:, None])[..., None]
+        mu, delta = mu * alive, delta * alive
+    return mu, delta
+
+
+def machine_sums(
+    cfg: SimConfig, state: State, forecaster: UsageForecaster, rcfg: RiskConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per machine, over the jobs running now: (sum mu, sum delta, sum delta^2), each (B, M, H, D)."""
+    bi, ji = np.nonzero(jobs_running(state))
+    mu, delta = job_moments(cfg, state, forecaster, bi, ji, rcfg)
+    n_envs, n_m = state.batch_size, cfg.n_machines
+    horizon = mu.shape[1]
+    cell = bi * n_m + state.job_machine[bi, ji]
+    out = []
+    for values in (mu, delta, delta * delta):
+        acc = np.zeros((n_envs * n_m, horizon, cfg.n_resources))
+        np.add.at(acc, cell, values)
+        out.append(acc.reshape(n_envs, n_m, horizon, cfg.n_resources))
+    return out[0], out[1], out[2]
+
+
+def sum_bound(sum_mu: np.ndarray, sum_delta: np.ndarray, sum_delta2: np.ndarray, rho: float) -> np.ndarray:
+    """The level-p bound of a sum of jobs (module docstring), elementwise."""
+    return sum_mu + np.sqrt(rho * sum_delta**2 + (1.0 - rho) * sum_delta2)
+
+
+def head_bounds(cfg: SimConfig, state: State, forecaster: UsageForecaster, rcfg: RiskConfig) -> np.ndarray:
+    """(B, M, H, D) level-p bound of each machine's summed usage if the queue head is placed there now."""
+    head = queue_head(state)
+    rows = np.arange(state.batch_size)
+    idx = np.minimum(state.next_job, state.jobs.max_jobs - 1)
+    mu_h, delta_h = job_moments(cfg, state, forecaster, rows, idx, rcfg)  # (B, H, D)
+    mu_h, delta_h = mu_h * head.has_job[:, None, None], delta_h * head.has_job[:, None, None]
+    s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, rcfg)
+    return sum_bound(
+        s_mu + mu_h[:, None], s_delta + delta_h[:, None], s_delta2 + (delta_h**2)[:, None], rcfg.rho
+    )
+
+
+def safe_and_tightness(bound: np.ndarray, cfg: SimConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(B, M) whether a machine's bound stays within C_d at every step and resource, and its peak share."""
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    share = (bound / cap).max(axis=(2, 3)) if bound.shape[2] else np.zeros(bound.shape[:2])
+    return share <= 1.0 + 1e-9, share
+
+
+def deviate_or_pack(
+    cfg: SimConfig,
+    state: State,
+    base: np.ndarray,
+    is_safe: np.ndarray,
+    tightness: np.ndarray,
+    valid: np.ndarray,
+    mode: str,
+) -> np.ndarray:
+    """(B,) actions: the tightest safe used machine where the mode says to deviate from `base`, else `base`."""
+    n_m = cfg.n_machines
+    used = machines_used(state)
+    candidate = valid & is_safe & used
+    best = np.argmax(np.where(candidate, tightness, -np.inf), axis=1)
+    has_candidate = candidate.any(axis=1)
+    if mode == "pack":
+        return np.where(has_candidate, best, base)
+    base_opens = (base < n_m) & ~used[np.arange(state.batch_size), np.minimum(base, n_m - 1)]
+    deviate = has_candidate & ((base == n_m) | base_opens)
+    return np.where(deviate, best, base)
+
+
+# --- forecasters that need no training -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PersistenceForecaster:
+    """Every quantile of a running job is its observed usage (`statistic`); a job not placed yet
+    is forecast at its request. The "hybrid" rule's view: observed usage now and, with durations, end times."""
+
+    horizon: int = 24
+    levels: tuple[float, ...] = DEFAULT_LEVELS
+    statistic: str = "peak"
+    """"peak": the largest usage observed so far (a job that has shown its peak keeps it); "now": the usage
+    observed at the current step only."""
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        view = job_view(cfg, state, env, job, n_recent=1)
+        seen = view.life_max if self.statistic == "peak" else view.recent[:, -1]
+        last = np.where(view.n_observed[:, None] > 0, seen, view.request)
+        last = np.nan_to_num(last, nan=0.0)
+        units = np.broadcast_to(
+            last[:, None, None, :], (view.size, len(self.levels), self.horizon, last.shape[1])
+        )
+        return np.ascontiguousarray(units, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class RequestForecaster:
+    """Every quantile is the job's request: with it a risk-aware rule packs exactly like request-based packing."""
+
+    horizon: int = 24
+    levels: tuple[float, ...] = DEFAULT_LEVELS
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        request = state.jobs.request[env, job].astype(np.float64)
+        units = np.broadcast_to(
+            request[:, None, None, :], (len(env), len(self.levels), self.horizon, request.shape[1])
+        )
+        return np.ascontiguousarray(units)
+
+
+# --- the rules -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RiskAwarePacking:
+    """Place where the machine's forecast summed usage stays within capacity at level `risk.level` over the
+    horizon (module docstring); the fallback heuristic decides whatever the rule does not (and which job is next,
+    when it is a job picker such as DeepRM's SJF)."""
+
+    forecaster: UsageForecaster | None = field(default=None, repr=False, compare=False)
+    """Per-job quantile forecasts; None = `PersistenceForecaster()` (the hybrid rule's view)."""
+    fallback: object | None = field(default=None, repr=False, compare=False)
+    """A request-based `sim.policies.Policy`; None = Tetris."""
+    risk: RiskConfig = RiskConfig()
+    name: str = "forecast_risk"
+
+    def _fallback(self):
+        if self.fallback is None:
+            from sim.policies import Tetris  # policies registers this module's rules: import here, not at top
+
+            return Tetris()
+        return self.fallback
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        base = self._fallback()
+        if hasattr(base, "pick_job"):
+            return base.pick_job(cfg, state, rng)
+        return np.zeros(state.batch_size, dtype=np.int64)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim.policies import valid_machines
+
+        base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
+        forecaster = self.forecaster or PersistenceForecaster()
+        is_safe, tightness = safe_and_tightness(head_bounds(cfg, state, forecaster, self.risk), cfg)
+        return deviate_or_pack(
+            cfg, state, base, is_safe, tightness, valid_machines(cfg, state), self.risk.mode
+        )
+
+
+PREDICTORS = ("n_sigma", "max_pct_n_sigma")
+
+
+@dataclass(frozen=True)
+class PeakPredictorPacking:
+    """Google's production peak predictors (Bashir et al., EuroSys 2021) as an admission rule: a machine's peak is
+    predicted from the summed observed usage of the jobs running on it now over the last `window` steps, as
+    mean + n_sigma x std ("n_sigma") or max(percentile, that) ("max_pct_n_sigma"); the head fits where the peak
+    plus its request stays within C_d. The fallback heuristic decides where the rule does not, in `mode`
+    ("deviate" or "pack", as `RiskAwarePacking`). Durations are not read."""
+
+    predictor: str = "n_sigma"
+    n_sigma: float = 3.0
+    percentile: float = 99.0
+    window: int = 24
+    mode: str = "deviate"
+    fallback: object | None = field(default=None, repr=False, compare=False)
+    name: str = "n_sigma_observed"
+
+    def __post_init__(self) -> None:
+        if self.predictor not in PREDICTORS:
+            raise ValueError(f"{self.name}: predictor must be one of {PREDICTORS}, got {self.predictor!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"{self.name}: mode must be one of {MODES}, got {self.mode!r}")
+
+    def _fallback(self):
+        if self.fallback is None:
+            from sim.policies import Tetris
+
+            return Tetris()
+        return self.fallback
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        base = self._fallback()
+        if hasattr(base, "pick_job"):
+            return base.pick_job(cfg, state, rng)
+        return np.zeros(state.batch_size, dtype=np.int64)
+
+    def predicted_peak(self, cfg: SimConfig, state: State) -> np.ndarray:
+        """(B, M, D) predicted peak units of the jobs running on each machine (0 on an idle machine)."""
+        bi, ji = np.nonzero(jobs_running(state))
+        view = job_view(cfg, state, bi, ji, n_recent=self.window)
+        n_envs, n_m = state.batch_size, cfg.n_machines
+        totals = np.zeros((n_envs * n_m, self.window, cfg.n_resources))
+        np.add.at(totals, bi * n_m + state.job_machine[bi, ji], np.nan_to_num(view.recent, nan=0.0))
+        # steps before the first running job's start on that machine are all-zero rows: leave them out
+        seen = np.zeros((n_envs * n_m, self.window), dtype=bool)
+        np.logical_or.at(seen, bi * n_m + state.job_machine[bi, ji], np.isfinite(view.recent).all(axis=2))
+        masked = np.where(seen[..., None], totals, np.nan)
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                peak = np.nanmean(masked, axis=1) + self.n_sigma * np.nanstd(masked, axis=1)
+                if self.predictor == "max_pct_n_sigma":
+                    peak = np.maximum(peak, np.nanpercentile(masked, self.percentile, axis=1))
+        return np.nan_to_num(peak, nan=0.0).reshape(n_envs, n_m, cfg.n_resources)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim.policies import valid_machines
+
+        base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
+        cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+        total = self.predicted_peak(cfg, state) + queue_head(state).request[:, None, :]
+        is_safe = (total <= cap + 1e-9).all(axis=2)
+        tightness = (total / cap).max(axis=2)
+        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid_machines(cfg, state), self.mode)
+
+
+# --- fitting to a (source, load) from its training sequences (`sim.tuning.FitContext`) --------------
+
+
+def fit_hybrid(ctx, use_durations: bool, name: str) -> RiskAwarePacking:
+    """The hybrid rule: the best request-based heuristic on validation, deviating only to a used machine that is
+    safe by observed usage (each running job's observed peak so far, once it has run `min_observed` steps; its
+    request before) and, when `use_durations`, known end times. `min_observed` is chosen on validation."""
+    candidates = [
+        (
+            {"mode": "deviate", "use_durations": use_durations, "min_observed": m},
+            RiskAwarePacking(
+                forecaster=PersistenceForecaster(horizon=ctx.horizon()),
+                fallback=ctx.best_fallback(),
+                risk=RiskConfig(mode="deviate", use_durations=use_durations, min_observed=max(m, 1)),
+                name=name,
+            ),
+        )
+        for m in ctx.tuning.min_observed
+    ]
+    return ctx.choose(name, candidates)
+
+
+def fit_forecast_risk(ctx, use_durations: bool, name: str, forecaster=None) -> RiskAwarePacking | None:
+    """`RiskAwarePacking` on the context's learned forecaster (or `forecaster`): rho calibrated per level on the
+    fit sequences (`sim.tuning.fit_rho`), then level x mode chosen on validation. None without a forecaster."""
+    from sim.tuning import fit_rho
+
+    forecaster = forecaster if forecaster is not None else ctx.forecaster()
+    if forecaster is None:
+        return None
+    fallback = ctx.best_fallback()
+    fit_part = ctx.split()[0]
+    candidates = []
+    levels = [lv for lv in ctx.tuning.levels if any(abs(lv - x) < 1e-9 for x in forecaster.levels)]
+    for level in levels:
+        rho, coverage = fit_rho(
+            ctx.cfg, fit_part, forecaster, RiskConfig(level=level), ctx.tuning.rhos, fallback, ctx.tuning.seed
+        )
+        for mode in ctx.tuning.modes:
+            for m in ctx.tuning.min_observed:
+                risk = RiskConfig(
+                    level=level,
+                    rho=rho,
+                    mode=mode,
+                    use_durations=use_durations,
+                    min_observed=m,
+                    extend_to=ctx.horizon(),
+                )
+                knobs = {
+                    "level": level,
+                    "rho": rho,
+                    "mode": mode,
+                    "use_durations": use_durations,
+                    "min_observed": m,
+                    "sum_coverage_fit": coverage.get(rho, float("nan")),
+                }
+                candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
+    return ctx.choose(name, candidates)
+
+
+def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:
+    """ORACLE: the forecast rule on the true future usage (`sim.forecast.ExactForecaster`), mode chosen on
+    validation: the information gap of the forecast rule."""
+    from sim.forecast import ExactForecaster
+
+    forecaster = ExactForecaster(horizon=ctx.horizon())
+    fallback = ctx.best_fallback()
+    candidates = [
+        (
+            {"mode": mode},
+            RiskAwarePacking(forecaster, fallback, RiskConfig(level=0.95, rho=1.0, mode=mode), name),
+        )
+        for mode in ctx.tuning.modes
+    ]
+    return ctx.choose(name, candidates)
+
+
+def fit_peak_predictor(ctx, predictor: str, name: str) -> PeakPredictorPacking:
+    """Google's peak predictor with N (and the mode) chosen on validation, on the best request-based fallback."""
+    fallback = ctx.best_fallback()
+    candidates = [
+        (
+            {"predictor": predictor, "n_sigma": n, "mode": mode},
+            PeakPredictorPacking(predictor=predictor, n_sigma=n, mode=mode, fallback=fallback, name=name),
+        )
+        for n in ctx.tuning.n_sigmas
+        for mode in ctx.tuning.modes
+    ]
+    return ctx.choose(name, candidates)

@@ -1,0 +1,200 @@
+"""Fitting a rule to a (source, load) from its TRAINING sequences only: validation sequences carved from the
+training split choose every knob (the fallback heuristic, the risk level, the co-peaking rho, the decision mode,
+N of the N-sigma predictor), and the forecaster is fitted on the rest. Test sequences are never read here.
+
+`FitContext` is what `sim.evaluate.evaluate_policies` hands a fitted policy's builder (`FITTED` in
+`sim.policies`): the group's training sequences, the simulator, the tuning knobs and, when the caller has one,
+a factory for a learned forecaster (it lives in `models/`, which `sim/` never imports). Everything it computes is
+cached per group and seeded from `TuningConfig.seed`, and every choice is recorded (`FitContext.choices`) so the
+evaluation can store why a rule ran as it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from sim import core
+from sim.config import SimConfig
+from sim.core import committed_future_usage, jobs_running
+from sim.forecast import UsageForecaster
+from sim.jobs import JobBatch
+
+REQUEST_HEURISTICS = ("tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer")
+"""The request-based heuristics a rule may fall back on (the best one on validation is its fallback)."""
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    """How a rule is fitted to a (source, load) from its training sequences."""
+
+    validation_share: float = 0.3
+    """Share of the training sequences (the last ones, at least 1) held out as validation sequences."""
+    levels: tuple[float, ...] = (0.9, 0.95, 0.99)
+    """Risk levels p tried on validation (nominal per-step risk 1 - p)."""
+    rhos: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    """Co-peaking values `fit_rho` chooses from (the smallest whose bound of the sum covers at level p)."""
+    modes: tuple[str, ...] = ("deviate", "pack")
+    """Decision modes tried on validation (`sim.risk.MODES`)."""
+    min_observed: tuple[int, ...] = (0, 4, 8, 16, 32)
+    """`sim.risk.RiskConfig.min_observed` values tried on validation (steps a job must be observed before its
+    forecast is trusted over its request)."""
+    n_sigmas: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
+    """N of Google's N-sigma predictor tried on validation."""
+    fallbacks: tuple[str, ...] = REQUEST_HEURISTICS
+    """Request-based heuristics; the best on validation is the fallback."""
+    seed: int = 0
+    """Seed of the validation episodes."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.validation_share < 1.0:
+            raise ValueError(f"TuningConfig.validation_share must be in (0, 1), got {self.validation_share}")
+
+
+def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]:
+    """(fit, validation): the last ceil(share x B) training sequences (at least 1) are validation, the rest fit;
+    with a single training sequence both are that sequence (said in the choices). ValueError on an empty split."""
+    n = train.batch_size
+    if n == 0:
+        raise ValueError("the training split has no sequences: nothing to fit or validate a rule on")
+    n_val = min(max(int(np.ceil(share * n)), 1), n)
+    if n_val == n:
+        return train, train
+    return train.select(np.arange(n - n_val)), train.select(np.arange(n - n_val, n))
+
+
+def sequence_returns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> np.ndarray:
+    """(B,) episode return of `policy` on each sequence of `jobs` (the simulator's reward, higher is better)."""
+    from sim.policies import decide  # policies imports this module
+
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    for _ in range(int(jobs.max_jobs + cfg.max_steps + 1)):
+        if state.is_done.all():
+            break
+        state, actions = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, actions)
+    return state.penalty_totals.sum(axis=1)
+
+
+@dataclass
+class FitContext:
+    """One (source, load)'s training sequences and what was fitted on them (cached)."""
+
+    cfg: SimConfig
+    train: JobBatch
+    tuning: TuningConfig = TuningConfig()
+    forecaster_factory: Callable[[JobBatch, SimConfig], UsageForecaster] | None = None
+    """(fit sequences, simulator) -> a fitted forecaster; None: rules that need one are left out."""
+    where: str = ""
+    """Names the group in messages and choices (e.g. "bitbrains 50 %")."""
+    choices: dict[str, dict] = field(default_factory=dict)
+    """Per fitted policy name: what validation chose and its validation returns."""
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def split(self) -> tuple[JobBatch, JobBatch]:
+        if "split" not in self._cache:
+            self._cache["split"] = split_validation(self.train, self.tuning.validation_share)
+        return self._cache["split"]
+
+    def validation_returns(self, policy) -> np.ndarray:
+        return sequence_returns(policy, self.cfg, self.split()[1], self.tuning.seed)
+
+    def best_fallback(self):
+        """The request-based heuristic with the best mean validation return (cached)."""
+        from sim.policies import make_policy
+
+        if "fallback" not in self._cache:
+            scores = {
+                name: float(self.validation_returns(make_policy(name)).mean())
+                for name in self.tuning.fallbacks
+            }
+            best = max(scores, key=lambda n: (scores[n], -self.tuning.fallbacks.index(n)))
+            self._cache["fallback"] = (best, scores)
+        name, _ = self._cache["fallback"]
+        return make_policy(name)
+
+    def fallback_choice(self) -> dict:
+        self.best_fallback()
+        name, scores = self._cache["fallback"]
+        return {"fallback": name, "fallback_validation_returns": scores}
+
+    def horizon(self) -> int:
+        """Steps a forecast must cover: the longest training job (a placed job's whole life)."""
+        return max(int(self.train.max_duration), 1)
+
+    def forecaster(self) -> UsageForecaster | None:
+        """The learned forecaster fitted on the fit part of the training sequences (cached); None without a
+        factory."""
+        if self.forecaster_factory is None:
+            return None
+        if "forecaster" not in self._cache:
+            self._cache["forecaster"] = self.forecaster_factory(self.split()[0], self.cfg)
+        return self._cache["forecaster"]
+
+    def choose(self, name: str, candidates: Sequence[tuple[dict, object]]) -> object:
+        """The candidate policy with the best mean validation return (ties: the earlier one); records the choice
+        under `name`. `candidates`: (knobs, policy) pairs."""
+        if not candidates:
+            raise ValueError(f"{name} ({self.where}): no candidate settings to choose from")
+        means = [float(self.validation_returns(policy).mean()) for _, policy in candidates]
+        best = int(np.argmax(means))
+        self.choices[name] = {
+            **candidates[best][0],
+            **self.fallback_choice(),
+            "validation_return": means[best],
+            "n_validation_sequences": self.split()[1].batch_size,
+            "tried": [
+                {**knobs, "validation_return": m} for (knobs, _), m in zip(candidates, means, strict=True)
+            ],
+        }
+        return candidates[best][1]
+
+
+def fit_rho(
+    cfg: SimConfig,
+    jobs: JobBatch,
+    forecaster: UsageForecaster,
+    risk,
+    rhos: Sequence[float],
+    policy,
+    seed: int = 0,
+    max_decisions: int = 400,
+) -> tuple[float, dict[float, float]]:
+    """The smallest rho in `rhos` whose bound of the machines' summed usage (`sim.risk.sum_bound` at
+    `risk.level`) covers the realised sum at every step of the horizon in at least a `risk.level` share of
+    (decision, used machine) cases, over rollouts of `policy` on `jobs` (training sequences: the realised future
+    is read here for calibration only, never by a scheduler); falls back to 1.0 (the sum of quantiles). Returns
+    (rho, coverage per rho). Coverage is of the machine as it is, before the decision's placement."""
+    from sim.policies import decide
+    from sim.risk import machine_sums, sum_bound
+
+    horizon = forecaster.horizon if risk.horizon is None else risk.horizon
+    risk = replace(risk, use_durations=True)  # the realised future below ends with each job
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    hits = {rho: [] for rho in rhos}
+    for _ in range(max_decisions):
+        if state.is_done.all():
+            break
+        if jobs_running(state).any():
+            s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, risk)
+            realised = committed_future_usage(state, horizon + 1)[..., 1:].transpose(
+                0, 1, 3, 2
+            )  # (B, M, H, D)
+            used = (realised > 0).any(axis=(2, 3)) & ~state.is_done[:, None]
+            for rho in rhos:
+                bound = sum_bound(s_mu, s_delta, s_delta2, rho)
+                hits[rho].append(((realised <= bound + 1e-9).all(axis=(2, 3)))[used])
+        state, actions = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, actions)
+    coverage = {
+        rho: float(np.concatenate(h).mean()) if h and np.concatenate(h).size else float("nan")
+        for rho, h in hits.items()
+    }
+    for rho in sorted(rhos):
+        if coverage[rho] >= risk.level:
+            return rho, coverage
+    return 1.0, coverage
