@@ -464,16 +464,17 @@ def _cast_strings(df: pl.DataFrame, spec: CsvTable) -> tuple[pl.DataFrame, pl.Se
     return out, reason
 
 
-def row_conditions(spec: CsvTable) -> list[tuple[pl.Expr, pl.Expr]]:
+def row_conditions(spec: CsvTable, with_values: bool = True) -> list[tuple[pl.Expr, pl.Expr]]:
     """(is bad, reason) per row check of a table, in the order reasons are reported: empty mandatory fields,
-    non-finite floats, values outside their declared range, malformed flags and integers."""
-    conds = [(pl.col(c).is_null(), pl.lit(f"empty {c}")) for c in spec.mandatory]
-    for c, dtype in spec.read_schema.items():
+    non-finite floats, values outside their declared range, malformed flags and integers. `with_values=False`:
+    only the checks that are not about a value's range (flags and integers read as floats)."""
+    conds = [(pl.col(c).is_null(), pl.lit(f"empty {c}")) for c in spec.mandatory] if with_values else []
+    for c, dtype in (spec.read_schema if with_values else {}).items():
         if dtype.is_float():
             conds.append(
                 (~pl.col(c).is_finite().fill_null(True), pl.format(f"non-finite {c}: {{}}", pl.col(c)))
             )
-    for c, (lo, hi) in spec.valid_ranges.items():
+    for c, (lo, hi) in (spec.valid_ranges if with_values else {}).items():
         marker = pl.col(c).is_in(INVALID_MARKER_VALUES) if c in spec.invalid_markers else pl.lit(False)
         if lo is not None:
             what = f"negative {c}" if lo == 0 else f"{c} below {lo:g}"
@@ -498,6 +499,34 @@ def row_conditions(spec: CsvTable) -> list[tuple[pl.Expr, pl.Expr]]:
     return conds
 
 
+def any_bad_row(spec: CsvTable) -> pl.Expr:
+    """True for every row that one of `row_conditions` would set aside (and maybe a few more): one comparison
+    per numeric column instead of one per check, so that a clean chunk, the common case, is proven clean cheaply;
+    the reasons are worked out only for a chunk where this finds something."""
+    quick = [pl.col(c).is_null() for c in spec.mandatory]
+    ranges = spec.valid_ranges
+    for c, dtype in spec.read_schema.items():
+        if not dtype.is_numeric():
+            continue
+        lo, hi = ranges.get(c, (None, None))
+        bounded = lo is not None and hi is not None
+        if bounded:
+            ok = pl.col(c).is_between(lo, hi)  # false for NaN and +-inf too
+        elif dtype.is_float():
+            ok = pl.col(c).is_finite()
+            ok = ok if lo is None else ok & (pl.col(c) >= lo)
+            ok = ok if hi is None else ok & (pl.col(c) <= hi)
+        elif lo is not None or hi is not None:
+            ok = (pl.col(c) >= lo) if lo is not None else (pl.col(c) <= hi)
+        else:
+            continue
+        if c in spec.invalid_markers:
+            ok = ok | pl.col(c).is_in(INVALID_MARKER_VALUES)
+        quick.append(~ok.fill_null(True))
+    rest = [bad for bad, _ in row_conditions(spec, with_values=False)]
+    return pl.any_horizontal(quick + rest) if quick or rest else pl.lit(False)
+
+
 class CsvChunkParser:
     """Stateful parser of one file's chunks (state: last time per workload for the order check)."""
 
@@ -510,6 +539,7 @@ class CsvChunkParser:
         self.lines_done = 0
         self._pending: list[pl.DataFrame] = []  # per-chunk (key, max time) frames, folded lazily
         self.conditions = row_conditions(spec)
+        self.any_bad = any_bad_row(spec)
         self.state_max: int | None = None  # largest time seen so far in this file
 
     def parse(self, chunk: bytes, counts: tuple[int, int] | None = None) -> ParsedBatch:
@@ -628,7 +658,7 @@ class CsvChunkParser:
         spec, conds = self.spec, self.conditions
         reason = pl.Series("r", [None] * df.height, dtype=pl.String)
         if conds:
-            any_bad = df.select(pl.any_horizontal([c for c, _ in conds]).alias("b"))["b"]
+            any_bad = df.select(self.any_bad.alias("b"))["b"]
             if any_bad.any():
                 reason = df.select(pl.coalesce([pl.when(c).then(r) for c, r in conds]).alias("r"))["r"]
         if spec.order_time is not None:
