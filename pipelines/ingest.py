@@ -4,6 +4,12 @@ The file is read in chunks of whole lines, each chunk parsed by the source into 
 and written as a row group; memory stays bounded by a few chunks whatever the file size. Both
 outputs appear atomically at the end (temp file + rename): on any error neither is touched.
 
+A bad line costs that line only: a wrong field count, bytes that are not UTF-8, an unparsable, non-finite or
+out-of-range value (each source declares the valid range of every numeric column, `CsvTable.ranges`) send it to
+the quarantine file with file, line and reason, counted; only a file-level fault fails the shard. A clean chunk
+takes the fast path (one polars read, one vectorised test of every range); decoding errors are looked for only
+after polars has refused a chunk.
+
 Memory (measured, 64 MB chunks): at most 3 parsed chunks are alive (one being encoded, one queued, one
 being parsed) besides the raw bytes read ahead; the only state that grows with the file is the source's
 per-workload time maxima for the order check (`pipelines.sources.base.CsvChunkParser`), one row per workload.
