@@ -88,12 +88,13 @@ COLUMN_DOCS: dict[str, str] = {
     "n_samples": "raw records averaged into the bin; 0 for a filled bin",
     "is_filled": "the gap-filling policy produced the value (no record in the bin)",
     "run_start_s": "first bin of the longest contiguous run kept, seconds of trace time",
-    "n_run_bins": "length of the longest contiguous run, in 5-minute bins",
+    "n_run_bins": "length of the longest contiguous run, in 5-minute bins (gaps the source may bridge included)",
     "reason": "why the row was set aside or how the workload was judged (kept, no_usage, bad_final_state, "
     "partial, too_short)",
-    "rule": "long-running rule: contiguous_bins or observed_bins",
-    "min_bins": "the source's threshold under its rule, in 5-minute bins",
+    "rule": "long-running rule: contiguous_bins, observed_bins or records",
+    "min_bins": "the source's threshold under its rule (5-minute bins, or raw records for the records rule)",
     "n_observed_bins": "5-minute bins with at least one sample",
+    "n_records": "raw usage records of the workload (its bins' n_samples, summed)",
     # quarantine
     "table": "raw table the row was read for",
     "source_file": "input file the row came from",
@@ -145,8 +146,9 @@ COLUMN_DOCS: dict[str, str] = {
     "skip_reason": "why, when is_skipped",
     "n_members": "workloads in the EC",
     "is_medoid": "this workload is its EC's medoid (DTW's K-Medoids; always false for the K-Means methods)",
-    "k_rule": "why this k is in the table: silhouette_best, common (the k all methods share) or both",
-    "eg_pct": "effective prediction gain EG (%), mean over forecaster seeds",
+    "k_rule": "silhouette_best (the method's k of highest mean silhouette) or sweep (another k of its sweep)",
+    "eg_pct": "effective prediction gain EG (%), mean over forecaster seeds (heavy-tailed: never chosen by)",
+    "eg_pct_median": "median EG (%) over forecaster seeds",
     "eg_pct_ci_low": "lower end of the 95 % t-interval of EG",
     "eg_pct_ci_high": "upper end of the 95 % t-interval of EG",
     "f_frac": "fraction of workloads in ECs whose own forecaster beats the EC-agnostic one, mean over seeds",
@@ -168,6 +170,10 @@ COLUMN_DOCS: dict[str, str] = {
     "n_seeds_diff_positive": "seeds in which the mapping's EG exceeds its control's",
     "n_seeds_diff_negative": "seeds in which the mapping's EG falls below its control's (ties left out)",
     "eg_diff_sign_p_value": "one-sided exact sign-test p-value of P(EG > control EG) > 1/2 (ties dropped)",
+    "eg_diff_sign_p_holm": "eg_diff_sign_p_value adjusted by Holm's method over every row of the source",
+    "ari_time_halves": "adjusted Rand index between the method's clusterings (same k) of the first and of the "
+    "second half of every workload's window; 1 = the classes hold over time",
+    "ari_time_halves_shuffled_95": "95th percentile of that ARI with the second half's labels shuffled (chance)",
     "eg_pct_by_seed": "EG (%) of each forecaster seed, in seed order",
     "control_eg_pct_by_seed": "the random control's EG (%, mean over its draws) of each forecaster seed",
     "n_control_draws": "random-control permutations per seed (their EG averaged)",
@@ -176,18 +182,29 @@ COLUMN_DOCS: dict[str, str] = {
     "gain_pct": "prediction gain G(e) = 100 x (corr_ec - corr_global) / |corr_global|",
     "status": "ok, too_small (G set to 0) or undefined_corr (a correlation is NaN or corr_global = 0; G = 0)",
     "accuracy": "share of predictions equal to the reference label",
-    "beats_control": "the mapping beats its random control (see the table's description for the test)",
+    "beats_control": "Holm-adjusted sign-test p below alpha (0.05) and a positive median paired gain: the "
+    "mapping may be chosen",
     "n_ecs_too_small": "ECs below the minimum size (G set to 0)",
     "n_ecs_undefined": "ECs with an undefined correlation in some seed (G set to 0 there)",
     "ari_across_seeds": "mean adjusted Rand index between these labels and the same method's labels with other "
     "seeds; 1 = identical",
     "ari_across_seeds_min": "lowest of those ARIs",
     "is_chosen": "this mapping labels the workloads in ec__assignments",
-    "choice_basis": "beats_control, fallback_default (no mapping beats its control) or none (EG 0 everywhere)",
+    "choice_basis": "significant (a row passes the Holm-corrected test) or none (no row does: no mapping)",
     "choice_reason": "the choice in one sentence",
     "prefix_bins": "usage bins m fed to the classifier (0 = meta only)",
     "macro_f1": "held-out macro F1 of the EC classifier",
     "majority_accuracy": "held-out accuracy of always predicting the training split's most common EC",
+    "majority_accuracy_ci_low": "lower end of the 95 % corrected resampled t-interval of majority_accuracy",
+    "majority_accuracy_ci_high": "upper end of that interval",
+    "best_constant_accuracy": "held-out accuracy of the best constant guess: each test split's own most common "
+    "EC (what any constant predictor reaches at most), mean over the splits",
+    "best_constant_accuracy_ci_low": "lower end of the 95 % corrected resampled t-interval of "
+    "best_constant_accuracy",
+    "best_constant_accuracy_ci_high": "upper end of that interval",
+    "accuracy_ci_low": "lower end of the 95 % interval of accuracy (over splits: corrected resampled t-interval)",
+    "accuracy_ci_high": "upper end of the 95 % interval of accuracy",
+    "n_splits": "repeated seeded train/test splits the means and intervals are over",
     "n_train": "workloads in the training split",
     "n_test": "workloads in the held-out split",
     "n_groups_train": "workload groups (e.g. jobs of job-days) in the training split",
@@ -470,12 +487,16 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
         "accuracy": "share of those jobs whose EC the saved classifier predicts as the clustering label (NaN when "
         "n_jobs = 0)",
     },
-    "ec__classifier_accuracy": {"accuracy": "held-out accuracy of the EC classifier"},
+    "ec__classifier_accuracy": {
+        "accuracy": "held-out accuracy of the EC classifier, mean over the splits",
+        "n_train": "workloads in a training split (mean over the splits)",
+        "n_test": "workloads in a held-out split (mean over the splits)",
+    },
     "ec__method_assignments": {
         "method": "EC distance whose mapping this is: aggregate, temporal or dtw (as in ec__method_comparison)",
         "k": "number of ECs of the method's mapping: the k the choice rule picks among this method's rows of "
-        "ec__method_comparison alone (a row beating its random control with the best mean EG, else the method's "
-        "silhouette-best k)",
+        "ec__method_comparison (the largest median paired gain among its rows passing the Holm-corrected "
+        "test, else the method's silhouette-best k)",
     },
     "core__usage_counts": {"count": "what is counted (rows_in, rows_dropped_<reason>, bins_out, ...)"},
     "raw_quarantine": {

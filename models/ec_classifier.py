@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
+from scipy import stats
 from sklearn.metrics import f1_score
 from sklearn.model_selection import train_test_split
 from torch import nn
@@ -36,12 +37,20 @@ META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_
 
 ACCURACY_ROWS = {
     "prefix_bins": pl.Int64,  # m: usage bins fed to the classifier (0 = meta only)
-    "accuracy": pl.Float64,
-    "macro_f1": pl.Float64,
-    "majority_accuracy": pl.Float64,  # accuracy of always predicting the training set's most common EC
-    "n_train": pl.Int64,  # workloads in the training split
-    "n_test": pl.Int64,  # workloads in the held-out split
-    "n_groups_train": pl.Int64,  # workload groups in the training split (a group is never on both sides)
+    "accuracy": pl.Float64,  # held-out accuracy, mean over the splits
+    "accuracy_ci_low": pl.Float64,  # 95 % corrected resampled t-interval over the splits (Nadeau & Bengio)
+    "accuracy_ci_high": pl.Float64,
+    "macro_f1": pl.Float64,  # mean over the splits
+    "majority_accuracy": pl.Float64,  # always predicting the training split's most common EC, mean over splits
+    "majority_accuracy_ci_low": pl.Float64,
+    "majority_accuracy_ci_high": pl.Float64,
+    "best_constant_accuracy": pl.Float64,  # the best constant guess for each test split (its most common EC)
+    "best_constant_accuracy_ci_low": pl.Float64,
+    "best_constant_accuracy_ci_high": pl.Float64,
+    "n_splits": pl.Int64,  # repeated train/test splits the means are over
+    "n_train": pl.Int64,  # workloads in a training split (mean over the splits, rounded)
+    "n_test": pl.Int64,  # workloads in a held-out split (mean, rounded)
+    "n_groups_train": pl.Int64,  # workload groups in a training split (a group is never on both sides)
     "n_groups_test": pl.Int64,
     "split": pl.String,  # how train and test were separated
 }
@@ -60,6 +69,7 @@ class ClassifierConfig:
     batch_size: int = 64  # workloads per Adam step
     lr: float = 1e-3  # Adam learning rate
     test_frac: float = 0.3  # held-out share for `classifier_accuracy_table`
+    n_splits: int = 10  # repeated seeded splits `classifier_accuracy_table` averages over (seed, seed+1, ...)
     seed: int = 0  # seeds init, shuffling and the train/test split
     n_threads: int | None = 1  # torch intra-op threads while training (restored after); None = leave as is
 
@@ -146,9 +156,10 @@ class TrainedClassifier:
         """EC label per workload (prefixes may be shorter than prefix_bins, NaN-padded, or None)."""
         return self.classes[self.predict_proba(meta, prefixes).argmax(axis=1)]
 
-    def save(self, path: str | Path) -> None:
-        """One torch file: state_dict (with normalisation buffers), config, label set, input sizes. Written to a
-        temporary sibling and renamed, so a reader never loads half a file."""
+    def save(self, path: str | Path, card: dict | None = None) -> None:
+        """One torch file: state_dict (with normalisation buffers), config, label set, input sizes, and the
+        model's card (`card`: what it was trained on and how well it did, plain JSON-like values; read back
+        with `read_card`). Written to a temporary sibling and renamed, so a reader never loads half a file."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
@@ -158,12 +169,18 @@ class TrainedClassifier:
                     "config": dataclasses.asdict(self.cfg),
                     "classes": self.classes.tolist(),
                     "n_meta": int(self.model.meta_fill.shape[0]),
+                    "card": dict(card or {}),
                 },
                 tmp,
             )
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def read_card(path: str | Path) -> dict:
+    """The card saved with a classifier (empty for a file saved without one)."""
+    return dict(torch.load(Path(path), weights_only=True).get("card", {}))
 
 
 def load_classifier(path: str | Path) -> TrainedClassifier:
@@ -301,6 +318,30 @@ def usage_prefixes(series: np.ndarray | Sequence[np.ndarray], m: int) -> np.ndar
     return out
 
 
+def resampled_interval(
+    values: Sequence[float], n_train: float, n_test: float, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """(mean, low, high) of a score over J repeated train/test splits, with Nadeau & Bengio's (2003) corrected
+    resampled t-interval: the splits share training workloads, so their scores are correlated and the plain
+    t-interval is too narrow; the variance of the mean is taken as (1/J + n_test/n_train) * s^2, t with J - 1
+    degrees of freedom. One split: a zero-width interval."""
+    a = np.asarray(values, dtype=np.float64)
+    m = float(a.mean())
+    if len(a) < 2:
+        return m, m, m
+    half = float(
+        stats.t.ppf(0.5 + confidence / 2, len(a) - 1)
+        * np.sqrt((1.0 / len(a) + n_test / n_train) * a.var(ddof=1))
+    )
+    return m, m - half, m + half
+
+
+def _split(labels: np.ndarray, groups: np.ndarray | None, cfg: ClassifierConfig, i: int):
+    if groups is None:
+        return split_train_test(labels, cfg.test_frac, cfg.seed + i)
+    return split_by_group(labels, groups, cfg.test_frac, cfg.seed + i)
+
+
 def classifier_accuracy_table(
     meta: np.ndarray,
     series: np.ndarray | Sequence[np.ndarray],
@@ -309,28 +350,58 @@ def classifier_accuracy_table(
     cfg: ClassifierConfig,
     groups: np.ndarray | None = None,
 ) -> pl.DataFrame:
-    """Held-out accuracy / macro F1 of the EC classifier per usage-prefix length (ACCURACY_ROWS), one shared
-    split. With `groups` (one id per workload, e.g. the job of a job-day) the split is by group: all workloads
-    of a group are on the same side, so the model is never tested on another day of a job it trained on."""
+    """Held-out accuracy / macro F1 of the EC classifier per usage-prefix length m (ACCURACY_ROWS) over
+    cfg.n_splits seeded splits (seed, seed + 1, ...; the same splits for every m), as means with a 95 %
+    corrected resampled t-interval (`resampled_interval`), beside two constant baselines on the same splits:
+    the training split's majority EC, and the best constant guess of each test split (its own most common
+    EC, what any constant predictor can reach at most). With `groups` (one id per workload, e.g. the job of a
+    job-day) every split is by group: all workloads of a group are on the same side, so the model is never
+    tested on another day of a job it trained on."""
     labels = np.asarray(labels)
-    if groups is None:
-        train_idx, test_idx = split_train_test(labels, cfg.test_frac, cfg.seed)
-        split = f"by workload: seeded, stratified when possible, test_frac {cfg.test_frac}"
-        groups = np.arange(len(labels)).astype(str)
-    else:
-        groups = np.asarray(groups)
-        train_idx, test_idx = split_by_group(labels, groups, cfg.test_frac, cfg.seed)
-        split = (
-            f"by workload group (a group wholly on one side), seeded, test_frac {cfg.test_frac} of the groups"
+    groups_arr = None if groups is None else np.asarray(groups)
+    ids = np.arange(len(labels)).astype(str) if groups_arr is None else groups_arr
+    splits = [_split(labels, groups_arr, cfg, i) for i in range(cfg.n_splits)]
+    majority, best_constant, sizes = [], [], []
+    for train_idx, test_idx in splits:
+        values, counts = np.unique(labels[train_idx], return_counts=True)
+        majority.append(float((labels[test_idx] == values[counts.argmax()]).mean()))
+        best_constant.append(float(np.unique(labels[test_idx], return_counts=True)[1].max() / len(test_idx)))
+        sizes.append(
+            (len(train_idx), len(test_idx), len(np.unique(ids[train_idx])), len(np.unique(ids[test_idx])))
         )
-    values, counts = np.unique(labels[train_idx], return_counts=True)
-    majority = float((labels[test_idx] == values[counts.argmax()]).mean())
-    n_groups = (len(np.unique(groups[train_idx])), len(np.unique(groups[test_idx])))
+    n_train, n_test, g_train, g_test = (round(float(np.mean(c))) for c in zip(*sizes, strict=True))
+    side = "by workload group (a group wholly on one side)" if groups_arr is not None else "by workload"
+    split = (
+        f"{cfg.n_splits} seeded splits {side}, test_frac {cfg.test_frac}"
+        + (" of the groups" if groups_arr is not None else ", stratified when possible")
+        + "; 95 % corrected resampled t-intervals"
+    )
+    base = [resampled_interval(x, n_train, n_test) for x in (majority, best_constant)]
     rows = []
     for m in prefix_lengths:
         pre = usage_prefixes(series, m) if m > 0 else None
         c = dataclasses.replace(cfg, prefix_bins=m)
-        clf = train_classifier(meta[train_idx], None if pre is None else pre[train_idx], labels[train_idx], c)
-        acc, f1 = evaluate(clf, meta[test_idx], None if pre is None else pre[test_idx], labels[test_idx])
-        rows.append((m, acc, f1, majority, len(train_idx), len(test_idx), *n_groups, split))
+        acc, f1 = [], []
+        for train_idx, test_idx in splits:
+            clf = train_classifier(
+                meta[train_idx], None if pre is None else pre[train_idx], labels[train_idx], c
+            )
+            a, f = evaluate(clf, meta[test_idx], None if pre is None else pre[test_idx], labels[test_idx])
+            acc.append(a)
+            f1.append(f)
+        rows.append(
+            (
+                m,
+                *resampled_interval(acc, n_train, n_test),
+                float(np.mean(f1)),
+                *base[0],
+                *base[1],
+                cfg.n_splits,
+                n_train,
+                n_test,
+                g_train,
+                g_test,
+                split,
+            )
+        )
     return pl.DataFrame(rows, schema=ACCURACY_ROWS, orient="row")

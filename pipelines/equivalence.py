@@ -30,7 +30,7 @@ import io
 import time
 import warnings as pywarnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -45,6 +45,7 @@ from pipelines.features import (
     aggregate_of,
     euclidean_distances,
     minmax_normalise,
+    series_from_arrays,
     temporal_feature_names,
     temporal_features_of,
 )
@@ -745,17 +746,6 @@ def best_k(sil: pl.DataFrame) -> dict[str, int | None]:
     return out
 
 
-def common_k(best: dict[str, int | None], sweep_labels: dict[str, dict[int, np.ndarray]]) -> int | None:
-    """The k every method is also compared at: the median (lower middle) of the methods' silhouette-best k,
-    moved to the nearest k that every method has labels for; None when there is none."""
-    ks = sorted(k for k in best.values() if k is not None)
-    if not ks:
-        return None
-    target = ks[(len(ks) - 1) // 2]
-    shared = set.intersection(*(set(d) for d in sweep_labels.values())) if sweep_labels else set()
-    return min(shared, key=lambda k: (abs(k - target), k)) if shared else None
-
-
 # stability across seeds
 
 
@@ -814,6 +804,63 @@ def _dtw_labels(inputs: tuple, k: int, cfg: EcConfig, seed: int) -> np.ndarray:
     union = np.sort(medoids)
     to_union = dtw_cross(prepared, prepared[union], cfg.dtw, lengths, lengths[union])
     return _nearest(to_union, union, medoids)
+
+
+# stability over time
+
+TIME_STABILITY = {
+    "method": pl.String,
+    "k": pl.Int64,
+    "ari_time_halves": pl.Float64,
+    "ari_time_halves_shuffled_95": pl.Float64,
+}
+"""Per (method, k): ARI between the clusterings of the two halves of every workload's window, and the 95th
+percentile of that ARI with one half's labels shuffled over the workloads (what chance agreement reaches)."""
+
+
+def time_halves(series: SeriesSet) -> tuple[SeriesSet, SeriesSet]:
+    """The first and the second half of each workload's series (its whole kept window, or the window used): two
+    SeriesSets of the same workloads in the same order; an odd middle bin is left out."""
+    halves = []
+    for first in (True, False):
+        parts = [
+            s[:, : s.shape[1] // 2] if first else s[:, s.shape[1] - s.shape[1] // 2 :]
+            for s in series.series_list()
+        ]
+        lengths = np.array([p.shape[1] for p in parts], dtype=np.int64)
+        values = np.zeros((series.n, 2, int(lengths.max(initial=1))))
+        for i, p in enumerate(parts):
+            values[i, :, : p.shape[1]] = p
+        halves.append(series_from_arrays(series.workload_ids, values, np.maximum(lengths, 1)))
+    return halves[0], halves[1]
+
+
+def time_stability(
+    series: SeriesSet, method: str, ks: list[int], cfg: EcConfig, n_shuffles: int = 200
+) -> pl.DataFrame:
+    """TIME_STABILITY rows of `method` at every k in `ks`: the method clusters the first half and, separately,
+    the second half of every workload's window (the whole half: `train_frac` 1, the same k, initialisations
+    and seed as the sweep), and the ARI between the two labelings says whether a workload stays in its class
+    over time (1: the same partition; about 0: unrelated). The reference is the 95th percentile of the ARI
+    after `n_shuffles` seeded shuffles of the second half's labels. NaN where a half skips that k.
+
+    The halves cover the held-out window the proxy scores, so this is a description of the classes, never an
+    input of the clustering (the labels use only the training part)."""
+    if not ks:
+        return pl.DataFrame(schema=TIME_STABILITY)
+    sub = replace(cfg, train_frac=1.0, k_min=min(ks), k_max=max(ks), methods=(method,))
+    first, second = time_halves(series)
+    with threadpool_limits(cfg.kmeans_threads):
+        a, b = (EC_METHODS[method](half, sub, None).labels for half in (first, second))
+    rng = np.random.default_rng([cfg.seed, 11, _METHOD_CODE.get(method, 0)])
+    rows = []
+    for k in ks:
+        if k not in a or k not in b:
+            rows.append((method, k, float("nan"), float("nan")))
+            continue
+        shuffled = [adjusted_rand_score(a[k], rng.permutation(b[k])) for _ in range(n_shuffles)]
+        rows.append((method, k, float(adjusted_rand_score(a[k], b[k])), float(np.quantile(shuffled, 0.95))))
+    return pl.DataFrame(rows, schema=TIME_STABILITY, orient="row")
 
 
 def _counts(series: SeriesSet, sil: pl.DataFrame) -> dict[str, int]:
@@ -915,6 +962,49 @@ def plot_silhouette(sil: pl.DataFrame) -> bytes:
     ax.grid(alpha=0.3)
     if ok.height:
         ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_gain_and_stability(comparison: pl.DataFrame) -> bytes:
+    """PNG: per method (one column), the median paired gain over the random control with its sign-test
+    interval (top) and the time-stability ARI with its shuffled 95 % reference (bottom) against k; the rows
+    that pass the Holm-corrected test are filled, the chosen one starred."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = comparison["method"].unique(maintain_order=True).to_list() or ["-"]
+    fig, axes = plt.subplots(2, len(methods), figsize=(4 * len(methods), 5), squeeze=False, sharex="col")
+    for col, method in enumerate(methods):
+        part = comparison.filter(pl.col("method") == method).sort("k")
+        top, bottom = axes[0, col], axes[1, col]
+        if part.height:
+            k = part["k"].to_numpy()
+            med = part["eg_diff_pct_median"].to_numpy()
+            lo = part["eg_diff_pct_median_ci_low"].to_numpy()
+            hi = part["eg_diff_pct_median_ci_high"].to_numpy()
+            top.fill_between(k, lo, hi, alpha=0.2)
+            top.plot(k, med, marker="o", mfc="white")
+            passed = (
+                part["beats_control"].to_numpy()
+                if "beats_control" in part.columns
+                else np.zeros(len(k), bool)
+            )
+            top.plot(k[passed], med[passed], "o", color="C0")
+            if "is_chosen" in part.columns and part["is_chosen"].any():
+                chosen = part["is_chosen"].to_numpy()
+                top.plot(k[chosen], med[chosen], "*", markersize=14, color="C3")
+            if "ari_time_halves" in part.columns:
+                bottom.plot(k, part["ari_time_halves"].to_numpy(), marker="o", label="halves")
+                bottom.plot(k, part["ari_time_halves_shuffled_95"].to_numpy(), ls="--", label="shuffled 95 %")
+        top.axhline(0.0, color="grey", lw=0.8)
+        top.set_title(method, fontsize=9)
+        top.set_ylabel("median EG - control (points)")
+        bottom.set_ylabel("ARI first vs second half")
+        bottom.set_xlabel("k")
+        bottom.legend(fontsize=7)
+    fig.tight_layout()
     return _png(fig)
 
 

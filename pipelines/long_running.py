@@ -9,10 +9,18 @@ therefore per source (`LongRunningConfig.rule`, default: each source's `TraceSou
   exactly 300 s) must reach the threshold; bins produced by gap filling (`is_filled`) count as present, so the
   fill policy of `pipelines.usage` decides how strict "continuous" is.
 * `observed_bins`: the number of 5-minute bins with at least one sample (`is_filled` false), wherever the gaps
-  are, must reach the threshold: TVW-RL's wording for Alibaba ("records", no contiguity asked), Alibaba's default
-  (`pipelines.sources.alibaba2018`); Google's sources and Bitbrains default to contiguous_bins.
+  are, must reach the threshold (Alibaba's default in `pipelines.sources.alibaba2018`); Google's sources and
+  Bitbrains default to contiguous_bins.
+* `records`: the number of raw usage RECORDS (the bins' `n_samples`, summed; filled bins have none), wherever
+  the gaps are: TVW-RL's wording for Alibaba ("at least 2000 timestamped resource usage records"). A 5-minute bin
+  can hold several records (on the Alibaba head, bins undercount records by about 20 %), so `observed_bins` is
+  stricter than the paper.
 * Either way the longest run is kept as the workload's window (`run_start_s`, `n_run_bins`; the earliest one on
-  ties): everything downstream needs a gap-free window.
+  ties). A run may bridge gaps of at most `LongRunningConfig.max_gap_bins[source]` missing bins (default: 0,
+  gap-free; Alibaba: `ALIBABA_MAX_GAP_BINS`), and its length counts the bridged bins: its usage is then
+  completed by `fill_window_gaps` (linear interpolation between the neighbouring records, flagged `is_filled`),
+  so a container sampled in every other bin keeps its whole span instead of a 1-bin series. Everything
+  downstream gets a complete window.
 * each workload gets exactly one reason, first match in this order: `no_usage` (no bin at all),
   `bad_final_state` (final_state in `drop_states`), `partial` (is_partial and `drop_partial`), `too_short`
   (below the source's threshold under its rule), else `kept`. `judge_long_running` gives that reason per
@@ -34,7 +42,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, LONG_RUNNING_REPORT, WORKLOADS, check_schema
+from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, LONG_RUNNING_REPORT, USAGE, WORKLOADS, check_schema
 from pipelines.sources import SOURCES
 from pipelines.sources.mapping import LONG_RUNNING_RULES
 
@@ -48,10 +56,11 @@ JUDGED = {
     "source": pl.String,
     "workload_id": pl.String,
     "reason": pl.String,  # one of REASONS
-    "rule": pl.String,  # contiguous_bins | observed_bins
+    "rule": pl.String,  # contiguous_bins | observed_bins | records
     "min_bins": pl.Int64,  # the source's threshold under its rule
-    "n_run_bins": pl.Int64,  # longest run of consecutive bins (null: no usage)
+    "n_run_bins": pl.Int64,  # longest run of consecutive bins, bridged gaps included (null: no usage)
     "n_observed_bins": pl.Int64,  # bins with at least one sample (null: no usage)
+    "n_records": pl.Int64,  # raw usage records (sum of the bins' n_samples; null: no usage)
     "final_state": pl.String,
     "is_partial": pl.Boolean,
 }
@@ -66,6 +75,19 @@ def _default_rules() -> dict[str, str]:
     return {name: s.long_running.kind for name, s in SOURCES.items()}
 
 
+RULES = (*LONG_RUNNING_RULES, "records")
+"""The length rules: the sources' own kinds and `records` (raw records, TVW-RL's Alibaba rule)."""
+
+ALIBABA_MAX_GAP_BINS = 12
+"""Longest gap (missing 5-minute bins) an Alibaba kept window bridges: one hour. Alibaba's container_usage is
+sampled irregularly (about 35 % of the 5-minute bins of the head have a record; runs without a gap are 5-10
+bins), so a gap-free window cannot be as long as the records; longer gaps than an hour end the window."""
+
+
+def _default_max_gaps() -> dict[str, int]:
+    return {"alibaba2018": ALIBABA_MAX_GAP_BINS}
+
+
 @dataclass(frozen=True)
 class LongRunningConfig:
     """Thresholds of the long-running filter (defaults: TVW-RL's, from each source's `long_running` rule)."""
@@ -75,70 +97,91 @@ class LongRunningConfig:
     2000 for Alibaba). The name is the historical one: for an `observed_bins` source the
     threshold is on observed, not contiguous, bins."""
     rule: dict[str, str] = field(default_factory=_default_rules)
-    """source -> `contiguous_bins` (longest gap-free run) or `observed_bins` (bins with a sample, anywhere);
-    a source missing here is judged on contiguous bins."""
+    """source -> `contiguous_bins` (longest run), `observed_bins` (bins with a sample, anywhere) or `records`
+    (raw records, anywhere); a source missing here is judged on contiguous bins."""
+    max_gap_bins: dict[str, int] = field(default_factory=_default_max_gaps)
+    """source -> longest gap of missing 5-minute bins a kept window may bridge (filled by `fill_window_gaps`);
+    a source missing here: 0, the window is gap-free."""
     drop_states: tuple[str, ...] = ("evicted", "killed", "failed", "lost")
     """final states that disqualify a workload (TVW-RL: evicted, killed, failed; lost is as bad)."""
     drop_partial: bool = True
     """drop partially recorded workloads (TVW-RL does)."""
 
     def __post_init__(self) -> None:
-        bad = {k: v for k, v in self.rule.items() if v not in LONG_RUNNING_RULES}
+        bad = {k: v for k, v in self.rule.items() if v not in RULES}
         if bad:
-            raise ValueError(
-                f"LongRunningConfig.rule has unknown rule(s) {bad}; expected {LONG_RUNNING_RULES}"
-            )
+            raise ValueError(f"LongRunningConfig.rule has unknown rule(s) {bad}; expected {RULES}")
+        negative = {k: v for k, v in self.max_gap_bins.items() if v < 0}
+        if negative:
+            raise ValueError(f"LongRunningConfig.max_gap_bins must be >= 0; got {negative}")
 
     def rule_of(self, source: str) -> str:
         return self.rule.get(source, "contiguous_bins")
 
 
-def longest_runs(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """Per (source, workload_id): the longest run of consecutive bins -> run_start_s, n_run_bins, n_dup_bins.
-
-    Without a global sort: within a workload, `bin_start_s / 300 - dense_rank(bin_start_s)` is constant exactly
-    along a run of consecutive bins, so grouping by it gives the runs (a duplicated bin shares its rank and shows
-    up as len > n_unique).
-    """
-    runs = longest_runs_per_run(usage)
+def longest_runs(
+    usage: pl.DataFrame | pl.LazyFrame, max_gap_bins: dict[str, int] | None = None
+) -> pl.LazyFrame:
+    """Per (source, workload_id): the longest run (gaps of at most max_gap_bins[source] missing bins bridged) ->
+    run_start_s, n_run_bins (its span, bridged bins included), n_dup_bins, n_observed_bins, n_records."""
+    runs = longest_runs_per_run(usage, max_gap_bins)
     order = [pl.col("n_run_bins"), -pl.col("run_start_s")]
     return runs.group_by(KEY).agg(
         pl.col("run_start_s").sort_by(order, descending=True).first(),
         pl.col("n_run_bins").max(),
         pl.col("n_dup_bins").sum(),
         pl.col("n_observed_bins").sum(),
+        pl.col("n_records").sum(),
     )
 
 
-def longest_runs_per_run(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """Every run of consecutive bins: (source, workload_id, run_key) -> run_start_s, n_run_bins, n_dup_bins,
-    n_observed_bins (bins not produced by gap filling; all of them when `usage` has no `is_filled`)."""
-    key = KEY
+def longest_runs_per_run(
+    usage: pl.DataFrame | pl.LazyFrame, max_gap_bins: dict[str, int] | None = None
+) -> pl.LazyFrame:
+    """Every run of bins, a new run starting after a gap of more than max_gap_bins[source] missing bins (0:
+    consecutive bins only): (source, workload_id, run_key) -> run_start_s, n_run_bins (the span from its first
+    to its last bin), n_dup_bins, n_observed_bins (bins not produced by gap filling; all of them when `usage`
+    has no `is_filled`), n_records (sum of n_samples; the observed bins when `usage` has no `n_samples`) and
+    max_gap (the source's bound, in bins). Sorts within each workload (one chunk at a time when chunked)."""
     b = pl.col("bin_start_s")
+    step = (b.diff().over(KEY) > (pl.col("max_gap") + 1) * BIN_SECONDS).fill_null(True)
     return (
-        _run_columns(usage)
-        .with_columns((b // BIN_SECONDS - b.rank("dense").over(key).cast(pl.Int64)).alias("run_key"))
-        .group_by(*key, "run_key")
+        _run_columns(usage, max_gap_bins)
+        .sort(*KEY, "bin_start_s")
+        .with_columns(step.cast(pl.Int64).cum_sum().over(KEY).alias("run_key"))
+        .group_by(*KEY, "run_key")
         .agg(
             b.min().alias("run_start_s"),
-            b.n_unique().cast(pl.Int64).alias("n_run_bins"),
+            ((b.max() - b.min()) // BIN_SECONDS + 1).cast(pl.Int64).alias("n_run_bins"),
             (pl.len() - b.n_unique()).alias("n_dup_bins"),
             (~pl.col("is_filled")).sum().cast(pl.Int64).alias("n_observed_bins"),
+            pl.col("n_records").sum().cast(pl.Int64).alias("n_records"),
+            pl.col("max_gap").first(),
         )
     )
 
 
-def _run_columns(usage: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """(source, workload_id, bin_start_s, is_filled) of the usage rows (is_filled false when absent)."""
+def _run_columns(usage: pl.DataFrame | pl.LazyFrame, max_gap_bins: dict[str, int] | None) -> pl.LazyFrame:
+    """(source, workload_id, bin_start_s, is_filled, n_records, max_gap) of the usage rows (is_filled false
+    when absent; n_records the bin's n_samples, or 1 per observed bin when absent; max_gap per source)."""
     lf = usage.lazy()
-    filled = pl.col("is_filled").fill_null(False) if "is_filled" in lf.collect_schema() else pl.lit(False)
-    return lf.select(*KEY, "bin_start_s", filled.alias("is_filled"))
+    names = lf.collect_schema()
+    filled = pl.col("is_filled").fill_null(False) if "is_filled" in names else pl.lit(False)
+    records = (
+        pl.col("n_samples").fill_null(0).cast(pl.Int64) if "n_samples" in names else (~filled).cast(pl.Int64)
+    )
+    gap = pl.lit(0, pl.Int64)
+    for source, bins in (max_gap_bins or {}).items():
+        gap = pl.when(pl.col("source") == source).then(pl.lit(int(bins), pl.Int64)).otherwise(gap)
+    return lf.select(
+        *KEY, "bin_start_s", filled.alias("is_filled"), records.alias("n_records"), gap.alias("max_gap")
+    )
 
 
-def _chunk_runs(part: pl.LazyFrame) -> pl.DataFrame:
+def _chunk_runs(part: pl.LazyFrame, max_gap_bins: dict[str, int] | None) -> pl.DataFrame:
     """Per workload of one time chunk: its first, last and longest run of consecutive bins (start, length),
     duplicated bins and number of runs."""
-    runs = longest_runs_per_run(part)
+    runs = longest_runs_per_run(part, max_gap_bins)
     by_start = pl.col("run_start_s")
     n = pl.col("n_run_bins")
     return (
@@ -152,6 +195,8 @@ def _chunk_runs(part: pl.LazyFrame) -> pl.DataFrame:
             by_start.sort_by([n, -by_start], descending=True).first().alias("c_best_start"),
             pl.col("n_dup_bins").sum().alias("c_dup"),
             pl.col("n_observed_bins").sum().alias("c_obs"),
+            pl.col("n_records").sum().alias("c_rec"),
+            pl.col("max_gap").first().alias("c_gap"),
             pl.len().alias("c_runs"),
         )
         .collect(engine="streaming")
@@ -161,17 +206,21 @@ def _chunk_runs(part: pl.LazyFrame) -> pl.DataFrame:
 def _merge_runs(state: pl.DataFrame | None, chunk: pl.DataFrame) -> pl.DataFrame:
     """Fold one chunk's runs into the per-workload state (best run, open run = the one ending last, dups).
 
-    The chunk's first run continues the open run when it starts exactly one bin after the open run's end."""
+    The chunk's first run continues the open run when at most `max_gap` bins are missing between the open run's
+    end and its start (0: it starts exactly one bin after); the merged run spans both and the gap."""
     if state is None:
         return chunk.select(
             *KEY, pl.col("c_best_start").alias("best_start"), pl.col("c_best_n").alias("best_n"),
             pl.col("c_last_start").alias("open_start"), pl.col("c_last_n").alias("open_n"),
-            pl.col("c_dup").alias("n_dup"), pl.col("c_obs").alias("n_obs"),
+            pl.col("c_dup").alias("n_dup"), pl.col("c_obs").alias("n_obs"), pl.col("c_rec").alias("n_rec"),
+            pl.col("c_gap").alias("max_gap"),
         )  # fmt: skip
     c = pl.col
     j = state.join(chunk, on=KEY, how="full", coalesce=True)
-    cont = (c("open_start") + c("open_n") * BIN_SECONDS == c("c_first_start")).fill_null(False)
-    merged_n = pl.when(cont).then(c("open_n") + c("c_first_n"))
+    gap = pl.coalesce(c("max_gap"), c("c_gap"))
+    open_end = c("open_start") + c("open_n") * BIN_SECONDS
+    cont = (c("c_first_start") - open_end <= gap * BIN_SECONDS).fill_null(False)
+    merged_n = pl.when(cont).then((c("c_first_start") - c("open_start")) // BIN_SECONDS + c("c_first_n"))
     cands = [(c("best_n"), c("best_start")), (c("c_best_n"), c("c_best_start")), (merged_n, c("open_start"))]
     best_n = pl.max_horizontal([n for n, _ in cands])
     best_start = pl.min_horizontal([pl.when(n == best_n).then(s) for n, s in cands])
@@ -183,26 +232,29 @@ def _merge_runs(state: pl.DataFrame | None, chunk: pl.DataFrame) -> pl.DataFrame
         *KEY, best_start.alias("best_start"), best_n.alias("best_n"), open_start.alias("open_start"),
         open_n.alias("open_n"), (c("n_dup").fill_null(0) + c("c_dup").fill_null(0)).alias("n_dup"),
         (c("n_obs").fill_null(0) + c("c_obs").fill_null(0)).alias("n_obs"),
+        (c("n_rec").fill_null(0) + c("c_rec").fill_null(0)).alias("n_rec"), gap.alias("max_gap"),
     )  # fmt: skip
 
 
-def chunked_longest_runs(usage: pl.DataFrame | pl.LazyFrame, chunk_s: int) -> pl.DataFrame:
+def chunked_longest_runs(
+    usage: pl.DataFrame | pl.LazyFrame, chunk_s: int, max_gap_bins: dict[str, int] | None = None
+) -> pl.DataFrame:
     """longest_runs, one time chunk of `chunk_s` seconds at a time (ties: earliest run, as longest_runs).
 
     Memory: one chunk's bins plus a few numbers per workload, whatever the number of usage rows; each chunk
     filters the scan on bin_start_s, so Parquet row-group statistics skip the rest of time-ordered files."""
     if chunk_s <= 0 or chunk_s % BIN_SECONDS:
         raise ValueError(f"chunk_s={chunk_s} must be a positive multiple of {BIN_SECONDS}")
-    lf = _run_columns(usage)
+    lf = usage.lazy()
     ks = lf.select((pl.col("bin_start_s") // chunk_s).alias("k")).unique().collect(engine="streaming")
     state = None
     for k in ks["k"].drop_nulls().sort().to_list():
         part = lf.filter(pl.col("bin_start_s").is_between(k * chunk_s, (k + 1) * chunk_s, closed="left"))
-        state = _merge_runs(state, _chunk_runs(part))
+        state = _merge_runs(state, _chunk_runs(part, max_gap_bins))
     if state is None:
         return pl.DataFrame(
             schema={**{k: pl.String for k in KEY}, "run_start_s": pl.Int64, "n_run_bins": pl.Int64,
-                    "n_dup_bins": pl.Int64, "n_observed_bins": pl.Int64},
+                    "n_dup_bins": pl.Int64, "n_observed_bins": pl.Int64, "n_records": pl.Int64},
         )  # fmt: skip
     return state.select(
         *KEY,
@@ -210,12 +262,17 @@ def chunked_longest_runs(usage: pl.DataFrame | pl.LazyFrame, chunk_s: int) -> pl
         pl.col("best_n").alias("n_run_bins"),
         pl.col("n_dup").cast(pl.Int64).alias("n_dup_bins"),
         pl.col("n_obs").cast(pl.Int64).alias("n_observed_bins"),
+        pl.col("n_rec").cast(pl.Int64).alias("n_records"),
     )
 
 
 def _reason(cfg: LongRunningConfig) -> pl.Expr:
     length = (
-        pl.when(pl.col("rule") == "observed_bins").then(pl.col("n_observed_bins")).otherwise("n_run_bins")
+        pl.when(pl.col("rule") == "observed_bins")
+        .then(pl.col("n_observed_bins"))
+        .when(pl.col("rule") == "records")
+        .then(pl.col("n_records"))
+        .otherwise("n_run_bins")
     )
     return (
         pl.when(pl.col("n_run_bins").is_null())
@@ -268,9 +325,9 @@ def _judge(
     ]
     runs = pl.concat(
         [
-            longest_runs(part).collect(engine="streaming")
+            longest_runs(part, cfg.max_gap_bins).collect(engine="streaming")
             if chunk_s is None
-            else chunked_longest_runs(part, chunk_s)
+            else chunked_longest_runs(part, chunk_s, cfg.max_gap_bins)
             for part in parts
         ]
     )
@@ -346,3 +403,30 @@ def filter_long_running(
     """
     kept, report, _ = long_running_tables(workloads, usage, cfg, n_partitions, chunk_s)
     return kept, report
+
+
+def fill_window_gaps(usage: pl.DataFrame | pl.LazyFrame, long_running: pl.DataFrame) -> pl.LazyFrame:
+    """The USAGE rows of every kept window [run_start_s, run_start_s + n_run_bins * 300 s), the bins a window
+    bridged (gaps of at most `LongRunningConfig.max_gap_bins`) added: cpu_frac and mem_frac interpolated
+    linearly between the window's neighbouring bins, n_samples 0, is_filled true. A window always starts and
+    ends on a bin of the usage, so every added bin has a neighbour on each side. Gap-free windows come back
+    unchanged."""
+    windows = long_running.lazy().select(
+        *KEY,
+        pl.int_ranges(
+            "run_start_s", pl.col("run_start_s") + pl.col("n_run_bins") * BIN_SECONDS, BIN_SECONDS
+        ).alias("bin_start_s"),
+    )
+    grid = windows.explode("bin_start_s").with_columns(pl.col("bin_start_s").cast(pl.Int64))
+    rows = usage.lazy().select([pl.col(c).cast(t) for c, t in USAGE.items()])
+    return (
+        grid.join(rows, on=[*KEY, "bin_start_s"], how="left")
+        .sort(*KEY, "bin_start_s")
+        .with_columns(
+            pl.col("cpu_frac").interpolate().over(KEY),
+            pl.col("mem_frac").interpolate().over(KEY),
+            pl.col("n_samples").fill_null(0),
+            pl.col("is_filled").fill_null(True),
+        )
+        .select(list(USAGE))
+    )

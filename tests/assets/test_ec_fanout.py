@@ -11,7 +11,7 @@ from assets.definitions import load_profile
 from assets.ec import EC_SWEEP_LABELS, _gathered_rows, _method_assignments, k_rules
 from assets.jobs import with_shared_ec_config
 from assets.main import RunSpec, Target, _ops_config_for, _ready, plan_runs
-from models.prediction_gain import choose_mapping
+from models.prediction_gain import choose_mapping, with_holm
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 EC_LAYERS = ("per_source", "ec_sweep", "ec_gain", "ec", "cluster")
@@ -73,42 +73,30 @@ def test_the_profile_configures_the_ec_layer_once():
         }
 
 
-def test_table_order_is_every_silhouette_best_k_then_the_common_k():
-    best = {"aggregate": 4, "temporal": 3, "dtw": 5}
-    labelled = {m: {3, 4, 5, 6} for m in best}
-    rules = k_rules(best, labelled, None)  # common k: the median of 3, 4, 5
-    assert list(rules.items()) == [
-        (("aggregate", 4), "silhouette_best+common"),
-        (("temporal", 3), "silhouette_best"),
-        (("dtw", 5), "silhouette_best"),
-        (("temporal", 4), "common"),
-        (("dtw", 4), "common"),
-    ]
-    labelled["dtw"] = {5, 6}  # not every method has labels at 4: the nearest k they all have, 5
-    assert list(k_rules(best, labelled, None).items()) == [
+def test_table_order_is_every_k_of_every_method():
+    best = {"aggregate": 4, "temporal": 3, "dtw": None}
+    labelled = {"aggregate": {5, 3, 4}, "temporal": {3, 4}, "dtw": set()}
+    assert list(k_rules(best, labelled).items()) == [
+        (("aggregate", 3), "sweep"),
         (("aggregate", 4), "silhouette_best"),
+        (("aggregate", 5), "sweep"),
         (("temporal", 3), "silhouette_best"),
-        (("dtw", 5), "silhouette_best+common"),
-        (("aggregate", 5), "common"),
-        (("temporal", 5), "common"),
+        (("temporal", 4), "sweep"),
     ]
-    assert list(k_rules({"aggregate": None, "dtw": 3}, {"aggregate": set(), "dtw": {3}}, 6)) == [("dtw", 3)]
 
 
 def _comparison() -> pl.DataFrame:
-    """aggregate: k=3 beats its control (EG 1), k=4 does not (EG 2); temporal: nothing beats (best EG 5 at k=4,
-    silhouette-best k=3); dtw: EG 0 in every row and seed."""
+    """aggregate: k=3 passes Holm (median 1), k=4 does not (median 2); temporal and dtw: nothing passes
+    (silhouette-best k 3). Holm over the 5 rows: 0.001 x 5 = 0.005; 0.02 x 4 = 0.08."""
     rows = [
-        ("aggregate", 4, "silhouette_best", 2.0, 4.0, False),
-        ("aggregate", 3, "common", 1.0, 1.5, True),
-        ("temporal", 3, "silhouette_best+common", 0.5, 1.0, False),
-        ("temporal", 4, "common", 5.0, 9.0, False),
-        ("dtw", 3, "silhouette_best+common", 0.0, 0.0, False),
+        ("aggregate", 4, "silhouette_best", 2.0, 0.02),
+        ("aggregate", 3, "sweep", 1.0, 0.001),
+        ("temporal", 3, "silhouette_best", 0.5, 0.02),
+        ("temporal", 4, "sweep", 5.0, 0.02),
+        ("dtw", 3, "silhouette_best", 0.0, 1.0),
     ]
-    schema = ["method", "k", "k_rule", "eg_pct", "eg_pct_ci_high", "beats_control"]
-    return pl.DataFrame(rows, schema=schema, orient="row").with_columns(
-        f_frac=pl.lit(0.5), source=pl.lit("s")
-    )
+    schema = ["method", "k", "k_rule", "eg_diff_pct_median", "eg_diff_sign_p_value"]
+    return with_holm(pl.DataFrame(rows, schema=schema, orient="row").with_columns(source=pl.lit("s")))
 
 
 def _labels(workloads: list[str]) -> pl.DataFrame:
@@ -140,14 +128,21 @@ def test_each_method_gets_the_mapping_its_own_rows_would_choose():
     got = per_method.group_by("method", "k", maintain_order=True).len().rows()
     assert got == [("aggregate", 3, 5), ("temporal", 3, 5), ("dtw", 3, 5)]
     assert picks == {
-        "aggregate": "k=3 (beats_control)",  # beats its control although k=4 has the higher EG
-        "temporal": "k=3 (fallback_default)",  # its own silhouette-best k, not its best-EG row
-        "dtw": "k=3 (none)",  # EG 0 everywhere: still its silhouette-best k, for the ablation
+        "aggregate": "k=3 (significant)",  # passes Holm although k=4 has the larger median gain
+        "temporal": "k=3 (silhouette_best: no row passes)",  # not its largest-median row
+        "dtw": "k=3 (silhouette_best: no row passes)",
     }
     assert per_method["workload_id"].to_list()[:5] == workloads
     # the mapping chosen over all methods is the chosen method's own pick: its rows are ec__assignments
-    choice = choose_mapping(comparison, "temporal")
+    choice = choose_mapping(comparison)
     assert (choice.method, choice.k) == ("aggregate", 3)
+    nothing = with_holm(comparison.with_columns(eg_diff_sign_p_value=pl.lit(0.5)))
+    assert choose_mapping(nothing).method is None
+    fallback, _ = _method_assignments(nothing, labels, ("aggregate", "dtw"), np.array(workloads))
+    assert fallback.group_by("method", "k", maintain_order=True).len().rows() == [
+        ("aggregate", 4, 5),
+        ("dtw", 3, 5),
+    ]
     chosen = labels.filter((pl.col("method") == "aggregate") & (pl.col("k") == 3)).drop("is_medoid")
     assert per_method.filter(pl.col("method") == "aggregate").equals(chosen)
     with pytest.raises(ValueError, match="not the 4 usable long-running ones"):

@@ -57,12 +57,17 @@ def test_method_comparison_columns_are_described_and_the_markdown_shows_the_pair
         n_seeds_diff_positive=9,
         n_seeds_diff_negative=1,
         n_seeds=10,
+        eg_diff_sign_p_value=0.0107,
+        eg_diff_sign_p_holm=0.032,
         beats_control=True,
+        ari_time_halves=0.61,
+        ari_time_halves_shuffled_95=0.08,
         is_chosen=True,
     )
     md = _table_markdown(pl.DataFrame([row], schema=METHOD_COMPARISON))
-    assert "paired EG - control" in md.splitlines()[0]
-    assert "| 4.00 (1.50, 6.50), 0.004 | 3.00 (0.50, 7.00), +9 -1 of 10 | True |" in md
+    assert "paired EG - control" in md.splitlines()[0] and "Holm p" in md.splitlines()[0]
+    assert "| 4.00 (1.50, 6.50), 0.004 | 3.00 (0.50, 7.00), +9 -1 of 10 | 0.0107, 0.032 | True |" in md
+    assert "| 0.61 (0.08) | True |" in md
 
 
 def test_the_fan_out_tables_are_described():

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,8 @@ from models.ec_classifier import (
     classifier_accuracy_table,
     evaluate,
     load_classifier,
+    read_card,
+    resampled_interval,
     split_by_group,
     split_train_test,
     train_classifier,
@@ -38,26 +42,30 @@ def _separable(n: int, seed: int) -> tuple[np.ndarray, list[np.ndarray], np.ndar
     return meta, series, labels
 
 
-def test_beats_the_majority_class_on_separable_data():
+def test_beats_both_constant_baselines_over_repeated_splits_with_intervals():
     meta, series, labels = _separable(90, seed=0)
-    table = classifier_accuracy_table(meta, series, labels, (0, 6), FAST)
-    assert table.columns == [
-        "prefix_bins",
-        "accuracy",
-        "macro_f1",
-        "majority_accuracy",
-        "n_train",
-        "n_test",
-        "n_groups_train",
-        "n_groups_test",
-        "split",
-    ]
-    assert table["prefix_bins"].to_list() == [0, 6]
+    table = classifier_accuracy_table(meta, series, labels, (0, 6), replace(FAST, n_splits=4))
+    assert table["prefix_bins"].to_list() == [0, 6] and table["n_splits"].to_list() == [4, 4]
     assert table["n_train"].to_list() == [63, 63] and table["n_test"].to_list() == [27, 27]
+    assert table["split"][0].startswith("4 seeded splits by workload")
     with_prefix = table.row(1, named=True)
-    assert with_prefix["accuracy"] >= 0.9
-    assert with_prefix["accuracy"] > with_prefix["majority_accuracy"] + 0.3
+    assert with_prefix["accuracy_ci_low"] <= with_prefix["accuracy"] <= with_prefix["accuracy_ci_high"]
+    assert with_prefix["accuracy_ci_low"] >= 0.85
+    assert with_prefix["accuracy_ci_low"] > with_prefix["best_constant_accuracy_ci_high"]
+    # the best constant guess of each test split is at least the training majority's accuracy there
+    assert with_prefix["best_constant_accuracy"] >= with_prefix["majority_accuracy"]
     assert with_prefix["macro_f1"] >= 0.85
+
+
+def test_resampled_interval_is_wider_than_the_plain_t_interval():
+    scores = [0.5, 0.6, 0.55, 0.45, 0.52]
+    m, lo, hi = resampled_interval(scores, n_train=70, n_test=30)
+    s = np.std(scores, ddof=1)
+    # t(0.975, 4) = 2.776; variance factor 1/5 + 30/70
+    assert m == pytest.approx(0.524)
+    assert hi - m == pytest.approx(2.7764451 * np.sqrt(0.2 + 30 / 70) * s, rel=1e-6)
+    assert hi - m > 2.7764451 * s / np.sqrt(5)
+    assert resampled_interval([0.7], 70, 30) == (0.7, 0.7, 0.7)
 
 
 def test_save_load_round_trip_gives_identical_predictions(tmp_path):
@@ -65,8 +73,9 @@ def test_save_load_round_trip_gives_identical_predictions(tmp_path):
     prefixes = usage_prefixes(series, 6)
     clf = train_classifier(meta, prefixes, labels + 10, FAST)  # arbitrary label values survive
     path = tmp_path / "ec_classifier.pt"
-    clf.save(path)
+    clf.save(path, card={"accuracy": 0.9, "n_splits": 10})
     loaded = load_classifier(path)
+    assert read_card(path) == {"accuracy": 0.9, "n_splits": 10}
     assert isinstance(loaded.model, EcClassifier) and loaded.cfg == clf.cfg
     np.testing.assert_array_equal(loaded.predict(meta, prefixes), clf.predict(meta, prefixes))
     np.testing.assert_array_equal(loaded.predict_proba(meta, None), clf.predict_proba(meta, None))
@@ -127,8 +136,8 @@ def test_split_by_group_keeps_every_group_on_one_side():
     assert not set(groups[tr]) & set(groups[te])
     assert set(tr) | set(te) == set(range(60)) and len(set(groups[te])) == 6  # 30 % of 20 jobs
     assert np.array_equal(te, split_by_group(labels, groups, 0.3, seed=0)[1])
-    table = classifier_accuracy_table(meta, series, labels, (0, 6), FAST, groups=groups)
-    assert table["n_groups_test"].to_list() == [6, 6] and table["n_test"].to_list() == [18, 18]
-    assert table["split"][0].startswith("by workload group")
+    table = classifier_accuracy_table(meta, series, labels, (0,), replace(FAST, n_splits=2), groups=groups)
+    assert table["n_groups_test"].to_list() == [6] and table["n_test"].to_list() == [18]
+    assert table["split"][0].startswith("2 seeded splits by workload group")
     with pytest.raises(ValueError, match="differ in shape"):
         split_by_group(labels, groups[:5], 0.3, 0)

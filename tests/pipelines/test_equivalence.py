@@ -11,11 +11,11 @@ from pipelines.equivalence import (
     ari_across_seeds,
     assignments_frame,
     best_k,
-    common_k,
     dtw_cross,
     dtw_matrix,
     fit_kmedoids,
     pam_swap,
+    plot_gain_and_stability,
     plot_profiles,
     plot_silhouette,
     prepare_dtw,
@@ -23,6 +23,8 @@ from pipelines.equivalence import (
     profiles_frame,
     silhouette_from_distances,
     sweep_methods,
+    time_halves,
+    time_stability,
 )
 from pipelines.features import TemporalConfig, series_from_arrays
 
@@ -167,6 +169,23 @@ def test_best_k_breaks_ties_by_smallest_k():
     assert best_k(sil) == {"m": 4}
 
 
+def test_gain_and_stability_plot_is_a_png():
+    comparison = pl.DataFrame(
+        {
+            "method": ["temporal", "temporal", "dtw"],
+            "k": [3, 4, 3],
+            "eg_diff_pct_median": [4.0, 1.0, -1.0],
+            "eg_diff_pct_median_ci_low": [1.0, -1.0, -3.0],
+            "eg_diff_pct_median_ci_high": [8.0, 3.0, 2.0],
+            "beats_control": [True, False, False],
+            "is_chosen": [True, False, False],
+            "ari_time_halves": [0.6, 0.3, 0.1],
+            "ari_time_halves_shuffled_95": [0.08, 0.07, 0.09],
+        }
+    )
+    assert plot_gain_and_stability(comparison)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_frames_and_plots():
     series = _planted(n_per=5)
     sweep = sweep_methods(series, "syn", FAST)
@@ -260,13 +279,47 @@ def test_clustering_never_sees_the_evaluation_window():
     assert not np.array_equal(a.inputs["aggregate"], c.inputs["aggregate"])
 
 
-def test_ari_across_seeds_and_common_k():
+def test_ari_across_seeds():
     series = _planted()
     sweep = sweep_methods(series, "syn", FAST)
     for method in FAST.methods:
         assert ari_across_seeds(series, sweep, method, 4, FAST, 2) == pytest.approx([1.0, 1.0])
-    assert common_k({"a": 3, "b": 6, "c": 9}, {"a": {3: 0, 6: 0}, "b": {6: 0}, "c": {6: 0, 9: 0}}) == 6
-    assert common_k({"a": None}, {"a": {}}) is None
+
+
+def _stationary(seed: int = 0, n_per: int = 8, length: int = 96) -> np.ndarray:
+    """3 stationary classes (a sine at 0.3, a square wave at 0.6, AR(1) noise at 0.1), n_per noisy copies
+    each: every half of a series looks like its whole."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(length)
+    ar = np.zeros(length)
+    for i in range(1, length):
+        ar[i] = 0.8 * ar[i - 1] + rng.normal()
+    shapes = [
+        0.3 + 0.1 * np.sin(2 * np.pi * t / 24),
+        0.6 + 0.2 * np.sign(np.sin(2 * np.pi * t / 16 + 0.1)),
+        0.1 + 0.02 * ar,
+    ]
+    return np.array([s + 0.01 * rng.standard_normal((2, length)) for s in shapes for _ in range(n_per)])
+
+
+def test_time_stability_is_one_on_a_stationary_source_and_near_zero_on_shuffled_halves():
+    values = _stationary()
+    series = series_from_arrays([f"w{i:02d}" for i in range(len(values))], values)
+    first, second = time_halves(series)
+    assert first.lengths.tolist() == [48] * 24 and np.array_equal(second.values[0], values[0, :, 48:])
+    shuffled = values.copy()  # each workload's second half is another workload's: unrelated halves
+    order = np.random.default_rng(1).permutation(len(values))
+    shuffled[:, :, 48:] = values[order, :, 48:]
+    mixed = series_from_arrays(series.workload_ids, shuffled)
+    for method in FAST.methods:
+        stable = time_stability(series, method, [3], FAST, n_shuffles=50).row(0, named=True)
+        assert stable["ari_time_halves"] == pytest.approx(1.0), method
+        assert stable["ari_time_halves_shuffled_95"] < 0.3
+        unstable = time_stability(mixed, method, [3], FAST, n_shuffles=50).row(0, named=True)
+        assert abs(unstable["ari_time_halves"]) < 0.2, method
+    # a k a half cannot cluster is NaN, not an error
+    few = series_from_arrays(["a", "b", "c"], values[:3])
+    assert np.isnan(time_stability(few, "aggregate", [3], FAST)["ari_time_halves"][0])
 
 
 def test_silhouette_rows_carry_mean_and_sd_over_initialisations():

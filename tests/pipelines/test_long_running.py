@@ -10,6 +10,7 @@ from pipelines.long_running import (
     REASONS,
     LongRunningConfig,
     chunked_longest_runs,
+    fill_window_gaps,
     filter_long_running,
     judge_long_running,
     long_running_tables,
@@ -225,7 +226,9 @@ def test_observed_rule_counts_sampled_bins_anywhere_contiguous_rule_the_longest_
         [(a, "gappy", bins), (G, "gappy", bins), (a, "filled", [0, 1, 2, 3, 4, 5])],
         filled={("filled", 1), ("filled", 2)},
     )
-    cfg = LongRunningConfig(min_contiguous_bins={a: 5, G: 5}, rule={a: "observed_bins", G: "contiguous_bins"})
+    cfg = LongRunningConfig(
+        min_contiguous_bins={a: 5, G: 5}, rule={a: "observed_bins", G: "contiguous_bins"}, max_gap_bins={}
+    )
     kept, report = filter_long_running(wl, use, cfg)
     # Alibaba's gappy container has 6 >= 5 records; the same bins fail Google's 5 contiguous
     assert kept.select("source", "workload_id", "run_start_s", "n_run_bins").rows() == [(a, "gappy", 0, 2)]
@@ -242,23 +245,37 @@ def test_observed_rule_counts_sampled_bins_anywhere_contiguous_rule_the_longest_
         "no_usage": 0, "bad_final_state": 0, "partial": 0, "too_short": 1, "kept": 1
     }  # fmt: skip
     # the same data with the contiguous rule for Alibaba keeps only the filled container (run of 6)
-    strict = LongRunningConfig(min_contiguous_bins={a: 5, G: 5}, rule={a: "contiguous_bins"})
+    strict = LongRunningConfig(min_contiguous_bins={a: 5, G: 5}, rule={a: "contiguous_bins"}, max_gap_bins={})
     assert filter_long_running(wl, use, strict)[0]["workload_id"].to_list() == ["filled"]
+    # bridging gaps of up to 2 missing bins: the gappy container's window spans bins 0..9 (gap 7..9: 1 bin)
+    bridged = LongRunningConfig(
+        min_contiguous_bins={a: 5, G: 5}, rule={a: "observed_bins"}, max_gap_bins={a: 2}
+    )
+    assert filter_long_running(wl, use, bridged)[0].select("workload_id", "n_run_bins").rows() == [
+        ("gappy", 10)
+    ]
 
 
 def test_observed_bins_add_up_across_chunks_and_partitions():
     a = "alibaba2018"
     wl = workloads([(a, "x", "running", False)])
     use = usage([(a, "x", [0, 1, 2, 50, 51, 200, 201, 202, 203])], filled={("x", 51)})
-    cfg = LongRunningConfig(min_contiguous_bins={a: 8}, rule={a: "observed_bins"})
+    cfg = LongRunningConfig(min_contiguous_bins={a: 8}, rule={a: "observed_bins"}, max_gap_bins={})
     for chunk_s, parts in ((None, 1), (3600, 1), (900, 2)):
         judged = judge_long_running(wl, use, cfg, n_partitions=parts, chunk_s=chunk_s)
         assert judged.select("n_observed_bins", "n_run_bins", "reason").row(0) == (8, 4, "kept")
+    # gaps of up to 47 bins bridged: 0..51 is one window (across 900 s chunks too), 200..203 another
+    wide = LongRunningConfig(min_contiguous_bins={a: 8}, rule={a: "records"}, max_gap_bins={a: 47})
+    for chunk_s, parts in ((None, 1), (3600, 1), (900, 2)):
+        judged = judge_long_running(wl, use, wide, n_partitions=parts, chunk_s=chunk_s)
+        assert judged.select("n_records", "n_run_bins", "reason").row(0) == (8, 52, "kept")
 
 
 def test_unknown_rule_is_an_error():
     with pytest.raises(ValueError, match="unknown rule"):
-        LongRunningConfig(rule={G: "records"})
+        LongRunningConfig(rule={G: "bins"})
+    with pytest.raises(ValueError, match="max_gap_bins must be >= 0"):
+        LongRunningConfig(max_gap_bins={G: -1})
 
 
 def test_default_rules_alibaba_counts_records_google_needs_a_contiguous_run():
@@ -284,7 +301,8 @@ def test_default_rules_alibaba_counts_records_google_needs_a_contiguous_run():
         ],
         filled={("mostly_filled", b) for b in range(1, 2001, 2)},
     )
-    judged = judge_long_running(wl, use)
+    gap_free = LongRunningConfig(max_gap_bins={})
+    judged = judge_long_running(wl, use, gap_free)
     got = {
         (r["source"], r["workload_id"]): (r["reason"], r["rule"], r["min_bins"], r["n_run_bins"], r["n_observed_bins"])
         for r in judged.iter_rows(named=True)
@@ -298,13 +316,16 @@ def test_default_rules_alibaba_counts_records_google_needs_a_contiguous_run():
         (G, "one_bin_short"): ("too_short", "contiguous_bins", 6000, 5999, 8999),
     }
     # the kept window is the longest gap-free run under either rule
-    kept, _ = filter_long_running(wl, use)
+    kept, _ = filter_long_running(wl, use, gap_free)
     assert kept.select("source", "workload_id", "run_start_s", "n_run_bins").rows() == [
         (a, "every_other", 0, 1),
         (G, "one_run", 200 * 300, 6000),
     ]
+    # with the default bound, Alibaba's kept window bridges the 1-bin gaps: the whole span of its records
+    kept, _ = filter_long_running(wl, use)
+    assert kept.select("workload_id", "run_start_s", "n_run_bins").rows()[0] == ("every_other", 0, 3999)
     # Alibaba under the contiguous rule: only the gap-filled run passes (filled bins count as present there)
-    strict = LongRunningConfig(rule={a: "contiguous_bins", G: "contiguous_bins"})
+    strict = LongRunningConfig(rule={a: "contiguous_bins", G: "contiguous_bins"}, max_gap_bins={})
     assert set(filter_long_running(wl, use, strict)[0]["workload_id"]) == {"mostly_filled", "one_run"}
 
 
@@ -318,3 +339,35 @@ def test_long_running_tables_agree_with_each_other():
     kept2, report2 = filter_long_running(WORKLOADS_ALL, USAGE_ALL, CFG)
     assert kept.equals(kept2) and report.equals(report2)
     assert judged.equals(judge_long_running(WORKLOADS_ALL, USAGE_ALL, CFG))
+
+
+def test_alibaba_counts_records_not_bins_and_its_window_spans_the_bridged_gaps():
+    """A container with 2,100 records in every other bin (1,050 bins holding two records each): the paper's
+    2000-record rule keeps it, the bin count (1,050) does not; its window bridges the 1-bin gaps, and
+    fill_window_gaps completes the window with interpolated bins flagged is_filled."""
+    a = "alibaba2018"
+    bins = list(range(0, 2100, 2))  # 1,050 bins, gaps of one bin
+    wl = workloads([(a, "c1", "running", False)])
+    use = usage([(a, "c1", bins)]).with_columns(
+        n_samples=pl.lit(2, pl.Int32), cpu_frac=pl.col("bin_start_s") / 300 / 2100
+    )
+    by_records = LongRunningConfig(min_contiguous_bins={a: 2000}, rule={a: "records"})
+    by_bins = LongRunningConfig(min_contiguous_bins={a: 2000}, rule={a: "observed_bins"})
+    judged = judge_long_running(wl, use, by_records)
+    assert judged.select("reason", "n_records", "n_observed_bins", "n_run_bins").row(0) == (
+        "kept",
+        2100,
+        1050,
+        2099,
+    )
+    assert judge_long_running(wl, use, by_bins)["reason"].to_list() == ["too_short"]
+    kept, _ = filter_long_running(wl, use, by_records)
+    filled = fill_window_gaps(use, kept).collect()
+    assert filled.height == 2099 and filled["is_filled"].sum() == 1049
+    assert filled["bin_start_s"].to_list() == [300 * b for b in range(2099)]
+    # a filled bin lies halfway between its neighbours (linear), and carries no record
+    row = filled.filter(pl.col("bin_start_s") == 300).row(0, named=True)
+    assert row["cpu_frac"] == pytest.approx(1 / 2100) and row["n_samples"] == 0 and row["is_filled"]
+    # gap-free (bound 0): the window is one bin, as before
+    gap_free = LongRunningConfig(min_contiguous_bins={a: 2000}, rule={a: "records"}, max_gap_bins={})
+    assert filter_long_running(wl, use, gap_free)[0]["n_run_bins"].to_list() == [1]
