@@ -7,6 +7,7 @@ import dataclasses
 import polars as pl
 from dagster import (
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetOut,
@@ -24,6 +25,12 @@ from assets.ec import classifier_path
 from assets.io_manager import markdown_preview
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
+from models.usage_forecast import (
+    FORECAST_PRESETS,
+    forecast_tables_by_source,
+    forecaster_factory,
+    summarise_forecast_table,
+)
 from pipelines.job_sequences import (
     JOB_SEQUENCES,
     OFFERED_LOAD,
@@ -46,6 +53,7 @@ from sim.evaluate import RESULT_KEY, evaluate_policies, split_diversity, summari
 from sim.jobs import JobBatch
 from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age
 from sim.policies import POLICIES, is_learned
+from sim.tuning import TUNING_PRESETS, TuningConfig
 
 
 class JobSequencesConfig(Config):
@@ -158,7 +166,13 @@ def eval_sim_config(asset: str, config: Config, jobs: pl.DataFrame) -> SimConfig
 
 
 def evaluate_by_cluster(
-    jobs: pl.DataFrame, policies: list[str], cfg: SimConfig, seeds: list[int], make=None, log=None
+    jobs: pl.DataFrame,
+    policies: list[str],
+    cfg: SimConfig,
+    seeds: list[int],
+    make=None,
+    log=None,
+    **fit_kwargs,
 ) -> pl.DataFrame:
     """`evaluate_policies` on the test split, each source on the cluster its loads refer to (`source_clusters`:
     DeepRM's synthetic workload on its single machine, the rest on cfg.n_machines). Learned policies built for
@@ -182,6 +196,7 @@ def evaluate_by_cluster(
                     make=make,
                     log=log,
                     label=f"evaluate on M={m}",
+                    **fit_kwargs,
                 )
             )
     if not frames:
@@ -370,6 +385,21 @@ class EvalConfig(Config):
         description="'always' (DeepRM's void action) or 'no_fit' (TVW-RL: hold only when nothing fits)",
     )
     noise_max_units: int = Field(default=0, description="background noise 0..n units (robustness study: 1-3)")
+    forecaster_preset: str = Field(
+        default="sample",
+        description="models.usage_forecast preset of the learned usage forecaster the forecast-driven rules use "
+        f"(fitted per source and load on its training sequences; one of {sorted(FORECAST_PRESETS)})",
+    )
+    tuning_preset: str = Field(
+        default="full",
+        description=f"grid of knobs the fitted rules try on validation sequences ({sorted(TUNING_PRESETS)}; "
+        "sim.tuning.TUNING_PRESETS)",
+    )
+    validation_share: float = Field(
+        default=TuningConfig().validation_share,
+        description="share of each (source, load)'s training sequences held out to choose the fitted rules' knobs "
+        "(risk level, rho, mode, N, fallback heuristic); test sequences are never used",
+    )
 
 
 def EVAL_CHECKS_FOR(asset: str) -> list[AssetCheckSpec]:  # noqa: N802 (a constant per asset)
@@ -503,7 +533,17 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
             f"eval__baselines[{context.partition_key}]: sim__job_sequences has no test sequences at {load} % "
             f"(loads with test sequences: {have}); evaluate only the loads of sim__job_sequences.loads_pct"
         )
-    results = evaluate_by_cluster(jobs, config.policies, cfg, config.seeds, log=context.log.info)
+    choices: dict = {}
+    results = evaluate_by_cluster(
+        jobs,
+        config.policies,
+        cfg,
+        config.seeds,
+        log=context.log.info,
+        tuning=tuning_of(config),
+        forecaster_factory=forecaster_factory(config.forecaster_preset),
+        choices=choices,
+    )
     n_sequences = test.select("source", "load_pct", "sequence_id").unique().height
     n_expected = results.select("source", "load_pct", "sequence_id", "policy").unique().height * len(
         config.seeds
@@ -514,9 +554,32 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
     )
     yield Output(
         results,
-        metadata={"n_rows": results.height, "sim_config": MetadataValue.json(dataclasses.asdict(cfg))},
+        metadata={
+            "n_rows": results.height,
+            "sim_config": MetadataValue.json(dataclasses.asdict(cfg)),
+            "fitted_rule_choices": MetadataValue.json(_choices_json(choices)),
+        },
     )
     yield from eval_checks(results, n_expected)
+
+
+def tuning_of(config: EvalConfig) -> TuningConfig:
+    """The fitted rules' TuningConfig of an evaluation config (ValueError naming an unknown preset)."""
+    if config.tuning_preset not in TUNING_PRESETS:
+        raise ValueError(f"unknown tuning_preset {config.tuning_preset!r}; known: {sorted(TUNING_PRESETS)}")
+    return dataclasses.replace(
+        TUNING_PRESETS[config.tuning_preset], validation_share=config.validation_share, seed=config.seeds[0]
+    )
+
+
+def _choices_json(choices: dict) -> dict:
+    """What validation chose for each fitted rule, per "source load%" (the tried settings left out)."""
+    return {
+        f"{source} {load}%": {
+            name: {k: v for k, v in knobs.items() if k != "tried"} for name, knobs in per_rule.items()
+        }
+        for (source, load), per_rule in choices.items()
+    }
 
 
 @asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"})
@@ -589,4 +652,86 @@ def eval__ec_labelling(
     return out
 
 
-CLUSTER_ASSETS = [sim__job_sequences, eval__baselines, eval__summary, eval__ec_labelling]
+class ForecastTableConfig(Config):
+    preset: str = Field(
+        default="sample",
+        description=f"models.usage_forecast preset of the learned forecaster ({sorted(FORECAST_PRESETS)})",
+    )
+    origins_per_job: int = Field(
+        default=2, description="running origins scored per test job (besides arrival)"
+    )
+    seed: int = Field(default=0, description="seed of the scored origins")
+
+
+FORECAST_CHECKS = [
+    AssetCheckSpec(
+        "q95_covers_93_to_97_pct",
+        asset="eval__forecast",
+        description="The learned forecaster's 95 % quantile (with EC inputs) covers 93-97 % of the test steps of "
+        "every (source, load) (WARN: usage in whole units can leave coverage above nominal).",
+    ),
+]
+
+
+@asset(
+    group_name="eval",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    check_specs=FORECAST_CHECKS,
+)
+def eval__forecast(
+    context: AssetExecutionContext, config: ForecastTableConfig, sim__job_sequences: pl.DataFrame
+):
+    """How well each job's usage over the next H steps is forecast (issue "learned placement", item 1): per
+    (source, load, forecaster, origin, horizon step, quantile level, resource) the pinball loss and the coverage
+    of the quantile on the TEST sequences' jobs, at arrival (nothing observed) and at running origins. Forecasters:
+    the learned calibrated one (`models.usage_forecast`) with and without EC inputs (the measured value of the
+    ECs), and four baselines: the request, the EC per-age quantile, seasonal-naive and last-period max. Every
+    forecaster is fitted on the (source, load)'s TRAINING sequences only."""
+    if config.preset not in FORECAST_PRESETS:
+        raise ValueError(
+            f"eval__forecast: unknown preset {config.preset!r}; known: {sorted(FORECAST_PRESETS)}"
+        )
+    sim = SimConfig(n_labels=max(SimConfig().n_labels, int(sim__job_sequences["ec_label"].max() or 0) + 1))
+    cells = sim__job_sequences.group_by("source", "load_pct").agg(
+        has_train=(pl.col("split") == "train").any(), has_test=(pl.col("split") == "test").any()
+    )
+    usable = cells.filter(pl.col("has_train") & pl.col("has_test")).select("source", "load_pct")
+    jobs = sim__job_sequences.join(usable, on=["source", "load_pct"], how="semi")
+    # DeepRM's synthetic jobs are flat blocks (nothing to forecast) on its own single-pool cluster
+    jobs = jobs.filter(pl.col("source") != DEEPRM_SOURCE)
+    table, reports = forecast_tables_by_source(
+        jobs,
+        sim,
+        FORECAST_PRESETS[config.preset],
+        origins_per_job=config.origins_per_job,
+        seed=config.seed,
+        log=context.log.info,
+    )
+    summary = summarise_forecast_table(table, by=("source", "load_pct"))
+    q95 = summary.filter(pl.col("forecaster") == "learned_with_ec")
+    cov_col = "coverage_95" if "coverage_95" in q95.columns else None
+    bad = q95.filter((pl.col(cov_col) < 0.93) | (pl.col(cov_col) > 0.97)) if cov_col else q95
+    yield Output(
+        table,
+        metadata={
+            "n_rows": table.height,
+            "summary": MetadataValue.md(markdown_preview(summary, n=summary.height)),
+            "fit_s": MetadataValue.json(
+                {f"{k[0]} {k[1]}% {k[2]}": round(v["fit_s"], 1) for k, v in reports.items()}
+            ),
+        },
+    )
+    yield AssetCheckResult(
+        asset_key="eval__forecast",
+        check_name="q95_covers_93_to_97_pct",
+        passed=cov_col is not None and bad.height == 0 and q95.height > 0,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "outside": MetadataValue.json(bad.to_dicts() if cov_col else []),
+            "coverage_column": str(cov_col),
+        },
+    )
+
+
+CLUSTER_ASSETS = [sim__job_sequences, eval__baselines, eval__summary, eval__ec_labelling, eval__forecast]

@@ -478,8 +478,67 @@ _SUMMARY = {
     "ci_high": "upper end of the 95 % t-interval of the mean",
 }
 
+_POLICY_DESCRIPTORS = {
+    "policy_kind": "what the policy is: heuristic (request-based, or on observed usage: the hybrid and Google's "
+    "peak predictors), forecast (a rule on the learned usage forecast), learned, or oracle (reads the future)",
+    "is_oracle": "the policy reads the true future: a yardstick, never counted as best",
+    "is_learned": "the policy is a trained one (from a checkpoint)",
+}
+COLUMN_DOCS.update(_POLICY_DESCRIPTORS)
+
+_GAP = {
+    "n_sequences": "test sequences paired with the best heuristic's (seeds averaged within a sequence)",
+    "mean_return": "mean episode return over those sequences (<= 0)",
+    "best_heuristic": "the non-oracle heuristic with the best mean test return in this (source, load)",
+    "best_heuristic_return": "its mean episode return",
+    "diff_vs_best_heuristic": "mean paired difference of episode return, policy minus best heuristic (> 0: the "
+    "policy packs better)",
+    "diff_ci_low": "lower end of the 95 % t-interval of the paired difference",
+    "diff_ci_high": "upper end of the 95 % t-interval of the paired difference",
+    "n_sequences_better": "test sequences where the policy's return is above the best heuristic's",
+    "is_significantly_better": "the interval of the paired difference lies above 0",
+    "is_significantly_worse": "the interval of the paired difference lies below 0",
+    "oracle": "the oracle (reads the future) with the best mean return here: the yardstick of the gap",
+    "oracle_return": "its mean episode return",
+    "gap_closed_frac": "diff_vs_best_heuristic / (oracle_return - best_heuristic_return): the share of the "
+    "heuristic-to-oracle gap the policy closes (null without an oracle above the heuristic)",
+    "truth_return": "for a forecast-driven rule, the mean return of the same rule on the true future",
+    "information_gap": "truth_return - mean_return: what a perfect forecast would add to the rule",
+    "avg_overshoot_pct": "mean overshoot % of the policy (see eval__results)",
+    "tetris_overshoot_pct": "Tetris's mean overshoot % in the same cell",
+    "machines_used": "mean machines used by the policy",
+    "tetris_machines_used": "Tetris's mean machines used in the same cell",
+}
+
+BETTER.update(
+    {
+        "diff_vs_best_heuristic": "higher",
+        "gap_closed_frac": "higher",
+        "pinball_units": "lower",
+        "pinball_frac": "lower",
+    }
+)
+
+_FORECAST = {
+    "forecaster": "learned_with_ec / learned_without_ec (models.usage_forecast, calibrated), or a baseline: "
+    "request, ec_age_quantile, seasonal_naive, last_period_max",
+    "origin": "arrival (nothing observed: forecast as if placed now) or running (part of the job observed)",
+    "horizon_step": "h: the forecast of step t + h (1..H)",
+    "level": "quantile level",
+    "resource": "cpu or mem",
+    "n": "alive test target steps scored",
+    "pinball_units": "mean pinball loss in units of C_d",
+    "pinball_frac": "mean pinball loss / C_d",
+    "coverage": "share of target steps whose true usage is at or below the quantile (nominal: the level)",
+}
+
+# their names are new to the project: one entry serves every table (the per-table ones below say it for these)
+COLUMN_DOCS.update({k: v for k, v in {**_GAP, **_FORECAST}.items() if k not in COLUMN_DOCS})
+
 TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
     **{t: docs for t, docs in _RAW.items() if docs},
+    "eval__gap": _GAP,
+    "eval__forecast": _FORECAST,
     "eval__summary": _SUMMARY,
     "eval__results_summary": _SUMMARY,
     "eval__ec_labelling": {

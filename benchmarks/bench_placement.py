@@ -28,7 +28,7 @@ from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, gap_table
-from sim.tuning import TuningConfig
+from sim.tuning import TUNING_PRESETS
 
 HEURISTICS = ["tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer", "noop"]
 RULES = [
@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(HEURISTICS + RULES))
     ap.add_argument("--forecaster", default="sample", help="models.usage_forecast preset ('' = none)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tuning", default="full", help=f"sim.tuning preset {sorted(TUNING_PRESETS)}")
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
     loads = tuple(int(x) for x in args.loads.split(","))
@@ -118,7 +119,7 @@ def main() -> None:
                 policies,
                 cfg,
                 seeds=[args.seed],
-                tuning=TuningConfig(seed=args.seed),
+                tuning=replace(TUNING_PRESETS[args.tuning], seed=args.seed),
                 forecaster_factory=factory,
                 choices=choices,
                 log=lambda msg: print("   ", msg, flush=True) if "left out" in msg else None,

@@ -1090,3 +1090,17 @@ def forecast_tables_by_source(
             table.select(pl.lit(source).alias("source"), pl.lit(load, pl.Int32).alias("load_pct"), pl.all())
         )
     return pl.concat(frames), reports
+
+
+def forecaster_factory(preset: str = "sample") -> Callable[[JobBatch, SimConfig], QuantileUsageForecaster]:
+    """(training sequences, simulator) -> the learned forecaster fitted on them with the named preset: what
+    `sim.tuning.FitContext` calls once per (source, load) for the forecast-driven rules. KeyError naming the
+    presets on an unknown name."""
+    if preset not in FORECAST_PRESETS:
+        raise KeyError(f"unknown forecaster preset {preset!r}; known: {sorted(FORECAST_PRESETS)}")
+    cfg = FORECAST_PRESETS[preset]
+
+    def fit(train: JobBatch, sim_cfg: SimConfig) -> QuantileUsageForecaster:
+        return fit_usage_forecaster(sim_cfg, train, cfg)
+
+    return fit

@@ -142,3 +142,65 @@ class ExactForecaster:
         units = jobs.usage[env[:, None], job[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (N, H, D)
         units = units.astype(np.float64) * alive[..., None]
         return np.repeat(units[:, None], len(self.levels), axis=1)
+
+
+class CachedForecaster:
+    """Memoises another forecaster's forecasts, which depend only on the job and on how many of its steps have been
+    observed (`job_view` reads nothing else): the key is (the row's sequence key, workload id, arrival, duration,
+    request, steps observed), which names one job of one sequence whatever its index (DeepRM's pickers reorder
+    waiting jobs). So within and across rollouts of the same sequences (validation candidates, seeds) a job is
+    forecast once per step of its life. Holds at most `max_entries` forecasts (then starts over). Only for
+    forecasters of observed usage: `ExactForecaster`'s answer depends on the current step, not on the age."""
+
+    def __init__(self, base: UsageForecaster, max_entries: int = 200_000) -> None:
+        self.base = base
+        self.horizon = base.horizon
+        self.levels = tuple(base.levels)
+        self.is_oracle = bool(getattr(base, "is_oracle", False))
+        self.max_entries = max_entries
+        self._cache: dict[tuple, np.ndarray] = {}
+        self.n_hits = 0
+        self.n_misses = 0
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        jobs = state.jobs
+        is_placed = state.job_machine[env, job] >= 0
+        n_obs = np.where(is_placed, state.t[env] - state.job_start[env, job] + 1, 0)
+        seq, wids = jobs.sequence_keys, jobs.workload_ids
+        request = jobs.request[env, job].tolist()
+        keys = [
+            (
+                seq[b] if b < len(seq) else b,
+                wids[b][j] if b < len(wids) and j < len(wids[b]) else j,
+                a,
+                d,
+                tuple(r),
+                n,
+            )
+            for b, j, a, d, r, n in zip(
+                env.tolist(),
+                job.tolist(),
+                jobs.arrival_step[env, job].tolist(),
+                jobs.duration[env, job].tolist(),
+                request,
+                n_obs.tolist(),
+                strict=True,
+            )
+        ]
+        found = [self._cache.get(k) for k in keys]
+        miss = np.array([f is None for f in found], dtype=bool)
+        out = np.empty((env.size, len(self.levels), self.horizon, cfg.n_resources))
+        if miss.any():
+            fresh = self.base.forecast(cfg, state, env[miss], job[miss])
+            out[miss] = fresh
+            if len(self._cache) > self.max_entries:
+                self._cache.clear()
+            for i, f in zip(np.flatnonzero(miss).tolist(), fresh, strict=True):
+                self._cache[keys[i]] = f
+        hit = np.flatnonzero(~miss)
+        if hit.size:
+            out[hit] = np.stack([found[i] for i in hit.tolist()])
+        self.n_hits += int(hit.size)
+        self.n_misses += int(miss.sum())
+        return out

@@ -38,7 +38,7 @@ class TuningConfig:
     """Co-peaking values `fit_rho` chooses from (the smallest whose bound of the sum covers at level p)."""
     modes: tuple[str, ...] = ("deviate", "pack")
     """Decision modes tried on validation (`sim.risk.MODES`)."""
-    min_observed: tuple[int, ...] = (0, 4, 8, 16, 32)
+    min_observed: tuple[int, ...] = (0, 8, 32)
     """`sim.risk.RiskConfig.min_observed` values tried on validation (steps a job must be observed before its
     forecast is trusted over its request)."""
     n_sigmas: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
@@ -51,6 +51,16 @@ class TuningConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.validation_share < 1.0:
             raise ValueError(f"TuningConfig.validation_share must be in (0, 1), got {self.validation_share}")
+
+
+TUNING_PRESETS = {
+    "full": TuningConfig(),
+    "quick": TuningConfig(
+        levels=(0.95,), rhos=(0.0, 0.5, 1.0), min_observed=(0, 16), n_sigmas=(3.0,), modes=("deviate", "pack")
+    ),
+}
+"""Named tuning grids: "full" (every knob's values above) and "quick" (one risk level and N, for the 5-minute run
+and the tests: about a fifth of the validation episodes)."""
 
 
 def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]:
