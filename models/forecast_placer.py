@@ -1,0 +1,1163 @@
+"""The learned scheduler, ours (issue 22, item 4): a permutation-equivariant residual on a placement rule, with
+forecast quantiles of each machine's load as its inputs, trained by behaviour cloning and then by policy gradient
+on the simulator's reward.
+
+What it is:
+
+- A BASE rule decides first: a fitted `sim.risk.RiskAwarePacking` (the hybrid or the forecast rule), Google's peak
+  predictor, or a request-based heuristic of the registry. Its action a_base gets the logit bonus `b` (a learned
+  scalar that starts at `PlacerConfig.base_bonus`); the network adds a residual score per action whose last layers
+  start at zero. So the untrained greedy policy IS the base rule, decision for decision.
+- Per machine, shared weights (the same weights run at M = 10 and M = 50): the level-p bound of the machine's summed
+  usage over the next H steps without and with the queue head (`sim.risk.sum_bound` with `PlacerConfig.rho`) at each
+  level of `PlacerConfig.levels` (peak share, mean share, safe or not), the observed usage now and over the last h
+  closed steps (`State.past`), whether the machine is used, its request-based free capacity, its running jobs, the
+  head's request and median forecast, and whether the base chose the machine. The hold action is scored from the
+  mean and max over machines of the per-machine embedding plus a few global inputs.
+- Forecasts come from a `sim.forecast.UsageForecaster` (the learned `models.usage_forecast` one, or the observed-peak
+  persistence rule), ONCE per decision for the running jobs and the head, and every level reads that one call.
+  A forecaster reads `sim.forecast.job_view` (observed usage only); one that reads the true future
+  (`is_oracle`, e.g. `ExactForecaster`) is refused. `ForecastCache` memoises forecasts by the job's content and
+  its observed steps, which is all a forecaster reads, so a cached forecast is the forecast.
+
+Training (`train_forecast_placer`), on the TRAINING sequences of one (source, load): validation sequences are carved
+from them (`sim.tuning.split_validation`, the same carve as the base rule's fitting), the rest are the fit part.
+Stage "base": the untrained policy (the base rule) on validation. Stage "bc": behaviour cloning on a teacher's
+decisions (`PlacerConfig.bc_teacher`: "base" or a registered, unfitted policy). Stage "pg": REINFORCE or PPO-clip
+(`PlacerConfig.algorithm`) on the simulator's reward, `n_rollouts` sampled rollouts of each drawn fit sequence, the
+advantage being the reward-to-go minus the mean reward-to-go of the same sequence's rollouts at the same decision
+index (a per-sequence baseline, no critic), normalised per iteration, with an entropy bonus. Greedy decoding on
+validation after every iteration; the best iteration by validation return is kept (iteration 0, the base rule,
+included, so training never returns a policy worse than its base on validation); training stops after `patience`
+evaluations without a gain or when `time_budget_s` is spent. `stage_table` rows: stage, iteration, validation
+return, imitation accuracy (greedy action == base action), entropy, seconds.
+
+Checkpoint (`ForecastResidualPolicy.save` / `ForecastResidualPolicy(checkpoint=path)`): one torch file, loaded with
+`weights_only=True`: format, policy name, `PlacerConfig` fields, feature names, D, the network's state dict, the
+base rule's spec (registry name and knobs) and the forecaster's spec (for the learned forecaster, its arrays), the
+best iteration and the iterations run. A checkpoint written with another feature set or another D is refused with
+an error naming the file.
+
+Run it without Dagster:
+
+    policy, table = train_forecast_placer(sim_cfg, train_jobs, base=fitted_rule, forecaster=fitted_forecaster)
+    policy.save("placer.pt")
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from models.forecaster import torch_threads
+from models.training import init_parameters
+from sim import core
+from sim.config import SimConfig
+from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
+from sim.forecast import UsageForecaster
+from sim.jobs import JobBatch
+from sim.policies import (
+    POLICIES,
+    JobPicker,
+    Tetris,
+    free_by_requests,
+    is_fitted,
+    is_learned,
+    is_oracle,
+    make_policy,
+    promote_queued_job,
+    valid_machines,
+)
+from sim.risk import (
+    PeakPredictorPacking,
+    PersistenceForecaster,
+    RequestForecaster,
+    RiskAwarePacking,
+    RiskConfig,
+    deviate_or_pack,
+)
+from sim.tuning import split_validation
+
+PLACER_FORMAT = "tvw-forecast-placer/1"
+"""`format` of a saved ForecastResidualPolicy."""
+ALGORITHMS = ("reinforce", "ppo")
+STAGE_TABLE = {
+    "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "pg"
+    "iteration": pl.Int64,  # BC epoch or PG iteration (0 = before any update)
+    "validation_return": pl.Float64,  # mean greedy episode return on the validation sequences
+    "imitation_accuracy": pl.Float64,  # share of validation decisions where the greedy action is the base's
+    "entropy": pl.Float64,  # mean policy entropy (nats) over the validation decisions
+    "train_return": pl.Float64,  # mean return of the iteration's sampled training rollouts (NaN for base / bc)
+    "seconds": pl.Float64,  # wall seconds of this row's work (rollouts, update, validation)
+    "elapsed_s": pl.Float64,  # wall seconds since training started
+}
+"""One row per stage and iteration of `train_forecast_placer`."""
+_NEG = -1e9  # masked logit: finite, so p * log p stays 0 for masked actions
+
+
+@dataclass(frozen=True)
+class PlacerConfig:
+    """Features, network, and training of the forecast residual scheduler (stored in its checkpoint)."""
+
+    levels: tuple[float, ...] = (0.5, 0.9, 0.99)
+    """Quantile levels whose machine bounds are inputs; the first must be 0.5 (the median) and all must be levels
+    of the forecaster."""
+    rho: float = 1.0
+    """Co-peaking in the machine bound (`sim.risk.sum_bound`): 1 = the sum of quantiles."""
+    use_durations: bool = True
+    """Known end times (as the simulator and DeepRM's SJF give them): a job's forecast is 0 after it ends and the
+    machine's time left is an input; False: running jobs run through the horizon, no time-left input."""
+    horizon: int | None = None
+    """Forecast steps read (t + 1 .. t + H); None = the forecaster's horizon."""
+    hidden: int = 64
+    """Width of the per-machine encoder and of the hold head."""
+    base_bonus: float = 3.0
+    """Initial logit bonus of the base rule's action (learned). Greedy at init is the base rule for any value > 0;
+    the value sets how often sampling explores other valid actions (about (M - 1) e^-b / (1 + (M - 1) e^-b))."""
+    algorithm: str = "reinforce"
+    """"reinforce" (one gradient step per iteration) or "ppo" (PPO-clip epochs on the same rollouts)."""
+    n_sequences: int = 8
+    """Fit sequences drawn (without replacement while they last) per PG iteration."""
+    n_rollouts: int = 4
+    """Sampled rollouts of each drawn sequence (the per-sequence baseline averages over them)."""
+    n_iterations: int = 40
+    """Most PG iterations."""
+    learning_rate: float = 3e-4
+    """Adam learning rate of the PG stage."""
+    entropy_coef: float = 0.003
+    """Weight of the mean policy entropy in the PG loss (a bonus)."""
+    discount: float = 1.0
+    """Per-decision discount of the reward-to-go."""
+    ppo_epochs: int = 4
+    """PPO: passes over the iteration's decisions."""
+    ppo_clip: float = 0.2
+    """PPO: clip range of the probability ratio."""
+    minibatch: int = 2048
+    """Decisions per gradient step (PPO and BC); REINFORCE accumulates them into one step."""
+    bc_teacher: str = "base"
+    """Teacher of the BC stage: "base" or a registered policy that needs no fitting (`sim.policies.POLICIES`)."""
+    bc_epochs: int = 0
+    """BC epochs (0 skips the stage: with the base as teacher the residual already imitates it exactly)."""
+    bc_learning_rate: float = 3e-3
+    """Adam learning rate of the BC stage."""
+    patience: int = 6
+    """PG evaluations without a better validation return before training stops."""
+    time_budget_s: float = 180.0
+    """Wall seconds of training (BC and PG) before it stops after the current iteration."""
+    validation_share: float = 0.3
+    """Share of the training sequences held out as validation (`sim.tuning.split_validation`)."""
+    cache_rows: int = 200_000
+    """Most (job, observed steps) forecasts `ForecastCache` keeps (about 1.5 kB each at H = 24)."""
+    seed: int = 0
+    """Seeds the network, the sequence draws, sampling and the simulator."""
+
+    def __post_init__(self) -> None:
+        if not self.levels or abs(self.levels[0] - 0.5) > 1e-9 or list(self.levels) != sorted(self.levels):
+            raise ValueError(f"PlacerConfig.levels must be ascending and start at 0.5, got {self.levels}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"PlacerConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if not 0.0 <= self.rho <= 1.0 or not 0.0 < self.discount <= 1.0:
+            raise ValueError("PlacerConfig: rho must be in [0, 1] and discount in (0, 1]")
+        for name in ("hidden", "n_sequences", "n_rollouts", "minibatch", "ppo_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PlacerConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+# --- forecasts, once per (job, observed steps) -------------------------------------------------------------
+
+
+def _is_oracle_forecaster(forecaster) -> bool:
+    return bool(getattr(forecaster, "is_oracle", False))
+
+
+class ForecastCache:
+    """A `UsageForecaster` that memoises another one by what it reads: the job's content (usage profile, request,
+    observed label, meta, duration: two random projections, seeded) and its observed steps (`job_view`'s
+    n_observed). Exact: a cached row is the inner forecaster's own output for a job with the same view.
+    Keeps at most `max_rows` rows (then computes the rest without storing them)."""
+
+    def __init__(self, inner: UsageForecaster, max_rows: int = 200_000, seed: int = 0) -> None:
+        if _is_oracle_forecaster(inner):
+            raise ValueError(
+                f"{type(inner).__name__} reads the true future: the forecast placer never uses it as an input"
+            )
+        self.inner = inner
+        self.max_rows = int(max_rows)
+        self._rng = np.random.default_rng([seed, 7])
+        self._proj: dict[int, np.ndarray] = {}
+        self._rows: dict[tuple[int, int, int], int] = {}
+        self._buf: np.ndarray | None = None
+        self.n_hits = 0
+        self.n_computed = 0
+
+    @property
+    def horizon(self) -> int:
+        return int(self.inner.horizon)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.inner.levels)
+
+    def _fingerprint(self, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, 2) int64 hashes of what a forecaster reads about each job (integer arithmetic: the same job gives
+        the same hash in any batch, whatever the batch size)."""
+        jobs = state.jobs
+        meta = jobs.meta[env, job] if jobs.meta is not None else np.full((env.size, 4), np.nan)
+        meta = np.where(np.isfinite(meta), np.round(meta * 1e6), -7).astype(np.int64)
+        x = np.concatenate(
+            [
+                jobs.usage[env, job].reshape(env.size, -1).astype(np.int64),
+                jobs.request[env, job].astype(np.int64),
+                core.observed_labels(state)[env, job, None].astype(np.int64),
+                jobs.duration[env, job, None].astype(np.int64),
+                meta,
+            ],
+            axis=1,
+        )
+        width = x.shape[1]
+        if width not in self._proj:
+            self._proj[width] = self._rng.integers(1, 2**61, size=(width, 2), dtype=np.int64)
+        with np.errstate(over="ignore"):
+            return x @ self._proj[width]  # wraps modulo 2^64: deterministic
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        shape_tail = (len(self.levels), self.horizon, cfg.n_resources)
+        if env.size == 0:
+            return np.zeros((0, *shape_tail))
+        jobs = state.jobs
+        is_placed = state.job_machine[env, job] >= 0
+        start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
+        n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job])
+        fp = self._fingerprint(state, env, job)
+        keys = list(zip(fp[:, 0].tolist(), fp[:, 1].tolist(), n_obs.tolist(), strict=True))
+        rows = np.fromiter((self._rows.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        miss = np.flatnonzero(rows < 0)
+        self.n_hits += int(env.size - miss.size)
+        out = np.empty((env.size, *shape_tail))
+        if miss.size:
+            # one forecast per distinct missing key (a batch holds the same job many times over rollouts)
+            first: dict[tuple[int, int, int], int] = {}
+            for i in miss.tolist():
+                first.setdefault(keys[i], i)
+            uniq = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+            fresh = self.inner.forecast(cfg, state, env[uniq], job[uniq])
+            self.n_computed += int(uniq.size)
+            where = {k: n for n, k in enumerate(first)}
+            out[miss] = fresh[[where[keys[i]] for i in miss.tolist()]]
+            self._store(list(first), fresh)
+        hit = np.flatnonzero(rows >= 0)
+        if hit.size:
+            out[hit] = self._buf[rows[hit]]
+        return out
+
+    def _store(self, keys: list, values: np.ndarray) -> None:
+        n_have = len(self._rows)
+        room = max(self.max_rows - n_have, 0)
+        if room == 0:
+            return
+        keys, values = keys[:room], values[:room]
+        need = n_have + len(keys)
+        if self._buf is None or self._buf.shape[0] < need:
+            size = min(max(need, 2 * (0 if self._buf is None else self._buf.shape[0]), 1024), self.max_rows)
+            buf = np.empty((size, *values.shape[1:]))
+            if self._buf is not None:
+                buf[:n_have] = self._buf[:n_have]
+            self._buf = buf
+        self._buf[n_have:need] = values
+        self._rows.update(zip(keys, range(n_have, need), strict=True))
+
+
+# --- the base rule, fast where its math allows --------------------------------------------------------------
+
+
+def _is_persistence_rule(base) -> bool:
+    return isinstance(base, RiskAwarePacking) and isinstance(
+        base.forecaster or PersistenceForecaster(), PersistenceForecaster
+    )
+
+
+def persistence_rule_act(base: RiskAwarePacking, cfg: SimConfig, state: State, rng: np.random.Generator):
+    """(B,) the actions of a `RiskAwarePacking` on `PersistenceForecaster` (the hybrid rule), computed without its
+    (N, L, H, D) arrays: every quantile of a job is one number held until the job ends, so a machine's bound is
+    largest at step t + 1 and the rule's safety and tightness are those of that step. Same actions as
+    `base.act` (tests compare them on whole rollouts); integer units keep the sums exact."""
+    fc = base.forecaster or PersistenceForecaster()
+    risk = base.risk
+    fallback = np.asarray(base._fallback().act(cfg, state, rng), dtype=np.int64)
+    n_envs, n_m = state.batch_size, cfg.n_machines
+    jobs = state.jobs
+    bi, ji = np.nonzero(jobs_running(state))
+    start = state.job_start[bi, ji]
+    n_obs = np.clip(state.t[bi] - start + 1, 0, jobs.duration[bi, ji])
+    if fc.statistic == "peak":
+        usage = jobs.usage[bi, ji].astype(np.float64)  # (N, T, D)
+        seen = np.arange(jobs.max_duration)[None, :] < n_obs[:, None]
+        value = np.where(seen[..., None], usage, -1.0).max(axis=1)
+    else:
+        value = jobs.usage[bi, ji, np.maximum(n_obs - 1, 0)].astype(np.float64)
+    request = jobs.request[bi, ji].astype(np.float64)
+    value = np.where((n_obs > 0)[:, None], value, request)
+    if risk.min_observed > 0:
+        value = np.where((state.t[bi] - start + 1 < risk.min_observed)[:, None], request, value)
+    if risk.use_durations:
+        value = value * (state.t[bi] + 1 < start + jobs.duration[bi, ji])[:, None]
+    total = np.zeros((n_envs * n_m, cfg.n_resources))
+    np.add.at(total, bi * n_m + state.job_machine[bi, ji], value)
+    head = queue_head(state)
+    head_value = head.request.astype(np.float64) * head.has_job[:, None]
+    if risk.use_durations:
+        head_value = head_value * (head.duration > 1)[:, None]
+    total = total.reshape(n_envs, n_m, -1) + head_value[:, None]
+    share = (total / np.asarray(cfg.capacity_units, dtype=np.float64)).max(axis=2)
+    is_safe = share <= 1.0 + 1e-9
+    return deviate_or_pack(cfg, state, fallback, is_safe, share, valid_machines(cfg, state), risk.mode)
+
+
+class BaseRule:
+    """The base policy's decisions for the residual: job picking and the machine (fast path for the hybrid)."""
+
+    def __init__(self, policy, cache: ForecastCache | None = None) -> None:
+        self.policy = policy
+        self._fast = _is_persistence_rule(policy)
+        self._run = policy
+        if isinstance(policy, RiskAwarePacking) and not self._fast and policy.forecaster is not None:
+            # the same forecasts through the cache (exact); the rule's own math is unchanged
+            inner = (
+                cache
+                if cache is not None and cache.inner is policy.forecaster
+                else ForecastCache(policy.forecaster)
+            )
+            self._run = RiskAwarePacking(inner, policy.fallback, policy.risk, policy.name)
+
+    @property
+    def is_picker(self) -> bool:
+        return isinstance(self.policy, JobPicker)
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        if self.is_picker:
+            return self.policy.pick_job(cfg, state, rng)
+        return np.zeros(state.batch_size, dtype=np.int64)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        if self._fast:
+            return persistence_rule_act(self.policy, cfg, state, rng)
+        return np.asarray(self._run.act(cfg, state, rng), dtype=np.int64)
+
+
+# --- features -----------------------------------------------------------------------------------------------
+
+
+LEVEL_FEATURES = ("peak_without", "mean_without", "peak_with", "mean_with", "is_safe_with")
+GLOBAL_FEATURES = ("queue_share", "used_share", "valid_share", "has_job", "base_holds")
+
+
+def feature_names(pcfg: PlacerConfig, n_resources: int) -> tuple[str, ...]:
+    """Names of the per-machine inputs in order (stored in checkpoints)."""
+    res = [f"r{d}" for d in range(n_resources)]
+    names = [f"{f}_q{round(lv * 100)}" for lv in pcfg.levels for f in LEVEL_FEATURES]
+    names += (
+        [f"usage_now_{r}" for r in res] + [f"past_mean_{r}" for r in res] + [f"past_max_{r}" for r in res]
+    )
+    names += ["is_used"] + [f"free_by_requests_{r}" for r in res] + ["n_running", "time_left"]
+    names += [f"head_request_{r}" for r in res] + [f"head_median_{r}" for r in res] + ["is_base", "is_valid"]
+    return tuple(names)
+
+
+def placement_features(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    pcfg: PlacerConfig,
+    base_actions: np.ndarray,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(x (B, M, F) float32 per machine, g (B, G) float32 global) inputs of the network (`feature_names`,
+    GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it."""
+    n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    jobs = state.jobs
+    rows = np.arange(n_envs)
+    head = queue_head(state)
+    head_idx = np.minimum(state.next_job, jobs.max_jobs - 1)
+    bi, ji = np.nonzero(jobs_running(state))
+    env, job = np.concatenate([bi, rows]), np.concatenate([ji, head_idx])
+    lv_idx = [_level_index(forecaster.levels, lv) for lv in pcfg.levels]
+    horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
+    quant = forecaster.forecast(cfg, state, env, job)[:, lv_idx, :horizon]  # (N, L, H, D)
+    if pcfg.use_durations:
+        is_placed = state.job_machine[env, job] >= 0
+        start = np.where(is_placed, state.job_start[env, job], state.t[env])
+        steps = state.t[env, None] + 1 + np.arange(horizon)[None, :]
+        alive = (steps < (start + jobs.duration[env, job])[:, None]).astype(np.float64)
+    else:
+        alive = np.ones((env.size, horizon))
+    alive[bi.size :] *= head.has_job[:, None]
+    mu = quant[:, 0] * alive[..., None]  # (N, H, D)
+    delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)
+    n_run = bi.size
+    per_job = np.concatenate([mu[:, None], delta, delta**2], axis=1)  # (N, 2L-1, H, D)
+    acc = sum_by_cell(per_job[:n_run], bi * n_m + state.job_machine[bi, ji], n_envs * n_m)
+    acc = acc.reshape(n_envs, n_m, *per_job.shape[1:])
+    with_head = acc + per_job[n_run:, None]
+    n_up = len(pcfg.levels) - 1
+    cols = []
+    for li in range(len(pcfg.levels)):
+        for sums in (acc, with_head):
+            if li == 0:
+                bound = sums[:, :, 0]
+            else:
+                s_d, s_d2 = sums[:, :, li], sums[:, :, 1 + n_up + li - 1]
+                bound = sums[:, :, 0] + np.sqrt(pcfg.rho * s_d**2 + (1.0 - pcfg.rho) * s_d2)
+            share = bound / cap  # (B, M, H, D)
+            cols.append(share.max(axis=(2, 3)))
+            cols.append(share.mean(axis=(2, 3)))
+        cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
+    usage_now = current_usage(cfg, state) / cap  # (B, M, D)
+    past = state.past  # (B, h, M, D)
+    used = core.machines_used(state)
+    free = free_by_requests(cfg, state) / cap
+    n_running = np.bincount(bi * n_m + state.job_machine[bi, ji], minlength=n_envs * n_m).reshape(n_envs, n_m)
+    time_left = (
+        np.maximum(state.busy_until - state.t[:, None], 0) / max(jobs.max_duration, 1)
+        if pcfg.use_durations
+        else np.zeros((n_envs, n_m))
+    )
+    head_req = np.broadcast_to((head.request / cap)[:, None], (n_envs, n_m, n_d))
+    head_med = np.broadcast_to((mu[n_run:].mean(axis=1) / cap)[:, None], (n_envs, n_m, n_d))
+    is_base = base_actions[:, None] == np.arange(n_m)[None, :]
+    valid = mask[:, :n_m]
+    x = np.concatenate(
+        [
+            np.stack(cols, axis=2),
+            usage_now,
+            past.mean(axis=1),
+            past.max(axis=1),
+            used[..., None],
+            free,
+            (n_running / 10.0)[..., None],
+            time_left[..., None],
+            head_req,
+            head_med,
+            is_base[..., None],
+            valid[..., None],
+        ],
+        axis=2,
+    ).astype(np.float32)
+    g = np.stack(
+        [
+            np.minimum(queue_length(state) / cfg.queue_size, 4.0),
+            used.mean(axis=1),
+            valid.mean(axis=1),
+            head.has_job.astype(np.float64),
+            (base_actions == n_m).astype(np.float64),
+        ],
+        axis=1,
+    ).astype(np.float32)
+    return x, g
+
+
+def sum_by_cell(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
+    """(n_cells, ...) sums of the rows of `values` (N, ...) per `cell` (N,) (sorted segments: faster than
+    np.add.at for wide rows)."""
+    out = np.zeros((n_cells, *values.shape[1:]))
+    if cell.size == 0:
+        return out
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    starts = np.flatnonzero(np.r_[True, sorted_cell[1:] != sorted_cell[:-1]])
+    out[sorted_cell[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    return out
+
+
+def _level_index(levels, level: float) -> int:
+    for i, lv in enumerate(levels):
+        if abs(lv - level) < 1e-9:
+            return i
+    raise ValueError(f"forecast placer: level {level} is not one of the forecaster's levels {tuple(levels)}")
+
+
+# --- the network --------------------------------------------------------------------------------------------
+
+
+class ResidualPlacerNet(nn.Module):
+    """Scores M machines with shared weights and the hold action from pooled machine embeddings; the base rule's
+    action gets a learned bonus. Output: (B, M + 1) masked logits."""
+
+    def __init__(self, n_features: int, n_global: int, hidden: int, base_bonus: float, seed: int) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(
+            nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.machine_head = nn.Linear(hidden, 1)
+        self.hold_head = nn.Sequential(
+            nn.Linear(2 * hidden + n_global, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+        )
+        init_parameters(self, torch.Generator().manual_seed(int(seed)))
+        with torch.no_grad():  # the residual starts at zero: the untrained policy is the base rule
+            for last in (self.machine_head, self.hold_head[-1]):
+                last.weight.zero_()
+                last.bias.zero_()
+        self.base_bonus = nn.Parameter(torch.tensor(float(base_bonus)))
+
+    def forward(
+        self, x: torch.Tensor, g: torch.Tensor, base: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        emb = self.encoder(x)  # (B, M, h)
+        machine = self.machine_head(emb).squeeze(-1)  # (B, M)
+        pooled = torch.cat([emb.mean(dim=1), emb.max(dim=1).values, g], dim=1)
+        hold = self.hold_head(pooled)  # (B, 1)
+        logits = torch.cat([machine, hold], dim=1)
+        onehot = torch.nn.functional.one_hot(base, logits.shape[1]).to(logits.dtype)
+        logits = logits + self.base_bonus * onehot
+        return logits.masked_fill(~mask, _NEG)
+
+
+def _log_probs(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _entropy(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    p = logp.exp()
+    return -(torch.where(mask, p * logp, torch.zeros_like(p))).sum(dim=-1)
+
+
+# --- specs of the base rule and the forecaster (checkpoints) ------------------------------------------------
+
+
+def forecaster_spec(forecaster) -> dict | None:
+    """A weights_only-loadable description of a forecaster (None for none)."""
+    if forecaster is None:
+        return None
+    if isinstance(forecaster, ForecastCache):
+        forecaster = forecaster.inner
+    if _is_oracle_forecaster(forecaster):
+        raise ValueError(f"{type(forecaster).__name__} reads the true future: not a forecast placer input")
+    if isinstance(forecaster, PersistenceForecaster):
+        return {
+            "kind": "persistence",
+            "horizon": forecaster.horizon,
+            "levels": list(forecaster.levels),
+            "statistic": forecaster.statistic,
+        }
+    if isinstance(forecaster, RequestForecaster):
+        return {"kind": "request", "horizon": forecaster.horizon, "levels": list(forecaster.levels)}
+    from models.usage_forecast import QuantileUsageForecaster
+
+    if isinstance(forecaster, QuantileUsageForecaster):
+        ec = forecaster.ec
+        return {
+            "kind": "quantile",
+            "cfg": asdict(forecaster.cfg),
+            "capacity": torch.from_numpy(np.asarray(forecaster.capacity)),
+            "weights": [[torch.from_numpy(w), torch.from_numpy(b)] for w, b in forecaster.weights],
+            "x_mean": torch.from_numpy(np.asarray(forecaster.x_mean)),
+            "x_std": torch.from_numpy(np.asarray(forecaster.x_std)),
+            "shifts": torch.from_numpy(np.asarray(forecaster.shifts)),
+            "is_capped_at_request": bool(forecaster.is_capped_at_request),
+            "ec": None
+            if ec is None
+            else {
+                "fraction": torch.from_numpy(ec.profiles.fraction),
+                "counts": torch.from_numpy(ec.profiles.counts),
+                "n_jobs": torch.from_numpy(ec.profiles.n_jobs),
+                "period_steps": ec.profiles.period_steps,
+                "n_labels": ec.n_labels,
+            },
+        }
+    raise ValueError(f"forecast placer: cannot save a {type(forecaster).__name__} forecaster")
+
+
+def forecaster_from_spec(spec: dict | None):
+    """The forecaster a `forecaster_spec` describes."""
+    if spec is None:
+        return None
+    if spec["kind"] == "persistence":
+        return PersistenceForecaster(spec["horizon"], tuple(spec["levels"]), spec["statistic"])
+    if spec["kind"] == "request":
+        return RequestForecaster(spec["horizon"], tuple(spec["levels"]))
+    from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
+    from sim.profiles import EcProfiles
+
+    c = dict(spec["cfg"])
+    c["levels"], c["hidden"] = tuple(c["levels"]), tuple(c["hidden"])
+    ec = spec["ec"]
+    return QuantileUsageForecaster(
+        cfg=ForecastConfig(**c),
+        capacity=spec["capacity"].numpy(),
+        weights=tuple((w.numpy(), b.numpy()) for w, b in spec["weights"]),
+        x_mean=spec["x_mean"].numpy(),
+        x_std=spec["x_std"].numpy(),
+        shifts=spec["shifts"].numpy(),
+        ec=None
+        if ec is None
+        else _EcInputs(
+            EcProfiles(
+                ec["fraction"].numpy(), ec["counts"].numpy(), ec["n_jobs"].numpy(), ec["period_steps"]
+            ),
+            int(ec["n_labels"]),
+        ),
+        is_capped_at_request=bool(spec["is_capped_at_request"]),
+    )
+
+
+def _registry_spec(policy) -> dict:
+    name = getattr(policy, "name", None)
+    if name not in POLICIES or is_fitted(name) or is_learned(name) or is_oracle(name):
+        raise ValueError(
+            f"forecast placer: base or fallback {name!r} must be a registered request-based heuristic, a "
+            "RiskAwarePacking or a PeakPredictorPacking"
+        )
+    knobs = {}
+    if is_dataclass(policy):
+        for f in fields(policy):
+            if f.name == "name":
+                continue
+            value = getattr(policy, f.name)
+            if not isinstance(value, int | float | str | bool):
+                raise ValueError(
+                    f"forecast placer: cannot save base {name!r}: its field {f.name} is not a number"
+                )
+            knobs[f.name] = value
+    return {"kind": "registry", "name": name, "knobs": knobs}
+
+
+def base_spec(policy) -> dict:
+    """A weights_only-loadable description of the base rule."""
+    if isinstance(policy, RiskAwarePacking):
+        return {
+            "kind": "risk_aware",
+            "name": policy.name,
+            "risk": asdict(policy.risk),
+            "fallback": _registry_spec(policy._fallback()),
+            "forecaster": forecaster_spec(policy.forecaster),
+        }
+    if isinstance(policy, PeakPredictorPacking):
+        knobs = {f.name: getattr(policy, f.name) for f in fields(policy) if f.name != "fallback"}
+        return {"kind": "peak_predictor", "knobs": knobs, "fallback": _registry_spec(policy._fallback())}
+    return _registry_spec(policy)
+
+
+def base_from_spec(spec: dict):
+    """The base rule a `base_spec` describes."""
+    if spec["kind"] == "registry":
+        return make_policy(spec["name"], **spec["knobs"])
+    fallback = base_from_spec(spec["fallback"])
+    if spec["kind"] == "risk_aware":
+        return RiskAwarePacking(
+            forecaster_from_spec(spec["forecaster"]), fallback, RiskConfig(**spec["risk"]), spec["name"]
+        )
+    return PeakPredictorPacking(**spec["knobs"], fallback=fallback)
+
+
+# --- the policy ---------------------------------------------------------------------------------------------
+
+
+class ForecastResidualPolicy:
+    """The learned scheduler: greedy over the residual network's masked logits (module docstring).
+
+    checkpoint: a file written by `save` (None: the seeded untrained network, i.e. the base rule). base: the
+    base rule (None: Tetris, or the checkpoint's). forecaster: the per-job quantile forecaster of the inputs
+    (None: the observed-peak `PersistenceForecaster` over 24 steps, or the checkpoint's). Which job goes next is
+    the base rule's choice (`pick_job`)."""
+
+    name = "forecast_residual_rl"
+
+    def __init__(
+        self,
+        checkpoint: str | Path | None = None,
+        base=None,
+        forecaster: UsageForecaster | None = None,
+        config: PlacerConfig | None = None,
+    ) -> None:
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        payload = None if self.checkpoint is None else read_placer(self.checkpoint)
+        if payload is not None:
+            config = _config_from_dict(payload["config"])
+            base = base if base is not None else base_from_spec(payload["base"])
+            forecaster = forecaster if forecaster is not None else forecaster_from_spec(payload["forecaster"])
+        self.config = config or PlacerConfig()
+        self.base_policy = base if base is not None else Tetris()
+        inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
+        self.forecaster = (
+            inner
+            if isinstance(inner, ForecastCache)
+            else ForecastCache(inner, self.config.cache_rows, self.config.seed)
+        )
+        self.base = BaseRule(self.base_policy, self.forecaster)
+        self.n_resources = None if payload is None else int(payload["n_resources"])
+        self.net: ResidualPlacerNet | None = None
+        self.trained_iteration = 0 if payload is None else int(payload["iteration"])
+        if payload is not None:
+            self.net = self._build(self.n_resources)
+            self.net.load_state_dict(payload["model"])
+
+    def _build(self, n_resources: int) -> ResidualPlacerNet:
+        c = self.config
+        return ResidualPlacerNet(
+            len(feature_names(c, n_resources)), len(GLOBAL_FEATURES), c.hidden, c.base_bonus, c.seed
+        )
+
+    def ready(self, cfg: SimConfig) -> ResidualPlacerNet:
+        """The network for `cfg` (built on first use; a checkpoint's D must match)."""
+        if self.net is None:
+            self.n_resources = cfg.n_resources
+            self.net = self._build(cfg.n_resources)
+        if cfg.n_resources != self.n_resources:
+            raise ValueError(
+                f"forecast placer {self.checkpoint or '(untrained)'}: trained for {self.n_resources} resources, "
+                f"asked to schedule {cfg.n_resources}"
+            )
+        return self.net
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return self.base.pick_job(cfg, state, rng)
+
+    def decision_inputs(
+        self, cfg: SimConfig, state: State, rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
+        """The base rule's actions, the mask and the features of one decision (after the job pick)."""
+        base = self.base.act(cfg, state, rng)
+        mask = action_mask(cfg, state)
+        x, g = placement_features(cfg, state, self.forecaster, self.config, base, mask)
+        return {"x": x, "g": g, "base": base, "mask": mask}
+
+    def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:
+        net = self.ready(cfg)
+        return net(
+            torch.from_numpy(inputs["x"]),
+            torch.from_numpy(inputs["g"]),
+            torch.from_numpy(inputs["base"]),
+            torch.from_numpy(inputs["mask"]),
+        )
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        inputs = self.decision_inputs(cfg, state, rng)
+        with torch_threads(1), torch.no_grad():
+            return self.logits(cfg, inputs).argmax(dim=1).numpy().astype(np.int64)
+
+    def save(self, path: str | Path, iteration: int | None = None, n_iterations: int | None = None) -> Path:
+        """Write the policy (config, feature names, weights, base and forecaster specs) to `path`."""
+        from models.checkpoint import save_atomic
+
+        if self.net is None:
+            raise ValueError(f"forecast placer: nothing to save to {path}: the network was never built")
+        payload = {
+            "format": PLACER_FORMAT,
+            "policy": self.name,
+            "config": _config_to_dict(self.config),
+            "feature_names": list(feature_names(self.config, self.n_resources)),
+            "n_resources": int(self.n_resources),
+            "model": self.net.state_dict(),
+            "base": base_spec(self.base_policy),
+            "forecaster": forecaster_spec(self.forecaster.inner),
+            "iteration": int(self.trained_iteration if iteration is None else iteration),
+            "n_iterations": int(self.trained_iteration if n_iterations is None else n_iterations),
+        }
+        return save_atomic(Path(path), payload)
+
+
+def _config_to_dict(c: PlacerConfig) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(c).items()}
+
+
+def _config_from_dict(d: dict) -> PlacerConfig:
+    return PlacerConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def read_placer(path: Path) -> dict:
+    """A saved placer's payload; ValueError naming the file when it is not one, or when its feature set is not
+    the one this code computes."""
+    from models.checkpoint import read_payload
+
+    payload = read_payload(path, "forecast placer")
+    if payload.get("format") != PLACER_FORMAT:
+        raise ValueError(
+            f"forecast placer {path}: format {payload.get('format')!r}, expected {PLACER_FORMAT!r}"
+        )
+    try:
+        config = _config_from_dict(payload["config"])
+    except TypeError as err:
+        raise ValueError(f"forecast placer {path}: its config does not match PlacerConfig: {err}") from err
+    expected = list(feature_names(config, int(payload["n_resources"])))
+    if list(payload["feature_names"]) != expected:
+        raise ValueError(
+            f"forecast placer {path} was trained with another feature set: {payload['feature_names']} "
+            f"(this code computes {expected})"
+        )
+    return payload
+
+
+# --- rollouts -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutRecord:
+    """The decisions of one batched rollout (only envs still running at each decision)."""
+
+    x: list
+    g: list
+    mask: list
+    base: list
+    action: list
+    logp: list
+    env: list
+    reward: list
+    returns: np.ndarray
+    n_decisions: int = 0
+    n_env_decisions: int = 0
+    n_agree: int = 0
+    entropy_sum: float = 0.0
+
+    @property
+    def imitation_accuracy(self) -> float:
+        return self.n_agree / max(self.n_env_decisions, 1)
+
+    @property
+    def mean_entropy(self) -> float:
+        return self.entropy_sum / max(self.n_env_decisions, 1)
+
+
+def run_rollout(
+    policy: ForecastResidualPolicy,
+    cfg: SimConfig,
+    jobs: JobBatch,
+    seed: int,
+    mode: str,
+    rng: np.random.Generator,
+    teacher=None,
+    keep: bool = False,
+) -> RolloutRecord:
+    """One batched episode per sequence of `jobs`. mode: "greedy" (the policy's argmax), "sample" (its masked
+    softmax) or "teacher" (the teacher's actions on the states the base rule's job picks lead to). With `keep`,
+    the decisions' inputs, actions, log-probabilities and rewards are recorded for training."""
+    rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
+    state = core.reset(cfg, jobs, seed)
+    limit = int(jobs.max_jobs + cfg.max_steps + 1) * 2
+    for _ in range(limit):
+        if state.is_done.all():
+            break
+        active = np.flatnonzero(~state.is_done)
+        state = promote_queued_job(state, np.where(state.is_done, 0, policy.pick_job(cfg, state, rng)))
+        inputs = policy.decision_inputs(cfg, state, rng)
+        with torch.no_grad():
+            logits = policy.logits(cfg, inputs)
+            logp = _log_probs(logits)
+            ent = _entropy(logp, torch.from_numpy(inputs["mask"])).numpy()
+        if mode == "greedy":
+            actions = logits.argmax(dim=1).numpy().astype(np.int64)
+        elif mode == "sample":
+            probs = logp.exp().numpy()
+            cum = np.cumsum(probs, axis=1)
+            u = rng.random((probs.shape[0], 1)) * cum[:, -1:]
+            actions = np.minimum((cum < u).sum(axis=1), probs.shape[1] - 1).astype(np.int64)
+            actions = np.where(inputs["mask"][np.arange(actions.size), actions], actions, inputs["base"])
+        else:
+            actions = np.asarray(teacher.act(cfg, state, rng), dtype=np.int64)
+        greedy = logits.argmax(dim=1).numpy()
+        rec.n_decisions += 1
+        rec.n_env_decisions += active.size
+        rec.n_agree += int((greedy[active] == inputs["base"][active]).sum())
+        rec.entropy_sum += float(ent[active].sum())
+        state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"])
+        if keep:
+            rec.x.append(inputs["x"][active])
+            rec.g.append(inputs["g"][active])
+            rec.mask.append(inputs["mask"][active])
+            rec.base.append(inputs["base"][active])
+            rec.action.append(actions[active])
+            rec.logp.append(logp.numpy()[active, actions[active]])
+            rec.env.append(active)
+            rec.reward.append(reward[active])
+    if not state.is_done.all():
+        raise RuntimeError(f"forecast placer: episodes not finished after {limit} decisions")
+    rec.returns = state.penalty_totals.sum(axis=1)
+    return rec
+
+
+def _advantages(rec: RolloutRecord, seq_of_env: np.ndarray, discount: float) -> np.ndarray:
+    """Per recorded decision: reward-to-go minus the mean reward-to-go of the same sequence's rollouts at the same
+    decision index, over the whole iteration's standard deviation."""
+    env = np.concatenate(rec.env)
+    reward = np.concatenate(rec.reward)
+    order = np.argsort(env, kind="stable")  # per env, decisions in time order
+    n_envs = seq_of_env.size
+    counts = np.bincount(env, minlength=n_envs)
+    rtg_sorted = np.empty(reward.size)
+    index_sorted = np.empty(reward.size, dtype=np.int64)
+    pos = 0
+    for e in range(n_envs):
+        r = reward[order[pos : pos + counts[e]]]
+        g = np.empty_like(r)
+        acc = 0.0
+        for i in range(r.size - 1, -1, -1):
+            acc = r[i] + discount * acc
+            g[i] = acc
+        rtg_sorted[pos : pos + counts[e]] = g
+        index_sorted[pos : pos + counts[e]] = np.arange(counts[e])
+        pos += counts[e]
+    key = seq_of_env[env[order]] * (int(counts.max(initial=0)) + 1) + index_sorted
+    sums = np.bincount(key, weights=rtg_sorted)
+    n = np.bincount(key)
+    adv_sorted = rtg_sorted - sums[key] / n[key]
+    adv = np.empty(reward.size)
+    adv[order] = adv_sorted
+    return adv / (adv.std() + 1e-8)
+
+
+# --- training -----------------------------------------------------------------------------------------------
+
+
+def _teacher(name: str, policy: ForecastResidualPolicy):
+    if name == "base":
+        return policy.base
+    if name not in POLICIES:
+        raise ValueError(
+            f"forecast placer: BC teacher {name!r} is not a registered policy; use 'base' or one of {sorted(POLICIES)}"
+        )
+    if is_fitted(name) or is_learned(name):
+        raise ValueError(
+            f"forecast placer: BC teacher {name!r} needs fitting or a checkpoint; use 'base' (the fitted base rule)"
+        )
+    return make_policy(name)
+
+
+def _stack(rec: RolloutRecord) -> dict[str, torch.Tensor]:
+    return {
+        "x": torch.from_numpy(np.concatenate(rec.x)),
+        "g": torch.from_numpy(np.concatenate(rec.g)),
+        "mask": torch.from_numpy(np.concatenate(rec.mask)),
+        "base": torch.from_numpy(np.concatenate(rec.base)),
+        "action": torch.from_numpy(np.concatenate(rec.action)),
+        "logp": torch.from_numpy(np.concatenate(rec.logp).astype(np.float32)),
+    }
+
+
+def _check_finite(loss: torch.Tensor, stage: str, iteration: int) -> None:
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"forecast placer: non-finite {stage} loss at {stage} iteration {iteration}")
+
+
+def behaviour_clone(
+    policy: ForecastResidualPolicy,
+    cfg: SimConfig,
+    fit: JobBatch,
+    teacher_name: str,
+    n_epochs: int,
+    rng: np.random.Generator,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> float:
+    """Cross-entropy on the teacher's decisions along its own trajectories on `fit`; returns the last epoch's
+    teacher-action accuracy on those decisions. `on_epoch(epoch, accuracy)` runs after every epoch."""
+    c = policy.config
+    teacher = _teacher(teacher_name, policy)
+    rec = run_rollout(policy, cfg, fit, c.seed, "teacher", rng, teacher=teacher, keep=True)
+    data = _stack(rec)
+    net = policy.ready(cfg)
+    opt = torch.optim.Adam(net.parameters(), lr=c.bc_learning_rate)
+    gen = torch.Generator().manual_seed(c.seed)
+    n = data["x"].shape[0]
+    accuracy = float("nan")
+    for epoch in range(1, n_epochs + 1):
+        order = torch.randperm(n, generator=gen)
+        hits = 0
+        for lo in range(0, n, c.minibatch):
+            b = order[lo : lo + c.minibatch]
+            logits = net(data["x"][b], data["g"][b], data["base"][b], data["mask"][b])
+            loss = torch.nn.functional.cross_entropy(logits, data["action"][b])
+            _check_finite(loss, "bc", epoch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            hits += int((logits.argmax(dim=1) == data["action"][b]).sum())
+        accuracy = hits / max(n, 1)
+        if on_epoch is not None:
+            on_epoch(epoch, accuracy)
+    return accuracy
+
+
+def _pg_update(
+    net: ResidualPlacerNet,
+    opt: torch.optim.Optimizer,
+    data: dict[str, torch.Tensor],
+    adv: torch.Tensor,
+    c: PlacerConfig,
+    iteration: int,
+    gen: torch.Generator,
+) -> None:
+    n = data["x"].shape[0]
+    epochs = c.ppo_epochs if c.algorithm == "ppo" else 1
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=gen)
+        if c.algorithm == "reinforce":
+            opt.zero_grad()
+        for lo in range(0, n, c.minibatch):
+            b = order[lo : lo + c.minibatch]
+            logits = net(data["x"][b], data["g"][b], data["base"][b], data["mask"][b])
+            logp_all = _log_probs(logits)
+            logp = logp_all.gather(1, data["action"][b, None]).squeeze(1)
+            entropy = _entropy(logp_all, data["mask"][b]).mean()
+            if c.algorithm == "ppo":
+                ratio = torch.exp(logp - data["logp"][b])
+                clipped = torch.clamp(ratio, 1 - c.ppo_clip, 1 + c.ppo_clip)
+                loss = -torch.min(ratio * adv[b], clipped * adv[b]).mean() - c.entropy_coef * entropy
+                _check_finite(loss, "pg", iteration)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            else:
+                share = b.numel() / n
+                loss = (-(adv[b] * logp).mean() - c.entropy_coef * entropy) * share
+                _check_finite(loss, "pg", iteration)
+                loss.backward()
+        if c.algorithm == "reinforce":
+            opt.step()
+
+
+def train_forecast_placer(
+    sim_cfg: SimConfig,
+    train: JobBatch,
+    base=None,
+    forecaster: UsageForecaster | None = None,
+    config: PlacerConfig = PlacerConfig(),
+    log: Callable[[str], None] | None = None,
+    speed: dict | None = None,
+) -> tuple[ForecastResidualPolicy, pl.DataFrame]:
+    """Train the residual scheduler on the TRAINING sequences `train` of one (source, load) (module docstring).
+    `base`: the fitted base rule (None: Tetris); `forecaster`: the fitted per-job forecaster of the inputs
+    (None: observed-peak persistence). Returns (the policy at its best validation iteration, the stage table).
+    `speed`, when given, receives the PG rollouts' decisions and seconds.
+    ValueError on an empty training split or an unregistered teacher; FloatingPointError naming the iteration on a
+    non-finite loss."""
+    if train.batch_size == 0 or int(train.n_jobs.sum()) == 0:
+        raise ValueError(
+            "forecast placer: the training split has no sequences with jobs: nothing to train on"
+        )
+    c = config
+    say = log or (lambda msg: None)
+    fit, val = split_validation(train, c.validation_share)
+    policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=c)
+    if c.bc_epochs > 0:
+        _teacher(c.bc_teacher, policy)  # an unregistered teacher fails before any work
+    rng = np.random.default_rng([c.seed, 11])
+    rows: list[dict] = []
+    t_start = time.perf_counter()
+    speed = speed if speed is not None else {}
+    speed.update({"pg_env_decisions": 0, "pg_rollout_s": 0.0, "pg_update_s": 0.0, "validation_s": 0.0})
+
+    def validate(stage: str, iteration: int, t0: float, train_return: float = float("nan")) -> float:
+        t1 = time.perf_counter()
+        rec = run_rollout(policy, sim_cfg, val, c.seed, "greedy", np.random.default_rng([c.seed, 12]))
+        speed["validation_s"] += time.perf_counter() - t1
+        ret = float(rec.returns.mean())
+        rows.append(
+            {
+                "stage": stage,
+                "iteration": iteration,
+                "validation_return": ret,
+                "imitation_accuracy": rec.imitation_accuracy,
+                "entropy": rec.mean_entropy,
+                "train_return": train_return,
+                "seconds": time.perf_counter() - t0,
+                "elapsed_s": time.perf_counter() - t_start,
+            }
+        )
+        say(
+            f"{stage} {iteration}: validation return {ret:.4g}, imitation {rec.imitation_accuracy:.3f}, "
+            f"entropy {rec.mean_entropy:.3f}, {rows[-1]['seconds']:.1f} s"
+        )
+        return ret
+
+    with torch_threads(1):
+        net = policy.ready(sim_cfg)
+        best_return = validate("base", 0, time.perf_counter())
+        best_state, best_iter = copy.deepcopy(net.state_dict()), 0
+        # behaviour cloning
+        if c.bc_epochs > 0:
+            t_bc = [time.perf_counter()]
+
+            def bc_row(epoch: int, accuracy: float) -> None:
+                validate("bc", epoch, t_bc[0])
+                t_bc[0] = time.perf_counter()
+
+            behaviour_clone(policy, sim_cfg, fit, c.bc_teacher, c.bc_epochs, rng, bc_row)
+            best_return = rows[-1]["validation_return"]
+            best_state = copy.deepcopy(net.state_dict())
+        # policy gradient
+        opt = torch.optim.Adam(net.parameters(), lr=c.learning_rate)
+        gen = torch.Generator().manual_seed(c.seed)
+        pool: list[int] = []
+        since_best = 0
+        for iteration in range(1, c.n_iterations + 1):
+            if time.perf_counter() - t_start > c.time_budget_s:
+                say(f"pg: time budget of {c.time_budget_s:.0f} s spent after {iteration - 1} iterations")
+                break
+            t0 = time.perf_counter()
+            # rollout
+            if len(pool) < c.n_sequences:
+                pool += rng.permutation(fit.batch_size).tolist()
+            drawn = np.array(pool[: min(c.n_sequences, fit.batch_size)])
+            pool = pool[drawn.size :]
+            seq_of_env = np.repeat(np.arange(drawn.size), c.n_rollouts)
+            batch = fit.select(drawn[seq_of_env])
+            rec = run_rollout(policy, sim_cfg, batch, int(rng.integers(2**31)), "sample", rng, keep=True)
+            t1 = time.perf_counter()
+            speed["pg_env_decisions"] += rec.n_env_decisions
+            speed["pg_rollout_s"] += t1 - t0
+            # returns and baseline
+            adv = torch.from_numpy(_advantages(rec, seq_of_env, c.discount).astype(np.float32))
+            # update
+            net.train()
+            _pg_update(net, opt, _stack(rec), adv, c, iteration, gen)
+            net.eval()
+            speed["pg_update_s"] += time.perf_counter() - t1
+            ret = validate("pg", iteration, t0, float(rec.returns.mean()))
+            if ret > best_return:
+                best_return, best_state, best_iter, since_best = (
+                    ret,
+                    copy.deepcopy(net.state_dict()),
+                    iteration,
+                    0,
+                )
+            else:
+                since_best += 1
+                if since_best >= c.patience:
+                    say(f"pg: no validation gain in {c.patience} iterations: stopping at {iteration}")
+                    break
+        net.load_state_dict(best_state)
+    policy.trained_iteration = best_iter
+    speed["train_s"] = time.perf_counter() - t_start
+    speed["best_iteration"] = best_iter
+    return policy, pl.DataFrame(rows, schema=STAGE_TABLE)
+
+
+def bare_step_rate(cfg: SimConfig, jobs: JobBatch, seed: int = 0) -> float:
+    """Env-decisions per second of the simulator alone (first valid action, no policy work): the yardstick."""
+    state = core.reset(cfg, jobs, seed)
+    t0, n = time.perf_counter(), 0
+    while not state.is_done.all():
+        mask = action_mask(cfg, state)
+        n += int((~state.is_done).sum())
+        state, *_ = core.step(cfg, state, np.argmax(mask, axis=1), mask=mask)
+    return n / max(time.perf_counter() - t0, 1e-9)
+
+
+def paired_interval(diff: np.ndarray) -> tuple[float, float, float]:
+    """(mean, low, high) of a paired difference with its 95 % Student t interval."""
+    from scipy import stats
+
+    diff = np.asarray(diff, dtype=np.float64)
+    mean = float(diff.mean())
+    if diff.size < 2:
+        return mean, float("nan"), float("nan")
+    half = float(stats.t.ppf(0.975, diff.size - 1)) * float(diff.std(ddof=1)) / math.sqrt(diff.size)
+    return mean, mean - half, mean + half

@@ -1,0 +1,266 @@
+"""The forecast residual scheduler (`models.forecast_placer`): equivariance, the untrained policy is its base rule,
+valid actions only, behaviour cloning, no input reads the true future, checkpoints, bad input, a tiny training run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from models import forecast_placer as fp
+from models.forecast_placer import (
+    ForecastCache,
+    ForecastResidualPolicy,
+    PlacerConfig,
+    ResidualPlacerNet,
+    behaviour_clone,
+    placement_features,
+    run_rollout,
+    train_forecast_placer,
+)
+from models.usage_forecast import ForecastConfig, fit_usage_forecaster
+from sim import core
+from sim.config import SimConfig
+from sim.forecast import ExactForecaster
+from sim.jobs import JobBatch
+from sim.policies import decide, make_policy
+from sim.risk import PersistenceForecaster, RequestForecaster, RiskAwarePacking, RiskConfig
+
+CFG = SimConfig(n_machines=4, max_steps=400)
+TINY_FORECAST = ForecastConfig(
+    horizon=6, n_recent=8, n_short=3, period_steps=4, hidden=(8,), epochs=2, max_examples=1500
+)
+
+
+def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Sequences of square-wave jobs (high 3-4 units a quarter of each period, low 1): peaks at random phases."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for j in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, period, phase = int(rng.integers(8, 30)), int(rng.integers(4, 9)), int(rng.integers(0, 8))
+            hi = int(rng.integers(3, 5))
+            usage = [[hi if (a + phase) % period < max(period // 4, 1) else 1] * 2 for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": j % 3, "workload_id": f"w{j % 7}"})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+@pytest.fixture(scope="module")
+def learned_forecaster():
+    return fit_usage_forecaster(CFG, _square_jobs(6, 30, seed=21), TINY_FORECAST)
+
+
+def _hybrid(**risk) -> RiskAwarePacking:
+    return RiskAwarePacking(
+        PersistenceForecaster(horizon=30), make_policy("tetris"), RiskConfig(**risk), name="hybrid_observed"
+    )
+
+
+def _actions(policy, jobs: JobBatch, cfg: SimConfig = CFG, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    out = []
+    while not state.is_done.all():
+        state, act = decide(policy, cfg, state, rng)
+        out.append(act)
+        state, *_ = core.step(cfg, state, act)
+    return out
+
+
+def _randomise_residual(net: ResidualPlacerNet, seed: int = 3) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for last in (net.machine_head, net.hold_head[-1]):
+            last.weight.copy_(torch.randn(last.weight.shape, generator=gen))
+            last.bias.copy_(torch.randn(last.bias.shape, generator=gen))
+
+
+def test_permuting_machines_permutes_the_scores() -> None:
+    rng = np.random.default_rng(0)
+    n_b, n_m, n_f, n_g = 3, 6, 11, len(fp.GLOBAL_FEATURES)
+    net = ResidualPlacerNet(n_f, n_g, 16, 3.0, seed=1)
+    _randomise_residual(net)
+    x = torch.from_numpy(rng.random((n_b, n_m, n_f)).astype(np.float32))
+    g = torch.from_numpy(rng.random((n_b, n_g)).astype(np.float32))
+    base = torch.tensor([0, 4, n_m])
+    mask = torch.from_numpy(rng.random((n_b, n_m + 1)) < 0.8)
+    mask[:, 0] = True
+    mask[:, 4] = True
+    mask[:, n_m] = True
+    perm = rng.permutation(n_m)
+    inverse = np.argsort(perm)
+    base_p = torch.tensor([inverse[b] if b < n_m else n_m for b in base.tolist()])
+    full = np.r_[perm, n_m]
+    with torch.no_grad():
+        a = net(x, g, base, mask)
+        b = net(x[:, perm], g, base_p, mask[:, full])
+    assert torch.allclose(b, a[:, full], atol=1e-5)
+    assert not torch.allclose(a[:, :n_m], a[:, :1].expand(-1, n_m))  # the scores do differ by machine
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        pytest.param(lambda: make_policy("tetris"), id="tetris"),
+        pytest.param(lambda: make_policy("deeprm_sjf"), id="sjf"),
+        pytest.param(lambda: _hybrid(min_observed=4), id="hybrid"),
+        pytest.param(lambda: _hybrid(mode="pack", use_durations=False), id="hybrid_pack_nodur"),
+        pytest.param(
+            lambda: RiskAwarePacking(
+                PersistenceForecaster(horizon=30, statistic="now"),
+                make_policy("best_fit"),
+                RiskConfig(),
+                name="n",
+            ),
+            id="hybrid_now",
+        ),
+        pytest.param(
+            lambda: RiskAwarePacking(
+                RequestForecaster(horizon=6), make_policy("tetris"), RiskConfig(), name="f"
+            ),
+            id="forecast_rule",
+        ),
+    ],
+)
+def test_the_untrained_policy_is_its_base_rule_on_a_rollout(base) -> None:
+    jobs = _square_jobs(3, 40, seed=1)
+    rule = base()
+    policy = ForecastResidualPolicy(base=rule)
+    expected, got = _actions(rule, jobs), _actions(policy, jobs)
+    assert len(expected) == len(got)
+    assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+def test_only_valid_actions_sampled_and_greedy(learned_forecaster) -> None:
+    jobs = _square_jobs(2, 40, seed=2)
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=learned_forecaster, config=PlacerConfig(base_bonus=0.5)
+    )
+    _randomise_residual(policy.ready(CFG))
+    rec = run_rollout(policy, CFG, jobs, 0, "sample", np.random.default_rng(0), keep=True)
+    mask, action = np.concatenate(rec.mask), np.concatenate(rec.action)
+    assert mask[np.arange(action.size), action].all()
+    assert (action != np.concatenate(rec.base)).any()  # it explores beyond its base rule
+    _actions(policy, jobs)  # the simulator raises on a masked action
+
+
+def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
+    jobs = _square_jobs(4, 30, seed=5)
+    policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))
+    teacher_actions = np.concatenate(_actions(make_policy("best_fit"), jobs))
+    accuracy = behaviour_clone(policy, CFG, jobs, "best_fit", 60, np.random.default_rng(0))
+    base_agrees = np.mean(
+        np.concatenate(_actions(make_policy("first_fit"), jobs)) == teacher_actions[: len(teacher_actions)]
+    )
+    assert accuracy >= 0.95 > base_agrees
+
+
+def _perturb_future(state, seed: int):
+    """The same state with every job's usage at ages not yet observed replaced by noise (the head's age 0, which
+    is step t and the simulator's mask rule, kept)."""
+    jobs = state.jobs
+    rng = np.random.default_rng(seed)
+    is_placed = state.job_machine >= 0
+    n_obs = np.where(is_placed, state.t[:, None] - state.job_start + 1, 1)
+    future = np.arange(jobs.max_duration)[None, None, :] >= n_obs[:, :, None]
+    noise = rng.integers(0, 9, size=jobs.usage.shape).astype(jobs.usage.dtype)
+    return replace(state, jobs=replace(jobs, usage=np.where(future[..., None], noise, jobs.usage)))
+
+
+@pytest.mark.parametrize("which", ["persistence", "learned"])
+def test_no_input_reads_the_true_future(which, learned_forecaster) -> None:
+    jobs = _square_jobs(2, 40, seed=3)
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    for _ in range(45):
+        state, act = decide(make_policy("tetris"), CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    other = _perturb_future(state, seed=4)
+    assert not np.array_equal(other.jobs.usage, state.jobs.usage)
+    inner = learned_forecaster if which == "learned" else PersistenceForecaster(horizon=12)
+    pcfg = PlacerConfig()
+    outs = []
+    for s in (state, other):
+        policy = ForecastResidualPolicy(base=_hybrid(min_observed=2), forecaster=inner, config=pcfg)
+        _randomise_residual(policy.ready(CFG))
+        base = policy.base.act(CFG, s, np.random.default_rng(1))
+        mask = core.action_mask(CFG, s)
+        x, g = placement_features(CFG, s, ForecastCache(inner), pcfg, base, mask)
+        outs.append((base, x, g, policy.act(CFG, s, np.random.default_rng(1))))
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_the_true_future_is_refused_as_an_input() -> None:
+    with pytest.raises(ValueError, match="true future"):
+        ForecastResidualPolicy(forecaster=ExactForecaster(horizon=6))
+
+
+def test_forecast_cache_returns_the_forecasters_own_numbers(learned_forecaster) -> None:
+    jobs = _square_jobs(2, 40, seed=6)
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    cache = ForecastCache(learned_forecaster)
+    for _ in range(30):
+        env, job = np.nonzero(core.jobs_running(state))
+        if env.size == 0:  # the learned forecaster itself does not take an empty query
+            assert cache.forecast(CFG, state, env, job).shape[0] == 0
+        else:
+            own = learned_forecaster.forecast(CFG, state, env, job)
+            assert np.array_equal(cache.forecast(CFG, state, env, job), own)
+            assert np.array_equal(
+                cache.forecast(CFG, state, env[::-1], job[::-1]), own[::-1]
+            )  # from the cache
+        state, act = decide(make_policy("tetris"), CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    assert cache.n_hits > 0
+
+
+def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster) -> None:
+    jobs = _square_jobs(6, 30, seed=8)
+    pcfg = PlacerConfig(n_iterations=2, n_sequences=2, n_rollouts=2, bc_epochs=1, hidden=16, algorithm="ppo")
+    policy, table = train_forecast_placer(CFG, jobs, _hybrid(min_observed=2), learned_forecaster, pcfg)
+    assert table.columns == list(fp.STAGE_TABLE)
+    assert table["stage"].to_list() == ["base", "bc", "pg", "pg"]
+    assert table["imitation_accuracy"][0] == 1.0
+    assert np.isfinite(table["validation_return"].to_numpy()).all()
+    _randomise_residual(policy.net)  # a round trip that would show any weight, base or forecaster lost
+    path = policy.save(tmp_path / "placer.pt")
+    loaded = ForecastResidualPolicy(checkpoint=path)
+    assert loaded.base_policy.risk == policy.base_policy.risk
+    test_jobs = _square_jobs(2, 30, seed=9)
+    expected, got = _actions(policy, test_jobs), _actions(loaded, test_jobs)
+    assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(expected, _actions(policy.base_policy, test_jobs), strict=False)
+    )
+    # the same weights schedule a larger cluster
+    _actions(loaded, _square_jobs(2, 60, seed=10), replace(CFG, n_machines=10))
+
+
+def test_bad_input_names_the_file_teacher_or_iteration(tmp_path, monkeypatch) -> None:
+    jobs = _square_jobs(3, 20, seed=11)
+    with pytest.raises(ValueError, match="training split has no sequences"):
+        train_forecast_placer(CFG, jobs.select(np.arange(0)), config=PlacerConfig())
+    with pytest.raises(ValueError, match="'nope' is not a registered policy"):
+        train_forecast_placer(CFG, jobs, config=PlacerConfig(bc_epochs=1, bc_teacher="nope"))
+    policy = ForecastResidualPolicy()
+    policy.ready(CFG)
+    path = policy.save(tmp_path / "p.pt")
+    payload = torch.load(path, weights_only=True)
+    payload["feature_names"] = payload["feature_names"][:-1]
+    torch.save(payload, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="other.pt was trained with another feature set"):
+        ForecastResidualPolicy(checkpoint=tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="p.pt: trained for 2 resources"):
+        ForecastResidualPolicy(checkpoint=path).ready(SimConfig(capacity_units=(8, 8, 8)))
+    monkeypatch.setattr(
+        fp, "_advantages", lambda rec, seq, d: np.full(sum(len(a) for a in rec.action), np.nan)
+    )
+    with pytest.raises(FloatingPointError, match="pg iteration 1"):
+        train_forecast_placer(CFG, jobs, config=PlacerConfig(n_iterations=2, n_sequences=1, n_rollouts=2))
