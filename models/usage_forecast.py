@@ -1092,15 +1092,21 @@ def forecast_tables_by_source(
     return pl.concat(frames), reports
 
 
-def forecaster_factory(preset: str = "sample") -> Callable[[JobBatch, SimConfig], QuantileUsageForecaster]:
-    """(training sequences, simulator) -> the learned forecaster fitted on them with the named preset: what
-    `sim.tuning.FitContext` calls once per (source, load) for the forecast-driven rules. KeyError naming the
-    presets on an unknown name."""
+def forecaster_factory(
+    preset: str = "sample", periodic: bool = True
+) -> Callable[[JobBatch, SimConfig], UsageForecaster]:
+    """(training sequences, simulator) -> the learned forecaster fitted on them with the named preset, under the
+    periodic overlay (`models.periodic_forecast`: a job that has repeated an exact cycle is forecast to go on
+    repeating it) unless `periodic` is False: what `sim.tuning.FitContext` calls once per (source, load) for the
+    forecast-driven rules. KeyError naming the presets on an unknown name."""
+    from models.periodic_forecast import PeriodicOverlay
+
     if preset not in FORECAST_PRESETS:
         raise KeyError(f"unknown forecaster preset {preset!r}; known: {sorted(FORECAST_PRESETS)}")
     cfg = FORECAST_PRESETS[preset]
 
-    def fit(train: JobBatch, sim_cfg: SimConfig) -> QuantileUsageForecaster:
-        return fit_usage_forecaster(sim_cfg, train, cfg)
+    def fit(train: JobBatch, sim_cfg: SimConfig) -> UsageForecaster:
+        learned = fit_usage_forecaster(sim_cfg, train, cfg)
+        return PeriodicOverlay(learned) if periodic else learned
 
     return fit

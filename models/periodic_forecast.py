@@ -1,0 +1,91 @@
+"""A job that has repeated itself exactly is forecast to go on repeating: a periodic overlay on any forecaster.
+
+Many long-running services follow a fixed cycle (DeepPlace's square waves; batch-like VMs with a daily job),
+and a quantile forecaster trained on many workloads blurs the phase of each one: its upper quantiles sit near the
+request during the troughs too, so a risk rule cannot pack two jobs whose peaks interleave. Coach (Azure) and
+Google's overcommit both exploit per-workload time-window patterns; this is the simplest version of it.
+
+`PeriodicOverlay(base)`: for each job, over the last `window` observed steps, find the smallest period P (2 ..
+`max_period`) such that every observed step of the last `min_periods` x P equals the step P earlier, in both
+resources, and the job is not flat there (a flat job is left to the base forecaster: a constant past says
+nothing about a later peak). Such a job is forecast to repeat its last cycle: every quantile of step t + k is the
+observed value at the same phase, t + k - P x ceil(k / P). Every other job gets the base forecaster's quantiles.
+It reads only `sim.forecast.job_view` (observed usage), so it never sees the future.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State
+from sim.forecast import UsageForecaster, job_view
+
+
+@dataclass(frozen=True)
+class PeriodicOverlay:
+    """The base forecaster, overridden by exact periodic repetition where a job has shown it (module doc)."""
+
+    base: UsageForecaster
+    max_period: int = 48
+    """Longest period looked for, in steps."""
+    min_periods: int = 2
+    """Observed cycles that must repeat exactly (the last min_periods x P steps) before the overlay applies."""
+
+    def __post_init__(self) -> None:
+        if self.max_period < 2 or self.min_periods < 2:
+            raise ValueError(
+                f"PeriodicOverlay: max_period and min_periods must be >= 2, got {self.max_period}, "
+                f"{self.min_periods}"
+            )
+
+    @property
+    def horizon(self) -> int:
+        return self.base.horizon
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.base.levels)
+
+    @property
+    def window(self) -> int:
+        return self.max_period * self.min_periods
+
+    def periods(self, recent: np.ndarray) -> np.ndarray:
+        """(N,) the smallest exact period of each job's recent window (N, R, D) (NaN = not observed), 0 where
+        none holds or the job is flat."""
+        n, r, _ = recent.shape
+        out = np.zeros(n, dtype=np.int64)
+        for p in range(2, self.max_period + 1):
+            span = p * self.min_periods
+            if span > r:
+                break
+            todo = out == 0
+            if not todo.any():
+                break
+            tail = recent[todo, r - span :]  # (n', span, D)
+            if np.isnan(tail).any():
+                seen = ~np.isnan(tail).any(axis=(1, 2))
+            else:
+                seen = np.ones(tail.shape[0], dtype=bool)
+            repeats = (tail[:, p:] == tail[:, :-p]).all(axis=(1, 2))
+            moves = (np.nanmax(tail, axis=1) > np.nanmin(tail, axis=1)).any(axis=1) if seen.any() else seen
+            ok = seen & repeats & moves
+            idx = np.flatnonzero(todo)[ok]
+            out[idx] = p
+        return out
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        out = np.array(self.base.forecast(cfg, state, env, job), dtype=np.float64, copy=True)
+        view = job_view(cfg, state, env, job, self.window)
+        period = self.periods(view.recent)
+        rows = np.flatnonzero(period > 0)
+        if rows.size:
+            k = np.arange(1, self.horizon + 1)[None, :]  # steps ahead
+            p = period[rows, None]
+            back = p * -(-k // p) - k  # steps before the last observed one: (P x ceil(k / P)) - k
+            future = view.recent[rows[:, None], self.window - 1 - back]  # (n, H, D)
+            out[rows] = future[:, None]
+        return out
