@@ -6,6 +6,12 @@ synthetic usage series, and the projected cost of the full EC stage at paper sca
     python benchmarks/bench_ec.py --n 10000 --only-series-matrix --usage-input both
     python benchmarks/bench_ec.py --project --n 2000 --length 6000 --dtw-downsample 24 --dtw-window 0.1 \
         --dtw-sample 400 --max-eval-bins 96
+    python benchmarks/bench_ec.py --paper-forecaster --fc-windows 2048 --fc-threads 1 2
+
+`--paper-forecaster` times one epoch of the forecaster at Lai et al.'s size (`models.forecaster.paper_scale`) on
+--fc-windows training windows per torch thread count, and prints the time per window and epoch with the projected
+cost of one global fit on --vms VMs of --vm-bins bins (84 x 8,640: the shared Bitbrains VMs) and of Table 1 at the
+paper profile (every k 3..15 of 3 methods, 1 + --control-draws sides, --seeds seeds, --epochs epochs).
 
 `--project` times each stage (process CPU seconds) at n workloads (series of --length bins, clustered on their first 70 %) and
 projects it to --project-n workloads (default 10,000) of --length bins: the full EC stage of three methods,
@@ -320,6 +326,35 @@ def project(values: np.ndarray, a: argparse.Namespace) -> None:
     )
 
 
+def paper_forecaster(a: argparse.Namespace) -> None:
+    """Seconds per training window and epoch of the paper-size LSTNet, and what a global fit and Table 1 cost."""
+    from dataclasses import replace
+
+    from models.forecaster import paper_scale
+
+    base = paper_scale()
+    length = base.window + a.fc_windows + 1
+    values = list(generate(1, int(length / 0.7) + 2, a.seed))
+    train = [length]
+    windows_per_vm = int(0.7 * a.vm_bins) - base.window
+    n_windows = a.vms * windows_per_vm
+    n_maps = 3 * len(range(3, 16))
+    fits = a.seeds * (1 + (1 + a.control_draws) * n_maps)  # each side's EC fits see every window once
+    for threads in a.fc_threads:
+        cfg = replace(base, epochs=1, min_steps=0, max_train_windows=a.fc_windows, n_threads=threads)
+        t0 = time.perf_counter()
+        _, cpu = _clock(fit_forecaster, values, train, cfg)
+        per = (time.perf_counter() - t0) / a.fc_windows  # wall: more threads spend more CPU to finish sooner
+        fit_h = per * n_windows * a.epochs / 3600
+        print(
+            f"paper-size LSTNet, {threads} torch thread(s): {per * 1e3:6.3f} ms per window and epoch (wall; "
+            f"{cpu / a.fc_windows * 1e3:.3f} ms CPU) "
+            f"({a.fc_windows} windows, batch {base.batch_size}); one global fit on {a.vms} VMs x {a.vm_bins} bins "
+            f"({n_windows} windows, {a.epochs} epochs): {fit_h:8.1f} h; Table 1 at the paper profile "
+            f"({fits} data-sized fits): {fit_h * fits:10.0f} h"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1000)
@@ -343,7 +378,16 @@ def main() -> None:
     p.add_argument("--fc-epochs", type=int, default=1)
     p.add_argument("--fc-min-steps", type=int, default=30)
     p.add_argument("--fc-max-train-windows", type=int, default=500)
+    p.add_argument("--paper-forecaster", action="store_true", help="time the paper-size forecaster per epoch")
+    p.add_argument("--fc-windows", type=int, default=2048, help="training windows of that timing")
+    p.add_argument("--fc-threads", type=int, nargs="+", default=[1], help="torch thread counts to time")
+    p.add_argument("--vms", type=int, default=84)
+    p.add_argument("--vm-bins", type=int, default=8640)
+    p.add_argument("--epochs", type=int, default=100)
     a = p.parse_args()
+    if a.paper_forecaster:
+        paper_forecaster(a)
+        return
     if a.project:
         project(generate(a.n, a.length, a.seed), a)
         return

@@ -162,3 +162,19 @@ def test_stored_gain_rows_come_back_in_table_order_and_stale_ones_are_named():
     assert [tuple(r) for r in rows.select("method", "k").iter_rows()] == list(rules)
     with pytest.raises(ValueError, match=r"mappings \[\('dtw', 4\)\] missing"):
         _gathered_rows(comparison, "s", {**rules, ("dtw", 4): "common"})
+
+
+def test_no_mapping_chosen_passes_the_checks_with_empty_labels():
+    from assets.ec import _chosen_check, _coverage_check
+    from pipelines.equivalence import EC_ASSIGNMENTS
+    from pipelines.features import series_from_arrays
+
+    comparison = with_holm(_comparison().with_columns(eg_diff_sign_p_value=pl.lit(0.5)))
+    choice = choose_mapping(comparison)
+    assert choice.method is None and choice.basis == "none"
+    table = comparison.with_columns(is_chosen=pl.lit(False))
+    assert _chosen_check(table, choice)[0]
+    series = series_from_arrays(["w0", "w1"], np.zeros((2, 2, 4)))
+    kept = pl.DataFrame({"workload_id": ["w0", "w1"]})
+    ok, meta = _coverage_check(pl.DataFrame(schema=EC_ASSIGNMENTS), series, kept, choice)
+    assert ok and meta["n_labelled"] == 0 and "no mapping chosen" in meta["note"].value
