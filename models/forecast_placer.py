@@ -23,14 +23,23 @@ What it is:
 Training (`train_forecast_placer`), on the TRAINING sequences of one (source, load): validation sequences are carved
 from them (`sim.tuning.split_validation`, the same carve as the base rule's fitting), the rest are the fit part.
 Stage "base": the untrained policy (the base rule) on validation. Stage "bc": behaviour cloning on a teacher's
-decisions (`PlacerConfig.bc_teacher`: "base" or a registered, unfitted policy). Stage "pg": REINFORCE or PPO-clip
-(`PlacerConfig.algorithm`) on the simulator's reward, `n_rollouts` sampled rollouts of each drawn fit sequence, the
-advantage being the reward-to-go minus the mean reward-to-go of the same sequence's rollouts at the same decision
-index (a per-sequence baseline, no critic), normalised per iteration, with an entropy bonus. Greedy decoding on
-validation after every iteration; the best iteration by validation return is kept (iteration 0, the base rule,
-included, so training never returns a policy worse than its base on validation); training stops after `patience`
-evaluations without a gain or when `time_budget_s` is spent. `stage_table` rows: stage, iteration, validation
-return, imitation accuracy (greedy action == base action), entropy, seconds.
+decisions (`PlacerConfig.bc_teacher`: "base" or a registered, unfitted policy). Stage "pg", one of
+(`PlacerConfig.algorithm`):
+- "reinforce" / "ppo": `n_rollouts` sampled rollouts of each drawn fit sequence; the advantage of a decision is its
+  reward-to-go minus the mean reward-to-go of the same sequence's rollouts at the same decision index (a
+  per-sequence baseline, no critic), normalised per iteration; an entropy bonus; one REINFORCE step, or PPO-clip
+  epochs, per iteration.
+- "vine" (TRPO's vine estimator with the base rule as the rollout policy): a greedy trunk rollout of each drawn
+  sequence; at `vine_points` of its decisions the base's action and the policy's likeliest other valid actions are
+  each followed by the base rule (common random numbers: the simulator is deterministic), so A(s, a) = return after
+  a minus return after the base's action, for every action tried. These advantages are the base rule's and stay
+  valid as the policy changes, so they accumulate in a replay buffer; each iteration takes Adam steps on the
+  expected advantage sum_a pi(a|s) A(s, a) with a KL trust region. It reads the same thing REINFORCE reads (the
+  simulator's returns on training sequences), with far less variance per decision.
+Greedy decoding on validation after every iteration; the best iteration by validation return is kept (iteration 0,
+the base rule, included, so training never returns a policy worse than its base on validation); training stops after
+`patience` evaluations without a gain or when `time_budget_s` is spent. `stage_table` rows: stage, iteration,
+validation return, imitation accuracy (greedy action == base action), entropy, seconds.
 
 Checkpoint (`ForecastResidualPolicy.save` / `ForecastResidualPolicy(checkpoint=path)`): one torch file, loaded with
 `weights_only=True`: format, policy name, `PlacerConfig` fields, feature names, D, the network's state dict, the
@@ -89,14 +98,14 @@ from sim.tuning import split_validation
 
 PLACER_FORMAT = "tvw-forecast-placer/1"
 """`format` of a saved ForecastResidualPolicy."""
-ALGORITHMS = ("reinforce", "ppo")
+ALGORITHMS = ("reinforce", "ppo", "vine")
 STAGE_TABLE = {
     "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "pg"
     "iteration": pl.Int64,  # BC epoch or PG iteration (0 = before any update)
     "validation_return": pl.Float64,  # mean greedy episode return on the validation sequences
     "imitation_accuracy": pl.Float64,  # share of validation decisions where the greedy action is the base's
     "entropy": pl.Float64,  # mean policy entropy (nats) over the validation decisions
-    "train_return": pl.Float64,  # mean return of the iteration's sampled training rollouts (NaN for base / bc)
+    "train_return": pl.Float64,  # mean return of the iteration's training rollouts: sampled, or vine's greedy trunk (NaN for base / bc)
     "seconds": pl.Float64,  # wall seconds of this row's work (rollouts, update, validation)
     "elapsed_s": pl.Float64,  # wall seconds since training started
 }
@@ -124,7 +133,8 @@ class PlacerConfig:
     """Initial logit bonus of the base rule's action (learned). Greedy at init is the base rule for any value > 0;
     the value sets how often sampling explores other valid actions (about (M - 1) e^-b / (1 + (M - 1) e^-b))."""
     algorithm: str = "reinforce"
-    """"reinforce" (one gradient step per iteration) or "ppo" (PPO-clip epochs on the same rollouts)."""
+    """"reinforce" (one gradient step per iteration), "ppo" (PPO-clip epochs on the same rollouts) or "vine"
+    (branch rollouts: the exact advantage of each candidate action over the base rule's, module docstring)."""
     n_sequences: int = 8
     """Fit sequences drawn (without replacement while they last) per PG iteration."""
     n_rollouts: int = 4
@@ -143,6 +153,19 @@ class PlacerConfig:
     """PPO: clip range of the probability ratio."""
     minibatch: int = 2048
     """Decisions per gradient step (PPO and BC); REINFORCE accumulates them into one step."""
+    vine_points: int = 3
+    """Vine: decisions per drawn sequence branched from (uniform over the greedy trunk's decisions)."""
+    vine_candidates: int = 5
+    """Vine: most actions tried per branched decision (the base's, then the policy's likeliest other valid ones)."""
+    vine_window: int | None = None
+    """Vine: decisions each branch runs after its first action under the base rule (None: to the episode's end);
+    returns are compared there."""
+    vine_epochs: int = 10
+    """Vine: Adam steps per iteration on the replay buffer of branched decisions."""
+    vine_buffer: int = 4000
+    """Vine: branched decisions kept (the newest); their advantages are the base rule's, valid for any policy."""
+    vine_kl: float = 1.0
+    """Vine: weight of KL(policy at the update's start || policy), the trust region of each update."""
     bc_teacher: str = "base"
     """Teacher of the BC stage: "base" or a registered policy that needs no fitting (`sim.policies.POLICIES`)."""
     bc_epochs: int = 0
@@ -167,7 +190,17 @@ class PlacerConfig:
             raise ValueError(f"PlacerConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if not 0.0 <= self.rho <= 1.0 or not 0.0 < self.discount <= 1.0:
             raise ValueError("PlacerConfig: rho must be in [0, 1] and discount in (0, 1]")
-        for name in ("hidden", "n_sequences", "n_rollouts", "minibatch", "ppo_epochs"):
+        for name in (
+            "hidden",
+            "n_sequences",
+            "n_rollouts",
+            "minibatch",
+            "ppo_epochs",
+            "vine_points",
+            "vine_candidates",
+            "vine_epochs",
+            "vine_buffer",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"PlacerConfig.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -836,10 +869,12 @@ def run_rollout(
     rng: np.random.Generator,
     teacher=None,
     keep: bool = False,
+    on_decision: Callable[[State, dict, np.ndarray], None] | None = None,
 ) -> RolloutRecord:
     """One batched episode per sequence of `jobs`. mode: "greedy" (the policy's argmax), "sample" (its masked
     softmax) or "teacher" (the teacher's actions on the states the base rule's job picks lead to). With `keep`,
-    the decisions' inputs, actions, log-probabilities and rewards are recorded for training."""
+    the decisions' inputs, actions, log-probabilities and rewards are recorded for training; `on_decision(state,
+    inputs, active)` sees every decision's state (after the job pick) and inputs."""
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
     state = core.reset(cfg, jobs, seed)
     limit = int(jobs.max_jobs + cfg.max_steps + 1) * 2
@@ -849,6 +884,8 @@ def run_rollout(
         active = np.flatnonzero(~state.is_done)
         state = promote_queued_job(state, np.where(state.is_done, 0, policy.pick_job(cfg, state, rng)))
         inputs = policy.decision_inputs(cfg, state, rng)
+        if on_decision is not None:
+            on_decision(state, inputs, active)
         with torch.no_grad():
             logits = policy.logits(cfg, inputs)
             logp = _log_probs(logits)
@@ -912,6 +949,183 @@ def _advantages(rec: RolloutRecord, seq_of_env: np.ndarray, discount: float) -> 
     adv = np.empty(reward.size)
     adv[order] = adv_sorted
     return adv / (adv.std() + 1e-8)
+
+
+# --- vine: branch rollouts from the trunk's decisions ------------------------------------------------------
+
+
+def gather_states(points: list[tuple[State, int, int]]) -> State:
+    """One batched State of env `b` of `state`, `n` times over, for every (state, b, n) of `points` (states of one
+    rollout: same padding of jobs and timeline)."""
+    rows = [(st, b) for st, b, n in points for _ in range(n)]
+    values = {}
+    for f in fields(State):
+        if f.name == "jobs":
+            continue
+        first = getattr(rows[0][0], f.name)
+        if first is None and all(getattr(st, f.name) is None for st, _ in rows):
+            values[f.name] = None
+            continue
+        if f.name == "obs_label":
+            values[f.name] = np.stack([core.observed_labels(st)[b] for st, b in rows])
+        else:
+            values[f.name] = np.stack([getattr(st, f.name)[b] for st, b in rows])
+    pick = lambda tup, b: tup[b] if b < len(tup) else ()  # noqa: E731
+    jobs = JobBatch(
+        arrival_step=np.stack([st.jobs.arrival_step[b] for st, b in rows]),
+        duration=np.stack([st.jobs.duration[b] for st, b in rows]),
+        usage=np.stack([st.jobs.usage[b] for st, b in rows]),
+        request=np.stack([st.jobs.request[b] for st, b in rows]),
+        ec_label=np.stack([st.jobs.ec_label[b] for st, b in rows]),
+        n_jobs=np.array([st.jobs.n_jobs[b] for st, b in rows]),
+        sequence_keys=tuple(pick(st.jobs.sequence_keys, b) for st, b in rows),
+        workload_ids=tuple(pick(st.jobs.workload_ids, b) for st, b in rows),
+        meta=None if rows[0][0].jobs.meta is None else np.stack([st.jobs.meta[b] for st, b in rows]),
+    )
+    return State(jobs=jobs, **values)
+
+
+def branch_returns(
+    base: BaseRule,
+    cfg: SimConfig,
+    state: State,
+    first_actions: np.ndarray,
+    rng: np.random.Generator,
+    window: int | None,
+) -> np.ndarray:
+    """(E,) return of each env of `state` after taking `first_actions` and then following the base rule, to the
+    episode's end or for `window` decisions (the penalties accumulated by then)."""
+    mask = action_mask(cfg, state)
+    if not mask[np.arange(state.batch_size), first_actions].all():
+        raise ValueError("vine: a branch's first action is not valid")
+    state, *_ = core.step(cfg, state, first_actions, mask=mask)
+    limit = int(state.jobs.max_jobs + cfg.max_steps + 1) * 2 if window is None else window
+    for _ in range(limit):
+        if state.is_done.all():
+            break
+        state = promote_queued_job(state, np.where(state.is_done, 0, base.pick_job(cfg, state, rng)))
+        state, *_ = core.step(cfg, state, base.act(cfg, state, rng))
+    return state.penalty_totals.sum(axis=1)
+
+
+@dataclass
+class VineBatch:
+    """Branched decisions: the policy's inputs, the actions tried and their advantage over the base's action."""
+
+    x: np.ndarray
+    g: np.ndarray
+    mask: np.ndarray
+    base: np.ndarray
+    candidates: np.ndarray
+    """(P, C) actions tried (the base's first), -1 = none."""
+    advantage: np.ndarray
+    """(P, C) return after the action minus return after the base's action (0 where none)."""
+    trunk_return: float
+    n_env_decisions: int
+
+
+def vine_batch(
+    policy: ForecastResidualPolicy, cfg: SimConfig, jobs: JobBatch, seed: int, rng: np.random.Generator
+) -> VineBatch:
+    """A greedy trunk rollout of `jobs`, `vine_points` decisions per sequence branched into the base's action and
+    the policy's likeliest other valid actions, each branch continued by the base rule."""
+    c = policy.config
+    horizon = np.maximum((0.9 * jobs.n_jobs).astype(np.int64), 1)
+    chosen = [set(rng.choice(h, size=min(c.vine_points, h), replace=False).tolist()) for h in horizon]
+    counter = np.zeros(jobs.batch_size, dtype=np.int64)
+    points: list[tuple[State, int, dict]] = []
+
+    def visit(state: State, inputs: dict, active: np.ndarray) -> None:
+        for b in active.tolist():
+            if counter[b] in chosen[b] and inputs["mask"][b].sum() >= 2:
+                points.append((state, b, {k: v[b] for k, v in inputs.items()}))
+        counter[active] += 1
+
+    trunk = run_rollout(policy, cfg, jobs, seed, "greedy", rng, on_decision=visit)
+    if not points:
+        raise ValueError("vine: no decision with two valid actions to branch from")
+    x = np.stack([p[2]["x"] for p in points])
+    g = np.stack([p[2]["g"] for p in points])
+    mask = np.stack([p[2]["mask"] for p in points])
+    base = np.array([p[2]["base"] for p in points])
+    with torch.no_grad():
+        logits = policy.ready(cfg)(
+            torch.from_numpy(x), torch.from_numpy(g), torch.from_numpy(base), torch.from_numpy(mask)
+        ).numpy()
+    n_c = min(c.vine_candidates, mask.shape[1])
+    order = np.argsort(-np.where(mask, logits, -np.inf), axis=1, kind="stable")
+    candidates = np.full((len(points), n_c), -1, dtype=np.int64)
+    for i in range(len(points)):
+        others = [a for a in order[i] if mask[i, a] and a != base[i]][: n_c - 1]
+        candidates[i, : 1 + len(others)] = [base[i], *others]
+    n_try = (candidates >= 0).sum(axis=1)
+    branches = gather_states([(st, b, int(n)) for (st, b, _), n in zip(points, n_try, strict=True)])
+    returns = branch_returns(policy.base, cfg, branches, candidates[candidates >= 0], rng, c.vine_window)
+    advantage = np.zeros(candidates.shape)
+    advantage[candidates >= 0] = returns
+    advantage = np.where(candidates >= 0, advantage - advantage[:, :1], 0.0)
+    return VineBatch(
+        x,
+        g,
+        mask,
+        base,
+        candidates,
+        advantage,
+        float(trunk.returns.mean()),
+        trunk.n_env_decisions + int(n_try.sum()),
+    )
+
+
+def merge_vine(old: VineBatch | None, new: VineBatch, capacity: int) -> VineBatch:
+    """The replay buffer of branched decisions: `new` appended to `old`, the oldest dropped past `capacity`. The
+    advantages are the base rule's (every branch continues with it), so they stay valid as the policy changes."""
+    if old is None:
+        return new
+    keep = slice(max(len(old.base) + len(new.base) - capacity, 0), None)
+    cat = lambda a, b: np.concatenate([a, b])[keep]  # noqa: E731
+    return VineBatch(
+        cat(old.x, new.x),
+        cat(old.g, new.g),
+        cat(old.mask, new.mask),
+        cat(old.base, new.base),
+        cat(old.candidates, new.candidates),
+        cat(old.advantage, new.advantage),
+        new.trunk_return,
+        new.n_env_decisions,
+    )
+
+
+def _vine_update(
+    net: ResidualPlacerNet, opt: torch.optim.Optimizer, vb: VineBatch, c: PlacerConfig, iteration: int
+) -> None:
+    """Adam steps on the expected advantage sum_a pi(a|s) A(s, a) over the actions tried (advantages over their
+    standard deviation), minus `vine_kl` x KL(pi_start || pi) to the policy at the start of the update (a trust
+    region: the objective is linear in pi, and without it the policy collapses onto a few branched decisions),
+    plus the entropy bonus."""
+    tried = vb.candidates >= 0
+    alternatives = vb.advantage[:, 1:][tried[:, 1:]]
+    scale = float(alternatives.std()) + 1e-8 if alternatives.size > 1 else 1.0
+    adv = torch.from_numpy((vb.advantage / scale).astype(np.float32))
+    cand = torch.from_numpy(np.maximum(vb.candidates, 0))
+    tried_t = torch.from_numpy(tried)
+    x, g = torch.from_numpy(vb.x), torch.from_numpy(vb.g)
+    base, mask = torch.from_numpy(vb.base), torch.from_numpy(vb.mask)
+    with torch.no_grad():
+        logp_start = _log_probs(net(x, g, base, mask))
+    p_start = logp_start.exp()
+    for _ in range(c.vine_epochs):
+        logp_all = _log_probs(net(x, g, base, mask))
+        prob = logp_all.gather(1, cand).exp() * tried_t
+        kl = torch.where(mask, p_start * (logp_start - logp_all), torch.zeros_like(p_start)).sum(dim=1)
+        loss = (
+            -(prob * adv).sum(dim=1).mean()
+            + c.vine_kl * kl.mean()
+            - c.entropy_coef * _entropy(logp_all, mask).mean()
+        )
+        _check_finite(loss, "pg", iteration)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
 
 
 # --- training -----------------------------------------------------------------------------------------------
@@ -1096,6 +1310,7 @@ def train_forecast_placer(
         opt = torch.optim.Adam(net.parameters(), lr=c.learning_rate)
         gen = torch.Generator().manual_seed(c.seed)
         pool: list[int] = []
+        replay: VineBatch | None = None
         since_best = 0
         for iteration in range(1, c.n_iterations + 1):
             if time.perf_counter() - t_start > c.time_budget_s:
@@ -1107,20 +1322,28 @@ def train_forecast_placer(
                 pool += rng.permutation(fit.batch_size).tolist()
             drawn = np.array(pool[: min(c.n_sequences, fit.batch_size)])
             pool = pool[drawn.size :]
-            seq_of_env = np.repeat(np.arange(drawn.size), c.n_rollouts)
-            batch = fit.select(drawn[seq_of_env])
-            rec = run_rollout(policy, sim_cfg, batch, int(rng.integers(2**31)), "sample", rng, keep=True)
-            t1 = time.perf_counter()
-            speed["pg_env_decisions"] += rec.n_env_decisions
-            speed["pg_rollout_s"] += t1 - t0
-            # returns and baseline
-            adv = torch.from_numpy(_advantages(rec, seq_of_env, c.discount).astype(np.float32))
-            # update
-            net.train()
-            _pg_update(net, opt, _stack(rec), adv, c, iteration, gen)
-            net.eval()
+            if c.algorithm == "vine":
+                vb = vine_batch(policy, sim_cfg, fit.select(drawn), int(rng.integers(2**31)), rng)
+                t1 = time.perf_counter()
+                speed["pg_env_decisions"] += vb.n_env_decisions
+                speed["pg_rollout_s"] += t1 - t0
+                replay = merge_vine(replay, vb, c.vine_buffer)
+                _vine_update(net, opt, replay, c, iteration)
+                train_return = vb.trunk_return
+            else:
+                seq_of_env = np.repeat(np.arange(drawn.size), c.n_rollouts)
+                batch = fit.select(drawn[seq_of_env])
+                rec = run_rollout(policy, sim_cfg, batch, int(rng.integers(2**31)), "sample", rng, keep=True)
+                t1 = time.perf_counter()
+                speed["pg_env_decisions"] += rec.n_env_decisions
+                speed["pg_rollout_s"] += t1 - t0
+                # returns and baseline
+                adv = torch.from_numpy(_advantages(rec, seq_of_env, c.discount).astype(np.float32))
+                # update
+                _pg_update(net, opt, _stack(rec), adv, c, iteration, gen)
+                train_return = float(rec.returns.mean())
             speed["pg_update_s"] += time.perf_counter() - t1
-            ret = validate("pg", iteration, t0, float(rec.returns.mean()))
+            ret = validate("pg", iteration, t0, train_return)
             if ret > best_return:
                 best_return, best_state, best_iter, since_best = (
                     ret,

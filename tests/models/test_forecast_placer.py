@@ -27,6 +27,7 @@ from sim.forecast import ExactForecaster
 from sim.jobs import JobBatch
 from sim.policies import decide, make_policy
 from sim.risk import PersistenceForecaster, RequestForecaster, RiskAwarePacking, RiskConfig
+from sim.tuning import sequence_returns
 
 CFG = SimConfig(n_machines=4, max_steps=400)
 TINY_FORECAST = ForecastConfig(
@@ -221,9 +222,37 @@ def test_forecast_cache_returns_the_forecasters_own_numbers(learned_forecaster) 
     assert cache.n_hits > 0
 
 
-def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster) -> None:
+def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
+    jobs = _square_jobs(3, 30, seed=12)
+    rule = _hybrid(min_observed=2)
+    policy = ForecastResidualPolicy(base=rule)
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, jobs, 0)
+    picked = []
+    for i in range(60):
+        state, act = decide(policy, CFG, state, rng)
+        if i in (5, 40):
+            picked += [(state, 0, 1), (state, 2, 2)]
+        state, *_ = core.step(CFG, state, act)
+    full = sequence_returns(rule, CFG, jobs, 0)
+    branches = fp.gather_states(picked)
+    base_first = np.concatenate([np.repeat(policy.base.act(CFG, st, rng)[b], n) for st, b, n in picked])
+    got = fp.branch_returns(policy.base, CFG, branches, base_first, rng, None)
+    assert np.array_equal(got, full[[0, 2, 2, 0, 2, 2]])
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "reinforce", "vine"])
+def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algorithm) -> None:
     jobs = _square_jobs(6, 30, seed=8)
-    pcfg = PlacerConfig(n_iterations=2, n_sequences=2, n_rollouts=2, bc_epochs=1, hidden=16, algorithm="ppo")
+    pcfg = PlacerConfig(
+        n_iterations=2,
+        n_sequences=2,
+        n_rollouts=2,
+        bc_epochs=1,
+        hidden=16,
+        algorithm=algorithm,
+        vine_window=20,
+    )
     policy, table = train_forecast_placer(CFG, jobs, _hybrid(min_observed=2), learned_forecaster, pcfg)
     assert table.columns == list(fp.STAGE_TABLE)
     assert table["stage"].to_list() == ["base", "bc", "pg", "pg"]
