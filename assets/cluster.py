@@ -25,6 +25,7 @@ from assets.ec import classifier_path
 from assets.io_manager import markdown_preview
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
+from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
 from models.usage_forecast import (
     FORECAST_PRESETS,
     forecast_tables_by_source,
@@ -51,7 +52,7 @@ from pipelines.synthetic import (
 from sim.config import SimConfig
 from sim.evaluate import RESULT_KEY, evaluate_policies, split_diversity, summarise
 from sim.jobs import JobBatch
-from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age
+from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age, most_frequent_label
 from sim.policies import POLICIES, is_learned
 from sim.tuning import TUNING_PRESETS, TuningConfig
 
@@ -600,6 +601,14 @@ class LabellingConfig(Config):
         default=[0, 1, 2, 4, 8, 16], description="job ages (steps observed) to score"
     )
     n_labels: int = Field(default=16, description="G: labels the simulator accepts")
+    n_ages_per_job: int = Field(
+        default=SimLabellerConfig.n_ages_per_job,
+        description="sim_view labeller: random observed lengths per training job, besides age 0 "
+        "(models.sim_labeller.SimLabellerConfig)",
+    )
+    seed: int = Field(
+        default=SimLabellerConfig.seed, description="sim_view labeller: seed of its sampled ages and model"
+    )
 
 
 @asset(
@@ -615,39 +624,63 @@ def eval__ec_labelling(
     sim__job_sequences: pl.DataFrame,
     sim__usage_scale: pl.DataFrame,
 ) -> pl.DataFrame:
-    """TVW-RL Algorithm 1 in the simulator: how often the saved EC classifier, labelling test jobs from their meta
-    on arrival (age 0) and from meta plus the usage observed so far as they run, agrees with the clustering label,
-    per source and job age in steps. The UI shows accuracy against age, a panel per source and a line per load."""
+    """TVW-RL Algorithm 1 in the simulator: how often a labeller, labelling test jobs from their meta on arrival
+    (age 0) and from meta plus the usage observed so far as they run, agrees with the clustering label, per
+    source, load, labeller and job age in steps, beside the best constant label (the most frequent EC of the
+    source's training jobs) on the same jobs. Labellers: `sim_view` (`models.sim_labeller`, fitted here on the
+    source's training sequences' jobs as the simulator shows them) and `classifier` (the saved EC classifier fed
+    the simulator's quantised steps, where it exists). The UI shows accuracy against age, a panel per source and
+    a line per load, one plot per labeller."""
     frames = []
     test_all = sim__job_sequences.filter(pl.col("split") == "test")
+    train_all = sim__job_sequences.filter(pl.col("split") == "train")
     n_groups = (
         test_all.join(sim__usage_scale.select("source"), on="source").select("source", "load_pct").unique()
     )
     progress = Progress(n_groups.height, "EC labelling", log=context.log.info, unit="groups")
+    fit_cfg = SimLabellerConfig(n_ages_per_job=config.n_ages_per_job, seed=config.seed)
     for source, cpu_scale, mem_scale, step_bins in sim__usage_scale.iter_rows():
-        path = classifier_path(warehouse, source)
         test = test_all.filter(pl.col("source") == source)
-        if not path.exists():
-            context.log.warning(f"{source}: no saved EC classifier at {path}; skipped")
+        train = train_all.filter(pl.col("source") == source)
+        top = int(pl.concat([test["ec_label"], train["ec_label"]]).max() or 0)
+        cfg = SimConfig(n_labels=max(config.n_labels, top + 1), oversize="clip")
+        labellers = {}
+        if train["ec_label"].n_unique() >= 2:
+            labellers["sim_view"] = fit_sim_labeller(cfg, JobBatch.from_frame(train), fit_cfg)
+        else:
+            context.log.warning(f"{source}: training jobs hold fewer than 2 EC labels; no sim_view labeller")
+        path = classifier_path(warehouse, source)
+        if path.exists():
+            labellers["classifier"] = ClassifierLabeller(
+                path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale)
+            )
+        else:
+            context.log.warning(f"{source}: no saved EC classifier at {path}; its rows are skipped")
+        if not labellers:
             progress.advance(test["load_pct"].n_unique())
             continue
-        labeller = ClassifierLabeller(
-            path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale)
-        )
-        cfg = SimConfig(n_labels=max(config.n_labels, int(test["ec_label"].max() or 0) + 1), oversize="clip")
+        constant = most_frequent_label(train["ec_label"].to_numpy()) if train.height else None
         for (load,), group in test.group_by("load_pct", maintain_order=True):
-            acc = label_accuracy_by_age(labeller, cfg, JobBatch.from_frame(group), config.ages_steps)
-            frames.append(acc.with_columns(source=pl.lit(source), load_pct=pl.lit(load, pl.Int32)))
+            jobs = JobBatch.from_frame(group)
+            for name, labeller in labellers.items():
+                acc = label_accuracy_by_age(labeller, cfg, jobs, config.ages_steps, constant_label=constant)
+                frames.append(
+                    acc.with_columns(
+                        source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), labeller=pl.lit(name)
+                    )
+                )
             progress.advance()
+    key = {"source": pl.String, "load_pct": pl.Int32, "labeller": pl.String}
     if not frames:
-        return pl.DataFrame(schema={"source": pl.String, "load_pct": pl.Int32, **LABEL_ACCURACY})
-    out = (
-        pl.concat(frames)
-        .select("source", "load_pct", *LABEL_ACCURACY)
-        .sort("source", "load_pct", "age_steps")
-    )
+        return pl.DataFrame(schema={**key, **LABEL_ACCURACY})
+    out = pl.concat(frames).select(*key, *LABEL_ACCURACY).sort(*key, "age_steps")
     context.add_output_metadata(
-        {"plot": png_markdown(labelling_accuracy_plot(out), "EC labelling accuracy by job age")}
+        {
+            f"plot_{name}": png_markdown(
+                labelling_accuracy_plot(rows), f"EC labelling accuracy by job age: {name} labeller"
+            )
+            for (name,), rows in out.group_by("labeller", maintain_order=True)
+        }
     )
     return out
 

@@ -136,6 +136,11 @@ COLUMN_DOCS: dict[str, str] = {
     # labelling
     "age_steps": "usage steps the scheduler has observed of a job when its EC is predicted (0 = meta only)",
     "n_correct": "jobs whose predicted EC equals the clustering label",
+    "constant_label": "the best constant EC label: the most frequent label of the training jobs (null when none "
+    "was given)",
+    "n_constant_correct": "jobs whose clustering label is constant_label (what always predicting it gets right)",
+    "constant_accuracy": "accuracy of always predicting constant_label on the same jobs: the chance level a "
+    "labeller must beat",
     # EC tables
     "silhouette": "mean silhouette over the n_init initialisations (TVW-RL's k criterion, -1..1)",
     "silhouette_sd": "standard deviation of the mean silhouette over the initialisations",
@@ -543,8 +548,12 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
     "eval__results_summary": _SUMMARY,
     "eval__ec_labelling": {
         "n_jobs": "test jobs still running at that age (duration > age_steps)",
-        "accuracy": "share of those jobs whose EC the saved classifier predicts as the clustering label (NaN when "
+        "accuracy": "share of those jobs whose EC the labeller predicts as the clustering label (NaN when "
         "n_jobs = 0)",
+        "labeller": "which labeller: sim_view (models.sim_labeller, trained on the training sequences' jobs as "
+        "the simulator shows them) or classifier (the saved EC classifier fed the simulator's quantised steps)",
+        "constant_accuracy": "accuracy of always predicting the most frequent EC of the source's training jobs "
+        "on the same test jobs (NaN when n_jobs = 0)",
     },
     "ec__classifier_accuracy": {
         "accuracy": "held-out accuracy of the EC classifier, mean over the splits",

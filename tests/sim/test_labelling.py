@@ -12,11 +12,13 @@ from sim.config import SimConfig
 from sim.gym_env import TvwEnv, TvwVectorEnv
 from sim.jobs import JOB_META_COLUMNS, JobBatch, pad_job_batch, stack_job_batches
 from sim.labelling import (
+    LABEL_ACCURACY,
     ClassifierLabeller,
     Labeller,
     TrueLabeller,
     label_accuracy_by_age,
     labelled_jobs,
+    most_frequent_label,
     observed_steps,
 )
 
@@ -181,13 +183,55 @@ def test_gym_env_shows_the_labellers_labels(clf, tmp_path):
 def test_label_accuracy_by_age(clf):
     labeller = ClassifierLabeller(clf, prefix_bins_per_step=2)
     table = label_accuracy_by_age(labeller, CFG, toy_jobs(), [0, 2, 4, 10])
-    assert table.schema == pl.Schema(
-        {"age_steps": pl.Int64, "n_jobs": pl.Int64, "n_correct": pl.Int64, "accuracy": pl.Float64}
-    )
+    assert table.schema == pl.Schema(LABEL_ACCURACY)
+    assert list(LABEL_ACCURACY)[:4] == ["age_steps", "n_jobs", "n_correct", "accuracy"]
     # age 0: meta says HIGH for both, right for B only; age 2: A's low usage makes it LOW; age 4: only A
-    # (6 steps) still runs; age 10: none
-    assert table.rows()[:3] == [(0, 2, 1, 0.5), (2, 2, 2, 1.0), (4, 1, 1, 1.0)]
+    # (6 steps) still runs; age 10: none. No constant label given: its columns are null
+    assert [r[:4] for r in table.rows()[:3]] == [(0, 2, 1, 0.5), (2, 2, 2, 1.0), (4, 1, 1, 1.0)]
     assert table.row(3)[:3] == (10, 0, 0) and np.isnan(table.row(3)[3])
+    constant_columns = table.select("constant_label", "n_constant_correct", "constant_accuracy")
+    assert constant_columns.null_count().row(0) == (4, 4, 4)
+
+
+class _AlwaysLabel:
+    """An AgeLabeller that predicts one label for every job at every age."""
+
+    def __init__(self, label: int) -> None:
+        self.label = label
+
+    def predict_jobs(self, cfg, jobs, rows, job_index, n_observed):
+        return np.full(len(rows), self.label, dtype=np.int64)
+
+
+def test_constant_baseline_by_age_on_a_hand_made_case():
+    # four jobs: labels 3, 3, 5, 7 lasting 1, 3, 3, 2 steps; training jobs say 3 is the most frequent label
+    jobs = JobBatch.from_jobs(
+        [
+            [
+                dict(arrival_step=0, usage=[[1, 1]] * 1, ec_label=3),
+                dict(arrival_step=0, usage=[[1, 1]] * 3, ec_label=3),
+            ],
+            [
+                dict(arrival_step=0, usage=[[1, 1]] * 3, ec_label=5),
+                dict(arrival_step=1, usage=[[1, 1]] * 2, ec_label=7),
+            ],
+        ]
+    )
+    constant = most_frequent_label(np.array([3, 5, 3, 7, 5, 3]))
+    assert constant == 3 and most_frequent_label(np.array([5, 2, 2, 5])) == 2  # a tie: the smallest
+    table = label_accuracy_by_age(_AlwaysLabel(5), CFG, jobs, [0, 1, 2, 3], constant_label=constant)
+    # alive: 4 jobs at age 0, 3 at age 1 (3, 5, 7), 2 at age 2 (3, 5), none at 3
+    counts = table.select("age_steps", "n_jobs", "n_correct", "constant_label", "n_constant_correct")
+    assert counts.rows() == [
+        (0, 4, 1, 3, 2),
+        (1, 3, 1, 3, 1),
+        (2, 2, 1, 3, 1),
+        (3, 0, 0, 3, 0),
+    ]
+    assert table["constant_accuracy"].to_list()[:3] == [0.5, 1 / 3, 0.5]
+    assert np.isnan(table["constant_accuracy"][3])
+    with pytest.raises(ValueError, match="no labels"):
+        most_frequent_label(np.array([], dtype=np.int64))
 
 
 # job meta in sequences and batches

@@ -1,0 +1,161 @@
+"""SimViewLabeller: EC labels learned from the simulator's own view of a job (observed, quantised usage + meta)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from models.sim_labeller import (
+    FEATURE_NAMES,
+    SimLabellerConfig,
+    SimViewLabeller,
+    fit_sim_labeller,
+    job_features,
+    sample_ages,
+    state_at_ages,
+)
+from sim import core
+from sim.config import SimConfig
+from sim.forecast import job_view
+from sim.gym_env import TvwEnv, TvwVectorEnv
+from sim.jobs import JobBatch
+from sim.labelling import Labeller, label_accuracy_by_age, most_frequent_label
+
+CFG = SimConfig(n_machines=4)
+SMALL = SimLabellerConfig(n_ages_per_job=3, max_iter=300, seed=0)
+LOW, HIGH, WAVE = 0, 1, 2
+"""Synthetic classes: flat 1 unit, flat 5 units, and a square wave 1 <-> 6 units of period 6 at a random phase."""
+
+
+def synthetic_jobs(seed: int, n_seqs: int = 12, n_jobs: int = 20) -> JobBatch:
+    """Jobs of three ECs that differ by usage level and phase pattern (class shares 1/2, 1/4, 1/4; meta carries
+    no information: the same for every job). Windows start at a random offset into the pattern, as jobs cut from a
+    workload's run do."""
+    rng = np.random.default_rng(seed)
+    seqs = []
+    for _ in range(n_seqs):
+        jobs = []
+        for _ in range(n_jobs):
+            label = int(rng.choice([LOW, HIGH, WAVE], p=[0.5, 0.25, 0.25]))
+            dur = int(rng.integers(2, 25))
+            age = np.arange(dur) + int(rng.integers(0, 6))
+            level = {LOW: np.ones(dur), HIGH: np.full(dur, 5), WAVE: np.where(age % 6 < 3, 1, 6)}[label]
+            noise = rng.integers(0, 2, size=dur) * (label != WAVE)
+            cpu = np.clip(level + noise, 1, 8)
+            mem = np.clip(level // 2 + 1, 1, 8)
+            usage = np.column_stack([cpu, mem]).tolist()
+            meta = [0.25, 0.25, 0, 1]
+            jobs.append(dict(arrival_step=int(rng.integers(0, 30)), usage=usage, ec_label=label, meta=meta))
+        seqs.append(jobs)
+    return JobBatch.from_jobs(seqs)
+
+
+def fresh(labeller: SimViewLabeller) -> SimViewLabeller:
+    """The same model without kept labels."""
+    return SimViewLabeller(labeller.model, labeller.classes, labeller.cfg)
+
+
+@pytest.fixture(scope="module")
+def labeller():
+    return fit_sim_labeller(CFG, synthetic_jobs(seed=0), SMALL)
+
+
+def test_features_have_their_declared_columns_and_nothing_observed_is_nan_usage():
+    jobs = synthetic_jobs(seed=3, n_seqs=1, n_jobs=4)
+    state = state_at_ages(jobs, np.zeros(4, dtype=np.int64), np.arange(4), np.array([0, 1, 2, 50]))
+    view = job_view(CFG, state, np.arange(4), np.zeros(4, dtype=np.int64), 8)
+    x = job_features(view)
+    assert x.shape == (4, len(FEATURE_NAMES))
+    assert view.n_observed.tolist() == [0, 1, 2, min(50, int(jobs.duration[0, 3]))]
+    assert np.isnan(x[0, 5:]).all() and np.isfinite(x[1:, 4:11]).all()
+    assert (view.label == 0).all()  # the state hides the clustering labels
+
+
+def test_sampled_ages_are_zero_then_within_each_jobs_life():
+    ages = sample_ages(np.array([1, 2, 30, 100]), 50, np.random.default_rng(0))
+    assert ages.shape == (4, 51) and (ages[:, 0] == 0).all()
+    assert (ages[:, 1:] >= 1).all() and (ages[:, 1:] <= np.array([1, 2, 30, 100])[:, None]).all()
+    assert (ages[3, 1:] <= 10).mean() > 0.4  # log-uniform: young ages are not swamped by old ones
+
+
+def test_labels_never_read_usage_not_yet_observed(labeller):
+    """A rollout's labels, and labels at given ages, are unchanged when usage at unobserved ages changes."""
+    assert isinstance(labeller, Labeller)
+    jobs = synthetic_jobs(seed=5, n_seqs=3, n_jobs=12)
+    rng = np.random.default_rng(1)
+    state = core.reset(CFG, jobs, 0)
+    for _ in range(8):  # a random valid policy, into the episodes: some jobs running, some waiting
+        mask = core.action_mask(CFG, state)
+        state, *_ = core.step(CFG, state, np.array([rng.choice(np.flatnonzero(m)) for m in mask]))
+    is_placed = state.job_machine >= 0
+    n_seen = np.where(is_placed, np.clip(state.t[:, None] - state.job_start + 1, 0, jobs.duration), 0)
+    is_future = np.arange(jobs.max_duration)[None, None, :] >= n_seen[..., None]
+    assert ((n_seen > 0) & (n_seen < jobs.duration)).any() and (~is_placed).any()
+    noise = rng.integers(1, 9, size=jobs.usage.shape).astype(np.int16)
+    perturbed = dataclasses.replace(jobs, usage=np.where(is_future[..., None], noise, jobs.usage))
+    before = fresh(labeller).labels(CFG, state)
+    after = fresh(labeller).labels(CFG, dataclasses.replace(state, jobs=perturbed))
+    assert np.array_equal(before, after)
+    # the check has teeth: the same noise on the observed steps changes some labels
+    observed_noise = dataclasses.replace(jobs, usage=np.where(is_future[..., None], jobs.usage, noise))
+    noisy_state = dataclasses.replace(state, jobs=observed_noise)
+    assert not np.array_equal(before, fresh(labeller).labels(CFG, noisy_state))
+    # a labeller that kept labels of other sequences at the same ages predicts the new ones anew
+    assert np.array_equal(before, labeller.labels(CFG, state))
+    assert np.array_equal(labeller.labels(CFG, noisy_state), fresh(labeller).labels(CFG, noisy_state))
+    # predict_jobs at age a reads ages < a only
+    rows, job_index = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    for age in (0, 1, 3):
+        later = dataclasses.replace(jobs, usage=jobs.usage.copy())
+        later.usage[:, :, age:] = noise[:, :, age:]
+        ages = np.full(rows.size, age)
+        assert np.array_equal(
+            labeller.predict_jobs(CFG, jobs, rows, job_index, ages),
+            labeller.predict_jobs(CFG, later, rows, job_index, ages),
+        )
+
+
+def test_accuracy_after_a_few_steps_beats_the_best_constant_label(labeller):
+    train, test = synthetic_jobs(seed=0), synthetic_jobs(seed=11)
+    rows, job_index = np.nonzero(np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None])
+    constant = most_frequent_label(train.ec_label[rows, job_index])
+    assert constant == LOW
+    table = label_accuracy_by_age(labeller, CFG, test, [0, 1, 4, 8], constant_label=constant)
+    by_age = {r["age_steps"]: r for r in table.iter_rows(named=True)}
+    # meta says nothing: on arrival the labeller can only guess the constant
+    assert by_age[0]["accuracy"] == pytest.approx(by_age[0]["constant_accuracy"], abs=0.05)
+    for age in (4, 8):  # a few steps show the level and whether the usage swings
+        assert by_age[age]["accuracy"] > by_age[age]["constant_accuracy"] + 0.3
+        assert by_age[age]["accuracy"] > 0.9
+
+
+def test_the_gym_env_shows_its_labels(labeller):
+    jobs = synthetic_jobs(seed=7, n_seqs=1, n_jobs=10)
+    env = TvwEnv(jobs, CFG, labeller=labeller)
+    obs, _ = env.reset(seed=0)
+    for _ in range(12):
+        obs, *_ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+    assert env.state.obs_label is not None
+    assert np.array_equal(env.state.obs_label, labeller.labels(CFG, env.state))
+    assert set(np.unique(env.state.obs_label).tolist()) <= {LOW, HIGH, WAVE}
+
+
+def test_kept_labels_equal_fresh_predictions_through_a_rollout_with_autoresets(labeller):
+    """labels() predicts again only jobs whose steps observed changed; that equals predicting every job anew."""
+    jobs = synthetic_jobs(seed=8, n_seqs=4, n_jobs=6)
+    env = TvwVectorEnv(jobs, 3, CFG, labeller=labeller)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(2)
+    n_resets = 0
+    for _ in range(120):
+        assert np.array_equal(env.state.obs_label, fresh(labeller).labels(CFG, env.state))
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in obs["action_mask"]])
+        obs, _, term, trunc, _ = env.step(actions)
+        n_resets += int((term | trunc).sum())
+    assert n_resets > 0
+
+
+def test_fitting_needs_two_labels():
+    one = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[1, 1]] * 3, ec_label=4)]])
+    with pytest.raises(ValueError, match="need at least 2"):
+        fit_sim_labeller(CFG, one, SMALL)
