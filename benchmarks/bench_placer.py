@@ -46,17 +46,20 @@ SETTINGS = {
     "ppo": {"base_bonus": 4.0, "learning_rate": 1e-3, "patience": 10},
     "vine": {
         "base_bonus": 2.0,
-        "learning_rate": 1e-3,
+        "learning_rate": 3e-3,
         "patience": 100,
-        "vine_window": 80,
-        "vine_points": 6,
-        "vine_epochs": 20,
-        "vine_kl": 0.2,
+        "vine_window": None,
+        "vine_points": 4,
+        "vine_candidates": 3,
+        "vine_epochs": 30,
+        "vine_temperature": 0.25,
     },
 }
 """Per algorithm: a larger base bonus for the sampling algorithms (their exploration costs overshoots: at 3.0 the
 sampled training return was twice the base rule's cost), a smaller one for vine (its trunk is greedy; the bonus is
-the margin a residual must learn to deviate)."""
+the margin a residual must learn to deviate). Vine branches run to the episode's end: with branches cut at 80 decisions the
+policy learned deviations that lost 1.1e6 on validation at 96 % imitation (measured); a cut cannot see an overshoot
+that comes later, so it favours packing (our reading)."""
 
 
 def deepplace(load: int, n_train: int, n_test: int, n_machines: int, seed: int) -> tuple[JobBatch, JobBatch]:

@@ -33,8 +33,8 @@ decisions (`PlacerConfig.bc_teacher`: "base" or a registered, unfitted policy). 
   sequence; at `vine_points` of its decisions the base's action and the policy's likeliest other valid actions are
   each followed by the base rule (common random numbers: the simulator is deterministic), so A(s, a) = return after
   a minus return after the base's action, for every action tried. These advantages are the base rule's and stay
-  valid as the policy changes, so they accumulate in a replay buffer; each iteration takes Adam steps on the
-  expected advantage sum_a pi(a|s) A(s, a) with a KL trust region. It reads the same thing REINFORCE reads (the
+  valid as the policy changes, so they accumulate in a replay buffer; each iteration takes Adam steps of soft
+  policy improvement (target proportional to prior x exp(A / eta), `_vine_update`). It reads the same thing REINFORCE reads (the
   simulator's returns on training sequences), with far less variance per decision.
 Greedy decoding on validation after every iteration; the best iteration by validation return is kept (iteration 0,
 the base rule, included, so training never returns a policy worse than its base on validation); training stops after
@@ -164,8 +164,9 @@ class PlacerConfig:
     """Vine: Adam steps per iteration on the replay buffer of branched decisions."""
     vine_buffer: int = 4000
     """Vine: branched decisions kept (the newest); their advantages are the base rule's, valid for any policy."""
-    vine_kl: float = 1.0
-    """Vine: weight of KL(policy at the update's start || policy), the trust region of each update."""
+    vine_temperature: float = 1.0
+    """Vine: eta of the soft policy improvement, in standard deviations of the alternatives' advantages (smaller
+    moves the policy further toward the best tried actions)."""
     bc_teacher: str = "base"
     """Teacher of the BC stage: "base" or a registered policy that needs no fitting (`sim.policies.POLICIES`)."""
     bc_epochs: int = 0
@@ -190,6 +191,8 @@ class PlacerConfig:
             raise ValueError(f"PlacerConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if not 0.0 <= self.rho <= 1.0 or not 0.0 < self.discount <= 1.0:
             raise ValueError("PlacerConfig: rho must be in [0, 1] and discount in (0, 1]")
+        if self.vine_temperature <= 0:
+            raise ValueError(f"PlacerConfig.vine_temperature must be > 0, got {self.vine_temperature}")
         for name in (
             "hidden",
             "n_sequences",
@@ -875,6 +878,11 @@ def run_rollout(
     softmax) or "teacher" (the teacher's actions on the states the base rule's job picks lead to). With `keep`,
     the decisions' inputs, actions, log-probabilities and rewards are recorded for training; `on_decision(state,
     inputs, active)` sees every decision's state (after the job pick) and inputs."""
+    with torch_threads(1):
+        return _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
+
+
+def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
     state = core.reset(cfg, jobs, seed)
     limit = int(jobs.max_jobs + cfg.max_steps + 1) * 2
@@ -992,19 +1000,25 @@ def branch_returns(
     first_actions: np.ndarray,
     rng: np.random.Generator,
     window: int | None,
+    counter: dict | None = None,
 ) -> np.ndarray:
     """(E,) return of each env of `state` after taking `first_actions` and then following the base rule, to the
-    episode's end or for `window` decisions (the penalties accumulated by then)."""
+    episode's end or for `window` decisions (the penalties accumulated by then). `counter["env_decisions"]`, when
+    given, grows by the env-decisions simulated."""
     mask = action_mask(cfg, state)
     if not mask[np.arange(state.batch_size), first_actions].all():
         raise ValueError("vine: a branch's first action is not valid")
     state, *_ = core.step(cfg, state, first_actions, mask=mask)
     limit = int(state.jobs.max_jobs + cfg.max_steps + 1) * 2 if window is None else window
+    n_decided = state.batch_size
     for _ in range(limit):
         if state.is_done.all():
             break
+        n_decided += int((~state.is_done).sum())
         state = promote_queued_job(state, np.where(state.is_done, 0, base.pick_job(cfg, state, rng)))
         state, *_ = core.step(cfg, state, base.act(cfg, state, rng))
+    if counter is not None:
+        counter["env_decisions"] = counter.get("env_decisions", 0) + n_decided
     return state.penalty_totals.sum(axis=1)
 
 
@@ -1020,6 +1034,8 @@ class VineBatch:
     """(P, C) actions tried (the base's first), -1 = none."""
     advantage: np.ndarray
     """(P, C) return after the action minus return after the base's action (0 where none)."""
+    prior: np.ndarray
+    """(P, C) the policy's probabilities of the actions tried when they were branched (0 where none)."""
     trunk_return: float
     n_env_decisions: int
 
@@ -1060,10 +1076,16 @@ def vine_batch(
         candidates[i, : 1 + len(others)] = [base[i], *others]
     n_try = (candidates >= 0).sum(axis=1)
     branches = gather_states([(st, b, int(n)) for (st, b, _), n in zip(points, n_try, strict=True)])
-    returns = branch_returns(policy.base, cfg, branches, candidates[candidates >= 0], rng, c.vine_window)
+    counter: dict = {}
+    returns = branch_returns(
+        policy.base, cfg, branches, candidates[candidates >= 0], rng, c.vine_window, counter
+    )
     advantage = np.zeros(candidates.shape)
     advantage[candidates >= 0] = returns
     advantage = np.where(candidates >= 0, advantage - advantage[:, :1], 0.0)
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    prior = np.where(candidates >= 0, np.take_along_axis(probs, np.maximum(candidates, 0), axis=1), 0.0)
     return VineBatch(
         x,
         g,
@@ -1071,8 +1093,9 @@ def vine_batch(
         base,
         candidates,
         advantage,
+        prior,
         float(trunk.returns.mean()),
-        trunk.n_env_decisions + int(n_try.sum()),
+        trunk.n_env_decisions + counter["env_decisions"],
     )
 
 
@@ -1090,6 +1113,7 @@ def merge_vine(old: VineBatch | None, new: VineBatch, capacity: int) -> VineBatc
         cat(old.base, new.base),
         cat(old.candidates, new.candidates),
         cat(old.advantage, new.advantage),
+        cat(old.prior, new.prior),
         new.trunk_return,
         new.n_env_decisions,
     )
@@ -1098,30 +1122,28 @@ def merge_vine(old: VineBatch | None, new: VineBatch, capacity: int) -> VineBatc
 def _vine_update(
     net: ResidualPlacerNet, opt: torch.optim.Optimizer, vb: VineBatch, c: PlacerConfig, iteration: int
 ) -> None:
-    """Adam steps on the expected advantage sum_a pi(a|s) A(s, a) over the actions tried (advantages over their
-    standard deviation), minus `vine_kl` x KL(pi_start || pi) to the policy at the start of the update (a trust
-    region: the objective is linear in pi, and without it the policy collapses onto a few branched decisions),
-    plus the entropy bonus."""
+    """Soft policy improvement on the replay buffer (MPO / AWR style): over the actions tried at each branched
+    decision, the target q(a) is proportional to prior(a) exp(A(s, a) / (eta sigma)) (sigma: the standard deviation
+    of the alternatives' advantages, eta = `vine_temperature`); `vine_epochs` Adam steps of cross-entropy from q to
+    the policy's distribution over those actions, minus the entropy bonus. A plain expected-advantage objective is
+    linear in the policy and collapsed it onto a few noisy branches (measured); the soft target moves the policy
+    only as far as the advantages outweigh its prior."""
     tried = vb.candidates >= 0
     alternatives = vb.advantage[:, 1:][tried[:, 1:]]
-    scale = float(alternatives.std()) + 1e-8 if alternatives.size > 1 else 1.0
-    adv = torch.from_numpy((vb.advantage / scale).astype(np.float32))
+    scale = (float(alternatives.std()) + 1e-8 if alternatives.size > 1 else 1.0) * c.vine_temperature
+    logits_q = np.where(tried, np.log(np.maximum(vb.prior, 1e-12)) + vb.advantage / scale, -np.inf)
+    q = np.exp(logits_q - logits_q.max(axis=1, keepdims=True))
+    q = torch.from_numpy((q / q.sum(axis=1, keepdims=True)).astype(np.float32))
     cand = torch.from_numpy(np.maximum(vb.candidates, 0))
     tried_t = torch.from_numpy(tried)
     x, g = torch.from_numpy(vb.x), torch.from_numpy(vb.g)
     base, mask = torch.from_numpy(vb.base), torch.from_numpy(vb.mask)
-    with torch.no_grad():
-        logp_start = _log_probs(net(x, g, base, mask))
-    p_start = logp_start.exp()
     for _ in range(c.vine_epochs):
         logp_all = _log_probs(net(x, g, base, mask))
-        prob = logp_all.gather(1, cand).exp() * tried_t
-        kl = torch.where(mask, p_start * (logp_start - logp_all), torch.zeros_like(p_start)).sum(dim=1)
-        loss = (
-            -(prob * adv).sum(dim=1).mean()
-            + c.vine_kl * kl.mean()
-            - c.entropy_coef * _entropy(logp_all, mask).mean()
-        )
+        logp_c = logp_all.gather(1, cand).masked_fill(~tried_t, _NEG)
+        logp_c = logp_c - torch.logsumexp(logp_c, dim=1, keepdim=True)  # the policy over the tried actions
+        cross_entropy = -(q * logp_c.masked_fill(~tried_t, 0.0)).sum(dim=1).mean()
+        loss = cross_entropy - c.entropy_coef * _entropy(logp_all, mask).mean()
         _check_finite(loss, "pg", iteration)
         opt.zero_grad()
         loss.backward()
@@ -1171,7 +1193,21 @@ def behaviour_clone(
     on_epoch: Callable[[int, float], None] | None = None,
 ) -> float:
     """Cross-entropy on the teacher's decisions along its own trajectories on `fit`; returns the last epoch's
-    teacher-action accuracy on those decisions. `on_epoch(epoch, accuracy)` runs after every epoch."""
+    teacher-action accuracy on those decisions. `on_epoch(epoch, accuracy)` runs after every epoch. One torch
+    thread (nets this small are far slower on more)."""
+    with torch_threads(1):
+        return _behaviour_clone(policy, cfg, fit, teacher_name, n_epochs, rng, on_epoch)
+
+
+def _behaviour_clone(
+    policy: ForecastResidualPolicy,
+    cfg: SimConfig,
+    fit: JobBatch,
+    teacher_name: str,
+    n_epochs: int,
+    rng: np.random.Generator,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> float:
     c = policy.config
     teacher = _teacher(teacher_name, policy)
     rec = run_rollout(policy, cfg, fit, c.seed, "teacher", rng, teacher=teacher, keep=True)

@@ -154,7 +154,7 @@ def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> Non
     jobs = _square_jobs(4, 30, seed=5)
     policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))
     teacher_actions = np.concatenate(_actions(make_policy("best_fit"), jobs))
-    accuracy = behaviour_clone(policy, CFG, jobs, "best_fit", 60, np.random.default_rng(0))
+    accuracy = behaviour_clone(policy, CFG, jobs, "best_fit", 30, np.random.default_rng(0))
     base_agrees = np.mean(
         np.concatenate(_actions(make_policy("first_fit"), jobs)) == teacher_actions[: len(teacher_actions)]
     )
@@ -241,9 +241,9 @@ def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
     assert np.array_equal(got, full[[0, 2, 2, 0, 2, 2]])
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "reinforce", "vine"])
+@pytest.mark.parametrize("algorithm", ["ppo", "vine"])  # REINFORCE runs in the bad-input test
 def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algorithm) -> None:
-    jobs = _square_jobs(6, 30, seed=8)
+    jobs = _square_jobs(4, 20, seed=8)
     pcfg = PlacerConfig(
         n_iterations=2,
         n_sequences=2,
@@ -262,14 +262,14 @@ def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algor
     path = policy.save(tmp_path / "placer.pt")
     loaded = ForecastResidualPolicy(checkpoint=path)
     assert loaded.base_policy.risk == policy.base_policy.risk
-    test_jobs = _square_jobs(2, 30, seed=9)
+    test_jobs = _square_jobs(2, 25, seed=9)
     expected, got = _actions(policy, test_jobs), _actions(loaded, test_jobs)
     assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
     assert not all(
         np.array_equal(a, b) for a, b in zip(expected, _actions(policy.base_policy, test_jobs), strict=False)
     )
     # the same weights schedule a larger cluster
-    _actions(loaded, _square_jobs(2, 60, seed=10), replace(CFG, n_machines=10))
+    _actions(loaded, _square_jobs(1, 40, seed=10), replace(CFG, n_machines=10))
 
 
 def test_bad_input_names_the_file_teacher_or_iteration(tmp_path, monkeypatch) -> None:
