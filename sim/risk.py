@@ -147,14 +147,27 @@ def job_moments(
 
 
 def machine_sums(
-    cfg: SimConfig, state: State, forecaster: UsageForecaster, rcfg: RiskConfig
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    rcfg: RiskConfig,
+    rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per machine, over the jobs running now: (sum mu, sum delta, sum delta^2), each (B, M, H, D)."""
-    bi, ji = np.nonzero(jobs_running(state))
+    """Per machine, over the jobs running now: (sum mu, sum delta, sum delta^2), each (B, M, H, D); only of the
+    envs `rows` (then (len(rows), M, H, D), in that order) when given."""
+    is_run = jobs_running(state)
+    n_envs = state.batch_size
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.int64)
+        position = np.full(n_envs, -1, dtype=np.int64)
+        position[rows] = np.arange(rows.size)
+        is_run = is_run & (position >= 0)[:, None]
+        n_envs = rows.size
+    bi, ji = np.nonzero(is_run)
     mu, delta = job_moments(cfg, state, forecaster, bi, ji, rcfg)
-    n_envs, n_m = state.batch_size, cfg.n_machines
+    n_m = cfg.n_machines
     horizon = mu.shape[1]
-    cell = bi * n_m + state.job_machine[bi, ji]
+    cell = (bi if rows is None else position[bi]) * n_m + state.job_machine[bi, ji]
     out = []
     for values in (mu, delta, delta * delta):
         acc = np.zeros((n_envs * n_m, horizon, cfg.n_resources))
@@ -168,17 +181,34 @@ def sum_bound(sum_mu: np.ndarray, sum_delta: np.ndarray, sum_delta2: np.ndarray,
     return sum_mu + np.sqrt(rho * sum_delta**2 + (1.0 - rho) * sum_delta2)
 
 
-def head_bounds(cfg: SimConfig, state: State, forecaster: UsageForecaster, rcfg: RiskConfig) -> np.ndarray:
-    """(B, M, H, D) level-p bound of each machine's summed usage if the queue head is placed there now."""
+def head_bounds(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    rcfg: RiskConfig,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:
+    """(B, M, H, D) level-p bound of each machine's summed usage if the queue head is placed there now (only of
+    the envs `rows` when given: (len(rows), M, H, D))."""
     head = queue_head(state)
-    rows = np.arange(state.batch_size)
-    idx = np.minimum(state.next_job, state.jobs.max_jobs - 1)
-    mu_h, delta_h = job_moments(cfg, state, forecaster, rows, idx, rcfg)  # (B, H, D)
-    mu_h, delta_h = mu_h * head.has_job[:, None, None], delta_h * head.has_job[:, None, None]
-    s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, rcfg)
+    rows = np.arange(state.batch_size) if rows is None else np.asarray(rows, dtype=np.int64)
+    idx = np.minimum(state.next_job[rows], state.jobs.max_jobs - 1)
+    mu_h, delta_h = job_moments(cfg, state, forecaster, rows, idx, rcfg)  # (R, H, D)
+    has_job = head.has_job[rows][:, None, None]
+    mu_h, delta_h = mu_h * has_job, delta_h * has_job
+    s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, rcfg, rows)
     return sum_bound(
         s_mu + mu_h[:, None], s_delta + delta_h[:, None], s_delta2 + (delta_h**2)[:, None], rcfg.rho
     )
+
+
+def deviation_rows(cfg: SimConfig, state: State, base: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Envs where "deviate" mode may leave the fallback's action: it holds or opens an empty machine while a valid
+    machine in use exists (elsewhere no bound needs computing)."""
+    n_m = cfg.n_machines
+    used = machines_used(state)
+    opens = (base < n_m) & ~used[np.arange(state.batch_size), np.minimum(base, n_m - 1)]
+    return np.flatnonzero(((base == n_m) | opens) & (valid & used).any(axis=1))
 
 
 def safe_and_tightness(bound: np.ndarray, cfg: SimConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -284,10 +314,20 @@ class RiskAwarePacking:
 
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         forecaster = self.forecaster or PersistenceForecaster()
-        is_safe, tightness = safe_and_tightness(head_bounds(cfg, state, forecaster, self.risk), cfg)
-        return deviate_or_pack(
-            cfg, state, base, is_safe, tightness, valid_machines(cfg, state), self.risk.mode
+        valid = valid_machines(cfg, state)
+        if self.risk.mode == "pack":
+            is_safe, tightness = safe_and_tightness(head_bounds(cfg, state, forecaster, self.risk), cfg)
+            return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "pack")
+        # "deviate": bounds only where the fallback holds or opens an empty machine (most decisions keep it)
+        rows = deviation_rows(cfg, state, base, valid)
+        if rows.size == 0:
+            return base
+        is_safe = np.zeros(valid.shape, dtype=bool)
+        tightness = np.zeros(valid.shape)
+        is_safe[rows], tightness[rows] = safe_and_tightness(
+            head_bounds(cfg, state, forecaster, self.risk, rows), cfg
         )
+        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
 
 
 PREDICTORS = ("n_sigma", "max_pct_n_sigma")

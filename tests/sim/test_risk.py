@@ -232,3 +232,23 @@ def test_gap_table_never_calls_an_oracle_best_and_pairs_by_sequence() -> None:
     assert rule["diff_ci_low"] == pytest.approx(1.0)  # identical paired differences: a zero-width interval
     assert rule["is_significantly_better"] and rule["n_sequences_better"] == 4
     assert rule["gap_closed_frac"] == pytest.approx(1.0 / 4.0)  # (-8.5 - -9.5) / (-6.5 - -9.5)
+
+
+def test_deviate_mode_computes_bounds_only_where_it_may_deviate_with_the_same_decisions() -> None:
+    from sim.policies import valid_machines
+    from sim.risk import deviate_or_pack, head_bounds, safe_and_tightness
+
+    jobs = _square_jobs(4, 30, seed=11)
+    rule = RiskAwarePacking(PersistenceForecaster(horizon=30), risk=RiskConfig(min_observed=4), name="h")
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, jobs, 0)
+    n_checked = 0
+    while not state.is_done.all():
+        state, act = decide(rule, CFG, state, rng)
+        base = np.asarray(make_policy("tetris").act(CFG, state, rng), dtype=np.int64)
+        safe, tight = safe_and_tightness(head_bounds(CFG, state, rule.forecaster, rule.risk), CFG)
+        full = deviate_or_pack(CFG, state, base, safe, tight, valid_machines(CFG, state), "deviate")
+        assert np.array_equal(act, full)
+        n_checked += 1
+        state, *_ = core.step(CFG, state, act)
+    assert n_checked > 50
