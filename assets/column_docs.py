@@ -537,8 +537,21 @@ _FORECAST = {
     "coverage": "share of target steps whose true usage is at or below the quantile (nominal: the level)",
 }
 
+_STAGES = {
+    "stage": "training stage of the learned placer: base (the untrained policy = its base rule), bc (behaviour "
+    "cloning) or pg (policy gradient)",
+    "iteration": "BC epoch or policy-gradient iteration (0 = before any update)",
+    "validation_return": "mean greedy episode return on the validation sequences carved from the training split",
+    "imitation_accuracy": "share of validation decisions where the greedy action is the base rule's",
+    "entropy": "mean policy entropy over the validation decisions (nats)",
+    "train_return": "mean return of the iteration's training rollouts (NaN for base and bc)",
+    "seconds": "wall seconds of this row's work",
+    "elapsed_s": "wall seconds since training started",
+}
+BETTER.update({"validation_return": "higher", "train_return": "higher"})
+
 # their names are new to the project: one entry serves every table (the per-table ones below say it for these)
-COLUMN_DOCS.update({k: v for k, v in {**_GAP, **_FORECAST}.items() if k not in COLUMN_DOCS})
+COLUMN_DOCS.update({k: v for k, v in {**_GAP, **_FORECAST, **_STAGES}.items() if k not in COLUMN_DOCS})
 
 TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
     **{t: docs for t, docs in _RAW.items() if docs},

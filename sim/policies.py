@@ -592,6 +592,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "dejavu": learned_policy("models.dejavu", "DejavuPolicy"),
     "tvw_rl": learned_policy("models.tvw_rl", "TvwRlPolicy"),
     "deeprm_rl": learned_policy("models.deeprm", "DeepRMAgentPolicy"),
+    "forecast_residual_rl": learned_policy("models.forecast_placer", "ForecastResidualPolicy"),
 }
 """Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""
 
