@@ -283,18 +283,11 @@ class RequestForecaster:
 # --- the rules -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RiskAwarePacking:
-    """Place where the machine's forecast summed usage stays within capacity at level `risk.level` over the
-    horizon (module docstring); the fallback heuristic decides whatever the rule does not (and which job is next,
-    when it is a job picker such as DeepRM's SJF)."""
+class _FollowsFallback:
+    """The fallback heuristic (`fallback`, Tetris when None) decides which queued job goes next (DeepRM's SJF and
+    Packer pick one; the others keep FIFO order) and whatever the rule itself does not."""
 
-    forecaster: UsageForecaster | None = field(default=None, repr=False, compare=False)
-    """Per-job quantile forecasts; None = `PersistenceForecaster()` (the hybrid rule's view)."""
-    fallback: object | None = field(default=None, repr=False, compare=False)
-    """A request-based `sim.policies.Policy`; None = Tetris."""
-    risk: RiskConfig = RiskConfig()
-    name: str = "forecast_risk"
+    fallback: object | None
 
     def _fallback(self):
         if self.fallback is None:
@@ -308,6 +301,20 @@ class RiskAwarePacking:
         if hasattr(base, "pick_job"):
             return base.pick_job(cfg, state, rng)
         return np.zeros(state.batch_size, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class RiskAwarePacking(_FollowsFallback):
+    """Place where the machine's forecast summed usage stays within capacity at level `risk.level` over the
+    horizon (module docstring); the fallback heuristic decides whatever the rule does not (and which job is next,
+    when it is a job picker such as DeepRM's SJF)."""
+
+    forecaster: UsageForecaster | None = field(default=None, repr=False, compare=False)
+    """Per-job quantile forecasts; None = `PersistenceForecaster()` (the hybrid rule's view)."""
+    fallback: object | None = field(default=None, repr=False, compare=False)
+    """A request-based `sim.policies.Policy`; None = Tetris."""
+    risk: RiskConfig = RiskConfig()
+    name: str = "forecast_risk"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         from sim.policies import valid_machines
@@ -334,7 +341,7 @@ PREDICTORS = ("n_sigma", "max_pct_n_sigma")
 
 
 @dataclass(frozen=True)
-class PeakPredictorPacking:
+class PeakPredictorPacking(_FollowsFallback):
     """Google's production peak predictors (Bashir et al., EuroSys 2021) as an admission rule: a machine's peak is
     predicted from the summed observed usage of the jobs running on it now over the last `window` steps, as
     mean + n_sigma x std ("n_sigma") or max(percentile, that) ("max_pct_n_sigma"); the head fits where the peak
@@ -354,19 +361,6 @@ class PeakPredictorPacking:
             raise ValueError(f"{self.name}: predictor must be one of {PREDICTORS}, got {self.predictor!r}")
         if self.mode not in MODES:
             raise ValueError(f"{self.name}: mode must be one of {MODES}, got {self.mode!r}")
-
-    def _fallback(self):
-        if self.fallback is None:
-            from sim.policies import Tetris
-
-            return Tetris()
-        return self.fallback
-
-    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        base = self._fallback()
-        if hasattr(base, "pick_job"):
-            return base.pick_job(cfg, state, rng)
-        return np.zeros(state.batch_size, dtype=np.int64)
 
     def predicted_peak(self, cfg: SimConfig, state: State) -> np.ndarray:
         """(B, M, D) predicted peak units of the jobs running on each machine (0 on an idle machine)."""
