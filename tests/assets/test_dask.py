@@ -33,6 +33,8 @@ SMALL_EC = {
             "n_init": 3,
             "dtw_downsample": 12,
             "forecaster_seeds": 2,
+            "control_draws": 1,
+            "stability_shuffles": 20,
             "forecaster_epochs": 1,
             "forecaster_min_steps": 5,
             "forecaster_max_train_windows": 50,
@@ -138,17 +140,18 @@ def test_the_ec_method_sweeps_fan_out_on_dask(tmp_path, cluster):
     for table in EC_TABLES:
         local_df = Warehouse(root=str(local_wh)).scan(table).collect()
         dask_df = Warehouse(root=str(dask_wh)).scan(table).collect()
-        assert local_df.height and local_df.sort(local_df.columns).equals(dask_df.sort(dask_df.columns)), (
-            table
-        )
+        is_empty_allowed = table in ("ec__assignments", "ec__profiles")  # empty when no mapping is chosen
+        assert local_df.height or is_empty_allowed, table
+        assert local_df.sort(local_df.columns).equals(dask_df.sort(dask_df.columns)), table
     wh = Warehouse(root=str(dask_wh))
     per_method = wh.scan("ec__method_assignments").collect()
     assert sorted(per_method["method"].unique()) == ["aggregate", "dtw", "temporal"]
     chosen = wh.scan("ec__method_comparison").filter(pl.col("is_chosen")).collect()
-    assert chosen.height == 1
-    assert per_method.filter(pl.col("method") == chosen["method"][0]).equals(
-        wh.scan("ec__assignments").collect()
+    assert chosen.height <= 1  # none when no row passes the Holm-corrected test (2 seeds here: never)
+    chosen_rows = (
+        per_method.filter(pl.col("method") == chosen["method"][0]) if chosen.height else per_method.clear()
     )
+    assert chosen_rows.equals(wh.scan("ec__assignments").collect())
 
 
 def test_the_load_partitions_of_the_evaluation_fan_out_on_dask(tmp_path, cluster):
