@@ -12,6 +12,8 @@ from assets.definitions import load_profile
 from assets.main import RunSpec, Target, check_shared_warehouse, execute_named_run, run_all
 from assets.resources import Warehouse
 
+pytestmark = pytest.mark.integration  # a Dask LocalCluster runs the EC layers: `pytest -m integration`
+
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("dagster_dask")
 

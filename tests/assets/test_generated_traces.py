@@ -17,6 +17,8 @@ from assets.main import Target, run_all
 from assets.raw import QUARANTINE_TABLE, raw_table_name
 from assets.resources import Warehouse
 
+pytestmark = pytest.mark.integration  # the pipeline up to the cluster layer on generated traces: `pytest -m integration`
+
 GENERATOR = Path(__file__).parents[1] / "fixtures" / "generate_traces.py"
 SOURCES = ("google2011", "alibaba2018")
 

@@ -10,6 +10,8 @@ from dagster._core.instance.ref import InstanceRef
 from assets.main import Target, run_all
 from assets.resources import Warehouse
 
+pytestmark = pytest.mark.integration  # the whole pipeline on the fixtures, evaluation included: `pytest -m integration`
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 PIPELINE_LAYERS = ("raw", "per_source", "ec_sweep", "ec_gain", "ec", "cluster", "eval")
 """Training (rl, results) is covered by tests/assets/test_rl_assets.py with a tiny budget: the sample profile's
