@@ -71,7 +71,10 @@ class PeriodicOverlay:
             else:
                 seen = np.ones(tail.shape[0], dtype=bool)
             repeats = (tail[:, p:] == tail[:, :-p]).all(axis=(1, 2))
-            moves = (np.nanmax(tail, axis=1) > np.nanmin(tail, axis=1)).any(axis=1) if seen.any() else seen
+            moves = np.zeros(seen.shape, dtype=bool)  # only fully observed windows are compared: no NaN slices
+            if seen.any():
+                whole = tail[seen]
+                moves[seen] = (whole.max(axis=1) > whole.min(axis=1)).any(axis=1)
             ok = seen & repeats & moves
             idx = np.flatnonzero(todo)[ok]
             out[idx] = p
