@@ -17,7 +17,7 @@ therefore per source (`LongRunningConfig.rule`, default: each source's `TraceSou
   stricter than the paper.
 * Either way the longest run is kept as the workload's window (`run_start_s`, `n_run_bins`; the earliest one on
   ties). A run may bridge gaps of at most `LongRunningConfig.max_gap_bins[source]` missing bins (default: 0,
-  gap-free; Alibaba: `ALIBABA_MAX_GAP_BINS`), and its length counts the bridged bins: its usage is then
+  gap-free; Alibaba: its rule's `max_gap_bins`, an hour), and its length counts the bridged bins: its usage is then
   completed by `fill_window_gaps` (linear interpolation between the neighbouring records, flagged `is_filled`),
   so a container sampled in every other bin keeps its whole span instead of a 1-bin series. Everything
   downstream gets a complete window.
@@ -78,14 +78,9 @@ def _default_rules() -> dict[str, str]:
 RULES = (*LONG_RUNNING_RULES, "records")
 """The length rules: the sources' own kinds and `records` (raw records, TVW-RL's Alibaba rule)."""
 
-ALIBABA_MAX_GAP_BINS = 12
-"""Longest gap (missing 5-minute bins) an Alibaba kept window bridges: one hour. Alibaba's container_usage is
-sampled irregularly (about 35 % of the 5-minute bins of the head have a record; runs without a gap are 5-10
-bins), so a gap-free window cannot be as long as the records; longer gaps than an hour end the window."""
-
-
 def _default_max_gaps() -> dict[str, int]:
-    return {"alibaba2018": ALIBABA_MAX_GAP_BINS}
+    """source -> longest gap its kept windows bridge, from each source's `long_running` rule (Alibaba: an hour)."""
+    return {name: s.long_running.max_gap_bins for name, s in SOURCES.items() if s.long_running.max_gap_bins}
 
 
 @dataclass(frozen=True)

@@ -109,8 +109,12 @@ class LongRunningRule:
     Alibaba: "at least 2000 timestamped resource usage records")."""
     min_bins: int
     """least number of bins of that kind."""
+    max_gap_bins: int = 0
+    """Longest gap (missing 5-minute bins) a kept window bridges (0: gap-free windows only)."""
 
     def __post_init__(self) -> None:
+        if self.max_gap_bins < 0:
+            raise ValueError(f"LongRunningRule.max_gap_bins must be >= 0, got {self.max_gap_bins}")
         if self.kind not in LONG_RUNNING_RULES:
             raise ValueError(f"LongRunningRule.kind={self.kind!r}; expected one of {LONG_RUNNING_RULES}")
 

@@ -241,7 +241,11 @@ def test_noop_has_the_worst_return_on_the_synthetic_workloads() -> None:
     drm = drm[0] if isinstance(drm, tuple) else drm
     # the heuristics: an untrained learned policy is no scheduler (an untrained Dejavu holds every job)
     heuristics = sorted(p for p in POLICIES if not is_learned(p))
-    res = evaluate_policies(pl.concat([dp, drm], how="diagonal_relaxed"), heuristics, SimConfig())
+    # the fitted rules (hybrid, peak predictors, forecast rules without a forecaster factory) on the quick grid
+    from sim.tuning import TUNING_PRESETS
+
+    frame = pl.concat([dp, drm], how="diagonal_relaxed")
+    res = evaluate_policies(frame, heuristics, SimConfig(), tuning=TUNING_PRESETS["quick"])
     mean = res.group_by("source", "load_pct", "policy").agg(pl.col("episode_return").mean())
     worst = mean.sort("episode_return").group_by("source", "load_pct").first()
     assert worst.height == 6 and (worst["policy"] == "noop").all()
