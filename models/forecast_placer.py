@@ -72,7 +72,7 @@ from models.training import init_parameters
 from sim import core
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
-from sim.forecast import UsageForecaster
+from sim.forecast import ForecastCache, UsageForecaster
 from sim.jobs import JobBatch
 from sim.policies import (
     POLICIES,
@@ -216,104 +216,6 @@ class PlacerConfig:
 
 def _is_oracle_forecaster(forecaster) -> bool:
     return bool(getattr(forecaster, "is_oracle", False))
-
-
-class ForecastCache:
-    """A `UsageForecaster` that memoises another one by what it reads: the job's content (usage profile, request,
-    observed label, meta, duration: two random projections, seeded) and its observed steps (`job_view`'s
-    n_observed). Exact: a cached row is the inner forecaster's own output for a job with the same view.
-    Keeps at most `max_rows` rows (then computes the rest without storing them)."""
-
-    def __init__(self, inner: UsageForecaster, max_rows: int = 200_000, seed: int = 0) -> None:
-        if _is_oracle_forecaster(inner):
-            raise ValueError(
-                f"{type(inner).__name__} reads the true future: the forecast placer never uses it as an input"
-            )
-        self.inner = inner
-        self.max_rows = int(max_rows)
-        self._rng = np.random.default_rng([seed, 7])
-        self._proj: dict[int, np.ndarray] = {}
-        self._rows: dict[tuple[int, int, int], int] = {}
-        self._buf: np.ndarray | None = None
-        self.n_hits = 0
-        self.n_computed = 0
-
-    @property
-    def horizon(self) -> int:
-        return int(self.inner.horizon)
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return tuple(self.inner.levels)
-
-    def _fingerprint(self, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        """(N, 2) int64 hashes of what a forecaster reads about each job (integer arithmetic: the same job gives
-        the same hash in any batch, whatever the batch size)."""
-        jobs = state.jobs
-        meta = jobs.meta[env, job] if jobs.meta is not None else np.full((env.size, 4), np.nan)
-        meta = np.where(np.isfinite(meta), np.round(meta * 1e6), -7).astype(np.int64)
-        x = np.concatenate(
-            [
-                jobs.usage[env, job].reshape(env.size, -1).astype(np.int64),
-                jobs.request[env, job].astype(np.int64),
-                core.observed_labels(state)[env, job, None].astype(np.int64),
-                jobs.duration[env, job, None].astype(np.int64),
-                meta,
-            ],
-            axis=1,
-        )
-        width = x.shape[1]
-        if width not in self._proj:
-            self._proj[width] = self._rng.integers(1, 2**61, size=(width, 2), dtype=np.int64)
-        with np.errstate(over="ignore"):
-            return x @ self._proj[width]  # wraps modulo 2^64: deterministic
-
-    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-        shape_tail = (len(self.levels), self.horizon, cfg.n_resources)
-        if env.size == 0:
-            return np.zeros((0, *shape_tail))
-        jobs = state.jobs
-        is_placed = state.job_machine[env, job] >= 0
-        start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
-        n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job])
-        fp = self._fingerprint(state, env, job)
-        keys = list(zip(fp[:, 0].tolist(), fp[:, 1].tolist(), n_obs.tolist(), strict=True))
-        rows = np.fromiter((self._rows.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
-        miss = np.flatnonzero(rows < 0)
-        self.n_hits += int(env.size - miss.size)
-        out = np.empty((env.size, *shape_tail))
-        if miss.size:
-            # one forecast per distinct missing key (a batch holds the same job many times over rollouts)
-            first: dict[tuple[int, int, int], int] = {}
-            for i in miss.tolist():
-                first.setdefault(keys[i], i)
-            uniq = np.fromiter(first.values(), dtype=np.int64, count=len(first))
-            fresh = self.inner.forecast(cfg, state, env[uniq], job[uniq])
-            self.n_computed += int(uniq.size)
-            where = {k: n for n, k in enumerate(first)}
-            out[miss] = fresh[[where[keys[i]] for i in miss.tolist()]]
-            self._store(list(first), fresh)
-        hit = np.flatnonzero(rows >= 0)
-        if hit.size:
-            out[hit] = self._buf[rows[hit]]
-        return out
-
-    def _store(self, keys: list, values: np.ndarray) -> None:
-        n_have = len(self._rows)
-        room = max(self.max_rows - n_have, 0)
-        if room == 0:
-            return
-        keys, values = keys[:room], values[:room]
-        need = n_have + len(keys)
-        if self._buf is None or self._buf.shape[0] < need:
-            size = min(max(need, 2 * (0 if self._buf is None else self._buf.shape[0]), 1024), self.max_rows)
-            buf = np.empty((size, *values.shape[1:]))
-            if self._buf is not None:
-                buf[:n_have] = self._buf[:n_have]
-            self._buf = buf
-        self._buf[n_have:need] = values
-        self._rows.update(zip(keys, range(n_have, need), strict=True))
 
 
 # --- the base rule, fast where its math allows --------------------------------------------------------------

@@ -50,7 +50,7 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State, jobs_running, machines_used, queue_head
-from sim.forecast import DEFAULT_LEVELS, CachedForecaster, UsageForecaster, job_view
+from sim.forecast import DEFAULT_LEVELS, ForecastCache, UsageForecaster, job_view
 
 MODES = ("deviate", "pack")
 
@@ -424,7 +424,7 @@ def fit_forecast_risk(ctx, use_durations: bool, name: str, forecaster=None) -> R
     forecaster = forecaster if forecaster is not None else ctx.forecaster()
     if forecaster is None:
         return None
-    forecaster = CachedForecaster(forecaster)
+    forecaster = ForecastCache(forecaster)
     fallback = ctx.best_fallback()
     fit_part = ctx.split()[0]
     candidates = []
