@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -62,6 +63,7 @@ from sim.core import State
 from sim.forecast import DEFAULT_LEVELS, JobView, UsageForecaster, job_view
 from sim.jobs import JobBatch
 from sim.profiles import EcProfiles, learn_profiles
+from sim.risk import RequestForecaster  # the request as every quantile: one class for the rules and the table
 
 RESOURCES = ("cpu", "mem")
 """Resource names in the simulator's order (D = 2)."""
@@ -793,24 +795,6 @@ def _repeat_levels(units: np.ndarray, n_levels: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class RequestForecaster:
-    """Every quantile of every step is the job's request (what request-based schedulers assume)."""
-
-    horizon: int = 24
-    levels: tuple[float, ...] = DEFAULT_LEVELS
-
-    def forecast(
-        self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, horizon: int | None = None
-    ) -> np.ndarray:
-        h = _check_horizon(type(self).__name__, horizon, self.horizon)
-        view = job_view(cfg, state, env, job, 1)
-        req = np.broadcast_to(
-            view.request.astype(np.float64)[:, None, :], (view.size, h, len(cfg.capacity_units))
-        )
-        return _repeat_levels(req, len(self.levels))
-
-
-@dataclass(frozen=True)
 class SeasonalNaiveForecaster:
     """Each step's value one period earlier at the same phase (the most recent observed age a - k P); where that
     age was not observed, the last observed value; with nothing observed, the request. The same at every level."""
@@ -892,7 +876,7 @@ class EcAgeQuantileForecaster:
         ok = alive[..., None] & (req > 0)
         frac = np.where(ok, train.usage[is_real] / np.where(req > 0, req, 1.0), np.nan)  # (n, A, D)
         lv = np.asarray(levels, dtype=np.float64)
-        with np.errstate(all="ignore"), _quiet():
+        with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
             overall = np.nanquantile(frac.reshape(-1, frac.shape[2]), lv, axis=0)
             pooled = np.repeat(np.nan_to_num(overall, nan=1.0)[None], n_labels, axis=0)
             table = np.repeat(pooled[:, None], n_age, axis=1)
@@ -921,20 +905,6 @@ class EcAgeQuantileForecaster:
             self.pooled[label][:, None],
         )  # (N, H, L, D)
         return frac.transpose(0, 2, 1, 3) * view.request.astype(np.float64)[:, None, None, :]
-
-
-class _quiet:
-    """Silence numpy's all-NaN slice warnings (cells without training values fall back by design)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
 
 
 # --- scoring --------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ scheduler to report as a winner. `ForecastCache` memoises a forecaster of observ
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -86,7 +87,8 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
     is_seen = ages[None, :] < n_obs[:, None]  # (N, T)
     usage = jobs.usage[env, job].astype(np.float64)  # (N, T, D): masked to the observed ages right away
     usage[~is_seen] = np.nan
-    with np.errstate(all="ignore"), _quiet_nan():
+    with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
+        # a job with nothing observed has NaN summaries by design
         life_max = np.nanmax(usage, axis=1)
         life_mean = np.nanmean(usage, axis=1)
     recent_ages = n_obs[:, None] - n_recent + np.arange(n_recent)[None, :]  # (N, R)
@@ -108,20 +110,6 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
         life_mean=life_mean,
         capacity=np.asarray(cfg.capacity_units, dtype=np.int64),
     )
-
-
-class _quiet_nan:
-    """Silence numpy's all-NaN slice warnings (a job with nothing observed has NaN summaries by design)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
 
 
 @dataclass(frozen=True)

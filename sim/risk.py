@@ -44,6 +44,7 @@ sequences carved from the TRAINING split (`sim.tuning`), never on test sequences
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -272,11 +273,15 @@ class RequestForecaster:
     horizon: int = 24
     levels: tuple[float, ...] = DEFAULT_LEVELS
 
-    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+    def forecast(
+        self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, horizon: int | None = None
+    ) -> np.ndarray:
+        """(N, L, H, D) the request at every level and step; H = `horizon` (default: the configured one)."""
+        h = self.horizon if horizon is None else int(horizon)
+        if h < 1:
+            raise ValueError(f"RequestForecaster: horizon must be >= 1, got {h}")
         request = state.jobs.request[env, job].astype(np.float64)
-        units = np.broadcast_to(
-            request[:, None, None, :], (len(env), len(self.levels), self.horizon, request.shape[1])
-        )
+        units = np.broadcast_to(request[:, None, None, :], (len(env), len(self.levels), h, request.shape[1]))
         return np.ascontiguousarray(units)
 
 
@@ -373,14 +378,10 @@ class PeakPredictorPacking(_FollowsFallback):
         seen = np.zeros((n_envs * n_m, self.window), dtype=bool)
         np.logical_or.at(seen, bi * n_m + state.job_machine[bi, ji], np.isfinite(view.recent).all(axis=2))
         masked = np.where(seen[..., None], totals, np.nan)
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                peak = np.nanmean(masked, axis=1) + self.n_sigma * np.nanstd(masked, axis=1)
-                if self.predictor == "max_pct_n_sigma":
-                    peak = np.maximum(peak, np.nanpercentile(masked, self.percentile, axis=1))
+        with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
+            peak = np.nanmean(masked, axis=1) + self.n_sigma * np.nanstd(masked, axis=1)
+            if self.predictor == "max_pct_n_sigma":
+                peak = np.maximum(peak, np.nanpercentile(masked, self.percentile, axis=1))
         return np.nan_to_num(peak, nan=0.0).reshape(n_envs, n_m, cfg.n_resources)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
