@@ -25,6 +25,7 @@ from assets.ec import classifier_path
 from assets.io_manager import markdown_preview
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
+from models.ec_labeller import ClassifierLabeller
 from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
 from models.usage_forecast import (
     FORECAST_PRESETS,
@@ -52,7 +53,7 @@ from pipelines.synthetic import (
 from sim.config import SimConfig
 from sim.evaluate import RESULT_KEY, evaluate_policies, split_diversity, summarise
 from sim.jobs import JobBatch
-from sim.labelling import LABEL_ACCURACY, ClassifierLabeller, label_accuracy_by_age, most_frequent_label
+from sim.labelling import LABEL_ACCURACY, label_accuracy_by_age, most_frequent_label
 from sim.policies import POLICIES, is_learned
 from sim.tuning import TUNING_PRESETS, TuningConfig
 

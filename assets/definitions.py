@@ -22,9 +22,10 @@ from dagster import Definitions, JobDefinition, in_process_executor
 
 from assets import cluster, core, ec, rl, rl_baselines
 from assets.io_manager import TableIOManager
-from assets.jobs import build_jobs
+from assets.jobs import build_jobs, with_shared_ec_config
 from assets.raw import build_raw_assets
 from assets.resources import TraceFolder, Warehouse
+from assets.settings import ProfileError, apply_profile
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {
@@ -60,10 +61,34 @@ def load_profile(profile: str) -> dict:
         raise FileNotFoundError(
             f"profile {profile!r} is neither one of {sorted(PROFILES)} nor a run-config YAML file"
         )
-    config = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(config, dict) or not isinstance(config.get("ops", {}), dict):
-        raise ValueError(f"{path}: expected a mapping with an `ops:` section (see assets/sample_config.yaml)")
-    return config
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if (
+        not isinstance(config, dict)
+        or not isinstance(config.get("ops", {}), dict)
+        or set(config) - {"ops", "extends"}
+    ):
+        raise ProfileError(
+            f"{path}: expected `ops:` (and optionally `extends: <profile>`); see assets/sample_config.yaml"
+        )
+    base = config.get("extends")
+    if base is None:
+        return {"ops": dict(config.get("ops") or {})}
+    return {"ops": merge_ops(load_profile(str(base))["ops"], config.get("ops") or {})}
+
+
+def merge_ops(base: dict, over: dict) -> dict:
+    """`over`'s settings on top of `base`'s, key by key (nested mappings merged, other values replaced)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            merge_ops(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
+    return out
 
 
 def _executor(scheduler: str | None):
@@ -80,18 +105,22 @@ def build_definitions(
     """Definitions for a given trace folder, warehouse, profile and executor (tests point these at tmp_path)."""
     warehouse = Warehouse(root=str(warehouse_root))
     raw_assets = build_raw_assets(traces)
-    all_assets = [
-        *raw_assets,
-        *core.CORE_ASSETS,
-        *ec.EC_ASSETS,
-        *cluster.CLUSTER_ASSETS,
-        *rl.RL_ASSETS,
-        *rl_baselines.RL_BASELINE_ASSETS,
-    ]
+    config = load_profile(profile)
+    all_assets = apply_profile(
+        [
+            *raw_assets,
+            *core.CORE_ASSETS,
+            *ec.EC_ASSETS,
+            *cluster.CLUSTER_ASSETS,
+            *rl.RL_ASSETS,
+            *rl_baselines.RL_BASELINE_ASSETS,
+        ],
+        with_shared_ec_config(config["ops"]),
+    )
     return Definitions(
         assets=all_assets,
         asset_checks=[*core.CORE_CHECKS],
-        jobs=build_jobs(all_assets, load_profile(profile), profile),
+        jobs=build_jobs(all_assets, config, profile),
         resources={
             "warehouse": warehouse,
             "traces": TraceFolder(root=str(traces)),

@@ -27,6 +27,7 @@ from assets.learned import curve_frame, git_revision, load_learned, policy_path,
 from assets.plots import curve_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from models.checkpoint import checkpoint_file
+from models.ec_labeller import ClassifierLabeller
 from models.reinforce import ADVANTAGE_MODES, config_dict, policy_payload
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.equivalence import EC_METHODS
@@ -34,7 +35,6 @@ from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, gap_table, summarise
 from sim.jobs import JobBatch
-from sim.labelling import ClassifierLabeller
 from sim.observation import ObservationConfig
 from sim.policies import POLICIES, is_learned, make_policy
 

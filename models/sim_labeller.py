@@ -1,6 +1,6 @@
 """An EC labeller trained and served on the simulator's view of a job (issue 22, item 2).
 
-`sim.labelling.ClassifierLabeller` feeds a classifier trained on the first m 5-minute bins of each workload from
+`models.ec_labeller.ClassifierLabeller` feeds a classifier trained on the first m 5-minute bins of each workload from
 its start, at full resolution, with what the simulator has: ceil-quantised step units of a job cut at a random
 offset into its workload's run. Measured on the sample's test sequences (30-minute steps; accuracy of the saved
 classifier with 2 or more steps observed, fed the same windows four ways): Bitbrains 0.12 from the simulator's

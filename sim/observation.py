@@ -5,7 +5,7 @@ predicted from meta information, then from partial usage); it never sees a job's
 what the papers give them (peak usage as the request, `sim.policies`); this module is the agent's side.
 
 `ObservationConfig` (the default is what a real scheduler knows at decision time):
-- labels "predicted": the labels `sim.labelling.ClassifierLabeller` put into the state (`sim.core.relabel`):
+- labels "predicted": the labels `models.ec_labeller.ClassifierLabeller` put into the state (`sim.core.relabel`):
   meta-only for waiting jobs, meta + observed usage for running ones. Encoding a state that no labeller touched
   is an error, so true labels never leak by accident. "true": the clustering labels (an ablation, and the
   synthetic workloads, whose job classes are known at arrival).
@@ -80,7 +80,7 @@ def encode(cfg: SimConfig, obs_cfg: ObservationConfig, state: State) -> np.ndarr
     if obs_cfg.labels == "predicted" and state.obs_label is None:
         raise ValueError(
             "the observation config shows predicted EC labels, but no labeller has set them on this state: "
-            "relabel it (sim.labelling.ClassifierLabeller) or use ObservationConfig(labels='true')"
+            "relabel it (models.ec_labeller.ClassifierLabeller, a sim.labelling.Labeller) or use ObservationConfig(labels='true')"
         )
     n_envs = state.batch_size
     out = np.empty((n_envs, n_features(cfg)), dtype=np.float32)

@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 
 from models.ec_classifier import META_COLUMNS, ClassifierConfig, train_classifier
+from models.ec_labeller import ClassifierLabeller
 from pipelines.job_sequences import JOB_SEQUENCES, SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepRMConfig, build_deeprm_sequences
 from sim import core
@@ -13,7 +14,6 @@ from sim.gym_env import TvwEnv, TvwVectorEnv
 from sim.jobs import JOB_META_COLUMNS, JobBatch, pad_job_batch, stack_job_batches
 from sim.labelling import (
     LABEL_ACCURACY,
-    ClassifierLabeller,
     Labeller,
     TrueLabeller,
     label_accuracy_by_age,

@@ -1,0 +1,256 @@
+"""Dagster config derived from the project's settings dataclasses, and a profile made the default of every asset.
+
+A setting is declared once: a field of a frozen dataclass in `pipelines/`, `sim/` or `models/`, with its default
+and a docstring. `dataclass_config(SequenceConfig)` is the Dagster `Config` of an asset that takes those settings:
+the same field names, types, defaults and descriptions (the docstrings), nested dataclasses as nested configs;
+`settings.build()` gives the dataclass back (lists become the tuples the dataclass declares).
+
+A profile (`sample_config.yaml`, ...) is a run config: `ops: {<asset>: {config: {...}}}` in those field names.
+`apply_profile` makes it the default config of every asset it names, so the asset page's Materialize button,
+`dagster asset materialize` without `--config-json`, the launchpad and `tvw-run` use the same values; an unknown
+op, an unknown key or a value of the wrong type is a `ProfileError` naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import operator
+import textwrap
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pydantic
+from dagster import AssetsDefinition, Config, Field
+from dagster._config import Permissive, Shape, process_config, validate_config
+from dagster._core.definitions.definition_config_schema import (
+    convert_user_facing_definition_config_schema,
+)
+
+
+class ProfileError(ValueError):
+    """A profile names an op, key or value the assets do not accept; the message names it."""
+
+
+class DataclassConfig(Config):
+    """Base of every derived config: `build()` returns the settings dataclass it was derived from."""
+
+    def build(self) -> Any:
+        return to_dataclass(self.model_dump(), _DATACLASS_OF[type(self)])
+
+
+_DATACLASS_OF: dict[type, type] = {}
+
+
+@functools.cache
+def attribute_docs(dc: type) -> dict[str, str]:
+    """Field name -> the docstring written under it in the class body (PEP 257 attribute docstrings)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(dc.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _config_type(tp: Any) -> Any:
+    """The Dagster-config type of a dataclass field's type: tuples become lists, dataclasses nested configs."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return dataclass_config(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        converted = (
+            _config_type(inner[0])
+            if len(inner) == 1
+            else functools.reduce(operator.or_, map(_config_type, inner))
+        )
+        return converted | None if type(None) in args else converted
+    if origin in (tuple, list):
+        items = [a for a in args if a is not Ellipsis] or [Any]
+        item = items[0] if len(set(items)) == 1 else functools.reduce(operator.or_, items)
+        return list[_config_type(item)]
+    if origin is dict:
+        return dict[args[0], _config_type(args[1])]
+    return tp
+
+
+def _config_value(value: Any) -> Any:
+    """A dataclass default as a config value (tuples as lists, dataclass instances as dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _config_value(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, tuple | list):
+        return [_config_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _config_value(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def dataclass_config(dc: type, name: str | None = None) -> type[DataclassConfig]:
+    """The Dagster `Config` with `dc`'s init fields: names, types, defaults and docstrings (one declaration)."""
+    if not dataclasses.is_dataclass(dc):
+        raise TypeError(f"{dc!r} is not a dataclass")
+    hints = typing.get_type_hints(dc)
+    docs = attribute_docs(dc)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(dc):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = ...
+        tp = _config_type(hints[f.name])
+        if default is not ... and dataclasses.is_dataclass(default):
+            default = tp(**_config_value(default))
+        elif default is not ...:
+            default = _config_value(default)
+        fields[f.name] = (tp, pydantic.Field(default=default, description=docs.get(f.name)))
+    model = pydantic.create_model(name or dc.__name__, __base__=DataclassConfig, __doc__=dc.__doc__, **fields)
+    _DATACLASS_OF[model] = dc
+    return model
+
+
+def to_dataclass(values: Mapping[str, Any], dc: type) -> Any:
+    """`dc` built from config values: nested mappings become the nested dataclasses, lists the declared tuples.
+    The dataclass's own `__post_init__` checks run, so a bad value fails here, naming itself."""
+    hints = typing.get_type_hints(dc)
+    kwargs = {}
+    for f in dataclasses.fields(dc):
+        if f.init and f.name in values:
+            kwargs[f.name] = _from_config(values[f.name], hints[f.name])
+    return dc(**kwargs)
+
+
+def _from_config(value: Any, tp: Any) -> Any:
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return value if isinstance(value, tp) else to_dataclass(value, tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _from_config(value, inner[0]) if len(inner) == 1 else value
+    if origin is tuple:
+        items = list(args)
+        if len(items) == 2 and items[1] is Ellipsis:
+            return tuple(_from_config(v, items[0]) for v in value)
+        return tuple(_from_config(v, t) for v, t in zip(value, items, strict=False))
+    if origin is list:
+        return [_from_config(v, args[0]) for v in value] if args else list(value)
+    if origin is dict:
+        return {k: _from_config(v, args[1]) for k, v in value.items()}
+    return value
+
+
+# --- a profile as every asset's default ---------------------------------------------------------------------
+
+
+def _with_defaults(config_type: Any, values: Mapping[str, Any], where: str) -> Any:
+    """`config_type` (a Shape) with `values` as its fields' defaults; ProfileError for an unknown key or a value
+    Dagster would reject, naming `where.key` and what is allowed."""
+    if not isinstance(values, Mapping):
+        raise ProfileError(f"{where}: expected a mapping of settings, got {values!r}")
+    fields = dict(config_type.fields)
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ProfileError(f"{where}.{unknown[0]}: unknown setting; allowed: {', '.join(sorted(fields))}")
+    new = {}
+    for name, field in fields.items():
+        if name not in values:
+            new[name] = field
+            continue
+        value, here = values[name], f"{where}.{name}"
+        inner = field.config_type
+        if isinstance(inner, Shape | Permissive) and isinstance(value, Mapping):
+            shape = _with_defaults(inner, value, here)
+            default = process_config(shape, {}).value  # the nested defaults, profile values included
+            new[name] = Field(shape, default_value=default, is_required=False, description=field.description)
+            continue
+        checked = validate_config(inner, value)
+        if not checked.success:
+            reason = "; ".join(e.message for e in checked.errors)
+            raise ProfileError(f"{here}: {value!r} is not a valid value ({reason})")
+        new[name] = Field(inner, default_value=value, is_required=False, description=field.description)
+    return Shape(new, description=getattr(config_type, "description", None))
+
+
+def _op_shape(asset: AssetsDefinition) -> Any:
+    schema = asset.node_def.config_schema
+    return None if schema is None else schema.config_type
+
+
+def apply_profile(assets: Iterable[AssetsDefinition], ops: Mapping[str, Any]) -> list[AssetsDefinition]:
+    """Every asset whose op `ops` configures, with that configuration as its config's default (the rest as they
+    are). ProfileError names an op no asset has, an op that takes no config, an unknown key or a bad value, and
+    a value the settings dataclass itself refuses (its `__post_init__` checks, e.g. a negative k)."""
+    assets = list(assets)
+    by_op = {a.node_def.name: a for a in assets}
+    unknown = sorted(set(ops) - set(by_op))
+    if unknown:
+        raise ProfileError(f"ops.{unknown[0]}: no asset of that name; assets: {', '.join(sorted(by_op))}")
+    out = []
+    for asset in assets:
+        name = asset.node_def.name
+        entry = ops.get(name)
+        if entry is None:
+            out.append(asset)
+            continue
+        if not isinstance(entry, Mapping) or set(entry) - {"config"}:
+            raise ProfileError(f"ops.{name}: expected `config:` and nothing else, got {entry!r}")
+        shape = _op_shape(asset)
+        if shape is None or not isinstance(shape, Shape | Permissive):
+            raise ProfileError(f"ops.{name}: this asset takes no config")
+        new_shape = _with_defaults(shape, entry.get("config") or {}, f"ops.{name}.config")
+        _check_dataclass(asset, entry.get("config") or {}, f"ops.{name}.config")
+        node = asset.node_def.with_replaced_properties(
+            name=name, config_schema=convert_user_facing_definition_config_schema(new_shape)
+        )
+        out.append(
+            AssetsDefinition.dagster_internal_init(**{**asset.get_attributes_dict(), "node_def": node})
+        )
+    return out
+
+
+def config_class_of(asset: AssetsDefinition) -> type | None:
+    """The `Config` class an asset's function takes as `config`, or None."""
+    fn = getattr(asset.node_def, "compute_fn", None)
+    fn = getattr(fn, "decorated_fn", fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - an op without resolvable annotations takes no Config class
+        return None
+    tp = hints.get("config")
+    return tp if isinstance(tp, type) and issubclass(tp, Config) else None
+
+
+def _check_dataclass(asset: AssetsDefinition, values: Mapping[str, Any], where: str) -> None:
+    """Build the asset's settings from its defaults and `values`, so the dataclass's own checks run now."""
+    cls = config_class_of(asset)
+    if cls is None or not issubclass(cls, DataclassConfig):
+        return
+    try:
+        cls(**values).build()
+    except (ValueError, TypeError, pydantic.ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ProfileError(f"{where}: {first}") from None
