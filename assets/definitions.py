@@ -29,6 +29,7 @@ from assets.settings import ProfileError, apply_profile
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {
+    "quick": Path(__file__).with_name("quick_config.yaml"),
     "sample": Path(__file__).with_name("sample_config.yaml"),
     "paper": Path(__file__).with_name("paper_config.yaml"),
 }
