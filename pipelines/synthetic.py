@@ -49,6 +49,13 @@ from pipelines.job_sequences import (
 
 DEEPPLACE_SOURCE = "deepplace_synthetic"
 DEEPRM_SOURCE = "deeprm_synthetic"
+SYNTHETIC_SOURCES = (DEEPPLACE_SOURCE, DEEPRM_SOURCE)
+"""The papers' synthetic workloads: their job classes are known (no EC mapping, labels are the true classes)."""
+
+
+def is_synthetic(source: str) -> bool:
+    """Whether `source` is one of the papers' synthetic workloads rather than a trace source."""
+    return source in SYNTHETIC_SOURCES
 SPLIT_CODE = {"train": 0, "test": 1}
 """Seed component per split, so train and test draws never share a random stream."""
 
