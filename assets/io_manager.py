@@ -12,24 +12,7 @@ from dagster import (
 
 from assets.column_docs import table_schema, undocumented
 from assets.resources import Warehouse
-
-
-def table_name(asset_key_path: list[str]) -> str:
-    return "__".join(asset_key_path)
-
-
-def markdown_preview(df: pl.DataFrame, n: int = 10, max_chars: int = 40) -> str:
-    """The first `n` rows of `df` as a Markdown table (long cells shortened)."""
-
-    def cell(v: object) -> str:
-        s = "" if v is None else str(v)
-        s = s.replace("|", "\\|").replace("\n", " ")
-        return s if len(s) <= max_chars else s[: max_chars - 1] + "…"
-
-    head = df.head(n)
-    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in head.iter_rows()]
-    return "\n".join(lines)
+from pipelines.warehouse import markdown_preview
 
 
 def frame_metadata(df: pl.DataFrame, table: str | None = None) -> dict:
@@ -55,7 +38,7 @@ class TableIOManager(ConfigurableIOManager):
             raise TypeError(
                 f"{context.asset_key.to_user_string()}: expected a polars DataFrame, got {type(obj)}"
             )
-        name = table_name(context.asset_key.path)
+        name = "__".join(context.asset_key.path)
         key = context.partition_key if context.has_partition_key else None
         path = self.warehouse.write(name, obj, key)
         # the configuration in force (sample / paper / a file), as tagged on the run by the job
@@ -71,7 +54,7 @@ class TableIOManager(ConfigurableIOManager):
         )
 
     def load_input(self, context: InputContext) -> pl.DataFrame:
-        name = table_name(context.asset_key.path)
+        name = "__".join(context.asset_key.path)
         keys = list(context.asset_partition_keys) if context.has_asset_partitions else None
         if keys is not None and not keys:
             keys = None
