@@ -23,6 +23,7 @@ A warehouse can be moved or copied whole (`cp -r warehouse /elsewhere`):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -176,7 +177,8 @@ class ParquetWarehouse:
             return True
         if record.get("sha256") != file_sha256(source_file):
             return False
-        self.write_source_manifest(table, partition_key, source_file, sha256=record["sha256"])
+        with contextlib.suppress(OSError):  # a read-only warehouse hashes again next time
+            self.write_source_manifest(table, partition_key, source_file, sha256=record["sha256"])
         return True
 
     def partition_keys_on_disk(self, table: str) -> dict[str, list[Path]]:

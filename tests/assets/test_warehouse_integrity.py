@@ -1,5 +1,6 @@
-"""A run uses exactly the shards of its own trace folder: raw partitions left by a run over another folder
-are neither read nor kept (the mix-up: a shard of an earlier folder showing up after TVW_TRACE_DIR changed)."""
+"""A run uses exactly the shards of its own trace folder: raw partitions ingested from files that are not there
+now are neither read nor kept (the mix-up: a shard of an earlier folder showing up after TVW_TRACE_DIR changed),
+while a warehouse and trace folder moved or copied together keep every partition (the guard compares content)."""
 
 import gzip
 import shutil
@@ -30,6 +31,15 @@ def _folder_with_extra_shard(root: Path) -> Path:
         cols[2] = str(int(cols[2]) + EXTRA_JOB_OFFSET)  # job ID
         shifted.append(",".join(cols))
     (events / EXTRA).write_bytes(gzip.compress(("\n".join(shifted) + "\n").encode()))
+    return root
+
+
+def _with_other_events(root: Path) -> Path:
+    """The fixture Google folder whose task_events shard has the same name and other content (shifted jobs)."""
+    shutil.copytree(FIXTURES / "google-2011", root / "google-2011")
+    _folder_with_extra_shard(root / "scratch")
+    shard = root / "google-2011" / "task_events" / "part-00000-of-00500.csv.gz"
+    shard.write_bytes((root / "scratch" / "google-2011" / "task_events" / EXTRA).read_bytes())
     return root
 
 
@@ -74,8 +84,30 @@ def test_partitions_of_another_folder_are_not_read(runs, tmp_path):
     assert (
         Warehouse(root=str(wh)).table_dir("raw_google2011__task_events") / "part-00001-of-00500.parquet"
     ).exists()
-    # the same-named shards were ingested from the earlier folder's files: not read either
-    assert _workload_ids(wh) == set()
+    # the shard only the earlier folder has is not read; the shards both folders hold byte for byte are
+    assert _workload_ids(wh) == _workload_ids(fresh)
+
+
+def test_a_shard_of_the_same_name_with_other_content_is_stale(runs, tmp_path):
+    _, _, fresh, _ = runs
+    other = _with_other_events(tmp_path / "other")
+    shutil.copytree(fresh, tmp_path / "wh")  # the guard records the files it matched by content
+    assert [
+        (p.table, p.stem) for p in find_stale_raw(Warehouse(root=str(tmp_path / "wh")), other, [SOURCE])
+    ] == [("raw_google2011__task_events", "part-00000-of-00500")]
+
+
+def test_a_warehouse_moved_with_its_traces_keeps_every_partition(runs, tmp_path):
+    _, current, fresh, _ = runs
+    # `cp -r` of both folders (new paths and modification times), the originals out of reach
+    moved = tmp_path / "moved"
+    shutil.copytree(current, moved / "traces", copy_function=shutil.copy)
+    shutil.copytree(fresh, moved / "warehouse", copy_function=shutil.copy)
+    wh = Warehouse(root=str(moved / "warehouse"))
+    assert find_stale_raw(wh, moved / "traces", [SOURCE]) == []
+    _run(moved / "traces", moved / "warehouse", ("per_source",))
+    assert _workload_ids(moved / "warehouse") == _workload_ids(fresh) != set()
+    assert wh.query("select count(*) as n from core__workloads")["n"][0] == len(_workload_ids(fresh))
 
 
 def test_a_full_run_over_the_current_folder_removes_them_and_matches_a_fresh_warehouse(runs, tmp_path):
