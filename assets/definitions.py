@@ -1,14 +1,16 @@
-"""The one `Definitions` object, and the only place that reads settings from the environment.
+"""The one `Definitions` object, built from explicit arguments (`build_definitions`), and the UI's entry point.
 
-Settings (environment variables; `tvw-run` and `tvw-ui` flags set the same ones):
-    TVW_TRACE_DIR       folder holding `google-2011/`, `alibaba-2018/`, `google-2011-derived/` in the public
-                        distribution layout (default: the embedded sample in `data/`)
+`tvw-run` builds the definitions from its flags. The UI (`tvw-ui`, `dagster dev`) loads `defs` lazily; only then
+are these environment variables read (`tvw-ui`'s flags set them):
+    TVW_TRACE_DIR       folder holding each source's folder in the public distribution layout (default: the
+                        embedded sample in `data/`)
     TVW_WAREHOUSE_DIR   where Parquet tables and `tvw.duckdb` go (default: `warehouse/`). With a Dask cluster it
                         must be on a filesystem every worker sees (steps exchange data only through it)
-    TVW_PROFILE         the configuration in force: `sample`, `paper`, or a path to a run-config YAML of the
-                        same shape (default: `sample` on the embedded sample, `paper` when TVW_TRACE_DIR is set).
-                        Every job carries it as its default config and its `tvw/profile` tag, so the UI's
-                        launchpad, `dagster job execute` and `tvw-run` use the same values
+    TVW_PROFILE         the configuration in force: `quick` (default), `sample`, `paper`, or a path to a YAML file
+                        of the same shape. It is the default config of every asset (`assets.settings.apply_profile`)
+                        and every job's `tvw/profile` tag, so the asset page's Materialize button, the launchpad,
+                        `dagster asset materialize` and `tvw-run` use the same values. The trace folder never
+                        changes it.
     TVW_DASK_SCHEDULER  address of a Dask scheduler (`tcp://host:8786`): every job's steps then run on that
                         cluster through dagster-dask's executor (default: in-process)
 """
@@ -18,9 +20,9 @@ import os
 from pathlib import Path
 
 import yaml
-from dagster import Definitions, JobDefinition, in_process_executor
+from dagster import Definitions, JobDefinition, definitions, in_process_executor
 
-from assets import cluster, core, ec, rl, rl_baselines
+from assets import cluster, core, ec, leaderboard, rl, rl_baselines
 from assets.io_manager import TableIOManager
 from assets.jobs import build_jobs, with_shared_ec_config
 from assets.raw import build_raw_assets
@@ -46,38 +48,68 @@ def warehouse_dir() -> Path:
     return Path(os.environ.get("TVW_WAREHOUSE_DIR", PROJECT_ROOT / "warehouse")).resolve()
 
 
+DEFAULT_PROFILE = "quick"
+
+
 def profile_name() -> str:
-    """The profile in force: TVW_PROFILE, else `sample` on the embedded sample and `paper` on other traces."""
-    return os.environ.get("TVW_PROFILE") or ("paper" if "TVW_TRACE_DIR" in os.environ else "sample")
+    """The profile in force: TVW_PROFILE, else `quick` (whatever the trace folder)."""
+    return os.environ.get("TVW_PROFILE") or DEFAULT_PROFILE
 
 
 def dask_scheduler() -> str | None:
     return os.environ.get("TVW_DASK_SCHEDULER") or None
 
 
+PROFILE_KEYS = ("extends", "ops", "sources")
+
+
 def load_profile(profile: str) -> dict:
-    """The run config (`ops:` per asset) of a named profile or of a YAML file; raises naming what is known."""
+    """A named profile or a YAML file: `ops:` (each asset's config, in its settings dataclass's field names),
+    `sources:` (per source, the layers it is run through and why, for a sample that cannot feed the later ones),
+    and optionally `extends:` (a profile whose settings these override). ProfileError names what is wrong."""
     path = PROFILES.get(profile, Path(profile))
     if not path.is_file():
-        raise FileNotFoundError(
-            f"profile {profile!r} is neither one of {sorted(PROFILES)} nor a run-config YAML file"
+        raise ProfileError(
+            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)} or a YAML file's path"
         )
     try:
         config = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if (
-        not isinstance(config, dict)
-        or not isinstance(config.get("ops", {}), dict)
-        or set(config) - {"ops", "extends"}
-    ):
-        raise ProfileError(
-            f"{path}: expected `ops:` (and optionally `extends: <profile>`); see assets/sample_config.yaml"
-        )
+    if not isinstance(config, dict) or set(config) - set(PROFILE_KEYS):
+        extra = sorted(set(config) - set(PROFILE_KEYS)) if isinstance(config, dict) else config
+        raise ProfileError(f"{path}: unknown top-level key(s) {extra}; allowed: {', '.join(PROFILE_KEYS)}")
+    for key in ("ops", "sources"):
+        if not isinstance(config.get(key) or {}, dict):
+            raise ProfileError(f"{path}: `{key}:` must be a mapping")
+    loaded = {
+        "ops": dict(config.get("ops") or {}),
+        "sources": _sources_section(path, config.get("sources") or {}),
+    }
     base = config.get("extends")
     if base is None:
-        return {"ops": dict(config.get("ops") or {})}
-    return {"ops": merge_ops(load_profile(str(base))["ops"], config.get("ops") or {})}
+        return loaded
+    parent = load_profile(str(base) if str(base) in PROFILES else str(path.parent / str(base)))
+    return {
+        "ops": merge_ops(parent["ops"], loaded["ops"]),
+        "sources": {**parent["sources"], **loaded["sources"]},
+    }
+
+
+def _sources_section(path: Path, sources: dict) -> dict:
+    """`sources: {<source>: {layers: [...], reason: ...}}` checked: known sources, both keys given."""
+    from pipelines.sources import SOURCES
+
+    for name, entry in sources.items():
+        if name not in SOURCES:
+            raise ProfileError(f"{path}: sources.{name}: unknown source; known: {', '.join(SOURCES)}")
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"layers", "reason"}
+            or not isinstance(entry["layers"], list)
+        ):
+            raise ProfileError(f"{path}: sources.{name}: expected `layers: [...]` and `reason: ...`")
+    return dict(sources)
 
 
 def merge_ops(base: dict, over: dict) -> dict:
@@ -101,7 +133,7 @@ def _executor(scheduler: str | None):
 
 
 def build_definitions(
-    traces: Path, warehouse_root: Path, profile: str = "sample", scheduler: str | None = None
+    traces: Path, warehouse_root: Path, profile: str = DEFAULT_PROFILE, scheduler: str | None = None
 ) -> Definitions:
     """Definitions for a given trace folder, warehouse, profile and executor (tests point these at tmp_path)."""
     warehouse = Warehouse(root=str(warehouse_root))
@@ -115,13 +147,14 @@ def build_definitions(
             *cluster.CLUSTER_ASSETS,
             *rl.RL_ASSETS,
             *rl_baselines.RL_BASELINE_ASSETS,
+            *leaderboard.LEADERBOARD_ASSETS,
         ],
         with_shared_ec_config(config["ops"]),
     )
     return Definitions(
         assets=all_assets,
         asset_checks=[*core.CORE_CHECKS],
-        jobs=build_jobs(all_assets, config, profile),
+        jobs=build_jobs(all_assets, profile),
         resources={
             "warehouse": warehouse,
             "traces": TraceFolder(root=str(traces)),
@@ -145,4 +178,8 @@ def job_for(
     return _cached_definitions(traces, warehouse_root, profile, scheduler).resolve_job_def(job_name)
 
 
-defs = build_definitions(trace_dir(), warehouse_dir(), profile_name(), dask_scheduler())
+@definitions
+def defs() -> Definitions:
+    """The UI's definitions (`dagster dev` loads this lazily): the trace folder, warehouse, profile and executor
+    from the environment (`tvw-ui` sets it from its flags)."""
+    return build_definitions(trace_dir(), warehouse_dir(), profile_name(), dask_scheduler())

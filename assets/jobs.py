@@ -1,31 +1,27 @@
-"""Asset jobs: one per layer (and one per raw table). A job's assets share one partitioning, so each run is
-one partition: a shard, a trace source, a (source, EC method), a load, a (load, training seed), or the whole
-cluster layer. Every job carries the profile's config (for its own ops) as its default, and the profile's name
-as the `tvw/profile` tag."""
+"""Asset jobs: selections of groups or assets, one per layer (and one per raw table). A job's assets share one
+partitioning, so each run is one partition: a shard, a trace source, a (source, EC method), a load, a (load,
+training seed), or the whole cluster layer. A job's config is its assets' defaults, i.e. the profile's
+(`assets.settings.apply_profile`); its tags name the profile, its layer (`tvw-run` plans from them and from the
+asset graph) and, for the raw jobs, the source.
+"""
 
-from dagster import AssetsDefinition, AssetSelection, define_asset_job
+from dagster import AssetsDefinition, AssetSelection, Definitions, define_asset_job
 
 from assets.core import SOURCE_PARTITIONS
+from assets.settings import find_setting, resolved_config
 
-PER_SOURCE_GROUPS = ("core",)
 EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
-"""Ops configured by the profile's `ec__mapping` entry (all three take `assets.ec.EcRunConfig`): a profile
-configures the EC layer once, and its sweep, gain and choice steps agree on methods, k range and seeds."""
-GLOBAL_GROUPS = ("sim", "eval")
+"""Ops configured by the profile's `ec__mapping` entry (all three take one config class): a profile configures the
+EC layer once, and its sweep, gain and choice steps agree on methods, k range and seeds."""
 PROFILE_TAG = "tvw/profile"
+LAYER_TAG = "tvw/layer"
+SOURCE_TAG = "tvw/source"
+ON_DEMAND_TAG = "tvw/on_demand"
+BY_SOURCE = {"tvw/partitioned_by": "source"}
 
 
 def raw_job_name(raw_asset_name: str) -> str:
     return f"{raw_asset_name}_job"
-
-
-def _ops_config(assets: list[AssetsDefinition], groups: tuple[str, ...], profile_config: dict) -> dict:
-    """The profile's `ops:` entries for the ops whose assets are in `groups` (Dagster rejects unknown ops)."""
-    return ops_config_of(_op_names(assets, groups), profile_config)
-
-
-def _op_names(assets: list[AssetsDefinition], groups: tuple[str, ...]) -> set[str]:
-    return {a.node_def.name for a in assets if set(a.group_names_by_key.values()) & set(groups)}
 
 
 def with_shared_ec_config(ops: dict) -> dict:
@@ -36,125 +32,175 @@ def with_shared_ec_config(ops: dict) -> dict:
     return {**dict.fromkeys(EC_CONFIG_OPS, ops["ec__mapping"]), **ops}
 
 
-def ops_config_of(names: set[str], profile_config: dict) -> dict:
-    """`{"ops": ...}` with the profile's entries for the ops in `names` (`with_shared_ec_config`), or {}."""
-    shared = with_shared_ec_config(profile_config.get("ops", {}))
-    ops = {k: v for k, v in shared.items() if k in names}
-    return {"ops": ops} if ops else {}
+def _by_name(assets: list[AssetsDefinition], *names: str) -> AssetSelection:
+    keys = [k for a in assets for k in a.keys if k.path[-1] in names]
+    return AssetSelection.assets(*keys)
 
 
-def build_jobs(assets: list[AssetsDefinition], profile_config: dict, profile: str) -> list:
-    """`raw_<source>__<table>_job` per raw table (partition: a shard file), `per_source_job` (canonical
-    tables of one source; partition: the source), `ec_sweep_job` (one EC method's k sweep; partition: source x
-    method), `ec_gain_job` (that method's Table 1 rows; source x method), `ec_job` (the EC choice, labels and
-    classifier of one source), `cluster_job` (job sequences, EC labelling in the simulator), `eval_job` (the heuristics on every source at one load; partition: the load),
-    `eval_summary_job` (their summary), `rl_job`, `results_job` and `ablation_job`."""
-    tags = {PROFILE_TAG: profile}
-    raw_assets = [a for a in assets if all(k.path[-1].startswith("raw_") for k in a.keys)]
+def build_jobs(assets: list[AssetsDefinition], profile: str) -> list:
+    """`raw_<source>__<table>_job` per raw table (partition: a shard file), `per_source_job` (canonical tables of
+    one source), `ec_sweep_job` (one EC method's k sweep; source x method), `ec_gain_job` (that method's Table 1
+    rows), `ec_job` (the EC choice, labels and classifier of one source), `cluster_job` (job sequences, EC
+    labelling and forecasts in the simulator), `eval_job` (the heuristics at one load), `eval_summary_job`,
+    `rl_job` (the learned schedulers per (load, training seed)), `results_job` and the on-demand `ablation_job`."""
+
+    def job(name, selection, layer, description, partitions=None, **tags):
+        return define_asset_job(
+            name,
+            selection=selection,
+            partitions_def=partitions,
+            description=description,
+            tags={PROFILE_TAG: profile, LAYER_TAG: layer, **tags},
+        )
+
+    def partitions_of(name):
+        return next(
+            a.partitions_def
+            for a in assets
+            if a.node_def.name == name or name in (k.path[-1] for k in a.keys)
+        )
+
     raw = [
-        define_asset_job(
+        job(
             raw_job_name(a.key.path[-1]),
-            selection=AssetSelection.assets(a),
-            partitions_def=a.partitions_def,
-            description=f"Ingest one shard of `{a.key.path[-1]}` (a run per shard file).",
-            tags=tags,
+            AssetSelection.assets(a),
+            "raw",
+            f"Ingest one shard of `{a.key.path[-1]}` (a run per shard file).",
+            a.partitions_def,
+            **{SOURCE_TAG: a.key.path[-1].removeprefix("raw_").split("__")[0]},
         )
-        for a in raw_assets
+        for a in assets
+        if all(k.path[-1].startswith("raw_") for k in a.keys)
     ]
-    per_source = define_asset_job(
-        "per_source_job",
-        selection=AssetSelection.groups(*PER_SOURCE_GROUPS),
-        partitions_def=SOURCE_PARTITIONS,
-        description="Canonical tables and the long-running filter for one trace source.",
-        config=_ops_config(assets, PER_SOURCE_GROUPS, profile_config) or None,
-        tags=tags,
-    )
-    from assets.ec import (
-        SOURCE_METHOD_PARTITIONS,
-        ec__classifier_accuracy,
-        ec__mapping,
-        ec__method_gain,
-        ec__method_sweep,
-    )
+    sweep, gain = partitions_of("ec__method_sweep"), partitions_of("ec__method_gain")
+    evaluation = _by_name(assets, "eval__baselines", "eval__summary")
+    return [
+        *raw,
+        job(
+            "per_source_job",
+            AssetSelection.groups("core"),
+            "per_source",
+            "Canonical tables and the long-running filter for one trace source.",
+            SOURCE_PARTITIONS,
+            **BY_SOURCE,
+        ),
+        job(
+            "ec_sweep_job",
+            _by_name(assets, "ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels"),
+            "ec_sweep",
+            "One EC distance method's k sweep on one source (a run per source and method).",
+            sweep,
+        ),
+        job(
+            "ec_gain_job",
+            _by_name(assets, "ec__method_gain"),
+            "ec_gain",
+            "Table 1 (prediction gain over forecaster seeds, random control) of one EC method's mappings on one "
+            "source; reads every method's sweep of the source (the common k).",
+            gain,
+        ),
+        job(
+            "ec_job",
+            AssetSelection.groups("ec")
+            - _by_name(
+                assets, "ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels", "ec__method_gain"
+            ),
+            "ec",
+            "The EC mapping of one source (chosen from the methods' Table 1 rows), each method's own mapping, the "
+            "EC profiles and the EC classifier.",
+            SOURCE_PARTITIONS,
+            **BY_SOURCE,
+        ),
+        job(
+            "cluster_job",
+            AssetSelection.groups("sim", "eval") - evaluation,
+            "cluster",
+            "Job sequences for the simulator, how well the EC classifier labels their jobs, the usage forecasts.",
+        ),
+        job(
+            "eval_job",
+            _by_name(assets, "eval__baselines"),
+            "eval",
+            "Every heuristic scheduler on every source's test sequences at one load (a run per load).",
+            partitions_of("eval__baselines"),
+        ),
+        job(
+            "eval_summary_job",
+            _by_name(assets, "eval__summary"),
+            "eval",
+            "Means and intervals of the heuristics' metrics over every load evaluated.",
+        ),
+        job(
+            "rl_job",
+            AssetSelection.groups("rl"),
+            "rl",
+            "Train the learned schedulers for one (load, training seed) on every source with training sequences.",
+            partitions_of("rl__tvw_rl"),
+        ),
+        job(
+            "results_job",
+            AssetSelection.groups("results"),
+            "results",
+            "Every registered policy, learned ones included, on every test sequence; summary and leaderboard.",
+        ),
+        job(
+            "ablation_job",
+            _by_name(assets, "rl__ablation"),
+            "ablation",
+            "One TVW-RL ablation run (TVW-RL Tables 2-3); launched on demand (`tvw-run --layers ablation`).",
+            partitions_of("rl__ablation"),
+            **{ON_DEMAND_TAG: "true"},
+        ),
+    ]
 
-    ec_sweep = define_asset_job(
-        "ec_sweep_job",
-        selection=AssetSelection.assets(ec__method_sweep),
-        partitions_def=SOURCE_METHOD_PARTITIONS,
-        description="One EC distance method's k sweep on one source (a run per source and method).",
-        config=ops_config_of({"ec__method_sweep"}, profile_config) or None,
-        tags=tags,
-    )
-    ec_gain = define_asset_job(
-        "ec_gain_job",
-        selection=AssetSelection.assets(ec__method_gain),
-        partitions_def=SOURCE_METHOD_PARTITIONS,
-        description="Table 1 (prediction gain over forecaster seeds, random control) of one EC method's mappings "
-        "on one source; reads every method's sweep of the source (the common k).",
-        config=ops_config_of({"ec__method_gain"}, profile_config) or None,
-        tags=tags,
-    )
-    ec = define_asset_job(
-        "ec_job",
-        selection=AssetSelection.assets(ec__mapping, ec__classifier_accuracy),
-        partitions_def=SOURCE_PARTITIONS,
-        description="The EC mapping of one source (chosen from the methods' Table 1 rows), each method's own "
-        "mapping, the EC profiles and the EC classifier.",
-        config=ops_config_of({"ec__mapping", "ec__classifier_accuracy"}, profile_config) or None,
-        tags=tags,
-    )
-    from assets.cluster import EVAL_PARTITIONS, eval__baselines, eval__summary
 
-    evaluation = AssetSelection.assets(eval__baselines, eval__summary)
-    cluster = define_asset_job(
-        "cluster_job",
-        selection=AssetSelection.groups(*GLOBAL_GROUPS) - evaluation,
-        description="Job sequences for the simulator, and how well the EC classifier labels their jobs.",
-        config=ops_config_of(
-            _op_names(assets, GLOBAL_GROUPS) - {"eval__baselines", "eval__summary"}, profile_config
-        )
-        or None,
-        tags=tags,
-    )
-    eval_job = define_asset_job(
-        "eval_job",
-        selection=AssetSelection.assets(eval__baselines),
-        partitions_def=EVAL_PARTITIONS,
-        description="Every heuristic scheduler on every source's test sequences at one load (a run per load).",
-        config=ops_config_of({"eval__baselines"}, profile_config) or None,
-        tags=tags,
-    )
-    eval_summary = define_asset_job(
-        "eval_summary_job",
-        selection=AssetSelection.assets(eval__summary),
-        description="Means and intervals of the heuristics' metrics over every load evaluated.",
-        tags=tags,
-    )
-    from assets.rl import ABLATION_PARTITIONS, RL_PARTITIONS, rl__ablation, rl__tvw_rl
-    from assets.rl_baselines import rl__deeprm, rl__dejavu
+PLANNED_BY = {
+    "ec_sweep_job": ("ec__mapping", "methods"),
+    "ec_gain_job": ("ec__mapping", "methods"),
+    "eval_job": ("sim__job_sequences", "loads_pct"),
+    "rl_job": ("sim__job_sequences", "loads_pct"),
+}
+"""Jobs whose runs are only the partitions the profile asks for: (op, setting) that selects them."""
 
-    rl = define_asset_job(
-        "rl_job",
-        selection=AssetSelection.assets(rl__tvw_rl, rl__deeprm, rl__dejavu),
-        partitions_def=RL_PARTITIONS,
-        description="Train the learned schedulers (TVW-RL, DeepRM's agent, Dejavu) for one (load, training seed) "
-        "on every source with training sequences.",
-        config=_ops_config(assets, ("rl",), profile_config) or None,
-        tags=tags,
-    )
-    results = define_asset_job(
-        "results_job",
-        selection=AssetSelection.groups("results"),
-        description="Every registered policy, learned ones included, on every test sequence; the summary.",
-        config=_ops_config(assets, ("results",), profile_config) or None,
-        tags=tags,
-    )
-    ablation = define_asset_job(
-        "ablation_job",
-        selection=AssetSelection.assets(rl__ablation),
-        partitions_def=ABLATION_PARTITIONS,
-        description="One TVW-RL ablation run (TVW-RL Tables 2-3); launched on demand, not by tvw-run.",
-        config=_ops_config(assets, ("ablation",), profile_config) or None,
-        tags=tags,
-    )
-    return [*raw, per_source, ec_sweep, ec_gain, ec, cluster, eval_job, eval_summary, rl, results, ablation]
+
+def planned_partitions(defs: Definitions) -> dict[str, list[str]]:
+    """Per job of PLANNED_BY: the partitions of the EC methods, loads (and training seeds: `eval__results.seeds`)
+    in force. Other jobs run every partition."""
+    assets = {a.node_def.name: a for a in defs.assets if isinstance(a, AssetsDefinition)}
+
+    def setting(op, name):
+        return find_setting(resolved_config(assets[op]), name)
+
+    out = {}
+    for job_name, (op, name) in PLANNED_BY.items():
+        wanted = {str(v) for v in setting(op, name)}
+        job = defs.resolve_job_def(job_name)
+        keys = job.partitions_def.get_partition_keys()
+        if job_name == "rl_job":
+            seeds = {str(s) for s in setting("eval__results", "seeds")}
+            out[job_name] = [
+                k for k in keys if _rl_key_parts(k)[0] in wanted and _rl_key_parts(k)[1] in seeds
+            ]
+        elif "|" in keys[0]:
+            out[job_name] = [k for k in keys if _dimension(job, k, "method") in wanted]
+        else:
+            out[job_name] = [k for k in keys if k.removeprefix("load") in wanted]
+        unknown = wanted - {_part(job, k) for k in keys}
+        if unknown:
+            raise ValueError(f"{op}.{name}: {sorted(unknown)} has no `{job_name}` partition; known: {keys}")
+    return out
+
+
+def _rl_key_parts(key: str) -> tuple[str, str]:
+    load, seed = key.split("-")
+    return load.removeprefix("load"), seed.removeprefix("seed")
+
+
+def _dimension(job, key: str, dimension: str) -> str:
+    return job.partitions_def.get_partition_key_from_str(key).keys_by_dimension[dimension]
+
+
+def _part(job, key: str) -> str:
+    if job.name == "rl_job":
+        return _rl_key_parts(key)[0]
+    return _dimension(job, key, "method") if "|" in key else key.removeprefix("load")

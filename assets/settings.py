@@ -254,3 +254,21 @@ def _check_dataclass(asset: AssetsDefinition, values: Mapping[str, Any], where: 
     except (ValueError, TypeError, pydantic.ValidationError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise ProfileError(f"{where}: {first}") from None
+
+
+def resolved_config(asset: AssetsDefinition) -> dict:
+    """The config an asset runs with when a run gives none: its defaults, i.e. the profile's values."""
+    shape = _op_shape(asset)
+    return {} if shape is None else dict(process_config(shape, {}).value or {})
+
+
+def find_setting(config: Mapping[str, Any], name: str) -> Any:
+    """The value of the setting `name` in a resolved config, at the top or in a nested mapping (breadth first);
+    KeyError naming it when absent."""
+    level = [config]
+    while level:
+        for mapping in level:
+            if name in mapping:
+                return mapping[name]
+        level = [v for m in level for v in m.values() if isinstance(v, Mapping)]
+    raise KeyError(f"no setting {name!r} in {sorted(config)}")

@@ -30,7 +30,12 @@ import pyarrow.parquet as pq
 from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
-from assets.main import LAYERS, RunOutcome, Target, layer_lines, run_all
+from cli.run import run_all
+from cli.summary import layer_lines
+from cli.workers import RunOutcome, Target
+
+LAYERS = None
+"""Every layer but the on-demand ones (the runner reads them from the definitions)."""
 from assets.raw import QUARANTINE_TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +81,7 @@ def timed_run(
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         t0 = time.perf_counter()
         outcomes = run_all(
-            Target(str(traces), str(wh)),
+            Target(str(traces), str(wh), "sample"),
             instance,
             log=lambda _: None,
             max_concurrent=jobs,
@@ -242,7 +247,7 @@ def google_case(work: Path, jobs: int, shards: int, tasks: int, days: float) -> 
     concurrent, c_out, _ = timed_run(traces, work, "google_concurrent", jobs, sources, ("raw",))
     print(f"raw layer, {len(s_out)} runs (one per shard):")
     compare("  raw layer", serial, concurrent, jobs)
-    for line in layer_lines(c_out):
+    for line in layer_lines(c_out, list(dict.fromkeys(o.spec.layer for o in c_out))):
         print(f"  {jobs} at once:{line}")
     figures = per_table(s_out, s_wh, traces, work / "google_serial_home")
     project(figures, serial / concurrent, max(o.peak_rss_mib for o in c_out), [16, 64])
@@ -255,7 +260,7 @@ def sample_case(work: Path, jobs: int) -> None:
     print(f"embedded sample, whole pipeline, {len(s_out)} runs:")
     compare("  all layers", serial, concurrent, jobs)
     for title, out in (("serial", s_out), (f"{jobs} at once", c_out)):
-        for line in layer_lines(out):
+        for line in layer_lines(out, list(dict.fromkeys(o.spec.layer for o in out))):
             print(f"  {title}:{line}")
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import polars as pl
 
-from assets.main import source_summary
 from assets.resources import Warehouse
+from cli.summary import source_summary
 
 
 def test_a_table_whose_partitions_disagree_is_named_not_a_crash(tmp_path):
@@ -17,7 +17,7 @@ def test_a_table_whose_partitions_disagree_is_named_not_a_crash(tmp_path):
     wh.write(
         "core__workloads", pl.DataFrame({"source": ["a", "a", "b"], "workload_id": ["1", "2", "3"]}), "a"
     )
-    lines = source_summary(Path(wh.root), ["a", "b"])
+    lines = source_summary(Path(wh.root), ["a", "b"], ("per_source", "ec"))
     text = "\n".join(lines)
     assert "WARNING ec__method_comparison: its partitions cannot be read together" in text
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:3]}
@@ -30,5 +30,5 @@ def test_a_run_of_the_early_layers_is_not_warned_about_tables_it_did_not_make(tm
     wh.write("core__long_running", pl.DataFrame({"source": ["a"] * 3, "workload_id": ["1", "2", "3"]}), "a")
     early = "\n".join(source_summary(Path(wh.root), ["a"], ("raw", "per_source")))
     assert "WARNING" not in early
-    full = "\n".join(source_summary(Path(wh.root), ["a"]))
+    full = "\n".join(source_summary(Path(wh.root), ["a"], ("per_source", "ec")))
     assert "WARNING a: 3 kept, too few to map to equivalence classes" in full

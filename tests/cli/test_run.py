@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 from assets.definitions import PROFILES, build_definitions, load_profile
-from assets.main import TraceFolderError, check_trace_folder, main, ui
+from assets.jobs import with_shared_ec_config
+from assets.settings import ProfileError, resolved_config
+from cli.run import main
+from cli.summary import TraceFolderError, check_trace_folder
+from cli.ui import main as ui
 from pipelines.sources import SOURCES
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -57,28 +61,76 @@ def test_help_names_the_project_options(entry, capsys):
         assert "--jobs" in out and "--sources" in out and "--dask-scheduler" in out
 
 
+def _is_within(expected, actual) -> bool:
+    """Every value of `expected` (nested mappings compared key by key) equals `actual`'s."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and _is_within(v, actual[k]) for k, v in expected.items()
+        )
+    return expected == actual or (isinstance(expected, list | tuple) and list(expected) == list(actual))
+
+
 @pytest.mark.parametrize("profile", sorted(PROFILES))
-def test_every_job_carries_the_profile(tmp_path, profile):
+def test_the_profile_is_every_assets_default_and_every_jobs_tag(tmp_path, profile):
+    """The asset page's Materialize button, `dagster asset materialize` and tvw-run all run the assets with
+    their defaults: those must be the profile's values, for every op the profile configures."""
     defs = build_definitions(FIXTURES, tmp_path, profile)
-    config = load_profile(profile)["ops"]
+    ops = with_shared_ec_config(load_profile(profile)["ops"])
+    by_op = {a.node_def.name: a for a in defs.assets}
+    assert ops, "a profile configures some asset"
+    for op, entry in ops.items():
+        assert _is_within(entry.get("config") or {}, resolved_config(by_op[op])), op
     for name in ("per_source_job", "cluster_job", "eval_job", "eval_summary_job"):
-        job = defs.resolve_job_def(name)
-        assert job.tags["tvw/profile"] == profile
-    sequences = defs.resolve_job_def("cluster_job").run_config["ops"]["sim__job_sequences"]
-    assert sequences == config["sim__job_sequences"]
-    per_load = defs.resolve_job_def("eval_job").partitioned_config.get_run_config_for_partition_key("load50")
-    evaluation = per_load["ops"]["eval__baselines"]
-    assert evaluation == config["eval__baselines"]
+        assert defs.resolve_job_def(name).tags["tvw/profile"] == profile
 
 
 def test_unknown_profile_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="'nope'"):
+    with pytest.raises(ProfileError, match="'nope'"):
         load_profile("nope")
 
 
-def test_a_stray_file_in_the_trace_folder_is_reported_at_start(tmp_path, capsys):
-    from assets.main import check_trace_folder
+@pytest.mark.parametrize(
+    ("yaml_text", "named"),
+    [
+        (
+            "ops:\n  core__usage:\n    config:\n      no_such_setting: 1\n",
+            "ops.core__usage.config.no_such_setting",
+        ),
+        ("ops:\n  no_such_asset:\n    config: {}\n", "ops.no_such_asset"),
+        ("ops:\n  sim__job_sequences:\n    config:\n      n_train_sequences: many\n", "n_train_sequences"),
+        ("extends: sample\nopz: {}\n", "opz"),
+        ("ops: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_a_bad_profile_is_one_line_naming_the_key(tmp_path, capsys, monkeypatch, yaml_text, named):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml_text)
+    assert main(["--traces", str(FIXTURES), "--warehouse", str(tmp_path / "wh"), "--profile", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and "Traceback" not in err[0]
 
+
+def test_a_profile_typo_and_no_jobs_are_refused_without_a_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    assert main(["--traces", str(FIXTURES), "--warehouse", str(tmp_path / "wh"), "--profile", "sampel"]) == 2
+    err = capsys.readouterr().err
+    assert "sampel" in err and "quick" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as done:
+        main(["--jobs", "0"])
+    assert done.value.code == 2
+    assert "--jobs: must be at least 1" in capsys.readouterr().err
+
+
+def test_naming_the_sample_traces_keeps_the_default_profile(tmp_path, monkeypatch):
+    from cli.run import parser, settings
+
+    monkeypatch.delenv("TVW_PROFILE", raising=False)
+    args = parser().parse_args(["--traces", str(FIXTURES)])
+    assert settings(args)[2] == "quick"
+
+
+def test_a_stray_file_in_the_trace_folder_is_reported_at_start(tmp_path, capsys):
     folder = tmp_path / "google-2011-derived"
     folder.mkdir()
     (folder / "job7_5min_sum.csv").write_text("300.0,1,1" + ",0.0" * 15 + "\n")
@@ -100,7 +152,9 @@ def test_failed_checks_are_named_in_the_summary():
         materialize,
     )
 
-    from assets.main import RunOutcome, RunSpec, failed_check_lines
+    from cli.plan import RunSpec
+    from cli.summary import failed_check_lines
+    from cli.workers import RunOutcome
 
     @asset(
         check_specs=[

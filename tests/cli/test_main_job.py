@@ -7,10 +7,13 @@ import pytest
 from dagster import AssetKey, DagsterInstance, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
-from assets.main import Target, run_all
 from assets.resources import Warehouse
+from cli.run import run_all
+from cli.workers import Target
 
-pytestmark = pytest.mark.integration  # the whole pipeline on the fixtures, evaluation included: `pytest -m integration`
+pytestmark = (
+    pytest.mark.integration
+)  # the whole pipeline on the fixtures, evaluation included: `pytest -m integration`
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 PIPELINE_LAYERS = ("raw", "per_source", "ec_sweep", "ec_gain", "ec", "cluster", "eval")
@@ -159,10 +162,12 @@ def test_every_policy_is_evaluated(materialised):
 
 
 def test_summary_counts_every_source_and_warns_where_nothing_was_kept(materialised):
-    from assets.main import source_summary
+    from cli.summary import source_summary
 
     wh, _, _, _ = materialised
-    lines = source_summary(Path(wh.root), ["google2011", "alibaba2018", "google2011_derived"])
+    lines = source_summary(
+        Path(wh.root), ["google2011", "alibaba2018", "google2011_derived"], PIPELINE_LAYERS
+    )
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:4]}
     kept = dict(wh.query("select source, count(*) as n from core__long_running group by source").iter_rows())
     for source, (_, n_kept, *_) in rows.items():

@@ -1,0 +1,88 @@
+"""The leaderboard: per (source, load), every policy ranked by mean episode return, with its 95 % interval.
+
+An oracle (a policy that sees the future) is a yardstick, never a winner: it gets no rank, and "best" is always the
+best non-oracle policy. The best heuristic is the best policy that is neither an oracle nor learned; every row says
+how far it is from that heuristic, so a learned policy's win or loss reads off one column.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+LEADERBOARD_METRIC = "episode_return"
+"""What the ranking is by: the mean episode return over test sequences (higher is better)."""
+LEADERBOARD = {
+    "source": pl.String,
+    "load_pct": pl.Int64,
+    "rank": pl.Int64,  # 1 = best non-oracle policy; null for an oracle
+    "policy": pl.String,
+    "policy_kind": pl.String,
+    "is_oracle": pl.Boolean,
+    "is_learned": pl.Boolean,
+    "is_best": pl.Boolean,
+    "is_best_heuristic": pl.Boolean,
+    "mean": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "n": pl.Int64,
+    "gap_to_best_heuristic": pl.Float64,
+    "beats_best_heuristic": pl.Boolean,  # its interval lies above the best heuristic's mean
+}
+
+
+def leaderboard(summary: pl.DataFrame, metric: str = LEADERBOARD_METRIC) -> pl.DataFrame:
+    """The LEADERBOARD table from a `sim.evaluate.summarise` frame (with is_oracle / is_learned columns).
+    ValueError when the metric is missing or a (source, load) has no non-oracle heuristic to compare with."""
+    rows = summary.filter(pl.col("metric") == metric)
+    if rows.is_empty():
+        raise ValueError(f"leaderboard: no `{metric}` rows in the summary")
+    for col, default in (("is_oracle", False), ("is_learned", False), ("policy_kind", "")):
+        if col not in rows.columns:
+            rows = rows.with_columns(pl.lit(default).alias(col))
+    cell = ["source", "load_pct"]
+    heuristic = ~pl.col("is_oracle") & ~pl.col("is_learned")
+    best_heur = (
+        rows.filter(heuristic)
+        .sort("mean", descending=True)
+        .group_by(cell, maintain_order=True)
+        .agg(best_heuristic=pl.col("policy").first(), best_heuristic_mean=pl.col("mean").first())
+    )
+    missing = rows.select(cell).unique().join(best_heur, on=cell, how="anti")
+    if not missing.is_empty():
+        raise ValueError(f"leaderboard: no non-oracle heuristic in cells {missing.rows()}")
+    ranked = rows.join(best_heur, on=cell).with_columns(
+        rank=pl.when(~pl.col("is_oracle"))
+        .then(pl.col("mean").rank("ordinal", descending=True).over([*cell, "is_oracle"]))
+        .cast(pl.Int64),
+        gap_to_best_heuristic=pl.col("mean") - pl.col("best_heuristic_mean"),
+        is_best_heuristic=pl.col("policy") == pl.col("best_heuristic"),
+        beats_best_heuristic=pl.col("ci_low") > pl.col("best_heuristic_mean"),
+    )
+    return (
+        ranked.with_columns(is_best=pl.col("rank") == 1)
+        .with_columns(pl.col("is_best").fill_null(False))
+        .select([pl.col(c).cast(t) for c, t in LEADERBOARD.items()])
+        .sort(["source", "load_pct", pl.col("rank").is_null(), "rank", "policy"])
+    )
+
+
+def leaderboard_text(board: pl.DataFrame, top: int = 5) -> list[str]:
+    """Lines for a terminal: per cell the top non-oracle policies (best heuristic and learned ones marked, every
+    learned policy shown whatever its rank) and the oracle apart."""
+    lines = [
+        f"leaderboard ({LEADERBOARD_METRIC}, mean [95 % interval] over test sequences; * best heuristic, "
+        "L learned, oracle apart)"
+    ]
+    for (source, load), cell in board.group_by(["source", "load_pct"], maintain_order=True):
+        lines.append(f"  {source} @ {load}%")
+        for r in cell.iter_rows(named=True):
+            shown = (r["rank"] or 10**9) <= top or r["is_learned"] or r["is_oracle"]
+            if not shown:
+                continue
+            mark = "*" if r["is_best_heuristic"] else ("L" if r["is_learned"] else " ")
+            where = "oracle" if r["is_oracle"] else f"{r['rank']:>2}."
+            lines.append(
+                f"    {where:>6} {mark} {r['policy']:<26} {r['mean']:>12.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+                f"  {r['gap_to_best_heuristic']:+.3g} vs best heuristic"
+            )
+    return lines
