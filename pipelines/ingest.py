@@ -20,17 +20,34 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+import pyarrow.parquet as pq
+
 from pipelines.raw_schemas import RAW_SCHEMAS
 from pipelines.schemas import QUARANTINE
-from pipelines.sources.base import DEFAULT_BATCH_BYTES, IngestError, TraceSource
+from pipelines.sources.base import DEFAULT_BATCH_BYTES, IngestError, TraceSource, expected_files
 from pipelines.storage import open_parquet_stream, polars_to_arrow_schema
 
-__all__ = ["IngestError", "IngestStats", "ingest_shard"]
+__all__ = [
+    "QUARANTINE_TABLE",
+    "IngestError",
+    "IngestStats",
+    "StalePartition",
+    "check_rows_add_up",
+    "describe_missing_shards",
+    "describe_raw_table",
+    "ingest_shard",
+    "parquet_rows",
+    "quarantine_key",
+    "quarantine_reason_counts",
+    "raw_table_name",
+    "reject_colliding_shards",
+]
 
 
 @dataclass(frozen=True)
@@ -138,4 +155,92 @@ def ingest_shard(
         rows_quarantined=quarantined,
         n_invalid_markers=markers,
         seconds=time.perf_counter() - t0,
+    )
+
+
+# ---------------------------------------------------------------- raw tables: names, descriptions, shards
+
+QUARANTINE_TABLE = "raw_quarantine"
+"""The table of every line set aside at ingest (file, line, reason), one partition per ingested shard."""
+
+
+def raw_table_name(source: str, table: str) -> str:
+    """Warehouse (and asset) name of one raw table of one source."""
+    return f"raw_{source}__{table}"
+
+
+def quarantine_key(source: str, table: str, shard: str) -> str:
+    """Partition of `QUARANTINE_TABLE` holding the lines set aside from one shard."""
+    return f"{source}__{table}__{shard}"
+
+
+def describe_raw_table(source: TraceSource, table: str) -> str:
+    """What a raw table holds: where its files are, where bad lines go, which files are read, its columns."""
+    cols = ", ".join(f"`{c}` {t}" for c, t in RAW_SCHEMAS[source.name][table].items())
+    return (
+        f"Raw `{table}` table of the `{source.name}` trace, parsed from its genuine files under "
+        f"`<trace dir>/{source.folder}/`, one Parquet file per input shard (zstd). Rows that cannot be "
+        f"parsed go to `{QUARANTINE_TABLE}` with file, line and reason. Files read: "
+        f"{expected_files(source)[table]}\n\nColumns: {cols}"
+    )
+
+
+def reject_colliding_shards(name: str, keys: Iterable[str], stem: Callable[[str], str]) -> None:
+    """ValueError when two shard keys of table `name` would write the same output file stem (e.g. `x.csv` beside
+    `x.csv.gz`): they would overwrite each other's output."""
+    by_stem: dict[str, list[str]] = {}
+    for key in keys:
+        by_stem.setdefault(stem(key), []).append(key)
+    clashes = {s: ks for s, ks in by_stem.items() if len(ks) > 1}
+    if clashes:
+        raise ValueError(
+            f"{name}: shard files {clashes} would overwrite each other's output; keep one copy of each shard"
+        )
+
+
+def parquet_rows(path: Path) -> int:
+    """Row count from a Parquet file's footer (no data read)."""
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def check_rows_add_up(stats: IngestStats, out: Path, quarantine: Path) -> dict:
+    """`passed` and `metadata` of a shard's `rows_add_up` check: rows read = rows in the published data file +
+    rows in its quarantine file, both counted from the files' footers (what is on disk, not the ingest's own
+    counters)."""
+    written, quarantined = parquet_rows(out), parquet_rows(quarantine)
+    return {
+        "passed": stats.rows_in == written + quarantined,
+        "metadata": {
+            "rows_in": stats.rows_in,
+            "rows_in_data_file": written,
+            "rows_in_quarantine_file": quarantined,
+        },
+    }
+
+
+def quarantine_reason_counts(quarantine: Path) -> dict[str, int]:
+    """Quarantined lines of one shard per kind of reason (the reason up to its first ':', e.g. "non-finite
+    cpu_util_pct", "invalid UTF-8 at byte 12"), most frequent first."""
+    reasons = pl.scan_parquet(quarantine).select(pl.col("reason").str.split(":").list.first().alias("kind"))
+    counts = reasons.group_by("kind").len().sort(["len", "kind"], descending=[True, False]).collect()
+    return dict(counts.iter_rows())
+
+
+@dataclass(frozen=True)
+class StalePartition:
+    """A raw partition in the warehouse that the current trace folder did not produce."""
+
+    table: str
+    stem: str
+    reason: str  # "no such shard in the trace folder" | "ingested from another file"
+
+
+def describe_missing_shards(source: str, root: Path, missing: dict[str, list[str]]) -> str:
+    """The warning of a source built without some of its shards (raw table -> shards with no raw partition)."""
+    listed = "; ".join(
+        f"{t}: {', '.join(k[:5])}" + (" ..." if len(k) > 5 else "") for t, k in missing.items()
+    )
+    return (
+        f"{source} is PARTIAL: {sum(map(len, missing.values()))} shard(s) in {root} have no raw table "
+        f"(their ingest failed or has not run), built from the other shards only: {listed}"
     )

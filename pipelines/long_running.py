@@ -78,6 +78,7 @@ def _default_rules() -> dict[str, str]:
 RULES = (*LONG_RUNNING_RULES, "records")
 """The length rules: the sources' own kinds and `records` (raw records, TVW-RL's Alibaba rule)."""
 
+
 def _default_max_gaps() -> dict[str, int]:
     """source -> longest gap its kept windows bridge, from each source's `long_running` rule (Alibaba: an hour)."""
     return {name: s.long_running.max_gap_bins for name, s in SOURCES.items() if s.long_running.max_gap_bins}
@@ -425,3 +426,46 @@ def fill_window_gaps(usage: pl.DataFrame | pl.LazyFrame, long_running: pl.DataFr
         )
         .select(list(USAGE))
     )
+
+
+# ---------------------------------------------------------------- checks of the three tables
+
+
+def check_report(report: pl.DataFrame, n_workloads: int) -> dict:
+    """`passed` and `metadata` of the report's check: the five reasons' counts add up to the `n_workloads`
+    workloads of the source (usage ids without a workload are counted apart, outside the sum)."""
+    n_reported = int(report.filter(pl.col("reason").is_in(list(REASONS)))["n_workloads"].sum())
+    n_orphans = int(report.filter(pl.col("reason") == ORPHAN_REASON)["n_workloads"].sum())
+    return {
+        "passed": n_reported == n_workloads,
+        "metadata": {
+            "n_reported": n_reported,
+            "n_workloads": n_workloads,
+            "n_usage_ids_without_workload": n_orphans,
+        },
+    }
+
+
+def check_judged(judged: pl.DataFrame, workloads: pl.DataFrame, report: pl.DataFrame) -> dict:
+    """`passed` and `metadata` of the judged table's check: each workload of `workloads` exactly once (no other
+    rows), and the rows per (source, reason) equal the report's counts of the five reasons."""
+    n_dup = judged.height - judged.select(KEY).n_unique()
+    n_missing = workloads.select(KEY).join(judged.select(KEY), on=KEY, how="anti").height
+    n_extra = judged.select(KEY).join(workloads.select(KEY), on=KEY, how="anti").height
+    per_reason = judged.group_by("source", "reason").agg(pl.len().cast(pl.Int64).alias("n_judged"))
+    reported = report.filter(pl.col("reason").is_in(list(REASONS)))
+    diff = reported.join(per_reason, on=["source", "reason"], how="full", coalesce=True).filter(
+        pl.col("n_workloads").fill_null(0) != pl.col("n_judged").fill_null(0)
+    )
+    mismatches = [f"{s}/{r}: report {a}, judged {b}" for s, r, a, b in diff.iter_rows()]
+    return {
+        "passed": n_dup == 0 and n_missing == 0 and n_extra == 0 and not mismatches,
+        "metadata": {
+            "n_judged": judged.height,
+            "n_workloads": workloads.height,
+            "n_duplicate_rows": n_dup,
+            "n_workloads_missing": n_missing,
+            "n_rows_not_a_workload": n_extra,
+            "reason_count_mismatches": "; ".join(mismatches) or "none",
+        },
+    }

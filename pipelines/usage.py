@@ -39,10 +39,11 @@ bins whose values are finite and non-negative: a gap next to any other value sta
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import duckdb
 import polars as pl
 
 from pipelines.progress import Progress
@@ -55,6 +56,7 @@ __all__ = [
     "FILL_POLICIES",
     "USAGE_COUNTS",
     "UsageConfig",
+    "UsageRunSettings",
     "build_usage",
     "build_usage_with_report",
     "fill_gaps",
@@ -84,6 +86,33 @@ class UsageConfig:
             raise ValueError(f"UsageConfig.fill_policy={self.fill_policy!r}; expected one of {FILL_POLICIES}")
         if self.max_fill_bins < 0:
             raise ValueError(f"UsageConfig.max_fill_bins={self.max_fill_bins} must be >= 0")
+
+
+@dataclass(frozen=True)
+class UsageRunSettings:
+    """Settings of one source's usage build (`core__usage`): its gap filling and how its raw usage is chunked."""
+
+    usage: UsageConfig = UsageConfig()
+    """Gap filling of every source without an entry in `usage_by_source`."""
+    usage_by_source: dict[str, UsageConfig] = field(default_factory=dict)
+    """Per source: its own gap filling, in place of `usage` (e.g. bitbrains: linear over gaps of up to 2 bins,
+    since a VM's monitor misses single 5-min samples)."""
+    chunk_hours: dict[str, int] = field(default_factory=dict)
+    """Per source: stream the build in time chunks of this many hours of trace time instead of the source's own
+    chunking (`UsageMapping.chunking`: time chunks for time-ordered raw usage such as Google's shards, container
+    ranges for Alibaba's container-sorted container_usage)."""
+    chunk_rows: dict[str, int] = field(default_factory=dict)
+    """Per source: stream the build in workload-key ranges of about this many raw rows (only for a source whose
+    raw usage is sorted by workload, e.g. alibaba2018)."""
+
+    def for_source(self, source: str) -> UsageConfig:
+        """The gap filling of `source`: its `usage_by_source` entry, else `usage`."""
+        return self.usage_by_source.get(source, self.usage)
+
+    def chunking(self, source: str) -> dict[str, int | None]:
+        """`chunk_s` and `chunk_rows` of `source` for `iter_usage_chunks` (None: the source's own chunking)."""
+        hours = self.chunk_hours.get(source)
+        return {"chunk_s": None if hours is None else hours * 3600, "chunk_rows": self.chunk_rows.get(source)}
 
 
 # gaps ------------------------------------------------------------------------------------------------------
@@ -415,3 +444,60 @@ def count_bins_above_one_machine(usage: pl.LazyFrame | Sequence[Path]) -> dict[s
         .row(0, named=True)
     )
     return {k: (float(v or 0.0) if k.startswith("max_") else int(v or 0)) for k, v in row.items()}
+
+
+def above_one_machine_line(source: str, above: dict[str, int | float]) -> str:
+    """The log line of `count_bins_above_one_machine`'s counts for one source."""
+    return (
+        f"{source}: {above['n_cpu_bins_above_one_machine']} bins above one machine of CPU "
+        f"(max cpu_frac {above['max_cpu_frac']:.3g}), {above['n_mem_bins_above_one_machine']} of memory "
+        f"(max mem_frac {above['max_mem_frac']:.3g}), in {above['n_workloads_above_one_machine']} workload(s), "
+        f"of {above['n_bins']} bins; kept (scaled per source for job sequences, clipped by the simulator)"
+    )
+
+
+# ---------------------------------------------------------------- the USAGE contract
+
+USAGE_INVARIANTS_SQL = """
+select
+    count(*) filter (where bin_start_s % {bin_s} <> 0)                       as n_off_grid,
+    count(*) filter (where not (isfinite(cpu_frac) and isfinite(mem_frac)
+                                and cpu_frac >= 0 and mem_frac >= 0))        as n_bad_values,
+    count(*) filter (where is_filled and n_samples <> 0)                     as n_filled_with_samples,
+    count(*) - count(distinct (workload_id, bin_start_s))                    as n_duplicate_bins
+from read_parquet({files})
+"""
+
+
+def check_usage_invariants(files: list[Path]) -> dict[str, int]:
+    """Counts of rows that break the USAGE contract (bins off the 5-minute grid, non-finite or negative
+    fractions, filled bins with samples, duplicate bins), computed by DuckDB over the files (streaming)."""
+    listed = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+    con = duckdb.connect()
+    try:
+        row = con.sql(USAGE_INVARIANTS_SQL.format(bin_s=BIN_SECONDS, files=listed)).fetchall()[0]
+    finally:
+        con.close()
+    return dict(
+        zip(("n_off_grid", "n_bad_values", "n_filled_with_samples", "n_duplicate_bins"), row, strict=True)
+    )
+
+
+def check_usage_files(files: list[Path]) -> dict[str, dict]:
+    """`passed` and `metadata` of the two checks of a source's usage files: `usage_contract` (no row breaks the
+    USAGE contract; its metadata also counts the bins above one machine) and `usage_within_one_machine` (no bin
+    above one machine, `count_bins_above_one_machine`)."""
+    broken, above = check_usage_invariants(files), count_bins_above_one_machine(files)
+    n_above = above["n_cpu_bins_above_one_machine"] + above["n_mem_bins_above_one_machine"]
+    return {
+        "usage_contract": {"passed": not any(broken.values()), "metadata": {**broken, **above}},
+        "usage_within_one_machine": {"passed": n_above == 0, "metadata": above},
+    }
+
+
+def sum_counts(counts: list[pl.DataFrame]) -> dict[str, int]:
+    """The USAGE_COUNTS rows of every chunk summed per `count` (rows_in, rows_dropped_<reason>, bins_out, ...)."""
+    if not counts:
+        return {}
+    totals = pl.concat(counts).group_by("count", maintain_order=True).agg(pl.col("n").sum())
+    return {k: int(v) for k, v in totals.iter_rows()}

@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
-from assets.core import check_usage_invariants
 from assets.definitions import build_definitions
 from assets.resources import Warehouse
+from pipelines.usage import check_usage_invariants
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces" / "alibaba-2018"
 BAD = {150: "inf", 160: "nan", 170: "1e300", 180: "250", 190: "3\xff"}
@@ -42,7 +42,7 @@ def test_bad_values_never_reach_core_usage(tmp_path):
         shutil.copy(FIXTURES / name, traces / name)
     n_lines = corrupt_container_usage(traces / "container_usage.tar.gz")
     defs = build_definitions(tmp_path / "traces", tmp_path / "warehouse")
-    run_config = {"ops": {"core__usage": {"config": {"fill_policy": "hold", "max_fill_bins": 12}}}}
+    run_config = {"ops": {"core__usage": {"config": {"usage": {"fill_policy": "hold", "max_fill_bins": 12}}}}}
     with DagsterInstance.ephemeral() as instance:
         for table, shard in [
             ("container_usage", "container_usage.tar.gz"),

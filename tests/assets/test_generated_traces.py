@@ -11,13 +11,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from assets.main import Target, run_all
 from dagster import DagsterInstance
 
-from assets.main import Target, run_all
-from assets.raw import QUARANTINE_TABLE, raw_table_name
 from assets.resources import Warehouse
+from pipelines.ingest import QUARANTINE_TABLE, raw_table_name
 
-pytestmark = pytest.mark.integration  # the pipeline up to the cluster layer on generated traces: `pytest -m integration`
+pytestmark = (
+    pytest.mark.integration
+)  # the pipeline up to the cluster layer on generated traces: `pytest -m integration`
 
 GENERATOR = Path(__file__).parents[1] / "fixtures" / "generate_traces.py"
 SOURCES = ("google2011", "alibaba2018")

@@ -9,6 +9,8 @@ import pytest
 from pipelines.long_running import (
     REASONS,
     LongRunningConfig,
+    check_judged,
+    check_report,
     chunked_longest_runs,
     fill_window_gaps,
     filter_long_running,
@@ -371,3 +373,56 @@ def test_alibaba_counts_records_not_bins_and_its_window_spans_the_bridged_gaps()
     # gap-free (bound 0): the window is one bin, as before
     gap_free = LongRunningConfig(min_contiguous_bins={a: 2000}, rule={a: "records"}, max_gap_bins={})
     assert filter_long_running(wl, use, gap_free)[0]["n_run_bins"].to_list() == [1]
+
+
+# ---------------------------------------------------------------- the checks of core__long_running_judged / _report
+
+
+def _judged_tables():
+    a = "alibaba2018"
+    cases = [(G, "a", "running", False, 4), (G, "b", "killed", False, 4), (a, "c", "running", True, 4),
+             (a, "d", "running", False, 1)]  # fmt: skip
+    wl = pl.DataFrame(
+        [{c: None for c in WORKLOADS} | dict(source=s, workload_id=w, final_state=f, is_partial=p)
+         for s, w, f, p, _ in cases],
+        schema=WORKLOADS,
+    )  # fmt: skip
+    use = pl.DataFrame(
+        [dict(source=s, workload_id=w, bin_start_s=300 * b, cpu_frac=0.1, mem_frac=0.1, n_samples=1,
+              is_filled=False) for s, w, _, _, n in cases for b in range(n)],
+        schema=USAGE,
+    )  # fmt: skip
+    _, report, judged = long_running_tables(wl, use, LongRunningConfig(min_contiguous_bins={G: 3, a: 3}))
+    return wl, report, judged
+
+
+def test_consistent_tables_pass():
+    wl, report, judged = _judged_tables()
+    got = check_judged(judged, wl, report)
+    assert got["passed"], got["metadata"]
+    assert dict(judged.select("workload_id", "reason").iter_rows()) == {
+        "a": "kept", "b": "bad_final_state", "c": "partial", "d": "too_short"
+    }  # fmt: skip
+
+
+def test_duplicate_missing_or_miscounted_rows_fail():
+    wl, report, judged = _judged_tables()
+    dup = check_judged(pl.concat([judged, judged.head(1)]), wl, report)
+    assert not dup["passed"] and dup["metadata"]["n_duplicate_rows"] == 1
+    missing = check_judged(judged.filter(pl.col("workload_id") != "d"), wl, report)
+    assert not missing["passed"] and missing["metadata"]["n_workloads_missing"] == 1
+    relabelled = judged.with_columns(
+        pl.when(pl.col("workload_id") == "d").then(pl.lit("kept")).otherwise("reason").alias("reason")
+    )
+    wrong = check_judged(relabelled, wl, report)
+    assert not wrong["passed"]
+    assert "alibaba2018/kept: report 0, judged 1" in wrong["metadata"]["reason_count_mismatches"]
+
+
+def test_report_check_counts_the_five_reasons_not_the_orphans():
+    wl, report, _ = _judged_tables()
+    assert check_report(report, wl.height) == {
+        "passed": True,
+        "metadata": {"n_reported": 4, "n_workloads": 4, "n_usage_ids_without_workload": 0},
+    }
+    assert not check_report(report, wl.height + 1)["passed"]
