@@ -30,13 +30,13 @@ import pyarrow.parquet as pq
 from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
+from assets.raw import QUARANTINE_TABLE
 from cli.run import run_all
 from cli.summary import layer_lines
 from cli.workers import RunOutcome, Target
 
 LAYERS = None
 """Every layer but the on-demand ones (the runner reads them from the definitions)."""
-from assets.raw import QUARANTINE_TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "tests" / "fixtures" / "generate_traces.py"
