@@ -304,20 +304,20 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.sources import SOURCES
 
     try:
+        sources = args.sources.split(",") if args.sources else list(SOURCES)
+        allow_empty = {s for s in args.allow_empty.split(",") if s}
+        unknown = [s for s in [*sources, *allow_empty] if s not in SOURCES]
+        if unknown:
+            raise ValueError(f"unknown source {unknown}; sources: {list(SOURCES)}")
+        shards = check_trace_folder(traces, sources, subset_asked=bool(args.sources))
         config = load_profile(profile)
         defs = build_definitions(traces, warehouse, profile, scheduler)
         known_layers = planning.job_layers(defs)
         layers = args.layers.split(",") if args.layers else planning.default_layers(defs)
-        sources = args.sources.split(",") if args.sources else list(SOURCES)
-        allow_empty = {s for s in args.allow_empty.split(",") if s}
-        unknown = [s for s in [*sources, *allow_empty] if s not in SOURCES] + [
-            x for x in layers if x not in known_layers
-        ]
-        if unknown:
+        if [x for x in layers if x not in known_layers]:
             raise ValueError(
-                f"unknown source or layer {unknown}; sources: {list(SOURCES)}, layers: {known_layers}"
+                f"unknown layer {[x for x in layers if x not in known_layers]}; layers: {known_layers}"
             )
-        shards = check_trace_folder(traces, sources, subset_asked=bool(args.sources))
         if scheduler:
             check_shared_warehouse(scheduler, str(warehouse))
         partitions = planned_partitions(defs)
