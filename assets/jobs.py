@@ -8,6 +8,7 @@ asset graph) and, for the raw jobs, the source.
 from dagster import AssetsDefinition, AssetSelection, Definitions, define_asset_job
 
 from assets.core import SOURCE_PARTITIONS
+from assets.raw import NO_SHARD
 from assets.settings import find_setting, resolved_config
 
 EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
@@ -165,13 +166,17 @@ PLANNED_BY = {
 
 def planned_partitions(defs: Definitions) -> dict[str, list[str]]:
     """Per job of PLANNED_BY: the partitions of the EC methods, loads (and training seeds: `eval__results.seeds`)
-    in force. Other jobs run every partition."""
+    in force; per raw job, its shards (none when the trace folder has none). Other jobs run every partition."""
     assets = {a.node_def.name: a for a in defs.assets if isinstance(a, AssetsDefinition)}
 
     def setting(op, name):
         return find_setting(resolved_config(assets[op]), name)
 
-    out = {}
+    out = {
+        job.name: [k for k in job.partitions_def.get_partition_keys() if k != NO_SHARD]
+        for job in (defs.resolve_job_def(j.name) for j in defs.jobs)
+        if SOURCE_TAG in job.tags
+    }
     for job_name, (op, name) in PLANNED_BY.items():
         wanted = {str(v) for v in setting(op, name)}
         job = defs.resolve_job_def(job_name)
