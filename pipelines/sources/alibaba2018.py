@@ -144,6 +144,91 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 """Raw tables, in schema.txt's column order."""
 
+_TIME = "seconds from the start of the sampled period (0)"
+_NORM = "normalised to 0..100; the trace's invalid markers -1 and 101 are read as null"
+_CORES = "100 = one core"
+_MACHINE = "machine id (a uid such as m_1)"
+_JOB_STATUS = "status of the {} (e.g. Terminated, Running, Failed, Waiting)"
+
+COLUMN_DOCS: dict[str, dict[str, str]] = {
+    "machine_meta": {
+        "machine_id": _MACHINE,
+        "time_s": f"time of the snapshot, {_TIME}",
+        "failure_domain_1": "first-level failure domain of the machine, an enumerated integer",
+        "failure_domain_2": "second-level failure domain of the machine, a string",
+        "cpu_num": "CPU cores of the machine (96 throughout the trace)",
+        "mem_size_pct": f"memory size of the machine, {_NORM}",
+        "status": "state of the machine (e.g. USING, IMPORT_INSTALLING)",
+    },
+    "machine_usage": {
+        "machine_id": _MACHINE,
+        "time_s": f"sample time, {_TIME}; samples lie on a 10-s grid at irregular intervals (median about a "
+        "minute per machine)",
+        "cpu_util_pct": "CPU utilisation of the machine, % (0..100)",
+        "mem_util_pct": "memory utilisation of the machine, % (0..100)",
+        "mem_gps_pct": f"memory bandwidth, {_NORM}; often empty",
+        "mkpi": "cache misses per thousand instructions (the trace spells it mkpi here, mpki in container_usage); "
+        "often empty",
+        "net_in_pct": f"incoming network traffic, {_NORM}",
+        "net_out_pct": f"outgoing network traffic, {_NORM}",
+        "disk_io_pct": f"disk I/O, {_NORM}",
+    },
+    "container_meta": {
+        "container_id": "container id (an online-service container, e.g. c_1)",
+        "machine_id": "machine the container is on",
+        "time_s": f"time of the snapshot, {_TIME}",
+        "app_du": "application deployment unit: containers sharing it belong to one application",
+        "status": "state of the container: allocated, started or stopped",
+        "cpu_request_centicores": f"CPU the container requests, {_CORES} (e.g. 400, 800, 1600)",
+        "cpu_limit_centicores": f"CPU limit of the container, {_CORES}",
+        "mem_size_pct": f"memory size of the container, {_NORM}",
+    },
+    "container_usage": {
+        "container_id": "container id; rows with an empty id are quarantined",
+        "machine_id": "machine the container is on",
+        "time_s": f"sample time, {_TIME}; irregular intervals on a 10-s grid (median about 450 s per container), "
+        "some containers from day 2 to 9 (kept as recorded)",
+        "cpu_util_pct": "CPU utilisation of the container, % (presumably of its CPU request; the schema states "
+        "no unit)",
+        "mem_util_pct": "memory utilisation of the container, % (presumably of its memory size)",
+        "cpi": "cycles per instruction",
+        "mem_gps_pct": f"memory bandwidth, {_NORM}",
+        "mpki": "cache misses per thousand instructions",
+        "net_in_pct": f"incoming network traffic, {_NORM}",
+        "net_out_pct": f"outgoing network traffic, {_NORM}",
+        "disk_io_pct": f"disk I/O, {_NORM}",
+    },
+    "batch_task": {
+        "task_name": "task name; it encodes the job's DAG (M5_3_4: task 5 depends on tasks 3 and 4; a random "
+        "name is an independent task)",
+        "instance_num": "instances of the task",
+        "job_name": "batch job the task belongs to",
+        "task_type": "task type (one of 12)",
+        "status": _JOB_STATUS.format("task"),
+        "start_time_s": f"start of the task, {_TIME}",
+        "end_time_s": f"end of the task, {_TIME}",
+        "plan_cpu_centicores": f"CPU planned for each instance, {_CORES}",
+        "plan_mem_pct": f"memory planned for each instance, {_NORM}",
+    },
+    "batch_instance": {
+        "instance_name": "instance name (one run of a task on a machine)",
+        "task_name": "task the instance belongs to",
+        "job_name": "batch job the instance belongs to",
+        "task_type": "task type (one of 12)",
+        "status": _JOB_STATUS.format("instance"),
+        "start_time_s": f"start of the instance, {_TIME}",
+        "end_time_s": f"end of the instance, {_TIME}",
+        "machine_id": "machine the instance ran on",
+        "seq_no": "attempt number of this instance",
+        "total_seq_no": "attempts of the instance in all",
+        "cpu_avg_centicores": f"mean CPU the instance used, {_CORES}",
+        "cpu_max_centicores": f"largest CPU the instance used, {_CORES}",
+        "mem_avg_pct": f"mean memory the instance used, {_NORM}",
+        "mem_max_pct": f"largest memory the instance used, {_NORM}",
+    },
+}
+"""Raw table -> column -> what it holds (`schema.txt` of cluster-trace-v2018, trace-schemas.md section 3)."""
+
 
 MAX_TIME_S = 31 * 86_400
 """Latest valid time stamp: the trace covers 8 days from 0 s and container_usage runs to day 9 (issue #52: up to
@@ -376,6 +461,7 @@ class Alibaba2018Source:
     folder = FOLDER
     tables = tuple(SCHEMAS)
     schemas = SCHEMAS
+    column_docs = COLUMN_DOCS
     long_running = LONG_RUNNING
     usage = USAGE_MAPPING
 

@@ -67,6 +67,9 @@ class TraceSource(Protocol):
     """raw table names (one raw asset each)."""
     schemas: dict[str, dict[str, pl.DataType]]
     """raw table -> polars schema (units in the column names)."""
+    column_docs: dict[str, dict[str, str]]
+    """raw table -> column -> what it holds (units, codes, null meaning): every column of `schemas`, the
+    descriptions the Dagster UI shows for the raw tables (`pipelines.column_docs`)."""
     usage: UsageMapping
     """how the raw tables become binned 5-minute usage (streamed in time chunks by `pipelines.usage`)."""
     long_running: LongRunningRule

@@ -124,6 +124,28 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 """Raw table: set (`rnd` / `fastStorage`), VM id (file name), month folder (`2013-7`, empty without one), then
 every column of the file."""
 
+COLUMN_DOCS: dict[str, dict[str, str]] = {
+    TABLE: {
+        "vm_set": "GWA-T-12 set the VM belongs to: rnd or fastStorage (folder or zip name)",
+        "vm_id": "VM id: the file's name without .csv",
+        "month": "month folder the file was read from (e.g. 2013-7); empty when the files sit in no month folder",
+        "timestamp_s": "sample time, Unix epoch seconds (the header says [ms], the values are seconds); one "
+        "sample about every 300 s",
+        "cpu_cores": "virtual CPU cores provisioned to the VM (can change between samples when it is resized)",
+        "cpu_capacity_mhz": "CPU capacity provisioned to the VM, MHz",
+        "cpu_usage_mhz": "CPU the VM used, MHz",
+        "cpu_usage_pct": "CPU the VM used, % of its provisioned capacity (= cpu_usage_mhz / cpu_capacity_mhz x "
+        "100; bursts go above 100)",
+        "mem_capacity_kb": "memory provisioned to the VM, KB",
+        "mem_usage_kb": "memory the VM used, KB (0 over whole stretches for VMs whose memory was not measured)",
+        "disk_read_kb_per_s": "disk read throughput, KB/s",
+        "disk_write_kb_per_s": "disk write throughput, KB/s",
+        "net_rx_kb_per_s": "network received throughput, KB/s",
+        "net_tx_kb_per_s": "network transmitted throughput, KB/s",
+    },
+}
+"""Raw table -> column -> what it holds (the genuine header, shared/traces/bitbrains-gwa-t-12/SOURCE.md)."""
+
 VALID_RANGES: dict[str, tuple[float, float]] = {
     "timestamp_s": (946_684_800, 2_147_483_647),  # 2000-01-01 .. 2038 in epoch seconds (the trace: 2013)
     "cpu_cores": (0, 1024),
@@ -572,6 +594,7 @@ class BitbrainsSource:
     folder = FOLDER
     tables = (TABLE,)
     schemas = SCHEMAS
+    column_docs = COLUMN_DOCS
 
     def __init__(self, config: BitbrainsConfig = BitbrainsConfig()):
         self.config = config

@@ -143,6 +143,100 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 """Raw tables, in the trace's own column order; `_frac` = Google's normalised fraction of the largest machine."""
 
+_TIME_US = (
+    "microseconds of trace time, counted from 600 s before the trace start (the trace opens at 600 s, 19:00 EDT "
+    "on 1 May 2011); 0 = before the trace window, 2^63-1 = after it"
+)
+_MISSING_INFO = (
+    "set only on a record the trace synthesised or left incomplete (0 snapshot but no transition, 1 no snapshot "
+    "or transition, 2 exists but no creation); null on an ordinary record"
+)
+_EVENT_TYPE = (
+    "what happened: 0 submit, 1 schedule, 2 evict, 3 fail, 4 finish, 5 kill, 6 lost, 7 update while pending, "
+    "8 update while running"
+)
+_LARGEST = "rescaled so that the largest machine of the cell is 1.0"
+_JOB = "Google job id (a 64-bit integer, unique in the trace)"
+_TASK = "0-based index of the task within its job; (job_id, task_index) names one task"
+_SCHEDULING_CLASS = "latency sensitivity, 0 (non-production) to 3 (most latency-sensitive); null when absent"
+
+COLUMN_DOCS: dict[str, dict[str, str]] = {
+    "job_events": {
+        "time_us": f"event time, {_TIME_US}",
+        "missing_info": _MISSING_INFO,
+        "job_id": _JOB,
+        "event_type": _EVENT_TYPE,
+        "user": "user who submitted the job, hashed (base64); null when absent",
+        "scheduling_class": _SCHEDULING_CLASS,
+        "job_name": "name of the job, hashed; null when absent",
+        "logical_job_name": "logical name of the job, hashed; null when absent",
+    },
+    "task_events": {
+        "time_us": f"event time, {_TIME_US}",
+        "missing_info": _MISSING_INFO,
+        "job_id": _JOB,
+        "task_index": _TASK,
+        "machine_id": "machine the task was placed on; null while it is not placed",
+        "event_type": _EVENT_TYPE + "; a task evicted or failed can be submitted and scheduled again",
+        "user": "user who submitted the job, hashed (base64); null when absent",
+        "scheduling_class": _SCHEDULING_CLASS,
+        "priority": "priority 0..11, larger is more important (0-1 free, 9-11 production)",
+        "cpu_request_frac": f"CPU the task requests, in cores {_LARGEST}; null when absent (synthesised rows)",
+        "mem_request_frac": f"memory the task requests, {_LARGEST}; null when absent",
+        "disk_request_frac": f"local disk space the task requests, {_LARGEST}; null when absent",
+        "is_different_machines": "the task must run on a machine apart from every other task of its job",
+    },
+    "task_usage": {
+        "start_time_us": f"start of the measurement window (nominally 300 s, shorter around starts and stops), "
+        f"{_TIME_US}",
+        "end_time_us": f"end of the measurement window, {_TIME_US}; a task's windows do not overlap",
+        "job_id": _JOB,
+        "task_index": _TASK,
+        "machine_id": "machine the task ran on during the window",
+        "cpu_rate_frac": f"mean CPU usage over the window, core-seconds per second {_LARGEST}",
+        "canonical_mem_frac": f"mean canonical memory usage over the window, bytes {_LARGEST}",
+        "assigned_mem_frac": f"memory assigned to the task's container, bytes {_LARGEST}",
+        "unmapped_page_cache_frac": f"page cache not mapped by the task, bytes {_LARGEST}",
+        "total_page_cache_frac": f"total page cache of the task, bytes {_LARGEST}",
+        "max_mem_frac": f"largest memory usage seen in the window, bytes {_LARGEST}",
+        "disk_io_time_frac": "mean disk I/O time over the window (recorded in about the first 14 days only)",
+        "local_disk_frac": f"mean local disk space used, {_LARGEST}",
+        "max_cpu_rate_frac": f"largest CPU rate seen in the window, {_LARGEST}",
+        "max_disk_io_time_frac": "largest disk I/O time seen in the window",
+        "cpi": "cycles per instruction (some values on windows of almost no CPU are implausible)",
+        "mai": "memory accesses per instruction (some values are implausible, as for cpi)",
+        "sample_portion": "portion of the window covered by the measurement",
+        "is_aggregated": "aggregation type: the maximum columns were summed over the task's sub-containers",
+        "sampled_cpu_rate_frac": f"mean CPU usage during one random 1-second sample inside the window, {_LARGEST} "
+        "(the column 2011-2 added)",
+    },
+    "machine_events": {
+        "time_us": f"event time, {_TIME_US}",
+        "machine_id": "machine id (a 64-bit integer)",
+        "event_type": "0 add (the machine joins the cell), 1 remove (it leaves), 2 update (its capacity changes)",
+        "platform_id": "microarchitecture and chipset of the machine, hashed",
+        "cpu_capacity_frac": f"CPU capacity of the machine, {_LARGEST} (0.25, 0.5 or 1.0); null when absent",
+        "mem_capacity_frac": f"memory capacity of the machine, {_LARGEST}; null when absent",
+    },
+    "machine_attributes": {
+        "time_us": f"time the attribute was set or deleted, {_TIME_US}",
+        "machine_id": "machine the attribute belongs to",
+        "attribute_name": "name of the attribute, hashed",
+        "attribute_value": "value of the attribute: a hashed string or an integer, as text",
+        "is_deleted": "the attribute was deleted at this time",
+    },
+    "task_constraints": {
+        "time_us": f"time the placement constraint was set, {_TIME_US}",
+        "job_id": _JOB,
+        "task_index": _TASK,
+        "comparison_operator": "how the machine attribute is compared: 0 equal, 1 not equal, 2 less than, "
+        "3 greater than",
+        "attribute_name": "machine attribute the constraint is on, hashed",
+        "attribute_value": "value the attribute is compared against: a hashed string or an integer, as text",
+    },
+}
+"""Raw table -> column -> what it holds (the trace's schema, `trace-schemas.md` section 1, in words)."""
+
 TIME_BEFORE_WINDOW_US = 0
 """Special time value: the event happened before the trace window."""
 TIME_AFTER_WINDOW_US = 2**63 - 1
@@ -363,6 +457,7 @@ class Google2011Source:
     folder = FOLDER
     tables = tuple(SCHEMAS)
     schemas = SCHEMAS
+    column_docs = COLUMN_DOCS
     long_running = LongRunningRule("contiguous_bins", 6000)
     usage = USAGE_MAPPING
 

@@ -109,6 +109,42 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 """Raw tables; `_frac` as in Google 2011 (fraction of the largest machine), `_pct` percent of a machine."""
 
+_SUM = "sum over the job's tasks of their {}"
+_FRAC = "fraction of the largest machine of the 2011 cell"
+
+COLUMN_DOCS: dict[str, dict[str, str]] = {
+    "job_sums": {
+        "job_id": "Google 2011 job id, from the file name",
+        "time_s": "start of the 300-s step, seconds of Google 2011 trace time",
+        "n_tasks": "task_usage records of the job whose window spans the step's time (0: no task running)",
+        "n_machines": "machine ids of those records, counted",
+        "cpu_rate_sum_frac": _SUM.format(f"mean CPU rate, {_FRAC}"),
+        "canonical_mem_sum_frac": _SUM.format(f"canonical memory usage, {_FRAC}"),
+        "assigned_mem_sum_frac": _SUM.format(f"assigned memory, {_FRAC}"),
+        "unmapped_page_cache_sum_frac": _SUM.format(f"unmapped page cache, {_FRAC}"),
+        "total_page_cache_sum_frac": _SUM.format(f"total page cache, {_FRAC}"),
+        "max_mem_sum_frac": _SUM.format(f"largest memory usage in the window, {_FRAC}"),
+        "disk_io_time_sum_frac": _SUM.format("mean disk I/O time"),
+        "local_disk_sum_frac": _SUM.format(f"local disk space used, {_FRAC}"),
+        "max_cpu_rate_sum_frac": _SUM.format(f"largest CPU rate in the window, {_FRAC}"),
+        "max_disk_io_time_sum_frac": _SUM.format("largest disk I/O time in the window"),
+        "cpi_sum": _SUM.format("cycles per instruction (divide by n_tasks for a mean)"),
+        "mai_sum": _SUM.format("memory accesses per instruction (divide by n_tasks for a mean)"),
+        "sample_portion_sum": _SUM.format("portion of the window measured"),
+        "aggregation_type_sum": _SUM.format("aggregation flags (1: maximums summed over sub-containers)"),
+        "sampled_cpu_rate_sum_frac": _SUM.format(f"CPU rate in a random 1-second sample, {_FRAC}"),
+    },
+    "job_days": {
+        "job_id": "Google 2011 job id, from the member name vm_<job>_<k>",
+        "day_index": "k of the member name: presumably the day of the job's series (contiguity not verified)",
+        "step": "5-minute point of the day, 0..287 (the member's line)",
+        "cpu_pct": "CPU usage of the whole job, % of one machine (the publisher's sum over its tasks, filtered to "
+        "5-90 %)",
+        "mem_pct": "memory usage of the whole job, % of one machine",
+    },
+}
+"""Raw table -> column -> what it holds (the publishers' files, shared/traces/google-2011-derived/SOURCE.md)."""
+
 JOB_SUMS_FILES = (
     re.compile(r"job(\d+)_5min_sum\.csv(\.gz)?"),
     re.compile(r"data_resource_JobId_(\d+)_5minutes\.csv(\.gz)?"),
@@ -264,6 +300,7 @@ class Google2011DerivedSource:
     folder = FOLDER
     tables = tuple(SCHEMAS)
     schemas = SCHEMAS
+    column_docs = COLUMN_DOCS
     long_running = LongRunningRule("contiguous_bins", 6000)
     usage = USAGE_MAPPING
 
