@@ -109,22 +109,30 @@ def settings(args) -> tuple[Path, Path, str, str | None]:
 
 
 @contextlib.contextmanager
-def warehouse_lock(warehouse: Path):
-    """One tvw-run per warehouse at a time; RuntimeError naming the holder otherwise."""
-    path = warehouse / RUNNER_DIR / "lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
+def exclusive(folder: Path, what: str):
+    """One tvw-run per warehouse and per DAGSTER_HOME at a time: a lock file (with the holder's pid) taken before
+    anything else touches `folder`; RuntimeError naming the holder when another tvw-run has it, or naming the
+    folder when it cannot be written (read-only, full)."""
+    path = folder / RUNNER_DIR / "lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")  # noqa: SIM115 - held for the whole run
+    except OSError as exc:
+        raise RuntimeError(f"{what} {folder} cannot be written ({exc.strerror})") from None
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            raise RuntimeError(
-                f"another tvw-run ({f.read().strip() or 'unknown'}) is using {warehouse}"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {os.uname().nodename}")
-        f.flush()
+            holder = f.read().strip() or "unknown"
+            raise RuntimeError(f"another tvw-run ({holder}) is using the {what} {folder}") from None
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()} on {os.uname().nodename}")
+            f.flush()
+        except OSError as exc:
+            raise RuntimeError(f"{what} {folder} cannot be written ({exc.strerror})") from None
         yield
 
 
@@ -247,6 +255,9 @@ def execute(
                     else RunOutcome(spec, False, time.time() - worker.since, worker.run_id, 0.0, worker.since)
                 )
                 worker.spec = None
+                if kind == "died":
+                    _fail_run(instance, worker.run_id, f"its tvw-run worker died (exit code {payload})")
+                    pool.replace(worker)
                 outcomes.append(outcome)
                 (done if outcome.ok else failed).add(spec)
                 note = "" if kind == "done" else f" (worker died: exit code {payload})"
@@ -341,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"           {source}: layers {', '.join(entry['layers'])} only ({entry['reason']})")
     t0 = time.perf_counter()
     try:
-        with warehouse_lock(warehouse):
+        with exclusive(warehouse, "warehouse"), exclusive(home, "DAGSTER_HOME"):
             instance = DagsterInstance.get()
             orphans = fail_orphaned_runs(instance)
             if orphans:

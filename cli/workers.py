@@ -175,15 +175,25 @@ class WorkerPool:
     (process groups included) within `grace` seconds."""
 
     def __init__(self, n: int, target: Target, instance, threads: int) -> None:
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked sqlite handles or threads
-        self.workers: list[Worker] = []
-        for _ in range(n):
-            mine, theirs = ctx.Pipe()
-            args = (theirs, os.getpid(), instance.get_ref(), threads, target, driver_id())
-            process = ctx.Process(target=_worker_main, args=args, daemon=True)
-            process.start()
-            theirs.close()
-            self.workers.append(Worker(process, mine))
+        self._ctx = multiprocessing.get_context(
+            "spawn"
+        )  # a fresh interpreter: no forked sqlite handles or threads
+        self._args = (os.getpid(), instance.get_ref(), threads, target, driver_id())
+        self.workers: list[Worker] = [self._start() for _ in range(n)]
+
+    def _start(self) -> Worker:
+        mine, theirs = self._ctx.Pipe()
+        process = self._ctx.Process(target=_worker_main, args=(theirs, *self._args), daemon=True)
+        process.start()
+        theirs.close()
+        return Worker(process, mine)
+
+    def replace(self, worker: Worker) -> None:
+        """A worker that died (killed, out of memory): kill what is left of its process group, start another."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.process.pid, signal.SIGKILL)
+        worker.process.join(1)
+        self.workers[self.workers.index(worker)] = self._start()
 
     def idle(self) -> list[Worker]:
         return [w for w in self.workers if w.spec is None]

@@ -1,6 +1,7 @@
 """`tvw-run` and `tvw-ui`: a wrong trace folder stops at once naming what was expected; --help names the
 project's options; profiles resolve to the same config everywhere."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -106,14 +107,16 @@ def test_a_bad_profile_is_one_line_naming_the_key(tmp_path, capsys, monkeypatch,
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml_text)
-    assert main(["--traces", str(FIXTURES), "--warehouse", str(tmp_path / "wh"), "--profile", str(bad)]) == 2
+    args = ["--traces", str(FIXTURES), "--sources", "google2011", "--warehouse", str(tmp_path / "wh")]
+    assert main([*args, "--profile", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0] and "Traceback" not in err[0]
 
 
 def test_a_profile_typo_and_no_jobs_are_refused_without_a_traceback(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    assert main(["--traces", str(FIXTURES), "--warehouse", str(tmp_path / "wh"), "--profile", "sampel"]) == 2
+    args = ["--traces", str(FIXTURES), "--sources", "google2011", "--warehouse", str(tmp_path / "wh")]
+    assert main([*args, "--profile", "sampel"]) == 2
     err = capsys.readouterr().err
     assert "sampel" in err and "quick" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as done:
@@ -174,3 +177,30 @@ def test_failed_checks_are_named_in_the_summary():
         lines = failed_check_lines(instance, [outcome])
     assert len(lines) == 1
     assert "check failed (WARN): table.rows_are_odd in results_job" in lines[0]
+
+
+def test_a_second_tvw_run_on_the_same_warehouse_is_refused_naming_the_first(tmp_path, capsys, monkeypatch):
+    from cli.run import exclusive
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    wh = tmp_path / "wh"
+    with exclusive(wh, "warehouse"):
+        rc = main(
+            ["--traces", str(FIXTURES), "--warehouse", str(wh), "--layers", "raw", "--sources", "google2011"]
+        )
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"another tvw-run (pid {os.getpid()}" in err and str(wh) in err
+
+
+def test_a_warehouse_that_cannot_be_written_is_found_before_any_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    wh = blocker / "wh"  # cannot be created (as root, a read-only mode would not stop the write)
+    rc = main(
+        ["--traces", str(FIXTURES), "--warehouse", str(wh), "--layers", "raw", "--sources", "google2011"]
+    )
+    assert rc == 2
+    assert "cannot be written" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "history").exists()  # no Dagster storage touched
