@@ -11,8 +11,6 @@ from assets.cluster import eval__baselines, eval__ec_labelling, eval__summary, s
 from assets.column_docs import SCORES, describe, table_schema, undocumented, undocumented_in_warehouse
 from assets.io_manager import TableIOManager
 from assets.resources import Warehouse
-from pipelines.raw_schemas import RAW_SCHEMAS
-from pipelines.sources import SOURCES
 from sim.evaluate import METRIC_BETTER
 
 
@@ -46,19 +44,6 @@ def test_every_declared_table_schema_is_documented():
     assert "pipelines.job_sequences.JOB_SEQUENCES" in schemas and "pipelines.schemas.USAGE" in schemas
     missing = {name: undocumented(schema) for name, schema in schemas.items()}
     assert {k: v for k, v in missing.items() if v} == {}
-
-
-@pytest.mark.parametrize("source", sorted(SOURCES))
-def test_every_raw_table_column_is_documented_by_its_source(source):
-    """Each source documents every column of every raw table itself (no fallback on a shared name)."""
-    src = SOURCES[source]
-    assert set(src.column_docs) == set(src.tables)
-    for table, schema in RAW_SCHEMAS[source].items():
-        docs = src.column_docs[table]
-        assert [c for c in schema if not docs.get(c, "").strip()] == [], table
-        assert set(docs) <= set(schema), f"{table}: docs of columns it does not have"
-        assert undocumented(schema, f"raw_{source}__{table}") == []
-        assert [c for c in schema if describe(c, f"raw_{source}__{table}") != docs[c]] == []
 
 
 def test_scores_state_their_direction_and_unknown_columns_are_named():
