@@ -31,18 +31,27 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
+import polars as pl
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import ThreadpoolController
 
+from pipelines.progress import Progress
 from sim.config import SimConfig
 from sim.core import State, observed_labels
 from sim.forecast import JobView, job_view
 from sim.jobs import JobBatch
-from sim.labelling import labelled_jobs
+from sim.labelling import (
+    LABEL_ACCURACY,
+    AgeLabeller,
+    label_accuracy_by_age,
+    labelled_jobs,
+    most_frequent_label,
+)
 
 
 @dataclass(frozen=True)
@@ -327,3 +336,74 @@ def _limited(n_threads: int | None):
     if n_threads is None:
         return contextlib.nullcontext()
     return ThreadpoolController().limit(limits=n_threads)
+
+
+# --- labelling accuracy of the test sequences (`eval__ec_labelling`) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class LabellingSettings:
+    """How labellers are scored on the test sequences' jobs by age (`labelling_accuracy`)."""
+
+    ages_steps: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
+    """Job ages (steps observed) to score."""
+    n_labels: int = 16
+    """G: labels the simulator accepts (raised to cover every label of a source's jobs)."""
+    sim_view: SimLabellerConfig = field(default_factory=SimLabellerConfig)
+    """How the `sim_view` labeller is fitted on each source's training sequences."""
+
+
+ClassifierFor = Callable[[str, int, tuple[float, float]], AgeLabeller | None]
+"""(source, 5-minute bins per step, (cpu, mem) usage scale) -> the saved EC classifier served as a labeller, or
+None where the source has none."""
+
+
+def labelling_accuracy(
+    sequences: pl.DataFrame,
+    usage_scale: pl.DataFrame,
+    settings: LabellingSettings,
+    classifier_for: ClassifierFor | None = None,
+    log: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> pl.DataFrame:
+    """LABEL_ACCURACY rows per (source, load, labeller) of the test jobs of `sequences` (`sim__job_sequences`), for
+    every source of `usage_scale` (`sim__usage_scale`): `sim_view` fitted on the source's training jobs (when they
+    hold 2 labels or more) and the saved classifier (`classifier_for`), each beside the best constant label (the
+    most frequent EC of the training jobs). A source with neither labeller is skipped (`warn` says why)."""
+    say = warn or (lambda msg: None)
+    key = {"source": pl.String, "load_pct": pl.Int32, "labeller": pl.String}
+    frames = []
+    test_all = sequences.filter(pl.col("split") == "test")
+    train_all = sequences.filter(pl.col("split") == "train")
+    n_groups = test_all.join(usage_scale.select("source"), on="source").select("source", "load_pct").unique()
+    progress = Progress(n_groups.height, "EC labelling", log=log, unit="groups")
+    for source, cpu_scale, mem_scale, step_bins in usage_scale.iter_rows():
+        test = test_all.filter(pl.col("source") == source)
+        train = train_all.filter(pl.col("source") == source)
+        top = int(pl.concat([test["ec_label"], train["ec_label"]]).max() or 0)
+        cfg = SimConfig(n_labels=max(settings.n_labels, top + 1), oversize="clip")
+        labellers = {}
+        if train["ec_label"].n_unique() >= 2:
+            labellers["sim_view"] = fit_sim_labeller(cfg, JobBatch.from_frame(train), settings.sim_view)
+        else:
+            say(f"{source}: training jobs hold fewer than 2 EC labels; no sim_view labeller")
+        classifier = classifier_for(source, step_bins, (cpu_scale, mem_scale)) if classifier_for else None
+        if classifier is not None:
+            labellers["classifier"] = classifier
+        if not labellers:
+            progress.advance(test["load_pct"].n_unique())
+            continue
+        constant = most_frequent_label(train["ec_label"].to_numpy()) if train.height else None
+        for (load,), group in test.group_by("load_pct", maintain_order=True):
+            jobs = JobBatch.from_frame(group)
+            for name, labeller in labellers.items():
+                acc = label_accuracy_by_age(labeller, cfg, jobs, settings.ages_steps, constant_label=constant)
+                frames.append(
+                    acc.with_columns(
+                        source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), labeller=pl.lit(name)
+                    )
+                )
+            progress.advance()
+    if not frames:
+        return pl.DataFrame(schema={**key, **LABEL_ACCURACY})
+    return pl.concat(frames).select(*key, *LABEL_ACCURACY).sort(*key, "age_steps")

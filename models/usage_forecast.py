@@ -58,6 +58,7 @@ from torch import nn
 
 from models.forecaster import torch_threads
 from models.training import init_parameters
+from pipelines.synthetic import SYNTHETIC_WORKLOADS
 from sim.config import SimConfig
 from sim.core import State
 from sim.forecast import DEFAULT_LEVELS, JobView, UsageForecaster, job_view
@@ -1060,6 +1061,63 @@ def forecast_tables_by_source(
             table.select(pl.lit(source).alias("source"), pl.lit(load, pl.Int32).alias("load_pct"), pl.all())
         )
     return pl.concat(frames), reports
+
+
+@dataclass(frozen=True)
+class ForecastTableSettings:
+    """How the forecasters are scored on the test sequences' jobs (`forecast_evaluation`)."""
+
+    preset: str = "sample"
+    """FORECAST_PRESETS name of the learned forecaster ("default", "sample")."""
+    origins_per_job: int = 2
+    """Running origins scored per test job (besides arrival)."""
+    seed: int = 0
+    """Seed of the scored origins."""
+
+    def __post_init__(self) -> None:
+        if self.preset not in FORECAST_PRESETS:
+            raise ValueError(f"unknown forecaster preset {self.preset!r}; known: {sorted(FORECAST_PRESETS)}")
+
+
+def forecast_evaluation(
+    sequences: pl.DataFrame, settings: ForecastTableSettings, log: Callable[[str], None] | None = None
+) -> tuple[pl.DataFrame, dict, pl.DataFrame]:
+    """(`forecast_tables_by_source` table, its fit reports, its summary per (source, load)) of a
+    `sim__job_sequences` frame: every (source, load) with both training and test sequences, but the synthetic
+    workloads without a usage shape (`SyntheticWorkload.has_usage_shape`: flat blocks, nothing to forecast)."""
+    sim = SimConfig(n_labels=max(SimConfig().n_labels, int(sequences["ec_label"].max() or 0) + 1))
+    cells = sequences.group_by("source", "load_pct").agg(
+        has_train=(pl.col("split") == "train").any(), has_test=(pl.col("split") == "test").any()
+    )
+    usable = cells.filter(pl.col("has_train") & pl.col("has_test")).select("source", "load_pct")
+    flat = [source for source, w in SYNTHETIC_WORKLOADS.items() if not w.has_usage_shape]
+    jobs = sequences.join(usable, on=["source", "load_pct"], how="semi").filter(~pl.col("source").is_in(flat))
+    table, reports = forecast_tables_by_source(
+        jobs,
+        sim,
+        FORECAST_PRESETS[settings.preset],
+        origins_per_job=settings.origins_per_job,
+        seed=settings.seed,
+        log=log,
+    )
+    return table, reports, summarise_forecast_table(table, by=("source", "load_pct"))
+
+
+COVERAGE_CHECK_DOCS = {
+    "q95_covers_93_to_97_pct": "The learned forecaster's 95 % quantile (with EC inputs) covers 93-97 % of the "
+    "test steps of every (source, load) (WARN: usage in whole units can leave coverage above nominal).",
+}
+"""The check of `coverage_check`: name -> what passing means."""
+
+
+def coverage_check(summary: pl.DataFrame, low: float = 0.93, high: float = 0.97) -> tuple[bool, dict]:
+    """(passed, metadata): the learned forecaster with EC inputs covers `low`..`high` of the test steps with its
+    95 % quantile at every (source, load) of a `forecast_evaluation` summary."""
+    q95 = summary.filter(pl.col("forecaster") == "learned_with_ec")
+    col = "coverage_95" if "coverage_95" in q95.columns else None
+    bad = q95.filter((pl.col(col) < low) | (pl.col(col) > high)) if col else q95
+    passed = col is not None and bad.height == 0 and q95.height > 0
+    return passed, {"outside": bad.to_dicts() if col else [], "coverage_column": str(col)}
 
 
 def forecaster_factory(

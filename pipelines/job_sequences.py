@@ -118,6 +118,8 @@ LOAD_RESOURCES = ("dominant", "mean")
 the mean over resources."""
 RATE_SPLITS = ("own", "train")
 """Whose expected job work sets a split's arrival rate (see `SequenceConfig.rate_split`)."""
+OVERSIZED_RULES = ("drop", "cap", "keep")
+"""What happens to a workload larger than one machine (see `SequenceConfig.oversized_rule`)."""
 MAX_EMPTY_REDRAWS = 1000
 """Redraws of a sequence's Poisson arrivals when none fell in the window, before it is an error."""
 
@@ -180,6 +182,15 @@ class SequenceConfig:
     """Fixed (cpu, mem) multipliers of `_frac` before quantisation; None: derive from the quantile."""
     request_mode: str = "peak"
     """"peak": request = peak quantised usage; "trace": the trace's request fraction, quantised."""
+    oversized_rule: str = "drop"
+    """What happens to a workload larger than one machine: its trace request (`cpu_request_frac` or
+    `mem_request_frac`) or any 5-minute usage bin of its kept run above 1.0 of a machine (e.g. a Bitbrains VM
+    provisioned with 511.5 GiB). Every such workload is counted (stats["n_workloads_oversized"]) and named
+    (stats["oversized_workloads"]), whatever the rule. "drop": it is set aside before the usage scale is
+    derived and feeds no sequence (stats["n_workloads_set_aside"]; workloads in = workloads split into train and
+    test + without a complete step + set aside). "cap": its usage bins and requests are clipped to one machine
+    before the steps are formed, and it is kept. "keep": taken as it is (scaled with its source, step values
+    above C_d clipped and counted as `n_workloads_clipped`)."""
     seed: int = 0
     """Seed of every random draw."""
 
@@ -463,7 +474,10 @@ def _stable_int(text: str) -> int:
 def _step_frame(usage: pl.DataFrame, long_running: pl.DataFrame, cfg: SequenceConfig) -> pl.DataFrame:
     """Per workload, its kept run merged into logical steps: lists `cpu_frac`, `mem_frac` per workload."""
     step_s = BIN_SECONDS * cfg.step_bins
-    agg = pl.mean if cfg.step_how == "mean" else pl.max
+    how = "mean" if cfg.step_how == "mean" else "max"
+    cpu, mem = pl.col("cpu_frac"), pl.col("mem_frac")
+    if cfg.oversized_rule == "cap":  # one machine
+        cpu, mem = cpu.clip(upper_bound=1.0), mem.clip(upper_bound=1.0)
     windows = long_running.select(
         "source", "workload_id", "run_start_s", "n_run_bins", "cpu_request_frac", "mem_request_frac"
     )
@@ -476,17 +490,38 @@ def _step_frame(usage: pl.DataFrame, long_running: pl.DataFrame, cfg: SequenceCo
         .with_columns(step=(pl.col("bin_start_s") - pl.col("run_start_s")) // step_s)
         .group_by("source", "workload_id", "step")
         .agg(
-            agg("cpu_frac").alias("cpu_frac"),
-            agg("mem_frac").alias("mem_frac"),
+            getattr(cpu, how)().alias("cpu_frac"),
+            getattr(mem, how)().alias("mem_frac"),
             pl.len().alias("n_bins"),
             pl.first("cpu_request_frac"),
             pl.first("mem_request_frac"),
+            pl.max("cpu_frac").alias("cpu_peak_frac"),
+            pl.max("mem_frac").alias("mem_peak_frac"),
         )
         .filter(pl.col("n_bins") == cfg.step_bins)  # incomplete last step dropped (see time_scale)
         .sort("source", "workload_id", "step")
         .group_by("source", "workload_id", maintain_order=True)
-        .agg("cpu_frac", "mem_frac", pl.first("cpu_request_frac"), pl.first("mem_request_frac"))
+        .agg(
+            "cpu_frac",
+            "mem_frac",
+            pl.first("cpu_request_frac"),
+            pl.first("mem_request_frac"),
+            pl.max("cpu_peak_frac"),
+            pl.max("mem_peak_frac"),
+        )
     )
+
+
+def oversized_workloads(steps: pl.DataFrame) -> list[str]:
+    """Workload ids of a `_step_frame` whose trace request or any 5-minute usage bin of its kept steps exceeds one
+    machine (a fraction above 1.0), in the frame's order (see `SequenceConfig.oversized_rule`)."""
+    largest = pl.max_horizontal(
+        "cpu_peak_frac",
+        "mem_peak_frac",
+        pl.col("cpu_request_frac").fill_null(0.0),
+        pl.col("mem_request_frac").fill_null(0.0),
+    )
+    return steps.filter(largest > 1.0)["workload_id"].to_list()
 
 
 def _usage_scale(steps: pl.DataFrame, cfg: SequenceConfig) -> tuple[float, float]:
@@ -686,6 +721,8 @@ def _new_stats() -> dict[str, Any]:
     return {
         "n_workloads_in": 0,
         "n_workloads_without_steps": 0,
+        "n_workloads_oversized": 0,
+        "n_workloads_set_aside": 0,
         "n_workloads_train": 0,
         "n_workloads_test": 0,
         "n_workloads_clipped": 0,
@@ -699,6 +736,7 @@ def _new_stats() -> dict[str, Any]:
         "usage_scale": {},
         "mean_job_work_unit_steps": {},
         "arrival_rate_per_step": {},
+        "oversized_workloads": {},
     }
 
 
@@ -811,6 +849,10 @@ def build_job_sequences(
             f"rate_split one of {RATE_SPLITS} (got {cfg.rate_split!r}) and arrival_steps >= 1 (got "
             f"{cfg.arrival_steps})"
         )
+    if cfg.oversized_rule not in OVERSIZED_RULES:
+        raise ValueError(
+            f"SequenceConfig: oversized_rule must be one of {OVERSIZED_RULES}, got {cfg.oversized_rule!r}"
+        )
     if assignments is None:
         assignments = pl.DataFrame(schema={"workload_id": pl.String, "ec_label": pl.Int32})
     stats = _new_stats()
@@ -823,6 +865,14 @@ def build_job_sequences(
         stats["n_workloads_without_steps"] += (
             long_running.filter(pl.col("source") == source).height - steps.height
         )
+        oversized = oversized_workloads(steps)
+        stats["oversized_workloads"][source] = oversized
+        stats["n_workloads_oversized"] += len(oversized)
+        if cfg.oversized_rule == "drop":
+            steps = steps.filter(~pl.col("workload_id").is_in(oversized))
+            stats["n_workloads_set_aside"] += len(oversized)
+        elif cfg.oversized_rule == "cap":  # usage bins were capped by _step_frame
+            steps = steps.with_columns(pl.col("cpu_request_frac", "mem_request_frac").clip(upper_bound=1.0))
         if steps.height == 0:
             raise ValueError(f"source {source!r}: no long-running workload has a complete step of usage")
         scale = _usage_scale(steps, cfg)
@@ -865,3 +915,189 @@ def attach_meta(jobs: pl.DataFrame, long_running: pl.DataFrame, stats: dict[str,
         pl.all_horizontal(pl.col(c).is_null() for c in META_COLUMNS)
     ).height
     return out
+
+
+# --- the sequences of every source, as `sim__job_sequences` builds them ------------------------------------
+
+
+DIVERSITY = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "split": pl.String,
+    "n_sequences": pl.Int64,
+    "n_jobs": pl.Int64,
+    "n_distinct_workloads": pl.Int64,  # distinct workload_id over the split's sequences
+    "is_too_few_workloads": pl.Boolean,  # fewer than `min_workloads`: every FIFO policy may tie
+}
+
+
+def split_diversity(jobs_frame: pl.DataFrame, min_workloads: int = 5) -> pl.DataFrame:
+    """Distinct workloads per (source, load_pct, split) of `sim__job_sequences` (DIVERSITY). A split built from
+    fewer than `min_workloads` workloads cannot separate policies (the sample's Alibaba test split was one
+    constant-memory workload, where every FIFO policy gave identical numbers): callers warn on it."""
+    return (
+        jobs_frame.group_by("source", "load_pct", "split")
+        .agg(
+            n_sequences=pl.col("sequence_id").n_unique().cast(pl.Int64),
+            n_jobs=pl.len().cast(pl.Int64),
+            n_distinct_workloads=pl.col("workload_id").n_unique().cast(pl.Int64),
+        )
+        .with_columns(is_too_few_workloads=pl.col("n_distinct_workloads") < min_workloads)
+        .select(list(DIVERSITY))
+        .cast(DIVERSITY)
+        .sort("source", "load_pct", "split")
+    )
+
+
+USAGE_SCALE = {
+    "source": pl.String,
+    "cpu_frac_scale": pl.Float64,  # multiplier applied to cpu_frac before quantising to units of C_d
+    "mem_frac_scale": pl.Float64,
+    "step_bins": pl.Int32,  # 5-minute bins per logical step
+}
+"""Per real source, what mapped its usage fractions to units: what the simulator's EC labeller needs."""
+
+
+@dataclass(frozen=True)
+class SequenceRunSettings(SequenceConfig):
+    """The job sequences of every trace source (`SequenceConfig`: how they are cut, scaled, mixed and timed),
+    the synthetic workloads beside them, and the tolerance of the offered-load check."""
+
+    min_workloads: int = 2
+    """A trace source needs this many long-running workloads; one with fewer gets no sequences (noted, logged)."""
+    load_tolerance: float = 0.1
+    """Realised offered load, averaged over a (source, load)'s sequences, must be within this share of the label
+    (check)."""
+    include_synthetic: bool = True
+    """Add the synthetic workloads (`pipelines.synthetic.SYNTHETIC_WORKLOADS`), each on its own cluster."""
+
+
+@dataclass(frozen=True)
+class SequenceRun:
+    """What `build_sequence_run` gives: the tables and what the asset reports about them."""
+
+    jobs: pl.DataFrame
+    """JOB_SEQUENCES rows of every source."""
+    offered_load: pl.DataFrame
+    """OFFERED_LOAD rows, one per sequence."""
+    usage_scale: pl.DataFrame
+    """USAGE_SCALE rows, one per trace source with sequences."""
+    per_source: dict[str, Any]
+    """Per trace source, the builder's scalar stats, or why it was skipped."""
+    oversized: dict[str, list[str]]
+    """Per trace source built, the ids of its workloads larger than one machine (`oversized_workloads`)."""
+    diversity: pl.DataFrame
+    """`split_diversity` of `jobs`."""
+    by_label: pl.DataFrame
+    """`offered_load_check` of `offered_load`."""
+    warnings: list[str]
+    """What a reader should know: sources skipped, thin splits, loads off their label."""
+
+
+def build_sequence_run(
+    long_running: pl.DataFrame | None,
+    assignments: pl.DataFrame | None,
+    usage_of: Callable[[str, pl.DataFrame], pl.DataFrame],
+    settings: SequenceRunSettings,
+    log: Callable[[str], None] | None = None,
+) -> SequenceRun:
+    """`build_job_sequences` per trace source of `long_running` with at least `settings.min_workloads` workloads
+    (in source order; `usage_of(source, its long_running rows)` gives its USAGE rows), then the synthetic
+    workloads; the offered load of every sequence, each source on the cluster its labels refer to
+    (`pipelines.synthetic.cluster_of`), and its check against the labels."""
+    from pipelines.synthetic import SYNTHETIC_WORKLOADS, cluster_of  # synthetic builds on this module
+
+    frames, per_source, oversized, scales, warnings = [], {}, {}, [], []
+    sources = sorted(set(long_running["source"].to_list())) if long_running is not None else []
+    for source in sources:
+        lr = long_running.filter(pl.col("source") == source)
+        if lr.height < settings.min_workloads:
+            warnings.append(
+                f"{source}: {lr.height} long-running workload(s) < {settings.min_workloads}; no sequences"
+            )
+            per_source[source] = f"skipped: {lr.height} long-running workloads"
+            continue
+        ec = assignments.filter(pl.col("source") == source) if assignments is not None else None
+        df, stats = build_job_sequences(usage_of(source, lr), lr, ec, settings, log=log)
+        frames.append(df)
+        scales.append((source, *stats["usage_scale"][source], settings.step_bins))
+        per_source[source] = {k: v for k, v in stats.items() if isinstance(v, int | float | str)}
+        oversized[source] = stats["oversized_workloads"].get(source, [])
+        unassigned = stats.get("n_workloads_without_ec_label", {}).get(source, 0)
+        per_source[source]["n_workloads_without_ec_label"] = unassigned
+        if unassigned:
+            warnings.append(f"{source}: {unassigned} workload(s) have no EC label and were given label 0")
+        if oversized[source]:
+            warnings.append(
+                f"{source}: {len(oversized[source])} workload(s) larger than one machine "
+                f"(oversized_rule={settings.oversized_rule!r}): {oversized[source][:10]}"
+            )
+    if settings.include_synthetic:
+        counts = (settings.n_train_sequences, settings.n_test_sequences, settings.loads_pct, settings.seed)
+        frames += [workload.build(*counts) for workload in SYNTHETIC_WORKLOADS.values()]
+    jobs = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=JOB_SEQUENCES)
+    jobs = jobs.select([pl.col(c).cast(t) for c, t in JOB_SEQUENCES.items()])
+    diversity = split_diversity(jobs, settings.min_workloads_per_split)
+    for row in diversity.filter(pl.col("is_too_few_workloads")).iter_rows(named=True):
+        warnings.append(
+            f"{row['source']} {row['load_pct']} % {row['split']}: only {row['n_distinct_workloads']} distinct "
+            f"workload(s) (< {settings.min_workloads_per_split}); policies may not be separable on it"
+        )
+    clusters = {
+        s: cluster_of(s, settings.n_machines, settings.arrival_steps) for s in jobs["source"].unique()
+    }
+    loads = offered_load_table(
+        jobs,
+        {s: m for s, (m, _) in clusters.items()},
+        settings.capacity_units,
+        {s: w for s, (_, w) in clusters.items()},
+    )
+    by_label = offered_load_check(loads, tolerance=settings.load_tolerance)
+    for row in by_label.filter(~pl.col("is_within_tolerance")).iter_rows(named=True):
+        warnings.append(
+            f"{row['source']} {row['load_pct']} %: realised offered load {row['mean_offered_load']:.3f} "
+            f"({row['ratio_to_label']:.2f} x the label)"
+        )
+    return SequenceRun(
+        jobs=jobs,
+        offered_load=loads.select([pl.col(c).cast(t) for c, t in OFFERED_LOAD.items()]),
+        usage_scale=pl.DataFrame(scales, schema=USAGE_SCALE, orient="row"),
+        per_source=per_source,
+        oversized=oversized,
+        diversity=diversity,
+        by_label=by_label,
+        warnings=warnings,
+    )
+
+
+SEQUENCE_CHECK_DOCS = {
+    "splits_have_enough_workloads": "Every (source, load, split) is cut from at least `min_workloads_per_split` "
+    "distinct workloads.",
+    "offered_load_matches_label": "For every (source, load), the realised offered load of the dominant resource, "
+    "averaged over sequences, is within load_tolerance (10 %) of the label.",
+    "train_and_test_share_no_workload": "Within a source, no workload feeds both training and test sequences.",
+}
+"""The checks of `sequence_check_values`: name -> what passing means."""
+
+
+def sequence_check_values(
+    jobs: pl.DataFrame, diversity: pl.DataFrame, by_label: pl.DataFrame | None = None
+) -> dict[str, tuple[bool, dict[str, Any]]]:
+    """Check name -> (passed, metadata) of a `sim__job_sequences` table: every split cut from enough distinct
+    workloads (`diversity`: `split_diversity`), every (source, load)'s offered load within tolerance of its label
+    (`by_label`: `offered_load_check`; none measured is a failure) and no workload in both splits of a source."""
+    by_split = jobs.group_by("source", "workload_id").agg(pl.col("split").n_unique().alias("n_splits"))
+    shared = by_split.filter(pl.col("n_splits") > 1)
+    thin = diversity.filter(pl.col("is_too_few_workloads"))
+    loads_ok = by_label is not None and by_label.height > 0 and bool(by_label["is_within_tolerance"].all())
+    return {
+        "splits_have_enough_workloads": (
+            thin.height == 0 and jobs.height > 0,
+            {"thin_splits": thin.to_dicts(), "n_jobs": jobs.height},
+        ),
+        "offered_load_matches_label": (
+            loads_ok,
+            {"by_label": [] if by_label is None else by_label.to_dicts()},
+        ),
+        "train_and_test_share_no_workload": (shared.height == 0, {"n_shared_workloads": shared.height}),
+    }

@@ -28,7 +28,8 @@ arrival per step is an error, never silently capped (`deeprm_arrival_plan`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -56,6 +57,8 @@ SYNTHETIC_SOURCES = (DEEPPLACE_SOURCE, DEEPRM_SOURCE)
 def is_synthetic(source: str) -> bool:
     """Whether `source` is one of the papers' synthetic workloads rather than a trace source."""
     return source in SYNTHETIC_SOURCES
+
+
 SPLIT_CODE = {"train": 0, "test": 1}
 """Seed component per split, so train and test draws never share a random stream."""
 
@@ -384,3 +387,52 @@ def build_deeprm_sequences(cfg: DeepRMConfig) -> pl.DataFrame:
                         }
                     )
     return jobs_to_frame(rows)
+
+
+# --- registry ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticWorkload:
+    """A synthetic workload of `sim__job_sequences`: its paper's settings (which fix the cluster its load labels
+    refer to) and its builder."""
+
+    config: DeepPlaceConfig | DeepRMConfig
+    """The workload's settings; `n_machines` and `arrival_steps` are its own cluster and arrival window."""
+    builder: Callable[[DeepPlaceConfig | DeepRMConfig], pl.DataFrame]
+    """Settings -> the JOB_SEQUENCES rows of every load and split."""
+    has_usage_shape: bool = True
+    """False for flat constant-demand jobs: nothing to forecast, so usage-forecast evaluations leave it out."""
+
+    @property
+    def n_machines(self) -> int:
+        return self.config.n_machines
+
+    @property
+    def arrival_steps(self) -> int:
+        return self.config.arrival_steps
+
+    def build(self, n_train_sequences: int, n_test_sequences: int, loads_pct: tuple[int, ...], seed: int):
+        """Its sequences with the run's counts, loads and seed (the rest from its paper's settings)."""
+        cfg = replace(
+            self.config,
+            n_train_sequences=n_train_sequences,
+            n_test_sequences=n_test_sequences,
+            loads_pct=tuple(loads_pct),
+            seed=seed,
+        )
+        return self.builder(cfg)
+
+
+SYNTHETIC_WORKLOADS: dict[str, SyntheticWorkload] = {
+    DEEPPLACE_SOURCE: SyntheticWorkload(DeepPlaceConfig(), lambda cfg: build_deepplace_sequences(cfg)[0]),
+    DEEPRM_SOURCE: SyntheticWorkload(DeepRMConfig(), build_deeprm_sequences, has_usage_shape=False),
+}
+"""Source name -> synthetic workload (the SYNTHETIC_SOURCES), in the order `sim__job_sequences` appends them."""
+
+
+def cluster_of(source: str, n_machines: int, arrival_steps: int) -> tuple[int, int]:
+    """(machines M, arrival window in steps) the load labels of `source` refer to: a synthetic workload's own
+    cluster (DeepRM's single pool), else the given trace cluster."""
+    own = SYNTHETIC_WORKLOADS.get(source)
+    return (own.n_machines, own.arrival_steps) if own else (n_machines, arrival_steps)

@@ -10,13 +10,19 @@ metric); `assets.plots` draws TVW-RL Fig. 4/5 from it (utilisation, fragmentatio
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 from scipy import stats
 
+from pipelines.job_sequences import DIVERSITY as DIVERSITY  # re-exported: measured where sequences are built
+from pipelines.job_sequences import split_diversity as split_diversity
 from pipelines.progress import Progress
+from pipelines.synthetic import cluster_of
 from sim import core
 from sim.config import SimConfig
 from sim.core import PENALTY_NAMES
@@ -35,7 +41,7 @@ from sim.policies import (
     policy_kind,
 )
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
-from sim.tuning import FitContext, TuningConfig
+from sim.tuning import FitContext, TuningConfig, tuning_preset
 
 RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
 """Columns identifying one result row."""
@@ -296,35 +302,6 @@ def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     )
 
 
-DIVERSITY = {
-    "source": pl.String,
-    "load_pct": pl.Int32,
-    "split": pl.String,
-    "n_sequences": pl.Int64,
-    "n_jobs": pl.Int64,
-    "n_distinct_workloads": pl.Int64,  # distinct workload_id over the split's sequences
-    "is_too_few_workloads": pl.Boolean,  # fewer than `min_workloads`: every FIFO policy may tie
-}
-
-
-def split_diversity(jobs_frame: pl.DataFrame, min_workloads: int = 5) -> pl.DataFrame:
-    """Distinct workloads per (source, load_pct, split) of `sim__job_sequences` (DIVERSITY). A split built from
-    fewer than `min_workloads` workloads cannot separate policies (the sample's Alibaba test split was one
-    constant-memory workload, where every FIFO policy gave identical numbers): callers warn on it."""
-    return (
-        jobs_frame.group_by("source", "load_pct", "split")
-        .agg(
-            n_sequences=pl.col("sequence_id").n_unique().cast(pl.Int64),
-            n_jobs=pl.len().cast(pl.Int64),
-            n_distinct_workloads=pl.col("workload_id").n_unique().cast(pl.Int64),
-        )
-        .with_columns(is_too_few_workloads=pl.col("n_distinct_workloads") < min_workloads)
-        .select(list(DIVERSITY))
-        .cast(DIVERSITY)
-        .sort("source", "load_pct", "split")
-    )
-
-
 TRUTH_OF = {"forecast_risk": "forecast_risk_truth", "forecast_risk_nodur": "forecast_risk_truth"}
 """Forecast-driven rule -> the same rule on the true future usage (its information gap's yardstick)."""
 
@@ -449,3 +426,206 @@ def gap_table(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
         return pl.DataFrame(schema=GAP_TABLE)
     out = out.join(kinds, on="policy", how="left")
     return out.select([pl.col(c).cast(t) for c, t in GAP_TABLE.items()]).sort("source", "load_pct", "policy")
+
+
+# --- the evaluation assets' runs -----------------------------------------------------------------------------
+
+EVAL_LOADS = (30, 50, 80)
+"""Loads the evaluation is partitioned by (TVW-RL's 30/50/80 %), as the training runs are."""
+
+
+def eval_partition_keys(loads_pct: Sequence[int]) -> list[str]:
+    """The evaluation partitions ('load50') of the configured loads (`sim__job_sequences.loads_pct`), in order;
+    ValueError naming the loads that have no partition (their sequences could never be evaluated)."""
+    missing = [load for load in loads_pct if load not in EVAL_LOADS]
+    if missing:
+        raise ValueError(
+            f"sim__job_sequences.loads_pct {list(loads_pct)}: load(s) {missing} have no evaluation partition "
+            f"(eval__baselines is partitioned by {list(EVAL_LOADS)} %, as the training runs)"
+        )
+    return [f"load{load}" for load in loads_pct]
+
+
+def parse_eval_partition(key: str) -> int:
+    """'load50' -> 50; ValueError naming the known keys otherwise."""
+    known = eval_partition_keys(EVAL_LOADS)
+    if key not in known:
+        raise ValueError(f"unknown evaluation partition {key!r}; known: {known}")
+    return int(key.removeprefix("load"))
+
+
+def sequences_at_load(sequences: pl.DataFrame, load_pct: int, where: str) -> pl.DataFrame:
+    """The rows of `sequences` (`sim__job_sequences`) at `load_pct`; ValueError starting with `where` and naming
+    the loads that have test sequences when it has none at that load."""
+    jobs = sequences.filter(pl.col("load_pct") == load_pct)
+    if jobs.filter(pl.col("split") == "test").is_empty():
+        have = sorted(sequences.filter(pl.col("split") == "test")["load_pct"].unique().to_list())
+        raise ValueError(
+            f"{where}: sim__job_sequences has no test sequences at {load_pct} % (loads with test sequences: "
+            f"{have}); evaluate only the loads of sim__job_sequences.loads_pct"
+        )
+    return jobs
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How the registered heuristics are evaluated on the test sequences (`eval__baselines`)."""
+
+    policies: tuple[str, ...] = tuple(sorted(p for p in POLICIES if not is_learned(p)))
+    """Registered heuristics to evaluate (learned policies are evaluated by eval__results)."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Simulator/policy seeds per test sequence."""
+    n_machines: int = 10
+    """M (TVW-RL: 10)."""
+    max_steps: int = 1000
+    """Safety cap in logical steps: an episode runs until every job is placed and finished; hitting the cap is a
+    failure, reported per episode (is_truncated) and charged for unplaced jobs."""
+    hold_rule: str = "always"
+    """'always' (DeepRM's void action) or 'no_fit' (TVW-RL: hold only when nothing fits)."""
+    noise_max_units: int = 0
+    """Background noise 0..n units (robustness study: 1-3)."""
+    forecaster_preset: str = "sample"
+    """Preset of the learned usage forecaster (its FORECAST_PRESETS) the forecast-driven rules use, fitted per
+    source and load on its training sequences."""
+    tuning_preset: str = "full"
+    """Grid of knobs the fitted rules try on validation sequences (`sim.tuning.TUNING_PRESETS`: full, quick)."""
+    validation_share: float = TuningConfig.validation_share
+    """Share of each (source, load)'s training sequences held out to choose the fitted rules' knobs (risk level,
+    rho, mode, N, fallback heuristic); test sequences are never used."""
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("EvalSettings.seeds: at least one seed")
+        self.tuning()  # an unknown preset fails here, naming it
+
+    def tuning(self) -> TuningConfig:
+        """The fitted rules' TuningConfig: the preset's grid, this validation share, the first seed."""
+        return tuning_preset(self.tuning_preset, self.validation_share, self.seeds[0])
+
+
+def eval_sim_config(asset: str, settings: Any, jobs: pl.DataFrame) -> SimConfig:
+    """The simulator an evaluation asset runs: its settings' M, safety cap, hold rule (default "always") and
+    noise (any object with those attributes and `policies`), labels covering every job of `jobs`, oversized
+    jobs clipped and counted. ValueError naming the asset on a policy that is neither registered nor an
+    importable "module:attr"."""
+    unknown = [p for p in settings.policies if p not in POLICIES and ":" not in p]
+    if unknown:
+        raise ValueError(f"{asset}: unknown policies {unknown}; registered: {sorted(POLICIES)}")
+    return SimConfig(
+        n_machines=settings.n_machines,
+        max_steps=settings.max_steps,
+        hold_rule=getattr(settings, "hold_rule", "always"),
+        n_labels=max(SimConfig().n_labels, int(jobs["ec_label"].max() or 0) + 1),
+        noise_max_units=settings.noise_max_units,
+        oversize="clip",
+    )
+
+
+def source_clusters(jobs: pl.DataFrame, n_machines: int, arrival_steps: int) -> dict[str, tuple[int, int]]:
+    """Per source of `jobs`: (machines M, arrival window in steps) its load labels refer to: a synthetic
+    workload's own cluster (`pipelines.synthetic.cluster_of`), the trace sources' (n_machines, arrival_steps)."""
+    return {s: cluster_of(s, n_machines, arrival_steps) for s in jobs["source"].unique().to_list()}
+
+
+def evaluate_by_cluster(
+    jobs: pl.DataFrame,
+    policies: Sequence[str],
+    cfg: SimConfig,
+    seeds: Sequence[int],
+    make: PolicyFactory | None = None,
+    log: Callable[[str], None] | None = None,
+    **fit_kwargs,
+) -> pl.DataFrame:
+    """`evaluate_policies` on the test split, each source on the cluster its loads refer to (`source_clusters`:
+    a synthetic workload on its own, the rest on cfg.n_machines). Learned policies built for another cluster
+    size are left out of a source whose M differs (their state space would not match). `log` gets the progress
+    lines, one series per cluster size M."""
+    clusters = source_clusters(jobs, cfg.n_machines, 0)  # the arrival window plays no part here
+    frames = []
+    for m in sorted({m for m, _ in clusters.values()}):
+        sources = [s for s, (n, _) in clusters.items() if n == m]
+        part = jobs.filter(pl.col("source").is_in(sources))
+        names = policies if m == cfg.n_machines else [p for p in policies if not is_learned(p)]
+        if names and part.filter(pl.col("split") == "test").height:
+            sim = dataclasses.replace(cfg, n_machines=m)
+            frames.append(
+                evaluate_policies(
+                    part,
+                    names,
+                    sim,
+                    seeds=seeds,
+                    split="test",
+                    make=make,
+                    log=log,
+                    label=f"evaluate on M={m}",
+                    **fit_kwargs,
+                )
+            )
+    if not frames:
+        raise ValueError(f"no test sequences to evaluate {list(policies)} on (sources: {sorted(clusters)})")
+    return pl.concat(frames, how="diagonal_relaxed").sort(list(RESULT_KEY))
+
+
+def fitted_rule_choices(choices: dict) -> dict[str, dict]:
+    """What validation chose for each fitted rule (`evaluate_policies`' `choices`), per "source load%", the
+    settings tried left out."""
+    return {
+        f"{source} {load}%": {
+            name: {k: v for k, v in knobs.items() if k != "tried"} for name, knobs in per_rule.items()
+        }
+        for (source, load), per_rule in choices.items()
+    }
+
+
+EVAL_CHECK_DOCS = {
+    "noop_has_the_worst_return": "At every (source, load), the policy that never places has the lowest mean "
+    "episode return: withholding work must never pay.",
+    "utilisation_within_capacity": "No episode reports average utilisation above 1 (usage above capacity is "
+    "overshoot, not utilisation).",
+    "only_noop_hits_the_safety_cap": "Every policy but noop finishes every episode before the safety cap (a "
+    "truncated episode is a failure).",
+    "one_row_per_episode": "Exactly one row per (source, load, policy, test sequence, seed), and policies differ: "
+    "not every policy gives identical numbers in a (source, load).",
+}
+"""The checks of `eval_check_values`: name -> what passing means."""
+
+
+def eval_check_values(results: pl.DataFrame, n_expected: int) -> dict[str, tuple[bool, dict[str, Any]]]:
+    """Check name -> (passed, metadata) of an evaluation table: noop has the worst mean return at every (source,
+    load), no utilisation above 1, only noop hits the safety cap, one row per episode (`n_expected`) and
+    policies that differ somewhere in every (source, load)."""
+    mean = results.group_by("source", "load_pct", "policy").agg(pl.col("episode_return").mean())
+    worst = mean.sort("episode_return").group_by("source", "load_pct").first()
+    has_noop = "noop" in results["policy"].unique().to_list()
+    bad_noop = worst.filter(pl.col("policy") != "noop") if has_noop else worst.head(0)
+    util_cols = [c for c in results.columns if c.startswith("avg_util_")]
+    over = results.filter(pl.any_horizontal(pl.col(c) > 1.0 + 1e-9 for c in util_cols))
+    cut = results.filter((pl.col("policy") != "noop") & (pl.col("is_truncated") > 0))
+    per_group = (
+        results.drop("policy", "seed", "sequence_id")
+        .group_by("source", "load_pct")
+        .agg(pl.all().exclude("source", "load_pct").n_unique())
+    )
+    metric_cols = [c for c in per_group.columns if c not in ("source", "load_pct")]
+    identical = per_group.filter(pl.all_horizontal(pl.col(c) <= 1 for c in metric_cols))
+    dup = results.height - results.select(RESULT_KEY).unique().height
+    return {
+        "noop_has_the_worst_return": (
+            has_noop and bad_noop.height == 0,
+            {"groups_where_another_policy_is_worst": bad_noop.to_dicts(), "noop_evaluated": has_noop},
+        ),
+        "utilisation_within_capacity": (over.height == 0, {"n_rows_above_1": over.height}),
+        "only_noop_hits_the_safety_cap": (
+            cut.height == 0,
+            {"n_truncated_episodes": cut.height, "policies": sorted(set(cut["policy"].to_list()))},
+        ),
+        "one_row_per_episode": (
+            dup == 0 and results.height == n_expected and identical.height == 0,
+            {
+                "n_rows": results.height,
+                "n_expected": n_expected,
+                "n_duplicate_keys": dup,
+                "groups_with_identical_policies": identical.select("source", "load_pct").to_dicts(),
+            },
+        ),
+    }

@@ -63,6 +63,14 @@ TUNING_PRESETS = {
 and the tests: about a fifth of the validation episodes)."""
 
 
+def tuning_preset(name: str, validation_share: float, seed: int) -> TuningConfig:
+    """The TUNING_PRESETS grid `name` with the run's validation share and seed (ValueError naming an unknown
+    preset)."""
+    if name not in TUNING_PRESETS:
+        raise ValueError(f"unknown tuning_preset {name!r}; known: {sorted(TUNING_PRESETS)}")
+    return replace(TUNING_PRESETS[name], validation_share=validation_share, seed=seed)
+
+
 def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]:
     """(fit, validation): the last ceil(share x B) training sequences (at least 1) are validation, the rest fit;
     with a single training sequence both are that sequence (said in the choices). ValueError on an empty split."""

@@ -1,23 +1,23 @@
 """The heuristic evaluation fans out by load: its partitions read back as the table evaluated whole, a load
-without sequences fails naming it, and `tvw-run` plans one run per configured load beside training."""
+without sequences fails naming it, stale load partitions are removed and `tvw-run` refuses a load without one."""
 
 import polars as pl
 import pytest
 from dagster import DagsterInstance, materialize
 
-from assets.cluster import (
-    EvalConfig,
-    eval__baselines,
-    eval__summary,
+from assets.cluster import eval__baselines, eval__summary, sim__job_sequences
+from assets.io_manager import TableIOManager
+from assets.resources import Warehouse
+from cli.plan import RunSpec
+from cli.summary import remove_unplanned_evaluations
+from sim.evaluate import (
+    RESULT_KEY,
+    EvalSettings,
     eval_partition_keys,
     eval_sim_config,
     evaluate_by_cluster,
-    sim__job_sequences,
+    summarise,
 )
-from assets.io_manager import TableIOManager
-from assets.main import RunSpec, Target, _ready, plan_runs, remove_unplanned_evaluations
-from assets.resources import Warehouse
-from sim.evaluate import RESULT_KEY, summarise
 
 POLICIES = ["best_fit", "noop", "tetris", "ec_peak_aware"]
 
@@ -62,7 +62,7 @@ def test_the_load_partitions_are_the_table_evaluated_whole(evaluated):
     wh, runs, base = evaluated
     assert runs["load30"].success and runs["load50"].success
     jobs = wh.scan("sim__job_sequences").collect()
-    config = EvalConfig(**base)
+    config = EvalSettings(policies=tuple(base["policies"]), seeds=tuple(base["seeds"]))
     whole = evaluate_by_cluster(
         jobs, POLICIES, eval_sim_config("eval__baselines", config, jobs), base["seeds"]
     )
@@ -87,28 +87,6 @@ def test_a_load_without_sequences_fails_naming_it(evaluated):
     assert "no test sequences at 80 %" in messages and "[30, 50]" in messages
 
 
-def test_the_runner_evaluates_the_configured_loads_beside_training():
-    config = {"ops": {"sim__job_sequences": {"config": {"loads_pct": [50, 80]}}}}
-    specs = plan_runs(Target("data", "unused"), [], ("cluster", "eval", "rl", "results"), config)
-    evals = [s for s in specs if s.job == "eval_job"]
-    summary = next(s for s in specs if s.job == "eval_summary_job")
-    cluster = next(s for s in specs if s.layer == "cluster")
-    rl = [s for s in specs if s.layer == "rl"]
-    assert [s.partition for s in evals] == ["load50", "load80"]
-    assert not _ready(evals[0], [cluster, *evals[1:], summary, *rl], set())  # waits for the sequences
-    assert _ready(evals[0], [*evals[1:], summary, *rl], set())  # loads and training side by side
-    assert _ready(rl[0], [*evals, summary, *rl[1:]], set())
-    assert not _ready(summary, [summary], {evals[1]})  # the summary waits for every load
-    assert _ready(summary, [summary, *rl], set())
-    assert not _ready(specs[-1], [], {summary})  # the results wait for the evaluation
-    # the sample profile keeps the papers' three loads
-    assert [s.partition for s in plan_runs(Target("data", "unused"), [], ("eval",)) if s.partition] == [
-        "load30",
-        "load50",
-        "load80",
-    ]
-
-
 def test_a_load_with_no_partition_is_named():
     with pytest.raises(ValueError, match=r"load\(s\) \[40\] have no evaluation partition"):
         eval_partition_keys([30, 40])
@@ -127,7 +105,7 @@ def test_stale_load_partitions_are_removed_before_the_evaluation(tmp_path):
 def test_tvw_run_stops_on_a_configured_load_without_partition(tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
-    from assets.main import main
+    from cli.run import main
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     profile = tmp_path / "profile.yaml"
@@ -135,5 +113,5 @@ def test_tvw_run_stops_on_a_configured_load_without_partition(tmp_path, monkeypa
     traces = Path(__file__).parents[1] / "fixtures" / "traces"
     argv = ["--traces", str(traces), "--warehouse", str(tmp_path / "wh"), "--profile", str(profile)]
     assert main([*argv, "--sources", "google2011", "--layers", "eval"]) == 2
-    assert "load(s) [40] have no evaluation partition" in capsys.readouterr().err
+    assert "sim__job_sequences.loads_pct: ['40'] has no `eval_job` partition" in capsys.readouterr().err
     assert not (tmp_path / "wh").exists()

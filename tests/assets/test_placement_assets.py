@@ -74,13 +74,8 @@ def test_forecast_table_scores_every_forecaster_on_test_jobs(evaluated):
         "last_period_max",
     }
     assert set(table["origin"]) == {"arrival", "running"} and table["n"].sum() > 0
-    assert "deeprm_synthetic" not in set(table["source"])  # flat blocks on its own cluster: nothing to forecast
+    assert "deeprm_synthetic" not in set(
+        table["source"]
+    )  # flat blocks on its own cluster: nothing to forecast
     scored = table.filter(pl.col("n") > 0)
     assert scored["coverage"].is_between(0.0, 1.0).all() and (scored["pinball_units"] >= 0).all()
-
-
-def test_unknown_tuning_preset_is_named(tmp_path):
-    from assets.cluster import EvalConfig, tuning_of
-
-    with pytest.raises(ValueError, match="unknown tuning_preset 'fast'"):
-        tuning_of(EvalConfig(tuning_preset="fast"))

@@ -159,3 +159,25 @@ def test_fitting_needs_two_labels():
     one = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[1, 1]] * 3, ec_label=4)]])
     with pytest.raises(ValueError, match="need at least 2"):
         fit_sim_labeller(CFG, one, SMALL)
+
+
+def test_labelling_accuracy_scores_every_labeller_per_load_and_age() -> None:
+    import polars as pl
+
+    from models.sim_labeller import LabellingSettings, labelling_accuracy
+    from pipelines.synthetic import DEEPPLACE_SOURCE, SYNTHETIC_WORKLOADS
+
+    jobs = SYNTHETIC_WORKLOADS[DEEPPLACE_SOURCE].build(3, 2, (30, 50), 0)
+    scale = pl.DataFrame(
+        {"source": [DEEPPLACE_SOURCE], "cpu_frac_scale": [2.0], "mem_frac_scale": [3.0], "step_bins": [12]}
+    )
+    asked = []
+    settings = LabellingSettings(ages_steps=(0, 2), sim_view=SMALL)
+    out = labelling_accuracy(jobs, scale, settings, lambda *args: asked.append(args))
+    assert asked == [(DEEPPLACE_SOURCE, 12, (2.0, 3.0))]  # no classifier there: sim_view only
+    assert set(out["labeller"]) == {"sim_view"} and set(out["load_pct"]) == {30, 50}
+    assert sorted(set(out["age_steps"])) == [0, 2] and out["accuracy"].is_between(0.0, 1.0).all()
+    warned = []
+    one_label = jobs.with_columns(ec_label=pl.lit(0, pl.Int32))
+    empty = labelling_accuracy(one_label, scale, settings, warn=warned.append)
+    assert empty.is_empty() and "fewer than 2 EC labels" in warned[0]

@@ -246,3 +246,30 @@ def test_learned_beats_every_baseline_on_deepplace_and_covers_95_within_the_bar(
         assert loss["learned_with_ec"] < loss[baseline] and loss["learned_without_ec"] < loss[baseline]
     learned = summary.filter(pl.col("forecaster").str.starts_with("learned"))
     assert learned["coverage_95"].is_between(0.93, 0.97).all()
+
+
+def test_forecast_table_settings_name_an_unknown_preset() -> None:
+    from models.usage_forecast import ForecastTableSettings
+
+    with pytest.raises(ValueError, match="unknown forecaster preset 'huge'"):
+        ForecastTableSettings(preset="huge")
+
+
+def test_coverage_check_flags_a_cell_outside_93_to_97_pct() -> None:
+    from models.usage_forecast import coverage_check
+
+    summary = pl.DataFrame(
+        {
+            "source": ["a", "b", "a"],
+            "load_pct": [50, 50, 50],
+            "forecaster": ["learned_with_ec", "learned_with_ec", "request"],
+            "coverage_95": [0.95, 0.99, 0.5],
+        }
+    )
+    passed, metadata = coverage_check(summary)
+    assert not passed and metadata["coverage_column"] == "coverage_95"
+    assert metadata["outside"] == [
+        {"source": "b", "load_pct": 50, "forecaster": "learned_with_ec", "coverage_95": 0.99}
+    ]
+    assert coverage_check(summary.head(1)) == (True, {"outside": [], "coverage_column": "coverage_95"})
+    assert not coverage_check(summary.drop("coverage_95"))[0]  # no 95 % level scored is a failure

@@ -9,11 +9,14 @@ import pytest
 from pipelines.job_sequences import (
     JOB_SEQUENCES,
     OFFERED_LOAD,
+    SEQUENCE_CHECK_DOCS,
     SequenceConfig,
+    SequenceRunSettings,
     _build_pool,
     _step_frame,
     arrival_rate_per_step,
     build_job_sequences,
+    build_sequence_run,
     draw_job_stream,
     expected_job_work,
     expected_window_work,
@@ -24,6 +27,8 @@ from pipelines.job_sequences import (
     poisson_arrivals,
     quantise_usage,
     realised_load,
+    sequence_check_values,
+    split_diversity,
     split_sizes,
     time_scale,
 )
@@ -273,8 +278,15 @@ def test_oversized_usage_is_clipped_and_counted() -> None:
     usage = usage.with_columns(
         pl.when(pl.col("workload_id") == "w1").then(1.7).otherwise(pl.col("cpu_frac")).alias("cpu_frac")
     )
-    cfg = SequenceConfig(n_train_sequences=2, n_test_sequences=2, loads_pct=(50,), usage_scale=(1.0, 1.0))
+    cfg = SequenceConfig(
+        n_train_sequences=2,
+        n_test_sequences=2,
+        loads_pct=(50,),
+        usage_scale=(1.0, 1.0),
+        oversized_rule="keep",
+    )
     df, stats = build_job_sequences(usage, long_running, None, cfg)
+    assert stats["oversized_workloads"] == {"s": ["w1"]} and stats["n_workloads_set_aside"] == 0
     assert stats["n_workloads_clipped"] == 1
     assert df["cpu_units"].list.max().max() <= 8
     if "w1" in df["workload_id"].to_list():
@@ -318,3 +330,85 @@ def test_train_rate_is_shared_by_both_splits() -> None:
     assert rates["train"] == rates["test"]
     with pytest.raises(ValueError, match="rate_split"):
         build_job_sequences(usage, long_running, None, SequenceConfig(rate_split="test"))
+
+
+def _with_oversized_vm(n_workloads: int = 6) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The pool, plus Bitbrains-style VM "big": provisioned with 511.5 GiB on 64 GiB machines (a memory request of
+    7.99 machines), using 0.3 of a machine."""
+    usage, long_running = _pool(n_workloads=n_workloads, n_bins=600)
+    big_usage = usage.filter(pl.col("workload_id") == "w0").with_columns(
+        workload_id=pl.lit("big"), cpu_frac=pl.lit(0.3), mem_frac=pl.lit(0.3)
+    )
+    big = long_running.filter(pl.col("workload_id") == "w0").with_columns(
+        workload_id=pl.lit("big"), mem_request_frac=pl.lit(511.5 / 64)
+    )
+    return pl.concat([usage, big_usage]), pl.concat([long_running, big])
+
+
+SMALL = SequenceConfig(n_train_sequences=2, n_test_sequences=1, loads_pct=(50,), min_workloads_per_split=2)
+
+
+def test_a_workload_larger_than_one_machine_is_named_and_set_aside() -> None:
+    usage, long_running = _with_oversized_vm()
+    df, stats = build_job_sequences(usage, long_running, None, SMALL)
+    assert "big" not in df["workload_id"].to_list()
+    assert stats["oversized_workloads"] == {"s": ["big"]}
+    assert (stats["n_workloads_oversized"], stats["n_workloads_set_aside"]) == (1, 1)
+    # rows in = rows out + set aside
+    kept = stats["n_workloads_train"] + stats["n_workloads_test"] + stats["n_workloads_without_steps"]
+    assert stats["n_workloads_in"] == 7 and kept + stats["n_workloads_set_aside"] == 7
+    # without it, the sequences are those of the pool alone
+    alone, _ = build_job_sequences(*_pool(n_workloads=6, n_bins=600), None, SMALL)
+    assert df.equals(alone)
+
+
+def test_an_oversized_workload_can_be_capped_to_one_machine_instead() -> None:
+    usage, long_running = _with_oversized_vm()
+    usage = usage.with_columns(
+        cpu_frac=pl.when(pl.col("workload_id") == "big").then(3.0).otherwise(pl.col("cpu_frac"))
+    )
+    cfg = SequenceConfig(**{**SMALL.__dict__, "oversized_rule": "cap", "request_mode": "trace"})
+    df, stats = build_job_sequences(usage, long_running, None, cfg)
+    assert stats["oversized_workloads"] == {"s": ["big"]} and stats["n_workloads_set_aside"] == 0
+    big = df.filter(pl.col("workload_id") == "big")
+    assert big.height > 0 and big["mem_request_frac"].max() == pytest.approx(511.5 / 64)  # the meta as traced
+    assert big["cpu_request_units"].max() <= 8 and big["mem_request_units"].max() <= 8
+    with pytest.raises(ValueError, match="oversized_rule"):
+        build_job_sequences(usage, long_running, None, SequenceConfig(oversized_rule="shrink"))
+
+
+def test_the_sequence_run_skips_small_sources_and_adds_the_synthetic_workloads() -> None:
+    usage, long_running = _with_oversized_vm()
+    tiny = long_running.head(1).with_columns(source=pl.lit("tiny"))
+    settings = SequenceRunSettings(**{**SMALL.__dict__, "min_workloads": 2, "include_synthetic": True})
+    run = build_sequence_run(pl.concat([long_running, tiny]), None, lambda source, lr: usage, settings)
+    assert run.per_source["tiny"] == "skipped: 1 long-running workloads"
+    assert run.per_source["s"]["n_workloads_set_aside"] == 1 and run.oversized == {"s": ["big"]}
+    assert set(run.jobs["source"]) == {"s", "deepplace_synthetic", "deeprm_synthetic"}
+    assert run.jobs.schema == pl.Schema(JOB_SEQUENCES) and run.offered_load.schema == pl.Schema(OFFERED_LOAD)
+    assert run.usage_scale["source"].to_list() == ["s"]
+    assert any(w.startswith("tiny: 1 long-running") for w in run.warnings)
+    assert any("larger than one machine" in w and "big" in w for w in run.warnings)
+    # the synthetic workloads' loads are measured on their own clusters: DeepRM's single machine
+    deeprm = run.offered_load.filter(pl.col("source") == "deeprm_synthetic")
+    assert set(deeprm["n_machines"]) == {1}
+
+
+def test_sequence_check_values_flag_thin_splits_shared_workloads_and_no_load() -> None:
+    jobs = pl.DataFrame(
+        {
+            "source": ["s"] * 4,
+            "load_pct": [30] * 4,
+            "split": ["train", "train", "test", "test"],
+            "sequence_id": [0, 0, 0, 0],
+            "workload_id": ["a", "b", "c", "a"],
+        }
+    )
+    values = sequence_check_values(jobs, split_diversity(jobs, min_workloads=2))
+    assert set(values) == set(SEQUENCE_CHECK_DOCS)
+    assert values["splits_have_enough_workloads"] == (True, {"thin_splits": [], "n_jobs": 4})
+    assert values["offered_load_matches_label"] == (False, {"by_label": []})  # nothing measured is a failure
+    assert values["train_and_test_share_no_workload"] == (False, {"n_shared_workloads": 1})
+    assert not sequence_check_values(jobs, split_diversity(jobs, min_workloads=3))[
+        "splits_have_enough_workloads"
+    ][0]

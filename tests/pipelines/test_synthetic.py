@@ -10,10 +10,13 @@ from pipelines.job_sequences import JOB_SEQUENCES, offered_load_check, offered_l
 from pipelines.synthetic import (
     DEEPPLACE_SOURCE,
     DEEPRM_SOURCE,
+    SYNTHETIC_SOURCES,
+    SYNTHETIC_WORKLOADS,
     DeepPlaceConfig,
     DeepRMConfig,
     build_deepplace_sequences,
     build_deeprm_sequences,
+    cluster_of,
     deepplace_templates,
     deeprm_arrival_plan,
     deeprm_mean_work,
@@ -149,3 +152,20 @@ def test_deeprm_offered_load_matches_the_label(deeprm) -> None:
     chk = offered_load_check(table, tolerance=0.1)
     assert chk["is_within_tolerance"].all(), chk
     assert (table["source"] == DEEPRM_SOURCE).all()
+
+
+def test_the_registry_states_each_workloads_cluster_and_builds_it_with_the_runs_counts() -> None:
+    assert tuple(SYNTHETIC_WORKLOADS) == SYNTHETIC_SOURCES
+    assert cluster_of(DEEPRM_SOURCE, 10, 300) == (1, 50) and cluster_of(DEEPPLACE_SOURCE, 7, 9) == (10, 300)
+    assert cluster_of("bitbrains", 7, 9) == (7, 9)
+    assert [w.has_usage_shape for w in SYNTHETIC_WORKLOADS.values()] == [True, False]
+    for source, workload in SYNTHETIC_WORKLOADS.items():
+        jobs = workload.build(2, 1, (50,), 3)
+        assert set(jobs["source"]) == {source} and set(jobs["load_pct"]) == {50}
+        counts = dict(jobs.group_by("split").agg(pl.col("sequence_id").n_unique()).iter_rows())
+        assert counts == {"train": 2, "test": 1}
+    again = SYNTHETIC_WORKLOADS[DEEPRM_SOURCE].build(2, 1, (50,), 3)
+    expected = build_deeprm_sequences(
+        DeepRMConfig(n_train_sequences=2, n_test_sequences=1, loads_pct=(50,), seed=3)
+    )
+    assert again.equals(expected)

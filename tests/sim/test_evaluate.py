@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,18 +10,27 @@ import polars as pl
 import pytest
 
 from pipelines.job_sequences import jobs_to_frame
+from pipelines.synthetic import DEEPPLACE_SOURCE, DEEPRM_SOURCE, DeepRMConfig
 from sim.config import SimConfig
 from sim.evaluate import (
     DESCRIPTOR_COLUMNS,
+    EVAL_CHECK_DOCS,
     RESULT_KEY,
+    EvalSettings,
+    eval_check_values,
+    eval_partition_keys,
     evaluate_policies,
     learn_group_profiles,
+    parse_eval_partition,
+    sequences_at_load,
+    source_clusters,
     split_diversity,
     summarise,
 )
 from sim.jobs import JobBatch
 from sim.policies import POLICIES, BestFit, is_learned, make_policy
 from sim.profiles import EcProfiles, learn_profiles
+from sim.tuning import TUNING_PRESETS
 
 CFG = SimConfig(n_machines=3, max_steps=40)
 
@@ -251,3 +261,55 @@ def test_noop_has_the_worst_return_on_the_synthetic_workloads() -> None:
     assert worst.height == 6 and (worst["policy"] == "noop").all()
     others = res.filter(pl.col("policy") != "noop")
     assert (others["is_truncated"] == 0).all() and (others["avg_util_cpu_frac"] <= 1.0).all()
+
+
+def test_eval_settings_name_an_unknown_tuning_preset_and_give_the_preset_grid() -> None:
+    with pytest.raises(ValueError, match="unknown tuning_preset 'fast'"):
+        EvalSettings(tuning_preset="fast")
+    tuning = EvalSettings(tuning_preset="quick", validation_share=0.5, seeds=(7, 1)).tuning()
+    assert tuning == dataclasses.replace(TUNING_PRESETS["quick"], validation_share=0.5, seed=7)
+
+
+def test_eval_partitions_are_the_papers_loads() -> None:
+    assert eval_partition_keys([80, 30]) == ["load80", "load30"]
+    assert parse_eval_partition("load50") == 50
+    with pytest.raises(ValueError, match=r"load\(s\) \[40\] have no evaluation partition"):
+        eval_partition_keys([30, 40])
+    with pytest.raises(ValueError, match="unknown evaluation partition 'load40'"):
+        parse_eval_partition("load40")
+
+
+def test_each_synthetic_workload_runs_on_its_own_cluster() -> None:
+    jobs = pl.DataFrame({"source": ["bitbrains", DEEPRM_SOURCE, DEEPPLACE_SOURCE]})
+    assert source_clusters(jobs, 10, 300) == {
+        "bitbrains": (10, 300),
+        DEEPRM_SOURCE: (DeepRMConfig().n_machines, DeepRMConfig().arrival_steps),
+        DEEPPLACE_SOURCE: (10, 300),
+    }
+
+
+def test_a_load_without_test_sequences_is_named() -> None:
+    frame = _tiny_frame()
+    assert sequences_at_load(frame, 50, "here").height == frame.height
+    with pytest.raises(ValueError, match=r"here: sim__job_sequences has no test sequences at 80 % .*\[50\]"):
+        sequences_at_load(frame, 80, "here")
+
+
+def test_eval_check_values_fail_on_the_defect_each_exists_for() -> None:
+    rows = [
+        {"source": "s", "load_pct": 30, "policy": p, "sequence_id": q, "seed": 0, "avg_util_cpu_frac": u + 0.01 * q,
+         "episode_return": r + q, "is_truncated": t}
+        for p, r, u, t in (("tetris", -100.0, 0.5, 0.0), ("noop", -1e6, 0.0, 1.0))
+        for q in (0, 1)
+    ]  # fmt: skip
+    sane = pl.DataFrame(rows)
+    values = eval_check_values(sane, 4)
+    assert set(values) == set(EVAL_CHECK_DOCS) and all(passed for passed, _ in values.values())
+    worse = sane.with_columns(episode_return=pl.when(pl.col("policy") == "tetris").then(-1e7).otherwise(-1.0))
+    assert eval_check_values(worse, 4)["noop_has_the_worst_return"] == (
+        False,
+        {"groups_where_another_policy_is_worst": [{"source": "s", "load_pct": 30, "policy": "tetris",
+         "episode_return": -1e7}], "noop_evaluated": True},
+    )  # fmt: skip
+    assert eval_check_values(sane, 5)["one_row_per_episode"][1]["n_expected"] == 5
+    assert not eval_check_values(sane, 5)["one_row_per_episode"][0]
