@@ -1,53 +1,41 @@
-"""What every learned scheduler's assets share: where a trained policy lives in the warehouse, publishing it with
-its JSON sidecar, loading it back as a registry scheduler, and the learning-curve frame of a training run.
+"""What the learned schedulers' assets share: where a trained policy lives in the warehouse, training one policy
+per source of a (load, seed) partition, and loading a trained policy back as a registry scheduler.
 
 A trained policy of (policy, source, load %, training seed) is `models/<policy>/<source>/load<L>-seed<S>.pt` under
-the warehouse (`policy_path`); its resumable checkpoints live apart, in `load<L>-seed<S>.ckpt/`
-(`models.checkpoint.checkpoint_dir`). The file format, the sidecar and the rules (published together only when
-training is complete, refused when the sidecar is missing or short of iterations) are `models.checkpoint`'s;
-`load_learned` applies them and checks the sidecar against the run asked for before it builds the scheduler, so a
-half-trained file, or one copied to the wrong place, is a clear error naming it, not a wrong policy.
+the warehouse (`policy_path`), its resumable checkpoints in `load<L>-seed<S>.ckpt/`. The file format, the sidecar
+and the rules (published together only when training is complete, refused when the sidecar is missing, short of
+iterations or names another run) are `models.checkpoint`'s: a half-trained file, or one copied to the wrong place,
+is a clear error naming it, not a wrong policy.
 """
 
-import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
+from dagster import AssetExecutionContext, MetadataValue, StaticPartitionsDefinition
 
+from assets.cluster import EVAL_LOADS
+from assets.plots import png_markdown
 from assets.resources import Warehouse
-from models.checkpoint import RUN_KEYS, check_run, check_trained, publish_trained, read_sidecar
-from models.deeprm import DeepRMAgentPolicy
-from models.dejavu import DejavuPolicy
-from models.tvw_rl import TvwRlPolicy
+from models.ablation import curve_trend
+from models.checkpoint import check_sidecar, git_revision
+from models.learned import RL_SEEDS
+from models.training import curve_frame, stack_curves
+from sim.policies import make_policy
 
-__all__ = [
-    "LEARNED_BUILDERS",
-    "RUN_KEYS",
-    "TRAINING_ASSET",
-    "check_sidecar",
-    "curve_frame",
-    "git_revision",
-    "load_learned",
-    "policy_path",
-    "publish_trained",
-    "read_sidecar",
-    "stack_curves",
-]
+RL_PARTITIONS = StaticPartitionsDefinition(
+    [f"load{load}-seed{seed}" for load in EVAL_LOADS for seed in RL_SEEDS]
+)
+"""One training run per (load, training seed); every source with training sequences at that load inside it."""
 
-LEARNED_BUILDERS = {
-    TvwRlPolicy.name: TvwRlPolicy,
-    DeepRMAgentPolicy.name: DeepRMAgentPolicy,
-    DejavuPolicy.name: DejavuPolicy,
-}
-"""Registered learned policy name -> the scheduler class built from its trained file (first argument: the path)."""
+TRAINING_ASSET = {"tvw_rl": "rl__tvw_rl", "deeprm_rl": "rl__deeprm", "dejavu": "rl__dejavu"}
+"""Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
 
-TRAINING_ASSET = {
-    TvwRlPolicy.name: "rl__tvw_rl",
-    DeepRMAgentPolicy.name: "rl__deeprm",
-    DejavuPolicy.name: "rl__dejavu",
-}
-"""Learned policy name -> the asset that trains it."""
+
+def parse_rl_partition(key: str) -> tuple[int, int]:
+    """'load50-seed1' -> (50, 1)."""
+    load, seed = key.split("-")
+    return int(load.removeprefix("load")), int(seed.removeprefix("seed"))
 
 
 def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:
@@ -55,60 +43,56 @@ def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, s
     return Path(warehouse.root) / "models" / policy / source / f"load{load_pct}-seed{seed}.pt"
 
 
-def git_revision() -> str:
-    """The project's git revision (with '+dirty' when the tree has changes), or 'unknown' outside a checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True
-        ).stdout
-        return rev + ("+dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def check_sidecar(path: Path, policy: str, source: str, load: int, seed: int) -> dict:
-    """The sidecar of the trained policy `path` once it is known complete (`models.checkpoint.check_trained`) and
-    of the run asked for; ValueError naming the file otherwise. A RUN_KEYS field the sidecar lacks is not an
-    error; one that disagrees is."""
-    name = TRAINING_ASSET.get(policy)
-    meta = check_trained(path, f"materialise {name}" if name else "retrain it")
-    check_run(path, meta, dict(zip(RUN_KEYS, (policy, source, load, seed), strict=True)))
-    return meta
-
-
 def load_learned(name: str, source: str, load: int, seed: int, warehouse: Warehouse, **kwargs):
-    """The trained scheduler `name` (a LEARNED_BUILDERS key) of (source, load %, training seed) from the warehouse,
-    as the evaluation runs it; `kwargs` go to its class (e.g. TVW-RL's `labeller`). FileNotFoundError naming the
-    file and the asset to materialise when it was not trained there; ValueError naming the file when its sidecar
-    is missing, records fewer iterations than its config asks for, or says it is another run, or the file is
-    damaged."""
-    if name not in LEARNED_BUILDERS:
-        raise ValueError(f"load_learned: {name!r} is not one of {sorted(LEARNED_BUILDERS)}")
+    """The trained scheduler `name` (a TRAINING_ASSET key) of (source, load %, training seed), as the evaluation
+    runs it; `kwargs` go to its class (e.g. TVW-RL's `labeller`). FileNotFoundError naming the file and the asset
+    to materialise when it was not trained there; ValueError naming the file when it is not a complete policy of
+    that run (`models.checkpoint.check_sidecar`)."""
+    if name not in TRAINING_ASSET:
+        raise ValueError(f"load_learned: {name!r} is not one of {sorted(TRAINING_ASSET)}")
     path = policy_path(warehouse, name, source, load, seed)
     if not path.exists():
         raise FileNotFoundError(f"no trained {name} policy at {path} (materialise {TRAINING_ASSET[name]})")
-    check_sidecar(path, name, source, load, seed)
-    return LEARNED_BUILDERS[name](path, **kwargs)
+    check_sidecar(path, name, source, load, seed, f"materialise {TRAINING_ASSET[name]}")
+    return make_policy(name, checkpoint=path, **kwargs)
 
 
-def curve_frame(curve: Iterable[Mapping] | pl.DataFrame, source: str, load: int, seed: int) -> pl.DataFrame:
-    """One training run's learning curve (the rows a trainer returns) with its source, load_pct and seed."""
-    frame = curve if isinstance(curve, pl.DataFrame) else pl.DataFrame(list(curve))
-    return frame.with_columns(
-        source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
-    )
+def train_partition(
+    context: AssetExecutionContext,
+    warehouse: Warehouse,
+    sequences: pl.DataFrame,
+    settings,
+    policy: str,
+    fit: Callable[[str, pl.DataFrame, Path, int, int, str], list | pl.DataFrame],
+    schema: dict,
+) -> tuple[pl.DataFrame, dict]:
+    """Train `policy` on every source of the partition's load that `settings.train_sources` picks: `fit(source,
+    training rows, policy file, load, seed, git revision)` trains and publishes one and returns its curve. Returns
+    the stacked learning curves (`schema`) and the metadata every training asset reports."""
+    load, seed = parse_rl_partition(context.partition_key)
+    train = sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
+    have = sorted(train["source"].unique().to_list())
+    sources = settings.train_sources(have)
+    if not sources:
+        raise ValueError(
+            f"{context.op_def.name} {context.partition_key}: no training sequences for sources "
+            f"{list(settings.sources) or 'all'} at load {load} % (sources with sequences: {have}); "
+            "materialise sim__job_sequences first"
+        )
+    revision = git_revision()
+    frames, saved = [], {}
+    for source in sources:
+        path = policy_path(warehouse, policy, source, load, seed)
+        curve = fit(source, train.filter(pl.col("source") == source), path, load, seed, revision)
+        saved[source] = str(path)
+        frames.append(curve_frame(curve, source, load, seed))
+    out = stack_curves(frames, schema)
+    return out, {"policies": MetadataValue.json(saved), "git_revision": revision}
 
 
-def stack_curves(frames: list[pl.DataFrame], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """The `curve_frame`s of a partition's runs as one table with exactly `schema`'s columns, in its order and
-    types; a column no run reported is null (e.g. returns during Dejavu's pretraining)."""
-    if not frames:
-        raise ValueError("stack_curves: no learning curve to stack")
-    out = pl.concat(frames, how="diagonal_relaxed")
-    missing = [c for c in schema if c not in out.columns]
-    out = out.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing])
-    return out.select([pl.col(c).cast(t) for c, t in schema.items()])
+def curve_metadata(curve: pl.DataFrame, png: bytes, title: str, trend: bool = True) -> dict:
+    """The learning-curve plot and (`trend`) the first-vs-last return of every run."""
+    out = {"learning_curve": png_markdown(png, title)}
+    if trend:
+        out["first_vs_last_return"] = MetadataValue.json(curve_trend(curve).to_dicts())
+    return out

@@ -250,3 +250,35 @@ def curve_plot(curve: pl.DataFrame, panels: list[tuple[str, str]], title: str) -
     return source_grid(
         curve, panels, draw, xlabel="iteration", title=title, panel_height_in=2.6, sharex="col"
     )
+
+
+def plot_learning_curves(curve: pl.DataFrame) -> bytes:
+    """PNG: the mean return's change from its first tenth of iterations (%, `models.ablation.relative_curves`) per
+    iteration, one panel per source, a line per (load, seed); 1,200 px wide."""
+    from models.ablation import relative_curves
+
+    return curve_plot(
+        relative_curves(curve),
+        [("return_change_pct", "mean return vs its first 10 %\n(% change; up = cost fell)")],
+        "TVW-RL learning curves",
+    )
+
+
+def dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
+    """PNG: one row per Dejavu metric, one column per source, a line per policy over load (95 % error bars)."""
+    from models.dejavu import DEJAVU_METRICS
+
+    def draw(ax, part: pl.DataFrame, metric: str) -> None:
+        for (name,), g in part.group_by("policy", maintain_order=True):
+            g = g.sort("load_pct")
+            ax.errorbar(g["load_pct"], g[metric], yerr=g[f"{metric}_ci95"], marker="o", capsize=2, label=name)
+
+    return source_grid(
+        table,
+        [(m, m) for m in DEJAVU_METRICS],
+        draw,
+        xlabel="load (%)",
+        title="Dejavu's metrics (section IV-D)",
+        panel_height_in=2.2,
+        sharex=True,
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -239,3 +240,29 @@ def publish_trained(
         payload["n_iterations"],
     )
     return publish_policy(path, payload, sidecar)
+
+
+def check_sidecar(
+    path: Path, policy: str, source: str, load: int, seed: int, retrain: str = "retrain it"
+) -> dict:
+    """The sidecar of the trained policy `path` once it is known complete (`check_trained`) and of the run asked
+    for; ValueError naming the file (and `retrain`) otherwise. A RUN_KEYS field the sidecar lacks is not an error;
+    one that disagrees is."""
+    meta = check_trained(path, retrain)
+    check_run(path, meta, dict(zip(RUN_KEYS, (policy, source, load, seed), strict=True)))
+    return meta
+
+
+def git_revision() -> str:
+    """The project's git revision (with '+dirty' when the tree has changes), or 'unknown' outside a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True
+        ).stdout
+        return rev + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

@@ -82,6 +82,8 @@ from models.reinforce import (
     sample_masked,
     train_loop,
 )
+from models.training import training_sources
+from pipelines.synthetic import DEEPRM_SOURCE, DeepRMConfig
 from sim import core
 from sim.config import SimConfig
 from sim.core import State
@@ -106,6 +108,14 @@ reward, the unused-resource penalty, the truncation charge of never-placed jobs.
 
 FIGURE4_POLICIES = ("deeprm_sjf", "deeprm_packer", "tetris")
 """Heuristics of the registry DeepRM's Figure 4 compares against (SJF, Packer, Tetris)."""
+
+DEEPRM_BUDGETS = {
+    "short": {"n_iterations": 60, "n_sequences": 8, "n_trajectories": 8, "checkpoint_every": 10},
+    "sample": {"n_iterations": 15, "n_sequences": 4, "n_trajectories": 4, "checkpoint_every": 5},
+}
+"""Training budgets of the presets below "paper" (`DeepRMTrainConfig`): "short", a few minutes per source on 2
+cores, still learning visibly; "sample", the embedded sample's run (a partition in about a minute on a quiet
+2-core machine; a smoke run of the layer, not a trained agent worth comparing)."""
 
 TETRIS_STAR_SHORT_JOB_WEIGHT = 1.0
 """Weight of the 1 / duration term of "tetris_star" (DeepRM's Tetris*: "balances preferences for short jobs and
@@ -175,12 +185,7 @@ class DeepRMAgentConfig:
     @staticmethod
     def short(seed: int = 0) -> DeepRMAgentConfig:
         """A few minutes on 2 cores: 60 iterations of 8 jobsets x 8 episodes, DeepRM's state and workload."""
-        return replace(
-            DeepRMAgentConfig(),
-            reinforce=ReinforceConfig(
-                n_iterations=60, n_sequences=8, n_trajectories=8, checkpoint_every=10, seed=seed
-            ),
-        )
+        return replace(DeepRMAgentConfig(), reinforce=ReinforceConfig(**DEEPRM_BUDGETS["short"], seed=seed))
 
     def with_sim(self, **changes) -> DeepRMAgentConfig:
         """A copy with SimConfig fields changed."""
@@ -736,3 +741,107 @@ def plot_slowdown_vs_load(table: pl.DataFrame) -> bytes:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+# --- the training and Figure 4 runs of the assets
+
+
+@dataclass(frozen=True)
+class DeepRMTrainConfig:
+    """The DeepRM agent's training runs of one (load, seed): TVW-RL's "DeepRM" baseline (`tvw_baseline`: TVW-RL's
+    10-machine cluster) on every source but DeepRM's own workload, where it is DeepRM's own setup (one pool of 8
+    units per resource), the agent of DeepRM's Figure 4."""
+
+    preset: str = "paper"
+    """'paper' (DeepRM: 1000 iterations of 100 x 20; TVW-RL's baseline: 2000 of 20 x 20), 'short' or 'sample'"""
+    n_iterations: int = 0
+    """override the preset's iterations (0 = keep)"""
+    sources: tuple[str, ...] = ()
+    """sources to train on (empty: every source with sequences)"""
+
+    def __post_init__(self) -> None:
+        if self.preset not in ("paper", *DEEPRM_BUDGETS):
+            raise ValueError(
+                f"rl__deeprm: unknown preset {self.preset!r}; known: {('paper', *DEEPRM_BUDGETS)}"
+            )
+
+    def train_sources(self, have: Sequence[str]) -> list[str]:
+        return training_sources(have, self.sources)
+
+    def agent_config(self, source: str, seed: int) -> DeepRMAgentConfig:
+        """The agent trained on `source`: DeepRM's own setup on its synthetic workload, TVW-RL's baseline (10
+        machines, 40 jobs per episode; 20 in the presets below "paper") elsewhere."""
+        if source == DEEPRM_SOURCE:
+            base = DeepRMAgentConfig.paper() if self.preset == "paper" else DeepRMAgentConfig.short(seed)
+        else:
+            base = DeepRMAgentConfig.tvw_baseline(seed)
+            if self.preset != "paper":
+                base = base.with_sim(jobs_per_episode=20)
+        r = replace(base.reinforce, **DEEPRM_BUDGETS.get(self.preset, {}))
+        r = replace(r, seed=seed, n_iterations=self.n_iterations or r.n_iterations)
+        return replace(base, reinforce=r)
+
+
+DEEPRM_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,
+    "mean_return": pl.Float64,  # mean episode return (negative slowdown and unused-resource cost; higher is better)
+    "std_return": pl.Float64,
+    "mean_slowdown": pl.Float64,  # mean over episodes of total slowdown / jobs
+    "cost_slowdown": pl.Float64,  # the reward's components as positive costs (REWARD_COMPONENTS)
+    "cost_unused": pl.Float64,
+    "cost_unplaced": pl.Float64,
+    "loss": pl.Float64,
+    "entropy": pl.Float64,  # mean entropy of the masked policy (nats)
+    "n_truncated": pl.Int64,  # episodes that hit the safety cap
+    "wall_s": pl.Float64,  # seconds the iteration took
+}
+"""Columns of `rl__deeprm`: one row per (source, load, training seed, iteration)."""
+
+FIG4_SOURCE = DEEPRM_SOURCE
+"""DeepRM's Figure 4 is on DeepRM's own synthetic workload."""
+
+FIG4_TABLE = {
+    "load_pct": pl.Int32,
+    "policy": pl.String,
+    "n_sequences": pl.Int64,  # test jobsets at the load
+    "n_jobs": pl.Int64,
+    "mean_slowdown": pl.Float64,  # mean over jobsets of the jobset's mean job slowdown (1 = no wait)
+    "slowdown_ci95": pl.Float64,  # half-width of its 95 % t-interval over jobsets
+    "n_unplaced": pl.Int64,  # jobs never placed (0 unless the safety cap cut an episode)
+    "trained_at_load_pct": pl.Int64,  # the DeepRM agent's training load (null for the heuristics)
+}
+"""Columns of `eval__deeprm_fig4`: one row per (load, policy)."""
+
+
+@dataclass(frozen=True)
+class DeepRMFig4Config:
+    """DeepRM's Figure 4: the loads, test jobsets and seeds, and which trained agent."""
+
+    loads_pct: tuple[int, ...] = (30, 50, 70, 90)
+    """offered loads of the figure, % (DeepRM: 10-190 %; its workload generator reaches 92 %)"""
+    n_test_sequences: int = 30
+    """test jobsets per load (DeepRM: 100)"""
+    sequence_seed: int = 0
+    """seed of the jobsets (sim__job_sequences' seed: the same test jobsets at its loads)"""
+    training_seed: int = 0
+    """training seed of the DeepRM agent evaluated"""
+    seed: int = 0
+    """simulator and tie-break seed of the test episodes"""
+
+    def sequence_plan(self) -> DeepRMConfig:
+        """The jobsets of the figure (`pipelines.synthetic.build_deeprm_sequences`): test jobsets only."""
+        return DeepRMConfig(
+            n_train_sequences=0,
+            n_test_sequences=self.n_test_sequences,
+            loads_pct=tuple(self.loads_pct),
+            seed=self.sequence_seed,
+        )
+
+
+def trained_by_load(folder: Path, training_seed: int) -> dict[int, Path]:
+    """{training load %: trained policy file} of the files `load<L>-seed<training_seed>.pt` in `folder`."""
+    found = sorted(Path(folder).glob(f"load*-seed{training_seed}.pt"))
+    return {int(p.stem.split("-")[0].removeprefix("load")): p for p in found}

@@ -83,19 +83,23 @@ import torch
 from scipy import stats
 from torch import nn
 
-from models.checkpoint import read_payload, resume_message, save_atomic
-from models.training import init_parameters
+from models.checkpoint import publish_trained, read_payload, resume_message, save_atomic
+from models.learned import ResultsConfig
+from models.training import init_parameters, training_sources
+from pipelines.synthetic import DEEPRM_SOURCE
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.metrics import episode_metrics, episode_trace
 from sim.observation import ObservationConfig, encode, n_features
 from sim.policies import (
+    POLICIES,
     KubeDefault,
     Policy,
     choose,
     decide,
     fits_by_requests,
+    is_learned,
     kube_scores,
     placed_requests,
     queue_head,
@@ -115,7 +119,7 @@ STATE_MODES = ("paper", "encode")
 @dataclass(frozen=True)
 class DejavuConfig:
     """Dejavu's agent and trainer. Paper values (003) where it gives them, else DQfD's (Hester et al. 2018, the
-    paper's [17]); `short()` is a preset for tests and sample runs."""
+    paper's [17]); `DEJAVU_PRESETS` names smaller runs."""
 
     hidden_units: tuple[int, ...] = (256, 256)
     """Widths of the fully connected hidden layers (III-C: "fully connected layers"; sizes not given)."""
@@ -222,24 +226,16 @@ class DejavuConfig:
             raise ValueError(f"DejavuConfig.state must be one of {STATE_MODES}, got {self.state!r}")
 
     @classmethod
+    def preset(cls, name: str, **overrides) -> DejavuConfig:
+        """The named preset (`DEJAVU_PRESETS`) with `overrides`."""
+        if name not in DEJAVU_PRESETS:
+            raise ValueError(f"unknown Dejavu preset {name!r}; known: {tuple(DEJAVU_PRESETS)}")
+        return cls(**(DEJAVU_PRESETS[name] | overrides))
+
+    @classmethod
     def short(cls, **overrides) -> DejavuConfig:
-        """A few-minute preset (tests, sample runs): small network, a few thousand demonstrations, short phases."""
-        values = dict(
-            hidden_units=(64, 64),
-            n_demo_decisions=2000,
-            n_pretrain_iterations=10,
-            n_rl_iterations=10,
-            updates_per_iteration=50,
-            episodes_per_iteration=4,
-            batch_size=64,
-            learning_rate=1e-3,
-            target_update_every=100,
-            replay_capacity=50_000,
-            epsilon_decay_iterations=5,
-            checkpoint_every=5,
-        )
-        values.update(overrides)
-        return cls(**values)
+        """The "short" preset (`DEJAVU_PRESETS`) with `overrides` (tests, benchmarks)."""
+        return cls.preset("short", **overrides)
 
     @property
     def n_iterations(self) -> int:
@@ -249,6 +245,50 @@ class DejavuConfig:
     def observation(self) -> ObservationConfig:
         """What the agent sees (labels: whatever the state carries, see the module docstring)."""
         return ObservationConfig(labels="true", queue_request=self.queue_request)
+
+
+DEJAVU_PRESETS: dict[str, dict] = {
+    "paper": {},
+    "short": {
+        "hidden_units": (128, 128),
+        "n_demo_decisions": 3000,
+        "n_pretrain_iterations": 40,
+        "n_rl_iterations": 6,
+        "updates_per_iteration": 100,
+        "episodes_per_iteration": 8,
+        "batch_size": 64,
+        "learning_rate": 1e-3,
+        "target_update_every": 200,
+        "replay_capacity": 50_000,
+        "epsilon_decay_iterations": 3,
+        "checkpoint_every": 5,
+    },
+    "sample": {
+        "hidden_units": (64, 64),
+        "n_demo_decisions": 600,
+        "n_pretrain_iterations": 4,
+        "n_rl_iterations": 2,
+        "updates_per_iteration": 50,
+        "episodes_per_iteration": 4,
+        "batch_size": 64,
+        "learning_rate": 1e-3,
+        "target_update_every": 100,
+        "replay_capacity": 50_000,
+        "epsilon_decay_iterations": 1,
+        "checkpoint_every": 2,
+    },
+}
+"""DejavuConfig's presets (changes from the paper's values): "paper" (10^6 demonstrations, 750k pretraining
+updates, 3750 RL iterations; for a big machine), "short" (a few minutes per source on 2 cores, still learning
+visibly) and "sample" (the embedded sample's run: a partition in about a minute on a quiet 2-core machine; a
+smoke run of the layer, not a trained agent worth comparing)."""
+
+PRESET_EPISODE_JOBS = {"paper": None, "short": 150, "sample": 20}
+"""Jobs per training episode of each preset: whole sequences ("paper", as evaluated), their first 150 jobs
+("short"), 20 ("sample"). Long episodes let the cluster fill up by requests as it does in the evaluation's whole
+sequences, where kube_default holds often; measured on DeepPlace 50 % with the short preset's budget (one seed,
+6 whole test sequences): 60-job episodes gave a return 14 % below kube_default's, 150-job episodes 5 % (the
+agent's overshoot 0.026 % vs 0.018 % of steps; kube_default 0)."""
 
 
 # --- network ----------------------------------------------------------------------------------------
@@ -1098,3 +1138,149 @@ def summarise_dejavu_metrics(episodes: pl.DataFrame, confidence: float = 0.95) -
     for c in DEJAVU_METRICS:
         cols += [c, f"{c}_ci95"]
     return out.with_columns(halves).select(cols).sort(keys)
+
+
+# --- the training and metrics runs of the assets
+
+SINGLE_NODE_SOURCES = (DEEPRM_SOURCE,)
+"""Sources Dejavu neither trains on nor is measured on: DeepRM's workload runs on one node (its single pool),
+where placement has no choice."""
+
+
+@dataclass(frozen=True)
+class DejavuTrainConfig:
+    """Dejavu's training runs of one (load, seed): a preset of DejavuConfig (`DEJAVU_PRESETS`), a few overrides,
+    the sources. Every source but DeepRM's single-pool workload (one node: placement has no choice)."""
+
+    preset: str = "paper"
+    """'paper' (10^6 demonstrations, 750k pretraining updates, 3750 RL iterations), 'short' or 'sample'"""
+    n_pretrain_iterations: int = -1
+    """override the preset's pretraining iterations (-1 = keep)"""
+    n_rl_iterations: int = -1
+    """override the preset's RL iterations (-1 = keep)"""
+    n_demo_decisions: int = 0
+    """override the preset's demonstrator decisions (0 = keep)"""
+    sources: tuple[str, ...] = ()
+    """sources to train on (empty: every source with sequences)"""
+
+    def __post_init__(self) -> None:
+        if self.preset not in DEJAVU_PRESETS:
+            raise ValueError(f"rl__dejavu: unknown preset {self.preset!r}; known: {tuple(DEJAVU_PRESETS)}")
+
+    def train_sources(self, have: Sequence[str]) -> list[str]:
+        return training_sources(have, self.sources, SINGLE_NODE_SOURCES)
+
+    def configs(self, seed: int, n_labels: int) -> tuple[DejavuConfig, SimConfig]:
+        """(agent, training simulator) of a run: TVW-RL's cluster (M = 10) with the evaluation's safety cap (1000
+        steps) and label count (`n_labels`: the network's input must match the evaluation's simulator,
+        `eval_label_count`), episodes of PRESET_EPISODE_JOBS[preset] jobs."""
+        changes: dict = {"seed": seed}
+        if self.n_pretrain_iterations >= 0:
+            changes["n_pretrain_iterations"] = self.n_pretrain_iterations
+        if self.n_rl_iterations >= 0:
+            changes["n_rl_iterations"] = self.n_rl_iterations
+        if self.n_demo_decisions:
+            changes["n_demo_decisions"] = self.n_demo_decisions
+        sim = SimConfig(max_steps=1000, jobs_per_episode=PRESET_EPISODE_JOBS[self.preset], n_labels=n_labels)
+        return DejavuConfig.preset(self.preset, **changes), sim
+
+
+def eval_label_count(jobs: pl.DataFrame) -> int:
+    """n_labels of the evaluation's simulator for the sequences `jobs` (every label present, at least the default)."""
+    return max(SimConfig().n_labels, int(jobs["ec_label"].max() or 0) + 1)
+
+
+def publish_dejavu(
+    ckpt_dir: Path,
+    path: Path,
+    run: tuple[str, int, int],
+    dcfg: DejavuConfig,
+    sim_cfg: SimConfig,
+    revision: str,
+) -> Path:
+    """Publish the trained policy of the latest checkpoint in `ckpt_dir` at `path` with its sidecar (run =
+    (source, load %, seed)), then drop the older checkpoints (a resumed run needs only the latest)."""
+    latest = latest_checkpoint(ckpt_dir)
+    config_json = {"dejavu": asdict(dcfg), "sim": asdict(sim_cfg)}
+    publish_trained(path, policy_payload(ckpt_dir), *run, config_json, revision)
+    for old in ckpt_dir.glob("dejavu_iter*.pt"):
+        if old != latest:
+            old.unlink()
+    return path
+
+
+def dejavu_curve(rows: list[dict]) -> pl.DataFrame:
+    """The learning-curve rows of `train` with DEJAVU_CURVE's names (`models.training.stack_curves` adds the
+    columns a run did not report, as nulls)."""
+    return pl.DataFrame(rows).rename(
+        {"mean_competitive_return": "mean_return", "std_competitive_return": "std_return"}, strict=False
+    )
+
+
+DEJAVU_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,
+    "is_pretraining": pl.Boolean,  # DQfD pretraining on demonstrations only (no episode, returns null)
+    "mean_return": pl.Float64,  # mean competitive return (Algorithm 2) of the iteration's episodes (RL phase)
+    "std_return": pl.Float64,
+    "mean_sim_return": pl.Float64,  # mean simulator return of those episodes (TVW-RL's penalties)
+    "cost_contention": pl.Float64,  # the simulator's penalties of those episodes as positive costs
+    "cost_underutil": pl.Float64,
+    "cost_overshoot": pl.Float64,
+    "cost_wait": pl.Float64,
+    "cost_unplaced": pl.Float64,
+    "epsilon": pl.Float64,  # exploration of the RL iteration
+    "loss": pl.Float64,  # DQfD loss (Eq. 11), mean over the iteration's updates
+    "loss_dq": pl.Float64,
+    "loss_n_step": pl.Float64,
+    "loss_supervised": pl.Float64,
+    "loss_l2": pl.Float64,
+    "wall_s": pl.Float64,  # seconds the iteration took
+}
+"""Columns of `rl__dejavu`: one row per (source, load, training seed, iteration)."""
+
+DEJAVU_METRICS_TABLE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "policy": pl.String,
+    "n_sequences": pl.Int64,  # test sequences the means are over (seeds averaged within a sequence first)
+    "n_seeds": pl.Int64,
+    "n_truncated": pl.Int64,  # episodes that hit the safety cap
+    **{c: pl.Float64 for m in DEJAVU_METRICS for c in (m, f"{m}_ci95")},
+}
+"""Columns of `eval__dejavu_metrics`: one row per (source, load, policy)."""
+
+DEJAVU_COMPETITORS = ("dejavu", "kube_default", "best_fit", "tetris")
+"""Dejavu and the heuristics it is measured against: kube_default (its demonstrator and competitive baseline),
+Best-Fit and Tetris."""
+
+METRICS_LEARNED = ("dejavu", "deeprm_rl")
+"""The learned policies whose Dejavu metrics are measured (DejavuPolicy, DeepRMAgentPolicy)."""
+
+
+@dataclass(frozen=True)
+class DejavuMetricsConfig(ResultsConfig):
+    """`eval__results`' simulator and seeds; the policies are Dejavu and its competitors."""
+
+    policies: tuple[str, ...] = DEJAVU_COMPETITORS
+    """policies to measure: registered heuristics, and the learned dejavu / deeprm_rl"""
+
+    def __post_init__(self) -> None:
+        unsupported = [
+            p for p in self.policies if p in POLICIES and is_learned(p) and p not in METRICS_LEARNED
+        ]
+        if unsupported:
+            raise ValueError(
+                f"eval__dejavu_metrics: learned policies {unsupported} are not measured here "
+                f"(learned ones it loads: {list(METRICS_LEARNED)})"
+            )
+
+
+def truncation_check(table: pl.DataFrame) -> tuple[bool, dict]:
+    """(passed, metadata) of "no episode hits the safety cap" on a DEJAVU_METRICS_TABLE: the truncated episodes
+    and the (source, load_pct, policy) groups they are in."""
+    cut = table.filter(pl.col("n_truncated") > 0)
+    groups = cut.select("source", "load_pct", "policy").to_dicts()
+    return cut.height == 0, {"n_truncated_episodes": int(cut["n_truncated"].sum()), "groups": groups}

@@ -1,10 +1,12 @@
-"""Pieces shared by the small torch models: seeded initialisation and the minibatch Adam loop."""
+"""Pieces shared by the small torch models: seeded initialisation, the minibatch Adam loop, and the learning-curve
+table of a partition's training runs (one run per source)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import polars as pl
 import torch
 from torch import nn
 
@@ -53,3 +55,29 @@ def train_minibatches(
             total += float(loss.detach()) * len(b)
         epoch_loss = total / len(x)
     return epoch_loss
+
+
+def training_sources(have: Iterable[str], wanted: Sequence[str], exclude: Iterable[str] = ()) -> list[str]:
+    """The sources a partition trains on: those of `have` (sources with training sequences) named in `wanted`, or
+    when `wanted` is empty every one but `exclude`; sorted."""
+    have = sorted(set(have))
+    return [s for s in have if s in wanted] if wanted else [s for s in have if s not in set(exclude)]
+
+
+def curve_frame(curve: Iterable[Mapping] | pl.DataFrame, source: str, load: int, seed: int) -> pl.DataFrame:
+    """One training run's learning curve (the rows a trainer returns) with its source, load_pct and seed."""
+    frame = curve if isinstance(curve, pl.DataFrame) else pl.DataFrame(list(curve))
+    return frame.with_columns(
+        source=pl.lit(source), load_pct=pl.lit(load, pl.Int32), seed=pl.lit(seed, pl.Int64)
+    )
+
+
+def stack_curves(frames: list[pl.DataFrame], schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """The `curve_frame`s of a partition's runs as one table with exactly `schema`'s columns, in its order and
+    types; a column no run reported is null (e.g. returns during Dejavu's pretraining)."""
+    if not frames:
+        raise ValueError("stack_curves: no learning curve to stack")
+    out = pl.concat(frames, how="diagonal_relaxed")
+    missing = [c for c in schema if c not in out.columns]
+    out = out.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing])
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()])

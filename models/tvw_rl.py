@@ -23,11 +23,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import torch
 from torch import nn
 
 from models.forecaster import torch_threads
 from models.reinforce import (
+    ADVANTAGE_MODES,
     PolicyNet,
     ReinforceConfig,
     check_state_space,
@@ -37,6 +39,8 @@ from models.reinforce import (
     sample_masked,
     train_loop,
 )
+from models.training import training_sources
+from pipelines.synthetic import DEEPRM_SOURCE
 from sim.config import SimConfig
 from sim.core import PENALTY_NAMES, State, action_mask, relabel
 from sim.jobs import JobBatch
@@ -109,6 +113,79 @@ class TvwRlConfig:
     def with_sim(self, **changes) -> TvwRlConfig:
         """A copy with SimConfig fields changed (ablations: k_underutil, k_overshoot, noise_max_units, ...)."""
         return replace(self, sim=replace(self.sim, **changes))
+
+
+TVW_RL_PRESETS = {"paper": TvwRlConfig.paper, "study": TvwRlConfig.study, "short": TvwRlConfig.short}
+"""Named TVW-RL training presets: seed -> TvwRlConfig."""
+
+
+@dataclass(frozen=True)
+class TvwRlTrainConfig:
+    """The TVW-RL training runs of one (load, seed): a named preset of `TvwRlConfig`, a few overrides, the sources."""
+
+    preset: str = "paper"
+    """'paper' (TVW-RL: 2000 iterations of 20 x 20), 'study' (200 iterations of 10 x 20 whole sequences, lr 0.01,
+    gamma 0.95) or 'short' (the embedded sample's 150 iterations of 10 x 8, 100-job episodes)"""
+    n_iterations: int = 0
+    """override the preset's iterations (0 = keep)"""
+    learning_rate: float = 0.0
+    """override the preset's Adam learning rate (0 = keep)"""
+    advantage: str = "normalise"
+    """advantage scaling: normalise | scale | raw"""
+    sources: tuple[str, ...] = ()
+    """sources to train on (empty: every source with sequences)"""
+    labels: str = "predicted"
+    """EC labels the agent sees: predicted (Algorithm 1 classifier) | true"""
+
+    def __post_init__(self) -> None:
+        if self.preset not in TVW_RL_PRESETS:
+            raise ValueError(f"unknown TVW-RL preset {self.preset!r}; known: {sorted(TVW_RL_PRESETS)}")
+        if self.advantage not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage must be one of {ADVANTAGE_MODES}, got {self.advantage!r}")
+
+    def run_config(self, seed: int, is_label_known: bool) -> TvwRlConfig:
+        """The TvwRlConfig of a run with training seed `seed`: the preset's simulator and budget with the
+        overrides, one hidden layer of 20 units. With `is_label_known` the agent sees the true job class
+        (synthetic sources: it is known at arrival there, and no EC classifier exists; the ablations)."""
+        base = TVW_RL_PRESETS[self.preset](seed)
+        r = base.reinforce
+        reinforce = replace(
+            r,
+            learning_rate=self.learning_rate or r.learning_rate,
+            n_iterations=self.n_iterations or r.n_iterations,
+            advantage=self.advantage,
+            seed=seed,
+        )
+        labels = "true" if is_label_known else self.labels
+        return TvwRlConfig(
+            sim=base.sim, obs=ObservationConfig(labels=labels), reinforce=reinforce, hidden_units=20
+        )
+
+    def train_sources(self, have: list[str]) -> list[str]:
+        """Sources of `have` to train on: those named, else all but DeepRM's workload (defined on its own
+        single-machine cluster, where TVW-RL's 10 machines would see a tenth of the load; it trains only when
+        named)."""
+        return training_sources(have, self.sources, (DEEPRM_SOURCE,))
+
+
+LEARNING_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,
+    "mean_return": pl.Float64,  # mean episode return over the iteration's B x N episodes (higher is better)
+    "std_return": pl.Float64,
+    "loss": pl.Float64,
+    "entropy": pl.Float64,  # mean entropy of the masked policy over the iteration's decisions (nats)
+    "n_truncated": pl.Int64,  # episodes that hit the safety cap
+    "wall_s": pl.Float64,  # seconds the iteration took
+    "cost_contention": pl.Float64,
+    "cost_underutil": pl.Float64,
+    "cost_overshoot": pl.Float64,
+    "cost_wait": pl.Float64,
+    "cost_unplaced": pl.Float64,
+}
+"""Columns of `rl__tvw_rl`: one row per (source, load, training seed, iteration)."""
 
 
 def build_net(cfg: TvwRlConfig) -> PolicyNet:

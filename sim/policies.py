@@ -460,18 +460,22 @@ class ECProfilePeakAware:
         return choose_lowest_peak(peak, overlap, allowed, machines_used(state), cfg.n_machines)
 
 
-def learned_policy(module: str, class_name: str) -> Callable[..., Policy]:
-    """A registry constructor for a learned policy that lives in `models` (sim never imports models at import
-    time: models -> sim). The class takes `checkpoint` (a saved policy, or None: its seeded untrained network)
-    and builds its network on the first `act` from the SimConfig it is given."""
+def learned_policy(factory: Callable[..., Policy]) -> Callable[..., Policy]:
+    """A registry constructor for a learned policy: `factory(checkpoint=None, **kwargs)` builds it from a saved
+    policy (None: its seeded untrained network, built on the first `act` from the SimConfig it is given)."""
 
     def make(checkpoint=None, **kwargs) -> Policy:
-        cls = getattr(importlib.import_module(module), class_name)
-        return cls(checkpoint=checkpoint, **kwargs)
+        return factory(checkpoint=checkpoint, **kwargs)
 
     make.is_learned = True  # type: ignore[attr-defined]
-    make.__qualname__ = f"learned_policy({module}.{class_name})"
+    make.__qualname__ = f"learned_policy({getattr(factory, '__qualname__', factory)})"
     return make
+
+
+def register_learned(name: str, factory: Callable[..., Policy]) -> None:
+    """Add the learned policy `name` to `POLICIES` (`learned_policy(factory)`). Learned policies live above sim
+    (sim names none of them): the package that defines them registers them when it is imported."""
+    POLICIES[name] = learned_policy(factory)
 
 
 POLICY_KINDS = ("heuristic", "forecast", "learned", "oracle")
@@ -589,12 +593,9 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         lambda ctx: fit_forecast_truth(ctx, "forecast_risk_truth"),
         kind="oracle",
     ),
-    "dejavu": learned_policy("models.dejavu", "DejavuPolicy"),
-    "tvw_rl": learned_policy("models.tvw_rl", "TvwRlPolicy"),
-    "deeprm_rl": learned_policy("models.deeprm", "DeepRMAgentPolicy"),
-    "forecast_residual_rl": learned_policy("models.forecast_placer", "ForecastResidualPolicy"),
 }
-"""Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested."""
+"""Every scheduler by name; evaluation and tests loop over it, so a new entry is evaluated and tested. The learned
+policies are added by the package that trains them when it is imported (`register_learned`)."""
 
 
 def make_policy(name: str, **kwargs) -> Policy:

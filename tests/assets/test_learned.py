@@ -1,25 +1,20 @@
-"""The helpers every learned scheduler's assets share: sidecars, loading a trained policy back (only a complete,
-published one), curve frames."""
+"""Loading a trained policy back from the warehouse (only a complete, published one of the run asked for)."""
 
 import json
 
-import polars as pl
 import pytest
 import torch
 
-from assets.learned import (
-    LEARNED_BUILDERS,
-    TRAINING_ASSET,
+from assets.learned import TRAINING_ASSET, load_learned, policy_path
+from assets.resources import Warehouse
+from models.checkpoint import (
     check_sidecar,
-    curve_frame,
-    load_learned,
-    policy_path,
+    make_sidecar,
     publish_trained,
     read_sidecar,
-    stack_curves,
+    sidecar_path,
+    write_sidecar,
 )
-from assets.resources import Warehouse
-from models.checkpoint import make_sidecar, sidecar_path, write_sidecar
 from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, build_net, checkpoint_config
 from models.reinforce import policy_payload, save_checkpoint
 
@@ -87,7 +82,7 @@ def test_load_learned_builds_the_trained_scheduler(tmp_path) -> None:
     assert isinstance(policy, DeepRMAgentPolicy) and policy.cfg == cfg
 
 
-@pytest.mark.parametrize("name", sorted(LEARNED_BUILDERS))
+@pytest.mark.parametrize("name", sorted(TRAINING_ASSET))
 def test_load_learned_refuses_a_partial_policy_naming_the_file(tmp_path, name) -> None:
     """Every learned policy: a file at the policy's name without a sidecar (a checkpoint written there by a killed
     run), or with a sidecar short of its config's iterations, is refused, naming the file and the asset."""
@@ -102,26 +97,3 @@ def test_load_learned_refuses_a_partial_policy_naming_the_file(tmp_path, name) -
     write_sidecar(path, make_sidecar(name, "bitbrains", 50, 0, {}, "abc", 25, 150))
     with pytest.raises(ValueError, match=r"load50-seed0\.pt: trained 25 of its config's 150 iterations"):
         load_learned(name, "bitbrains", 50, 0, wh)
-
-
-def test_curves_stack_into_the_schema_with_nulls_where_a_run_reported_nothing() -> None:
-    a = curve_frame([{"iteration": 0, "loss": 1.5}, {"iteration": 1, "loss": 1.0}], "bitbrains", 50, 0)
-    b = curve_frame(pl.DataFrame({"iteration": [0], "mean_return": [-3.0]}), "deepplace_synthetic", 50, 0)
-    schema = {
-        "source": pl.String,
-        "load_pct": pl.Int32,
-        "seed": pl.Int64,
-        "iteration": pl.Int64,
-        "mean_return": pl.Float64,
-        "loss": pl.Float64,
-        "wall_s": pl.Float64,
-    }
-    out = stack_curves([a, b], schema)
-    assert out.schema == pl.Schema(schema)
-    assert out.rows() == [
-        ("bitbrains", 50, 0, 0, None, 1.5, None),
-        ("bitbrains", 50, 0, 1, None, 1.0, None),
-        ("deepplace_synthetic", 50, 0, 0, -3.0, None, None),
-    ]
-    with pytest.raises(ValueError, match="no learning curve"):
-        stack_curves([], schema)

@@ -79,3 +79,25 @@ def test_labelling_and_classifier_plots_have_a_panel_per_source():
     assert sorted(ax.get_title() for ax in panels) == SOURCES[:2]
     assert all("majority EC" in [t.get_text() for t in ax.get_legend().get_texts()] for ax in panels)
     assert png_width_px(classifier_accuracy_plot(accuracy)) <= MAX_WIDTH_PX
+
+
+def test_learning_curves_and_dejavu_metrics_plot_as_pngs() -> None:
+    from assets.plots import dejavu_metrics_plot, plot_learning_curves
+    from models.dejavu import DEJAVU_METRICS
+
+    curve = pl.DataFrame(
+        {
+            "source": "s",
+            "load_pct": 30,
+            "seed": 0,
+            "iteration": list(range(20)),
+            "mean_return": [-100.0 + i for i in range(20)],
+        }
+    )
+    assert plot_learning_curves(curve)[:8] == b"\x89PNG\r\n\x1a\n"
+    table = pl.DataFrame(
+        {"source": "s", "load_pct": [30, 50], "policy": "dejavu"}
+        | {c: [0.5, 0.6] for m in DEJAVU_METRICS for c in (m, f"{m}_ci95")}
+    )
+    png = dejavu_metrics_plot(table)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png_width_px(png) <= MAX_WIDTH_PX

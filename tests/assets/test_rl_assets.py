@@ -117,61 +117,28 @@ def test_an_ablation_run_and_its_table(tmp_path):
     assert sorted(set(table["eval_noise_units"])) == [0, 1, 2, 3] and (table["n_sequences"] == 2).all()
 
 
-def test_the_runner_trains_after_the_sequences_and_evaluates_last():
-    from assets.main import LAYERS, Target, _ready, plan_runs
+def test_the_runner_trains_after_the_sequences_and_evaluates_last(tmp_path):
+    from pathlib import Path
 
-    specs = plan_runs(Target("data", "unused"), [], LAYERS)
-    layers = [s.layer for s in specs]
+    from assets.definitions import build_definitions
+    from cli.plan import plan
+
+    runs = plan(build_definitions(Path("data"), tmp_path / "wh", "sample"), ["cluster", "rl", "results"], [])
+    layers = [s.layer for s in runs.runs]
     assert layers.count("rl") == 9 and layers[-1] == "results"
-    cluster = next(s for s in specs if s.layer == "cluster")
-    rl = [s for s in specs if s.layer == "rl"]
-    results = specs[-1]
-    assert _ready(cluster, [*rl, results], set())  # pending later layers do not block the cluster run
-    assert not _ready(rl[0], [cluster, *rl[1:], results], set())  # training waits for the sequences
-    assert _ready(rl[0], rl[1:] + [results], set())  # training runs side by side
-    assert not _ready(results, [], {rl[3]})  # the evaluation waits for every training run
-
-
-def test_ablation_winners_rank_each_run_against_the_heuristics_on_the_same_sequences():
-    from assets.rl import ablation_winners
-
-    def rows(policy, returns, seqs=(0, 1), **extra):
-        return pl.DataFrame(
-            {
-                "source": "s",
-                "load_pct": 50,
-                "policy": policy,
-                "sequence_id": list(seqs),
-                "episode_return": returns,
-                "avg_util_cpu_frac": 0.5,
-                "avg_overshoot_pct": 0.0,
-                **extra,
-            }
-        )
-
-    # tetris wins on sequences 0-1; best_fit's huge return on sequence 2 must not count (another sequence)
-    baselines = pl.concat(
-        [rows("tetris", [-10.0, -10.0]), rows("best_fit", [-30.0, -30.0]), rows("best_fit", [0.0], seqs=(2,))]
-    )
-    runs = pl.concat(
-        [
-            rows("tvw_rl", [-20.0, -20.0], ablation="advantage", value="raw", eval_noise_units=0),
-            rows("tvw_rl", [-5.0, -5.0], ablation="advantage", value="scale", eval_noise_units=0),
-            rows("tvw_rl", [0.0, 0.0], ablation="advantage", value="scale", eval_noise_units=3),
-        ]
-    ).drop("policy")
-    out = ablation_winners(runs, baselines)
-    assert out.select("value", "winner_by_return", "tvw_rl_rank_by_return").rows() == [
-        ("raw", "tetris", 2),
-        ("scale", "tvw_rl", 1),
-    ]
-    assert out["best_baseline_return"].to_list() == [-10.0, -10.0]
+    cluster = next(s for s in runs.runs if s.layer == "cluster")
+    rl = [s for s in runs.runs if s.layer == "rl"]
+    results = runs.runs[-1]
+    assert not runs.waits[cluster] & {*rl, results}  # pending later layers do not block the cluster run
+    assert cluster in runs.waits[rl[0]]  # training waits for the sequences
+    assert not runs.waits[rl[0]] & set(rl)  # training runs side by side
+    assert set(rl) <= runs.waits[results]  # the evaluation waits for every training run
 
 
 def test_the_ec_mapping_ablation_relabels_jobs_with_each_methods_mapping(tmp_path):
-    import pytest
 
-    from assets.rl import ABLATIONS, relabel_by_method
+    from assets.rl import relabel_by_method
+    from models.ablation import ABLATIONS
 
     assert ABLATIONS["ec_mapping"] == ("none", "aggregate", "dtw", "temporal")  # TVW-RL Table 2's rows
     wh = Warehouse(root=str(tmp_path / "wh"))
@@ -202,42 +169,3 @@ def test_the_ec_mapping_ablation_relabels_jobs_with_each_methods_mapping(tmp_pat
         relabel_by_method(jobs, "aggregate", wh, "deepplace_synthetic")
     with pytest.raises(ValueError, match="unknown"):
         relabel_by_method(jobs, "kmeans", wh, "google2011_derived")
-
-
-def test_learning_curves_are_plotted_relative_to_their_first_tenth():
-    from assets.rl import plot_learning_curves, relative_curves
-
-    rows = []
-    for load, scale in ((30, 1.0), (80, 3.0)):  # the same 2 % rise on returns three times the size
-        rows += [
-            {
-                "source": "s",
-                "load_pct": load,
-                "seed": 0,
-                "iteration": i,
-                "mean_return": -scale * (100 - i * 0.2),
-            }
-            for i in range(20)
-        ]
-    out = relative_curves(pl.DataFrame(rows))
-    last = out.filter(pl.col("iteration") == 19).sort("load_pct")["return_change_pct"].to_list()
-    # first tenth = iterations 0-1 (mean -99.9 x scale); iteration 19: -96.2 x scale -> +3.70 % at both loads
-    assert last == pytest.approx([3.7037, 3.7037], abs=1e-3)
-    assert plot_learning_curves(pl.DataFrame(rows))[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_an_ablation_run_is_trained_with_its_setting_and_tested_under_the_unablated_penalties():
-    from assets.rl import ablation_config, ablation_test_sim
-    from models.tvw_rl import TvwRlConfig
-
-    base = TvwRlConfig.short()
-    assert ablation_config(base, "k_overshoot", "0.0").sim.k_overshoot == 0.0  # trained without K_o
-    assert ablation_config(base, "train_noise", "3").sim.noise_max_units == 3
-    tested = ablation_test_sim(base, 2)
-    weights = ("k_overshoot", "k_underutil", "k_contention", "k_wait")
-    assert [getattr(tested, w) for w in weights] == [getattr(base.sim, w) for w in weights]
-    assert tested.k_overshoot == 30000.0  # the paper's K_o, whatever the run was trained with
-    assert tested.noise_max_units == 2 and not tested.is_shape_perturbed
-    assert (
-        tested.jobs_per_episode is None and tested.max_steps == 1000
-    )  # whole test sequences, the safety cap

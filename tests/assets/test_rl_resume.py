@@ -12,6 +12,7 @@ from assets.io_manager import TableIOManager
 from assets.learned import load_learned
 from assets.resources import Warehouse
 from assets.rl import policy_path, rl__tvw_rl
+from models import tvw_rl
 from models.checkpoint import check_trained, checkpoint_file
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy
 
@@ -48,7 +49,7 @@ def test_a_killed_training_resumes_and_publishes_only_when_done(tmp_path, monkey
         cfg = TvwRlConfig.short(seed)
         return dataclasses.replace(cfg, reinforce=dataclasses.replace(cfg.reinforce, checkpoint_every=1))
 
-    monkeypatch.setitem(rl_module.TVW_RL_PRESETS, "short", short_checkpointing_every_iteration)
+    monkeypatch.setitem(tvw_rl.TVW_RL_PRESETS, "short", short_checkpointing_every_iteration)
 
     def killed_after_one(jobs, cfg, labeller, ckpt, log):
         def dying(message: str) -> None:

@@ -4,11 +4,13 @@ and a resumed run says so."""
 
 import json
 
+import polars as pl
 import pytest
 import torch
 
 from models import checkpoint as ck
 from models.reinforce import ReinforceConfig, policy_payload
+from models.training import curve_frame, stack_curves
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from sim.config import SimConfig
 from sim.jobs import JobBatch
@@ -130,3 +132,26 @@ def test_read_payload_names_a_damaged_file(tmp_path):
         ck.read_payload(path)
     with pytest.raises(FileNotFoundError, match=r"checkpoint .*nothing\.pt does not exist"):
         ck.read_payload(tmp_path / "nothing.pt")
+
+
+def test_training_curves_stack_into_the_schema_with_nulls_where_a_run_reported_nothing() -> None:
+    a = curve_frame([{"iteration": 0, "loss": 1.5}, {"iteration": 1, "loss": 1.0}], "bitbrains", 50, 0)
+    b = curve_frame(pl.DataFrame({"iteration": [0], "mean_return": [-3.0]}), "deepplace_synthetic", 50, 0)
+    schema = {
+        "source": pl.String,
+        "load_pct": pl.Int32,
+        "seed": pl.Int64,
+        "iteration": pl.Int64,
+        "mean_return": pl.Float64,
+        "loss": pl.Float64,
+        "wall_s": pl.Float64,
+    }
+    out = stack_curves([a, b], schema)
+    assert out.schema == pl.Schema(schema)
+    assert out.rows() == [
+        ("bitbrains", 50, 0, 0, None, 1.5, None),
+        ("bitbrains", 50, 0, 1, None, 1.0, None),
+        ("deepplace_synthetic", 50, 0, 0, -3.0, None, None),
+    ]
+    with pytest.raises(ValueError, match="no learning curve"):
+        stack_curves([], schema)

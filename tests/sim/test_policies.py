@@ -277,3 +277,22 @@ def test_a_policy_defined_outside_the_repository_is_named_by_import_path() -> No
     assert policy.name == "first_fit"
     with pytest.raises(KeyError, match="cannot import"):
         make_policy("no_such_module:Thing")
+
+
+def test_learned_policies_are_registered_from_models_and_sim_names_no_models_module(monkeypatch) -> None:
+    import pathlib
+
+    import sim.policies as policies
+
+    learned = {n for n in POLICIES if policies.is_learned(n)}
+    assert learned == {
+        "dejavu",
+        "tvw_rl",
+        "deeprm_rl",
+        "forecast_residual_rl",
+    }  # tests/conftest.py imports models
+    assert all(policies.policy_kind(n) == "learned" and not policies.is_oracle(n) for n in learned)
+    monkeypatch.setattr(policies, "POLICIES", dict(POLICIES))
+    policies.register_learned("toy_rl", lambda checkpoint=None, **kwargs: policies.FirstFit())
+    assert policies.is_learned("toy_rl") and policies.make_policy("toy_rl").name == "first_fit"
+    assert "models." not in pathlib.Path(policies.__file__).read_text()

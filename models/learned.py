@@ -1,0 +1,49 @@
+"""Settings shared by the learned schedulers' runs: the training seeds and the evaluation of trained policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from models import LEARNED_POLICIES
+
+RL_SEEDS = (0, 1, 2)
+"""Training seeds of every learned policy (one training run per (load, seed))."""
+
+
+@dataclass(frozen=True)
+class ResultsConfig:
+    """The evaluation of trained policies on the test sequences: which, with which seeds, in which simulator."""
+
+    policies: tuple[str, ...] = tuple(sorted(LEARNED_POLICIES))
+    """learned policies to evaluate (the heuristics' rows come from eval__baselines)"""
+    seeds: tuple[int, ...] = RL_SEEDS
+    """seeds: training seed of learned policies, simulator/policy seed of all"""
+    n_machines: int = 10
+    """M (TVW-RL: 10)"""
+    max_steps: int = 1000
+    """safety cap in logical steps (hitting it is a failure)"""
+    noise_max_units: int = 0
+    """background noise 0..n units (robustness study: 1-3)"""
+
+
+def gap_check(results: pl.DataFrame, gaps: pl.DataFrame) -> tuple[bool, dict, dict]:
+    """(passed, check metadata, counts) of `eval__gap` on `gaps` (`sim.evaluate.gap_table` of `results`). The check
+    passes when every (source, load) evaluated has a best heuristic, at least one forecast-driven or learned policy
+    is compared with it, and no oracle is ever the best heuristic. Counts: cells, rows of a forecast-driven or
+    learned policy significantly above the best heuristic, and the cells where one is."""
+    cells = results.select("source", "load_pct").unique().height
+    challengers = gaps.filter(pl.col("policy_kind").is_in(["forecast", "learned"]))
+    oracles = results.filter(pl.col("is_oracle")).select(pl.col("policy").alias("best_heuristic")).unique()
+    oracle_best = gaps.join(oracles, on="best_heuristic", how="semi")
+    n_cells = gaps.select("source", "load_pct").unique().height
+    wins = challengers.filter(pl.col("is_significantly_better"))
+    passed = n_cells == cells and challengers.height > 0 and oracle_best.height == 0
+    meta = {"n_cells": n_cells, "n_cells_evaluated": cells, "n_challenger_rows": challengers.height}
+    counts = {
+        "n_cells": n_cells,
+        "n_significant_wins": wins.height,
+        "n_cells_won": wins.select("source", "load_pct").unique().height,
+    }
+    return passed, meta, counts
