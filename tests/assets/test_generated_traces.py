@@ -11,10 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from assets.main import Target, run_all
+import yaml
 from dagster import DagsterInstance
 
 from assets.resources import Warehouse
+from cli.run import run_all
+from cli.workers import Target
 from pipelines.ingest import QUARANTINE_TABLE, raw_table_name
 
 pytestmark = (
@@ -77,12 +79,13 @@ def pipeline(tmp_path_factory):
         "alibaba2018": gen.write_alibaba2018(traces, seed=7),
     }
     root = tmp_path_factory.mktemp("warehouse")
+    profile = tmp_path_factory.mktemp("profile") / "generated.yaml"  # these ops only: the others' defaults
+    profile.write_text(yaml.safe_dump(run_config(planted)))
     lines: list[str] = []
     with DagsterInstance.ephemeral() as instance:
         outcomes = run_all(
-            Target(str(traces), str(root)),
+            Target(str(traces), str(root), profile=str(profile)),
             instance,
-            run_config(planted),
             log=lines.append,
             layers=(
                 "raw",
@@ -91,7 +94,7 @@ def pipeline(tmp_path_factory):
                 "ec_gain",
                 "ec",
                 "cluster",
-            ),  # training: tests/assets/test_rl_assets.py
+            ),  # training: test_rl_assets.py
         )
     failures = [o.spec.label for o in outcomes if not o.ok]
     return Warehouse(root=str(root)), planted, failures, lines
