@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,16 @@ import polars as pl
 import pytest
 
 from pipelines import ingest as ingest_mod
-from pipelines.ingest import IngestError, ingest_shard
+from pipelines.ingest import (
+    IngestError,
+    check_rows_add_up,
+    describe_missing_shards,
+    ingest_shard,
+    quarantine_key,
+    quarantine_reason_counts,
+    raw_table_name,
+    reject_colliding_shards,
+)
 from pipelines.schemas import QUARANTINE
 from pipelines.sources import SOURCES
 
@@ -144,3 +154,35 @@ def test_background_writer_error_surfaces(tmp_path):
         submit(1)
         submit(2)
         submit(3)
+
+
+# ---------------------------------------------------------------- raw-table helpers of the raw assets
+
+
+def test_colliding_shards_are_refused_naming_them():
+    stem = lambda key: key.removesuffix(".gz").removesuffix(".csv")  # noqa: E731
+    reject_colliding_shards("raw_x__t", ["a.csv", "b.csv.gz"], stem)
+    with pytest.raises(ValueError, match=r"raw_x__t: shard files \{'a': \['a.csv', 'a.csv.gz'\]\}"):
+        reject_colliding_shards("raw_x__t", ["a.csv", "a.csv.gz", "b.csv"], stem)
+
+
+def test_rows_add_up_reads_the_published_files(tmp_path):
+    st, out, q = run(tmp_path, BAD / "task_usage_bad_rows.csv.gz")
+    assert check_rows_add_up(st, out, q) == {
+        "passed": True,
+        "metadata": {"rows_in": 10, "rows_in_data_file": 3, "rows_in_quarantine_file": 7},
+    }
+    assert quarantine_reason_counts(q) and sum(quarantine_reason_counts(q).values()) == 7
+    assert not check_rows_add_up(dataclasses.replace(st, rows_in=11), out, q)["passed"]
+
+
+def test_names_and_the_partial_source_warning():
+    assert raw_table_name("google2011", "task_usage") == "raw_google2011__task_usage"
+    assert (
+        quarantine_key("google2011", "task_usage", "part-0.csv.gz") == "google2011__task_usage__part-0.csv.gz"
+    )
+    missing = {"task_usage": [f"p{i}" for i in range(7)]}
+    assert describe_missing_shards("google2011", Path("/t"), missing) == (
+        "google2011 is PARTIAL: 7 shard(s) in /t have no raw table (their ingest failed or has not run), built "
+        "from the other shards only: task_usage: p0, p1, p2, p3, p4 ..."
+    )

@@ -12,14 +12,19 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipelines.raw_schemas import RAW_SCHEMAS
+from pipelines.schemas import USAGE, USAGE_COUNTS
 from pipelines.sources import SOURCES
 from pipelines.sources.mapping import TimeChunks, WorkloadChunks
 from pipelines.usage import (
     UsageConfig,
+    above_one_machine_line,
     build_usage_with_report,
+    check_usage_files,
+    check_usage_invariants,
     count_bins_above_one_machine,
     iter_usage_chunks,
     scan_usage,
+    sum_counts,
     usage_chunk_bounds,
     workload_chunk_bounds,
 )
@@ -320,3 +325,40 @@ def test_bins_above_one_machine_counted_per_resource_over_chunk_files(tmp_path):
         "max_mem_frac": 3.0,
     }
     assert count_bins_above_one_machine([])["n_bins"] == 0
+
+
+def test_the_usage_checks_over_chunk_files(tmp_path):
+    """`usage_contract` fails on a duplicate bin, an off-grid bin, a non-finite value and a filled bin with samples;
+    `usage_within_one_machine` on a bin above one machine; the log line and the summed counts."""
+    good = pl.DataFrame(
+        {"source": ["s"] * 2, "workload_id": ["a", "a"], "bin_start_s": [0, 300], "cpu_frac": [0.5, 0.4],
+         "mem_frac": [0.1, 0.2], "n_samples": [1, 0], "is_filled": [False, True]},
+        schema=USAGE,
+    )  # fmt: skip
+    good.write_parquet(tmp_path / "good.parquet")
+    checks = check_usage_files([tmp_path / "good.parquet"])
+    assert checks["usage_contract"]["passed"] and checks["usage_within_one_machine"]["passed"]
+    bad = good.vstack(good.head(1)).vstack(
+        pl.DataFrame(
+            {"source": ["s"] * 3, "workload_id": ["b"] * 3, "bin_start_s": [10, 300, 600],
+             "cpu_frac": [0.1, float("inf"), 1.5], "mem_frac": [0.1, 0.1, 0.1], "n_samples": [1, 2, 1],
+             "is_filled": [False, True, False]},
+            schema=USAGE,
+        )
+    )  # fmt: skip
+    bad.write_parquet(tmp_path / "bad.parquet")
+    checks = check_usage_files([tmp_path / "bad.parquet"])
+    assert not checks["usage_contract"]["passed"] and not checks["usage_within_one_machine"]["passed"]
+    assert check_usage_invariants([tmp_path / "bad.parquet"]) == {
+        "n_off_grid": 1, "n_bad_values": 1, "n_filled_with_samples": 1, "n_duplicate_bins": 1
+    }  # fmt: skip
+    assert checks["usage_contract"]["metadata"]["n_duplicate_bins"] == 1
+    assert above_one_machine_line("s", checks["usage_within_one_machine"]["metadata"]).startswith(
+        "s: 2 bins above one machine of CPU (max cpu_frac inf), 0 of memory"
+    )
+    counts = [
+        pl.DataFrame(
+            {"source": ["s"] * 2, "count": ["rows_in", "bins_out"], "n": [3, 2]}, schema=USAGE_COUNTS
+        )
+    ]
+    assert sum_counts(counts * 2) == {"rows_in": 6, "bins_out": 4} and sum_counts([]) == {}
