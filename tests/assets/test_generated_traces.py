@@ -50,18 +50,20 @@ def run_config(planted: dict) -> dict:
                     # statistics need not see; with a 1-epoch forecaster the choice between mappings is noise,
                     # so only the two pattern-aware distances compete here. k 3..5 of two methods: 6 rows, so 8
                     # seeds can reach a Holm-adjusted p of 6/256; one control draw (the data path, not power)
-                    "methods": ["temporal", "dtw"],
-                    "k_max": 5,
-                    "forecaster_seeds": 8,
-                    "control_draws": 1,
-                    "n_init": 4,
-                    "dtw_window_frac": 0.1,
-                    "dtw_downsample": 6,
-                    "forecaster_epochs": 1,
-                    "forecaster_max_train_windows": 200,
+                    "ec": {
+                        "methods": ["temporal", "dtw"],
+                        "k_max": 5,
+                        "n_init": 4,
+                        "dtw": {"window_frac": 0.1, "downsample": 6},
+                    },
+                    "gain": {
+                        "n_seeds": 8,
+                        "n_control_draws": 1,
+                        "forecaster": {"epochs": 1, "max_train_windows": 200},
+                    },
                 }
             },
-            "ec__classifier_accuracy": {"config": {"epochs": 30}},
+            "ec__classifier_accuracy": {"config": {"classifier": {"epochs": 30}}},
             "sim__job_sequences": {
                 "config": {"n_train_sequences": 2, "n_test_sequences": 2, "loads_pct": [50], "step_bins": 6}
             },
