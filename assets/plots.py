@@ -282,3 +282,45 @@ def dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
         panel_height_in=2.2,
         sharex=True,
     )
+
+
+EC_PROFILES_WIDTH_PX = 1100
+"""Width of the `ec__profiles` plot."""
+
+
+def ec_profiles_figure(profiles: pl.DataFrame):
+    """`ec__profiles`: a panel per EC (4 to a row), its representative CPU and memory usage (fraction of a
+    machine) against time in hours; the panel title names the mapping, the EC and its size."""
+    from pipelines.schemas import BIN_SECONDS
+
+    plt = _pyplot()
+    panels = profiles.partition_by(["method", "k", "ec_label"], maintain_order=True, as_dict=True)
+    n_cols = min(PANELS_PER_ROW, max(len(panels), 1))
+    n_rows = -(-max(len(panels), 1) // n_cols)
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(EC_PROFILES_WIDTH_PX / DPI, 0.6 + 2.0 * n_rows), squeeze=False, dpi=DPI
+    )
+    flat = list(axes.flat)
+    for ax in flat[len(panels) :]:
+        ax.axis("off")
+    for ax, ((method, k, label), part) in zip(flat, panels.items(), strict=False):
+        part = part.sort("step")
+        hours = part["step"].to_numpy() * BIN_SECONDS / 3600
+        ax.plot(hours, part["cpu_frac"], lw=0.8, label="CPU")
+        ax.plot(hours, part["mem_frac"], lw=0.8, label="memory")
+        ax.set_title(f"{method} k={k}: EC {label} (n={part['n_members'][0]})", fontsize=8)
+        ax.set_xlabel("time (hours)", fontsize=7)
+        ax.set_ylabel("usage (fraction)", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    if panels:
+        flat[0].legend(fontsize=7)
+        source = profiles["source"][0]
+        fig.suptitle(f"{source}: each EC's representative usage (fraction of a machine)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def ec_profiles_plot(profiles: pl.DataFrame) -> bytes:
+    """PNG of `ec_profiles_figure`, 1,100 px wide."""
+    return fig_png(ec_profiles_figure(profiles))

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from torch import nn
 
 from models.forecaster import torch_threads
 from models.training import init_parameters, train_minibatches
+from pipelines.features import SeriesSet
 
 META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
 """Meta-feature columns (from the WORKLOADS table) in the order `meta` arrays use."""
@@ -61,17 +63,43 @@ ACCURACY_ROWS = {
 class ClassifierConfig:
     """EC classifier size and training budget (the paper gives the architecture, not the sizes)."""
 
-    prefix_bins: int = (
-        12  # m: first bins of cpu and mem usage fed to the model (0 = meta only); 12 bins = 1 h
-    )
-    hidden_sizes: tuple[int, int] = (64, 32)  # the two dense ReLU layers
-    epochs: int = 200  # passes over the training set
-    batch_size: int = 64  # workloads per Adam step
-    lr: float = 1e-3  # Adam learning rate
-    test_frac: float = 0.3  # held-out share for `classifier_accuracy_table`
-    n_splits: int = 10  # repeated seeded splits `classifier_accuracy_table` averages over (seed, seed+1, ...)
-    seed: int = 0  # seeds init, shuffling and the train/test split
-    n_threads: int | None = 1  # torch intra-op threads while training (restored after); None = leave as is
+    prefix_bins: int = 12
+    """m: first bins of cpu and mem usage fed to the model (0 = meta only); 12 bins = 1 h. The saved model of
+    ec__classifier_accuracy uses this m: it labels an incoming workload from meta alone (its usage bins are
+    missing, as Algorithm 1's ClassifyToEC with resource_usage = null) and a running one from its first m bins."""
+    hidden_sizes: tuple[int, int] = (64, 32)
+    """The two dense ReLU layers."""
+    epochs: int = 200
+    """Passes over the training set."""
+    batch_size: int = 64
+    """Workloads per Adam step."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    test_frac: float = 0.3
+    """Held-out share for `classifier_accuracy_table`."""
+    n_splits: int = 10
+    """Repeated seeded splits (by workload group) `classifier_accuracy_table` averages over (seed, seed+1, ...)."""
+    seed: int = 0
+    """Seeds init, shuffling and the train/test splits."""
+    n_threads: int | None = 1
+    """Torch intra-op threads while training (restored after); None = leave as is."""
+
+
+@dataclass(frozen=True)
+class ClassifierRunSettings:
+    """Settings of ec__classifier_accuracy: the classifier, the usage-prefix lengths its held-out accuracy is
+    measured at, and which workloads may be split apart."""
+
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    """Size, training budget and splits; its prefix_bins is the m of the saved model."""
+    prefix_lengths: tuple[int, ...] = (0, 6, 12, 24, 48)
+    """Usage bins m fed to the classifier: one accuracy row each."""
+    min_per_class: int = 5
+    """Train only with at least this many workloads per EC."""
+    group_pattern: str = r"^(.+)_d\d+$"
+    """Regex whose first group names a workload's group (windows of one longer workload, e.g. the derived Google
+    job-days '<job>_d<k>'); a group is wholly in train or in test. A workload id that does not match is its own
+    group."""
 
 
 class EcClassifier(nn.Module):
@@ -405,3 +433,73 @@ def classifier_accuracy_table(
             )
         )
     return pl.DataFrame(rows, schema=ACCURACY_ROWS, orient="row")
+
+
+# --- ec__classifier_accuracy ---------------------------------------------------------------------------------------
+
+
+def workload_groups(workload_ids: list[str], pattern: str) -> np.ndarray:
+    """The group of each workload: the pattern's first group where it matches, else the id itself."""
+    rx = re.compile(pattern)
+    return np.array([(m.group(1) if (m := rx.match(w)) else w) for w in workload_ids])
+
+
+def too_few_labelled(labelled: pl.DataFrame, settings: ClassifierRunSettings) -> str | None:
+    """Why no classifier is trained on these labelled workloads (fewer than 2 ECs or than min_per_class per
+    EC), or None."""
+    n_classes = labelled["ec_label"].n_unique()
+    if n_classes < 2 or labelled.height < settings.min_per_class * n_classes:
+        return (
+            f"{labelled.height} labelled workloads in {n_classes} EC(s): fewer than 2 ECs or than "
+            f"{settings.min_per_class} per EC; no classifier trained"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class ClassifierRun:
+    """What `accuracy_and_model` gives: the accuracy table, the model trained on every labelled workload, its
+    card, and how many workloads and groups it was trained on."""
+
+    table: pl.DataFrame
+    model: TrainedClassifier
+    card: dict
+    n_labelled: int
+    n_groups: int
+
+
+def accuracy_and_model(
+    labelled: pl.DataFrame, series: SeriesSet, settings: ClassifierRunSettings, source: str
+) -> ClassifierRun:
+    """The accuracy table (ACCURACY_ROWS) of the EC classifier on `labelled` (EC labels joined with the
+    workloads' meta columns; those with a series) over repeated splits by workload group, and the model trained
+    on all of them (m = settings.classifier.prefix_bins) with its card. `series` holds at least
+    max(prefix_lengths) bins."""
+    order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
+    labelled = labelled.filter(pl.col("workload_id").is_in(list(order)))
+    every = series.series_list()
+    values = [every[order[w]] for w in labelled["workload_id"]]
+    meta, labels = meta_matrix(labelled), labelled["ec_label"].to_numpy()
+    groups = workload_groups(labelled["workload_id"].to_list(), settings.group_pattern)
+    cfg = settings.classifier
+    table = classifier_accuracy_table(meta, values, labels, settings.prefix_lengths, cfg, groups=groups)
+    m = cfg.prefix_bins
+    final = train_classifier(meta, usage_prefixes(values, m) if m else None, labels, cfg)
+    n_groups = len(np.unique(groups))
+    card = classifier_card(table, source, m, len(labels), n_groups)
+    return ClassifierRun(table, final, card, len(labels), n_groups)
+
+
+def classifier_card(table: pl.DataFrame, source: str, prefix_bins: int, n: int, n_groups: int) -> dict:
+    """What the saved classifier is and how well its kind did: trained on all n labelled workloads of the
+    source, with the accuracy table's numbers (every m; the saved model's m marked)."""
+    return {
+        "source": source,
+        "trained_on": f"all {n} labelled workloads ({n_groups} groups) of {source}",
+        "prefix_bins": prefix_bins,
+        "split": table["split"][0] if table.height else "",
+        "accuracy_by_prefix_bins": [
+            {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "split"}
+            for r in table.iter_rows(named=True)
+        ],
+    }

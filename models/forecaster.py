@@ -32,25 +32,38 @@ _STD_FLOOR = 1e-6
 class ForecasterConfig:
     """LSTNet size and training budget. Defaults are small: fast enough for the prediction-gain sweep on 2 cores."""
 
-    window: int = 24  # past bins fed to the model (LSTNet "window")
-    horizon: int = 1  # predict the value this many bins after the window's last bin
-    conv_channels: int = 16  # LSTNet hidCNN: output channels of the 1-D convolution
-    kernel_size: int = 6  # LSTNet CNN kernel: bins covered by one convolution
-    hidden_size: int = 16  # LSTNet hidRNN: GRU state size
-    skip_period: int = 0  # LSTNet skip: period p of the skip-GRU in bins; 0 turns the skip-GRU off
-    skip_hidden: int = 4  # LSTNet hidSkip: skip-GRU state size
-    ar_window: int = 8  # LSTNet highway window: last bins seen by the linear autoregressive part; 0 = off
-    dropout: float = 0.0  # dropout after the convolution and GRUs (seeded masks)
-    epochs: int = 4  # passes over the (subsampled) training windows, at least
-    # more epochs are run until this many Adam steps: equal compute for small (per-EC) and big (global) fits
+    window: int = 24
+    """Past bins fed to the model (LSTNet "window")."""
+    horizon: int = 1
+    """Predict the value this many bins after the window's last bin."""
+    conv_channels: int = 16
+    """LSTNet hidCNN: output channels of the 1-D convolution."""
+    kernel_size: int = 6
+    """LSTNet CNN kernel: bins covered by one convolution."""
+    hidden_size: int = 16
+    """LSTNet hidRNN: GRU state size."""
+    skip_period: int = 0
+    """LSTNet skip: period p of the skip-GRU in bins; 0 turns the skip-GRU off."""
+    skip_hidden: int = 4
+    """LSTNet hidSkip: skip-GRU state size."""
+    ar_window: int = 8
+    """LSTNet highway window: last bins seen by the linear autoregressive part; 0 = off."""
+    dropout: float = 0.0
+    """Dropout after the convolution and GRUs (seeded masks)."""
+    epochs: int = 4
+    """Passes over the (subsampled) training windows, at least."""
     min_steps: int = 100
-    batch_size: int = 128  # windows per Adam step
-    lr: float = 1e-2  # Adam learning rate
-    max_train_windows: int | None = 2000  # windows drawn (without replacement) per fit; None = all of them
-    seed: int = 0  # seeds parameter init, window subsampling, shuffling and dropout
-    n_threads: int | None = (
-        1  # torch intra-op threads while fitting/predicting (restored after); None = leave as is
-    )
+    """More epochs are run until this many Adam steps: equal compute for small (per-EC) and big (global) fits."""
+    batch_size: int = 128
+    """Windows per Adam step."""
+    lr: float = 1e-2
+    """Adam learning rate."""
+    max_train_windows: int | None = 2000
+    """Windows drawn (without replacement) per fit; None = all of them."""
+    seed: int = 0
+    """Seeds parameter init, window subsampling, shuffling and dropout."""
+    n_threads: int | None = 1
+    """Torch intra-op threads while fitting/predicting (restored after); None = leave as is."""
 
     def __post_init__(self) -> None:
         if self.window < self.kernel_size:
@@ -85,6 +98,18 @@ def paper_scale() -> ForecasterConfig:
         max_train_windows=None,
         min_steps=0,
     )
+
+
+FORECASTER_PRESETS = {"small": ForecasterConfig, "paper": paper_scale}
+"""Named forecaster settings: 'small' (the defaults, fast enough for the prediction-gain sweep on 2 cores) and
+'paper' (Lai et al. 2018's, `paper_scale`)."""
+
+
+def forecaster_preset(name: str) -> ForecasterConfig:
+    """The named preset (ValueError naming the presets on an unknown name)."""
+    if name not in FORECASTER_PRESETS:
+        raise ValueError(f"forecaster preset must be one of {sorted(FORECASTER_PRESETS)}; got {name!r}")
+    return FORECASTER_PRESETS[name]()
 
 
 @contextmanager

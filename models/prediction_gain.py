@@ -121,19 +121,28 @@ p-value and the choice need every row of the source (`with_holm`, `choose_mappin
 class GainConfig:
     """How the prediction-gain proxy is measured."""
 
-    forecaster: ForecasterConfig = field(default_factory=ForecasterConfig)  # model and budget for every fit
-    train_frac: float = 0.7  # leading fraction of every series used for training; the rest is held out
-    min_members: int = 2  # ECs with fewer workloads get G = 0 (status too_small) instead of their own model
-    correlation_space: str = "standardised"  # "standardised" (per workload, training stats) or "raw"
-    # forecaster seeds (forecaster.seed, +1, ...) each mapping and control is scored over; the sign-test
-    # interval needs >= 6 informative seeds at 95 %, so fewer can never show that a mapping beats its control
+    forecaster: ForecasterConfig = field(default_factory=ForecasterConfig)
+    """Model and budget for every fit."""
+    train_frac: float = 0.7
+    """Leading fraction of every series used for training; the rest is held out."""
+    min_members: int = 2
+    """ECs with fewer workloads get G = 0 (status too_small) instead of their own model."""
+    correlation_space: str = "standardised"
+    """"standardised" (per workload, training stats) or "raw"."""
     n_seeds: int = 10
-    max_eval_bins: int | None = None  # held-out bins scored per workload (the first after its training part)
-    confidence: float = 0.95  # level of the t-intervals over seeds
-    # random-control permutations per seed; their EG is averaged before pairing (the draws within a seed range
-    # widely, 4.1 to 46.6 on the 84 Bitbrains VMs, so one draw makes D as noisy as the control itself)
+    """Forecaster seeds (forecaster.seed, +1, ...) each mapping and control is scored over. The sign test's
+    smallest p is 2^-seeds, so with m rows (every k of every method) a row can pass Holm only when
+    m * 2^-seeds < alpha (10 seeds allow up to 51 rows); its interval needs >= 6 informative seeds at 95 %."""
+    max_eval_bins: int | None = None
+    """Held-out bins scored per workload (the first after its training part); None = all."""
+    confidence: float = 0.95
+    """Level of the t-intervals over seeds."""
     n_control_draws: int = 5
-    alpha: float = 0.05  # family-wise level: a row is eligible when its Holm-adjusted sign-test p is below it
+    """Random-control permutations per seed, their EG averaged into the seed's control before pairing (the
+    draws within a seed range widely, 4.1 to 46.6 on the 84 Bitbrains VMs, so one draw makes D as noisy as the
+    control itself); each costs the mapping's fits again."""
+    alpha: float = 0.05
+    """Family-wise level of the choice: a row is eligible when its Holm-adjusted sign-test p is below it."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.train_frac < 1.0:

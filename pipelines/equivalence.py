@@ -75,6 +75,16 @@ EC_ASSIGNMENTS = {
 }
 """`ec__assignments`: the EC of every workload for one (method, k)."""
 
+EC_SWEEP_LABELS = {
+    "source": pl.String,
+    "workload_id": pl.String,
+    "method": pl.String,
+    "k": pl.Int64,
+    "ec_label": pl.Int64,
+    "is_medoid": pl.Boolean,
+}
+"""`ec__sweep_labels`: the kept labels of every k a method clustered (skipped k have none), in series order; DTW
+marks each EC's medoid."""
 EC_PROFILES = {
     "source": pl.String,
     "method": pl.String,
@@ -895,6 +905,20 @@ def assignments_frame(sweep: EcSweep, method: str, k: int) -> pl.DataFrame:
     )
 
 
+def sweep_labels_frame(sweep: EcSweep, method: str) -> pl.DataFrame:
+    """`ec__sweep_labels` rows of one method's sweep: every k with labels, workloads in the series order."""
+    frames = []
+    for k in sorted(sweep.labels[method]):
+        is_medoid = np.zeros(len(sweep.labels[method][k]), dtype=bool)
+        medoids = sweep.medoids.get(method, {}).get(k)
+        if medoids is not None:
+            is_medoid[medoids] = True
+        frames.append(
+            assignments_frame(sweep, method, k).with_columns(is_medoid=pl.Series(is_medoid, dtype=pl.Boolean))
+        )
+    return pl.concat(frames) if frames else pl.DataFrame(schema=EC_SWEEP_LABELS)
+
+
 def profiles_frame(sweep: EcSweep, series: SeriesSet, method: str, k: int) -> pl.DataFrame:
     """`ec__profiles` rows of one (method, k): the medoid's whole series (dtw) or the members' mean series over
     the bins every member has (K-Means methods)."""
@@ -1004,29 +1028,6 @@ def plot_gain_and_stability(comparison: pl.DataFrame) -> bytes:
         bottom.set_ylabel("ARI first vs second half")
         bottom.set_xlabel("k")
         bottom.legend(fontsize=7)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def plot_profiles(profiles: pl.DataFrame) -> bytes:
-    """PNG: each EC's representative CPU and memory series; one column per (method, k), one row per EC."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = profiles.partition_by(["method", "k"], maintain_order=True, as_dict=True)
-    n_rows = max([int(g["ec_label"].max()) + 1 for g in groups.values()] or [1])
-    fig, axes = plt.subplots(
-        n_rows, max(len(groups), 1), figsize=(4 * max(len(groups), 1), 1.6 * n_rows), squeeze=False
-    )
-    for col, ((method, k), g) in enumerate(groups.items()):
-        for label, part in g.sort("step").group_by("ec_label", maintain_order=True):
-            ax = axes[int(label[0]), col]
-            ax.plot(part["step"], part["cpu_frac"], label="cpu_frac", lw=0.8)
-            ax.plot(part["step"], part["mem_frac"], label="mem_frac", lw=0.8)
-            ax.set_title(f"{method} k={k} EC {label[0]} (n={part['n_members'][0]})", fontsize=8)
-    axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
     return _png(fig)
 

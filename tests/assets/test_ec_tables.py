@@ -1,11 +1,20 @@
 import io
 
 import matplotlib.image as mpimg
+import numpy as np
 import polars as pl
+import pytest
 
 from assets.column_docs import describe
-from assets.ec import METHOD_COMPARISON, _table_markdown
-from assets.plots import classifier_accuracy_figure, classifier_accuracy_plot
+from assets.ec import ec__mapping
+from assets.plots import (
+    classifier_accuracy_figure,
+    classifier_accuracy_plot,
+    ec_profiles_figure,
+    ec_profiles_plot,
+)
+from models.ec_mapping import EC_DESCRIPTIONS, EC_MAPPING_CHECKS, EC_MAPPING_SCHEMAS, METHOD_COMPARISON
+from pipelines.equivalence import EC_PROFILES
 
 
 def test_classifier_plot_is_a_png_at_most_1200_px_wide():
@@ -31,48 +40,52 @@ def test_classifier_plot_is_a_png_at_most_1200_px_wide():
     assert 300 <= image.shape[1] <= 1200 and image.shape[0] <= 1200
 
 
-def test_method_comparison_columns_are_described_and_the_markdown_shows_the_paired_test():
+def test_method_comparison_columns_are_described():
     assert [c for c in METHOD_COMPARISON if not describe(c, "ec__method_comparison")] == []
-    row = {c: None for c in METHOD_COMPARISON}
-    row.update(
-        method="dtw",
-        k=3,
-        k_rule="silhouette_best",
-        eg_pct=5.0,
-        eg_pct_ci_low=-1.0,
-        eg_pct_ci_high=11.0,
-        f_frac=0.5,
-        f_frac_ci_low=0.2,
-        f_frac_ci_high=0.8,
-        control_eg_pct=1.0,
-        control_eg_pct_ci_low=-2.0,
-        control_eg_pct_ci_high=4.0,
-        eg_diff_pct=4.0,
-        eg_diff_pct_ci_low=1.5,
-        eg_diff_pct_ci_high=6.5,
-        eg_diff_p_value=0.004,
-        eg_diff_pct_median=3.0,
-        eg_diff_pct_median_ci_low=0.5,
-        eg_diff_pct_median_ci_high=7.0,
-        n_seeds_diff_positive=9,
-        n_seeds_diff_negative=1,
-        n_seeds=10,
-        eg_diff_sign_p_value=0.0107,
-        eg_diff_sign_p_holm=0.032,
-        beats_control=True,
-        ari_time_halves=0.61,
-        ari_time_halves_shuffled_95=0.08,
-        is_chosen=True,
+
+
+def test_the_ec_tables_and_checks_have_descriptions():
+    assert set(EC_DESCRIPTIONS) >= set(EC_MAPPING_SCHEMAS) | {"ec__method_gain", "ec__classifier_accuracy"}
+    assert set(EC_MAPPING_CHECKS) == {spec.name for spec in ec__mapping.check_specs}
+    assert {spec.asset_key.path[-1] for spec in ec__mapping.check_specs} <= set(EC_MAPPING_SCHEMAS)
+    for key in ec__mapping.keys:
+        assert ec__mapping.specs_by_key[key].description == EC_DESCRIPTIONS[key.path[-1]]
+
+
+def _profiles(k: int, steps: int = 288) -> pl.DataFrame:
+    t = np.arange(steps)
+    return pl.DataFrame(
+        {
+            "source": "syn",
+            "method": "dtw",
+            "k": k,
+            "ec_label": np.repeat(np.arange(k), steps),
+            "step": np.tile(t, k),
+            "cpu_frac": np.concatenate([0.1 * (c + 1) + 0.05 * np.sin(t / 20) for c in range(k)]),
+            "mem_frac": np.concatenate([0.3 + 0.01 * c + 0 * t for c in range(k)]),
+            "n_members": np.repeat(np.arange(k) + 2, steps),
+        },
+        schema=EC_PROFILES,
     )
-    md = _table_markdown(pl.DataFrame([row], schema=METHOD_COMPARISON))
-    assert "paired EG - control" in md.splitlines()[0] and "Holm p" in md.splitlines()[0]
-    assert "| 4.00 (1.50, 6.50), 0.004 | 3.00 (0.50, 7.00), +9 -1 of 10 | 0.0107, 0.032 | True |" in md
-    assert "| 0.61 (0.08) | True |" in md
+
+
+@pytest.mark.parametrize("k", [3, 15])
+def test_ec_profiles_plot_is_a_grid_1100_px_wide_with_labelled_axes(k):
+    fig = ec_profiles_figure(_profiles(k))
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert len(panels) == k
+    assert all(ax.get_xlabel() == "time (hours)" and "fraction" in ax.get_ylabel() for ax in panels)
+    assert panels[-1].get_title() == f"dtw k={k}: EC {k - 1} (n={k + 1})"
+    # 288 five-minute bins: a day on the x axis
+    assert panels[0].lines[0].get_xdata()[-1] == pytest.approx(287 / 12)
+    png = ec_profiles_plot(_profiles(k))
+    image = mpimg.imread(io.BytesIO(png), format="png")
+    assert image.shape[1] == 1100 and image.shape[0] <= 1000
 
 
 def test_the_fan_out_tables_are_described():
-    from assets.ec import EC_SWEEP_LABELS, METHOD_GAIN
-    from pipelines.equivalence import EC_ASSIGNMENTS
+    from models.ec_mapping import METHOD_GAIN
+    from pipelines.equivalence import EC_ASSIGNMENTS, EC_SWEEP_LABELS
 
     for table, schema in (
         ("ec__sweep_labels", EC_SWEEP_LABELS),

@@ -1,12 +1,16 @@
 from dataclasses import replace
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 
 from models.ec_classifier import (
+    META_COLUMNS,
     ClassifierConfig,
+    ClassifierRunSettings,
     EcClassifier,
+    accuracy_and_model,
     classifier_accuracy_table,
     evaluate,
     load_classifier,
@@ -14,9 +18,12 @@ from models.ec_classifier import (
     resampled_interval,
     split_by_group,
     split_train_test,
+    too_few_labelled,
     train_classifier,
     usage_prefixes,
+    workload_groups,
 )
+from pipelines.features import series_from_arrays
 
 FAST = ClassifierConfig(prefix_bins=6, hidden_sizes=(16, 8), epochs=60, batch_size=32, lr=1e-2)
 
@@ -141,3 +148,41 @@ def test_split_by_group_keeps_every_group_on_one_side():
     assert table["split"][0].startswith("2 seeded splits by workload group")
     with pytest.raises(ValueError, match="differ in shape"):
         split_by_group(labels, groups[:5], 0.3, 0)
+
+
+def test_workload_groups_are_the_patterns_first_group_or_the_id():
+    pattern = ClassifierRunSettings().group_pattern
+    groups = workload_groups(["job1_d0", "job1_d3", "job2_d1", "vm7", "x_dd"], pattern)
+    assert groups.tolist() == ["job1", "job1", "job2", "vm7", "x_dd"]
+
+
+def test_too_few_labelled_workloads_train_no_classifier():
+    settings = ClassifierRunSettings(min_per_class=3)
+    three_each = pl.DataFrame({"ec_label": [0, 0, 0, 1, 1, 1]})
+    assert too_few_labelled(three_each, settings) is None
+    assert "fewer than 2 ECs or than 3 per EC" in too_few_labelled(three_each.head(5), settings)
+    assert too_few_labelled(pl.DataFrame({"ec_label": [0] * 9}), settings).startswith(
+        "9 labelled workloads in 1 EC"
+    )
+
+
+def test_the_run_measures_every_prefix_and_saves_the_model_of_its_prefix_bins_with_a_card():
+    meta, series, labels = _separable(48, seed=2)
+    ids = [f"job{i // 2}_d{i % 2}" for i in range(48)]
+    labelled = pl.DataFrame(
+        {"workload_id": ids, "ec_label": labels, **{c: meta[:, j] for j, c in enumerate(META_COLUMNS)}}
+    )
+    settings = ClassifierRunSettings(classifier=replace(FAST, n_splits=2), prefix_lengths=(0, 6))
+    # the series in another order, with one workload more: the run follows the ids
+    order = list(range(48))[::-1]
+    every = series_from_arrays(
+        [*(ids[i] for i in order), "extra"], np.stack([*(series[i] for i in order), series[0]])
+    )
+    run = accuracy_and_model(labelled, every, settings, "syn")
+    assert run.table["prefix_bins"].to_list() == [0, 6] and run.table["split"][0].startswith(
+        "2 seeded splits by"
+    )
+    assert (run.n_labelled, run.n_groups, run.model.cfg.prefix_bins) == (48, 24, 6)
+    assert run.card["trained_on"] == "all 48 labelled workloads (24 groups) of syn"
+    assert [r["prefix_bins"] for r in run.card["accuracy_by_prefix_bins"]] == [0, 6]
+    assert (run.model.predict(meta, usage_prefixes(series, 6)) == labels).mean() > 0.9

@@ -6,6 +6,7 @@ from pipelines.equivalence import (
     EC_ASSIGNMENTS,
     EC_PROFILES,
     EC_SILHOUETTE,
+    EC_SWEEP_LABELS,
     DtwConfig,
     EcConfig,
     ari_across_seeds,
@@ -16,12 +17,12 @@ from pipelines.equivalence import (
     fit_kmedoids,
     pam_swap,
     plot_gain_and_stability,
-    plot_profiles,
     plot_silhouette,
     prepare_dtw,
     prepare_dtw_series,
     profiles_frame,
     silhouette_from_distances,
+    sweep_labels_frame,
     sweep_methods,
     time_halves,
     time_stability,
@@ -205,7 +206,13 @@ def test_frames_and_plots():
     with pytest.raises(KeyError, match="no labels for method 'dtw', k=9"):
         assignments_frame(sweep, "dtw", 9)
     assert plot_silhouette(sweep.silhouette)[:4] == b"\x89PNG"
-    assert plot_profiles(pl.concat([prof, profiles_frame(sweep, series, "dtw", 3)]))[:4] == b"\x89PNG"
+    # ec__sweep_labels: every k with labels in series order, DTW's medoids marked
+    rows = sweep_labels_frame(sweep, "dtw")
+    assert rows.schema == pl.Schema(EC_SWEEP_LABELS) and sorted(set(rows["k"])) == sorted(sweep.labels["dtw"])
+    four = rows.filter(pl.col("k") == 4)
+    assert four["workload_id"].to_list() == sweep.workload_ids.tolist()
+    assert np.flatnonzero(four["is_medoid"].to_numpy()).tolist() == sorted(sweep.medoids["dtw"][4].tolist())
+    assert not sweep_labels_frame(sweep, "temporal")["is_medoid"].any()
 
 
 def test_dtw_of_different_lengths_equals_the_reference():
