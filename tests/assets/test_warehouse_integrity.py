@@ -9,10 +9,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 from dagster import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 
-from assets.main import Target, run_all
 from assets.raw import find_stale_raw
 from assets.resources import Warehouse
+from cli.run import run_all
+from cli.workers import Target
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 SOURCE = "google2011"
@@ -50,7 +52,9 @@ def _workload_ids(warehouse: Path) -> set[str]:
 
 def _run(traces: Path, warehouse: Path, layers: tuple[str, ...]) -> list[str]:
     lines: list[str] = []
-    with DagsterInstance.ephemeral() as instance:
+    home = warehouse.with_name(f"{warehouse.name}_dagster_home")  # the runner needs a persistent instance
+    home.mkdir(exist_ok=True)
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         outcomes = run_all(
             Target(str(traces), str(warehouse)), instance, sources=[SOURCE], layers=layers, log=lines.append
         )
