@@ -73,7 +73,25 @@ def view_sql(table: str) -> str:
     )
 
 
+def shard_stat(path: Path) -> tuple[int, int]:
+    """(bytes, latest modification time in ns) of a shard: a file, or every file in a shard folder."""
+    path = Path(path)
+    if not path.is_dir():
+        st = path.stat()
+        return st.st_size, st.st_mtime_ns
+    stats = [p.stat() for p in path.rglob("*") if p.is_file()]
+    return sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
+
+
 def file_sha256(path: Path) -> str:
+    """SHA-256 of a shard: of the file, or, for a shard that is a folder (a Bitbrains month of VM files), of
+    every file in it (relative name and content, in name order)."""
+    path = Path(path)
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{f.relative_to(path)}\0{file_sha256(f)}\0".encode())
+        return digest.hexdigest()
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -145,11 +163,11 @@ class ParquetWarehouse:
     ) -> None:
         """Record which file (path, size, modification time, SHA-256 of its content) a raw partition was
         ingested from."""
-        st = source_file.stat()
+        size, mtime_ns = shard_stat(source_file)
         record = {
             "source_file": str(source_file.resolve()),
-            "size_bytes": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
+            "size_bytes": size,
+            "mtime_ns": mtime_ns,
             "sha256": sha256 or file_sha256(source_file),
         }
         path = self.manifest_path(table, partition_key)
@@ -167,13 +185,10 @@ class ParquetWarehouse:
         if not self.partition_files(table, partition_key) or not manifest.exists():
             return False
         record = json.loads(manifest.read_text())
-        st = source_file.stat()
-        if record.get("size_bytes") != st.st_size:
+        size, mtime_ns = shard_stat(source_file)
+        if record.get("size_bytes") != size:
             return False
-        if (record.get("source_file"), record.get("mtime_ns")) == (
-            str(source_file.resolve()),
-            st.st_mtime_ns,
-        ):
+        if (record.get("source_file"), record.get("mtime_ns")) == (str(source_file.resolve()), mtime_ns):
             return True
         if record.get("sha256") != file_sha256(source_file):
             return False

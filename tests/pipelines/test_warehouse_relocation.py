@@ -150,3 +150,22 @@ def test_refresh_views_drops_the_view_of_an_emptied_table(tmp_path):
     wh.refresh_views()
     names = set(wh.query("select view_name from duckdb_views() where not internal")["view_name"])
     assert names == {RAW, "core__usage"}
+
+
+def test_a_shard_that_is_a_folder_is_hashed_by_its_files(tmp_path):
+    """A Bitbrains month is a folder of VM files: its manifest covers their content, and one changed VM file
+    makes the partition stale though the folder's own size and time do not change."""
+    import polars as pl
+
+    from pipelines.warehouse import ParquetWarehouse
+
+    month = tmp_path / "traces" / "2013-7"
+    month.mkdir(parents=True)
+    (month / "1.csv").write_text("a;b\n1;2\n")
+    (month / "2.csv").write_text("a;b\n3;4\n")
+    wh = ParquetWarehouse(root=str(tmp_path / "wh"))
+    wh.write("raw_bitbrains__vm_usage", pl.DataFrame({"a": [1]}), "2013-7")
+    wh.write_source_manifest("raw_bitbrains__vm_usage", "2013-7", month)
+    assert wh.is_current("raw_bitbrains__vm_usage", "2013-7", month)
+    (month / "2.csv").write_text("a;b\n3;5\n")  # same size, other content
+    assert not wh.is_current("raw_bitbrains__vm_usage", "2013-7", month)
