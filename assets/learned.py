@@ -1,41 +1,30 @@
-"""What the learned schedulers' assets share: where a trained policy lives in the warehouse, training one policy
-per source of a (load, seed) partition, and loading a trained policy back as a registry scheduler.
-
-A trained policy of (policy, source, load %, training seed) is `models/<policy>/<source>/load<L>-seed<S>.pt` under
-the warehouse (`policy_path`), its resumable checkpoints in `load<L>-seed<S>.ckpt/`. The file format, the sidecar
-and the rules (published together only when training is complete, refused when the sidecar is missing, short of
-iterations or names another run) are `models.checkpoint`'s: a half-trained file, or one copied to the wrong place,
-is a clear error naming it, not a wrong policy.
+"""What the learned schedulers' assets share: where a trained policy lives in the warehouse
+(`models/<policy>/<source>/load<L>-seed<S>.pt`, its resumable checkpoints in `load<L>-seed<S>.ckpt/`), training
+one policy per source of a (load, seed) partition, and loading a trained policy back as a registry scheduler, only
+a complete one of the run asked for (`models.checkpoint`: a half-trained or misplaced file is an error naming it).
 """
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, StaticPartitionsDefinition
 
-from assets.cluster import EVAL_LOADS
 from assets.plots import png_markdown
 from assets.resources import Warehouse
 from models.ablation import curve_trend
 from models.checkpoint import check_sidecar, git_revision
-from models.learned import RL_SEEDS
+from models.learned import RL_SEEDS, parse_rl_partition, rl_partition_keys
 from models.training import curve_frame, stack_curves
-from sim.policies import make_policy
+from sim.evaluate import EVAL_LOADS
+from sim.policies import is_learned, make_policy
 
-RL_PARTITIONS = StaticPartitionsDefinition(
-    [f"load{load}-seed{seed}" for load in EVAL_LOADS for seed in RL_SEEDS]
-)
+RL_PARTITIONS = StaticPartitionsDefinition(rl_partition_keys(EVAL_LOADS, RL_SEEDS))
 """One training run per (load, training seed); every source with training sequences at that load inside it."""
 
 TRAINING_ASSET = {"tvw_rl": "rl__tvw_rl", "deeprm_rl": "rl__deeprm", "dejavu": "rl__dejavu"}
 """Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
-
-
-def parse_rl_partition(key: str) -> tuple[int, int]:
-    """'load50-seed1' -> (50, 1)."""
-    load, seed = key.split("-")
-    return int(load.removeprefix("load")), int(seed.removeprefix("seed"))
 
 
 def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:
@@ -57,6 +46,23 @@ def load_learned(name: str, source: str, load: int, seed: int, warehouse: Wareho
     return make_policy(name, checkpoint=path, **kwargs)
 
 
+def policy_maker(warehouse: Warehouse, missing: list[str] | None = None, labeller_of: Callable | None = None):
+    """`make(name, source, load, seed)` of the evaluations: a heuristic from the registry, a learned policy from
+    its trained file (TVW-RL with `labeller_of(source)`), None (listed in `missing`) where none was trained."""
+
+    def make(name: str, source: str, load: int, seed: int):
+        if not is_learned(name):
+            return make_policy(name)
+        if not policy_path(warehouse, name, source, load, seed).exists():
+            if missing is not None:
+                missing.append(f"{name} {source} {load}% seed {seed}")
+            return None
+        extra = {"labeller": labeller_of(source)} if labeller_of and name == "tvw_rl" else {}
+        return load_learned(name, source, load, seed, warehouse, **extra)
+
+    return make
+
+
 def train_partition(
     context: AssetExecutionContext,
     warehouse: Warehouse,
@@ -65,10 +71,12 @@ def train_partition(
     policy: str,
     fit: Callable[[str, pl.DataFrame, Path, int, int, str], list | pl.DataFrame],
     schema: dict,
+    timed: str = "",
 ) -> tuple[pl.DataFrame, dict]:
     """Train `policy` on every source of the partition's load that `settings.train_sources` picks: `fit(source,
-    training rows, policy file, load, seed, git revision)` trains and publishes one and returns its curve. Returns
-    the stacked learning curves (`schema`) and the metadata every training asset reports."""
+    training rows, policy file, load, seed, git revision)` trains and publishes one and returns its curve (with
+    `timed`, its wall time is logged under that name). Returns the stacked learning curves (`schema`) and the
+    metadata every training asset reports."""
     load, seed = parse_rl_partition(context.partition_key)
     train = sequences.filter((pl.col("split") == "train") & (pl.col("load_pct") == load))
     have = sorted(train["source"].unique().to_list())
@@ -83,7 +91,10 @@ def train_partition(
     frames, saved = [], {}
     for source in sources:
         path = policy_path(warehouse, policy, source, load, seed)
+        start = time.perf_counter()
         curve = fit(source, train.filter(pl.col("source") == source), path, load, seed, revision)
+        if timed:
+            context.log.info(f"{timed} {source}: trained in {time.perf_counter() - start:.1f} s")
         saved[source] = str(path)
         frames.append(curve_frame(curve, source, load, seed))
     out = stack_curves(frames, schema)

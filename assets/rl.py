@@ -1,12 +1,9 @@
-"""Learned schedulers as assets: TVW-RL training runs (one partition per load x training seed, every source with
-training sequences inside it), the evaluation of every registered policy, learned ones included, and TVW-RL's
-ablations (`models.ablation`).
-
-Trained policies are saved under the warehouse, `models/<policy>/<source>/<partition>.pt`, each with a JSON
-sidecar holding its configuration and the git revision it was trained at; `eval__results` loads them from there.
-"""
+"""Learned schedulers as assets: TVW-RL training runs (one partition per load x training seed), the evaluation of
+every registered policy, learned ones included (trained files from `assets.learned.policy_path`), and TVW-RL's
+ablations (`models.ablation`)."""
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import polars as pl
@@ -20,45 +17,25 @@ from dagster import (
     asset,
 )
 
-from assets.cluster import EVAL_CHECKS_FOR, eval_checks, eval_sim_config, evaluate_by_cluster
+from assets.cluster import EVAL_CHECKS_FOR, eval_checks
 from assets.ec import classifier_path
-from assets.learned import (
-    RL_PARTITIONS,
-    curve_metadata,
-    load_learned,
-    policy_path,
-    train_partition,
-)
+from assets.learned import RL_PARTITIONS, curve_metadata, policy_maker, train_partition
 from assets.plots import plot_learning_curves, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
-from models.ablation import (
-    ABLATION_KEYS,
-    AblationConfig,
-    ablation_table,
-    ablation_winners,
-    curve_trend,
-    parse_ablation,
-    relabel_jobs,
-    run_ablation,
-)
-from models.checkpoint import checkpoint_file, publish_trained
+from models import ablation, tvw_rl
 from models.ec_labeller import ClassifierLabeller
 from models.learned import ResultsConfig, gap_check
-from models.reinforce import config_dict, policy_payload
-from models.tvw_rl import LEARNING_CURVE, TvwRlPolicy, TvwRlTrainConfig, train_tvw_rl
+from models.tvw_rl import LEARNING_CURVE, TvwRlPolicy, TvwRlTrainConfig
 from pipelines.synthetic import is_synthetic
-from sim.evaluate import gap_table, summarise
+from sim.evaluate import eval_sim_config, evaluate_by_cluster, gap_table, summarise
 from sim.jobs import JobBatch
 from sim.observation import ObservationConfig
-from sim.policies import is_learned, make_policy
-
-__all__ = ["RL_PARTITIONS", "policy_path"]
 
 TVW_RL_TRAIN = dataclass_config(TvwRlTrainConfig)
 RESULTS = dataclass_config(ResultsConfig)
-ABLATION = dataclass_config(AblationConfig)
-ABLATION_PARTITIONS = StaticPartitionsDefinition(list(ABLATION_KEYS))
+ABLATION = dataclass_config(ablation.AblationConfig)
+ABLATION_PARTITIONS = StaticPartitionsDefinition(list(ablation.ABLATION_KEYS))
 """One TVW-RL ablation run per (setting, value) of `models.ablation.ABLATIONS`."""
 
 
@@ -99,15 +76,10 @@ def rl__tvw_rl(
         context.log.info(
             f"{source} load {load} % seed {seed}: training {cfg.reinforce.n_iterations} iterations"
         )
-        ckpt = checkpoint_file(path)
-        curve = train_tvw_rl(
-            JobBatch.from_frame(rows), cfg, labeller, ckpt, log=lambda m: context.log.info(f"{source}: {m}")
+        log = lambda m: context.log.info(f"{source}: {m}")  # noqa: E731
+        return tvw_rl.train_and_publish(
+            JobBatch.from_frame(rows), cfg, labeller, path, (source, load, seed), revision, log
         )
-        config_json = config_dict(cfg.sim, cfg.obs, cfg.reinforce)
-        publish_trained(
-            path, policy_payload(ckpt, TvwRlPolicy.name), source, load, seed, config_json, revision
-        )
-        return curve
 
     out, meta = train_partition(
         context, warehouse, sim__job_sequences, settings, TvwRlPolicy.name, fit, LEARNING_CURVE
@@ -133,28 +105,14 @@ def eval__results(
     eval__baselines: pl.DataFrame,
 ):
     """Every registered policy, learned ones included, on every test sequence of every source and load, with every
-    simulator metric (utilisation, fragmentation, overshoot %, machines used and the sequence's
-    `machines_lower_bound`, jobs never placed, return and its costs), one row per (source, load, policy, test
-    sequence, seed). The heuristics' rows are `eval__baselines` (seed = simulator/policy seed); a learned policy
-    runs with the checkpoint trained at that (source, load) with that training seed; one without a checkpoint
-    there is left out and listed in the metadata."""
+    simulator metric, one row per (source, load, policy, test sequence, seed): the heuristics' rows from
+    `eval__baselines`, a learned policy's with the file trained at that (source, load) with that training seed
+    (one without such a file is left out and listed in the metadata)."""
     settings = config.build()
     cfg = eval_sim_config("eval__results", settings, sim__job_sequences)
     missing: list[str] = []
-    labellers: dict[str, ClassifierLabeller | None] = {}
-
-    def make(name: str, source: str, load: int, seed: int):
-        if not is_learned(name):
-            return make_policy(name)
-        if not policy_path(warehouse, name, source, load, seed).exists():
-            missing.append(f"{name} {source} {load}% seed {seed}")
-            return None
-        if name != TvwRlPolicy.name:
-            return load_learned(name, source, load, seed, warehouse)
-        if source not in labellers:
-            labellers[source] = labeller_for(warehouse, source, sim__usage_scale)
-        return load_learned(name, source, load, seed, warehouse, labeller=labellers[source])
-
+    labeller_of = functools.cache(lambda source: labeller_for(warehouse, source, sim__usage_scale))
+    make = policy_maker(warehouse, missing, labeller_of)
     policies, seeds = list(settings.policies), list(settings.seeds)
     learned = evaluate_by_cluster(sim__job_sequences, policies, cfg, seeds, make=make, log=context.log.info)
     if policies and learned.height == 0:
@@ -186,7 +144,7 @@ GAP_CHECKS = [
         asset="eval__gap",
         description="Every (source, load) evaluated has a best non-oracle heuristic and at least one forecast-driven "
         "or learned policy compared with it; an oracle is never the best heuristic.",
-    ),
+    )
 ]
 
 
@@ -202,11 +160,7 @@ def eval__gap(context: AssetExecutionContext, eval__results: pl.DataFrame):
         f"eval__gap: {counts['n_cells']} cells; forecast-driven or learned policies significantly above the best "
         f"heuristic in {counts['n_cells_won']} of them"
     )
-    meta = {
-        "n_rows": gaps.height,
-        "n_cells": counts["n_cells"],
-        "n_significant_wins": counts["n_significant_wins"],
-    }
+    meta = {"n_rows": gaps.height} | {k: counts[k] for k in ("n_cells", "n_significant_wins")}
     yield Output(gaps, metadata=meta)
     yield AssetCheckResult(
         asset_key="eval__gap", check_name="has_a_best_heuristic_per_cell", passed=passed, metadata=check
@@ -230,7 +184,7 @@ def relabel_by_method(
         )
         return rows.select("workload_id", "k", "ec_label").collect()
 
-    return relabel_jobs(jobs, value, labels_of, source, log)
+    return ablation.relabel_jobs(jobs, value, labels_of, source, log)
 
 
 @asset(
@@ -250,12 +204,12 @@ def rl__ablation(
     group = sim__job_sequences.filter(
         (pl.col("source") == settings.source) & (pl.col("load_pct") == settings.load_pct)
     )
-    setting, value = parse_ablation(key)
+    setting, value = ablation.parse_ablation(key)
     if setting == "ec_mapping":
         group = relabel_by_method(group, value, warehouse, settings.source, context.log.info)
     path = Path(warehouse.root) / "models" / "tvw_rl_ablation" / settings.source / f"{key}.pt"
-    out, curve = run_ablation(group, key, settings, path, log=context.log.info)
-    trend = MetadataValue.json(curve_trend(curve).to_dicts())
+    out, curve = ablation.run_ablation(group, key, settings, path, log=context.log.info)
+    trend = MetadataValue.json(ablation.curve_trend(curve).to_dicts())
     return Output(out, metadata={"first_vs_last_return": trend, "checkpoint": str(path)})
 
 
@@ -264,7 +218,7 @@ def eval__ablations(rl__ablation: pl.DataFrame) -> pl.DataFrame:
     """TVW-RL Tables 2-3 from the ablation runs: per (ablation, value, test noise) the mean over test sequences of
     CPU and memory utilisation (higher is better), fragmentation, overshoot % and machines used (lower is
     better), jobs never placed and the episode return (higher is better)."""
-    return ablation_table(rl__ablation)
+    return ablation.ablation_table(rl__ablation)
 
 
 @asset(group_name="ablation", io_manager_key="table_io", kinds={"parquet", "polars"})
@@ -272,7 +226,7 @@ def eval__ablation_winners(rl__ablation: pl.DataFrame, eval__baselines: pl.DataF
     """Each ablation run against the heuristics (`models.ablation.ablation_winners`): at test noise 0, on the same
     test sequences, the policy with the best mean return and the TVW-RL variant's rank. The `advantage` rows
     answer whether the advantage scaling (normalise / scale / raw) changes which policy wins."""
-    return ablation_winners(rl__ablation, eval__baselines)
+    return ablation.ablation_winners(rl__ablation, eval__baselines)
 
 
 RL_ASSETS = [

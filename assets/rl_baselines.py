@@ -1,41 +1,23 @@
 """The learned baselines as assets: DeepRM's agent (`models.deeprm`) and Dejavu (`models.dejavu`) trained per
-(load, training seed) like TVW-RL (`assets.learned.RL_PARTITIONS`), DeepRM's Figure 4 on its own workload, and
-Dejavu's own metrics for the trained Dejavu agents and the heuristics they compete with.
+(load, training seed) like TVW-RL (`assets.learned`: where trained policies live, how they are published and
+loaded back), DeepRM's Figure 4 on its own workload, and Dejavu's own metrics."""
 
-Trained policies are `models/<policy>/<source>/<partition>.pt` under the warehouse (policy "deeprm_rl" or
-"dejavu"), published with their JSON sidecar once training is complete; resumable checkpoints live apart, in
-`<partition>.ckpt/`. Which sources each agent trains on: `models.deeprm.DeepRMTrainConfig`,
-`models.dejavu.DejavuTrainConfig`.
-"""
-
-import time
 from pathlib import Path
 
 import polars as pl
 from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MetadataValue, Output, asset
 
-from assets.cluster import eval_sim_config
-from assets.learned import (
-    RL_PARTITIONS,
-    TRAINING_ASSET,
-    curve_metadata,
-    load_learned,
-    policy_path,
-    train_partition,
-)
+from assets.learned import RL_PARTITIONS, curve_metadata, policy_maker, train_partition
 from assets.plots import curve_plot, dejavu_metrics_plot, png_markdown
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
 from models import deeprm, dejavu
-from models.checkpoint import check_sidecar, checkpoint_dir, checkpoint_file, publish_trained
+from models.checkpoint import check_sidecar
 from models.deeprm import DEEPRM_CURVE, FIG4_SOURCE, FIG4_TABLE, DeepRMFig4Config, DeepRMTrainConfig
 from models.dejavu import DEJAVU_CURVE, DEJAVU_METRICS_TABLE, DejavuMetricsConfig, DejavuTrainConfig
-from models.reinforce import policy_payload
 from pipelines.synthetic import build_deeprm_sequences
+from sim.evaluate import eval_sim_config
 from sim.jobs import JobBatch
-from sim.policies import is_learned, make_policy
-
-__all__ = ["RL_PARTITIONS", "load_learned"]
 
 DEEPRM_TRAIN = dataclass_config(DeepRMTrainConfig)
 DEJAVU_TRAIN = dataclass_config(DejavuTrainConfig)
@@ -50,14 +32,11 @@ def rl__deeprm(
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
 ) -> Output[pl.DataFrame]:
-    """DeepRM agent learning curves: one row per (source, load, training seed, iteration) with the mean and
-    spread of the episode return, the mean job slowdown, each reward component as a positive cost, the policy's
-    entropy and the wall seconds. One partition is one (load, seed); it trains DeepRM's agent (REINFORCE with the
-    time-dependent baseline, the chosen job placed by Best-Fit) on every source with training sequences at that
-    load: TVW-RL's "DeepRM" baseline on TVW-RL's cluster, DeepRM's own setup on `deeprm_synthetic`. Resumes from
-    its checkpoint (`models/deeprm_rl/<source>/<partition>.ckpt/`) when a run was interrupted; the trained
-    policies are `models/deeprm_rl/<source>/<partition>.pt` under the warehouse, published with their JSON sidecar
-    (configuration, git revision, iteration counts) only when training is complete."""
+    """DeepRM agent learning curves: one row per (source, load, training seed, iteration): return, mean job
+    slowdown, each reward component as a positive cost, entropy, wall seconds. A partition is one (load, seed) and
+    trains on every source with training sequences there (`models.deeprm.DeepRMTrainConfig`: TVW-RL's "DeepRM"
+    baseline, DeepRM's own setup on its workload), resuming from `models/deeprm_rl/<source>/<partition>.ckpt/`;
+    the trained policies (`<partition>.pt`, with their JSON sidecar) are published only when complete."""
     settings = config.build()
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> list[dict]:
@@ -65,16 +44,13 @@ def rl__deeprm(
         context.log.info(
             f"deeprm {source} load {load} % seed {seed}: {cfg.reinforce.n_iterations} iterations"
         )
-        start, ckpt = time.perf_counter(), checkpoint_file(path)
         log = lambda m: context.log.info(f"deeprm {source}: {m}")  # noqa: E731
-        curve = deeprm.train_deeprm(JobBatch.from_frame(rows), cfg, ckpt, log=log)
-        context.log.info(f"deeprm {source}: trained in {time.perf_counter() - start:.1f} s")
-        payload = policy_payload(ckpt, deeprm.DeepRMAgentPolicy.name)
-        publish_trained(path, payload, source, load, seed, deeprm.checkpoint_config(cfg), revision)
-        return curve
+        return deeprm.train_and_publish(
+            JobBatch.from_frame(rows), cfg, path, (source, load, seed), revision, log
+        )
 
     out, meta = train_partition(
-        context, warehouse, sim__job_sequences, settings, "deeprm_rl", fit, DEEPRM_CURVE
+        context, warehouse, sim__job_sequences, settings, "deeprm_rl", fit, DEEPRM_CURVE, "deeprm"
     )
     panels = [("mean_return", "mean return"), ("mean_slowdown", "mean slowdown")]
     plot = curve_plot(out, panels, "DeepRM learning curves")
@@ -89,13 +65,10 @@ def rl__dejavu(
     sim__job_sequences: pl.DataFrame,
 ) -> Output[pl.DataFrame]:
     """Dejavu learning curves: one row per (source, load, training seed, iteration): DQfD pretraining on
-    kube_default's selective demonstrations (loss and its parts), then RL with the competitive reward (mean and
-    spread of the competitive return, the simulator's return and each of its penalties as a positive cost,
-    epsilon, loss), and the wall seconds. One partition is one (load, seed); it trains Dejavu on every source with
-    training sequences at that load except `deeprm_synthetic`, resuming from the latest checkpoint of
-    `models/dejavu/<source>/<partition>.ckpt/`; the trained policies are `models/dejavu/<source>/<partition>.pt`
-    (weights and configs, no replay), published with their JSON sidecar (configuration, git revision, iteration
-    counts) only when training is complete."""
+    kube_default's demonstrations (loss and its parts), then RL with the competitive reward (its return, the
+    simulator's return and penalties, epsilon, loss), wall seconds. A partition is one (load, seed) and trains on
+    every source there but the single-node ones (`models.dejavu.DejavuTrainConfig`), resuming from
+    `models/dejavu/<source>/<partition>.ckpt/`; trained policies (`<partition>.pt`) are published when complete."""
     settings = config.build()
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> pl.DataFrame:
@@ -104,14 +77,13 @@ def rl__dejavu(
             f"dejavu {source} load {load} % seed {seed}: {dcfg.n_pretrain_iterations} pretraining + "
             f"{dcfg.n_rl_iterations} RL iterations"
         )
-        start, ckpt_dir = time.perf_counter(), checkpoint_dir(path)
         log = lambda m: context.log.info(f"{source}: {m}")  # noqa: E731
-        trainer = dejavu.train(dcfg, sim_cfg, JobBatch.from_frame(rows), checkpoint_dir=ckpt_dir, log=log)
-        context.log.info(f"dejavu {source}: trained in {time.perf_counter() - start:.1f} s")
-        dejavu.publish_dejavu(ckpt_dir, path, (source, load, seed), dcfg, sim_cfg, revision)
-        return dejavu.dejavu_curve(trainer.curve)
+        jobs = JobBatch.from_frame(rows)
+        return dejavu.train_and_publish(dcfg, sim_cfg, jobs, path, (source, load, seed), revision, log)
 
-    out, meta = train_partition(context, warehouse, sim__job_sequences, settings, "dejavu", fit, DEJAVU_CURVE)
+    out, meta = train_partition(
+        context, warehouse, sim__job_sequences, settings, "dejavu", fit, DEJAVU_CURVE, "dejavu"
+    )
     panels = [
         ("loss", "DQfD loss"),
         ("loss_supervised", "margin loss"),
@@ -125,19 +97,15 @@ def rl__dejavu(
 def eval__deeprm_fig4(
     context: AssetExecutionContext, config: DEEPRM_FIG4, warehouse: Warehouse
 ) -> Output[pl.DataFrame]:
-    """DeepRM Figure 4 on DeepRM's own synthetic workload: mean job slowdown with its 95 % interval over test
-    jobsets, per (load, policy), for the trained DeepRM agent (`rl__deeprm` on `deeprm_synthetic`; at each load the
-    agent trained at the nearest training load, `trained_at_load_pct`), DeepRM's heuristics SJF, Packer, Tetris
-    and Tetris*, and a random choice of job. The jobsets are built here at the figure's loads by
-    `pipelines.synthetic.build_deeprm_sequences` (with sim__job_sequences' seed they are its test jobsets at its
-    loads); the UI shows the slowdown-vs-load plot."""
+    """DeepRM Figure 4 on DeepRM's own workload: mean job slowdown with its 95 % interval over test jobsets per
+    (load, policy), for the trained DeepRM agent (`rl__deeprm` on `deeprm_synthetic`, the one trained at the
+    nearest load: `trained_at_load_pct`), SJF, Packer, Tetris, Tetris* and a random job; jobsets built here by
+    `pipelines.synthetic.build_deeprm_sequences` (sim__job_sequences' test jobsets at its loads and seed)."""
     settings, name = config.build(), deeprm.DeepRMAgentPolicy.name
     root = Path(warehouse.root) / "models" / name / FIG4_SOURCE
     checkpoints = deeprm.trained_by_load(root, settings.training_seed)
     for load, p in checkpoints.items():  # a half-trained or unpublished file is an error naming it
-        check_sidecar(
-            p, name, FIG4_SOURCE, load, settings.training_seed, f"materialise {TRAINING_ASSET[name]}"
-        )
+        check_sidecar(p, name, FIG4_SOURCE, load, settings.training_seed, "materialise rl__deeprm")
     if not checkpoints:
         raise ValueError(
             f"eval__deeprm_fig4: no DeepRM agent trained on {FIG4_SOURCE} with seed {settings.training_seed} "
@@ -161,7 +129,7 @@ DEJAVU_METRICS_CHECKS = [
         asset="eval__dejavu_metrics",
         description="Every policy measured finishes every test episode before the safety cap (a truncated episode "
         "would make its completion time the cap and its turnaround a mean over the jobs it did place).",
-    ),
+    )
 ]
 
 
@@ -178,26 +146,16 @@ def eval__dejavu_metrics(
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
 ):
-    """Dejavu's own metrics (Dejavu section IV-D) per (source, load, policy) on the test sequences, for the
-    trained Dejavu agents (`rl__dejavu`, one per training seed) and the heuristics they compete with (kube_default,
-    Best-Fit, Tetris): the cluster's utilisation until the last placement, RBD1 (imbalance across nodes) and RBD2
-    (imbalance across a node's resources) after each placement, completion time (the step the last job ends) and
-    turnaround time (finish - arrival), each a mean over test sequences with its 95 % half-width (`_ci95`), seeds
-    averaged within a sequence first. In the evaluation's simulator (`eval__results`' M, cap and hold rule); every
-    source but `deeprm_synthetic` (one node: placement has no choice). A learned run with no trained file is left
-    out and listed in the metadata."""
+    """Dejavu's own metrics (its section IV-D) per (source, load, policy) on the test sequences, for the trained
+    Dejavu agents and kube_default, Best-Fit and Tetris: utilisation until the last placement, RBD1 and RBD2
+    (imbalance across nodes, within a node), completion and turnaround time, each a mean over test sequences with
+    its 95 % half-width (`_ci95`), in `eval__results`' simulator, single-node sources left out. A learned run
+    with no trained file is left out and listed in the metadata (`models.dejavu.evaluate_dejavu_metrics`)."""
     settings = config.build()
     cfg = eval_sim_config("eval__dejavu_metrics", settings, sim__job_sequences)
     jobs = sim__job_sequences.filter(~pl.col("source").is_in(dejavu.SINGLE_NODE_SOURCES))
-
-    def make(name: str, source: str, load: int, seed: int):
-        if not is_learned(name):
-            return make_policy(name)
-        if not policy_path(warehouse, name, source, load, seed).exists():
-            return None
-        return load_learned(name, source, load, seed, warehouse)
-
     policies = list(settings.policies)
+    make = policy_maker(warehouse)
     episodes, missing = dejavu.evaluate_dejavu_metrics(jobs, policies, cfg, list(settings.seeds), make)
     if "dejavu" in policies and not (episodes.height and (episodes["policy"] == "dejavu").any()):
         raise ValueError(

@@ -73,12 +73,14 @@ import torch
 from scipy import stats
 from torch import nn
 
+from models.checkpoint import checkpoint_file, publish_trained
 from models.reinforce import (
     PolicyNet,
     ReinforceConfig,
     check_state_space,
     config_dict,
     load_checkpoint,
+    policy_payload,
     sample_masked,
     train_loop,
 )
@@ -507,6 +509,24 @@ def train_deeprm(
 
 
 # the scheduler of the registry
+
+
+def train_and_publish(
+    jobs: JobBatch,
+    cfg: DeepRMAgentConfig,
+    policy_file: Path,
+    run: tuple[str, int, int],
+    revision: str,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """`train_deeprm` with the resumable checkpoint beside `policy_file` (`models.checkpoint.checkpoint_file`),
+    then the trained policy published there with its sidecar (run = (source, load %, training seed), the
+    configuration, git `revision`); returns the learning curve."""
+    ckpt = checkpoint_file(policy_file)
+    curve = train_deeprm(jobs, cfg, ckpt, log=log)
+    payload = policy_payload(ckpt, DeepRMAgentPolicy.name)
+    publish_trained(policy_file, payload, *run, checkpoint_config(cfg), revision)
+    return curve
 
 
 STATE_SHAPE_FIELDS = ("n_machines", "capacity_units")

@@ -83,10 +83,9 @@ import torch
 from scipy import stats
 from torch import nn
 
-from models.checkpoint import publish_trained, read_payload, resume_message, save_atomic
+from models.checkpoint import checkpoint_dir, publish_trained, read_payload, resume_message, save_atomic
 from models.learned import ResultsConfig
-from models.training import init_parameters, training_sources
-from pipelines.synthetic import DEEPRM_SOURCE
+from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_sources
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
@@ -1142,7 +1141,7 @@ def summarise_dejavu_metrics(episodes: pl.DataFrame, confidence: float = 0.95) -
 
 # --- the training and metrics runs of the assets
 
-SINGLE_NODE_SOURCES = (DEEPRM_SOURCE,)
+SINGLE_NODE_SOURCES = SINGLE_MACHINE_SOURCES
 """Sources Dejavu neither trains on nor is measured on: DeepRM's workload runs on one node (its single pool),
 where placement has no choice."""
 
@@ -1190,23 +1189,28 @@ def eval_label_count(jobs: pl.DataFrame) -> int:
     return max(SimConfig().n_labels, int(jobs["ec_label"].max() or 0) + 1)
 
 
-def publish_dejavu(
-    ckpt_dir: Path,
-    path: Path,
-    run: tuple[str, int, int],
+def train_and_publish(
     dcfg: DejavuConfig,
     sim_cfg: SimConfig,
+    jobs: JobBatch,
+    policy_file: Path,
+    run: tuple[str, int, int],
     revision: str,
-) -> Path:
-    """Publish the trained policy of the latest checkpoint in `ckpt_dir` at `path` with its sidecar (run =
-    (source, load %, seed)), then drop the older checkpoints (a resumed run needs only the latest)."""
+    log: Callable[[str], None] | None = None,
+) -> pl.DataFrame:
+    """`train` resuming from the checkpoints beside `policy_file` (`models.checkpoint.checkpoint_dir`), then the
+    trained policy (weights and configs, no replay) published there with its sidecar (run = (source, load %,
+    training seed), both configs, git `revision`) and the older checkpoints dropped (a resumed run needs only the
+    latest). Returns the learning curve with DEJAVU_CURVE's names (`dejavu_curve`)."""
+    ckpt_dir = checkpoint_dir(policy_file)
+    trainer = train(dcfg, sim_cfg, jobs, checkpoint_dir=ckpt_dir, log=log)
     latest = latest_checkpoint(ckpt_dir)
     config_json = {"dejavu": asdict(dcfg), "sim": asdict(sim_cfg)}
-    publish_trained(path, policy_payload(ckpt_dir), *run, config_json, revision)
+    publish_trained(policy_file, policy_payload(ckpt_dir), *run, config_json, revision)
     for old in ckpt_dir.glob("dejavu_iter*.pt"):
         if old != latest:
             old.unlink()
-    return path
+    return dejavu_curve(trainer.curve)
 
 
 def dejavu_curve(rows: list[dict]) -> pl.DataFrame:

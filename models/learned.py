@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -10,6 +11,17 @@ from models import LEARNED_POLICIES
 
 RL_SEEDS = (0, 1, 2)
 """Training seeds of every learned policy (one training run per (load, seed))."""
+
+
+def rl_partition_keys(loads: Sequence[int], seeds: Sequence[int]) -> list[str]:
+    """The training partitions, one per (load, seed): 'load50-seed1', ..."""
+    return [f"load{load}-seed{seed}" for load in loads for seed in seeds]
+
+
+def parse_rl_partition(key: str) -> tuple[int, int]:
+    """'load50-seed1' -> (50, 1)."""
+    load, seed = key.split("-")
+    return int(load.removeprefix("load")), int(seed.removeprefix("seed"))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import polars as pl
 import torch
 from torch import nn
 
+from pipelines.synthetic import SYNTHETIC_WORKLOADS
+
 
 def init_parameters(module: nn.Module, generator: torch.Generator) -> None:
     """torch's default uniform(+-1/sqrt(fan_in)) initialisation of Linear, Conv1d and GRU layers, drawn from
@@ -55,6 +57,11 @@ def train_minibatches(
             total += float(loss.detach()) * len(b)
         epoch_loss = total / len(x)
     return epoch_loss
+
+
+SINGLE_MACHINE_SOURCES = tuple(s for s, w in SYNTHETIC_WORKLOADS.items() if w.n_machines == 1)
+"""Workloads defined on a one-machine cluster of their own (DeepRM's single pool): a placement learner has no
+choice there, and on TVW-RL's 10 machines they would see a tenth of their load."""
 
 
 def training_sources(have: Iterable[str], wanted: Sequence[str], exclude: Iterable[str] = ()) -> list[str]:

@@ -27,6 +27,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from models.checkpoint import checkpoint_file, publish_trained
 from models.forecaster import torch_threads
 from models.reinforce import (
     ADVANTAGE_MODES,
@@ -36,11 +37,11 @@ from models.reinforce import (
     config_dict,
     draw_sequences,
     load_checkpoint,
+    policy_payload,
     sample_masked,
     train_loop,
 )
-from models.training import training_sources
-from pipelines.synthetic import DEEPRM_SOURCE
+from models.training import SINGLE_MACHINE_SOURCES, training_sources
 from sim.config import SimConfig
 from sim.core import PENALTY_NAMES, State, action_mask, relabel
 from sim.jobs import JobBatch
@@ -162,10 +163,9 @@ class TvwRlTrainConfig:
         )
 
     def train_sources(self, have: list[str]) -> list[str]:
-        """Sources of `have` to train on: those named, else all but DeepRM's workload (defined on its own
-        single-machine cluster, where TVW-RL's 10 machines would see a tenth of the load; it trains only when
-        named)."""
-        return training_sources(have, self.sources, (DEEPRM_SOURCE,))
+        """Sources of `have` to train on: those named, else all but the workloads of a single-machine cluster
+        (DeepRM's: `models.training.SINGLE_MACHINE_SOURCES`; they train only when named)."""
+        return training_sources(have, self.sources, SINGLE_MACHINE_SOURCES)
 
 
 LEARNING_CURVE = {
@@ -265,6 +265,25 @@ def train_tvw_rl(
             penalty_means,
             name=TvwRlPolicy.name,
         )
+
+
+def train_and_publish(
+    jobs: JobBatch,
+    cfg: TvwRlConfig,
+    labeller: Labeller | None,
+    policy_file: Path,
+    run: tuple[str, int, int],
+    revision: str,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """`train_tvw_rl` with the resumable checkpoint beside `policy_file` (`models.checkpoint.checkpoint_file`),
+    then the trained policy published there with its sidecar (run = (source, load %, training seed), the
+    configuration, git `revision`); returns the learning curve."""
+    ckpt = checkpoint_file(policy_file)
+    curve = train_tvw_rl(jobs, cfg, labeller, ckpt, log=log)
+    config = config_dict(cfg.sim, cfg.obs, cfg.reinforce)
+    publish_trained(policy_file, policy_payload(ckpt, TvwRlPolicy.name), *run, config, revision)
+    return curve
 
 
 def config_from_checkpoint(ckpt: dict) -> TvwRlConfig:

@@ -6,8 +6,9 @@ from dagster import DagsterInstance, materialize
 
 from assets.cluster import eval__baselines, sim__job_sequences
 from assets.io_manager import TableIOManager
+from assets.learned import policy_path
 from assets.resources import Warehouse
-from assets.rl import eval__results, eval__results_summary, policy_path, rl__tvw_rl
+from assets.rl import eval__results, eval__results_summary, rl__tvw_rl
 
 
 def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):

@@ -10,12 +10,11 @@ from dagster import DagsterInstance, materialize
 
 from assets.cluster import sim__job_sequences
 from assets.io_manager import TableIOManager
+from assets.learned import load_learned, policy_path
 from assets.resources import Warehouse
-from assets.rl import policy_path
 from assets.rl_baselines import (
     eval__deeprm_fig4,
     eval__dejavu_metrics,
-    load_learned,
     rl__deeprm,
     rl__dejavu,
 )

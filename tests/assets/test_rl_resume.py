@@ -6,12 +6,11 @@ import dataclasses
 import pytest
 from dagster import DagsterInstance, materialize
 
-import assets.rl as rl_module
 from assets.cluster import sim__job_sequences
 from assets.io_manager import TableIOManager
-from assets.learned import load_learned
+from assets.learned import load_learned, policy_path
 from assets.resources import Warehouse
-from assets.rl import policy_path, rl__tvw_rl
+from assets.rl import rl__tvw_rl
 from models import tvw_rl
 from models.checkpoint import check_trained, checkpoint_file
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy
@@ -43,7 +42,7 @@ def test_a_killed_training_resumes_and_publishes_only_when_done(tmp_path, monkey
     wh = Warehouse(root=str(tmp_path / "wh"))
     resources = {"warehouse": wh, "table_io": TableIOManager(warehouse=wh)}
     policy = policy_path(wh, "tvw_rl", "deepplace_synthetic", 50, 0)
-    real = rl_module.train_tvw_rl
+    real = tvw_rl.train_tvw_rl
 
     def short_checkpointing_every_iteration(seed: int) -> TvwRlConfig:
         cfg = TvwRlConfig.short(seed)
@@ -67,13 +66,13 @@ def test_a_killed_training_resumes_and_publishes_only_when_done(tmp_path, monkey
             resources=resources,
             run_config={"ops": {"sim__job_sequences": {"config": seq_config}}},
         ).success
-        monkeypatch.setattr(rl_module, "train_tvw_rl", killed_after_one)
+        monkeypatch.setattr(tvw_rl, "train_tvw_rl", killed_after_one)
         assert not train(instance, resources).success
         assert checkpoint_file(policy).exists() and not policy.exists()
         with pytest.raises(FileNotFoundError, match=r"load50-seed0\.pt \(materialise rl__tvw_rl\)"):
             load_learned("tvw_rl", "deepplace_synthetic", 50, 0, wh)
 
-        monkeypatch.setattr(rl_module, "train_tvw_rl", real)
+        monkeypatch.setattr(tvw_rl, "train_tvw_rl", real)
         resumed = train(instance, resources)
         assert resumed.success
         messages = [e.user_message for e in instance.all_logs(resumed.run_id)]
