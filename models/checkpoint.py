@@ -47,6 +47,26 @@ def checkpoint_file(policy: Path) -> Path:
     return checkpoint_dir(policy) / "checkpoint.pt"
 
 
+def iteration_file(folder: Path, stem: str, iteration: int) -> Path:
+    """The checkpoint of `iteration` of a trainer that keeps one per checkpointed iteration (Dejavu):
+    `<folder>/<stem>_iter<iteration, 7 digits>.pt`, so the names sort by iteration."""
+    return Path(folder) / f"{stem}_iter{iteration:07d}.pt"
+
+
+def latest_iteration_file(folder: Path, stem: str) -> Path | None:
+    """The `iteration_file` of the highest iteration in `folder`, or None."""
+    found = sorted(Path(folder).glob(f"{stem}_iter*.pt")) if Path(folder).exists() else []
+    return found[-1] if found else None
+
+
+def prune_iterations(folder: Path, stem: str) -> None:
+    """Remove every `iteration_file` of `folder` but the latest (a resumed run needs only that one)."""
+    latest = latest_iteration_file(folder, stem)
+    for old in Path(folder).glob(f"{stem}_iter*.pt"):
+        if old != latest:
+            old.unlink()
+
+
 def resume_message(policy: str, iteration: int, n_iterations: int) -> str:
     """The line a trainer logs when it resumes from a checkpoint."""
     return f"resuming {policy} from iteration {iteration} of {n_iterations}"
@@ -92,6 +112,29 @@ def read_payload(path: Path, what: str = "checkpoint") -> dict:
     if not isinstance(payload, dict):
         raise ValueError(f"{what} {path} holds a {type(payload).__name__}, not a tvw {what}")
     return payload
+
+
+def config_diff(saved: Mapping, wanted: Mapping, prefix: str = "") -> list[str]:
+    """Dotted names, with both values, of the fields that differ between two nested config dicts."""
+    out = []
+    for k in sorted(set(saved) | set(wanted)):
+        a, b = wanted.get(k), saved.get(k)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_diff(b, a, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {b!r} in the checkpoint, {a!r} now")
+    return out
+
+
+def check_config(path: Path, saved: Mapping, wanted: Mapping, what: str = "checkpoint") -> None:
+    """ValueError naming the file (and the fields differing) when the config `saved` in it is not `wanted`: a
+    run resumes only from a checkpoint of the same configuration."""
+    diff = config_diff(saved, wanted)
+    if diff:
+        raise ValueError(
+            f"{what} {path} was trained with another configuration (fields differing: {diff}); "
+            "delete it or train with the same configuration"
+        )
 
 
 # ---------------------------------------------------------------- sidecars

@@ -83,7 +83,17 @@ import torch
 from scipy import stats
 from torch import nn
 
-from models.checkpoint import checkpoint_dir, publish_trained, read_payload, resume_message, save_atomic
+from models.checkpoint import (
+    check_config,
+    checkpoint_dir,
+    iteration_file,
+    latest_iteration_file,
+    prune_iterations,
+    publish_trained,
+    read_payload,
+    resume_message,
+    save_atomic,
+)
 from models.learned import ResultsConfig
 from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_sources
 from sim import core
@@ -851,7 +861,7 @@ def _train(
         if ckpt_dir is not None and (
             tr.iteration % dcfg.checkpoint_every == 0 or tr.iteration == dcfg.n_iterations
         ):
-            save_checkpoint(tr, ckpt_dir / f"dejavu_iter{tr.iteration:07d}.pt")
+            save_checkpoint(tr, iteration_file(ckpt_dir, "dejavu", tr.iteration))
     return tr
 
 
@@ -885,10 +895,7 @@ def save_checkpoint(tr: Trainer, path: str | Path) -> Path:
 
 def latest_checkpoint(folder: Path) -> Path | None:
     """The checkpoint of the highest iteration in `folder`, or None."""
-    if not folder.exists():
-        return None
-    found = sorted(folder.glob("dejavu_iter*.pt"))
-    return found[-1] if found else None
+    return latest_iteration_file(folder, "dejavu")
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -926,26 +933,14 @@ def policy_payload(checkpoint_dir: Path) -> dict:
     }
 
 
-def _config_diff(saved: dict, wanted: dict) -> list[str]:
-    keys = sorted(set(saved) | set(wanted))
-    return [
-        f"{k}: checkpoint {saved.get(k)!r} != {wanted.get(k)!r}"
-        for k in keys
-        if saved.get(k) != wanted.get(k)
-    ]
-
-
 def load_checkpoint(path: str | Path, dcfg: DejavuConfig, sim_cfg: SimConfig) -> Trainer:
     """A Trainer restored from `path`; ValueError naming the file when it was written under another Dejavu or
     simulator configuration (listing the differing fields), or is corrupt."""
     payload = read_checkpoint(path)
-    diff = _config_diff(payload["dejavu_config"], _config_dict(dcfg)) + _config_diff(
-        payload["sim_config"], _config_dict(sim_cfg)
+    saved = {"dejavu": payload["dejavu_config"], "sim": payload["sim_config"]}
+    check_config(
+        path, saved, {"dejavu": _config_dict(dcfg), "sim": _config_dict(sim_cfg)}, "Dejavu checkpoint"
     )
-    if diff:
-        raise ValueError(
-            f"Dejavu checkpoint {path} was written under another configuration: " + "; ".join(diff)
-        )
     tr = new_trainer(dcfg, sim_cfg)
     try:
         tr.online.load_state_dict(payload["online"])
@@ -1204,12 +1199,9 @@ def train_and_publish(
     latest). Returns the learning curve with DEJAVU_CURVE's names (`dejavu_curve`)."""
     ckpt_dir = checkpoint_dir(policy_file)
     trainer = train(dcfg, sim_cfg, jobs, checkpoint_dir=ckpt_dir, log=log)
-    latest = latest_checkpoint(ckpt_dir)
     config_json = {"dejavu": asdict(dcfg), "sim": asdict(sim_cfg)}
     publish_trained(policy_file, policy_payload(ckpt_dir), *run, config_json, revision)
-    for old in ckpt_dir.glob("dejavu_iter*.pt"):
-        if old != latest:
-            old.unlink()
+    prune_iterations(ckpt_dir, "dejavu")
     return dejavu_curve(trainer.curve)
 
 

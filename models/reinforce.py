@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.checkpoint import read_payload, resume_message, save_atomic
+from models.checkpoint import check_config, read_payload, resume_message, save_atomic
 from models.training import init_parameters
 from sim.rollout import RolloutBatch, returns_to_go, time_baseline
 
@@ -169,12 +169,8 @@ def load_checkpoint(path: Path, expected_config: dict | None = None) -> dict:
     ckpt = read_payload(path, "checkpoint")
     if not {"config", "iteration", "model"} <= set(ckpt):
         raise ValueError(f"checkpoint {path} lacks config/iteration/model: not a tvw checkpoint")
-    if expected_config is not None and ckpt["config"] != expected_config:
-        diff = _differing_fields(expected_config, ckpt["config"])
-        raise ValueError(
-            f"checkpoint {path} was trained with another configuration (fields differing: {diff}); "
-            "delete it or train with the same configuration"
-        )
+    if expected_config is not None:
+        check_config(path, ckpt["config"], expected_config)
     return ckpt
 
 
@@ -191,18 +187,6 @@ def policy_payload(checkpoint_path: Path, policy: str) -> dict:
         "model": ckpt["model"],
         "curve": list(ckpt.get("curve", [])),
     }
-
-
-def _differing_fields(now: dict, saved: dict, prefix: str = "") -> list[str]:
-    """Dotted names (with both values) of the fields that differ between two nested config dicts."""
-    out = []
-    for k in sorted(set(now) | set(saved)):
-        a, b = now.get(k), saved.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differing_fields(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k}: {b!r} in the checkpoint, {a!r} now")
-    return out
 
 
 def check_state_space(policy: str, checkpoint, fields: tuple[str, ...], trained, given) -> None:

@@ -155,3 +155,23 @@ def test_training_curves_stack_into_the_schema_with_nulls_where_a_run_reported_n
     ]
     with pytest.raises(ValueError, match="no learning curve"):
         stack_curves([], schema)
+
+
+def test_a_checkpoint_of_another_configuration_is_refused_naming_the_fields(tmp_path) -> None:
+    saved = {"ReinforceConfig": {"seed": 0, "n_iterations": 4}, "hidden_units": 20}
+    wanted = {"ReinforceConfig": {"seed": 1, "n_iterations": 4}, "hidden_units": 20}
+    assert ck.config_diff(saved, wanted) == ["ReinforceConfig.seed: 0 in the checkpoint, 1 now"]
+    ck.check_config(tmp_path / "a.pt", saved, saved)
+    with pytest.raises(
+        ValueError, match=r"a\.pt was trained with another configuration.*seed: 0 in the checkpoint"
+    ):
+        ck.check_config(tmp_path / "a.pt", saved, wanted)
+
+
+def test_per_iteration_checkpoints_sort_by_iteration_and_prune_to_the_latest(tmp_path) -> None:
+    assert ck.latest_iteration_file(tmp_path / "none", "dejavu") is None
+    for i in (2, 10, 9):
+        ck.save_atomic(ck.iteration_file(tmp_path, "dejavu", i), {"iteration": i})
+    assert ck.latest_iteration_file(tmp_path, "dejavu") == tmp_path / "dejavu_iter0000010.pt"
+    ck.prune_iterations(tmp_path, "dejavu")
+    assert [p.name for p in tmp_path.glob("*.pt")] == ["dejavu_iter0000010.pt"]
