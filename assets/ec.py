@@ -1,10 +1,7 @@
-"""Equivalence classes (TVW-RL "Workload Equivalence-Class (EC) Mapping"), in three steps that fan out:
-`ec__method_sweep` (a partition per source and distance method: that method's k sweep), `ec__method_gain` (its
-Table 1 rows at every k) and `ec__mapping` (a partition per source: the choice over every row of the source, or
-NOTHING when no row passes the Holm-corrected test, the labels and each method's own mapping); then
-`ec__classifier_accuracy` (ClassifyToEC, Algorithm 1, on the chosen labels). The tables equal those of one
-computation over every method (`models.ec_mapping` says why); the `ec__mapping` tables can be selected alone.
-"""
+"""Equivalence classes (TVW-RL "Workload Equivalence-Class (EC) Mapping") in steps that fan out: one method's k
+sweep and its Table 1 rows (a partition per source and method), then the choice over every row of the source, the
+labels and each method's own mapping (a partition per source; each table selectable alone), then ClassifyToEC
+(Algorithm 1) on the chosen labels. The logic and why the tables equal one computation: `models.ec_mapping`."""
 
 import time
 import warnings
@@ -24,7 +21,6 @@ from dagster import (
     DimensionPartitionMapping,
     IdentityPartitionMapping,
     MetadataValue,
-    MultiPartitionKey,
     MultiPartitionMapping,
     MultiPartitionsDefinition,
     MultiToSingleDimensionPartitionMapping,
@@ -66,9 +62,8 @@ with warnings.catch_warnings():  # both mappings are marked beta in Dagster 1.13
             "method": DimensionPartitionMapping("method", AllPartitionMapping()),
         }
     )
-"""SOURCE_OF: a (source, method) partition reads its source's partition, a source's partition every method's.
-EVERY_METHOD_OF_SOURCE: a (source, method) partition reads every method's of its source (the table order, by
-which every mapping's random controls are drawn)."""
+"""SOURCE_OF: a (source, method) partition reads its source's; EVERY_METHOD_OF_SOURCE: every method's of its
+source (the table order, by which every mapping's random controls are drawn)."""
 
 
 def _out(name: str, schema: dict, docs_of: str | None = None, **kwargs) -> AssetOut:
@@ -80,10 +75,7 @@ def _out(name: str, schema: dict, docs_of: str | None = None, **kwargs) -> Asset
 
 
 def _source_and_method(context: AssetExecutionContext) -> tuple[str, str]:
-    key = context.partition_key
-    dims = key.keys_by_dimension if isinstance(key, MultiPartitionKey) else None
-    if dims is None:
-        dims = SOURCE_METHOD_PARTITIONS.get_partition_key_from_str(str(key)).keys_by_dimension
+    dims = SOURCE_METHOD_PARTITIONS.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
     return dims["source"], dims["method"]
 
 
@@ -245,9 +237,8 @@ def ec__mapping(
     source, settings, emit = context.partition_key, config.build(), _Emitter(context)
     cfg, alpha = settings.ec, settings.gain.alpha
     series, why = _usable_series(warehouse, source, core__long_running, settings)
-    if series is not None:
-        for row in series.skipped.group_by("reason").len().iter_rows():
-            context.log.warning(f"{source}: {row[1]} workload(s) skipped: {row[0]}")
+    for reason, n in series.skipped.group_by("reason").len().iter_rows() if series is not None else []:
+        context.log.warning(f"{source}: {n} workload(s) skipped: {reason}")
     if why:
         yield from _empty_outputs(context, emit, why)
         return
@@ -271,13 +262,7 @@ def ec__mapping(
 
     # Table 1 rows of every method, in table order, and the choice
     comparison, choice = ecm.comparison_and_choice(ec__method_gain, source, rules, alpha)
-    if choice.method is None:
-        context.log.warning(
-            f"{source}: NO EC MAPPING CHOSEN: {choice.reason}. ec__assignments and ec__profiles are empty; "
-            "the job sequences give every workload EC label 0 and no EC classifier is trained"
-        )
-    else:
-        context.log.info(f"{source}: EC mapping choice ({choice.basis}): {choice.reason}")
+    (context.log.info if choice.method else context.log.warning)(f"{source}: {ecm.choice_message(choice)}")
     yield from emit.output(
         "ec__method_comparison",
         comparison,
@@ -348,7 +333,6 @@ def ec__classifier_accuracy(
     run = accuracy_and_model(labelled, series, settings, source)
     table = run.table.with_columns(source=pl.lit(source))
     path = classifier_path(warehouse, source)
-    path.parent.mkdir(parents=True, exist_ok=True)
     run.model.save(path, card=run.card)
     context.add_output_metadata(
         {

@@ -187,8 +187,10 @@ class TrainedClassifier:
     def save(self, path: str | Path, card: dict | None = None) -> None:
         """One torch file: state_dict (with normalisation buffers), config, label set, input sizes, and the
         model's card (`card`: what it was trained on and how well it did, plain JSON-like values; read back
-        with `read_card`). Written to a temporary sibling and renamed, so a reader never loads half a file."""
+        with `read_card`). Written to a temporary sibling and renamed, so a reader never loads half a file; the
+        folder is made when missing."""
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             torch.save(

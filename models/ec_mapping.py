@@ -406,6 +406,16 @@ def unreachable_choice(n_rows: int, gain: GainConfig) -> str | None:
     )
 
 
+def choice_message(choice: Choice) -> str:
+    """The run log's line on the choice (loud when nothing is chosen)."""
+    if choice.method is None:
+        return (
+            f"NO EC MAPPING CHOSEN: {choice.reason}. ec__assignments and ec__profiles are empty; the job "
+            "sequences give every workload EC label 0 and no EC classifier is trained"
+        )
+    return f"EC mapping choice ({choice.basis}): {choice.reason}"
+
+
 def choice_summary(comparison: pl.DataFrame, choice: Choice, n_seeds: int) -> dict:
     """The choice in plain values (the first metadata of ec__method_comparison)."""
     return {
