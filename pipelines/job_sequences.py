@@ -16,6 +16,9 @@ Definitions used here (the paper leaves them open):
 - Usage is scaled before quantisation (TVW-RL: "quantized and scaled values ... ranged from 1-6
   units"): per source and resource, the `scale_quantile` of the per-workload peak maps to
   `target_peak_units` of C_d. Values above C_d after scaling are clipped and counted.
+- A workload larger than one machine (trace request or a 5-minute usage bin above 1.0; e.g. a VM
+  provisioned with 511.5 GiB, or a whole Google job summed over its tasks) is named and, by default,
+  set aside before the scale is derived (`SequenceConfig.oversized_rule`).
 - A job's dominant resource is the one with the larger mean scaled usage over the workload's run.
 - Load (TVW-RL: "the interarrival-rate is calibrated to create three average cluster load
   scenarios"): the offered load of resource d is arrival rate x mean job work_d / (M * C_d), where a

@@ -412,7 +412,9 @@ class SyntheticWorkload:
     def arrival_steps(self) -> int:
         return self.config.arrival_steps
 
-    def build(self, n_train_sequences: int, n_test_sequences: int, loads_pct: tuple[int, ...], seed: int):
+    def build(
+        self, n_train_sequences: int, n_test_sequences: int, loads_pct: tuple[int, ...], seed: int
+    ) -> pl.DataFrame:
         """Its sequences with the run's counts, loads and seed (the rest from its paper's settings)."""
         cfg = replace(
             self.config,
