@@ -20,7 +20,9 @@ from pathlib import Path
 from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
-from assets.main import Target, layer_lines, run_all
+from cli.run import run_all
+from cli.summary import layer_lines
+from cli.workers import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 EC_LAYERS = ("ec_sweep", "ec_gain", "ec")
@@ -44,7 +46,7 @@ def _run(traces: Path, wh: Path, home: Path, profile: str, jobs: int, layers: tu
             instance,
             log=lambda _: None,
             max_concurrent=jobs,
-            layers=layers,
+            layers=list(layers),
         )
         wall = time.perf_counter() - t0
     failed = [o.spec.label for o in outcomes if not o.ok]
@@ -83,7 +85,7 @@ def main() -> None:
                 f"repeat {r}: --jobs {jobs}: EC layers {wall:.1f}s wall, {len(outcomes)} runs, "
                 f"load average {before[0]:.2f} before / {after[0]:.2f} after"
             )
-            print("\n".join(layer_lines(outcomes)))
+            print("\n".join(layer_lines(outcomes, list(EC_LAYERS))))
         print(f"repeat {r}: speed-up --jobs {args.jobs} over --jobs 1: {walls[1] / walls[args.jobs]:.2f}x")
 
 
