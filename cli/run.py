@@ -215,10 +215,12 @@ def execute(
     progress,
     completed: set[str],
     on_done=lambda outcome: None,
+    pool=None,
 ) -> tuple[list, list[RunSpec], bool]:
-    """Make the plan's runs on `jobs` workers; returns (outcomes, runs stopped or never started, interrupted).
-    The first SIGINT/SIGTERM stops launching, stops the runs in flight and kills every worker."""
-    from cli.workers import RunOutcome, WorkerPool
+    """Make the plan's runs on `pool` (default: `jobs` worker processes; in this process for an ephemeral
+    instance); returns (outcomes, runs stopped or never started, the signal that stopped it or 0). The first
+    SIGINT/SIGTERM stops launching, stops the runs in flight and kills every worker."""
+    from cli.workers import InProcess, RunOutcome, WorkerPool
 
     signals = []
 
@@ -231,7 +233,12 @@ def execute(
     failed: set[RunSpec] = set()
     outcomes: list[RunOutcome] = []
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    pool = WorkerPool(min(jobs, max(1, len(pending))), target, instance, threads)
+    if pool is None:
+        pool = (
+            InProcess(target, instance)
+            if instance.is_ephemeral
+            else WorkerPool(min(jobs, max(1, len(pending))), target, instance, threads)
+        )
     last_note: dict[RunSpec, str] = {}
     try:
         while (pending or pool.busy()) and not signals:
@@ -311,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         remove_unplanned_evaluations,
         source_summary,
     )
-    from cli.workers import Target
+    from cli.workers import Target, WorkerPool
     from pipelines.sources import SOURCES
 
     try:
@@ -354,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with exclusive(warehouse, "warehouse"), exclusive(home, "DAGSTER_HOME"):
             instance = DagsterInstance.get()
+            threads = max(1, (os.cpu_count() or 1) // args.jobs)
+            pool = WorkerPool(min(args.jobs, max(1, len(plan.runs))), target, instance, threads)  # warming up
             orphans = fail_orphaned_runs(instance)
             if orphans:
                 print(f"           marked {len(orphans)} run(s) of a tvw-run that died as failed")
@@ -377,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                 durations.save()
 
             outcomes, stopped, signum = execute(
-                plan, target, instance, args.jobs, progress, completed, on_done
+                plan, target, instance, args.jobs, progress, completed, on_done, pool
             )
     except RuntimeError as exc:
         print(f"tvw-run: {exc}", file=sys.stderr)

@@ -150,7 +150,10 @@ def _worker_main(
         os.environ.setdefault(name, str(threads))
     from dagster import DagsterInstance
 
+    from assets.definitions import job_for
+
     instance = DagsterInstance.from_ref(instance_ref)
+    job_for("per_source_job", target.traces, target.warehouse, target.profile, target.scheduler)  # warm up
     while True:
         spec = conn.recv()
         if spec is None:
@@ -168,6 +171,35 @@ class Worker:
     spec: RunSpec | None = None
     run_id: str = ""
     since: float = 0.0
+
+
+class InProcess:
+    """The pool's interface, making each run in this process one after the other (an ephemeral instance, which
+    worker processes cannot share, e.g. in tests)."""
+
+    def __init__(self, target: Target, instance) -> None:
+        self.target, self.instance = target, instance
+        self.worker = Worker(process=None, conn=None)  # type: ignore[arg-type]
+
+    def idle(self) -> list[Worker]:
+        return [self.worker] if self.worker.spec is None else []
+
+    def busy(self) -> list[Worker]:
+        return [self.worker] if self.worker.spec is not None else []
+
+    def submit(self, worker: Worker, spec: RunSpec) -> None:
+        worker.spec, worker.since = spec, time.time()
+
+    def events(self, timeout: float) -> list[tuple[Worker, str, object]]:
+        if self.worker.spec is None:
+            return []
+        return [(self.worker, "done", execute_named_run(self.target, self.worker.spec, self.instance))]
+
+    def replace(self, worker: Worker) -> None:
+        pass
+
+    def stop(self, grace: float = 3.0) -> None:
+        pass
 
 
 class WorkerPool:
