@@ -51,7 +51,10 @@ def run_config(planted: dict) -> dict:
         "ops": {
             **GENERATE.data_path_config(planted),
             "ec__mapping": {
-                "config": {"n_init": 10, "dtw_window_frac": 0.1, "dtw_downsample": 3, "forecaster_epochs": 2}
+                "config": {
+                    "ec": {"n_init": 10, "dtw": {"window_frac": 0.1, "downsample": 3}},
+                    "gain": {"forecaster": {"epochs": 2}},
+                }
             },
             "sim__job_sequences": {
                 "config": {"n_train_sequences": 10, "n_test_sequences": 5, "step_bins": 6}

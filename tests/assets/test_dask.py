@@ -5,12 +5,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
-from assets.definitions import load_profile
-from assets.main import RunSpec, Target, check_shared_warehouse, execute_named_run, run_all
 from assets.resources import Warehouse
+from cli.plan import RunSpec
+from cli.run import run_all
+from cli.summary import check_shared_warehouse
+from cli.workers import Target, execute_named_run
 
 pytestmark = pytest.mark.integration  # a Dask LocalCluster runs the EC layers: `pytest -m integration`
 
@@ -31,21 +34,28 @@ EC_SOURCE = "google2011_derived"
 SMALL_EC = {
     "ec__mapping": {
         "config": {
-            "k_max": 5,
-            "n_init": 3,
-            "dtw_downsample": 12,
-            "forecaster_seeds": 2,
-            "control_draws": 1,
+            "ec": {"k_max": 5, "n_init": 3, "dtw": {"downsample": 12}},
+            "gain": {
+                "n_seeds": 2,
+                "n_control_draws": 1,
+                "max_eval_bins": 24,
+                "forecaster": {"epochs": 1, "min_steps": 5, "max_train_windows": 50},
+            },
             "stability_shuffles": 20,
-            "forecaster_epochs": 1,
-            "forecaster_min_steps": 5,
-            "forecaster_max_train_windows": 50,
-            "forecaster_max_eval_bins": 24,
             "ari_seeds": 1,
         }
     }
 }
-"""A quick EC configuration, given once: tvw-run copies it to the sweep and gain ops."""
+"""A quick EC configuration, given once: the profile copies it to the sweep and gain ops."""
+
+
+def profile_file(folder: Path, ops: dict) -> str:
+    """A profile YAML: the sample profile with these ops' settings on top."""
+    path = folder / "profile.yaml"
+    path.write_text(yaml.safe_dump({"extends": "sample", "ops": ops}))
+    return str(path)
+
+
 EC_TABLES = [
     "ec__sweep_silhouette",
     "ec__sweep_labels",
@@ -83,12 +93,11 @@ def test_per_source_job_on_dask_equals_in_process(tmp_path, cluster):
         shutil.copytree(local_wh, dask_wh)
 
         spec = RunSpec("per_source", "per_source_job", SOURCE, SOURCE)
-        config = {"ops": {}}
-        assert execute_named_run(local, spec, instance, config).ok
+        assert execute_named_run(local, spec, instance).ok
         on_dask = Target(str(FIXTURES), str(dask_wh), "sample", cluster.scheduler_address)
         check_shared_warehouse(on_dask.scheduler, on_dask.warehouse)
         with distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
-            outcome = execute_named_run(on_dask, spec, instance, config)
+            outcome = execute_named_run(on_dask, spec, instance)
         assert outcome.ok
         steps = {
             e.dagster_event.step_key
@@ -110,17 +119,18 @@ def test_the_ec_method_sweeps_fan_out_on_dask(tmp_path, cluster):
     home = tmp_path / "dagster_home"
     home.mkdir()
     ec_layers = ("ec_sweep", "ec_gain", "ec")
-    config = load_profile("sample")
-    config["ops"].update(SMALL_EC)  # the sample's long-running thresholds, a quick EC configuration
+    profile = profile_file(
+        tmp_path, SMALL_EC
+    )  # the sample's long-running thresholds, a quick EC configuration
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
-        local = Target(str(FIXTURES), str(local_wh), "sample")
+        local = Target(str(FIXTURES), str(local_wh), profile)
         quiet = {"log": lambda _: None, "sources": [EC_SOURCE]}
-        assert all(o.ok for o in run_all(local, instance, config, layers=("raw", "per_source"), **quiet))
+        assert all(o.ok for o in run_all(local, instance, layers=("raw", "per_source"), **quiet))
         shutil.copytree(local_wh, dask_wh)
-        assert all(o.ok for o in run_all(local, instance, config, layers=ec_layers, **quiet))
-        on_dask = Target(str(FIXTURES), str(dask_wh), "sample", cluster.scheduler_address)
+        assert all(o.ok for o in run_all(local, instance, layers=ec_layers, **quiet))
+        on_dask = Target(str(FIXTURES), str(dask_wh), profile, cluster.scheduler_address)
         with distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
-            outcomes = run_all(on_dask, instance, config, max_concurrent=2, layers=ec_layers, **quiet)
+            outcomes = run_all(on_dask, instance, max_concurrent=2, layers=ec_layers, **quiet)
         assert all(o.ok for o in outcomes)
         labels = [o.spec.label for o in outcomes]
         assert sorted(labels) == sorted(
@@ -182,14 +192,13 @@ def test_the_load_partitions_of_the_evaluation_fan_out_on_dask(tmp_path, cluster
     shutil.copytree(local_wh, dask_wh)
     home = tmp_path / "dagster_home"
     home.mkdir()
+    profile = profile_file(tmp_path, config["ops"])
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
-        local = Target(str(FIXTURES), str(local_wh), "sample")
-        assert all(o.ok for o in run_all(local, instance, config, log=lambda _: None, layers=("eval",)))
-        on_dask = Target(str(FIXTURES), str(dask_wh), "sample", cluster.scheduler_address)
+        local = Target(str(FIXTURES), str(local_wh), profile)
+        assert all(o.ok for o in run_all(local, instance, log=lambda _: None, layers=("eval",)))
+        on_dask = Target(str(FIXTURES), str(dask_wh), profile, cluster.scheduler_address)
         with distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
-            outcomes = run_all(
-                on_dask, instance, config, log=lambda _: None, max_concurrent=2, layers=("eval",)
-            )
+            outcomes = run_all(on_dask, instance, log=lambda _: None, max_concurrent=2, layers=("eval",))
         assert all(o.ok for o in outcomes)
         assert sorted(o.spec.label for o in outcomes) == [
             "eval_job[load30]",
@@ -214,8 +223,8 @@ def test_the_load_partitions_of_the_evaluation_fan_out_on_dask(tmp_path, cluster
 
 
 def test_a_worker_that_cannot_see_the_warehouse_stops_the_run(tmp_path, cluster, monkeypatch):
-    import assets.main as main
+    import cli.summary as summary
 
-    monkeypatch.setattr(main, "_read_marker", lambda path: None)  # as if on another filesystem
+    monkeypatch.setattr(summary, "_read_marker", lambda path: None)  # as if on another filesystem
     with pytest.raises(RuntimeError, match="every Dask worker"):
         check_shared_warehouse(cluster.scheduler_address, str(tmp_path / "wh"))
