@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 import yaml
 from dagster import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 
 from assets.resources import Warehouse
 from cli.run import run_all
@@ -84,7 +85,8 @@ def pipeline(tmp_path_factory):
     profile = tmp_path_factory.mktemp("profile") / "generated.yaml"  # these ops only: the others' defaults
     profile.write_text(yaml.safe_dump(run_config(planted)))
     lines: list[str] = []
-    with DagsterInstance.ephemeral() as instance:
+    home = tmp_path_factory.mktemp("dagster_home")  # the runner's workers share a persistent instance
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         outcomes = run_all(
             Target(str(traces), str(root), profile=str(profile)),
             instance,
