@@ -35,10 +35,9 @@ from models.usage_forecast import (
 )
 from pipelines.job_sequences import (
     SEQUENCE_CHECK_DOCS,
-    SequenceRunSettings,
-    build_sequence_run,
     sequence_check_values,
 )
+from pipelines.sequence_run import SequenceRunSettings, build_sequence_run
 from pipelines.warehouse import markdown_preview
 from sim.evaluate import (  # the evaluation's partitions and runs, re-exported for the other eval assets
     EVAL_CHECK_DOCS,

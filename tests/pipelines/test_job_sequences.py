@@ -11,12 +11,10 @@ from pipelines.job_sequences import (
     OFFERED_LOAD,
     SEQUENCE_CHECK_DOCS,
     SequenceConfig,
-    SequenceRunSettings,
     _build_pool,
     _step_frame,
     arrival_rate_per_step,
     build_job_sequences,
-    build_sequence_run,
     draw_job_stream,
     expected_job_work,
     expected_window_work,
@@ -32,6 +30,7 @@ from pipelines.job_sequences import (
     split_sizes,
     time_scale,
 )
+from pipelines.sequence_run import SequenceRunSettings, build_sequence_run
 
 
 def test_quantise_ceil_gives_any_nonzero_usage_a_unit() -> None:
