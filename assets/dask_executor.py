@@ -20,11 +20,6 @@ from dagster._core.execution.retries import RetryMode
 from dagster._utils import iterate_with_context
 
 
-def task_key(job_name: str, run_id: str, step_key: str) -> str:
-    """The Dask key of one step of one run."""
-    return f"{job_name}.{run_id}.{step_key}"
-
-
 class RunScopedDaskExecutor(Executor):
     """Sends every step of a run to the Dask scheduler at `address`, each after the steps it reads from."""
 
@@ -60,7 +55,7 @@ class RunScopedDaskExecutor(Executor):
                         [step.key],
                         plan_context.instance.get_ref(),
                         execution_plan.known_state,
-                        key=task_key(plan_context.job_name, run.run_id, step.key),
+                        key=f"{plan_context.job_name}.{run.run_id}.{step.key}",  # one Dask key per step of one run
                         resources=get_dask_resource_requirements(step.tags),
                     )
             done = as_completed(list(futures.values()), with_results=True)

@@ -16,10 +16,8 @@ are these environment variables read (`tvw-ui`'s flags set them):
 """
 
 import functools
-import os
 from pathlib import Path
 
-import yaml
 from dagster import Definitions, JobDefinition, definitions, in_process_executor
 
 from assets import cluster, core, ec, leaderboard, rl, rl_baselines
@@ -27,7 +25,10 @@ from assets.io_manager import TableIOManager
 from assets.jobs import build_jobs, with_shared_ec_config
 from assets.raw import build_raw_assets
 from assets.resources import TraceFolder, Warehouse
-from assets.settings import ProfileError, apply_profile
+from assets.settings import apply_profile
+from pipelines.profiles import DEFAULT_PROFILE, ProfileError, environment, read_profile
+
+__all__ = ["DEFAULT_PROFILE", "ProfileError", "load_profile"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {
@@ -40,88 +41,8 @@ CODE_LOCATION = "tvw"
 """Code location name (pyproject's [tool.dagster]); runs started by `tvw-run` are attached to it."""
 
 
-def trace_dir() -> Path:
-    return Path(os.environ.get("TVW_TRACE_DIR", PROJECT_ROOT / "data")).resolve()
-
-
-def warehouse_dir() -> Path:
-    return Path(os.environ.get("TVW_WAREHOUSE_DIR", PROJECT_ROOT / "warehouse")).resolve()
-
-
-DEFAULT_PROFILE = "quick"
-
-
-def profile_name() -> str:
-    """The profile in force: TVW_PROFILE, else `quick` (whatever the trace folder)."""
-    return os.environ.get("TVW_PROFILE") or DEFAULT_PROFILE
-
-
-def dask_scheduler() -> str | None:
-    return os.environ.get("TVW_DASK_SCHEDULER") or None
-
-
-PROFILE_KEYS = ("extends", "ops", "sources")
-
-
-def load_profile(profile: str) -> dict:
-    """A named profile or a YAML file: `ops:` (each asset's config, in its settings dataclass's field names),
-    `sources:` (per source, the layers it is run through and why, for a sample that cannot feed the later ones),
-    and optionally `extends:` (a profile whose settings these override). ProfileError names what is wrong."""
-    path = PROFILES.get(profile, Path(profile))
-    if not path.is_file():
-        raise ProfileError(
-            f"unknown profile {profile!r}: use one of {', '.join(PROFILES)} or a YAML file's path"
-        )
-    try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(config, dict) or set(config) - set(PROFILE_KEYS):
-        extra = sorted(set(config) - set(PROFILE_KEYS)) if isinstance(config, dict) else config
-        raise ProfileError(f"{path}: unknown top-level key(s) {extra}; allowed: {', '.join(PROFILE_KEYS)}")
-    for key in ("ops", "sources"):
-        if not isinstance(config.get(key) or {}, dict):
-            raise ProfileError(f"{path}: `{key}:` must be a mapping")
-    loaded = {
-        "ops": dict(config.get("ops") or {}),
-        "sources": _sources_section(path, config.get("sources") or {}),
-    }
-    base = config.get("extends")
-    if base is None:
-        return loaded
-    parent = load_profile(str(base) if str(base) in PROFILES else str(path.parent / str(base)))
-    return {
-        "ops": merge_ops(parent["ops"], loaded["ops"]),
-        "sources": {**parent["sources"], **loaded["sources"]},
-    }
-
-
-def _sources_section(path: Path, sources: dict) -> dict:
-    """`sources: {<source>: {layers: [...], reason: ...}}` checked: known sources, both keys given."""
-    from pipelines.sources import SOURCES
-
-    for name, entry in sources.items():
-        if name not in SOURCES:
-            raise ProfileError(f"{path}: sources.{name}: unknown source; known: {', '.join(SOURCES)}")
-        if (
-            not isinstance(entry, dict)
-            or set(entry) != {"layers", "reason"}
-            or not isinstance(entry["layers"], list)
-        ):
-            raise ProfileError(f"{path}: sources.{name}: expected `layers: [...]` and `reason: ...`")
-    return dict(sources)
-
-
-def merge_ops(base: dict, over: dict) -> dict:
-    """`over`'s settings on top of `base`'s, key by key (nested mappings merged, other values replaced)."""
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = (
-            merge_ops(out[key], value)
-            if isinstance(value, dict) and isinstance(out.get(key), dict)
-            else value
-        )
-    return out
+load_profile = functools.partial(read_profile, named=PROFILES)
+"""`load_profile(name or path)`: `{"ops": ..., "sources": ...}` of a profile (`pipelines.profiles.read_profile`)."""
 
 
 def _executor(scheduler: str | None):
@@ -182,4 +103,5 @@ def job_for(
 def defs() -> Definitions:
     """The UI's definitions (`dagster dev` loads this lazily): the trace folder, warehouse, profile and executor
     from the environment (`tvw-ui` sets it from its flags)."""
-    return build_definitions(trace_dir(), warehouse_dir(), profile_name(), dask_scheduler())
+    env = environment(PROJECT_ROOT)
+    return build_definitions(env.traces, env.warehouse, env.profile, env.scheduler)

@@ -5,11 +5,22 @@ training seed), or the whole cluster layer. A job's config is its assets' defaul
 asset graph) and, for the raw jobs, the source.
 """
 
-from dagster import AssetsDefinition, AssetSelection, Definitions, define_asset_job
+import functools
+import re
+
+from dagster import (
+    AssetsDefinition,
+    AssetSelection,
+    Definitions,
+    JobDefinition,
+    MultiPartitionsDefinition,
+    define_asset_job,
+)
 
 from assets.core import SOURCE_PARTITIONS
 from assets.raw import NO_SHARD
 from assets.settings import find_setting, resolved_config
+from pipelines.profiles import with_shared_entries
 
 EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
 """Ops configured by the profile's `ec__mapping` entry (all three take one config class): a profile configures the
@@ -21,16 +32,9 @@ ON_DEMAND_TAG = "tvw/on_demand"
 BY_SOURCE = {"tvw/partitioned_by": "source"}
 
 
-def raw_job_name(raw_asset_name: str) -> str:
-    return f"{raw_asset_name}_job"
-
-
-def with_shared_ec_config(ops: dict) -> dict:
-    """The profile's `ops:` with its `ec__mapping` entry copied to the EC sweep and gain ops (an entry the
-    profile gives one of them itself is kept)."""
-    if "ec__mapping" not in ops:
-        return dict(ops)
-    return {**dict.fromkeys(EC_CONFIG_OPS, ops["ec__mapping"]), **ops}
+with_shared_ec_config = functools.partial(with_shared_entries, shared={"ec__mapping": EC_CONFIG_OPS})
+"""The profile's `ops:` with its `ec__mapping` entry copied to the EC sweep and gain ops (an entry the profile
+gives one of them itself is kept)."""
 
 
 def _by_name(assets: list[AssetsDefinition], *names: str) -> AssetSelection:
@@ -63,7 +67,7 @@ def build_jobs(assets: list[AssetsDefinition], profile: str) -> list:
 
     raw = [
         job(
-            raw_job_name(a.key.path[-1]),
+            f"{a.key.path[-1]}_job",
             AssetSelection.assets(a),
             "raw",
             f"Ingest one shard of `{a.key.path[-1]}` (a run per shard file).",
@@ -156,56 +160,45 @@ def build_jobs(assets: list[AssetsDefinition], profile: str) -> list:
 
 
 PLANNED_BY = {
-    "ec_sweep_job": ("ec__mapping", "methods"),
-    "ec_gain_job": ("ec__mapping", "methods"),
-    "eval_job": ("sim__job_sequences", "loads_pct"),
-    "rl_job": ("sim__job_sequences", "loads_pct"),
+    "ec_sweep_job": {"method": ("ec__mapping", "methods")},
+    "ec_gain_job": {"method": ("ec__mapping", "methods")},
+    "eval_job": {"load": ("sim__job_sequences", "loads_pct")},
+    "rl_job": {"load": ("sim__job_sequences", "loads_pct"), "seed": ("eval__results", "seeds")},
 }
-"""Jobs whose runs are only the partitions the profile asks for: (op, setting) that selects them."""
+"""Jobs whose runs are only the partitions the profile asks for: partition part -> the (op, setting) listing it."""
 
 
 def planned_partitions(defs: Definitions) -> dict[str, list[str]]:
-    """Per job of PLANNED_BY: the partitions of the EC methods, loads (and training seeds: `eval__results.seeds`)
-    in force; per raw job, its shards (none when the trace folder has none). Other jobs run every partition."""
+    """Per job of PLANNED_BY: the partitions of the EC methods, loads and training seeds in force; per raw job, its
+    shards (none when the trace folder has none). Other jobs run every partition. ValueError for a configured
+    value no partition has."""
     assets = {a.node_def.name: a for a in defs.assets if isinstance(a, AssetsDefinition)}
-
-    def setting(op, name):
-        return find_setting(resolved_config(assets[op]), name)
-
+    jobs = [defs.resolve_job_def(j.name) for j in defs.jobs]
     out = {
-        job.name: [k for k in job.partitions_def.get_partition_keys() if k != NO_SHARD]
-        for job in (defs.resolve_job_def(j.name) for j in defs.jobs)
-        if SOURCE_TAG in job.tags
+        j.name: [k for k in j.partitions_def.get_partition_keys() if k != NO_SHARD]
+        for j in jobs
+        if SOURCE_TAG in j.tags
     }
-    for job_name, (op, name) in PLANNED_BY.items():
-        wanted = {str(v) for v in setting(op, name)}
-        job = defs.resolve_job_def(job_name)
+    for job in (j for j in jobs if j.name in PLANNED_BY):
         keys = job.partitions_def.get_partition_keys()
-        if job_name == "rl_job":
-            seeds = {str(s) for s in setting("eval__results", "seeds")}
-            out[job_name] = [
-                k for k in keys if _rl_key_parts(k)[0] in wanted and _rl_key_parts(k)[1] in seeds
-            ]
-        elif "|" in keys[0]:
-            out[job_name] = [k for k in keys if _dimension(job, k, "method") in wanted]
-        else:
-            out[job_name] = [k for k in keys if k.removeprefix("load") in wanted]
-        unknown = wanted - {_part(job, k) for k in keys}
-        if unknown:
-            raise ValueError(f"{op}.{name}: {sorted(unknown)} has no `{job_name}` partition; known: {keys}")
+        parts = {k: _parts(job, k) for k in keys}
+        wanted = {
+            part: {str(v) for v in find_setting(resolved_config(assets[op]), name)}
+            for part, (op, name) in PLANNED_BY[job.name].items()
+        }
+        for part, values in wanted.items():
+            unknown = values - {p[part] for p in parts.values()}
+            if unknown:
+                op, name = PLANNED_BY[job.name][part]
+                raise ValueError(
+                    f"{op}.{name}: {sorted(unknown)} has no `{job.name}` partition; known: {keys}"
+                )
+        out[job.name] = [k for k in keys if all(parts[k][part] in v for part, v in wanted.items())]
     return out
 
 
-def _rl_key_parts(key: str) -> tuple[str, str]:
-    load, seed = key.split("-")
-    return load.removeprefix("load"), seed.removeprefix("seed")
-
-
-def _dimension(job, key: str, dimension: str) -> str:
-    return job.partitions_def.get_partition_key_from_str(key).keys_by_dimension[dimension]
-
-
-def _part(job, key: str) -> str:
-    if job.name == "rl_job":
-        return _rl_key_parts(key)[0]
-    return _dimension(job, key, "method") if "|" in key else key.removeprefix("load")
+def _parts(job: JobDefinition, key: str) -> dict[str, str]:
+    """A partition key's named parts: a multi-partition's dimensions, or 'load50-seed0' -> {load: 50, seed: 0}."""
+    if isinstance(job.partitions_def, MultiPartitionsDefinition):
+        return dict(job.partitions_def.get_partition_key_from_str(key).keys_by_dimension)
+    return {m[1]: m[2] for m in re.finditer(r"([a-z]+)(\d+)", key)}

@@ -13,13 +13,8 @@ op, an unknown key or a value of the wrong type is a `ProfileError` naming it.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import inspect
-import operator
-import textwrap
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -31,9 +26,10 @@ from dagster._core.definitions.definition_config_schema import (
     convert_user_facing_definition_config_schema,
 )
 
+from pipelines.profiles import ProfileError
+from pipelines.settings import attribute_docs, config_annotation, config_value, find_setting, to_dataclass
 
-class ProfileError(ValueError):
-    """A profile names an op, key or value the assets do not accept; the message names it."""
+__all__ = ["ProfileError", "find_setting"]
 
 
 class DataclassConfig(Config):
@@ -47,64 +43,7 @@ _DATACLASS_OF: dict[type, type] = {}
 
 
 @functools.cache
-def attribute_docs(dc: type) -> dict[str, str]:
-    """Field name -> the docstring written under it in the class body (PEP 257 attribute docstrings)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(dc.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for node, after in zip(body, body[1:], strict=False):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
-
-
-def _config_type(tp: Any) -> Any:
-    """The Dagster-config type of a dataclass field's type: tuples become lists, dataclasses nested configs."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
-        return dataclass_config(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        converted = (
-            _config_type(inner[0])
-            if len(inner) == 1
-            else functools.reduce(operator.or_, map(_config_type, inner))
-        )
-        return converted | None if type(None) in args else converted
-    if origin in (tuple, list):
-        items = [a for a in args if a is not Ellipsis] or [Any]
-        item = items[0] if len(set(items)) == 1 else functools.reduce(operator.or_, items)
-        return list[_config_type(item)]
-    if origin is dict:
-        return dict[args[0], _config_type(args[1])]
-    return tp
-
-
-def _config_value(value: Any) -> Any:
-    """A dataclass default as a config value (tuples as lists, dataclass instances as dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _config_value(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
-    if isinstance(value, tuple | list):
-        return [_config_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _config_value(v) for k, v in value.items()}
-    return value
-
-
-@functools.cache
-def dataclass_config(dc: type, name: str | None = None) -> type[DataclassConfig]:
+def dataclass_config(dc: type, name: str | None = None) -> type[Config]:
     """The Dagster `Config` with `dc`'s init fields: names, types, defaults and docstrings (one declaration)."""
     if not dataclasses.is_dataclass(dc):
         raise TypeError(f"{dc!r} is not a dataclass")
@@ -120,47 +59,15 @@ def dataclass_config(dc: type, name: str | None = None) -> type[DataclassConfig]
             default = f.default_factory()
         else:
             default = ...
-        tp = _config_type(hints[f.name])
+        tp = config_annotation(hints[f.name], dataclass_config)
         if default is not ... and dataclasses.is_dataclass(default):
-            default = tp(**_config_value(default))
+            default = tp(**config_value(default))
         elif default is not ...:
-            default = _config_value(default)
+            default = config_value(default)
         fields[f.name] = (tp, pydantic.Field(default=default, description=docs.get(f.name)))
     model = pydantic.create_model(name or dc.__name__, __base__=DataclassConfig, __doc__=dc.__doc__, **fields)
     _DATACLASS_OF[model] = dc
     return model
-
-
-def to_dataclass(values: Mapping[str, Any], dc: type) -> Any:
-    """`dc` built from config values: nested mappings become the nested dataclasses, lists the declared tuples.
-    The dataclass's own `__post_init__` checks run, so a bad value fails here, naming itself."""
-    hints = typing.get_type_hints(dc)
-    kwargs = {}
-    for f in dataclasses.fields(dc):
-        if f.init and f.name in values:
-            kwargs[f.name] = _from_config(values[f.name], hints[f.name])
-    return dc(**kwargs)
-
-
-def _from_config(value: Any, tp: Any) -> Any:
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
-        return value if isinstance(value, tp) else to_dataclass(value, tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return _from_config(value, inner[0]) if len(inner) == 1 else value
-    if origin is tuple:
-        items = list(args)
-        if len(items) == 2 and items[1] is Ellipsis:
-            return tuple(_from_config(v, items[0]) for v in value)
-        return tuple(_from_config(v, t) for v, t in zip(value, items, strict=False))
-    if origin is list:
-        return [_from_config(v, args[0]) for v in value] if args else list(value)
-    if origin is dict:
-        return {k: _from_config(v, args[1]) for k, v in value.items()}
-    return value
 
 
 # --- a profile as every asset's default ---------------------------------------------------------------------
@@ -260,15 +167,3 @@ def resolved_config(asset: AssetsDefinition) -> dict:
     """The config an asset runs with when a run gives none: its defaults, i.e. the profile's values."""
     shape = _op_shape(asset)
     return {} if shape is None else dict(process_config(shape, {}).value or {})
-
-
-def find_setting(config: Mapping[str, Any], name: str) -> Any:
-    """The value of the setting `name` in a resolved config, at the top or in a nested mapping (breadth first);
-    KeyError naming it when absent."""
-    level = [config]
-    while level:
-        for mapping in level:
-            if name in mapping:
-                return mapping[name]
-        level = [v for m in level for v in m.values() if isinstance(v, Mapping)]
-    raise KeyError(f"no setting {name!r} in {sorted(config)}")

@@ -98,14 +98,15 @@ def parser() -> argparse.ArgumentParser:
 
 def settings(args) -> tuple[Path, Path, str, str | None]:
     """Trace folder, warehouse, profile and Dask scheduler: the flags, else the environment, else defaults."""
-    from assets.definitions import dask_scheduler, profile_name, trace_dir, warehouse_dir
+    from pipelines.profiles import environment
 
-    traces = args.traces.resolve() if args.traces else trace_dir()
-    warehouse = args.warehouse.resolve() if args.warehouse else warehouse_dir()
-    profile = args.profile or profile_name()
+    env = environment(PROJECT_ROOT)
+    traces = args.traces.resolve() if args.traces else env.traces
+    warehouse = args.warehouse.resolve() if args.warehouse else env.warehouse
+    profile = args.profile or env.profile
     if Path(profile).is_file():
         profile = str(Path(profile).resolve())
-    return traces, warehouse, profile, args.dask_scheduler or dask_scheduler()
+    return traces, warehouse, profile, args.dask_scheduler or env.scheduler
 
 
 @contextlib.contextmanager
