@@ -284,6 +284,42 @@ def dejavu_metrics_plot(table: pl.DataFrame) -> bytes:
     )
 
 
+def leaderboard_plot(board: pl.DataFrame) -> bytes:
+    """PNG: one panel per (source, load), each policy's mean return with its 95 % interval, ranked; the best
+    heuristic and learned policies coloured, oracles grey and apart (below the ranked ones)."""
+    cells = board.select("source", "load_pct").unique(maintain_order=True).rows()
+    n_policies = board.group_by("source", "load_pct").len()["len"].max() or 1
+    fig, axes = _grid(len(cells), SOURCES_PER_ROW, panel_h_in=0.5 + 0.16 * n_policies)
+    for ax, (source, load) in zip(axes, cells, strict=False):
+        part = board.filter((pl.col("source") == source) & (pl.col("load_pct") == load))
+        part = part.sort(pl.col("rank").is_null(), "rank")
+        colours = [
+            "0.6"
+            if r["is_oracle"]
+            else "tab:red"
+            if r["is_learned"]
+            else "tab:blue"
+            if r["is_best_heuristic"]
+            else "0.2"
+            for r in part.iter_rows(named=True)
+        ]
+        y = list(range(part.height))[::-1]
+        err = [part["mean"] - part["ci_low"], part["ci_high"] - part["mean"]]
+        ax.errorbar(part["mean"], y, xerr=err, fmt="none", ecolor=colours, capsize=2)
+        ax.scatter(part["mean"], y, c=colours, s=12, zorder=3)
+        ax.set_yticks(
+            y,
+            [p + (" (oracle)" if o else "") for p, o in zip(part["policy"], part["is_oracle"], strict=True)],
+            fontsize=6,
+        )
+        ax.set_title(f"{source} at {load} %", fontsize=8)
+        ax.set_xlabel("episode return (higher is better)", fontsize=7)
+        ax.tick_params(axis="x", labelsize=6)
+    fig.suptitle("Leaderboard: blue best heuristic, red learned, grey oracle (unranked)", fontsize=9)
+    fig.tight_layout()
+    return fig_png(fig)
+
+
 EC_PROFILES_WIDTH_PX = 1100
 """Width of the `ec__profiles` plot."""
 
