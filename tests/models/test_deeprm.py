@@ -196,6 +196,23 @@ def test_rewards_sum_to_minus_the_job_slowdowns_plus_the_unused_penalty() -> Non
     assert (totals[:, 1] < 0).all() and (totals[:, 2] == 0).all()
 
 
+def test_deeprms_own_setup_rewards_the_slowdown_alone() -> None:
+    # DeepRM's Figure 4 agent trains on DeepRM's reward (slowdown only); TVW-RL's baseline adds the unused penalty
+    from models.deeprm import DeepRMTrainConfig
+    from pipelines.synthetic import DEEPRM_SOURCE
+
+    for preset in ("paper", "short", "sample"):
+        assert DeepRMTrainConfig(preset=preset).agent_config(DEEPRM_SOURCE, 0).k_unused == 0.0
+        assert DeepRMTrainConfig(preset=preset).agent_config("bitbrains", 0).k_unused == 1.0
+    cfg = dataclasses.replace(CFG, k_unused=0.0)
+    jobs = JobBatch.from_jobs([[_job(3, 1, 3, "a"), _job(6, 2, 2, "b", 1)]])
+    state = core.reset(SIM, jobs, 0)
+    before, actions = apply_choice(cfg, state, np.array([0]))
+    after, _, _, _, info = core.step(SIM, before, actions)
+    assert info["penalty_underutil"][0] < 0  # the cluster is partly unused, yet only the slowdown is charged
+    assert decision_rewards(cfg, before, after, info)[0, 1] == 0.0
+
+
 def _train_jobs() -> JobBatch:
     frame = build_deeprm_sequences(DeepRMConfig(n_train_sequences=3, n_test_sequences=0, loads_pct=(50,)))
     return JobBatch.from_frame(frame)

@@ -87,8 +87,13 @@ def test_supervised_loss_drives_greedy_action_to_the_demonstrators() -> None:
     # demonstrations on simulator states (kube_default's episodes), relabelled with a demonstrator that has no ties
     # (kube_default breaks ties at random, so no network can match it everywhere): the valid machine with the least
     # requested share (LeastAllocated, from the node block of the features), ties to the highest index
+    # (no demonstrator prior: the DQfD loss alone, from a network that starts far from the demonstrator)
     dcfg = tiny_cfg(
-        n_demo_decisions=300, updates_per_iteration=50, hidden_units=(64,), similarity_threshold=0.0
+        n_demo_decisions=300,
+        updates_per_iteration=50,
+        hidden_units=(64,),
+        similarity_threshold=0.0,
+        demonstrator_prior=0.0,
     )
     demos, _ = collect_demonstrations(TINY_SIM, dcfg, tiny_jobs(4, 14), np.random.default_rng(0))
     n_m, n_d = TINY_SIM.n_machines, TINY_SIM.n_resources
@@ -339,6 +344,62 @@ def test_untrained_policy_is_seeded() -> None:
     a = make_policy("dejavu").act(TINY_SIM, state, np.random.default_rng(0))
     b = make_policy("dejavu").act(TINY_SIM, state, np.random.default_rng(1))
     assert a.tolist() == b.tolist()
+
+
+def _kube_best(cfg: SimConfig, state: core.State) -> list[set[int]]:
+    """Per env, kube_default's best actions: the fitting nodes of the highest score, or {hold} when none fits."""
+    from sim.policies import fits_by_requests, kube_scores, placed_requests, queue_head
+
+    request = queue_head(state).request.astype(np.int64)
+    scores = kube_scores(placed_requests(state) + request[:, None, :], np.asarray(cfg.capacity_units))
+    allowed = fits_by_requests(cfg, state, request) & core.action_mask(cfg, state)[:, : cfg.n_machines]
+    out = []
+    for b in range(state.batch_size):
+        if not allowed[b].any():
+            out.append({cfg.n_machines})
+            continue
+        best = scores[b][allowed[b]].max()
+        out.append({int(m) for m in np.flatnonzero(allowed[b] & np.isclose(scores[b], best))})
+    return out
+
+
+def test_untrained_agent_with_the_demonstrator_prior_is_its_demonstrator() -> None:
+    # Q = f + KubePrior, f's output layer at zero: the untrained agent takes kube_default's action (a best-scored
+    # fitting node, or a hold when none fits) at every decision of whole episodes, holds included
+    cfg = SimConfig(n_machines=4, history_steps=4, queue_size=2, n_labels=4, max_steps=300)
+    policy = DejavuPolicy(config=DejavuConfig(hidden_units=(16,)))
+    jobs = tiny_jobs(6, 30, seed=11)
+    state = core.reset(cfg, jobs, 0)
+    rng = np.random.default_rng(0)
+    n_checked = n_holds = 0
+    for _ in range(600):
+        if state.is_done.all():
+            break
+        has_job = core.queue_length(state) > 0
+        actions = policy.act(cfg, state, rng)
+        for b, best in enumerate(_kube_best(cfg, state)):
+            if not state.is_done[b] and has_job[b]:
+                assert int(actions[b]) in best
+                n_checked += 1
+                n_holds += int(actions[b]) == cfg.n_machines
+        state, *_ = core.step(cfg, state, actions)
+    assert state.is_done.all() and n_checked > 100 and n_holds > 0
+
+
+def test_demonstrator_prior_zero_is_the_plain_network() -> None:
+    plain = dejavu.build_network(DejavuConfig(demonstrator_prior=0.0, hidden_units=(8,)), TINY_SIM)
+    assert plain.prior is None and plain.body[-1].weight.abs().sum() > 0
+    with_prior = dejavu.build_network(DejavuConfig(hidden_units=(8,)), TINY_SIM)
+    assert with_prior.prior is not None and with_prior.body[-1].weight.abs().sum() == 0
+    assert set(with_prior.state_dict()) == set(plain.state_dict())  # the prior holds no weights
+    encode_state = dejavu.build_network(DejavuConfig(state="encode", hidden_units=(8,)), TINY_SIM)
+    assert encode_state.prior is None
+
+
+def test_a_policy_written_before_the_prior_loads_without_it() -> None:
+    saved = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(DejavuConfig()).items()}
+    del saved["demonstrator_prior"]
+    assert dejavu.config_of({"dejavu_config": saved}).demonstrator_prior == 0.0
 
 
 # --- Dejavu's metrics -------------------------------------------------------------------------------------
