@@ -1,19 +1,7 @@
-"""The one `Definitions` object, built from explicit arguments (`build_definitions`), and the UI's entry point.
-
-`tvw-run` builds the definitions from its flags. The UI (`tvw-ui`, `dagster dev`) loads `defs` lazily; only then
-are these environment variables read (`tvw-ui`'s flags set them):
-    TVW_TRACE_DIR       folder holding each source's folder in the public distribution layout (default: the
-                        embedded sample in `data/`)
-    TVW_WAREHOUSE_DIR   where Parquet tables and `tvw.duckdb` go (default: `warehouse/`). With a Dask cluster it
-                        must be on a filesystem every worker sees (steps exchange data only through it)
-    TVW_PROFILE         the configuration in force: `quick` (default), `sample`, `paper`, or a path to a YAML file
-                        of the same shape. It is the default config of every asset (`assets.settings.apply_profile`)
-                        and every job's `tvw/profile` tag, so the asset page's Materialize button, the launchpad,
-                        `dagster asset materialize` and `tvw-run` use the same values. The trace folder never
-                        changes it.
-    TVW_DASK_SCHEDULER  address of a Dask scheduler (`tcp://host:8786`): every job's steps then run on that
-                        cluster through dagster-dask's executor (default: in-process)
-"""
+"""The one `Definitions` object, built from explicit arguments (`build_definitions`), and the UI's entry point
+`defs`, which reads TVW_TRACE_DIR, TVW_WAREHOUSE_DIR, TVW_PROFILE and TVW_DASK_SCHEDULER when Dagster loads it
+(`pipelines.profiles.environment`; `tvw-ui`'s flags set them). The profile is every asset's default config and
+every job's `tvw/profile` tag; the trace folder never changes it."""
 
 import functools
 from pathlib import Path
@@ -31,11 +19,7 @@ from pipelines.profiles import DEFAULT_PROFILE, ProfileError, environment, read_
 __all__ = ["DEFAULT_PROFILE", "ProfileError", "load_profile"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PROFILES = {
-    "quick": Path(__file__).with_name("quick_config.yaml"),
-    "sample": Path(__file__).with_name("sample_config.yaml"),
-    "paper": Path(__file__).with_name("paper_config.yaml"),
-}
+PROFILES = {name: Path(__file__).with_name(f"{name}_config.yaml") for name in ("quick", "sample", "paper")}
 """Named configurations; any other profile value is a path to a YAML file of the same shape."""
 CODE_LOCATION = "tvw"
 """Code location name (pyproject's [tool.dagster]); runs started by `tvw-run` are attached to it."""
@@ -58,11 +42,10 @@ def build_definitions(
 ) -> Definitions:
     """Definitions for a given trace folder, warehouse, profile and executor (tests point these at tmp_path)."""
     warehouse = Warehouse(root=str(warehouse_root))
-    raw_assets = build_raw_assets(traces)
     config = load_profile(profile)
     all_assets = apply_profile(
         [
-            *raw_assets,
+            *build_raw_assets(traces),
             *core.CORE_ASSETS,
             *ec.EC_ASSETS,
             *cluster.CLUSTER_ASSETS,

@@ -29,7 +29,6 @@ PROFILE_TAG = "tvw/profile"
 LAYER_TAG = "tvw/layer"
 SOURCE_TAG = "tvw/source"
 ON_DEMAND_TAG = "tvw/on_demand"
-BY_SOURCE = {"tvw/partitioned_by": "source"}
 
 
 with_shared_ec_config = functools.partial(with_shared_entries, shared={"ec__mapping": EC_CONFIG_OPS})
@@ -37,125 +36,70 @@ with_shared_ec_config = functools.partial(with_shared_entries, shared={"ec__mapp
 gives one of them itself is kept)."""
 
 
-def _by_name(assets: list[AssetsDefinition], *names: str) -> AssetSelection:
-    keys = [k for a in assets for k in a.keys if k.path[-1] in names]
-    return AssetSelection.assets(*keys)
+SWEEP = ("ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels")
+# fmt: off
+LAYER_JOBS = [
+    # job, layer, (groups, + assets, - assets), partitioned like (an asset, or "source"), description
+    ("per_source_job", "per_source", (["core"], [], []), "source",
+     "Canonical tables and the long-running filter for one trace source."),
+    ("ec_sweep_job", "ec_sweep", ([], SWEEP, []), "ec__method_sweep",
+     "One EC distance method's k sweep on one source (a run per source and method)."),
+    ("ec_gain_job", "ec_gain", ([], ["ec__method_gain"], []), "ec__method_gain",
+     "Table 1 (prediction gain over forecaster seeds, random control) of one EC method's mappings."),
+    ("ec_job", "ec", (["ec"], [], [*SWEEP, "ec__method_gain"]), "source",
+     "The EC mapping of one source (chosen from every method's Table 1 rows), profiles and classifier."),
+    ("cluster_job", "cluster", (["sim", "eval"], [], ["eval__baselines", "eval__summary"]), None,
+     "Job sequences for the simulator, EC labelling in the simulator, the usage forecasts."),
+    ("eval_job", "eval", ([], ["eval__baselines"], []), "eval__baselines",
+     "Every heuristic scheduler on every source's test sequences at one load (a run per load)."),
+    ("eval_summary_job", "eval", ([], ["eval__summary"], []), None,
+     "Means and intervals of the heuristics' metrics over every load evaluated."),
+    ("rl_job", "rl", (["rl"], [], []), "rl__tvw_rl",
+     "Train the learned schedulers for one (load, training seed) on every source with training sequences."),
+    ("results_job", "results", (["results"], [], []), None,
+     "Every registered policy, learned ones included, on every test sequence; summary and leaderboard."),
+    ("ablation_job", "ablation", ([], ["rl__ablation"], []), "rl__ablation",
+     "One TVW-RL ablation run (Tables 2-3); on demand: `tvw-run --layers ablation`."),
+]
+# fmt: on
+"""The layer jobs: a selection of groups and assets each; adding a layer is a row here (the runner reads it)."""
+ON_DEMAND = {"ablation"}
 
 
 def build_jobs(assets: list[AssetsDefinition], profile: str) -> list:
-    """`raw_<source>__<table>_job` per raw table (partition: a shard file), `per_source_job` (canonical tables of
-    one source), `ec_sweep_job` (one EC method's k sweep; source x method), `ec_gain_job` (that method's Table 1
-    rows), `ec_job` (the EC choice, labels and classifier of one source), `cluster_job` (job sequences, EC
-    labelling and forecasts in the simulator), `eval_job` (the heuristics at one load), `eval_summary_job`,
-    `rl_job` (the learned schedulers per (load, training seed)), `results_job` and the on-demand `ablation_job`."""
+    """`raw_<source>__<table>_job` per raw table (a run per shard file), then LAYER_JOBS, every job tagged with
+    the profile, its layer and (raw jobs) its source."""
 
-    def job(name, selection, layer, description, partitions=None, **tags):
-        return define_asset_job(
-            name,
-            selection=selection,
-            partitions_def=partitions,
-            description=description,
-            tags={PROFILE_TAG: profile, LAYER_TAG: layer, **tags},
-        )
+    def keys(names):
+        return AssetSelection.assets(*[k for a in assets for k in a.keys if k.path[-1] in names])
 
-    def partitions_of(name):
-        return next(
-            a.partitions_def
-            for a in assets
-            if a.node_def.name == name or name in (k.path[-1] for k in a.keys)
-        )
+    def partitions(like):
+        if like in (None, "source"):
+            return SOURCE_PARTITIONS if like else None
+        return next(a.partitions_def for a in assets if a.node_def.name == like)
 
     raw = [
-        job(
+        define_asset_job(
             f"{a.key.path[-1]}_job",
-            AssetSelection.assets(a),
-            "raw",
-            f"Ingest one shard of `{a.key.path[-1]}` (a run per shard file).",
-            a.partitions_def,
-            **{SOURCE_TAG: a.key.path[-1].removeprefix("raw_").split("__")[0]},
+            selection=AssetSelection.assets(a),
+            partitions_def=a.partitions_def,
+            description=f"Ingest one shard of `{a.key.path[-1]}` (a run per shard file).",
+            tags={PROFILE_TAG: profile, LAYER_TAG: "raw", SOURCE_TAG: a.key.path[-1][4:].split("__")[0]},
         )
         for a in assets
         if all(k.path[-1].startswith("raw_") for k in a.keys)
     ]
-    sweep, gain = partitions_of("ec__method_sweep"), partitions_of("ec__method_gain")
-    evaluation = _by_name(assets, "eval__baselines", "eval__summary")
-    return [
-        *raw,
-        job(
-            "per_source_job",
-            AssetSelection.groups("core"),
-            "per_source",
-            "Canonical tables and the long-running filter for one trace source.",
-            SOURCE_PARTITIONS,
-            **BY_SOURCE,
-        ),
-        job(
-            "ec_sweep_job",
-            _by_name(assets, "ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels"),
-            "ec_sweep",
-            "One EC distance method's k sweep on one source (a run per source and method).",
-            sweep,
-        ),
-        job(
-            "ec_gain_job",
-            _by_name(assets, "ec__method_gain"),
-            "ec_gain",
-            "Table 1 (prediction gain over forecaster seeds, random control) of one EC method's mappings on one "
-            "source; reads every method's sweep of the source (the common k).",
-            gain,
-        ),
-        job(
-            "ec_job",
-            AssetSelection.groups("ec")
-            - _by_name(
-                assets, "ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels", "ec__method_gain"
-            ),
-            "ec",
-            "The EC mapping of one source (chosen from the methods' Table 1 rows), each method's own mapping, the "
-            "EC profiles and the EC classifier.",
-            SOURCE_PARTITIONS,
-            **BY_SOURCE,
-        ),
-        job(
-            "cluster_job",
-            AssetSelection.groups("sim", "eval") - evaluation,
-            "cluster",
-            "Job sequences for the simulator, how well the EC classifier labels their jobs, the usage forecasts.",
-        ),
-        job(
-            "eval_job",
-            _by_name(assets, "eval__baselines"),
-            "eval",
-            "Every heuristic scheduler on every source's test sequences at one load (a run per load).",
-            partitions_of("eval__baselines"),
-        ),
-        job(
-            "eval_summary_job",
-            _by_name(assets, "eval__summary"),
-            "eval",
-            "Means and intervals of the heuristics' metrics over every load evaluated.",
-        ),
-        job(
-            "rl_job",
-            AssetSelection.groups("rl"),
-            "rl",
-            "Train the learned schedulers for one (load, training seed) on every source with training sequences.",
-            partitions_of("rl__tvw_rl"),
-        ),
-        job(
-            "results_job",
-            AssetSelection.groups("results"),
-            "results",
-            "Every registered policy, learned ones included, on every test sequence; summary and leaderboard.",
-        ),
-        job(
-            "ablation_job",
-            _by_name(assets, "rl__ablation"),
-            "ablation",
-            "One TVW-RL ablation run (TVW-RL Tables 2-3); launched on demand (`tvw-run --layers ablation`).",
-            partitions_of("rl__ablation"),
-            **{ON_DEMAND_TAG: "true"},
-        ),
+    return raw + [
+        define_asset_job(
+            name,
+            selection=(AssetSelection.groups(*groups) | keys(plus)) - keys(minus),
+            partitions_def=partitions(like),
+            description=description,
+            tags={PROFILE_TAG: profile, LAYER_TAG: layer}
+            | ({"tvw/partitioned_by": "source"} if like == "source" else {})
+            | ({ON_DEMAND_TAG: "true"} if layer in ON_DEMAND else {}),
+        )
+        for name, layer, (groups, plus, minus), like, description in LAYER_JOBS
     ]
 
 

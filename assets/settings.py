@@ -1,19 +1,10 @@
-"""Dagster config derived from the project's settings dataclasses, and a profile made the default of every asset.
-
-A setting is declared once: a field of a frozen dataclass in `pipelines/`, `sim/` or `models/`, with its default
-and a docstring. `dataclass_config(SequenceConfig)` is the Dagster `Config` of an asset that takes those settings:
-the same field names, types, defaults and descriptions (the docstrings), nested dataclasses as nested configs;
-`settings.build()` gives the dataclass back (lists become the tuples the dataclass declares).
-
-A profile (`sample_config.yaml`, ...) is a run config: `ops: {<asset>: {config: {...}}}` in those field names.
-`apply_profile` makes it the default config of every asset it names, so the asset page's Materialize button,
-`dagster asset materialize` without `--config-json`, the launchpad and `tvw-run` use the same values; an unknown
-op, an unknown key or a value of the wrong type is a `ProfileError` naming it.
-"""
+"""Dagster config derived from the settings dataclasses (`dataclass_config`: same names, types, defaults and
+docstrings; `build()` gives the dataclass back), and a profile applied as every asset's default config
+(`apply_profile`: the Materialize button, `dagster asset materialize`, the launchpad and `tvw-run` then use the same
+values; an unknown op, key or bad value is a `ProfileError` naming it)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import typing
 from collections.abc import Iterable, Mapping
@@ -27,7 +18,7 @@ from dagster._core.definitions.definition_config_schema import (
 )
 
 from pipelines.profiles import ProfileError
-from pipelines.settings import attribute_docs, config_annotation, config_value, find_setting, to_dataclass
+from pipelines.settings import config_fields, find_setting, to_dataclass
 
 __all__ = ["ProfileError", "find_setting"]
 
@@ -45,26 +36,10 @@ _DATACLASS_OF: dict[type, type] = {}
 @functools.cache
 def dataclass_config(dc: type, name: str | None = None) -> type[Config]:
     """The Dagster `Config` with `dc`'s init fields: names, types, defaults and docstrings (one declaration)."""
-    if not dataclasses.is_dataclass(dc):
-        raise TypeError(f"{dc!r} is not a dataclass")
-    hints = typing.get_type_hints(dc)
-    docs = attribute_docs(dc)
-    fields: dict[str, Any] = {}
-    for f in dataclasses.fields(dc):
-        if not f.init:
-            continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = ...
-        tp = config_annotation(hints[f.name], dataclass_config)
-        if default is not ... and dataclasses.is_dataclass(default):
-            default = tp(**config_value(default))
-        elif default is not ...:
-            default = config_value(default)
-        fields[f.name] = (tp, pydantic.Field(default=default, description=docs.get(f.name)))
+    fields = {
+        name: (tp, pydantic.Field(default=default, description=doc))
+        for name, (tp, default, doc) in config_fields(dc, dataclass_config).items()
+    }
     model = pydantic.create_model(name or dc.__name__, __base__=DataclassConfig, __doc__=dc.__doc__, **fields)
     _DATACLASS_OF[model] = dc
     return model
@@ -102,11 +77,6 @@ def _with_defaults(config_type: Any, values: Mapping[str, Any], where: str) -> A
     return Shape(new, description=getattr(config_type, "description", None))
 
 
-def _op_shape(asset: AssetsDefinition) -> Any:
-    schema = asset.node_def.config_schema
-    return None if schema is None else schema.config_type
-
-
 def apply_profile(assets: Iterable[AssetsDefinition], ops: Mapping[str, Any]) -> list[AssetsDefinition]:
     """Every asset whose op `ops` configures, with that configuration as its config's default (the rest as they
     are). ProfileError names an op no asset has, an op that takes no config, an unknown key or a bad value, and
@@ -125,7 +95,7 @@ def apply_profile(assets: Iterable[AssetsDefinition], ops: Mapping[str, Any]) ->
             continue
         if not isinstance(entry, Mapping) or set(entry) - {"config"}:
             raise ProfileError(f"ops.{name}: expected `config:` and nothing else, got {entry!r}")
-        shape = _op_shape(asset)
+        shape = getattr(asset.node_def.config_schema, "config_type", None)
         if shape is None or not isinstance(shape, Shape | Permissive):
             raise ProfileError(f"ops.{name}: this asset takes no config")
         new_shape = _with_defaults(shape, entry.get("config") or {}, f"ops.{name}.config")
@@ -165,5 +135,5 @@ def _check_dataclass(asset: AssetsDefinition, values: Mapping[str, Any], where: 
 
 def resolved_config(asset: AssetsDefinition) -> dict:
     """The config an asset runs with when a run gives none: its defaults, i.e. the profile's values."""
-    shape = _op_shape(asset)
+    shape = getattr(asset.node_def.config_schema, "config_type", None)
     return {} if shape is None else dict(process_config(shape, {}).value or {})

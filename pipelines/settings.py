@@ -116,3 +116,27 @@ def find_setting(config: Mapping[str, Any], name: str) -> Any:
                 return mapping[name]
         level = [v for m in level for v in m.values() if isinstance(v, Mapping)]
     raise KeyError(f"no setting {name!r} in {sorted(config)}")
+
+
+def config_fields(dc: type, nested: Callable[[type], Any]) -> dict[str, tuple[Any, Any, str | None]]:
+    """Per init field of dataclass `dc`: (annotation, default, docstring) for a config model derived from it
+    (`config_annotation`; a nested dataclass default becomes `nested(its class)(**values)`; `...`: required)."""
+    if not dataclasses.is_dataclass(dc):
+        raise TypeError(f"{dc!r} is not a dataclass")
+    hints, docs, out = typing.get_type_hints(dc), attribute_docs(dc), {}
+    for f in dataclasses.fields(dc):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = ...
+        tp = config_annotation(hints[f.name], nested)
+        if default is not ...:
+            default = (
+                tp(**config_value(default)) if dataclasses.is_dataclass(default) else config_value(default)
+            )
+        out[f.name] = (tp, default, docs.get(f.name))
+    return out

@@ -86,3 +86,24 @@ def leaderboard_text(board: pl.DataFrame, top: int = 5) -> list[str]:
                 f"  {r['gap_to_best_heuristic']:+.3g} vs best heuristic"
             )
     return lines
+
+
+LEADERBOARD_CHECKS = {
+    "ranks_policies_that_differ": "The table is not empty and no cell gives every non-oracle policy the same mean "
+    "(a degenerate evaluation).",
+    "oracle_is_never_best": "No oracle has a rank or is best.",
+}
+
+
+def leaderboard_check_values(board) -> dict[str, tuple[bool, dict]]:
+    """Check name (LEADERBOARD_CHECKS) -> (passed, metadata)."""
+    spread = board.filter(~pl.col("is_oracle")).group_by("source", "load_pct").agg(pl.col("mean").n_unique())
+    flat = spread.filter(pl.col("mean") < 2)
+    bad_oracle = board.filter(pl.col("is_oracle") & (pl.col("rank").is_not_null() | pl.col("is_best")))
+    return {
+        "ranks_policies_that_differ": (
+            bool(board.height) and flat.is_empty(),
+            {"cells_with_one_value": flat.height},
+        ),
+        "oracle_is_never_best": (bad_oracle.is_empty(), {"oracle_rows_ranked": bad_oracle.height}),
+    }

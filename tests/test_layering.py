@@ -23,7 +23,6 @@ PACKAGES = ("pipelines", "sim", "models", "assets")
 MODULE_PATH = re.compile(r"(?P<top>[A-Za-z_]\w*)(\.[A-Za-z_]\w*)*(:[A-Za-z_][\w.]*)?")
 """A string constant that is a module path, optionally with ':attr' (only strings naming a project package or
 dagster, with a dot or a colon, count: prose that mentions a module is documentation, not a dependency)."""
-ASSETS_RULE = "issue 18 refactor in progress"
 
 
 def modules(package: str) -> list[Path]:
@@ -115,7 +114,7 @@ def test_nothing_below_assets_imports_dagster(path):
 
 @pytest.mark.parametrize(
     "path",
-    files_of("sim", xfail={"sim/policies.py": "models. import strings: being fixed by another engineer"}),
+    files_of("sim"),
 )
 def test_sim_names_no_models_module(path):
     assert naming(path, "models") == []
@@ -172,14 +171,12 @@ def non_adapters() -> list[str]:
     return out
 
 
-@pytest.mark.xfail(strict=False, reason=ASSETS_RULE)
 def test_every_top_level_function_in_assets_is_a_dagster_adapter():
     """A function that touches neither Dagster, nor a context, nor the Warehouse/TraceFolder resources belongs
     in pipelines/, sim/ or models/ (plotting functions in assets/plots.py are the one exception)."""
     assert non_adapters() == []
 
 
-@pytest.mark.xfail(strict=False, reason=ASSETS_RULE)
 def test_assets_holds_at_most_2500_lines():
     lines = {rel(p): len(p.read_text().splitlines()) for p in modules("assets")}
     assert sum(lines.values()) <= 2500, sorted(lines.items(), key=lambda kv: -kv[1])
