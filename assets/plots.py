@@ -297,8 +297,7 @@ def leaderboard_plot(board: pl.DataFrame) -> bytes:
             for r in part.iter_rows(named=True)
         ]
         y = list(range(part.height))[::-1]
-        err = [part["mean"] - part["ci_low"], part["ci_high"] - part["mean"]]
-        ax.errorbar(part["mean"], y, xerr=err, fmt="none", ecolor=colours, capsize=2)
+        ax.hlines(y, part["ci_low"], part["ci_high"], colors=colours, linewidth=1)
         ax.scatter(part["mean"], y, c=colours, s=12, zorder=3)
         ax.set_yticks(
             y,

@@ -101,3 +101,22 @@ def test_learning_curves_and_dejavu_metrics_plot_as_pngs() -> None:
     )
     png = dejavu_metrics_plot(table)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png_width_px(png) <= MAX_WIDTH_PX
+
+
+def test_the_leaderboard_plot_fits_the_ui_with_an_oracle_and_a_learned_policy():
+    from assets.plots import MAX_WIDTH_PX, leaderboard_plot, png_width_px
+    from sim.leaderboard import leaderboard
+
+    board = leaderboard(_leaderboard_summary())
+    assert png_width_px(leaderboard_plot(board)) <= MAX_WIDTH_PX
+
+
+def _leaderboard_summary():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "sim" / "test_leaderboard.py"
+    spec = importlib.util.spec_from_file_location("leaderboard_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.summary()
