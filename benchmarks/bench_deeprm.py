@@ -7,13 +7,26 @@ One iteration = a lock-step rollout of n_sequences x n_trajectories episodes (th
 the slot mask; "network": forward passes during the rollout, sampling, and the gradient step. One torch thread.
 
 Run: .venv/bin/python benchmarks/bench_deeprm.py [--iterations 3] [--batches 8x8,20x20]
+
+With --fig4-load L: instead, DeepRM's own agent (`DeepRMAgentConfig.short`, its reward: the slowdown alone, unless
+--k-unused) trained --iterations times on --batches (one, e.g. 8x8) of DeepRM's workload at load L, its learning
+curve (training slowdown per tenth of the run) and the greedy agent's Figure 4 row against SJF, Packer, Tetris and
+Tetris* on 30 test jobsets. Measured on 2 shared cores (load average about 11), seed 0, L = 90, 200 iterations of
+8 x 8 (17 min): training slowdown 3.44 (first 20 iterations) -> 2.08 (last 20), greedy 1.99 +- 0.22 (k_unused 0)
+and 2.12 +- 0.24 (k_unused 1) against SJF 1.84 +- 0.15 and Tetris* 1.90 +- 0.19; the sample budget (15 of 4 x 4):
+4.42 and 3.72.
+
+    .venv/bin/python benchmarks/bench_deeprm.py --fig4-load 90 --iterations 200 --batches 8x8 [--k-unused 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -27,6 +40,8 @@ from models.deeprm import (
     encode,
     n_features,
     slot_mask,
+    slowdown_vs_load,
+    train_deeprm,
 )
 from models.reinforce import policy_gradient_step, sample_masked
 from pipelines.synthetic import (
@@ -102,12 +117,35 @@ def workloads() -> dict[str, tuple[DeepRMAgentConfig, JobBatch]]:
         DeepPlaceConfig(n_train_sequences=20, n_test_sequences=0, loads_pct=(50,))
     )
     return {
-        "deeprm_synthetic (M=1, K=10)": (DeepRMAgentConfig(), JobBatch.from_frame(drm)),
+        "deeprm_synthetic (M=1, K=10)": (DeepRMAgentConfig.paper(), JobBatch.from_frame(drm)),
         "deepplace_synthetic (M=10, K=10, 40 jobs)": (
             DeepRMAgentConfig.tvw_baseline(),
             JobBatch.from_frame(dp),
         ),
     }
+
+
+def fig4_learning(load_pct: int, n_iterations: int, batch: str, k_unused: float, seed: int) -> None:
+    """DeepRM's agent on its workload at `load_pct`: learning curve in tenths, then the Figure 4 row at that load."""
+    frame = build_deeprm_sequences(DeepRMConfig(loads_pct=(load_pct,)))
+    n_seq, n_traj = (int(v) for v in batch.split("x"))
+    base = DeepRMAgentConfig.short(seed)
+    r = replace(base.reinforce, n_iterations=n_iterations, n_sequences=n_seq, n_trajectories=n_traj)
+    cfg = replace(base, k_unused=k_unused, reinforce=r)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "agent.pt"
+        start = time.perf_counter()
+        curve = pl.DataFrame(
+            train_deeprm(JobBatch.from_frame(frame.filter(pl.col("split") == "train")), cfg, path)
+        )
+        print(f"training: {time.perf_counter() - start:.0f} s, load average {os.getloadavg()[0]:.1f}")
+        tenth = max(n_iterations // 10, 1)
+        blocks = curve.with_row_index("i").group_by(
+            (pl.col("i") // tenth).alias("tenth"), maintain_order=True
+        )
+        print(blocks.agg(pl.col("mean_slowdown", "entropy", "mean_return").mean()))
+        table, _ = slowdown_vs_load(frame, path, include_random=False)
+    print(table.select("load_pct", "policy", "mean_slowdown", "slowdown_ci95"))
 
 
 def main() -> None:
@@ -118,8 +156,18 @@ def main() -> None:
     parser.add_argument(
         "--batches", default="8x8,20x20", help="n_sequences x n_trajectories, comma-separated"
     )
+    parser.add_argument(
+        "--fig4-load", type=int, default=None, help="learning curve and Figure 4 at this load"
+    )
+    parser.add_argument(
+        "--k-unused", type=float, default=0.0, help="with --fig4-load: the unused-resource weight"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="with --fig4-load: the training seed")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.fig4_load is not None:
+        fig4_learning(args.fig4_load, args.iterations, args.batches, args.k_unused, args.seed)
+        return
     rows = []
     for name, (base, jobs) in workloads().items():
         for spec in args.batches.split(","):

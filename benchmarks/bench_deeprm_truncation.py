@@ -1,6 +1,6 @@
 """Does a briefly trained DeepRM agent finish the evaluation's episodes? Trains TVW-RL's "DeepRM" baseline with the
-sample preset's budget (`assets.rl_baselines.deeprm_config("sample", ...)`: 15 iterations of 4 x 4 episodes of 20
-jobs) on each (source, load, seed) of a `sim__job_sequences` table, runs it greedily on that table's test sequences
+sample preset's budget (`models.deeprm.DeepRMTrainConfig(preset="sample").agent_config(source, seed)`, the
+budget `DEEPRM_BUDGETS["sample"]`: 15 iterations of 4 x 4 episodes of 20 jobs) on each (source, load, seed) of a `sim__job_sequences` table, runs it greedily on that table's test sequences
 in `eval__results`' simulator (M = 10, safety cap 1000 steps, hold rule "always") and prints, per run and in total,
 the episodes that hit the cap, jobs never placed and training / evaluation seconds.
 
@@ -21,21 +21,18 @@ from pathlib import Path
 
 import polars as pl
 
-from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, train_deeprm
+from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, DeepRMTrainConfig, train_deeprm
 from pipelines.synthetic import DEEPRM_SOURCE
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies
 from sim.jobs import JobBatch
 
 
-def sample_config(seed: int, max_hold_steps: int | None) -> DeepRMAgentConfig:
-    """The sample preset of `assets.rl_baselines.deeprm_config` on TVW-RL's cluster (benchmarks do not import
-    assets)."""
-    base = DeepRMAgentConfig.tvw_baseline(seed).with_sim(jobs_per_episode=20)
-    reinforce = replace(
-        base.reinforce, n_iterations=15, n_sequences=4, n_trajectories=4, checkpoint_every=5, seed=seed
-    )
-    return replace(base, reinforce=reinforce, max_hold_steps=max_hold_steps)
+def sample_config(source: str, seed: int, max_hold_steps: int | None) -> DeepRMAgentConfig:
+    """The agent `rl__deeprm` trains on `source` under the sample preset (`DeepRMTrainConfig.agent_config`), with
+    `max_hold_steps`."""
+    cfg = DeepRMTrainConfig(preset="sample").agent_config(source, seed)
+    return replace(cfg, max_hold_steps=max_hold_steps)
 
 
 def main() -> None:
@@ -71,7 +68,7 @@ def main() -> None:
                         continue
                     path = Path(tmp) / f"{source}-{load}-{seed}.pt"
                     start = time.perf_counter()
-                    train_deeprm(JobBatch.from_frame(train), sample_config(seed, hold), path)
+                    train_deeprm(JobBatch.from_frame(train), sample_config(source, seed, hold), path)
                     train_s = time.perf_counter() - start
                     start = time.perf_counter()
                     res = evaluate_policies(
