@@ -3,13 +3,10 @@ Evaluation", Fig. 4/5). These tables span every trace source and the synthetic w
 evaluation (`eval__baselines`) is partitioned by load, so that its runs fan out, and read back whole."""
 
 import dataclasses
-from typing import Any
 
 import polars as pl
 from dagster import (
-    AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetExecutionContext,
     AssetOut,
     MetadataValue,
@@ -19,6 +16,7 @@ from dagster import (
     multi_asset,
 )
 
+from assets import checks
 from assets.core import long_running_usage
 from assets.ec import classifier_path
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
@@ -34,15 +32,20 @@ from models.usage_forecast import (
     forecaster_factory,
 )
 from pipelines.job_sequences import (
+    OFFERED_LOAD_CHECK_DOCS,
     SEQUENCE_CHECK_DOCS,
+    SEQUENCE_TABLE_DOCS,
+    offered_load_check_values,
     sequence_check_values,
 )
 from pipelines.sequence_run import SequenceRunSettings, build_sequence_run
+from pipelines.synthetic import is_synthetic
 from pipelines.warehouse import markdown_preview
 from sim.evaluate import (  # the evaluation's partitions and runs, re-exported for the other eval assets
     EVAL_CHECK_DOCS,
     EVAL_LOADS,
     RESULT_KEY,
+    SUMMARY_CHECK_DOCS,
     EvalSettings,
     eval_check_values,
     eval_partition_keys,
@@ -52,6 +55,7 @@ from sim.evaluate import (  # the evaluation's partitions and runs, re-exported 
     parse_eval_partition,
     sequences_at_load,
     summarise,
+    summary_check_values,
 )
 
 JobSequencesConfig = dataclass_config(SequenceRunSettings)
@@ -63,35 +67,11 @@ EVAL_PARTITIONS = StaticPartitionsDefinition(eval_partition_keys(EVAL_LOADS))
 """One `eval__baselines` partition per load ('load50'): every policy, source and seed at that load."""
 
 
-def check_specs(asset: str, docs: dict[str, str]) -> list[AssetCheckSpec]:
-    """One AssetCheckSpec of `asset` per check name -> description."""
-    return [AssetCheckSpec(name, asset=asset, description=doc) for name, doc in docs.items()]
-
-
-def check_results(
-    values: dict[str, tuple[bool, dict[str, Any]]], asset: str | None = None, **kwargs
-) -> list[AssetCheckResult]:
-    """AssetCheckResults of (passed, metadata) per check name; lists and mappings become JSON metadata."""
-    return [
-        AssetCheckResult(
-            check_name=name,
-            passed=bool(passed),
-            metadata={k: MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in meta.items()},
-            **({"asset_key": asset} if asset else {}),
-            **kwargs,
-        )
-        for name, (passed, meta) in values.items()
-    ]
-
-
-SEQUENCE_CHECKS = check_specs("sim__job_sequences", SEQUENCE_CHECK_DOCS)
-
-
-def sequence_checks(
-    jobs: pl.DataFrame, diversity: pl.DataFrame, by_label: pl.DataFrame | None = None
-) -> list[AssetCheckResult]:
-    """The SEQUENCE_CHECKS of a `sim__job_sequences` table (`pipelines.job_sequences.sequence_check_values`)."""
-    return check_results(sequence_check_values(jobs, diversity, by_label))
+SEQUENCE_CHECKS = [
+    *checks.specs("sim__job_sequences", SEQUENCE_CHECK_DOCS),
+    *checks.specs("sim__offered_load", OFFERED_LOAD_CHECK_DOCS),
+    *checks.specs("sim__usage_scale"),
+]
 
 
 def _table(description: str) -> AssetOut:
@@ -100,23 +80,7 @@ def _table(description: str) -> AssetOut:
 
 @multi_asset(
     check_specs=SEQUENCE_CHECKS,
-    outs={
-        "sim__job_sequences": _table(
-            "Job sequences for the simulator, one row per job: per (source, load, split, sequence) the arrival step, "
-            "EC label, workload meta and quantised per-step CPU and memory units (C_d = 8) of a window cut from a "
-            "long-running workload of `core__long_running` (`pipelines.job_sequences`; workloads larger than one "
-            "machine named, set aside by `oversized_rule`) or a synthetic workload (`pipelines.synthetic`)."
-        ),
-        "sim__offered_load": _table(
-            "Per job sequence, its realised offered load measured from its jobs alone (total work per resource / "
-            "(M x C_d x arrival window)), per resource, their mean and the dominant resource's, and the peak "
-            "demand as a fraction of the cluster: what the load label claims, checked."
-        ),
-        "sim__usage_scale": _table(
-            "Per real source, the multipliers that mapped usage fractions to units (95th percentile of workload "
-            "peaks -> 6 of 8 units) and the step length: what the EC labeller needs to turn units back into fractions."
-        ),
-    },
+    outs={name: _table(text) for name, text in SEQUENCE_TABLE_DOCS.items()},
     deps=["core__usage", "core__long_running", "ec__assignments"],
     group_name="sim",
 )
@@ -148,22 +112,16 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
     by_label = MetadataValue.md(markdown_preview(run.by_label, n=run.by_label.height))
     yield Output(run.offered_load, output_name="sim__offered_load", metadata={"by_label": by_label})
     yield Output(run.usage_scale, output_name="sim__usage_scale")
-    yield from sequence_checks(run.jobs, run.diversity, run.by_label)
+    yield from checks.results(
+        sequence_check_values(run.jobs, run.diversity, run.by_label), "sim__job_sequences"
+    )
+    load_checks = offered_load_check_values(run.offered_load, settings.load_tolerance)
+    yield from checks.results(load_checks, "sim__offered_load")
+    only_synthetic = all(map(is_synthetic, run.jobs["source"].unique()))
+    yield from checks.table_results("sim__usage_scale", run.usage_scale, may_be_empty=only_synthetic)
 
 
-def EVAL_CHECKS_FOR(asset: str) -> list[AssetCheckSpec]:  # noqa: N802 (a constant per asset)
-    """The checks of an evaluation table (`eval__baselines`, `eval__results`)."""
-    return check_specs(asset, EVAL_CHECK_DOCS)
-
-
-EVAL_CHECKS = EVAL_CHECKS_FOR("eval__baselines")
-
-
-def eval_checks(
-    results: pl.DataFrame, n_expected: int, asset: str = "eval__baselines"
-) -> list[AssetCheckResult]:
-    """The EVAL_CHECKS_FOR(asset) results of an evaluation table (`sim.evaluate.eval_check_values`)."""
-    return check_results(eval_check_values(results, n_expected), asset=asset)
+EVAL_CHECKS = checks.specs("eval__baselines", EVAL_CHECK_DOCS)
 
 
 @asset(
@@ -174,10 +132,9 @@ def eval_checks(
     partitions_def=EVAL_PARTITIONS,
 )
 def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job_sequences: pl.DataFrame):
-    """One row per (source, load, policy, test sequence, seed) with every metric of `sim.metrics` (TVW-RL's
-    utilisation, fragmentation, overshoot %, machines used; waits, jobs never placed, `is_truncated`, the return
-    and its costs `cost_*`) for the registered heuristics (`noop`, never placing, is the floor). One partition per
-    load (`load30`, `load50`, `load80`), side by side; readers get every partition concatenated."""
+    """One row per (source, load, policy, test sequence, seed) with every metric of `sim.metrics` (utilisation,
+    fragmentation, overshoot %, machines used, waits, jobs never placed, `is_truncated`, the return and its costs)
+    for the registered heuristics (`noop` is the floor). One partition per load; readers get them all."""
     if not context.has_partition_key:
         raise ValueError(
             "eval__baselines is partitioned by load: materialise one partition "
@@ -214,18 +171,22 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
         "fitted_rule_choices": MetadataValue.json(fitted_rule_choices(choices)),
     }
     yield Output(results, metadata=metadata)
-    yield from eval_checks(results, episodes * len(settings.seeds))
+    yield from checks.results(eval_check_values(results, episodes * len(settings.seeds)), "eval__baselines")
 
 
-@asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"})
-def eval__summary(context: AssetExecutionContext, eval__baselines: pl.DataFrame) -> pl.DataFrame:
-    """Mean and 95% interval of every metric per (source, load, policy) over test sequences (`sim.evaluate.summarise`:
-    seeds averaged within a sequence first; column `better` says which way is better), from every load partition of
-    `eval__baselines`; a TVW-RL Fig. 4/5 style plot per source (`plot_<source>`)."""
+@asset(
+    group_name="eval",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    check_specs=checks.specs("eval__summary", SUMMARY_CHECK_DOCS),
+)
+def eval__summary(eval__baselines: pl.DataFrame):
+    """Mean and 95% interval of every metric per (source, load, policy) over test sequences of every load of
+    `eval__baselines` (`sim.evaluate.summarise`); a TVW-RL Fig. 4/5 style plot per source (`plot_<source>`)."""
     # partitions arrive load by load; the summary's per-group order (and so its float sums) follows the key
     summary = summarise(eval__baselines.sort(list(RESULT_KEY)))
-    context.add_output_metadata(summary_plot_metadata(summary))
-    return summary
+    yield Output(summary, metadata=summary_plot_metadata(summary))
+    yield from checks.results(summary_check_values(summary))
 
 
 @asset(
@@ -233,6 +194,7 @@ def eval__summary(context: AssetExecutionContext, eval__baselines: pl.DataFrame)
     io_manager_key="table_io",
     deps=["ec__classifier_accuracy"],
     kinds={"parquet", "polars"},
+    check_specs=checks.specs("eval__ec_labelling"),
 )
 def eval__ec_labelling(
     context: AssetExecutionContext,
@@ -240,11 +202,10 @@ def eval__ec_labelling(
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
     sim__usage_scale: pl.DataFrame,
-) -> pl.DataFrame:
-    """TVW-RL Algorithm 1 in the simulator: how often a labeller agrees with the clustering label on test jobs,
-    per source, load, labeller (`sim_view`, fitted on the training jobs; `classifier`, the saved EC classifier) and
-    job age in steps, beside the best constant label (`models.sim_labeller.labelling_accuracy`); a plot of
-    accuracy against age per labeller."""
+):
+    """TVW-RL Algorithm 1 in the simulator: how often a labeller (`sim_view`, `classifier`) agrees with the
+    clustering label on test jobs, per source, load, labeller and job age, beside the best constant label
+    (`models.sim_labeller.labelling_accuracy`)."""
 
     def classifier_for(source: str, step_bins: int, scale: tuple[float, float]):
         path = classifier_path(warehouse, source)
@@ -261,18 +222,17 @@ def eval__ec_labelling(
         log=context.log.info,
         warn=context.log.warning,
     )
-    context.add_output_metadata(
-        {
-            f"plot_{name}": png_markdown(
-                labelling_accuracy_plot(rows), f"EC labelling accuracy by job age: {name} labeller"
-            )
-            for (name,), rows in out.group_by("labeller", maintain_order=True)
-        }
-    )
-    return out
+    plots = {
+        f"plot_{name}": png_markdown(
+            labelling_accuracy_plot(rows), f"EC labelling accuracy by job age: {name} labeller"
+        )
+        for (name,), rows in out.group_by("labeller", maintain_order=True)
+    }
+    yield Output(out, metadata=plots)
+    yield from checks.table_results("eval__ec_labelling", out, may_be_empty=sim__job_sequences.is_empty())
 
 
-FORECAST_CHECKS = check_specs("eval__forecast", COVERAGE_CHECK_DOCS)
+FORECAST_CHECKS = checks.specs("eval__forecast", COVERAGE_CHECK_DOCS)
 
 
 @asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"}, check_specs=FORECAST_CHECKS)
@@ -291,7 +251,7 @@ def eval__forecast(
     }
     yield Output(table, metadata=metadata)
     values = {"q95_covers_93_to_97_pct": coverage_check(summary)}
-    yield from check_results(values, asset="eval__forecast", severity=AssetCheckSeverity.WARN)
+    yield from checks.results(values, "eval__forecast", AssetCheckSeverity.WARN)
 
 
 CLUSTER_ASSETS = [sim__job_sequences, eval__baselines, eval__summary, eval__ec_labelling, eval__forecast]

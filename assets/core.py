@@ -3,14 +3,24 @@
 import dagster as dg
 import polars as pl
 
+from assets import checks
 from assets.io_manager import frame_metadata
 from assets.resources import TraceFolder, Warehouse
 from assets.settings import dataclass_config
 from pipelines.ingest import describe_missing_shards, raw_table_name
-from pipelines.long_running import LongRunningConfig, check_judged, check_report, long_running_tables
+from pipelines.long_running import (
+    JUDGED_CHECK_DOCS,
+    LONG_RUNNING_TABLE_DOCS,
+    REPORT_CHECK_DOCS,
+    LongRunningConfig,
+    check_judged,
+    check_report,
+    long_running_tables,
+)
 from pipelines.schemas import USAGE, empty_frame
 from pipelines.sources import SOURCES
 from pipelines.usage import (
+    USAGE_CHECK_DOCS,
     UsageRunSettings,
     above_one_machine_line,
     check_usage_files,
@@ -70,18 +80,18 @@ def partial_source_metadata(warehouse: Warehouse, traces: TraceFolder, source: s
     group_name="core",
     io_manager_key="table_io",
     kinds={"parquet", "polars"},
+    check_specs=checks.specs("core__workloads"),
 )
-def core__workloads(
-    context: dg.AssetExecutionContext, warehouse: Warehouse, traces: TraceFolder
-) -> pl.DataFrame:
+def core__workloads(context: dg.AssetExecutionContext, warehouse: Warehouse, traces: TraceFolder):
     """One row per workload (Google: a task; Alibaba: a container; derived: a job or job-day): source,
-    machine, start/end (trace seconds), number of usage records, requested CPU and memory as fractions of
-    a machine, priority, scheduling class, final state and whether it was only partly recorded."""
+    machine, start/end (trace seconds), usage records, requested CPU and memory as fractions of a machine,
+    priority, scheduling class, final state and whether it was only partly recorded."""
     source = context.partition_key
     raw = load_raw(warehouse, traces, source, context.log)
     context.log.info(f"raw tables available: {sorted(raw)}")
-    context.add_output_metadata(partial_source_metadata(warehouse, traces, source, context.log))
-    return build_workloads(source, raw)
+    workloads = build_workloads(source, raw)
+    yield dg.Output(workloads, metadata=partial_source_metadata(warehouse, traces, source, context.log))
+    yield from checks.table_results("core__workloads", workloads, may_be_empty=not raw)
 
 
 @dg.asset(
@@ -89,21 +99,7 @@ def core__workloads(
     deps=RAW_DEPS,
     group_name="core",
     kinds={"parquet", "polars"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            "usage_contract",
-            asset="core__usage",
-            description="ERROR, blocking: bins on the 5-minute grid, one per workload, finite non-negative "
-            "fractions, filled bins carry no samples (metadata also counts the bins above one machine)",
-            blocking=True,
-        ),
-        dg.AssetCheckSpec(
-            "usage_within_one_machine",
-            asset="core__usage",
-            description="warns when bins use more than one machine (cpu_frac or mem_frac > 1), counted per "
-            "resource; such bins are kept (job sequences scale each source, the simulator clips the rest)",
-        ),
-    ],
+    check_specs=checks.specs("core__usage", USAGE_CHECK_DOCS, blocking=("usage_contract",)),
 )
 def core__usage(
     context: dg.AssetExecutionContext, config: UsageRunConfig, warehouse: Warehouse, traces: TraceFolder
@@ -125,13 +121,13 @@ def core__usage(
     folder, rows = warehouse.write_chunks("core__usage", source, chunks(), empty_frame(USAGE))
     totals = sum_counts(counts)
     context.log.info(f"{source}: {rows} usage bins written; counts: {totals}")
-    checks = check_usage_files(warehouse.partition_files("core__usage", source))
-    above = checks["usage_within_one_machine"]
+    values = check_usage_files(warehouse.partition_files("core__usage", source))
+    above = values["usage_within_one_machine"]
     line = above_one_machine_line(source, above["metadata"])
     (context.log.info if above["passed"] else context.log.warning)(line)
     return dg.MaterializeResult(
         check_results=[
-            dg.AssetCheckResult(check_name=name, severity=severity, **checks[name])
+            dg.AssetCheckResult(check_name=name, severity=severity, **values[name])
             for name, severity in [
                 ("usage_contract", dg.AssetCheckSeverity.ERROR),
                 ("usage_within_one_machine", dg.AssetCheckSeverity.WARN),
@@ -153,33 +149,15 @@ def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataF
     return warehouse.scan("core__usage", [source]).join(ids.lazy(), on=["source", "workload_id"], how="semi")
 
 
-LONG_RUNNING_TABLES = {
-    "core__long_running": "Workloads that pass the TVW-RL filter: not evicted/killed/failed/lost, fully "
-    "recorded, with at least N contiguous 5-minute records; with the contiguous window kept.",
-    "core__long_running_report": "How many workloads the filter kept and dropped, per reason.",
-    "core__long_running_judged": "Why each workload was kept or dropped by the long-running filter, one row per "
-    "workload: the reason (first match of no_usage, bad_final_state, partial, too_short, else kept), the rule and "
-    "threshold it was judged under, and what it was judged on (runs, observed bins, records, final state).",
-}
-
-
 @dg.multi_asset(
-    outs={name: dg.AssetOut(description=text, **TABLE_OUT) for name, text in LONG_RUNNING_TABLES.items()},
+    outs={name: dg.AssetOut(description=text, **TABLE_OUT) for name, text in LONG_RUNNING_TABLE_DOCS.items()},
     partitions_def=SOURCE_PARTITIONS,
     group_name="core",
     deps=["core__usage"],
     check_specs=[
-        dg.AssetCheckSpec(
-            "every_workload_counted_once",
-            asset="core__long_running_report",
-            description="the report's counts add up to the number of workloads of the source",
-        ),
-        dg.AssetCheckSpec(
-            "every_workload_judged_once",
-            asset="core__long_running_judged",
-            description="every workload of the source has exactly one row, and the rows per reason equal the "
-            "report's counts",
-        ),
+        *checks.specs("core__long_running"),
+        *checks.specs("core__long_running_report", REPORT_CHECK_DOCS),
+        *checks.specs("core__long_running_judged", JUDGED_CHECK_DOCS),
     ],
 )
 def core__long_running(
@@ -198,6 +176,7 @@ def core__long_running(
         metadata={"report": dg.MetadataValue.md("\n".join(f"- {r}: {n}" for _, r, n in report.iter_rows()))},
     )
     yield dg.Output(judged, output_name="core__long_running_judged")
+    yield from checks.table_results("core__long_running", kept)
     yield dg.AssetCheckResult(
         asset_key="core__long_running_judged",
         check_name="every_workload_judged_once",

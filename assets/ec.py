@@ -12,6 +12,7 @@ import polars as pl
 from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
@@ -30,13 +31,21 @@ from dagster import (
     multi_asset,
 )
 
+from assets import checks
 from assets.column_docs import table_schema
 from assets.core import SOURCE_PARTITIONS, long_running_usage
 from assets.plots import classifier_accuracy_plot, ec_profiles_plot, png_markdown
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
 from models import ec_mapping as ecm
-from models.ec_classifier import ACCURACY_ROWS, ClassifierRunSettings, accuracy_and_model, too_few_labelled
+from models.ec_classifier import (
+    ACCURACY_CHECK_DOCS,
+    ACCURACY_ROWS,
+    ClassifierRunSettings,
+    accuracy_and_model,
+    accuracy_check_values,
+    too_few_labelled,
+)
 from pipelines import equivalence as eq
 from pipelines.features import SeriesSet, series_matrix
 from pipelines.long_running import fill_window_gaps
@@ -106,6 +115,7 @@ def _bullets(lines: list[str]) -> MetadataValue:
     group_name="ec",
     deps=[AssetDep("core__usage", partition_mapping=SOURCE_OF)],
     ins={"core__long_running": AssetIn(partition_mapping=SOURCE_OF)},
+    check_specs=[*checks.specs("ec__sweep_silhouette"), *checks.specs("ec__sweep_labels")],
 )
 def ec__method_sweep(
     context: AssetExecutionContext, config: EC_RUN, warehouse: Warehouse, core__long_running: pl.DataFrame
@@ -116,19 +126,56 @@ def ec__method_sweep(
     series, why = None, f"method {method} is not configured (methods: {list(cfg.methods)})"
     if method in cfg.methods:
         series, why = _usable_series(warehouse, source, core__long_running, settings)
+    silhouette, labels, note = (
+        pl.DataFrame(schema=eq.EC_SILHOUETTE),
+        pl.DataFrame(schema=eq.EC_SWEEP_LABELS),
+        {},
+    )
     if why:
         context.log.warning(f"{source} {method}: {why}; nothing clustered")
-        note = {"note": MetadataValue.text(why)}
-        yield Output(pl.DataFrame(schema=eq.EC_SILHOUETTE), "ec__sweep_silhouette", metadata=note)
-        yield Output(pl.DataFrame(schema=eq.EC_SWEEP_LABELS), "ec__sweep_labels", metadata=note)
-        return
-    sweep = eq.sweep_methods(series, source, replace(cfg, methods=(method,)), log=context.log.info)
-    if sweep.warnings:
-        context.log.warning(f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings))
-    metadata = {"best_k": sweep.best_k[method] or 0, "notes": _bullets(sweep.notes)}
-    metadata |= {"seconds": round(sweep.timings_s[method], 2), **sweep.counts}
-    yield Output(sweep.silhouette, "ec__sweep_silhouette", metadata=metadata)
-    yield Output(eq.sweep_labels_frame(sweep, method), "ec__sweep_labels")
+        metadata = note = {"note": MetadataValue.text(why)}
+    else:
+        sweep = eq.sweep_methods(series, source, replace(cfg, methods=(method,)), log=context.log.info)
+        if sweep.warnings:
+            context.log.warning(
+                f"{source}: {len(sweep.warnings)} k/feature skips:\n" + "\n".join(sweep.warnings)
+            )
+        metadata = {"best_k": sweep.best_k[method] or 0, "notes": _bullets(sweep.notes)}
+        metadata |= {"seconds": round(sweep.timings_s[method], 2), **sweep.counts}
+        silhouette, labels = sweep.silhouette, eq.sweep_labels_frame(sweep, method)
+    yield Output(silhouette, "ec__sweep_silhouette", metadata=metadata)
+    yield Output(labels, "ec__sweep_labels", metadata=note)
+    yield from checks.table_results("ec__sweep_silhouette", silhouette, may_be_empty=bool(why))
+    all_skipped = bool(silhouette["is_skipped"].all())  # nothing clustered, or every k skipped
+    yield from checks.table_results("ec__sweep_labels", labels, may_be_empty=all_skipped)
+
+
+def _method_gain(context: AssetExecutionContext, settings, warehouse: Warehouse, silhouette, labels, lr):
+    """(Table 1 rows of the partition's method, their metadata), or (no rows, None) with nothing to score."""
+    source, method = _source_and_method(context)
+    methods = settings.ec.methods
+    if method not in methods:
+        context.log.warning(f"{source} {method}: not configured (methods {list(methods)}); no rows")
+        return pl.DataFrame(schema=ecm.METHOD_GAIN), None
+    silhouette = ecm.of_source(silhouette, source, methods)
+    keys = list(ecm.rules_of(silhouette, methods))
+    if not any(m == method for m, _ in keys):
+        context.log.warning(f"{source} {method}: no mapping to score (nothing clustered, or every k skipped)")
+        return pl.DataFrame(schema=ecm.METHOD_GAIN), None
+    series, why = _usable_series(warehouse, source, lr, settings)
+    if why:
+        raise ValueError(f"{source}: the stored sweeps have mappings but now {why}: re-run ec_sweep_job")
+    note = ecm.unreachable_choice(len(keys), settings.gain)
+    if note:
+        context.log.warning(f"{source}: {note}")
+    labels = labels.filter(pl.col("source") == source)
+    rows, seconds, control_index = ecm.method_gain_rows(
+        series, source, method, silhouette, labels, settings, log=context.log.info
+    )
+    return rows, {
+        **{k: round(v, 2) for k, v in seconds.items()},
+        "control_index": MetadataValue.json(control_index),
+    }
 
 
 @asset(
@@ -143,6 +190,7 @@ def ec__method_sweep(
     },
     metadata={"dagster/column_schema": table_schema(ecm.METHOD_GAIN, "ec__method_comparison")},
     description=ecm.EC_DESCRIPTIONS["ec__method_gain"],
+    check_specs=checks.specs("ec__method_gain"),
 )
 def ec__method_gain(
     context: AssetExecutionContext,
@@ -151,32 +199,11 @@ def ec__method_gain(
     ec__sweep_silhouette: pl.DataFrame,
     ec__sweep_labels: pl.DataFrame,
     core__long_running: pl.DataFrame,
-) -> pl.DataFrame:
-    source, method = _source_and_method(context)
-    settings = config.build()
-    methods = settings.ec.methods
-    if method not in methods:
-        context.log.warning(f"{source} {method}: not configured (methods {list(methods)}); no rows")
-        return pl.DataFrame(schema=ecm.METHOD_GAIN)
-    silhouette = ecm.of_source(ec__sweep_silhouette, source, methods)
-    keys = list(ecm.rules_of(silhouette, methods))
-    if not any(m == method for m, _ in keys):
-        context.log.warning(f"{source} {method}: no mapping to score (nothing clustered, or every k skipped)")
-        return pl.DataFrame(schema=ecm.METHOD_GAIN)
-    series, why = _usable_series(warehouse, source, core__long_running, settings)
-    if why:
-        raise ValueError(f"{source}: the stored sweeps have mappings but now {why}: re-run ec_sweep_job")
-    note = ecm.unreachable_choice(len(keys), settings.gain)
-    if note:
-        context.log.warning(f"{source}: {note}")
-    labels = ec__sweep_labels.filter(pl.col("source") == source)
-    rows, seconds, control_index = ecm.method_gain_rows(
-        series, source, method, silhouette, labels, settings, log=context.log.info
-    )
-    context.add_output_metadata(
-        {**{k: round(v, 2) for k, v in seconds.items()}, "control_index": MetadataValue.json(control_index)}
-    )
-    return rows
+):
+    args = (ec__sweep_silhouette, ec__sweep_labels, core__long_running)
+    rows, metadata = _method_gain(context, config.build(), warehouse, *args)
+    yield Output(rows, metadata=metadata or {})
+    yield from checks.table_results("ec__method_gain", rows, may_be_empty=metadata is None)
 
 
 class _Emitter:
@@ -291,6 +318,7 @@ def ec__mapping(
     if "ec__profiles" in emit.outputs:
         plot = {"plot": png_markdown(ec_profiles_plot(profiles), "EC profiles")} if profiles.height else {}
         yield from emit.output("ec__profiles", profiles, plot)
+    yield from emit.check("profiles_have_every_chosen_ec", *ecm.profiles_check(profiles, choice))
     per_method, picks = ecm.method_assignments(comparison, labels, cfg.methods, series.workload_ids, alpha)
     yield from emit.output(
         "ec__method_assignments",
@@ -313,6 +341,7 @@ def classifier_path(warehouse: Warehouse, source: str) -> Path:
     deps=["core__usage"],
     metadata={"dagster/column_schema": table_schema(CLASSIFIER_ACCURACY, "ec__classifier_accuracy")},
     description=ecm.EC_DESCRIPTIONS["ec__classifier_accuracy"],
+    check_specs=checks.specs("ec__classifier_accuracy", ACCURACY_CHECK_DOCS),
 )
 def ec__classifier_accuracy(
     context: AssetExecutionContext,
@@ -321,30 +350,33 @@ def ec__classifier_accuracy(
     ec__assignments: pl.DataFrame,
     core__workloads: pl.DataFrame,
     core__long_running: pl.DataFrame,
-) -> pl.DataFrame:
+):
     source, settings = context.partition_key, config.build()
     labelled = ec__assignments.join(core__workloads, on=["source", "workload_id"], how="inner")
     why = too_few_labelled(labelled, settings)
     if why:
         context.log.warning(f"{source}: {why}")
-        return pl.DataFrame(schema=CLASSIFIER_ACCURACY)
+        yield Output(pl.DataFrame(schema=CLASSIFIER_ACCURACY))
+        yield from checks.results(
+            accuracy_check_values(pl.DataFrame(), why), severity=AssetCheckSeverity.WARN
+        )
+        return
     usage = fill_window_gaps(long_running_usage(warehouse, source, core__long_running), core__long_running)
     series = series_matrix(usage, core__long_running, None, max_bins=max((*settings.prefix_lengths, 1)))
     run = accuracy_and_model(labelled, series, settings, source)
     table = run.table.with_columns(source=pl.lit(source))
     path = classifier_path(warehouse, source)
     run.model.save(path, card=run.card)
-    context.add_output_metadata(
-        {
-            "plot": png_markdown(classifier_accuracy_plot(table), "EC classifier accuracy against m"),
-            "model_path": MetadataValue.path(str(path)),
-            "model_card": MetadataValue.json(run.card),
-            "n_labelled": run.n_labelled,
-            "n_groups": run.n_groups,
-            "split": table["split"][0],
-        }
-    )
-    return table.select(list(CLASSIFIER_ACCURACY))
+    metadata = {
+        "plot": png_markdown(classifier_accuracy_plot(table), "EC classifier accuracy against m"),
+        "model_path": MetadataValue.path(str(path)),
+        "model_card": MetadataValue.json(run.card),
+        "n_labelled": run.n_labelled,
+        "n_groups": run.n_groups,
+        "split": table["split"][0],
+    }
+    yield Output(table.select(list(CLASSIFIER_ACCURACY)), metadata=metadata)
+    yield from checks.results(accuracy_check_values(table), severity=AssetCheckSeverity.WARN)
 
 
 EC_ASSETS = [ec__method_sweep, ec__method_gain, ec__mapping, ec__classifier_accuracy]

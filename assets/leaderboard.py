@@ -1,16 +1,9 @@
 """`eval__leaderboard`: per (source, load), every policy ranked by return, the oracle apart (`sim.leaderboard`)."""
 
 import polars as pl
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    MetadataValue,
-    Output,
-    asset,
-)
+from dagster import AssetExecutionContext, MetadataValue, Output, asset
 
+from assets import checks
 from assets.jobs import PROFILE_TAG
 from assets.plots import leaderboard_plot, png_markdown
 from sim.leaderboard import LEADERBOARD_CHECKS, leaderboard, leaderboard_check_values, leaderboard_text
@@ -20,9 +13,7 @@ from sim.leaderboard import LEADERBOARD_CHECKS, leaderboard, leaderboard_check_v
     group_name="results",
     io_manager_key="table_io",
     kinds={"parquet", "polars"},
-    check_specs=[
-        AssetCheckSpec(n, asset="eval__leaderboard", description=d) for n, d in LEADERBOARD_CHECKS.items()
-    ],
+    check_specs=checks.specs("eval__leaderboard", LEADERBOARD_CHECKS),
 )
 def eval__leaderboard(context: AssetExecutionContext, eval__results_summary: pl.DataFrame):
     """Every policy of `eval__results_summary` ranked by mean episode return per (source, load), with its 95 %
@@ -38,10 +29,7 @@ def eval__leaderboard(context: AssetExecutionContext, eval__results_summary: pl.
         }
     )
     yield Output(board)
-    for name, (passed, metadata) in leaderboard_check_values(board).items():
-        yield AssetCheckResult(
-            check_name=name, passed=passed, severity=AssetCheckSeverity.ERROR, metadata=metadata
-        )
+    yield from checks.results(leaderboard_check_values(board))
 
 
 LEADERBOARD_ASSETS = [eval__leaderboard]

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import polars as pl
 from dagster import (
-    AssetCheckResult,
-    AssetCheckSpec,
     AssetExecutionContext,
     MetadataValue,
     Output,
@@ -17,7 +15,7 @@ from dagster import (
     asset,
 )
 
-from assets.cluster import EVAL_CHECKS_FOR, eval_checks
+from assets import checks
 from assets.ec import classifier_path
 from assets.learned import RL_PARTITIONS, curve_metadata, policy_maker, train_partition
 from assets.plots import plot_learning_curves, summary_plot_metadata
@@ -25,10 +23,20 @@ from assets.resources import Warehouse
 from assets.settings import dataclass_config
 from models import ablation, tvw_rl
 from models.ec_labeller import ClassifierLabeller
-from models.learned import ResultsConfig, gap_check
+from models.learned import GAP_CHECK_DOCS, ResultsConfig, gap_check
+from models.training import CURVE_CHECK_DOCS, curve_check_values
 from models.tvw_rl import LEARNING_CURVE, TvwRlPolicy, TvwRlTrainConfig
 from pipelines.synthetic import is_synthetic
-from sim.evaluate import eval_sim_config, evaluate_by_cluster, gap_table, summarise
+from sim.evaluate import (
+    EVAL_CHECK_DOCS,
+    SUMMARY_CHECK_DOCS,
+    eval_check_values,
+    eval_sim_config,
+    evaluate_by_cluster,
+    gap_table,
+    summarise,
+    summary_check_values,
+)
 from sim.jobs import JobBatch
 from sim.observation import ObservationConfig
 
@@ -50,21 +58,24 @@ def labeller_for(warehouse: Warehouse, source: str, usage_scale: pl.DataFrame) -
     return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale))
 
 
-@asset(partitions_def=RL_PARTITIONS, group_name="rl", io_manager_key="table_io", kinds={"parquet", "torch"})
+@asset(
+    partitions_def=RL_PARTITIONS,
+    group_name="rl",
+    io_manager_key="table_io",
+    kinds={"parquet", "torch"},
+    check_specs=checks.specs("rl__tvw_rl", CURVE_CHECK_DOCS),
+)
 def rl__tvw_rl(
     context: AssetExecutionContext,
     config: TVW_RL_TRAIN,
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
     sim__usage_scale: pl.DataFrame,
-) -> Output[pl.DataFrame]:
-    """TVW-RL learning curves: one row per (source, load, training seed, iteration) with the mean and spread of the
-    episode return, each penalty as a positive cost, the policy's entropy and the wall seconds. One partition is one
-    (load, seed); it trains a policy for every source with training sequences at that load (REINFORCE with the
-    time-dependent baseline, `models.tvw_rl`; DeepRM's single-machine workload only when named), resuming from its
-    checkpoint (`models/tvw_rl/<source>/<partition>.ckpt/`) when a run was interrupted. The trained policies are
-    `models/tvw_rl/<source>/<partition>.pt` under the warehouse, published with their JSON sidecar (configuration,
-    git revision, iteration counts) only when training is complete."""
+):
+    """TVW-RL learning curves, one row per (source, load, training seed, iteration): return (mean, spread), each
+    penalty as a positive cost, entropy, wall seconds. A partition is one (load, seed) and trains a policy per
+    source there (`models.tvw_rl`), resuming from `models/tvw_rl/<source>/<partition>.ckpt/`; the policies
+    (`<partition>.pt`, with their JSON sidecar) are published only when complete."""
     settings = config.build()
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> list[dict]:
@@ -84,9 +95,10 @@ def rl__tvw_rl(
     out, meta = train_partition(
         context, warehouse, sim__job_sequences, settings, TvwRlPolicy.name, fit, LEARNING_CURVE
     )
-    return Output(
+    yield Output(
         out, metadata=meta | curve_metadata(out, plot_learning_curves(out), "TVW-RL learning curves")
     )
+    yield from checks.results(curve_check_values(out))
 
 
 @asset(
@@ -94,7 +106,7 @@ def rl__tvw_rl(
     io_manager_key="table_io",
     kinds={"parquet", "polars"},
     deps=["rl__tvw_rl", "rl__deeprm", "rl__dejavu"],
-    check_specs=EVAL_CHECKS_FOR("eval__results"),
+    check_specs=checks.specs("eval__results", EVAL_CHECK_DOCS),
 )
 def eval__results(
     context: AssetExecutionContext,
@@ -104,10 +116,9 @@ def eval__results(
     sim__usage_scale: pl.DataFrame,
     eval__baselines: pl.DataFrame,
 ):
-    """Every registered policy, learned ones included, on every test sequence of every source and load, with every
-    simulator metric, one row per (source, load, policy, test sequence, seed): the heuristics' rows from
-    `eval__baselines`, a learned policy's with the file trained at that (source, load) with that training seed
-    (one without such a file is left out and listed in the metadata)."""
+    """Every registered policy, learned ones included, with every simulator metric, one row per (source, load,
+    policy, test sequence, seed): the heuristics' rows from `eval__baselines`, a learned policy's with the file
+    trained at that (source, load) and training seed (one without such a file is left out, listed in metadata)."""
     settings = config.build()
     cfg = eval_sim_config("eval__results", settings, sim__job_sequences)
     missing: list[str] = []
@@ -126,34 +137,33 @@ def eval__results(
     if missing:
         context.log.warning(f"{len(missing)} learned policy runs have no checkpoint: {missing[:10]}")
     yield Output(results, metadata={"n_rows": results.height, "left_out": MetadataValue.json(missing)})
-    yield from eval_checks(results, results.height, asset="eval__results")
+    yield from checks.results(eval_check_values(results, results.height))
 
 
-@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"})
-def eval__results_summary(context: AssetExecutionContext, eval__results: pl.DataFrame) -> pl.DataFrame:
+@asset(
+    group_name="results",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    check_specs=checks.specs("eval__results_summary", SUMMARY_CHECK_DOCS),
+)
+def eval__results_summary(eval__results: pl.DataFrame):
     """Mean and 95 % interval of every metric of `eval__results` per (source, load, policy) over test sequences
     (seeds averaged within a sequence first); the UI shows the Fig. 4/5-style plot."""
     summary = summarise(eval__results)
-    context.add_output_metadata(summary_plot_metadata(summary))
-    return summary
+    yield Output(summary, metadata=summary_plot_metadata(summary))
+    yield from checks.results(summary_check_values(summary))
 
 
-GAP_CHECKS = [
-    AssetCheckSpec(
-        "has_a_best_heuristic_per_cell",
-        asset="eval__gap",
-        description="Every (source, load) evaluated has a best non-oracle heuristic and at least one forecast-driven "
-        "or learned policy compared with it; an oracle is never the best heuristic.",
-    )
-]
-
-
-@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"}, check_specs=GAP_CHECKS)
+@asset(
+    group_name="results",
+    io_manager_key="table_io",
+    kinds={"parquet", "polars"},
+    check_specs=checks.specs("eval__gap", GAP_CHECK_DOCS),
+)
 def eval__gap(context: AssetExecutionContext, eval__results: pl.DataFrame):
-    """Per (source, load, policy): the mean return against the best NON-ORACLE heuristic of that cell, the paired
-    difference by test sequence with its 95 % interval and how many sequences it wins, the best oracle's return (a
-    yardstick, never "best"), the share of the heuristic-to-oracle gap closed, a forecast-driven rule's information
-    gap, and overshoot and machines used beside Tetris's (`sim.evaluate.gap_table`)."""
+    """Per (source, load, policy): the mean return against the best NON-ORACLE heuristic of the cell, the paired
+    difference by test sequence (95 % interval, wins), the best oracle's return, the share of the heuristic-to-
+    oracle gap closed, overshoot and machines used beside Tetris's (`sim.evaluate.gap_table`)."""
     gaps = gap_table(eval__results)
     passed, check, counts = gap_check(eval__results, gaps)
     context.log.info(
@@ -162,14 +172,10 @@ def eval__gap(context: AssetExecutionContext, eval__results: pl.DataFrame):
     )
     meta = {"n_rows": gaps.height} | {k: counts[k] for k in ("n_cells", "n_significant_wins")}
     yield Output(gaps, metadata=meta)
-    yield AssetCheckResult(
-        asset_key="eval__gap", check_name="has_a_best_heuristic_per_cell", passed=passed, metadata=check
-    )
+    yield from checks.results({"has_a_best_heuristic_per_cell": (passed, check)})
 
 
-def relabel_by_method(
-    jobs: pl.DataFrame, value: str, warehouse: Warehouse, source: str, log=print
-) -> pl.DataFrame:
+def relabel_by_method(jobs: pl.DataFrame, value: str, warehouse: Warehouse, source: str, log=print):
     """`models.ablation.relabel_jobs` with `value`'s mapping of `source` from `ec__method_assignments` (one
     mapping per clustering method, at the k its choice rule picks); a clear error where there is no table."""
 
@@ -192,14 +198,14 @@ def relabel_by_method(
     group_name="ablation",
     io_manager_key="table_io",
     kinds={"parquet", "torch"},
+    check_specs=checks.specs("rl__ablation"),
 )
 def rl__ablation(
     context: AssetExecutionContext, config: ABLATION, warehouse: Warehouse, sim__job_sequences: pl.DataFrame
-) -> Output[pl.DataFrame]:
-    """One TVW-RL ablation run (TVW-RL Tables 2-3): the policy trained with one setting changed (a penalty weight,
-    training noise, shape noise, or the EC mapping: none, aggregate, DTW or temporal) on `source` at `load_pct`,
-    then evaluated greedily on that source's test sequences at background noise 0..3 units, scored with the
-    unablated penalty weights; one row per (noise level, test sequence)."""
+):
+    """One TVW-RL ablation run (Tables 2-3, `models.ablation`): the policy trained with one setting changed, on
+    `source` at `load_pct`, tested greedily at background noise 0..3 units with the unablated penalty weights;
+    one row per (noise level, test sequence)."""
     settings, key = config.build(), context.partition_key
     group = sim__job_sequences.filter(
         (pl.col("source") == settings.source) & (pl.col("load_pct") == settings.load_pct)
@@ -210,23 +216,29 @@ def rl__ablation(
     path = Path(warehouse.root) / "models" / "tvw_rl_ablation" / settings.source / f"{key}.pt"
     out, curve = ablation.run_ablation(group, key, settings, path, log=context.log.info)
     trend = MetadataValue.json(ablation.curve_trend(curve).to_dicts())
-    return Output(out, metadata={"first_vs_last_return": trend, "checkpoint": str(path)})
+    yield Output(out, metadata={"first_vs_last_return": trend, "checkpoint": str(path)})
+    yield from checks.table_results("rl__ablation", out)
 
 
-@asset(group_name="ablation", io_manager_key="table_io", kinds={"parquet", "polars"})
-def eval__ablations(rl__ablation: pl.DataFrame) -> pl.DataFrame:
-    """TVW-RL Tables 2-3 from the ablation runs: per (ablation, value, test noise) the mean over test sequences of
-    CPU and memory utilisation (higher is better), fragmentation, overshoot % and machines used (lower is
-    better), jobs never placed and the episode return (higher is better)."""
-    return ablation.ablation_table(rl__ablation)
+ABLATION_TABLE = {"group_name": "ablation", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
 
 
-@asset(group_name="ablation", io_manager_key="table_io", kinds={"parquet", "polars"})
-def eval__ablation_winners(rl__ablation: pl.DataFrame, eval__baselines: pl.DataFrame) -> pl.DataFrame:
-    """Each ablation run against the heuristics (`models.ablation.ablation_winners`): at test noise 0, on the same
-    test sequences, the policy with the best mean return and the TVW-RL variant's rank. The `advantage` rows
-    answer whether the advantage scaling (normalise / scale / raw) changes which policy wins."""
-    return ablation.ablation_winners(rl__ablation, eval__baselines)
+@asset(**ABLATION_TABLE, check_specs=checks.specs("eval__ablations"))
+def eval__ablations(rl__ablation: pl.DataFrame):
+    """TVW-RL Tables 2-3: per (ablation, value, test noise) the mean over test sequences of utilisation,
+    fragmentation, overshoot %, machines used, jobs never placed and the episode return."""
+    table = ablation.ablation_table(rl__ablation)
+    yield Output(table)
+    yield from checks.table_results("eval__ablations", table)
+
+
+@asset(**ABLATION_TABLE, check_specs=checks.specs("eval__ablation_winners"))
+def eval__ablation_winners(rl__ablation: pl.DataFrame, eval__baselines: pl.DataFrame):
+    """Each ablation run against the heuristics at test noise 0 on the same test sequences: the best policy by
+    mean return and the TVW-RL variant's rank (`models.ablation.ablation_winners`)."""
+    table = ablation.ablation_winners(rl__ablation, eval__baselines)
+    yield Output(table)
+    yield from checks.table_results("eval__ablation_winners", table)
 
 
 RL_ASSETS = [

@@ -5,8 +5,9 @@ loaded back), DeepRM's Figure 4 on its own workload, and Dejavu's own metrics.""
 from pathlib import Path
 
 import polars as pl
-from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, MetadataValue, Output, asset
+from dagster import AssetExecutionContext, MetadataValue, Output, asset
 
+from assets import checks
 from assets.learned import RL_PARTITIONS, curve_metadata, policy_maker, train_partition
 from assets.plots import curve_plot, dejavu_metrics_plot, png_markdown
 from assets.resources import Warehouse
@@ -15,6 +16,7 @@ from models import deeprm, dejavu
 from models.checkpoint import check_sidecar
 from models.deeprm import DEEPRM_CURVE, FIG4_SOURCE, FIG4_TABLE, DeepRMFig4Config, DeepRMTrainConfig
 from models.dejavu import DEJAVU_CURVE, DEJAVU_METRICS_TABLE, DejavuMetricsConfig, DejavuTrainConfig
+from models.training import CURVE_CHECK_DOCS, curve_check_values
 from pipelines.synthetic import build_deeprm_sequences
 from sim.evaluate import eval_sim_config
 from sim.jobs import JobBatch
@@ -25,18 +27,20 @@ DEEPRM_FIG4 = dataclass_config(DeepRMFig4Config)
 DEJAVU_METRICS = dataclass_config(DejavuMetricsConfig)
 
 
-@asset(partitions_def=RL_PARTITIONS, group_name="rl", io_manager_key="table_io", kinds={"parquet", "torch"})
+RL_TRAINING = {"partitions_def": RL_PARTITIONS, "group_name": "rl", "io_manager_key": "table_io"}
+
+
+@asset(**RL_TRAINING, kinds={"parquet", "torch"}, check_specs=checks.specs("rl__deeprm", CURVE_CHECK_DOCS))
 def rl__deeprm(
     context: AssetExecutionContext,
     config: DEEPRM_TRAIN,
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
-) -> Output[pl.DataFrame]:
-    """DeepRM agent learning curves: one row per (source, load, training seed, iteration): return, mean job
-    slowdown, each reward component as a positive cost, entropy, wall seconds. A partition is one (load, seed) and
-    trains on every source with training sequences there (`models.deeprm.DeepRMTrainConfig`: TVW-RL's "DeepRM"
-    baseline, DeepRM's own setup on its workload), resuming from `models/deeprm_rl/<source>/<partition>.ckpt/`;
-    the trained policies (`<partition>.pt`, with their JSON sidecar) are published only when complete."""
+):
+    """DeepRM agent learning curves, one row per (source, load, training seed, iteration): return, mean job
+    slowdown, each reward component as a positive cost, entropy, wall seconds. A partition is one (load, seed)
+    (`models.deeprm.DeepRMTrainConfig`), resuming from `models/deeprm_rl/<source>/<partition>.ckpt/`; the
+    policies (`<partition>.pt`, with their JSON sidecar) are published only when complete."""
     settings = config.build()
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> list[dict]:
@@ -54,21 +58,21 @@ def rl__deeprm(
     )
     panels = [("mean_return", "mean return"), ("mean_slowdown", "mean slowdown")]
     plot = curve_plot(out, panels, "DeepRM learning curves")
-    return Output(out, metadata=meta | curve_metadata(out, plot, "DeepRM learning curves"))
+    yield Output(out, metadata=meta | curve_metadata(out, plot, "DeepRM learning curves"))
+    yield from checks.results(curve_check_values(out))
 
 
-@asset(partitions_def=RL_PARTITIONS, group_name="rl", io_manager_key="table_io", kinds={"parquet", "torch"})
+@asset(**RL_TRAINING, kinds={"parquet", "torch"}, check_specs=checks.specs("rl__dejavu", CURVE_CHECK_DOCS))
 def rl__dejavu(
     context: AssetExecutionContext,
     config: DEJAVU_TRAIN,
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
-) -> Output[pl.DataFrame]:
-    """Dejavu learning curves: one row per (source, load, training seed, iteration): DQfD pretraining on
-    kube_default's demonstrations (loss and its parts), then RL with the competitive reward (its return, the
-    simulator's return and penalties, epsilon, loss), wall seconds. A partition is one (load, seed) and trains on
-    every source there but the single-node ones (`models.dejavu.DejavuTrainConfig`), resuming from
-    `models/dejavu/<source>/<partition>.ckpt/`; trained policies (`<partition>.pt`) are published when complete."""
+):
+    """Dejavu learning curves, one row per (source, load, training seed, iteration): DQfD pretraining on
+    kube_default's demonstrations (loss and its parts), then RL with the competitive reward (returns, penalties,
+    epsilon, loss), wall seconds. A partition is one (load, seed), single-node sources left out
+    (`models.dejavu.DejavuTrainConfig`); trained policies (`<partition>.pt`) are published when complete."""
     settings = config.build()
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> pl.DataFrame:
@@ -90,17 +94,18 @@ def rl__dejavu(
         ("mean_return", "competitive return"),
     ]
     plot = curve_plot(out, panels, "Dejavu learning curves (pretraining, then RL)")
-    return Output(out, metadata=meta | curve_metadata(out, plot, "Dejavu learning curves", trend=False))
+    yield Output(out, metadata=meta | curve_metadata(out, plot, "Dejavu learning curves", trend=False))
+    yield from checks.results(curve_check_values(out))
 
 
-@asset(group_name="results", io_manager_key="table_io", kinds={"parquet", "polars"}, deps=["rl__deeprm"])
-def eval__deeprm_fig4(
-    context: AssetExecutionContext, config: DEEPRM_FIG4, warehouse: Warehouse
-) -> Output[pl.DataFrame]:
-    """DeepRM Figure 4 on DeepRM's own workload: mean job slowdown with its 95 % interval over test jobsets per
-    (load, policy), for the trained DeepRM agent (`rl__deeprm` on `deeprm_synthetic`, the one trained at the
-    nearest load: `trained_at_load_pct`), SJF, Packer, Tetris, Tetris* and a random job; jobsets built here by
-    `pipelines.synthetic.build_deeprm_sequences` (sim__job_sequences' test jobsets at its loads and seed)."""
+RESULTS_TABLE = {"group_name": "results", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
+
+
+@asset(**RESULTS_TABLE, deps=["rl__deeprm"], check_specs=checks.specs("eval__deeprm_fig4"))
+def eval__deeprm_fig4(context: AssetExecutionContext, config: DEEPRM_FIG4, warehouse: Warehouse):
+    """DeepRM Figure 4 on DeepRM's own workload: mean job slowdown (95 % interval over test jobsets) per (load,
+    policy) for the DeepRM agent trained at the nearest load (`rl__deeprm` on `deeprm_synthetic`), SJF, Packer,
+    Tetris, Tetris* and a random job, on jobsets built by `pipelines.synthetic.build_deeprm_sequences`."""
     settings, name = config.build(), deeprm.DeepRMAgentPolicy.name
     root = Path(warehouse.root) / "models" / name / FIG4_SOURCE
     checkpoints = deeprm.trained_by_load(root, settings.training_seed)
@@ -120,25 +125,19 @@ def eval__deeprm_fig4(
         "checkpoints": MetadataValue.json({str(k): str(v) for k, v in checkpoints.items()}),
         "n_rows": table.height,
     }
-    return Output(table, metadata=metadata)
+    yield Output(table, metadata=metadata)
+    yield from checks.table_results("eval__deeprm_fig4", table)
 
 
-DEJAVU_METRICS_CHECKS = [
-    AssetCheckSpec(
-        "no_episode_hits_the_safety_cap",
-        asset="eval__dejavu_metrics",
-        description="Every policy measured finishes every test episode before the safety cap (a truncated episode "
-        "would make its completion time the cap and its turnaround a mean over the jobs it did place).",
-    )
-]
+TRUNCATION_CHECK = {
+    "no_episode_hits_the_safety_cap": "Every policy measured finishes every test episode before the safety cap "
+    "(a truncated episode would make its completion time the cap and its turnaround a mean over the jobs it did "
+    "place)."
+}
 
 
 @asset(
-    group_name="results",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    deps=["rl__dejavu"],
-    check_specs=DEJAVU_METRICS_CHECKS,
+    **RESULTS_TABLE, deps=["rl__dejavu"], check_specs=checks.specs("eval__dejavu_metrics", TRUNCATION_CHECK)
 )
 def eval__dejavu_metrics(
     context: AssetExecutionContext,
@@ -146,11 +145,9 @@ def eval__dejavu_metrics(
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
 ):
-    """Dejavu's own metrics (its section IV-D) per (source, load, policy) on the test sequences, for the trained
-    Dejavu agents and kube_default, Best-Fit and Tetris: utilisation until the last placement, RBD1 and RBD2
-    (imbalance across nodes, within a node), completion and turnaround time, each a mean over test sequences with
-    its 95 % half-width (`_ci95`), in `eval__results`' simulator, single-node sources left out. A learned run
-    with no trained file is left out and listed in the metadata (`models.dejavu.evaluate_dejavu_metrics`)."""
+    """Dejavu's own metrics (its section IV-D) per (source, load, policy) on the test sequences, for Dejavu,
+    kube_default, Best-Fit and Tetris: utilisation, RBD1/RBD2, completion and turnaround time, means with 95 %
+    half-widths (`_ci95`), single-node sources left out (`models.dejavu.evaluate_dejavu_metrics`)."""
     settings = config.build()
     cfg = eval_sim_config("eval__dejavu_metrics", settings, sim__job_sequences)
     jobs = sim__job_sequences.filter(~pl.col("source").is_in(dejavu.SINGLE_NODE_SOURCES))
@@ -173,14 +170,7 @@ def eval__dejavu_metrics(
         "left_out": MetadataValue.json(missing),
     }
     yield Output(table, metadata=metadata | {"plot": plot})
-    passed, check = dejavu.truncation_check(table)
-    check["groups"] = MetadataValue.json(check["groups"])
-    yield AssetCheckResult(
-        asset_key="eval__dejavu_metrics",
-        check_name="no_episode_hits_the_safety_cap",
-        passed=passed,
-        metadata=check,
-    )
+    yield from checks.results({"no_episode_hits_the_safety_cap": dejavu.truncation_check(table)})
 
 
 RL_BASELINE_ASSETS = [rl__deeprm, rl__dejavu, eval__deeprm_fig4, eval__dejavu_metrics]

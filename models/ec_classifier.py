@@ -505,3 +505,27 @@ def classifier_card(table: pl.DataFrame, source: str, prefix_bins: int, n: int, 
             for r in table.iter_rows(named=True)
         ],
     }
+
+
+ACCURACY_CHECK_DOCS = {
+    "beats_best_constant": "WARN: at some usage-prefix length m the held-out accuracy is above the best constant "
+    "guess of the test splits (a classifier that never is has learned nothing); passes with a note when too few "
+    "workloads were labelled to train one.",
+}
+"""The check of `ec__classifier_accuracy` (`accuracy_check_values`): name -> what passing means."""
+
+
+def accuracy_check_values(
+    table: pl.DataFrame, why_not_trained: str | None = None
+) -> dict[str, tuple[bool, dict]]:
+    """Check name (ACCURACY_CHECK_DOCS) -> (passed, metadata) of an ACCURACY_ROWS table."""
+    if why_not_trained:
+        return {"beats_best_constant": (True, {"note": f"not trained: {why_not_trained}"})}
+    margin = (table["accuracy"] - table["best_constant_accuracy"]).fill_nan(None).drop_nulls()
+    best = float(margin.max()) if margin.len() else float("nan")
+    return {
+        "beats_best_constant": (
+            margin.len() > 0 and best > 0,
+            {"best_margin_over_constant": best, "n_prefix_lengths": table.height},
+        )
+    }

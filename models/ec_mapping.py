@@ -199,6 +199,10 @@ EC_MAPPING_CHECKS = {
         "ec__method_assignments",
         "at most one mapping per method, and the chosen method's rows equal ec__assignments",
     ),
+    "profiles_have_every_chosen_ec": (
+        "ec__profiles",
+        "a chosen mapping has finite profiles of 1 to k of its ECs (none when nothing is chosen)",
+    ),
 }
 """Check name -> (table it checks, description)."""
 
@@ -491,6 +495,16 @@ def coverage_check(
         and not set(labelled) & skipped
     )
     return ok, meta
+
+
+def profiles_check(profiles: pl.DataFrame, choice: Choice) -> tuple[bool, dict]:
+    """A chosen mapping of k ECs has a profile for at least one and at most k of them, every CPU and memory value
+    finite; no mapping chosen, no profile."""
+    n_ecs = profiles["ec_label"].n_unique() if profiles.height else 0
+    finite = profiles.filter(~(pl.col("cpu_frac").is_finite() & pl.col("mem_frac").is_finite())).height == 0
+    k = (choice.k or 0) if choice.method is not None else 0
+    ok = finite and (1 <= n_ecs <= k if k else n_ecs == 0)
+    return ok, {"n_ecs": n_ecs, "k_chosen": k, "is_finite": finite, "n_rows": profiles.height}
 
 
 def method_assignments_check(

@@ -40,6 +40,13 @@ class ResultsConfig:
     """background noise 0..n units (robustness study: 1-3)"""
 
 
+GAP_CHECK_DOCS = {
+    "has_a_best_heuristic_per_cell": "Every (source, load) evaluated has a best non-oracle heuristic and at least one "
+    "forecast-driven or learned policy compared with it; an oracle is never the best heuristic.",
+}
+"""The check of `eval__gap` (`gap_check`): name -> what passing means."""
+
+
 def gap_check(results: pl.DataFrame, gaps: pl.DataFrame) -> tuple[bool, dict, dict]:
     """(passed, check metadata, counts) of `eval__gap` on `gaps` (`sim.evaluate.gap_table` of `results`). The check
     passes when every (source, load) evaluated has a best heuristic, at least one forecast-driven or learned policy

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from pipelines.synthetic import SYNTHETIC_WORKLOADS
+from pipelines.table_checks import CheckValues, table_check
 
 
 def init_parameters(module: nn.Module, generator: torch.Generator) -> None:
@@ -88,3 +89,18 @@ def stack_curves(frames: list[pl.DataFrame], schema: Mapping[str, pl.DataType]) 
     missing = [c for c in schema if c not in out.columns]
     out = out.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing])
     return out.select([pl.col(c).cast(t) for c, t in schema.items()])
+
+
+CURVE_CHECK_DOCS = {
+    "learning_curve_is_finite": "Every training run of the partition has a learning curve (rows) and no NaN or "
+    "infinite value in it (a diverged run's returns or losses are not finite).",
+}
+"""The check of a learning-curve table (`curve_check_values`): name -> what passing means."""
+
+
+def curve_check_values(curve: pl.DataFrame) -> CheckValues:
+    """Check name (CURVE_CHECK_DOCS) -> (passed, metadata) of the stacked learning curves of a partition: rows,
+    every float column finite where reported (nulls, e.g. returns during pretraining, are not values)."""
+    passed, meta = table_check(curve, unique=("source", "load_pct", "seed", "iteration"))
+    runs = curve.select("source", "load_pct", "seed").unique().height if curve.height else 0
+    return {"learning_curve_is_finite": (passed, {**meta, "n_runs": runs})}

@@ -455,6 +455,32 @@ def offered_load_check(
     )
 
 
+OFFERED_LOAD_CHECK_DOCS = {
+    "offered_load_near_label": "Every sequence offers a finite positive load, and per (source, load) the mean "
+    "dominant-resource offered load is within the run's load_tolerance of the label.",
+}
+"""The check of `sim__offered_load` (`offered_load_check_values`): name -> what passing means."""
+
+
+def offered_load_check_values(table: pl.DataFrame, tolerance: float = 0.1) -> dict[str, tuple[bool, dict]]:
+    """Check name (OFFERED_LOAD_CHECK_DOCS) -> (passed, metadata) of an OFFERED_LOAD table."""
+    dead = table.filter(
+        ~(pl.col("offered_load_dominant").is_finite() & (pl.col("offered_load_dominant") > 0))
+    )
+    by_label = offered_load_check(table, tolerance)
+    off = by_label.filter(~pl.col("is_within_tolerance"))
+    return {
+        "offered_load_near_label": (
+            table.height > 0 and dead.is_empty() and off.is_empty(),
+            {
+                "n_sequences": table.height,
+                "n_sequences_without_load": dead.height,
+                "off_label": off.select("source", "load_pct", "ratio_to_label").to_dicts(),
+            },
+        )
+    }
+
+
 def split_workload_counts(jobs: pl.DataFrame, min_workloads: int = 2) -> pl.DataFrame:
     """Per (source, split) of JOB_SEQUENCES rows: distinct workloads over all its sequences, and
     `is_too_few` when below `min_workloads` (every sequence of the split then replays the same few
@@ -959,6 +985,21 @@ USAGE_SCALE = {
     "step_bins": pl.Int32,  # 5-minute bins per logical step
 }
 """Per real source, what mapped its usage fractions to units: what the simulator's EC labeller needs."""
+
+
+SEQUENCE_TABLE_DOCS = {
+    "sim__job_sequences": "Job sequences for the simulator, one row per job: per (source, load, split, sequence) "
+    "the arrival step, EC label, workload meta and quantised per-step CPU and memory units (C_d = 8) of a window "
+    "cut from a long-running workload of `core__long_running` (`pipelines.job_sequences`; workloads larger than "
+    "one machine named, set aside by `oversized_rule`) or a synthetic workload (`pipelines.synthetic`).",
+    "sim__offered_load": "Per job sequence, its realised offered load measured from its jobs alone (total work per "
+    "resource / (M x C_d x arrival window)), per resource, their mean and the dominant resource's, and the peak "
+    "demand as a fraction of the cluster: what the load label claims, checked.",
+    "sim__usage_scale": "Per real source, the multipliers that mapped usage fractions to units (95th percentile of "
+    "workload peaks -> 6 of 8 units) and the step length: what the EC labeller needs to turn units back into "
+    "fractions.",
+}
+"""The tables of a sequence run (the assets' descriptions): name -> what a row is."""
 
 
 SEQUENCE_CHECK_DOCS = {

@@ -430,6 +430,25 @@ def fill_window_gaps(usage: pl.DataFrame | pl.LazyFrame, long_running: pl.DataFr
 
 # ---------------------------------------------------------------- checks of the three tables
 
+LONG_RUNNING_TABLE_DOCS = {
+    "core__long_running": "Workloads that pass the TVW-RL filter: not evicted/killed/failed/lost, fully "
+    "recorded, with at least N contiguous 5-minute records; with the contiguous window kept.",
+    "core__long_running_report": "How many workloads the filter kept and dropped, per reason.",
+    "core__long_running_judged": "Why each workload was kept or dropped by the long-running filter, one row per "
+    "workload: the reason (first match of no_usage, bad_final_state, partial, too_short, else kept), the rule and "
+    "threshold it was judged under, and what it was judged on (runs, observed bins, records, final state).",
+}
+"""The filter's three tables (the assets' descriptions)."""
+REPORT_CHECK_DOCS = {
+    "every_workload_counted_once": "the report's counts add up to the number of workloads of the source",
+}
+"""The check of the report (`check_report`)."""
+JUDGED_CHECK_DOCS = {
+    "every_workload_judged_once": "every workload of the source has exactly one row, and the rows per reason "
+    "equal the report's counts",
+}
+"""The check of the judged table (`check_judged`)."""
+
 
 def check_report(report: pl.DataFrame, n_workloads: int) -> dict:
     """`passed` and `metadata` of the report's check: the five reasons' counts add up to the `n_workloads`

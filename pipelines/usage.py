@@ -488,6 +488,15 @@ def check_usage_invariants(files: list[Path]) -> dict[str, int]:
     )
 
 
+USAGE_CHECK_DOCS = {
+    "usage_contract": "ERROR, blocking: bins on the 5-minute grid, one per workload, finite non-negative "
+    "fractions, filled bins carry no samples (metadata also counts the bins above one machine)",
+    "usage_within_one_machine": "warns when bins use more than one machine (cpu_frac or mem_frac > 1), counted "
+    "per resource; such bins are kept (job sequences scale each source, the simulator clips the rest)",
+}
+"""The checks of `check_usage_files`: name -> what passing means."""
+
+
 def check_usage_files(files: list[Path]) -> dict[str, dict]:
     """`passed` and `metadata` of the two checks of a source's usage files: `usage_contract` (no row breaks the
     USAGE contract; its metadata also counts the bins above one machine) and `usage_within_one_machine` (no bin

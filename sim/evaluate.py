@@ -629,3 +629,32 @@ def eval_check_values(results: pl.DataFrame, n_expected: int) -> dict[str, tuple
             },
         ),
     }
+
+
+SUMMARY_CHECK_DOCS = {
+    "policies_differ_in_every_cell": "Rows, every mean finite, and in no (source, load) with two or more policies "
+    "do all of them have the same mean episode return (a degenerate evaluation).",
+}
+"""The check of a summary table (`summarise`; `summary_check_values`): name -> what passing means."""
+
+
+def summary_check_values(summary: pl.DataFrame) -> dict[str, tuple[bool, dict[str, Any]]]:
+    """Check name (SUMMARY_CHECK_DOCS) -> (passed, metadata) of a `summarise` table."""
+    returns = summary.filter(pl.col("metric") == "episode_return")
+    per_cell = returns.group_by("source", "load_pct").agg(
+        pl.col("policy").n_unique().alias("n_policies"), pl.col("mean").n_unique().alias("n_means")
+    )
+    flat = per_cell.filter((pl.col("n_policies") > 1) & (pl.col("n_means") < 2))
+    n_bad = summary.filter(~pl.col("mean").is_finite()).height
+    return {
+        "policies_differ_in_every_cell": (
+            returns.height > 0 and flat.is_empty() and n_bad == 0,
+            {
+                "n_cells": per_cell.height,
+                "cells_with_one_mean": flat.select("source", "load_pct")
+                .sort("source", "load_pct")
+                .to_dicts(),
+                "n_non_finite_means": n_bad,
+            },
+        )
+    }

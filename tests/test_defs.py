@@ -52,3 +52,10 @@ def test_raw_partitions_are_the_fixture_shards(defs):
     asset = defs.get_assets_def("raw_google2011__task_events")
     keys = asset.partitions_def.get_partition_keys()
     assert keys == sorted(p.name for p in (FIXTURES / "google-2011" / "task_events").glob("part-*.csv.gz"))
+
+
+def test_every_asset_has_a_check(defs):
+    graph = defs.resolve_asset_graph()
+    checked = {k.asset_key for k in graph.asset_check_keys}
+    unchecked = [k.to_user_string() for k in graph.get_all_asset_keys() if k not in checked]
+    assert unchecked == []

@@ -1,9 +1,19 @@
 """Asset checks of the simulator and evaluation tables fail on the cases they exist for."""
 
 import polars as pl
+from dagster import AssetCheckSeverity
 
-from assets.cluster import eval_checks, sequence_checks
-from sim.evaluate import split_diversity
+from assets.checks import results, specs
+from pipelines.job_sequences import sequence_check_values
+from sim.evaluate import eval_check_values, split_diversity
+
+
+def eval_checks(table: pl.DataFrame, n_expected: int):
+    return results(eval_check_values(table, n_expected), "eval__baselines")
+
+
+def sequence_checks(jobs: pl.DataFrame, diversity: pl.DataFrame):
+    return results(sequence_check_values(jobs, diversity), "sim__job_sequences")
 
 
 def _results(noop_return: float, util: float = 0.5, truncated_policy: str = "noop") -> pl.DataFrame:
@@ -57,3 +67,17 @@ def test_sequence_checks_flag_thin_splits_and_shared_workloads():
     }
     checks = _by_name(sequence_checks(jobs, split_diversity(jobs, min_workloads=3)))
     assert not checks["splits_have_enough_workloads"]
+
+
+def test_results_wrap_values_with_their_severity_and_json_metadata():
+    (result,) = results({"c": (False, {"rows": [1, 2], "n": 3})}, "eval__summary", AssetCheckSeverity.WARN)
+    assert (result.check_name, result.passed, result.severity) == ("c", False, AssetCheckSeverity.WARN)
+    assert result.asset_key.to_user_string() == "eval__summary"
+    assert result.metadata["rows"].value == [1, 2] and result.metadata["n"].value == 3
+
+
+def test_specs_default_to_the_generic_table_check_and_mark_blocking_ones():
+    (spec,) = specs("eval__deeprm_fig4")
+    assert spec.name == "slowdown_at_least_one" and not spec.blocking
+    blocking = {s.name: s.blocking for s in specs("a", {"x": "", "y": ""}, blocking=("x",))}
+    assert blocking == {"x": True, "y": False}
