@@ -12,9 +12,9 @@ With --fig4-load L: instead, DeepRM's own agent (`DeepRMAgentConfig.short`, its 
 --k-unused) trained --iterations times on --batches (one, e.g. 8x8) of DeepRM's workload at load L, its learning
 curve (training slowdown per tenth of the run) and the greedy agent's Figure 4 row against SJF, Packer, Tetris and
 Tetris* on 30 test jobsets. Measured on 2 shared cores (load average about 11), seed 0, L = 90, 200 iterations of
-8 x 8 (17 min): training slowdown 3.44 (first 20 iterations) -> 2.08 (last 20), greedy 1.99 +- 0.22 (k_unused 0)
-and 2.12 +- 0.24 (k_unused 1) against SJF 1.84 +- 0.15 and Tetris* 1.90 +- 0.19; the sample budget (15 of 4 x 4):
-4.42 and 3.72.
+8 x 8 (17 min; 6 min at load 4): training slowdown 3.44 (first 20 iterations) -> 2.08 (last 20), greedy 1.99 +- 0.22
+(k_unused 0) and 2.12 +- 0.24 (k_unused 1) against SJF 1.84 +- 0.15 and Tetris* 1.90 +- 0.19; seed 1: 1.86 +- 0.16
+and 2.00 +- 0.20; the sample budget (15 of 4 x 4), seed 0: 4.42 and 3.72.
 
     .venv/bin/python benchmarks/bench_deeprm.py --fig4-load 90 --iterations 200 --batches 8x8 [--k-unused 0]
 """

@@ -150,8 +150,8 @@ class DeepRMAgentConfig:
     """Weight of TVW-RL's extra penalty on unused resources (ours; TVW-RL gives no value). DeepRM's own setup
     (`paper`, `short`: the agent of its Figure 4) sets 0: DeepRM's reward is the slowdown alone ("to optimize
     average job slowdown"), and the penalty pays for packing now over withholding for short jobs. Measured
-    (DeepRM's workload at 90 % load, 200 iterations of 8 x 8 episodes, seed 0, greedy on 30 test jobsets): mean
-    slowdown 1.99 +- 0.22 with 0, 2.12 +- 0.24 with 1 (SJF 1.84 +- 0.15)."""
+    (DeepRM's workload at 90 % load, 200 iterations of 8 x 8 episodes, greedy on 30 test jobsets, seeds 0 / 1):
+    mean slowdown 1.99 +- 0.22 / 1.86 +- 0.16 with 0, 2.12 +- 0.24 / 2.00 +- 0.20 with 1 (SJF 1.84 +- 0.15)."""
     max_hold_steps: int | None = 20
     """Void is not offered while a visible job that fits now has waited this many steps or more since it arrived
     (None: DeepRM as published, void whenever a job runs). Ours, = T: DeepRM withholds a job to keep room for
