@@ -52,7 +52,9 @@ def test_too_short_a_history_or_a_broken_cycle_falls_back() -> None:
     env, job = np.array([0, 0]), np.array([0, 1])
     overlay = PeriodicOverlay(RequestForecaster(horizon=6), max_period=8)
     assert (overlay.forecast(CFG, state, env, job)[:, :, :, 0] == 4).all()
-    later = _state([wave, broken], steps=19)  # 20 steps observed; the broken job's step 17 spoils its last cycles
+    later = _state(
+        [wave, broken], steps=19
+    )  # 20 steps observed; the broken job's step 17 spoils its last cycles
     got = overlay.forecast(CFG, later, env, job)
     assert got[0, 0, :, 0].min() == 1 and (got[1, :, :, 0] == 4).all()
 
@@ -74,3 +76,45 @@ def test_the_overlay_never_reads_the_future() -> None:
 def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match="max_period"):
         PeriodicOverlay(RequestForecaster(), max_period=1)
+
+
+def _reference_periods(overlay, recent):
+    """The definition, step by step: the smallest p whose last min_periods x p observed steps repeat exactly
+    and move (not flat), 0 where none."""
+    out = []
+    n, r, _ = recent.shape
+    for i in range(n):
+        found = 0
+        for p in range(2, overlay.max_period + 1):
+            span = p * overlay.min_periods
+            if span > r:
+                break
+            tail = recent[i, r - span :]
+            if np.isnan(tail).any() or not (tail.max(axis=0) > tail.min(axis=0)).any():
+                continue
+            if (tail[p:] == tail[:-p]).all():
+                found = p
+                break
+        out.append(found)
+    return np.array(out)
+
+
+def test_periods_equal_their_definition_on_random_windows():
+    class Base:
+        horizon, levels = 24, (0.5, 0.95)
+
+    overlay = PeriodicOverlay(Base())
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(0, 20))
+        r = overlay.window if rng.random() < 0.7 else int(rng.integers(1, overlay.window + 1))
+        x = rng.integers(0, 3, size=(n, r, 2)).astype(float)
+        for i in range(n):
+            if rng.random() < 0.5:
+                p = int(rng.integers(2, 30))
+                x[i] = np.tile(rng.integers(0, 4, size=(p, 2)), (r // p + 1, 1))[:r]
+            if rng.random() < 0.2:
+                x[i, : int(rng.integers(0, r + 1))] = np.nan
+            if rng.random() < 0.1:
+                x[i] = 1.0
+        assert (overlay.periods(x) == _reference_periods(overlay, x)).all()
