@@ -115,8 +115,7 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
     yield from checks.results(
         sequence_check_values(run.jobs, run.diversity, run.by_label), "sim__job_sequences"
     )
-    load_checks = offered_load_check_values(run.offered_load, settings.load_tolerance)
-    yield from checks.results(load_checks, "sim__offered_load")
+    yield from checks.results(offered_load_check_values(run.offered_load), "sim__offered_load")
     only_synthetic = all(map(is_synthetic, run.jobs["source"].unique()))
     yield from checks.table_results("sim__usage_scale", run.usage_scale, may_be_empty=only_synthetic)
 
@@ -229,7 +228,7 @@ def eval__ec_labelling(
         for (name,), rows in out.group_by("labeller", maintain_order=True)
     }
     yield Output(out, metadata=plots)
-    yield from checks.table_results("eval__ec_labelling", out, may_be_empty=sim__job_sequences.is_empty())
+    yield from checks.table_results("eval__ec_labelling", out)
 
 
 FORECAST_CHECKS = checks.specs("eval__forecast", COVERAGE_CHECK_DOCS)

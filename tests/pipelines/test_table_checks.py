@@ -76,8 +76,18 @@ def _offered(loads: list[float], label: int = 50) -> pl.DataFrame:
 
 def test_offered_load_near_its_label_passes_and_far_or_dead_fails():
     assert offered_load_check_values(_offered([0.48, 0.53]))["offered_load_near_label"][0]
+    assert offered_load_check_values(_offered([0.6, 0.7]))["offered_load_near_label"][0]  # off 10 %, not 2x
     passed, meta = offered_load_check_values(_offered([0.2, 0.25]))["offered_load_near_label"]
     assert not passed and meta["off_label"][0]["load_pct"] == 50
     passed, meta = offered_load_check_values(_offered([1.0, 0.0]))["offered_load_near_label"]
     assert not passed and meta["n_sequences_without_load"] == 1
     assert not offered_load_check_values(_offered([]))["offered_load_near_label"][0]
+
+
+def test_an_ablation_run_compared_with_no_heuristic_has_no_winner():
+    winners = pl.DataFrame(
+        {"tvw_rl_rank_by_return": [1, 2], "n_policies": [3, 3], "tvw_rl_return": [-1.0, -2.0]}
+    )
+    assert table_check_values("eval__ablation_winners", winners)["every_run_has_a_winner"][0]
+    alone = winners.with_columns(n_policies=pl.lit(1))
+    assert not table_check_values("eval__ablation_winners", alone)["every_run_has_a_winner"][0]
