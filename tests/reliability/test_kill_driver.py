@@ -1,7 +1,12 @@
 """kill -9 of the `tvw-run` driver at three moments of one command (raw -> rl on the derived Google source, a tiny
 training budget): while a raw shard is ingested, while both workers make EC runs, and while TVW-RL trains. Each
-time no process of the run is alive 5 s later, and the same command run again completes, marks the dead driver's
-runs failed, and leaves tables identical to a clean run's (`benchmarks/compare_warehouses.py`).
+time no process of the run is alive 5 s later, and the same command run again completes with no run of the dead
+driver left STARTED (a worker's run fails with it; `fail_orphaned_runs` marks any other) and tables identical to a
+clean run's (`benchmarks/compare_warehouses.py`). After the kill during training, the run again resumes TVW-RL
+from its checkpoint ("resuming tvw_rl from iteration 25 of 40") and still gives the clean run's tables.
+
+The clean run is made once, first: its tables are those of the code at that moment, so the tree must not change
+while the suite runs.
 
 The loader's refusal of a partial policy (no sidecar, short iteration count) is unit-tested in
 tests/assets/test_learned.py::test_load_learned_refuses_a_partial_policy_naming_the_file and
