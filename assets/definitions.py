@@ -10,7 +10,7 @@ from dagster import Definitions, JobDefinition, definitions, in_process_executor
 
 from assets import cluster, core, ec, leaderboard, rl, rl_baselines
 from assets.io_manager import TableIOManager
-from assets.jobs import build_jobs, with_shared_ec_config
+from assets.jobs import SHARED_CONFIG, build_jobs
 from assets.raw import build_raw_assets
 from assets.resources import TraceFolder, Warehouse
 from assets.settings import apply_profile
@@ -53,7 +53,8 @@ def build_definitions(
             *rl_baselines.RL_BASELINE_ASSETS,
             *leaderboard.LEADERBOARD_ASSETS,
         ],
-        with_shared_ec_config(config["ops"]),
+        config["ops"],
+        shared=SHARED_CONFIG,
     )
     return Definitions(
         assets=all_assets,

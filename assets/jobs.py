@@ -5,7 +5,6 @@ training seed), or the whole cluster layer. A job's config is its assets' defaul
 asset graph) and, for the raw jobs, the source.
 """
 
-import functools
 import re
 
 from dagster import (
@@ -19,8 +18,8 @@ from dagster import (
 
 from assets.core import SOURCE_PARTITIONS
 from assets.raw import NO_SHARD
-from assets.settings import find_setting, resolved_config
-from pipelines.profiles import with_shared_entries
+from assets.settings import resolved_config
+from pipelines.settings import find_setting
 
 EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
 """Ops configured by the profile's `ec__mapping` entry (all three take one config class): a profile configures the
@@ -31,7 +30,7 @@ SOURCE_TAG = "tvw/source"
 ON_DEMAND_TAG = "tvw/on_demand"
 
 
-with_shared_ec_config = functools.partial(with_shared_entries, shared={"ec__mapping": EC_CONFIG_OPS})
+SHARED_CONFIG = {"ec__mapping": EC_CONFIG_OPS}
 """The profile's `ops:` with its `ec__mapping` entry copied to the EC sweep and gain ops (an entry the profile
 gives one of them itself is kept)."""
 

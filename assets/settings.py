@@ -17,10 +17,8 @@ from dagster._core.definitions.definition_config_schema import (
     convert_user_facing_definition_config_schema,
 )
 
-from pipelines.profiles import ProfileError
-from pipelines.settings import config_fields, find_setting, to_dataclass
-
-__all__ = ["ProfileError", "find_setting"]
+from pipelines.profiles import ProfileError, expand_shared
+from pipelines.settings import config_fields, to_dataclass
 
 
 class DataclassConfig(Config):
@@ -77,11 +75,14 @@ def _with_defaults(config_type: Any, values: Mapping[str, Any], where: str) -> A
     return Shape(new, description=getattr(config_type, "description", None))
 
 
-def apply_profile(assets: Iterable[AssetsDefinition], ops: Mapping[str, Any]) -> list[AssetsDefinition]:
+def apply_profile(assets: Iterable[AssetsDefinition], ops: Mapping, shared: Mapping | None = None) -> list:
     """Every asset whose op `ops` configures, with that configuration as its config's default (the rest as they
-    are). ProfileError names an op no asset has, an op that takes no config, an unknown key or a bad value, and
+    are; `shared`: op -> the other ops its entry configures). ProfileError names an op no asset has, an op that takes no config, an unknown key or a bad value, and
     a value the settings dataclass itself refuses (its `__post_init__` checks, e.g. a negative k)."""
-    assets = list(assets)
+    assets, (ops, written_as) = (
+        list(assets),
+        expand_shared(ops, shared or {}),
+    )  # an entry configuring several ops
     by_op = {a.node_def.name: a for a in assets}
     unknown = sorted(set(ops) - set(by_op))
     if unknown:
@@ -93,13 +94,14 @@ def apply_profile(assets: Iterable[AssetsDefinition], ops: Mapping[str, Any]) ->
         if entry is None:
             out.append(asset)
             continue
+        where = f"ops.{written_as.get(name, name)}"
         if not isinstance(entry, Mapping) or set(entry) - {"config"}:
-            raise ProfileError(f"ops.{name}: expected `config:` and nothing else, got {entry!r}")
+            raise ProfileError(f"{where}: expected `config:` and nothing else, got {entry!r}")
         shape = getattr(asset.node_def.config_schema, "config_type", None)
         if shape is None or not isinstance(shape, Shape | Permissive):
-            raise ProfileError(f"ops.{name}: this asset takes no config")
-        new_shape = _with_defaults(shape, entry.get("config") or {}, f"ops.{name}.config")
-        _check_dataclass(asset, entry.get("config") or {}, f"ops.{name}.config")
+            raise ProfileError(f"{where}: this asset takes no config")
+        new_shape = _with_defaults(shape, entry.get("config") or {}, f"{where}.config")
+        _check_dataclass(asset, entry.get("config") or {}, f"{where}.config")
         node = asset.node_def.with_replaced_properties(
             name=name, config_schema=convert_user_facing_definition_config_schema(new_shape)
         )

@@ -40,8 +40,11 @@ def compare(a: pl.DataFrame, b: pl.DataFrame, rtol: float, ignore: re.Pattern) -
     if cols_a != cols_b:
         return f"columns only before {sorted(cols_a - cols_b)}, only after {sorted(cols_b - cols_a)}"
     cols = sorted(cols_a)
+    nested = [c for c in cols if a.schema[c].is_nested() or b.schema[c].is_nested()]
+    a = a.with_columns(pl.col(c).map_elements(repr, return_dtype=pl.String) for c in nested)
+    b = b.with_columns(pl.col(c).map_elements(repr, return_dtype=pl.String) for c in nested)
     floats = [c for c in cols if a.schema[c].is_float()]
-    keys = [c for c in cols if c not in floats and a.schema[c].is_(b.schema[c]) and not a.schema[c].is_nested()]
+    keys = [c for c in cols if c not in floats and a.schema[c].is_(b.schema[c])]
     a, b = a.select(cols), b.select(cols)
     if keys:
         a, b = a.sort(keys, nulls_last=True), b.sort(keys, nulls_last=True)

@@ -306,7 +306,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from assets.definitions import build_definitions, load_profile
     from assets.jobs import planned_partitions
-    from assets.settings import ProfileError
     from cli import plan as planning
     from cli.progress import Durations, Progress, clock
     from cli.summary import (
@@ -320,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         source_summary,
     )
     from cli.workers import Target, WorkerPool
+    from pipelines.profiles import ProfileError
     from pipelines.sources import SOURCES
 
     try:

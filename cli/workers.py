@@ -137,13 +137,18 @@ def _kill_own_group(*_) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+def _arm_signals() -> None:
+    """SIGTERM (the driver's stop, or its death) kills the worker's whole group; SIGINT is the driver's to act on."""
+    signal.signal(signal.SIGTERM, _kill_own_group)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _worker_main(
     conn: Connection, parent: int, instance_ref, threads: int, target: Target, driver: str
 ) -> None:
     os.setsid()  # own process group: the terminal's Ctrl-C goes to the driver only
     _die_with_parent()
-    signal.signal(signal.SIGTERM, _kill_own_group)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _arm_signals()
     if os.getppid() != parent:  # the driver died before the death signal was armed
         _kill_own_group()
     for name in THREAD_ENV:  # before polars / torch / numba are imported in this fresh process
@@ -161,6 +166,7 @@ def _worker_main(
         outcome = execute_named_run(
             target, spec, instance, driver, lambda run_id: conn.send(("started", run_id))
         )
+        _arm_signals()  # Dagster's execute_run leaves SIGTERM ignored when it restores its interrupt handling
         conn.send(("done", outcome))
 
 

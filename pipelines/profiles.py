@@ -83,6 +83,15 @@ def with_shared_entries(ops: dict, shared: Mapping[str, Sequence[str]]) -> dict:
     return out
 
 
+def expand_shared(ops: Mapping, shared: Mapping[str, Sequence[str]]) -> tuple[dict, dict[str, str]]:
+    """(`with_shared_entries(ops, shared)`, copied op -> the op whose entry it got): errors in a copy are then
+    named as the profile writes them."""
+    written_as = {
+        copy: op for op, copies in shared.items() if op in ops for copy in copies if copy not in ops
+    }
+    return with_shared_entries(dict(ops), shared), written_as
+
+
 @dataclasses.dataclass(frozen=True)
 class Environment:
     """What an entry point (`tvw-run`, the UI) reads from the environment, once."""

@@ -7,11 +7,13 @@ import pytest
 
 from assets.definitions import build_definitions, load_profile
 from assets.ec import CLASSIFIER_RUN, EC_RUN, ec__mapping
-from assets.jobs import planned_partitions, with_shared_ec_config
-from assets.settings import ProfileError, apply_profile, find_setting, resolved_config
+from assets.jobs import SHARED_CONFIG, planned_partitions
+from assets.settings import apply_profile, resolved_config
 from cli.plan import plan, ready
 from models.ec_classifier import ClassifierRunSettings
 from models.ec_mapping import EcRunSettings
+from pipelines.profiles import ProfileError, with_shared_entries
+from pipelines.settings import find_setting
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 EC_LAYERS = ("per_source", "ec_sweep", "ec_gain", "ec", "cluster")
@@ -60,10 +62,12 @@ def test_an_ec_run_waits_only_for_the_earlier_ec_runs_of_its_own_source(sample):
 @pytest.mark.parametrize("profile", ["sample", "paper"])
 def test_the_profile_configures_the_ec_layer_once(tmp_path, profile):
     ops = load_profile(profile)["ops"]
-    shared = with_shared_ec_config(ops)
+    shared = with_shared_entries(ops, SHARED_CONFIG)
     assert shared["ec__method_sweep"] == shared["ec__method_gain"] == ops["ec__mapping"]
     own = {"ec__mapping": ops["ec__mapping"], "ec__method_gain": {"config": {"ec": {"n_init": 2}}}}
-    assert with_shared_ec_config(own)["ec__method_gain"] == {"config": {"ec": {"n_init": 2}}}  # given: kept
+    assert with_shared_entries(own, SHARED_CONFIG)["ec__method_gain"] == {
+        "config": {"ec": {"n_init": 2}}
+    }  # given: kept
     assets = _assets(build_definitions(FIXTURES, tmp_path, profile))
     configs = [resolved_config(assets[op]) for op in EC_OPS]
     assert configs[0] == configs[1] == configs[2]

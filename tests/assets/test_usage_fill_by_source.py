@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from assets.core import UsageRunConfig, core__usage
-from assets.settings import ProfileError, apply_profile
+from assets.settings import apply_profile
+from pipelines.profiles import ProfileError
 from pipelines.usage import UsageConfig, UsageRunSettings
 
 PAPER = Path(__file__).resolve().parents[2] / "assets" / "paper_config.yaml"

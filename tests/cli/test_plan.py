@@ -79,6 +79,7 @@ def test_the_profile_narrows_loads_seeds_and_declared_sources(tmp_path):
 
 
 def _setting(defs, op, name):
-    from assets.settings import find_setting, resolved_config
+    from assets.settings import resolved_config
+    from pipelines.settings import find_setting
 
     return find_setting(resolved_config(next(a for a in defs.assets if a.node_def.name == op)), name)

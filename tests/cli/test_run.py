@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from assets.definitions import PROFILES, build_definitions, load_profile
-from assets.jobs import with_shared_ec_config
-from assets.settings import ProfileError, resolved_config
+from assets.jobs import SHARED_CONFIG
+from assets.settings import resolved_config
 from cli.run import main
 from cli.summary import TraceFolderError, check_trace_folder
 from cli.ui import main as ui
+from pipelines.profiles import ProfileError, with_shared_entries
 from pipelines.sources import SOURCES
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -76,7 +77,7 @@ def test_the_profile_is_every_assets_default_and_every_jobs_tag(tmp_path, profil
     """The asset page's Materialize button, `dagster asset materialize` and tvw-run all run the assets with
     their defaults: those must be the profile's values, for every op the profile configures."""
     defs = build_definitions(FIXTURES, tmp_path, profile)
-    ops = with_shared_ec_config(load_profile(profile)["ops"])
+    ops = with_shared_entries(load_profile(profile)["ops"], SHARED_CONFIG)
     by_op = {a.node_def.name: a for a in defs.assets}
     assert ops, "a profile configures some asset"
     for op, entry in ops.items():

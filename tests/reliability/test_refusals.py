@@ -60,14 +60,6 @@ def test_a_mistyped_profile_value_fails_in_under_30_s_naming_the_key_before_any_
     assert took < 30, f"the refusal took {took:.1f} s"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a bad value (or unknown key) in the profile's `ec__mapping` entry is reported as "
-    "`ops.ec__method_sweep.config.ec.k_max`, a key the profile does not have: assets.definitions."
-    "build_definitions hands assets.settings.apply_profile the ops with the entry already copied to "
-    "ec__method_sweep and ec__method_gain (assets.jobs.with_shared_ec_config), and apply_profile checks the "
-    "copy first, under the copy's op name",
-)
 def test_a_mistyped_value_in_the_shared_ec_entry_is_named_as_the_profile_writes_it(tmp_path, tvw):
     err, _ = refused_profile(
         tmp_path,

@@ -40,16 +40,6 @@ def ignores_sigterm(pid: int) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a worker between runs ignores SIGTERM, its death signal: cli.workers._worker_main sets SIGINT to "
-    "SIG_IGN and SIGTERM to _kill_own_group, but Dagster's execute_run (dagster._utils.interrupts."
-    "capture_interrupts) maps SIGTERM to the SIGINT handler during a run and, when the run ends, restores "
-    "SIGINT and sets SIGTERM to that same handler, SIG_IGN. PR_SET_PDEATHSIG then does nothing to an idle "
-    "worker (it ends only when it reads EOF from the driver's pipe), and a busy one gets Dagster's interrupt "
-    "(raised at the op's next Python bytecode: its run fails, and the worker then dies writing to the dead "
-    "driver's pipe) instead of killing its process group at once",
-)
 def test_an_idle_worker_keeps_its_death_signal_after_a_run(tmp_path, tvw):
     home, wh = tmp_path / "home", tmp_path / "wh"
     cmd = tvw.command(tvw.FIXTURES, wh, "sample", "raw,per_source", "google2011_derived", 2)
