@@ -59,6 +59,8 @@ LAYER_JOBS = [
      "Every registered policy, learned ones included, on every test sequence; summary and leaderboard."),
     ("ablation_job", "ablation", ([], ["rl__ablation"], []), "rl__ablation",
      "One TVW-RL ablation run (Tables 2-3); on demand: `tvw-run --layers ablation`."),
+    ("ablation_summary_job", "ablation", (["ablation"], [], ["rl__ablation"]), None,
+     "The ablation runs' tables and their winners against the heuristics (after every ablation run)."),
 ]
 # fmt: on
 """The layer jobs: a selection of groups and assets each; adding a layer is a row here (the runner reads it)."""

@@ -34,7 +34,7 @@ def test_layers_come_from_the_jobs_tags_with_on_demand_ones_apart(sample):
     defs, _ = sample
     layers = default_layers(defs)
     assert layers == ["raw", "per_source", "ec_sweep", "ec_gain", "ec", "cluster", "eval", "rl", "results"]
-    assert job_layers(defs) == [*layers, "ablation"]
+    assert job_layers(defs) == [*layers, "ablation"]  # ablation_job and ablation_summary_job
 
 
 def test_each_run_waits_only_for_the_runs_that_make_what_it_reads(sample):
