@@ -14,7 +14,8 @@ curve (training slowdown per tenth of the run) and the greedy agent's Figure 4 r
 Tetris* on 30 test jobsets. Measured on 2 shared cores (load average about 11), seed 0, L = 90, 200 iterations of
 8 x 8 (17 min; 6 min at load 4): training slowdown 3.44 (first 20 iterations) -> 2.08 (last 20), greedy 1.99 +- 0.22
 (k_unused 0) and 2.12 +- 0.24 (k_unused 1) against SJF 1.84 +- 0.15 and Tetris* 1.90 +- 0.19; seed 1: 1.86 +- 0.16
-and 2.00 +- 0.20; 500 iterations (k_unused 0, 8 min): 1.85 +- 0.16, at SJF's level; at 70 %, 200 iterations:
+and 2.00 +- 0.20; 500 iterations (k_unused 0, 8 min): 1.85 +- 0.16, at SJF's level; 1000 iterations (7 min at
+a lower load): 1.65 +- 0.14, below SJF (training slowdown 2.70 in the first 100, 1.62 in the last); at 70 %, 200 iterations:
 1.50 +- 0.14 against SJF 1.46 +- 0.12 and Tetris* 1.49 +- 0.14. The sample budget (15 of 4 x 4), seeds 0-2:
 4.42 / 3.17 / 3.24 (k_unused 0) and 3.72 / 2.92 / 3.42 (k_unused 1): a near-initial policy either way.
 

@@ -117,7 +117,10 @@ DEEPRM_BUDGETS = {
 }
 """Training budgets of the presets below "paper" (`DeepRMTrainConfig`): "short", a few minutes per source on 2
 cores, still learning visibly; "sample", the embedded sample's run (a partition in about a minute on a quiet
-2-core machine; a smoke run of the layer, not a trained agent worth comparing)."""
+2-core machine; a smoke run of the layer, not a trained agent worth comparing). DeepRM's Figure 4 trend needs
+more: on its workload at 90 % load (seed 0, greedy, 30 test jobsets), 15 iterations of 4 x 4 (the sample) left
+the agent at 3.2-4.4 (seeds 0-2), 200 of 8 x 8 at 1.99, 500 at 1.85, 1000 (7 min on 2 cores) at 1.65 +- 0.14,
+below SJF's 1.84 +- 0.15 (`benchmarks/bench_deeprm.py --fig4-load`; `DeepRMTrainConfig.n_iterations`)."""
 
 TETRIS_STAR_SHORT_JOB_WEIGHT = 1.0
 """Weight of the 1 / duration term of "tetris_star" (DeepRM's Tetris*: "balances preferences for short jobs and
