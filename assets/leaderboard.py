@@ -21,14 +21,14 @@ def eval__leaderboard(context: AssetExecutionContext, eval__results_summary: pl.
     board = leaderboard(eval__results_summary).with_columns(
         profile=pl.lit(context.run.tags.get(PROFILE_TAG, ""))
     )
-    context.add_output_metadata(
-        {
+    yield Output(
+        board,
+        metadata={
             "leaderboard": MetadataValue.md("```\n" + "\n".join(leaderboard_text(board)) + "\n```"),
             "plot": png_markdown(leaderboard_plot(board), "leaderboard"),
             "learned_beating_best_heuristic": int(board.filter("is_learned", "beats_best_heuristic").height),
-        }
+        },
     )
-    yield Output(board)
     yield from checks.results(leaderboard_check_values(board))
 
 
