@@ -16,6 +16,8 @@ from assets.resources import Warehouse
 from cli.run import run_all
 from cli.workers import Target
 
+pytestmark = pytest.mark.integration  # tvw-run over two trace folders (about 30 s): `pytest -m integration`
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 SOURCE = "google2011"
 EXTRA = "part-00001-of-00500.csv.gz"

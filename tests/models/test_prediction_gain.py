@@ -273,6 +273,7 @@ def test_table_over_seeds_with_a_random_control():
         GainConfig(n_control_draws=0)
 
 
+@pytest.mark.slow
 def test_a_table_over_some_mappings_with_their_global_control_indices_equals_those_rows_of_the_full_table():
     """One method's mappings scored alone (the EC method fan-out) give the rows of the table over every method's."""
     values = _ar_workloads([0.9] * 3 + [-0.9] * 3, length=90, seed=5)

@@ -238,6 +238,7 @@ def test_split_diversity_flags_a_split_of_one_workload() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_noop_has_the_worst_return_on_the_synthetic_workloads() -> None:
     from pipelines.synthetic import (
         DeepPlaceConfig,
