@@ -24,13 +24,13 @@ A warehouse can be moved or copied whole (`cp -r warehouse /elsewhere`):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import re
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -64,13 +64,28 @@ def partition_file_stem(partition_key: str | None) -> str:
     return _SAFE.sub("_", stem)
 
 
+def quoted(identifier: str) -> str:
+    """A SQL identifier in double quotes, inner quotes doubled."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
 def view_sql(table: str) -> str:
     """The statement creating `table`'s view over its Parquet files, relative to the database file."""
     glob = f"tables/{table}/**/*.parquet".replace("'", "''")
     return (
-        f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM '
+        f"CREATE OR REPLACE VIEW {quoted(table)} AS SELECT * FROM "
         f"read_parquet(concat_ws('/', {_VIEW_ROOT}, '{glob}'), union_by_name = true)"
     )
+
+
+def _create_database(path: Path) -> None:
+    """An empty database file in a storage format the `duckdb` command-line tool (duckdb-cli 1.5) can open; the
+    Python package (2.0) would otherwise write a newer one that the CLI refuses."""
+    with duckdb.connect() as con:
+        con.execute(
+            f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS fresh (STORAGE_VERSION '{CLI_STORAGE_VERSION}')"
+        )
+        con.execute("DETACH fresh")
 
 
 def shard_stat(path: Path) -> tuple[int, int]:
@@ -292,35 +307,32 @@ class ParquetWarehouse:
         self.refresh_views([table], retries)
 
     def refresh_views(self, tables: list[str] | None = None, retries: int = 20) -> None:
-        """(Re)create the views of `tables` (default: every table under tables/) in one connection; a table
-        with no files has its view dropped. Rebuilds the views of a warehouse made before they were relative."""
-        sqls = [
-            view_sql(t) if self.table_files(t) else f'DROP VIEW IF EXISTS "{t}"'
-            for t in (self.tables() if tables is None else tables)
-        ]
+        """Rebuild the database with a view per table that has files (under tables/), in a fresh file swapped in
+        atomically. A reader holding `tvw.duckdb` open (the duckdb CLI, a notebook) keeps the file it opened and
+        never blocks a writer or costs it a view; writers take a lock file so that two rebuilds never drop each
+        other's tables. `tables` is accepted for callers: every view is rebuilt (one statement each). Rebuilds the
+        views of a warehouse made before they were relative. Raises OSError naming the file when it cannot."""
+        del tables, retries
         self.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
-        for attempt in range(retries):
+        with open(self.duckdb_path.with_name(self.duckdb_path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            fresh = self.duckdb_path.with_name(f".{self.duckdb_path.name}.{uuid.uuid4().hex}")
             try:
-                self._ensure_database()
-                with self._connect() as con:
-                    for sql in sqls:
-                        con.execute(sql)
-                return
-            except duckdb.IOException as exc:  # another process holds the file lock
-                if attempt == retries - 1:
-                    self._warn(f"could not refresh DuckDB view(s) {tables or 'all'}: {exc}")
-                    return
-                time.sleep(0.25)
+                _create_database(fresh)
+                with duckdb.connect(str(fresh)) as con:
+                    con.execute(f"SET VARIABLE {ROOT_VARIABLE} = ?", [str(Path(self.root).resolve())])
+                    for table in self.tables():
+                        if self.table_files(table):
+                            con.execute(view_sql(table))
+                fresh.replace(self.duckdb_path)
+                self.duckdb_path.with_name(self.duckdb_path.name + ".wal").unlink(missing_ok=True)
+            finally:
+                fresh.unlink(missing_ok=True)
+                fresh.with_name(fresh.name + ".wal").unlink(missing_ok=True)
 
     def _ensure_database(self) -> None:
-        """Create the database file in a storage format the `duckdb` command-line tool (duckdb-cli 1.5)
-        can open; the Python package (2.0) would otherwise write a newer one that the CLI refuses."""
-        if self.duckdb_path.exists():
-            return
-        path = str(self.duckdb_path).replace("'", "''")
-        with duckdb.connect() as con:
-            con.execute(f"ATTACH '{path}' AS warehouse (STORAGE_VERSION '{CLI_STORAGE_VERSION}')")
-            con.execute("DETACH warehouse")
+        if not self.duckdb_path.exists():
+            self.refresh_views()
 
     def _connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A connection to the database whose views read this warehouse's folder, whatever DuckDB's settings."""
@@ -330,6 +342,7 @@ class ParquetWarehouse:
 
     def query(self, sql: str) -> pl.DataFrame:
         """Run a read-only query against the views (opens the database read-only)."""
+        self._ensure_database()
         with self._connect(read_only=True) as con:
             return pl.from_arrow(con.sql(sql).to_arrow_table())
 

@@ -169,3 +169,39 @@ def test_a_shard_that_is_a_folder_is_hashed_by_its_files(tmp_path):
     assert wh.is_current("raw_bitbrains__vm_usage", "2013-7", month)
     (month / "2.csv").write_text("a;b\n3;5\n")  # same size, other content
     assert not wh.is_current("raw_bitbrains__vm_usage", "2013-7", month)
+
+
+def test_a_reader_holding_the_database_open_never_costs_a_writer_a_view(tmp_path):
+    """A session that keeps tvw.duckdb open (the duckdb CLI, a notebook) while a run writes: every write is quick,
+    every table gets its view for the next reader, and the open session still answers from what it opened."""
+    import time
+
+    import duckdb
+    import polars as pl
+
+    from pipelines.warehouse import ParquetWarehouse
+
+    wh = ParquetWarehouse(root=str(tmp_path / "wh"))
+    wh.write("first", pl.DataFrame({"x": [1, 2]}))
+    reader = duckdb.connect(str(wh.duckdb_path), read_only=True)
+    try:
+        t0 = time.perf_counter()
+        for i in range(5):
+            wh.write(f"later_{i}", pl.DataFrame({"x": list(range(i + 1))}))
+        assert time.perf_counter() - t0 < 5  # no lock waits
+        assert reader.execute('select count(*) from "first"').fetchone()[0] == 2
+    finally:
+        reader.close()
+    with duckdb.connect(str(wh.duckdb_path), read_only=True) as con:
+        names = {
+            r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()
+        }
+    assert names == {"first", *(f"later_{i}" for i in range(5))}
+    assert wh.query('select count(*) as n from "later_4"')["n"][0] == 5
+
+
+def test_identifiers_are_quoted():
+    from pipelines.warehouse import quoted, view_sql
+
+    assert quoted('a"b') == '"a""b"'
+    assert view_sql('odd"name').startswith('CREATE OR REPLACE VIEW "odd""name" AS')
