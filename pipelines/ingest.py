@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -63,6 +64,7 @@ class IngestStats:
     rows_quarantined: int  # rows in the quarantine Parquet file
     n_invalid_markers: int  # documented invalid values turned into null (Alibaba -1/101)
     seconds: float  # wall-clock time of the ingest
+    n_duplicate_rows: int = 0  # written rows equal to an earlier written row in every column (kept, counted)
 
 
 @contextmanager
@@ -155,7 +157,20 @@ def ingest_shard(
         rows_quarantined=quarantined,
         n_invalid_markers=markers,
         seconds=time.perf_counter() - t0,
+        n_duplicate_rows=duplicate_rows(out_path),
     )
+
+
+def duplicate_rows(parquet: Path) -> int:
+    """Rows of a Parquet file that repeat an earlier row in every column (DuckDB's hash aggregate: bounded
+    memory, spills to disk on a full-size shard)."""
+    file = str(parquet).replace("'", "''")
+    with duckdb.connect() as con:
+        total, distinct = con.execute(
+            f"select (select count(*) from read_parquet('{file}')), "
+            f"(select count(*) from (select distinct * from read_parquet('{file}')))"
+        ).fetchone()
+    return int(total - distinct)
 
 
 # ---------------------------------------------------------------- raw tables: names, descriptions, shards

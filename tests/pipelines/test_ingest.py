@@ -186,3 +186,17 @@ def test_names_and_the_partial_source_warning():
         "google2011 is PARTIAL: 7 shard(s) in /t have no raw table (their ingest failed or has not run), built "
         "from the other shards only: task_usage: p0, p1, p2, p3, p4 ..."
     )
+
+
+def test_exact_duplicate_rows_are_kept_and_counted(tmp_path):
+    import gzip
+
+    lines = gzip.open(ROOT / "google-2011/machine_events/part-00000-of-00001.csv.gz", "rt").read().splitlines()
+    shard = tmp_path / "part-00000-of-00001.csv.gz"
+    with gzip.open(shard, "wt") as f:
+        f.write("\n".join([*lines, lines[0], lines[0]]) + "\n")
+    st, out, _ = run(tmp_path, shard, table="machine_events")
+    clean, _, _ = run(tmp_path / "clean", ROOT / "google-2011/machine_events/part-00000-of-00001.csv.gz",
+                      table="machine_events")  # fmt: skip
+    assert st.rows_written == clean.rows_written + 2
+    assert st.n_duplicate_rows == clean.n_duplicate_rows + 2
