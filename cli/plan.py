@@ -140,7 +140,9 @@ def _upstream_runs(graph, spec: RunSpec, job: JobDefinition, keys: set[AssetKey]
             if parent_def is not None and (node.partitions_def is None or spec.partition is None):
                 found |= {run for (k, _), run in made_by.items() if k == parent}
     found.discard(spec)
-    return found
+    # a run of one source never waits for another source's runs (core's tables read every raw shard through an
+    # all-partitions mapping, but only their own source's rows): one bad shard stops only its own source
+    return {run for run in found if run.source is None or spec.source is None or run.source == spec.source}
 
 
 def _upstream_partitions(
