@@ -21,6 +21,8 @@ from sim.evaluate import (
 
 POLICIES = ["best_fit", "noop", "tetris", "ec_peak_aware"]
 
+pytestmark = pytest.mark.integration  # eval_job partitions materialised (about 10 s): `pytest -m integration`
+
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):

@@ -9,6 +9,9 @@ from assets.cluster import eval__baselines, eval__forecast, sim__job_sequences
 from assets.io_manager import TableIOManager
 from assets.resources import Warehouse
 
+# the evaluation layer with the fitted rules on generated sequences (about 20 s): `pytest -m integration`
+pytestmark = pytest.mark.integration
+
 POLICIES = ["tetris", "noop", "hybrid_observed", "n_sigma_observed", "forecast_risk", "forecast_risk_truth"]
 
 
