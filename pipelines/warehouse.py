@@ -302,17 +302,16 @@ class ParquetWarehouse:
 
     # the DuckDB views
 
-    def refresh_view(self, table: str, retries: int = 20) -> None:
-        """(Re)create the DuckDB view of `table` over its files; drop it when it has none."""
-        self.refresh_views([table], retries)
+    def refresh_view(self, table: str) -> None:
+        """After `table` was written: its view, with every other table's (`refresh_views`)."""
+        self.refresh_views()
 
-    def refresh_views(self, tables: list[str] | None = None, retries: int = 20) -> None:
+    def refresh_views(self) -> None:
         """Rebuild the database with a view per table that has files (under tables/), in a fresh file swapped in
         atomically. A reader holding `tvw.duckdb` open (the duckdb CLI, a notebook) keeps the file it opened and
         never blocks a writer or costs it a view; writers take a lock file so that two rebuilds never drop each
-        other's tables. `tables` is accepted for callers: every view is rebuilt (one statement each). Rebuilds the
+        other's tables. Every view is rebuilt (one statement each); a table with no files has none. Rebuilds the
         views of a warehouse made before they were relative. Raises OSError naming the file when it cannot."""
-        del tables, retries
         self.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.duckdb_path.with_name(self.duckdb_path.name + ".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
