@@ -38,6 +38,8 @@ RULES = [
     "max_pct_n_sigma_observed",
     "forecast_risk",
     "forecast_risk_nodur",
+    "forecast_recall_hybrid",
+    "forecast_risk_recall",
     "forecast_risk_truth",
     "foresight_peak_aware",
 ]

@@ -28,6 +28,7 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State, observed_labels
+from sim.jobs import JobBatch
 
 DEFAULT_LEVELS = (0.5, 0.9, 0.95, 0.99)
 """Quantile levels every forecaster gives at least (ascending)."""
@@ -229,3 +230,139 @@ class ForecastCache:
             self._buf = buf
         self._buf[n_have:need] = values
         self._rows.update(zip(keys, range(n_have, need), strict=True))
+
+
+# --- recurring workloads: what earlier runs of the same workload showed ------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecallView:
+    """What earlier runs of the same workload in the same sequence showed, for N query jobs (`recall_view`)."""
+
+    usage: np.ndarray
+    """(N, T, D) float64 units at each age of the job's life as the best earlier run showed it: observed ages of
+    that run, 0 from its end on when it has finished; NaN where that run shows nothing (or there is none)."""
+    n_runs: np.ndarray
+    """(N,) int64 earlier runs of the same workload that have started (0: nothing to recall)."""
+
+
+def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> RecallView:
+    """For each query job, the OBSERVED usage of the longest-observed other run of the same workload
+    (`JobBatch.workload_code`) in its sequence, by age, provided that run agrees with every step observed of the
+    query job so far (else nothing is recalled). Reads only steps up to t of runs that have started, so nothing of
+    the future: the scheduler's memory of a service it has run before (recurring jobs)."""
+    env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+    jobs = state.jobs
+    n, t_max, d = env.size, jobs.max_duration, jobs.n_resources
+    out = np.full((n, t_max, d), np.nan)
+    if n == 0:
+        return RecallView(out, np.zeros(0, dtype=np.int64))
+    codes = jobs.workload_code[env]  # (N, J)
+    own = jobs.workload_code[env, job]
+    started = (state.job_machine[env] >= 0) & (state.job_start[env] <= state.t[env, None])
+    same = (codes == own[:, None]) & (own[:, None] >= 0) & started
+    same[np.arange(n), job] = False
+    n_obs_all = np.clip(state.t[env, None] - state.job_start[env] + 1, 0, jobs.duration[env]) * same  # (N, J)
+    best = np.argmax(n_obs_all, axis=1)
+    n_best = n_obs_all[np.arange(n), best]
+    n_runs = same.sum(axis=1).astype(np.int64)
+    is_placed = state.job_machine[env, job] >= 0
+    n_own = np.where(
+        is_placed, np.clip(state.t[env] - state.job_start[env, job] + 1, 0, jobs.duration[env, job]), 0
+    )
+    ages = np.arange(t_max)
+    prior = jobs.usage[env, best].astype(np.float64)  # (N, T, D); only its observed ages are kept below
+    mine = jobs.usage[env, job].astype(np.float64)
+    both = ages[None, :] < np.minimum(n_own, n_best)[:, None]
+    agrees = ~((prior != mine).any(axis=2) & both).any(axis=1)
+    best_done = n_best >= jobs.duration[env, best]
+    agrees &= ~(best_done & (n_own > jobs.duration[env, best]))
+    ok = (n_runs > 0) & (n_best > 0) & agrees
+    known = (ages[None, :] < n_best[:, None]) | best_done[:, None]
+    prior[~known] = np.nan
+    out[ok] = prior[ok]
+    return RecallView(out, np.where(ok, n_runs, 0))
+
+
+def recall_reliability(jobs: JobBatch) -> dict:
+    """How far a run of a workload repeats its previous run in the same sequence, on (training) sequences: the
+    share of repeated runs whose whole usage profile equals the previous run's, and how many repeats there are.
+    A recall forecast is worth trusting only where this share is high (synthetic re-submissions: 1.0; windows cut
+    at random offsets of a real VM: about 0)."""
+    n_repeat = n_equal = 0
+    for b in range(jobs.batch_size):
+        codes = jobs.workload_code[b, : int(jobs.n_jobs[b])]
+        last: dict[int, int] = {}
+        for j, c in enumerate(codes.tolist()):
+            if c < 0:
+                continue
+            if c in last:
+                k = last[c]
+                n_repeat += 1
+                n_equal += int(
+                    jobs.duration[b, j] == jobs.duration[b, k]
+                    and np.array_equal(jobs.usage[b, j], jobs.usage[b, k])
+                )
+            last[c] = j
+    return {"n_repeats": n_repeat, "share_equal": n_equal / n_repeat if n_repeat else 0.0}
+
+
+@dataclass(frozen=True)
+class RecallOverlay:
+    """A forecaster of observed usage, overridden by recall (`recall_view`): where an earlier run of the job's
+    workload has shown the ages forecast, every quantile is that run's usage (0 after its end). Used only when
+    the training sequences show that runs repeat (`fit_recall`); the inner forecaster answers everything else.
+    Not cacheable by the job alone (a recall depends on the other runs observed so far): wrap the inner forecaster
+    in `ForecastCache`, never this (see `cached`)."""
+
+    inner: UsageForecaster
+    reliability: float = 1.0
+    """`recall_reliability`'s share_equal on the training sequences (recorded with the rule's choices)."""
+
+    @property
+    def horizon(self) -> int:
+        return int(self.inner.horizon)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.inner.levels)
+
+    def cached(self) -> RecallOverlay:
+        return RecallOverlay(ForecastCache(self.inner), self.reliability)
+
+    def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N,) bool: jobs whose forecast comes from an earlier run (a rule need not wait to observe them)."""
+        return recall_view(cfg, state, env, job).n_runs > 0
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        out = self.inner.forecast(cfg, state, env, job)
+        if env.size == 0:
+            return out
+        view = recall_view(cfg, state, env, job)
+        has = np.flatnonzero(view.n_runs > 0)
+        if has.size == 0:
+            return out
+        jobs = state.jobs
+        e, j = env[has], job[has]
+        is_placed = state.job_machine[e, j] >= 0
+        start = np.where(is_placed, state.job_start[e, j], state.t[e])
+        ages = state.t[e, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (n, H)
+        inside = ages < jobs.max_duration
+        vals = view.usage[has[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
+        vals = np.where(inside[..., None], vals, 0.0)
+        known = np.isfinite(vals)
+        sub = out[has]
+        sub[:] = np.where(known[:, None], vals[:, None], sub)
+        out[has] = sub
+        return out
+
+
+def fit_recall(
+    inner: UsageForecaster, train: JobBatch, min_share: float = 0.95
+) -> tuple[UsageForecaster, dict]:
+    """`RecallOverlay(inner)` when at least `min_share` of the repeated runs in the training sequences repeat their
+    previous run exactly, else `inner` unchanged; and what was measured (for the rule's choices)."""
+    rel = recall_reliability(train)
+    use = rel["n_repeats"] > 0 and rel["share_equal"] >= min_share
+    return (RecallOverlay(inner, rel["share_equal"]) if use else inner), {**rel, "recall_used": use}

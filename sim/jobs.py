@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -77,6 +78,20 @@ class JobBatch:
     @property
     def n_resources(self) -> int:
         return int(self.usage.shape[3])
+
+    @cached_property
+    def workload_code(self) -> np.ndarray:
+        """(B, J) int64: each real job's workload as an integer, equal within a row exactly where the workload ids
+        are equal (the same service submitted again); -1 for padding and where the ids are unknown. Computed once
+        per batch from `workload_ids`."""
+        codes = np.full(self.arrival_step.shape, -1, dtype=np.int64)
+        for b, ids in enumerate(self.workload_ids[: self.batch_size]):
+            n = min(len(ids), int(self.n_jobs[b]))
+            if n:
+                _, codes[b, :n] = np.unique(
+                    np.asarray(ids[:n], dtype=object).astype(str), return_inverse=True
+                )
+        return codes
 
     def describe_job(self, b: int, j: int) -> str:
         """Human-readable name of job j of row b: its sequence key, index and workload id."""

@@ -72,6 +72,7 @@ from sim.risk import (
     fit_forecast_truth,
     fit_hybrid,
     fit_peak_predictor,
+    fit_recall_rule,
 )
 
 
@@ -586,6 +587,16 @@ POLICIES: dict[str, Callable[..., Policy]] = {
             **kw,
         ),
         lambda ctx: fit_forecast_risk(ctx, False, "forecast_risk_nodur"),
+        kind="forecast",
+    ),
+    "forecast_recall_hybrid": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="forecast_recall_hybrid", **kw),
+        lambda ctx: fit_recall_rule(ctx, "hybrid", "forecast_recall_hybrid"),
+        kind="forecast",
+    ),
+    "forecast_risk_recall": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_risk_recall", **kw),
+        lambda ctx: fit_recall_rule(ctx, "forecast", "forecast_risk_recall"),
         kind="forecast",
     ),
     "forecast_risk_truth": fitted_policy(

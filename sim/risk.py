@@ -135,7 +135,13 @@ def job_moments(
     is_placed = state.job_machine[env, job] >= 0
     start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
     if rcfg.min_observed > 0:
-        is_young = (state.t[env] - start + 1 < rcfg.min_observed)[:, None, None]
+        is_young = state.t[env] - start + 1 < rcfg.min_observed
+        known_rows = getattr(
+            forecaster, "known_rows", None
+        )  # recalled jobs are known before they are observed
+        if known_rows is not None:
+            is_young &= ~known_rows(cfg, state, env, job)
+        is_young = is_young[:, None, None]
         request = state.jobs.request[env, job].astype(np.float64)[:, None, :]
         mu, delta = np.where(is_young, request, mu), np.where(is_young, 0.0, delta)
     if rcfg.use_durations:
@@ -398,7 +404,7 @@ class PeakPredictorPacking(_FollowsFallback):
 # --- fitting to a (source, load) from its training sequences (`sim.tuning.FitContext`) --------------
 
 
-def fit_hybrid(ctx, use_durations: bool, name: str) -> RiskAwarePacking:
+def fit_hybrid(ctx, use_durations: bool, name: str, forecaster=None) -> RiskAwarePacking:
     """The hybrid rule: the best request-based heuristic on validation, deviating only to a used machine that is
     safe by observed usage (each running job's observed peak so far, once it has run `min_observed` steps; its
     request before) and, when `use_durations`, known end times. `min_observed` is chosen on validation."""
@@ -406,7 +412,9 @@ def fit_hybrid(ctx, use_durations: bool, name: str) -> RiskAwarePacking:
         (
             {"mode": "deviate", "use_durations": use_durations, "min_observed": m},
             RiskAwarePacking(
-                forecaster=PersistenceForecaster(horizon=ctx.horizon()),
+                forecaster=forecaster
+                if forecaster is not None
+                else PersistenceForecaster(horizon=ctx.horizon()),
                 fallback=ctx.best_fallback(),
                 risk=RiskConfig(mode="deviate", use_durations=use_durations, min_observed=max(m, 1)),
                 name=name,
@@ -425,7 +433,7 @@ def fit_forecast_risk(ctx, use_durations: bool, name: str, forecaster=None) -> R
     forecaster = forecaster if forecaster is not None else ctx.forecaster()
     if forecaster is None:
         return None
-    forecaster = ForecastCache(forecaster)
+    forecaster = forecaster.cached() if hasattr(forecaster, "cached") else ForecastCache(forecaster)
     fallback = ctx.best_fallback()
     fit_part = ctx.split()[0]
     candidates = []
@@ -454,6 +462,27 @@ def fit_forecast_risk(ctx, use_durations: bool, name: str, forecaster=None) -> R
                 }
                 candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
     return ctx.choose(name, candidates)
+
+
+def fit_recall_rule(ctx, base: str, name: str) -> RiskAwarePacking | None:
+    """The hybrid (`base` "hybrid") or forecast rule (`base` "forecast") on a forecaster that recalls earlier runs
+    of a recurring workload (`sim.forecast.fit_recall`, measured on the fit part of the training sequences); the
+    recall measurements join the rule's choices. None when the forecast rule has no learned forecaster."""
+    from sim.forecast import fit_recall
+
+    if base == "hybrid":
+        inner = PersistenceForecaster(horizon=ctx.horizon())
+    else:
+        inner = ctx.forecaster()
+        if inner is None:
+            return None
+    forecaster, measured = fit_recall(inner, ctx.split()[0])
+    if base == "hybrid":
+        policy = fit_hybrid(ctx, True, name, forecaster=forecaster)
+    else:
+        policy = fit_forecast_risk(ctx, True, name, forecaster=forecaster)
+    ctx.choices[name].update(measured)
+    return policy
 
 
 def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:
