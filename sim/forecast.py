@@ -244,6 +244,8 @@ class RecallView:
     that run, 0 from its end on when it has finished; NaN where that run shows nothing (or there is none)."""
     n_runs: np.ndarray
     """(N,) int64 earlier runs of the same workload that have started (0: nothing to recall)."""
+    complete: np.ndarray
+    """(N,) bool the recalled run has finished: every age of the job's life is recalled."""
 
 
 def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> RecallView:
@@ -256,7 +258,7 @@ def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) 
     n, t_max, d = env.size, jobs.max_duration, jobs.n_resources
     out = np.full((n, t_max, d), np.nan)
     if n == 0:
-        return RecallView(out, np.zeros(0, dtype=np.int64))
+        return RecallView(out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
     codes = jobs.workload_code[env]  # (N, J)
     own = jobs.workload_code[env, job]
     started = (state.job_machine[env] >= 0) & (state.job_start[env] <= state.t[env, None])
@@ -278,10 +280,11 @@ def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) 
     best_done = n_best >= jobs.duration[env, best]
     agrees &= ~(best_done & (n_own > jobs.duration[env, best]))
     ok = (n_runs > 0) & (n_best > 0) & agrees
-    known = (ages[None, :] < n_best[:, None]) | best_done[:, None]
-    prior[~known] = np.nan
+    ended = best_done[:, None] & (ages[None, :] >= jobs.duration[env, best][:, None])
+    prior[ended] = 0.0
+    prior[~((ages[None, :] < n_best[:, None]) | ended)] = np.nan
     out[ok] = prior[ok]
-    return RecallView(out, np.where(ok, n_runs, 0))
+    return RecallView(out, np.where(ok, n_runs, 0), ok & best_done)
 
 
 def recall_reliability(jobs: JobBatch) -> dict:
@@ -331,8 +334,9 @@ class RecallOverlay:
         return RecallOverlay(ForecastCache(self.inner), self.reliability)
 
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        """(N,) bool: jobs whose forecast comes from an earlier run (a rule need not wait to observe them)."""
-        return recall_view(cfg, state, env, job).n_runs > 0
+        """(N,) bool: jobs whose whole life is recalled from a finished earlier run (a rule need not wait to
+        observe them)."""
+        return recall_view(cfg, state, env, job).complete
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)

@@ -404,7 +404,7 @@ class PeakPredictorPacking(_FollowsFallback):
 # --- fitting to a (source, load) from its training sequences (`sim.tuning.FitContext`) --------------
 
 
-def fit_hybrid(ctx, use_durations: bool, name: str, forecaster=None) -> RiskAwarePacking:
+def fit_hybrid(ctx, use_durations: bool, name: str, forecaster=None, min_observed=None) -> RiskAwarePacking:
     """The hybrid rule: the best request-based heuristic on validation, deviating only to a used machine that is
     safe by observed usage (each running job's observed peak so far, once it has run `min_observed` steps; its
     request before) and, when `use_durations`, known end times. `min_observed` is chosen on validation."""
@@ -420,12 +420,14 @@ def fit_hybrid(ctx, use_durations: bool, name: str, forecaster=None) -> RiskAwar
                 name=name,
             ),
         )
-        for m in ctx.tuning.min_observed
+        for m in (ctx.tuning.min_observed if min_observed is None else min_observed)
     ]
     return ctx.choose(name, candidates)
 
 
-def fit_forecast_risk(ctx, use_durations: bool, name: str, forecaster=None) -> RiskAwarePacking | None:
+def fit_forecast_risk(
+    ctx, use_durations: bool, name: str, forecaster=None, min_observed=None
+) -> RiskAwarePacking | None:
     """`RiskAwarePacking` on the context's learned forecaster (or `forecaster`): rho calibrated per level on the
     fit sequences (`sim.tuning.fit_rho`), then level x mode chosen on validation. None without a forecaster."""
     from sim.tuning import fit_rho
@@ -443,7 +445,7 @@ def fit_forecast_risk(ctx, use_durations: bool, name: str, forecaster=None) -> R
             ctx.cfg, fit_part, forecaster, RiskConfig(level=level), ctx.tuning.rhos, fallback, ctx.tuning.seed
         )
         for mode in ctx.tuning.modes:
-            for m in ctx.tuning.min_observed:
+            for m in ctx.tuning.min_observed if min_observed is None else min_observed:
                 risk = RiskConfig(
                     level=level,
                     rho=rho,
@@ -477,10 +479,13 @@ def fit_recall_rule(ctx, base: str, name: str) -> RiskAwarePacking | None:
         if inner is None:
             return None
     forecaster, measured = fit_recall(inner, ctx.split()[0])
+    # one more candidate: trust nothing but recall (every other job at its request until it has lived longer than
+    # any job: the fallback heuristic itself where nothing recurs)
+    waits = (*ctx.tuning.min_observed, ctx.horizon() + 1)
     if base == "hybrid":
-        policy = fit_hybrid(ctx, True, name, forecaster=forecaster)
+        policy = fit_hybrid(ctx, True, name, forecaster=forecaster, min_observed=waits)
     else:
-        policy = fit_forecast_risk(ctx, True, name, forecaster=forecaster)
+        policy = fit_forecast_risk(ctx, True, name, forecaster=forecaster, min_observed=waits)
     ctx.choices[name].update(measured)
     return policy
 

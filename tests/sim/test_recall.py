@@ -1,0 +1,166 @@
+"""Recall of recurring workloads (`sim.forecast.recall_view`, `RecallOverlay`, `fit_recall`): earlier runs of the
+same workload in a sequence, observed steps only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from sim import core
+from sim.config import SimConfig
+from sim.forecast import ExactForecaster, RecallOverlay, fit_recall, recall_reliability, recall_view
+from sim.jobs import JobBatch
+from sim.policies import decide, make_policy, policy_kind
+from sim.risk import PersistenceForecaster, RiskAwarePacking, RiskConfig
+from sim.tuning import FitContext, TuningConfig
+
+CFG = SimConfig(n_machines=4, max_steps=400)
+
+
+def _templates(n: int, rng: np.random.Generator) -> list[list[list[int]]]:
+    out = []
+    for _ in range(n):
+        dur, period, phase, hi = (int(rng.integers(a, b)) for a, b in ((8, 25), (4, 9), (0, 8), (3, 5)))
+        out.append([[hi if (a + phase) % period < max(period // 4, 1) else 1] * 2 for a in range(dur)])
+    return out
+
+
+def _recurring_jobs(n_rows: int, n_jobs: int, seed: int, exact: bool = True) -> JobBatch:
+    """Jobs drawn with replacement from 4 square-wave templates; `exact=False` gives each run its own phase (a
+    window of a real VM at another offset)."""
+    rng = np.random.default_rng(seed)
+    templates = _templates(4, rng)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            k = int(rng.integers(0, 4))
+            usage = templates[k]
+            if not exact:
+                usage = np.roll(usage, int(rng.integers(1, len(usage))), axis=0).tolist()
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": k, "workload_id": f"template-{k}"})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def _advance(jobs: JobBatch, n_steps: int):
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    tetris = make_policy("tetris")
+    for _ in range(n_steps):
+        state, act = decide(tetris, CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    return state
+
+
+def _all_jobs(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray]:
+    return np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+
+
+def test_workload_code_is_equal_exactly_where_ids_are() -> None:
+    jobs = _recurring_jobs(2, 12, seed=0)
+    codes = jobs.workload_code
+    for b in range(jobs.batch_size):
+        ids = jobs.workload_ids[b]
+        for i in range(len(ids)):
+            for j in range(len(ids)):
+                assert (codes[b, i] == codes[b, j]) == (ids[i] == ids[j])
+    padded = JobBatch.from_jobs([[{"arrival_step": 0, "usage": [[1, 1]], "ec_label": 0}], []])
+    assert padded.workload_code[1].tolist() == [-1]
+
+
+def test_recall_never_reads_the_future() -> None:
+    jobs = _recurring_jobs(2, 30, seed=1)
+    state = _advance(jobs, 30)
+    jobs = state.jobs
+    usage = jobs.usage
+    is_placed = state.job_machine >= 0
+    n_obs = np.where(is_placed, np.clip(state.t[:, None] - state.job_start + 1, 0, None), 0)
+    future = np.arange(jobs.max_duration)[None, None, :] >= n_obs[:, :, None]
+    noise = np.random.default_rng(2).integers(0, 9, size=usage.shape).astype(np.int16)
+    other = replace(state, jobs=replace(jobs, usage=np.where(future[..., None], noise, usage)))
+    env, job = _all_jobs(jobs)
+    a, b = recall_view(CFG, state, env, job), recall_view(CFG, other, env, job)
+    assert a.n_runs.sum() > 0  # something is recalled, so the comparison means something
+    assert np.array_equal(a.n_runs, b.n_runs)
+    assert np.array_equal(a.usage, b.usage, equal_nan=True)
+
+
+def test_recall_of_an_exact_repeat_is_the_true_future() -> None:
+    """Once an earlier run has finished, every quantile of a repeat equals the repeat's true usage."""
+    jobs = _recurring_jobs(1, 40, seed=3)
+    state = _advance(jobs, 60)
+    env, job = _all_jobs(jobs)
+    view = recall_view(CFG, state, env, job)
+    overlay = RecallOverlay(PersistenceForecaster(horizon=jobs.max_duration))
+    got = overlay.forecast(CFG, state, env, job)
+    truth = ExactForecaster(horizon=jobs.max_duration).forecast(CFG, state, env, job)
+    # a repeat of a workload with an earlier run that has finished: its whole future is recalled
+    finished = (state.job_machine[0] >= 0) & (state.job_start[0] + jobs.duration[0] <= state.t[0])
+    codes = jobs.workload_code[0]
+    full = np.array([(finished & (codes == codes[j]) & (np.arange(codes.size) != j)).any() for j in job])
+    full &= view.n_runs > 0
+    assert full.sum() >= 5
+    assert np.array_equal(got[full], truth[full])
+
+
+def test_a_run_that_disagrees_with_what_is_observed_is_not_recalled() -> None:
+    """Runs of one workload at different phases: the earlier run contradicts the observed prefix, nothing is
+    recalled once the job has shown a step that differs."""
+    jobs = _recurring_jobs(1, 40, seed=4, exact=False)
+    state = _advance(jobs, 60)
+    env, job = _all_jobs(jobs)
+    view = recall_view(CFG, state, env, job)
+    running = (state.job_machine[env, job] >= 0) & (view.n_runs > 0)
+    for i in np.flatnonzero(running):
+        n_obs = min(int(state.t[0] - state.job_start[0, job[i]] + 1), int(jobs.duration[0, job[i]]))
+        seen = view.usage[i, :n_obs]
+        known = np.isfinite(seen).all(axis=1)
+        assert np.array_equal(seen[known], jobs.usage[0, job[i], :n_obs][known].astype(float))
+
+
+def test_recall_is_used_only_where_training_runs_repeat() -> None:
+    exact, shifted = _recurring_jobs(3, 30, seed=5), _recurring_jobs(3, 30, seed=5, exact=False)
+    assert recall_reliability(exact)["share_equal"] == 1.0
+    assert recall_reliability(shifted)["share_equal"] < 0.5
+    inner = PersistenceForecaster(horizon=10)
+    assert isinstance(fit_recall(inner, exact)[0], RecallOverlay)
+    used, info = fit_recall(inner, shifted)
+    assert used is inner and info["recall_used"] is False
+
+
+def test_recall_rules_are_forecast_rules_that_pack_recurring_jobs_without_overshoot() -> None:
+    """On exact repeats the recall hybrid packs beyond requests (it knows each repeat's future) and never
+    overshoots where every run but the first of each workload is recalled."""
+    assert policy_kind("forecast_recall_hybrid") == "forecast" and policy_kind("forecast_risk_recall") == "forecast"
+    jobs = _recurring_jobs(2, 60, seed=6)
+    rule = RiskAwarePacking(
+        RecallOverlay(PersistenceForecaster(horizon=jobs.max_duration)),
+        risk=RiskConfig(mode="pack", min_observed=10_000),
+        name="r",
+    )
+    tetris = make_policy("tetris")
+    out = {}
+    for name, policy in (("rule", rule), ("tetris", tetris)):
+        state, rng = core.reset(CFG, jobs, 0), np.random.default_rng(0)
+        while not state.is_done.all():
+            state, act = decide(policy, CFG, state, rng)
+            state, *_ = core.step(CFG, state, act)
+        out[name] = state
+    assert (out["rule"].penalty_totals[:, 2] == 0).all()  # overshoot: recalled futures are exact
+    assert out["rule"].penalty_totals[:, 1].sum() > out["tetris"].penalty_totals[:, 1].sum()  # less idle
+
+
+def test_fitted_recall_rule_records_what_recall_measured() -> None:
+    jobs = _recurring_jobs(4, 30, seed=7)
+    ctx = FitContext(CFG, jobs, TuningConfig(min_observed=(0,), modes=("deviate",), validation_share=0.5))
+    policy = make_policy("forecast_recall_hybrid").__class__  # the registry entry builds a RiskAwarePacking
+    from sim.policies import POLICIES
+
+    fitted = POLICIES["forecast_recall_hybrid"].fit(ctx)
+    assert isinstance(fitted, policy)
+    choice = ctx.choices["forecast_recall_hybrid"]
+    assert choice["recall_used"] is True and choice["share_equal"] == 1.0
+    assert {t["min_observed"] for t in choice["tried"]} == {0, jobs.max_duration + 1}
