@@ -134,7 +134,10 @@ def test_recall_is_used_only_where_training_runs_repeat() -> None:
 def test_recall_rules_are_forecast_rules_that_pack_recurring_jobs_without_overshoot() -> None:
     """On exact repeats the recall hybrid packs beyond requests (it knows each repeat's future) and never
     overshoots where every run but the first of each workload is recalled."""
-    assert policy_kind("forecast_recall_hybrid") == "forecast" and policy_kind("forecast_risk_recall") == "forecast"
+    assert (
+        policy_kind("forecast_recall_hybrid") == "forecast"
+        and policy_kind("forecast_risk_recall") == "forecast"
+    )
     jobs = _recurring_jobs(2, 60, seed=6)
     rule = RiskAwarePacking(
         RecallOverlay(PersistenceForecaster(horizon=jobs.max_duration)),
