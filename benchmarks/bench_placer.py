@@ -37,6 +37,7 @@ from models.forecast_placer import (
 from models.usage_forecast import FORECAST_PRESETS, fit_usage_forecaster
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
+from sim.forecast import fit_recall
 from sim.jobs import JobBatch
 from sim.policies import POLICIES, make_policy
 from sim.tuning import FitContext, TuningConfig, sequence_returns
@@ -100,6 +101,12 @@ def main() -> None:
     ap.add_argument("--algorithms", default="reinforce,ppo,vine")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-m50", action="store_true")
+    ap.add_argument(
+        "--base",
+        default="hybrid_observed",
+        help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
+        "earlier runs of a recurring workload too)",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -129,8 +136,10 @@ def main() -> None:
     forecaster = ctx.forecaster()
     stage_s["forecaster"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    base = POLICIES["hybrid_observed"].fit(ctx)
-    choice = ctx.choices["hybrid_observed"]
+    base = POLICIES[args.base].fit(ctx)
+    choice = ctx.choices[args.base]
+    if choice.get("recall_used"):
+        forecaster, _ = fit_recall(forecaster, ctx.split()[0])
     stage_s["base_rule"] = time.perf_counter() - t0
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
     print(f"base rule: {knobs}")

@@ -72,7 +72,7 @@ from models.training import init_parameters
 from sim import core
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
-from sim.forecast import ForecastCache, UsageForecaster
+from sim.forecast import ForecastCache, RecallOverlay, UsageForecaster, uncached, with_cache
 from sim.jobs import JobBatch
 from sim.policies import (
     POLICIES,
@@ -275,8 +275,8 @@ class BaseRule:
             # the same forecasts through the cache (exact); the rule's own math is unchanged
             inner = (
                 cache
-                if cache is not None and cache.inner is policy.forecaster
-                else ForecastCache(policy.forecaster)
+                if cache is not None and uncached(cache) is policy.forecaster
+                else with_cache(policy.forecaster)
             )
             self._run = RiskAwarePacking(inner, policy.fallback, policy.risk, policy.name)
 
@@ -481,6 +481,12 @@ def forecaster_spec(forecaster) -> dict | None:
         return None
     if isinstance(forecaster, ForecastCache):
         forecaster = forecaster.inner
+    if isinstance(forecaster, RecallOverlay):
+        return {
+            "kind": "recall",
+            "reliability": forecaster.reliability,
+            "inner": forecaster_spec(forecaster.inner),
+        }
     if _is_oracle_forecaster(forecaster):
         raise ValueError(f"{type(forecaster).__name__} reads the true future: not a forecast placer input")
     if isinstance(forecaster, PersistenceForecaster):
@@ -526,6 +532,8 @@ def forecaster_from_spec(spec: dict | None):
         return PersistenceForecaster(spec["horizon"], tuple(spec["levels"]), spec["statistic"])
     if spec["kind"] == "request":
         return RequestForecaster(spec["horizon"], tuple(spec["levels"]))
+    if spec["kind"] == "recall":
+        return RecallOverlay(forecaster_from_spec(spec["inner"]), float(spec["reliability"]))
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles
 
@@ -629,11 +637,7 @@ class ForecastResidualPolicy:
         self.config = config or PlacerConfig()
         self.base_policy = base if base is not None else Tetris()
         inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
-        self.forecaster = (
-            inner
-            if isinstance(inner, ForecastCache)
-            else ForecastCache(inner, self.config.cache_rows, self.config.seed)
-        )
+        self.forecaster = with_cache(inner, self.config.cache_rows, self.config.seed)
         self.base = BaseRule(self.base_policy, self.forecaster)
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
@@ -700,7 +704,7 @@ class ForecastResidualPolicy:
             "n_resources": int(self.n_resources),
             "model": self.net.state_dict(),
             "base": base_spec(self.base_policy),
-            "forecaster": forecaster_spec(self.forecaster.inner),
+            "forecaster": forecaster_spec(uncached(self.forecaster)),
             "iteration": int(self.trained_iteration if iteration is None else iteration),
             "n_iterations": int(self.trained_iteration if n_iterations is None else n_iterations),
         }

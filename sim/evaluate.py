@@ -302,7 +302,12 @@ def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
     )
 
 
-TRUTH_OF = {"forecast_risk": "forecast_risk_truth", "forecast_risk_nodur": "forecast_risk_truth"}
+TRUTH_OF = {
+    "forecast_risk": "forecast_risk_truth",
+    "forecast_risk_nodur": "forecast_risk_truth",
+    "forecast_risk_recall": "forecast_risk_truth",
+    "forecast_recall_hybrid": "forecast_risk_truth",
+}
 """Forecast-driven rule -> the same rule on the true future usage (its information gap's yardstick)."""
 
 GAP_TABLE = {

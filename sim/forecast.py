@@ -330,8 +330,8 @@ class RecallOverlay:
     def levels(self) -> tuple[float, ...]:
         return tuple(self.inner.levels)
 
-    def cached(self) -> RecallOverlay:
-        return RecallOverlay(ForecastCache(self.inner), self.reliability)
+    def cached(self, max_rows: int = 200_000, seed: int = 0) -> RecallOverlay:
+        return RecallOverlay(with_cache(self.inner, max_rows, seed), self.reliability)
 
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N,) bool: jobs whose whole life is recalled from a finished earlier run (a rule need not wait to
@@ -370,3 +370,22 @@ def fit_recall(
     rel = recall_reliability(train)
     use = rel["n_repeats"] > 0 and rel["share_equal"] >= min_share
     return (RecallOverlay(inner, rel["share_equal"]) if use else inner), {**rel, "recall_used": use}
+
+
+def with_cache(forecaster: UsageForecaster, max_rows: int = 200_000, seed: int = 0) -> UsageForecaster:
+    """The forecaster memoised by what it reads: `ForecastCache` around it, or around a `RecallOverlay`'s inner
+    forecaster (a recall depends on other runs, so the overlay itself is never cached); a cached one as it is."""
+    if isinstance(forecaster, ForecastCache):
+        return forecaster
+    if isinstance(forecaster, RecallOverlay):
+        return forecaster.cached(max_rows, seed)
+    return ForecastCache(forecaster, max_rows, seed)
+
+
+def uncached(forecaster: UsageForecaster) -> UsageForecaster:
+    """The forecaster `with_cache` wrapped (the same object where nothing was wrapped)."""
+    if isinstance(forecaster, ForecastCache):
+        return forecaster.inner
+    if isinstance(forecaster, RecallOverlay):
+        return RecallOverlay(uncached(forecaster.inner), forecaster.reliability)
+    return forecaster

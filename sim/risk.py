@@ -51,7 +51,7 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State, jobs_running, machines_used, queue_head
-from sim.forecast import DEFAULT_LEVELS, ForecastCache, UsageForecaster, job_view
+from sim.forecast import DEFAULT_LEVELS, UsageForecaster, job_view, with_cache
 
 MODES = ("deviate", "pack")
 
@@ -435,7 +435,7 @@ def fit_forecast_risk(
     forecaster = forecaster if forecaster is not None else ctx.forecaster()
     if forecaster is None:
         return None
-    forecaster = forecaster.cached() if hasattr(forecaster, "cached") else ForecastCache(forecaster)
+    forecaster = with_cache(forecaster)
     fallback = ctx.best_fallback()
     fit_part = ctx.split()[0]
     candidates = []
