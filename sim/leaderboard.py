@@ -1,8 +1,9 @@
 """The leaderboard: per (source, load), every policy ranked by mean episode return, with its 95 % interval.
 
 An oracle (a policy that sees the future) is a yardstick, never a winner: it gets no rank, and "best" is always the
-best non-oracle policy. The best heuristic is the best policy that is neither an oracle nor learned; every row says
-how far it is from that heuristic, so a learned policy's win or loss reads off one column.
+best non-oracle policy. The best heuristic is the best policy of kind "heuristic" (neither an oracle, nor learned,
+nor a forecast-driven rule: those are the contenders); every row says how far it is from that heuristic, so a
+learned or forecast-driven policy's win or loss reads off one column.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def leaderboard(summary: pl.DataFrame, metric: str = LEADERBOARD_METRIC) -> pl.D
         if col not in rows.columns:
             rows = rows.with_columns(pl.lit(default).alias(col))
     cell = ["source", "load_pct"]
-    heuristic = ~pl.col("is_oracle") & ~pl.col("is_learned")
+    # forecast-driven rules (policy_kind "forecast") are contenders like the learned ones, never "the best heuristic"
+    heuristic = ~pl.col("is_oracle") & ~pl.col("is_learned") & (pl.col("policy_kind") != "forecast")
     best_heur = (
         rows.filter(heuristic)
         .sort("mean", descending=True)
@@ -71,15 +73,18 @@ def leaderboard_text(board: pl.DataFrame, top: int = 5) -> list[str]:
     learned policy shown whatever its rank) and the oracle apart."""
     lines = [
         f"leaderboard ({LEADERBOARD_METRIC}, mean [95 % interval] over test sequences; * best heuristic, "
-        "L learned, oracle apart)"
+        "L learned, F forecast-driven, oracle apart)"
     ]
     for (source, load), cell in board.group_by(["source", "load_pct"], maintain_order=True):
         lines.append(f"  {source} @ {load}%")
         for r in cell.iter_rows(named=True):
-            shown = (r["rank"] or 10**9) <= top or r["is_learned"] or r["is_oracle"]
+            contender = r["is_learned"] or r["policy_kind"] == "forecast"
+            shown = (r["rank"] or 10**9) <= top or contender or r["is_oracle"]
             if not shown:
                 continue
-            mark = "*" if r["is_best_heuristic"] else ("L" if r["is_learned"] else " ")
+            mark = (
+                "*" if r["is_best_heuristic"] else ("L" if r["is_learned"] else ("F" if contender else " "))
+            )
             where = "oracle" if r["is_oracle"] else f"{r['rank']:>2}."
             lines.append(
                 f"    {where:>6} {mark} {r['policy']:<26} {r['mean']:>12.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"

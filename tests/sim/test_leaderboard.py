@@ -52,3 +52,18 @@ def test_identical_means_fail_the_degenerate_check_and_no_heuristic_is_an_error(
     assert not leaderboard_check_values(flat)["ranks_policies_that_differ"][0]
     with pytest.raises(ValueError, match="no non-oracle heuristic"):
         leaderboard(summary([("foresight", True, False, -1.0), ("tvw_rl", False, True, -2.0)]))
+
+
+def test_a_forecast_driven_rule_is_a_contender_never_the_best_heuristic():
+    rows = summary().with_columns(
+        policy=pl.when(pl.col("policy") == "best_fit").then(pl.lit("forecast_rule")).otherwise("policy"),
+        policy_kind=pl.when(pl.col("policy") == "best_fit").then(pl.lit("forecast")).otherwise("policy_kind"),
+        mean=pl.when(pl.col("policy") == "best_fit").then(pl.lit(-5.0)).otherwise("mean"),
+    )
+    board = leaderboard(rows.with_columns(ci_low=pl.col("mean") - 1.0, ci_high=pl.col("mean") + 1.0))
+    cell = board.filter((pl.col("source") == "a") & (pl.col("load_pct") == 30))
+    assert cell.filter("is_best")["policy"].to_list() == ["forecast_rule"]
+    assert cell.filter("is_best_heuristic")["policy"].to_list() == ["tetris"]
+    row = cell.filter(pl.col("policy") == "forecast_rule").row(0, named=True)
+    assert row["gap_to_best_heuristic"] == pytest.approx(5.0) and row["beats_best_heuristic"]
+    assert "F forecast_rule" in "\n".join(leaderboard_text(board))

@@ -76,7 +76,9 @@ def test_exact_forecast_rule_never_overshoots() -> None:
 def test_pack_mode_packs_tighter_than_requests_on_exact_forecasts() -> None:
     jobs = _square_jobs(3, 30, seed=2)
     tetris, _ = _rollout(make_policy("tetris"), jobs)
-    rule = RiskAwarePacking(ExactForecaster(horizon=jobs.max_duration), risk=RiskConfig(mode="pack"), name="t")
+    rule = RiskAwarePacking(
+        ExactForecaster(horizon=jobs.max_duration), risk=RiskConfig(mode="pack"), name="t"
+    )
     packed, _ = _rollout(rule, jobs)
     # packing beyond requests on the true future wastes fewer units than request-based packing
     assert packed.penalty_totals[:, 1].sum() > tetris.penalty_totals[:, 1].sum()  # underutil (negative)
@@ -141,7 +143,9 @@ def test_exact_forecaster_is_an_oracle_and_sees_the_future() -> None:
     before = ExactForecaster(horizon=5).forecast(CFG, state, env, job)
     after = ExactForecaster(horizon=5).forecast(CFG, _perturb_future(state, 6), env, job)
     assert not np.array_equal(before, after)
-    assert ExactForecaster().is_oracle and is_oracle("forecast_risk_truth") and is_oracle("foresight_peak_aware")
+    assert (
+        ExactForecaster().is_oracle and is_oracle("forecast_risk_truth") and is_oracle("foresight_peak_aware")
+    )
     assert policy_kind("forecast_risk") == "forecast" and policy_kind("hybrid_observed") == "heuristic"
 
 
@@ -197,7 +201,13 @@ def test_fit_rho_covers_at_rho_one_with_exact_forecasts() -> None:
 
 
 def _results(rows: list[tuple]) -> pl.DataFrame:
-    kinds = {"tetris": "heuristic", "sjf": "heuristic", "rule": "forecast", "truth": "oracle", "noop": "heuristic"}
+    kinds = {
+        "tetris": "heuristic",
+        "sjf": "heuristic",
+        "rule": "forecast",
+        "truth": "oracle",
+        "noop": "heuristic",
+    }
     out = []
     for policy, seq, ret in rows:
         out.append(
