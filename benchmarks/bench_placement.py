@@ -39,6 +39,7 @@ RULES = [
     "forecast_risk",
     "forecast_risk_nodur",
     "forecast_recall_hybrid",
+    "forecast_recall_hybrid_nodur",
     "forecast_risk_recall",
     "forecast_risk_truth",
     "foresight_peak_aware",

@@ -307,6 +307,7 @@ TRUTH_OF = {
     "forecast_risk_nodur": "forecast_risk_truth",
     "forecast_risk_recall": "forecast_risk_truth",
     "forecast_recall_hybrid": "forecast_risk_truth",
+    "forecast_recall_hybrid_nodur": "forecast_risk_truth",
 }
 """Forecast-driven rule -> the same rule on the true future usage (its information gap's yardstick)."""
 

@@ -594,6 +594,13 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         lambda ctx: fit_recall_rule(ctx, "hybrid", "forecast_recall_hybrid"),
         kind="forecast",
     ),
+    "forecast_recall_hybrid_nodur": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            risk=RiskConfig(use_durations=False), name="forecast_recall_hybrid_nodur", **kw
+        ),
+        lambda ctx: fit_recall_rule(ctx, "hybrid", "forecast_recall_hybrid_nodur", use_durations=False),
+        kind="forecast",
+    ),
     "forecast_risk_recall": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_risk_recall", **kw),
         lambda ctx: fit_recall_rule(ctx, "forecast", "forecast_risk_recall"),

@@ -466,10 +466,11 @@ def fit_forecast_risk(
     return ctx.choose(name, candidates)
 
 
-def fit_recall_rule(ctx, base: str, name: str) -> RiskAwarePacking | None:
+def fit_recall_rule(ctx, base: str, name: str, use_durations: bool = True) -> RiskAwarePacking | None:
     """The hybrid (`base` "hybrid") or forecast rule (`base` "forecast") on a forecaster that recalls earlier runs
     of a recurring workload (`sim.forecast.fit_recall`, measured on the fit part of the training sequences); the
-    recall measurements join the rule's choices. None when the forecast rule has no learned forecaster."""
+    recall measurements join the rule's choices. None when the forecast rule has no learned forecaster. With
+    durations unknown a recalled job still ends where its earlier run ended (recall gives 0 from there on)."""
     from sim.forecast import fit_recall
 
     if base == "hybrid":
@@ -483,9 +484,9 @@ def fit_recall_rule(ctx, base: str, name: str) -> RiskAwarePacking | None:
     # any job: the fallback heuristic itself where nothing recurs)
     waits = (*ctx.tuning.min_observed, ctx.horizon() + 1)
     if base == "hybrid":
-        policy = fit_hybrid(ctx, True, name, forecaster=forecaster, min_observed=waits)
+        policy = fit_hybrid(ctx, use_durations, name, forecaster=forecaster, min_observed=waits)
     else:
-        policy = fit_forecast_risk(ctx, True, name, forecaster=forecaster, min_observed=waits)
+        policy = fit_forecast_risk(ctx, use_durations, name, forecaster=forecaster, min_observed=waits)
     ctx.choices[name].update(measured)
     return policy
 
