@@ -17,9 +17,14 @@ construction:
 - its inputs come from ONE function, `job_features`, of `sim.forecast.job_view` (the one place that reads a job's
   observed usage, and only the observed steps) plus the job's meta, at fit time and at serve time alike.
 
-What it still does not see: usage finer than one unit of C_d. `JobBatch.usage` holds ceil-quantised units only;
-carrying the unquantised step means (an optional float profile per job in `sim__job_sequences` and `JobBatch`,
-read through `job_view`) is the next step, and the one difference left between this view and the issue's.
+Usage finer than one unit of C_d: `JobBatch.usage` holds ceil-quantised units only, but `sim__job_sequences`
+carries the unquantised step means beside them (`cpu_units_exact` / `mem_units_exact`, float units of C_d), which
+`JobBatch.usage_exact` holds and `job_view` shows through the same observed-steps mask (`recent_exact`,
+`life_mean_exact`, `life_max_exact`). `SimLabellerConfig.usage_view` picks the view: "exact" reads them, "units" the
+quantised units, "auto" (the default) the exact view whenever the training batch has it. The fitted labeller
+records its view (`SimViewLabeller.view`) and refuses, with a ValueError naming it, to serve a batch without it;
+`job_features` takes the view, so fit and serve build their inputs in one function alike. Only the labeller reads
+the unquantised usage; the simulator's step logic stays on the integer units.
 
 Ages follow `job_view`: a running job started at s has t - s + 1 steps observed at step t (the current step
 included, as the machines' usage image already shows it), a job not placed has 0. The model is a multinomial
@@ -71,6 +76,14 @@ class SimLabellerConfig:
     """Seeds the sampled ages."""
     n_threads: int | None = 1
     """BLAS/OpenMP threads while fitting (None = leave as is); prediction is one small matrix product."""
+    usage_view: str = "auto"
+    """Which usage the features read (`USAGE_VIEWS`): "exact" = the unquantised step means
+    (`JobBatch.usage_exact`; fitting on a batch without them is an error), "units" = the quantised units the
+    simulator steps on, "auto" = "exact" when the training batch has it, else "units"."""
+
+
+USAGE_VIEWS = ("auto", "exact", "units")
+"""Values of `SimLabellerConfig.usage_view`; a fitted labeller's `view` is "exact" or "units"."""
 
 
 FEATURE_NAMES = (
@@ -102,14 +115,32 @@ FEATURE_NAMES = (
 """Columns of `job_features`; usage in fractions of a machine (units / C_d), NaN where nothing is observed."""
 
 
-def job_features(view: JobView) -> np.ndarray:
+def observed_usage(view: JobView, usage_view: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(recent, life_mean, life_max) of `view` in units of C_d: the quantised units ("units") or the unquantised
+    step means ("exact"). ValueError naming the view when the view has no unquantised usage."""
+    if usage_view == "units":
+        return view.recent, view.life_mean, view.life_max
+    if usage_view != "exact":
+        raise ValueError(f"usage view must be 'exact' or 'units', got {usage_view!r}")
+    if view.recent_exact is None or view.life_mean_exact is None or view.life_max_exact is None:
+        raise ValueError(
+            "this labeller reads the 'exact' usage view (unquantised step means, JobBatch.usage_exact) but the "
+            "batch has none (sim__job_sequences without cpu_units_exact / mem_units_exact?); refit it with "
+            "usage_view='units' or rebuild the sequences"
+        )
+    return view.recent_exact, view.life_mean_exact, view.life_max_exact
+
+
+def job_features(view: JobView, usage_view: str = "units") -> np.ndarray:
     """(N, len(FEATURE_NAMES)) float64 inputs of the labeller: the job's meta and summaries of its observed usage
-    (`view.recent`, `view.life_mean`, `view.life_max`, all from `job_view`, hence observed steps only), in
-    fractions of a machine. NaN where a value is unknown (no usage observed, missing meta); the model reads it
-    through its imputation and is_missing inputs. The label in the view is never read."""
+    (`view.recent`, `view.life_mean`, `view.life_max`, or their unquantised twins with usage_view="exact"; all
+    from `job_view`, hence observed steps only), in fractions of a machine. NaN where a value is unknown (no usage
+    observed, missing meta); the model reads it through its imputation and is_missing inputs. The label in the
+    view is never read. ValueError when usage_view="exact" and the view has no unquantised usage."""
+    recent_units, life_mean, life_max = observed_usage(view, usage_view)
     cap = view.capacity.astype(np.float64)
     # (N, D, R) with the steps last, so every summary is a contiguous masked sum (nan-functions are 5x slower)
-    recent = np.ascontiguousarray(np.moveaxis(view.recent, 1, 2)) / cap[:, None]
+    recent = np.ascontiguousarray(np.moveaxis(recent_units, 1, 2)) / cap[:, None]
     is_seen = np.isfinite(recent)
     zero = np.where(is_seen, recent, 0.0)
     steps = np.diff(recent, axis=2)
@@ -125,13 +156,13 @@ def job_features(view: JobView) -> np.ndarray:
         first_seen = recent[np.arange(view.size)[:, None], np.arange(recent.shape[1]), -n_seen.clip(1)]
         trend = last - first_seen
         at_min_unit = (is_seen & (recent <= 1.0 / cap[:, None] + 1e-9)).sum(axis=2) / n_seen
-        ratio = np.log((view.life_mean[:, 0] + 0.5) / (view.life_mean[:, 1] + 0.5))
+        ratio = np.log((life_mean[:, 0] + 0.5) / (life_mean[:, 1] + 0.5))
     return np.column_stack(
         [
             view.meta,
             np.log1p(view.n_observed),
-            view.life_mean / cap,
-            view.life_max / cap,
+            life_mean / cap,
+            life_max / cap,
             last,
             recent_mean,
             recent_std,
@@ -168,6 +199,7 @@ def state_at_ages(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_obs
         ec_label=np.zeros((n, 1), dtype=np.int64),
         n_jobs=np.ones(n, dtype=np.int64),
         meta=None if jobs.meta is None else jobs.meta[rows, job_index][:, None],
+        usage_exact=None if jobs.usage_exact is None else jobs.usage_exact[rows, job_index][:, None],
     )
     t = np.full(n, jobs.max_duration, dtype=np.int64)
     is_placed = n_obs > 0
@@ -199,11 +231,13 @@ def features_at_ages(
     job_index: np.ndarray,
     n_observed: np.ndarray,
     n_recent: int,
+    usage_view: str = "units",
 ) -> np.ndarray:
-    """`job_features` of jobs (rows[i], job_index[i]) after n_observed[i] steps: the view a rollout would give."""
+    """`job_features` (of `usage_view`) of jobs (rows[i], job_index[i]) after n_observed[i] steps: the view a
+    rollout would give."""
     state = state_at_ages(jobs, rows, job_index, n_observed)
     env = np.arange(state.batch_size)
-    return job_features(job_view(cfg, state, env, np.zeros_like(env), n_recent))
+    return job_features(job_view(cfg, state, env, np.zeros_like(env), n_recent), usage_view)
 
 
 def sample_ages(duration: np.ndarray, n_ages: int, rng: np.random.Generator) -> np.ndarray:
@@ -252,13 +286,20 @@ class SimViewLabeller:
 
     Fit with `fit_sim_labeller`; `labels(cfg, state)` relabels the jobs the observation shows
     (`sim.labelling.labelled_jobs`) in one predict call, and `predict_jobs` labels jobs at given ages (what
-    `sim.labelling.label_accuracy_by_age` calls)."""
+    `sim.labelling.label_accuracy_by_age` calls). Both read the usage view it was trained on (`view`) and raise
+    ValueError naming it on a batch without it."""
 
-    def __init__(self, model: LinearModel, classes: np.ndarray, cfg: SimLabellerConfig) -> None:
-        """model: fitted on `job_features` rows; classes: the EC label of each model class."""
+    def __init__(
+        self, model: LinearModel, classes: np.ndarray, cfg: SimLabellerConfig, view: str = "units"
+    ) -> None:
+        """model: fitted on `job_features` rows of usage view `view` ("exact" or "units"); classes: the EC label
+        of each model class."""
+        if view not in ("exact", "units"):
+            raise ValueError(f"SimViewLabeller: view must be 'exact' or 'units', got {view!r}")
         self.model = model
         self.classes = np.asarray(classes, dtype=np.int64)
         self.cfg = cfg
+        self.view = view
         self._jobs: JobBatch | None = None  # the sequences the kept labels belong to
         self._n_observed = np.zeros((0, 0), dtype=np.int64)  # (B, J) steps observed when labelled, -1 = never
         self._label = np.zeros((0, 0), dtype=np.int64)
@@ -274,6 +315,7 @@ class SimViewLabeller:
         observed) of the sequences last seen (`state.jobs`, which a state never mutates) and only jobs whose count
         changed since the last call are predicted again: between two decisions that is the job just placed and
         the new arrivals, and once per step every running job. New sequences (a reset, an autoreset) start over."""
+        self.check_batch(state.jobs)
         out = observed_labels(state).astype(np.int64, copy=True)
         is_shown = labelled_jobs(cfg, state)
         if self._jobs is not state.jobs:
@@ -283,7 +325,7 @@ class SimViewLabeller:
         bi, ji = np.nonzero(is_shown & (steps_observed(state) != self._n_observed))
         if bi.size:
             view = job_view(cfg, state, bi, ji, self.cfg.n_recent)
-            self._label[bi, ji] = self.predict_features(job_features(view))
+            self._label[bi, ji] = self.predict_features(job_features(view, self.view))
             self._n_observed[bi, ji] = view.n_observed
         out[is_shown] = self._label[is_shown]
         return out
@@ -292,14 +334,27 @@ class SimViewLabeller:
         self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray
     ) -> np.ndarray:
         """(n,) int64 labels of jobs (rows[i], job_index[i]) after n_observed[i] usage steps."""
-        x = features_at_ages(cfg, jobs, rows, job_index, n_observed, self.cfg.n_recent)
+        self.check_batch(jobs)
+        x = features_at_ages(cfg, jobs, rows, job_index, n_observed, self.cfg.n_recent, self.view)
         return self.predict_features(x)
+
+    def check_batch(self, jobs: JobBatch) -> None:
+        """ValueError, naming the view, when this labeller reads the "exact" view and `jobs` has no
+        unquantised usage (it would otherwise be served inputs it was never trained on)."""
+        if self.view == "exact" and jobs.usage_exact is None:
+            raise ValueError(
+                "SimViewLabeller was trained on the 'exact' usage view (unquantised step means) but this job "
+                "batch has no usage_exact (sim__job_sequences without cpu_units_exact / mem_units_exact); "
+                "serve it sequences that carry them, or fit one with usage_view='units'"
+            )
 
 
 def fit_sim_labeller(cfg: SimConfig, train_jobs: JobBatch, config: SimLabellerConfig) -> SimViewLabeller:
     """Fit a `SimViewLabeller` on every real job of `train_jobs` (the TRAINING sequences: their `ec_label` is
-    their workload's clustering label), each at age 0 and at `config.n_ages_per_job` random observed lengths.
-    ValueError when the jobs hold fewer than two labels."""
+    their workload's clustering label), each at age 0 and at `config.n_ages_per_job` random observed lengths, on
+    the usage view `resolve_usage_view` picks. ValueError when the jobs hold fewer than two labels, or when the
+    "exact" view is asked of jobs without unquantised usage."""
+    view = resolve_usage_view(config.usage_view, train_jobs)
     rows, job_index = np.nonzero(np.arange(train_jobs.max_jobs)[None, :] < train_jobs.n_jobs[:, None])
     y = train_jobs.ec_label[rows, job_index]
     classes, y_idx = np.unique(y, return_inverse=True)
@@ -308,9 +363,23 @@ def fit_sim_labeller(cfg: SimConfig, train_jobs: JobBatch, config: SimLabellerCo
     rng = np.random.default_rng(config.seed)
     ages = sample_ages(train_jobs.duration[rows, job_index], config.n_ages_per_job, rng)
     x = np.concatenate(
-        [features_at_ages(cfg, train_jobs, rows, job_index, a, config.n_recent) for a in ages.T]
+        [features_at_ages(cfg, train_jobs, rows, job_index, a, config.n_recent, view) for a in ages.T]
     )
-    return SimViewLabeller(_fit_linear(x, np.tile(y_idx, ages.shape[1]), config), classes, config)
+    return SimViewLabeller(_fit_linear(x, np.tile(y_idx, ages.shape[1]), config), classes, config, view)
+
+
+def resolve_usage_view(usage_view: str, jobs: JobBatch) -> str:
+    """The view ("exact" or "units") a labeller fitted on `jobs` with `SimLabellerConfig.usage_view` reads."""
+    if usage_view not in USAGE_VIEWS:
+        raise ValueError(f"usage_view must be one of {USAGE_VIEWS}, got {usage_view!r}")
+    if usage_view == "auto":
+        return "exact" if jobs.usage_exact is not None else "units"
+    if usage_view == "exact" and jobs.usage_exact is None:
+        raise ValueError(
+            "fit_sim_labeller: usage_view='exact' but the training jobs have no unquantised usage "
+            "(sim__job_sequences without cpu_units_exact / mem_units_exact)"
+        )
+    return usage_view
 
 
 def _fit_linear(x: np.ndarray, y: np.ndarray, config: SimLabellerConfig) -> LinearModel:

@@ -44,6 +44,9 @@ Definitions used here (the paper leaves them open):
   `mem_request_frac`, `priority`, `scheduling_class` are copied unscaled from the workload's
   LONG_RUNNING row (the values the EC classifier is trained on); null where the trace has none, and
   for synthetic sources.
+- Unquantised usage: `cpu_units_exact` / `mem_units_exact` keep each step's scaled mean before
+  `quantise_usage` (float units of C_d, clipped to [0, C_d] like the units; `EXACT_USAGE_COLUMNS`), so the EC
+  labeller can read usage finer than one unit. The simulator never reads them.
 """
 
 from __future__ import annotations
@@ -79,11 +82,24 @@ JOB_SEQUENCES = {
     "mem_request_frac": pl.Float64,
     "priority": pl.Int32,
     "scheduling_class": pl.Int32,
+    "cpu_units_exact": pl.List(
+        pl.Float32
+    ),  # usage per step BEFORE quantisation, units of C_cpu (float, <= C_d)
+    "mem_units_exact": pl.List(
+        pl.Float32
+    ),  # ceil/round of it is mem_units; null where the builder keeps none
 }
 """One row per job of a sequence: the simulator's input table."""
 
 META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
 """Workload meta columns of JOB_SEQUENCES (nullable; rows without them get nulls in `jobs_to_frame`)."""
+
+EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
+"""Optional columns of JOB_SEQUENCES with each job's usage per step before quantisation, in the same units as
+`cpu_units` / `mem_units` (the step means of the scaled usage x C_d, clipped to [0, C_d] as the units are; float32),
+so `quantise_usage(exact / C_d)` gives the units back. Only the EC labeller reads them (`JobBatch.usage_exact`),
+never the simulator's step logic. Null when a builder keeps none (a rows dict without them in `jobs_to_frame`);
+frames written before they existed lack them and still load (`sim.jobs.JobBatch.from_frame`)."""
 
 
 SEQUENCE_KEY = ("source", "load_pct", "split", "sequence_id")
@@ -236,6 +252,13 @@ def quantise_usage(frac: Any, capacity_units: int = 8, mode: str = "ceil") -> np
     else:
         raise ValueError(f"quantise_usage: unknown mode {mode!r} (expected 'ceil' or 'round')")
     return np.clip(units, 0, capacity_units).astype(np.int16)
+
+
+def exact_units(frac: Any, capacity_units: int = 8) -> np.ndarray:
+    """Usage as a fraction of one machine -> float32 units of C_d before quantisation: frac x C_d clipped to
+    [0, C_d] as `quantise_usage` clips (the `EXACT_USAGE_COLUMNS` values)."""
+    x = np.asarray(frac, dtype=np.float64)
+    return np.clip(x * capacity_units, 0.0, capacity_units).astype(np.float32)
 
 
 def time_scale(values: Any, step_bins: int, how: str = "mean") -> np.ndarray:
@@ -668,7 +691,7 @@ class _StratumDraw:
 
 
 def _cut_job(pool: _Pool, w: int, is_long: bool, cfg: SequenceConfig, rng: np.random.Generator) -> dict:
-    """One job: a window of workload `w`, quantised."""
+    """One job: a window of workload `w`, quantised (and its unquantised step means, `EXACT_USAGE_COLUMNS`)."""
     lo, hi = cfg.long_duration_steps if is_long else cfg.short_duration_steps
     length = int(pool.length[w])
     dur = int(rng.integers(min(lo, length), min(hi, length) + 1))
@@ -678,6 +701,7 @@ def _cut_job(pool: _Pool, w: int, is_long: bool, cfg: SequenceConfig, rng: np.ra
     n_clipped += int((mem_f * cfg.capacity_units > cfg.capacity_units + QUANTISE_EPS).sum())
     cpu = quantise_usage(cpu_f, cfg.capacity_units, cfg.quantise_mode)
     mem = quantise_usage(mem_f, cfg.capacity_units, cfg.quantise_mode)
+    cpu_exact, mem_exact = exact_units(cpu_f, cfg.capacity_units), exact_units(mem_f, cfg.capacity_units)
     if cfg.request_mode == "peak":
         req = int(cpu.max()), int(mem.max())
     else:
@@ -690,6 +714,8 @@ def _cut_job(pool: _Pool, w: int, is_long: bool, cfg: SequenceConfig, rng: np.ra
         "duration_steps": dur,
         "cpu_units": cpu,
         "mem_units": mem,
+        "cpu_units_exact": cpu_exact,
+        "mem_units_exact": mem_exact,
         "cpu_request_units": req[0],
         "mem_request_units": req[1],
         "is_long_running": dur > cfg.long_threshold_steps,
@@ -842,13 +868,16 @@ def add_split_stats(stats: dict[str, Any], jobs: pl.DataFrame, min_workloads: in
 
 
 def jobs_to_frame(rows: list[dict]) -> pl.DataFrame:
-    """Rows (dicts with the JOB_SEQUENCES keys; unit series as arrays; the META_COLUMNS keys optional,
-    null when absent) -> the typed table."""
+    """Rows (dicts with the JOB_SEQUENCES keys; unit series as arrays; the META_COLUMNS and EXACT_USAGE_COLUMNS
+    keys optional, null when absent) -> the typed table."""
     if not rows:
         return pl.DataFrame(schema=JOB_SEQUENCES)
-    cols = {c: [r.get(c) if c in META_COLUMNS else r[c] for r in rows] for c in JOB_SEQUENCES}
+    optional = (*META_COLUMNS, *EXACT_USAGE_COLUMNS)
+    cols = {c: [r.get(c) if c in optional else r[c] for r in rows] for c in JOB_SEQUENCES}
     cols["cpu_units"] = [np.asarray(v, dtype=np.int16).tolist() for v in cols["cpu_units"]]
     cols["mem_units"] = [np.asarray(v, dtype=np.int16).tolist() for v in cols["mem_units"]]
+    for c in EXACT_USAGE_COLUMNS:
+        cols[c] = [None if v is None else np.asarray(v, dtype=np.float32).tolist() for v in cols[c]]
     return pl.DataFrame(cols, schema=JOB_SEQUENCES).sort(
         "source", "load_pct", "split", "sequence_id", "job_index"
     )
@@ -991,7 +1020,8 @@ USAGE_SCALE = {
 
 SEQUENCE_TABLE_DOCS = {
     "sim__job_sequences": "Job sequences for the simulator, one row per job: per (source, load, split, sequence) "
-    "the arrival step, EC label, workload meta and quantised per-step CPU and memory units (C_d = 8) of a window "
+    "the arrival step, EC label, workload meta and quantised per-step CPU and memory units (C_d = 8), with the "
+    "unquantised step means beside them (for the EC labeller only), of a window "
     "cut from a long-running workload of `core__long_running` (`pipelines.job_sequences`; workloads larger than "
     "one machine named, set aside by `oversized_rule`) or a synthetic workload (`pipelines.synthetic`).",
     "sim__offered_load": "Per job sequence, its realised offered load measured from its jobs alone (total work per "

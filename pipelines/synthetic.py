@@ -24,6 +24,10 @@ is 4.1 steps x 0.225 of the cluster per resource, so one arrival per step offers
 30/50/80 % take arrival probabilities 0.33/0.54/0.87. On M = 10 machines with the same jobs
 the labels would be a tenth, and the reachable maximum 9.2 %; a load that needs more than one
 arrival per step is an error, never silently capped (`deeprm_arrival_plan`).
+
+Both fill the unquantised usage columns (`pipelines.job_sequences.EXACT_USAGE_COLUMNS`) with the real values
+before they became whole units: DeepPlace's square wave's step means x C_d (clipped to C_d), DeepRM's demand
+before `sample_units` rounds it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pipelines.job_sequences import (
     add_split_stats,
     arrange_sequence,
     arrival_rate_per_step,
+    exact_units,
     jobs_to_frame,
     mix_pattern,
     quantise_usage,
@@ -186,15 +191,18 @@ def _deepplace_template(is_long: bool, cfg: DeepPlaceConfig, rng: np.random.Gene
     dom, other = rng.uniform(*cfg.dominant_frac), rng.uniform(*cfg.other_frac)
     period = rng.uniform(*cfg.period_of_length) * length
     phase = rng.uniform(0.0, period)
-    units = []
+    units, exact = [], []
     for peak in (dom, other) if is_cpu else (other, dom):
         wave = square_wave(length, period, cfg.width_of_period * period, phase, peak, cfg.trough_ratio * peak)
         units.append(quantise_usage(wave, cfg.capacity_units, cfg.quantise_mode))
+        exact.append(exact_units(wave, cfg.capacity_units))
     return {
         "ec_label": 1 + 2 * int(not is_cpu) + int(is_long),  # (dominant resource, long/short): 1..4
         "duration_steps": length,
         "cpu_units": units[0],
         "mem_units": units[1],
+        "cpu_units_exact": exact[0],
+        "mem_units_exact": exact[1],
         "cpu_request_units": int(units[0].max()),
         "mem_request_units": int(units[1].max()),
         "is_long_running": is_long,
@@ -326,15 +334,21 @@ def _deeprm_jobs(n: int, cfg: DeepRMConfig, rng: np.random.Generator) -> list[di
     long_ = rng.integers(cfg.long_duration_steps[0], cfg.long_duration_steps[1] + 1, n)
     dur = np.where(is_long, long_, short)
     is_cpu = rng.random(n) < 0.5
-    dom = sample_units(rng.uniform(*cfg.dominant_frac, n) * cluster, rng)
-    other = sample_units(rng.uniform(*cfg.other_frac, n) * cluster, rng)
+    dom_exact = rng.uniform(*cfg.dominant_frac, n) * cluster  # real-valued demand, units; then rounded
+    dom = sample_units(dom_exact, rng)
+    other_exact = rng.uniform(*cfg.other_frac, n) * cluster
+    other = sample_units(other_exact, rng)
     cpu, mem = np.where(is_cpu, dom, other), np.where(is_cpu, other, dom)
+    cpu_exact = np.where(is_cpu, dom_exact, other_exact).astype(np.float32)
+    mem_exact = np.where(is_cpu, other_exact, dom_exact).astype(np.float32)
     return [
         {
             "ec_label": 1 + 2 * int(not is_cpu[i]) + int(is_long[i]),  # (dominant resource, long/short): 1..4
             "duration_steps": int(dur[i]),
             "cpu_units": np.full(dur[i], cpu[i], dtype=np.int16),
             "mem_units": np.full(dur[i], mem[i], dtype=np.int16),
+            "cpu_units_exact": np.full(dur[i], cpu_exact[i], dtype=np.float32),
+            "mem_units_exact": np.full(dur[i], mem_exact[i], dtype=np.float32),
             "cpu_request_units": int(cpu[i]),
             "mem_request_units": int(mem[i]),
             "is_long_running": bool(is_long[i]),

@@ -55,6 +55,13 @@ class JobView:
     """(N, D) float64 mean observed units so far (NaN when nothing is observed)."""
     capacity: np.ndarray
     """(D,) int64 C_d."""
+    recent_exact: np.ndarray | None = None
+    """(N, R, D) float64 like `recent`, from the unquantised usage (`JobBatch.usage_exact`), with exactly the same
+    observed-steps mask; None when the batch has no unquantised usage (NaN where a job has none)."""
+    life_max_exact: np.ndarray | None = None
+    """(N, D) float64 like `life_max`, from the unquantised usage; None as `recent_exact`."""
+    life_mean_exact: np.ndarray | None = None
+    """(N, D) float64 like `life_mean`, from the unquantised usage; None as `recent_exact`."""
 
     @property
     def size(self) -> int:
@@ -78,7 +85,8 @@ class UsageForecaster(Protocol):
 
 
 def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_recent: int) -> JobView:
-    """The `JobView` of jobs `job` (N,) of envs `env` (N,): observed usage only (see the module docstring)."""
+    """The `JobView` of jobs `job` (N,) of envs `env` (N,): observed usage only (see the module docstring); the
+    unquantised usage (`JobBatch.usage_exact`), when the batch has it, through the same mask."""
     env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
     jobs = state.jobs
     is_placed = state.job_machine[env, job] >= 0
@@ -86,16 +94,24 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
     n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job])
     ages = np.arange(jobs.max_duration)
     is_seen = ages[None, :] < n_obs[:, None]  # (N, T)
-    usage = jobs.usage[env, job].astype(np.float64)  # (N, T, D): masked to the observed ages right away
-    usage[~is_seen] = np.nan
-    with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
-        # a job with nothing observed has NaN summaries by design
-        life_max = np.nanmax(usage, axis=1)
-        life_mean = np.nanmean(usage, axis=1)
     recent_ages = n_obs[:, None] - n_recent + np.arange(n_recent)[None, :]  # (N, R)
     is_recent = recent_ages >= 0
-    recent = usage[np.arange(env.size)[:, None], np.clip(recent_ages, 0, jobs.max_duration - 1)]
-    recent[~is_recent] = np.nan
+    recent_at = (np.arange(env.size)[:, None], np.clip(recent_ages, 0, jobs.max_duration - 1))
+
+    def observed(profiles: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(recent, life_max, life_mean) of (N, T, D) profiles, masked to the observed ages right away."""
+        usage = profiles.astype(np.float64)
+        usage[~is_seen] = np.nan
+        with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
+            # a job with nothing observed has NaN summaries by design
+            life_max = np.nanmax(usage, axis=1)
+            life_mean = np.nanmean(usage, axis=1)
+        recent = usage[recent_at]
+        recent[~is_recent] = np.nan
+        return recent, life_max, life_mean
+
+    recent, life_max, life_mean = observed(jobs.usage[env, job])
+    exact = (None, None, None) if jobs.usage_exact is None else observed(jobs.usage_exact[env, job])
     meta = (
         jobs.meta[env, job].astype(np.float64)
         if jobs.meta is not None
@@ -110,6 +126,9 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
         life_max=life_max,
         life_mean=life_mean,
         capacity=np.asarray(cfg.capacity_units, dtype=np.int64),
+        recent_exact=exact[0],
+        life_max_exact=exact[1],
+        life_mean_exact=exact[2],
     )
 
 

@@ -37,6 +37,10 @@ JOB_META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "schedul
 """Optional columns of `sim__job_sequences` with each job's workload meta information (TVW-RL Algorithm 1's
 meta-information(J)), in `JobBatch.meta` order; the same order as `models.ec_classifier.META_COLUMNS`."""
 
+JOB_EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
+"""Optional columns of `sim__job_sequences` with each job's usage per step before quantisation (float units of
+C_d, `pipelines.job_sequences.EXACT_USAGE_COLUMNS`), in `JobBatch.usage_exact` resource order."""
+
 
 @dataclass(frozen=True)
 class JobBatch:
@@ -62,6 +66,11 @@ class JobBatch:
     """(B, J, 4) float64 meta information per job in JOB_META_COLUMNS order (requested cpu/mem fraction of a
     machine as in the trace, priority, scheduling class), NaN where unknown and for padding; None when the
     sequences carry no meta columns. Only EC labelling reads it (`sim.labelling`), never the step logic."""
+    usage_exact: np.ndarray | None = None
+    """(B, J, T_max, D) float32 usage per step BEFORE quantisation, in units of C_d (what `usage` was quantised
+    from), NaN beyond a job's duration and for padding, and for a job whose table row has none; None when the
+    sequences carry no such columns. Only the EC labeller reads it, through `sim.forecast.job_view` (observed
+    steps only); the step logic, masks and heuristics stay on the integer `usage`."""
 
     @property
     def batch_size(self) -> int:
@@ -113,6 +122,7 @@ class JobBatch:
             sequence_keys=pick(self.sequence_keys),
             workload_ids=pick(self.workload_ids),
             meta=None if self.meta is None else self.meta[rows],
+            usage_exact=None if self.usage_exact is None else self.usage_exact[rows],
         )
 
     def first_jobs(self, n: int) -> JobBatch:
@@ -135,14 +145,17 @@ class JobBatch:
             sequence_keys=self.sequence_keys,
             workload_ids=tuple(w[:n] for w in self.workload_ids),
             meta=None if self.meta is None else self.meta[:, :n].copy(),
+            usage_exact=None if self.usage_exact is None else self.usage_exact[:, :n, :t_max].copy(),
         )
 
     @staticmethod
     def from_jobs(sequences: Sequence[Sequence[dict]], n_resources: int = 2) -> JobBatch:
         """Build from plain Python: one list per sequence of dicts with keys arrival_step, usage
         (list of per-step lists of D units), ec_label, and optionally request (D units; default peak),
-        workload_id and meta (4 values in JOB_META_COLUMNS order, None = unknown; `meta` is None unless some
-        job has it). Handy for tests and synthetic workloads."""
+        workload_id, meta (4 values in JOB_META_COLUMNS order, None = unknown; `meta` is None unless some
+        job has it) and usage_exact (per-step lists of D floats, the unquantised usage, same length as usage;
+        `usage_exact` is None unless some job has it, NaN for a job without). Handy for tests and synthetic
+        workloads."""
         n_rows = len(sequences)
         n_max = max([len(s) for s in sequences] + [1])
         t_max = max([len(j["usage"]) for s in sequences for j in s] + [1])
@@ -150,6 +163,8 @@ class JobBatch:
         wids: list[tuple[str, ...]] = []
         has_meta = any("meta" in j for s in sequences for j in s)
         meta = np.full((n_rows, n_max, len(JOB_META_COLUMNS)), np.nan) if has_meta else None
+        has_exact = any(j.get("usage_exact") is not None for s in sequences for j in s)
+        exact = np.full((n_rows, n_max, t_max, n_resources), np.nan, np.float32) if has_exact else None
         for b, seq in enumerate(sequences):
             order = sorted(range(len(seq)), key=lambda i: (seq[i]["arrival_step"], i))
             for j, i in enumerate(order):
@@ -158,16 +173,21 @@ class JobBatch:
                 _fill(batch, b, j, job["arrival_step"], prof, job.get("request"), job["ec_label"])
                 if meta is not None and job.get("meta") is not None:
                     meta[b, j] = _meta_values(job["meta"], f"row {b} job {j}")
+                if exact is not None and job.get("usage_exact") is not None:
+                    exact[b, j, : len(prof)] = _exact_values(
+                        job["usage_exact"], prof.shape, f"row {b} job {j}"
+                    )
             batch["n_jobs"][b] = len(seq)
             wids.append(tuple(str(seq[i].get("workload_id", f"job{i}")) for i in order))
         keys = tuple(("python", 0, "", b) for b in range(n_rows))
-        return JobBatch(**batch, sequence_keys=keys, workload_ids=tuple(wids), meta=meta)
+        return JobBatch(**batch, sequence_keys=keys, workload_ids=tuple(wids), meta=meta, usage_exact=exact)
 
     @staticmethod
     def from_frame(df: pl.DataFrame) -> JobBatch:
         """Build from the `sim__job_sequences` table: one row per (source, load_pct, split, sequence_id),
         ordered by that key; jobs ordered by (arrival_step, job_index). `meta` is filled when the frame has
-        every JOB_META_COLUMNS column (nulls become NaN), else None. Raises ValueError naming the
+        every JOB_META_COLUMNS column (nulls become NaN), else None; `usage_exact` when it has both
+        JOB_EXACT_USAGE_COLUMNS (a null list or value becomes NaN), else None (older tables). Raises ValueError naming the
         sequence and job on a null arrival/duration/label, a negative arrival, a non-positive duration, or
         usage lists whose length differs from duration_steps."""
         missing = [c for c in JOB_SEQUENCE_COLUMNS if c not in df.columns]
@@ -180,6 +200,8 @@ class JobBatch:
         batch = _empty(len(groups), n_max, t_max, 2)
         has_meta = all(c in df.columns for c in JOB_META_COLUMNS)
         meta = np.full((len(groups), n_max, len(JOB_META_COLUMNS)), np.nan) if has_meta else None
+        has_exact = all(c in df.columns for c in JOB_EXACT_USAGE_COLUMNS)
+        exact = np.full((len(groups), n_max, t_max, 2), np.nan, np.float32) if has_exact else None
         keys, wids = [], []
         for b, g in enumerate(groups):
             key = tuple(g.row(0, named=True)[c] for c in SEQUENCE_KEY)
@@ -191,12 +213,16 @@ class JobBatch:
                 if request[0] is None or request[1] is None:
                     request = None
                 _fill(batch, b, j, row["arrival_step"], prof, request, row["ec_label"])
+                if exact is not None:
+                    exact[b, j, : len(prof)] = _exact_of_row(row, len(prof), key, j)
             batch["n_jobs"][b] = g.height
             if meta is not None:
                 meta[b, : g.height] = g.select(
                     [pl.col(c).cast(pl.Float64) for c in JOB_META_COLUMNS]
                 ).to_numpy()  # nulls come out as NaN
-        return JobBatch(**batch, sequence_keys=tuple(keys), workload_ids=tuple(wids), meta=meta)
+        return JobBatch(
+            **batch, sequence_keys=tuple(keys), workload_ids=tuple(wids), meta=meta, usage_exact=exact
+        )
 
 
 def stack_job_batches(batches: Sequence[JobBatch]) -> JobBatch:
@@ -225,7 +251,10 @@ def stack_job_batches(batches: Sequence[JobBatch]) -> JobBatch:
     meta = None
     if any(jb.meta is not None for jb in batches):
         meta = np.concatenate([_padded_meta(jb, n_max) for jb in batches])
-    return JobBatch(**arrays, sequence_keys=keys, workload_ids=wids, meta=meta)
+    exact = None
+    if any(jb.usage_exact is not None for jb in batches):
+        exact = np.concatenate([_padded_exact(jb, n_max, t_max) for jb in batches])
+    return JobBatch(**arrays, sequence_keys=keys, workload_ids=wids, meta=meta, usage_exact=exact)
 
 
 def _padded_meta(jobs: JobBatch, max_jobs: int) -> np.ndarray:
@@ -234,6 +263,43 @@ def _padded_meta(jobs: JobBatch, max_jobs: int) -> np.ndarray:
     if jobs.meta is not None:
         n = min(max_jobs, jobs.max_jobs)
         out[:, :n] = jobs.meta[:, :n]
+    return out
+
+
+def _padded_exact(jobs: JobBatch, max_jobs: int, max_duration: int) -> np.ndarray:
+    """(B, max_jobs, max_duration, D) float32 `usage_exact` of `jobs`, NaN for padding and when the batch has none
+    (max_jobs >= J, max_duration >= T_max)."""
+    out = np.full((jobs.batch_size, max_jobs, max_duration, jobs.n_resources), np.nan, dtype=np.float32)
+    if jobs.usage_exact is not None:
+        n, t = min(max_jobs, jobs.max_jobs), min(max_duration, jobs.max_duration)
+        out[:, :n, :t] = jobs.usage_exact[:, :n, :t]
+    return out
+
+
+def _exact_values(values, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """Unquantised usage (duration, D) as float32 (None = NaN); ValueError naming `where` on a wrong shape."""
+    out = np.array(
+        [[np.nan if v is None else float(v) for v in step] for step in values], dtype=np.float32
+    ).reshape(-1, shape[1])
+    if out.shape != shape:
+        raise ValueError(f"{where}: usage_exact has shape {out.shape}, usage {shape}")
+    return out
+
+
+def _exact_of_row(row: dict, dur: int, key: tuple, j: int) -> np.ndarray:
+    """(dur, 2) float32 unquantised units of one table row (NaN where a list or a value is null);
+    ValueError naming the job when a list's length differs from duration_steps."""
+    out = np.full((dur, 2), np.nan, dtype=np.float32)
+    for d, c in enumerate(JOB_EXACT_USAGE_COLUMNS):
+        values = row[c]
+        if values is None:
+            continue
+        if len(values) != dur:
+            raise ValueError(
+                f"sequence {key} job {j} (workload {row['workload_id']}): duration_steps={dur} but "
+                f"len({c})={len(values)}"
+            )
+        out[:, d] = np.array([np.nan if v is None else v for v in values], dtype=np.float32)
     return out
 
 
@@ -310,6 +376,7 @@ def pad_job_batch(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
         sequence_keys=jobs.sequence_keys,
         workload_ids=jobs.workload_ids,
         meta=None if jobs.meta is None else _padded_meta(jobs, max_jobs),
+        usage_exact=None if jobs.usage_exact is None else _padded_exact(jobs, max_jobs, max_duration),
     )
 
 
@@ -325,4 +392,5 @@ def _trim(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
         sequence_keys=jobs.sequence_keys,
         workload_ids=jobs.workload_ids,
         meta=None if jobs.meta is None else jobs.meta[:, :max_jobs],
+        usage_exact=None if jobs.usage_exact is None else jobs.usage_exact[:, :max_jobs, :max_duration],
     )
