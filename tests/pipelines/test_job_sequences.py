@@ -411,3 +411,44 @@ def test_sequence_check_values_flag_thin_splits_shared_workloads_and_no_load() -
     assert not sequence_check_values(jobs, split_diversity(jobs, min_workloads=3))[
         "splits_have_enough_workloads"
     ][0]
+
+
+def test_exact_units_are_the_step_means_before_quantisation(built) -> None:
+    df, _ = built
+    for cols in (("cpu_units", "cpu_units_exact"), ("mem_units", "mem_units_exact")):
+        units = np.concatenate(df[cols[0]].to_list())
+        exact = np.concatenate(df[cols[1]].to_list())
+        assert exact.dtype == np.float64 and len(exact) == len(units)  # Float32 lists come out as float
+        assert (exact >= 0).all() and (exact <= CFG.capacity_units).all()
+        assert (quantise_usage(exact / CFG.capacity_units, CFG.capacity_units) == units).all()
+    assert (df["cpu_units_exact"].list.len() == df["duration_steps"]).all()
+
+
+def test_exact_units_columns_are_optional_in_rows_and_in_old_frames() -> None:
+    from sim.jobs import JobBatch
+
+    row = {
+        "source": "s",
+        "load_pct": 30,
+        "split": "test",
+        "sequence_id": 0,
+        "job_index": 0,
+        "arrival_step": 0,
+        "workload_id": "w",
+        "ec_label": 1,
+        "duration_steps": 2,
+        "cpu_units": [1, 2],
+        "mem_units": [1, 1],
+        "cpu_request_units": 2,
+        "mem_request_units": 1,
+        "is_long_running": False,
+    }
+    with_exact = {**row, "job_index": 1, "cpu_units_exact": [0.25, 1.5], "mem_units_exact": [0.5, 0.75]}
+    df = jobs_to_frame([row, with_exact])
+    assert df.schema == pl.Schema(JOB_SEQUENCES)
+    assert df["cpu_units_exact"].to_list() == [None, [0.25, 1.5]]
+    jobs = JobBatch.from_frame(df)
+    assert np.isnan(jobs.usage_exact[0, 0]).all()
+    assert jobs.usage_exact[0, 1].tolist() == [[0.25, 0.5], [1.5, 0.75]]
+    old = JobBatch.from_frame(df.drop("cpu_units_exact", "mem_units_exact"))  # a table written before them
+    assert old.usage_exact is None and (old.usage == jobs.usage).all()
