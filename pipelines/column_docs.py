@@ -109,10 +109,10 @@ COLUMN_DOCS: dict[str, str] = {
     "cpu_units": "CPU usage per step while running, units of C_d = 8 per machine; length duration_steps",
     "mem_units": "memory usage per step while running, units of C_d = 8 per machine; length duration_steps",
     "cpu_units_exact": "CPU usage per step before quantisation (the step mean scaled to units of C_d = 8, float, "
-    "clipped to [0, C_d]; quantised it gives cpu_units); read by the EC labeller only, never the simulator; null "
+    "clipped to [0, C_d]; cpu_units is it quantised, or randomly rounded for DeepRM); read by the EC labeller only, never the simulator; null "
     "where the builder keeps none",
     "mem_units_exact": "memory usage per step before quantisation (the step mean scaled to units of C_d = 8, float, "
-    "clipped to [0, C_d]; quantised it gives mem_units); read by the EC labeller only, never the simulator; null "
+    "clipped to [0, C_d]; mem_units is it quantised, or randomly rounded for DeepRM); read by the EC labeller only, never the simulator; null "
     "where the builder keeps none",
     "cpu_request_units": "CPU the job asks for (its peak usage), units",
     "mem_request_units": "memory the job asks for (its peak usage), units",

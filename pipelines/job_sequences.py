@@ -97,8 +97,8 @@ META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_
 EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
 """Optional columns of JOB_SEQUENCES with each job's usage per step before quantisation, in the same units as
 `cpu_units` / `mem_units` (the step means of the scaled usage x C_d, clipped to [0, C_d] as the units are; float32),
-so `quantise_usage(exact / C_d)` gives the units back. Only the EC labeller reads them (`JobBatch.usage_exact`),
-never the simulator's step logic. Null when a builder keeps none (a rows dict without them in `jobs_to_frame`);
+so `quantise_usage(exact / C_d, C_d, quantise_mode)` gives the units back (DeepRM's `sample_units` rounds them at
+random instead). Only the EC labeller reads them (`JobBatch.usage_exact`), never the simulator's step logic. Null when a builder keeps none (a rows dict without them in `jobs_to_frame`);
 frames written before they existed lack them and still load (`sim.jobs.JobBatch.from_frame`)."""
 
 

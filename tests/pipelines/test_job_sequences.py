@@ -452,3 +452,17 @@ def test_exact_units_columns_are_optional_in_rows_and_in_old_frames() -> None:
     assert jobs.usage_exact[0, 1].tolist() == [[0.25, 0.5], [1.5, 0.75]]
     old = JobBatch.from_frame(df.drop("cpu_units_exact", "mem_units_exact"))  # a table written before them
     assert old.usage_exact is None and (old.usage == jobs.usage).all()
+
+
+def test_synthetic_sources_keep_their_real_valued_usage() -> None:
+    from pipelines.synthetic import SYNTHETIC_WORKLOADS, DeepPlaceConfig
+
+    deepplace = SYNTHETIC_WORKLOADS["deepplace_synthetic"].build(2, 1, (30,), 0)
+    units = np.concatenate(deepplace["cpu_units"].to_list())
+    exact = np.concatenate(deepplace["cpu_units_exact"].to_list())
+    mode, cap = DeepPlaceConfig().quantise_mode, DeepPlaceConfig().capacity_units
+    assert (quantise_usage(exact / cap, cap, mode) == units).all() and (exact != np.round(exact)).any()
+    deeprm = SYNTHETIC_WORKLOADS["deeprm_synthetic"].build(2, 1, (30,), 0)
+    units = np.concatenate(deeprm["mem_units"].to_list())
+    exact = np.concatenate(deeprm["mem_units_exact"].to_list())
+    assert (np.abs(units - exact) < 1).all()  # DeepRM's demand before its unbiased random rounding
