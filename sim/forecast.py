@@ -21,7 +21,7 @@ scheduler to report as a winner. `ForecastCache` memoises a forecaster of observ
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -267,6 +267,35 @@ class RecallView:
     """(N,) bool the recalled run has finished: every age of the job's life is recalled."""
 
 
+def _best_runs(state: State, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per (env of `rows`, workload code): the two started runs observed longest (job index, -1 if none; ties: the
+    earlier job) and how many runs have started; and the observed steps of every job of those envs (-1 when not
+    started). Groups are r * n_codes + code for env rows[r]."""
+    jobs = state.jobs
+    codes = jobs.workload_code[rows]  # (R, J)
+    n_rows, n_jobs = codes.shape
+    started = (state.job_machine[rows] >= 0) & (state.job_start[rows] <= state.t[rows, None])
+    n_obs = np.where(
+        started, np.clip(state.t[rows, None] - state.job_start[rows] + 1, 0, jobs.duration[rows]), -1
+    )
+    n_codes = int(codes.max(initial=-1)) + 1
+    group = np.where(started & (codes >= 0), np.arange(n_rows)[:, None] * n_codes + codes, -1).ravel()
+    order = np.lexsort((-n_obs.ravel(), group))  # by group, then longest observed first (stable: earlier job)
+    order = order[group[order] >= 0]
+    g_sorted = group[order]
+    heads = (
+        np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]]) if order.size else np.zeros(0, np.int64)
+    )
+    counts = np.diff(np.r_[heads, g_sorted.size])
+    top1 = np.full(n_rows * max(n_codes, 1), -1, dtype=np.int64)
+    top2, n_started = top1.copy(), np.zeros_like(top1)
+    top1[g_sorted[heads]] = order[heads] % n_jobs
+    two = heads[counts > 1]
+    top2[g_sorted[two]] = order[two + 1] % n_jobs
+    n_started[g_sorted[heads]] = counts
+    return top1, top2, n_started, n_codes, n_obs
+
+
 def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> RecallView:
     """For each query job, the OBSERVED usage of the longest-observed other run of the same workload
     (`JobBatch.workload_code`) in its sequence, by age, provided that run agrees with every step observed of the
@@ -276,34 +305,36 @@ def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) 
     jobs = state.jobs
     n, t_max, d = env.size, jobs.max_duration, jobs.n_resources
     out = np.full((n, t_max, d), np.nan)
+    n_runs, complete = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     if n == 0:
-        return RecallView(out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
-    codes = jobs.workload_code[env]  # (N, J)
+        return RecallView(out, n_runs, complete)
+    rows, r = np.unique(env, return_inverse=True)
+    top1, top2, n_started, n_codes, n_obs = _best_runs(state, rows)
     own = jobs.workload_code[env, job]
-    started = (state.job_machine[env] >= 0) & (state.job_start[env] <= state.t[env, None])
-    same = (codes == own[:, None]) & (own[:, None] >= 0) & started
-    same[np.arange(n), job] = False
-    n_obs_all = np.clip(state.t[env, None] - state.job_start[env] + 1, 0, jobs.duration[env]) * same  # (N, J)
-    best = np.argmax(n_obs_all, axis=1)
-    n_best = n_obs_all[np.arange(n), best]
-    n_runs = same.sum(axis=1).astype(np.int64)
-    is_placed = state.job_machine[env, job] >= 0
-    n_own = np.where(
-        is_placed, np.clip(state.t[env] - state.job_start[env, job] + 1, 0, jobs.duration[env, job]), 0
-    )
+    group = r * max(n_codes, 1) + np.maximum(own, 0)
+    best = np.where(top1[group] == job, top2[group], top1[group])
+    own_started = n_obs[r, job] >= 0
+    runs = np.where(own >= 0, n_started[group] - own_started, 0)
+    has = np.flatnonzero((runs > 0) & (best >= 0))
+    if has.size == 0:
+        return RecallView(out, n_runs, complete)
+    e, j, b = env[has], job[has], best[has]
+    n_best = np.maximum(n_obs[r[has], b], 0)
+    n_own = np.maximum(n_obs[r[has], j], 0)
     ages = np.arange(t_max)
-    prior = jobs.usage[env, best].astype(np.float64)  # (N, T, D); only its observed ages are kept below
-    mine = jobs.usage[env, job].astype(np.float64)
+    prior = jobs.usage[e, b].astype(np.float64)  # (n, T, D); only its observed ages are kept below
     both = ages[None, :] < np.minimum(n_own, n_best)[:, None]
-    agrees = ~((prior != mine).any(axis=2) & both).any(axis=1)
-    best_done = n_best >= jobs.duration[env, best]
-    agrees &= ~(best_done & (n_own > jobs.duration[env, best]))
-    ok = (n_runs > 0) & (n_best > 0) & agrees
-    ended = best_done[:, None] & (ages[None, :] >= jobs.duration[env, best][:, None])
+    agrees = ~((prior != jobs.usage[e, j]).any(axis=2) & both).any(axis=1)
+    best_done = n_best >= jobs.duration[e, b]
+    agrees &= ~(best_done & (n_own > jobs.duration[e, b]))
+    ok = (n_best > 0) & agrees
+    ended = best_done[:, None] & (ages[None, :] >= jobs.duration[e, b][:, None])
     prior[ended] = 0.0
     prior[~((ages[None, :] < n_best[:, None]) | ended)] = np.nan
-    out[ok] = prior[ok]
-    return RecallView(out, np.where(ok, n_runs, 0), ok & best_done)
+    out[has[ok]] = prior[ok]
+    n_runs[has] = np.where(ok, runs[has], 0)
+    complete[has] = ok & best_done
+    return RecallView(out, n_runs, complete)
 
 
 def recall_reliability(jobs: JobBatch) -> dict:
@@ -340,6 +371,16 @@ class RecallOverlay:
     inner: UsageForecaster
     reliability: float = 1.0
     """`recall_reliability`'s share_equal on the training sequences (recorded with the rule's choices)."""
+    _last: list = field(default_factory=list, compare=False, repr=False)
+    """The last (state, env, job, view): a rule asks for a view's forecast and its known rows in one decision."""
+
+    def _view(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> RecallView:
+        last = self._last
+        if last and last[0] is state and np.array_equal(last[1], env) and np.array_equal(last[2], job):
+            return last[3]
+        view = recall_view(cfg, state, env, job)
+        last[:] = [state, env.copy(), job.copy(), view]
+        return view
 
     @property
     def horizon(self) -> int:
@@ -355,14 +396,15 @@ class RecallOverlay:
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N,) bool: jobs whose whole life is recalled from a finished earlier run (a rule need not wait to
         observe them)."""
-        return recall_view(cfg, state, env, job).complete
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        return self._view(cfg, state, env, job).complete
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         out = self.inner.forecast(cfg, state, env, job)
         if env.size == 0:
             return out
-        view = recall_view(cfg, state, env, job)
+        view = self._view(cfg, state, env, job)
         has = np.flatnonzero(view.n_runs > 0)
         if has.size == 0:
             return out
