@@ -111,7 +111,8 @@ def main() -> None:
     ap.add_argument("--n-train", type=int, default=10, help="training sequences per load (the sample's 10)")
     ap.add_argument("--n-test", type=int, default=5, help="test sequences per load (the sample's 5)")
     ap.add_argument("--step-bins", type=int, default=6, help="5-minute bins per step (the sample's 6)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the sequences (the sample's 0)")
+    ap.add_argument("--labeller-seeds", default="0", help="seeds of the labellers' sampled ages, e.g. 0,1,2")
     ap.add_argument("--out", default="/tmp/tvw_sim_labeller")
     args = ap.parse_args()
     out = Path(args.out)
@@ -123,8 +124,10 @@ def main() -> None:
         n_test_sequences=args.n_test,
         seed=args.seed,
     )
-    labeller_cfg = SimLabellerConfig(seed=args.seed)
+    seeds = [int(x) for x in args.labeller_seeds.split(",")]
     pl.Config.set_tbl_rows(50)
+    pl.Config.set_tbl_cols(-1)
+    pl.Config.set_tbl_width_chars(200)
     pl.Config.set_float_precision(3)
     for source in args.sources.split(","):
         t0 = time.perf_counter()
@@ -134,9 +137,20 @@ def main() -> None:
             f"warehouse's sim__job_sequences: {matches_warehouse(Path(args.warehouse), source, frame)}",
             flush=True,
         )
-        table = accuracy_table(frame, labeller_cfg)
+        tables = [
+            accuracy_table(frame, SimLabellerConfig(seed=s)).with_columns(labeller_seed=pl.lit(s))
+            for s in seeds
+        ]
+        table = pl.concat(tables)
         table.write_parquet(out / f"{source}_accuracy.parquet")
-        print(table, flush=True)
+        acc = ["acc_quantised", "acc_exact"]
+        summary = table.group_by("age_steps", "n_jobs", "acc_best_constant").agg(
+            *[pl.mean(c) for c in acc],
+            *[pl.min(c).alias(f"{c}_min") for c in acc],
+            *[pl.max(c).alias(f"{c}_max") for c in acc],
+        )
+        print(f"{source}: mean over labeller seeds {seeds} (min, max beside)", flush=True)
+        print(summary.sort("age_steps"), flush=True)
 
 
 if __name__ == "__main__":
