@@ -147,26 +147,29 @@ def sidecar_path(policy: Path) -> Path:
 
 def make_sidecar(
     policy: str,
-    source: str,
-    load_pct: int,
+    source: str | None,
+    load_pct: int | None,
     seed: int,
     config: Mapping,
     revision: str,
     iteration: int,
     n_iterations: int,
 ) -> dict:
-    """The sidecar of one trained policy: the run (RUN_KEYS), its iteration counts, git revision and config."""
-    return {
+    """The sidecar of one trained policy: the run (RUN_KEYS), its iteration counts, git revision and config. A
+    `source` or `load_pct` of None (a policy trained outside a (source, load) run, e.g. by a benchmark) is left
+    out: `check_run` does not compare a field the sidecar lacks."""
+    sidecar = {
         "format": POLICY_FORMAT,
         "policy": policy,
         "source": source,
-        "load_pct": int(load_pct),
+        "load_pct": None if load_pct is None else int(load_pct),
         "seed": int(seed),
         "iteration": int(iteration),
         "n_iterations": int(n_iterations),
         "git_revision": revision,
         "config": dict(config),
     }
+    return {k: v for k, v in sidecar.items() if v is not None or k not in ("source", "load_pct")}
 
 
 def write_sidecar(policy: Path, sidecar: Mapping) -> Path:
@@ -237,10 +240,11 @@ def publish_policy(path: Path, payload: Mapping, sidecar: Mapping) -> Path:
     return path
 
 
-def check_trained(path: Path, retrain: str = "retrain it") -> dict:
+def check_trained(path: Path, retrain: str = "retrain it", payload: Mapping | None = None) -> dict:
     """The sidecar of the trained policy `path` once it is known complete. ValueError naming the file (and
     `retrain`, what to do) when the sidecar is missing, records no iteration counts, or the policy's iteration
-    count (sidecar and file) is short of its configuration's; FileNotFoundError when the policy is missing."""
+    count (sidecar and file) is short of its configuration's; FileNotFoundError when the policy is missing.
+    `payload`: the file's dict when the caller has read it already (`read_payload`; not read again)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no trained policy at {path} ({retrain})")
@@ -257,7 +261,8 @@ def check_trained(path: Path, retrain: str = "retrain it") -> dict:
         )
     if short := _short_of(meta):
         raise ValueError(f"{path}: trained {short[0]} of its config's {short[1]} iterations; {retrain}")
-    payload = read_payload(path, "trained policy")
+    if payload is None:
+        payload = read_payload(path, "trained policy")
     if payload.get("iteration") != meta["iteration"]:
         raise ValueError(
             f"{path}: the file holds iteration {payload.get('iteration')!r}, its sidecar says "
@@ -267,11 +272,17 @@ def check_trained(path: Path, retrain: str = "retrain it") -> dict:
 
 
 def publish_trained(
-    path: Path, payload: Mapping, source: str, load_pct: int, seed: int, config: Mapping, revision: str
+    path: Path,
+    payload: Mapping,
+    source: str | None,
+    load_pct: int | None,
+    seed: int,
+    config: Mapping,
+    revision: str,
 ) -> Path:
     """`publish_policy` of `payload` (a trainer's `policy_payload`) with the sidecar of its run: the policy name
-    and iteration counts come from the payload, the run (source, load %, seed), config and revision from the
-    caller."""
+    and iteration counts come from the payload, the run (source, load %, seed; `make_sidecar` leaves out a None),
+    config and revision from the caller."""
     sidecar = make_sidecar(
         payload["policy"],
         source,

@@ -41,11 +41,19 @@ the base rule, included, so training never returns a policy worse than its base 
 `patience` evaluations without a gain or when `time_budget_s` is spent. `stage_table` rows: stage, iteration,
 validation return, imitation accuracy (greedy action == base action), entropy, seconds.
 
-Checkpoint (`ForecastResidualPolicy.save` / `ForecastResidualPolicy(checkpoint=path)`): one torch file, loaded with
-`weights_only=True`: format, policy name, `PlacerConfig` fields, feature names, D, the network's state dict, the
-base rule's spec (registry name and knobs) and the forecaster's spec (for the learned forecaster, its arrays), the
-best iteration and the iterations run. A checkpoint written with another feature set or another D is refused with
-an error naming the file.
+Trained policy (`ForecastResidualPolicy.save` / `ForecastResidualPolicy(checkpoint=path)`): the one format of every
+learned policy (`models.checkpoint`), published with `publish_trained` (the policy file and its JSON sidecar: the
+configuration, the git revision, the run) and loaded with `weights_only=True` through `read_placer`. The file holds
+the shared keys (`policy_format`, `policy`, `config` = {"PlacerConfig": ...}, `iteration`, `n_iterations`) and the
+network's state dict (`model`), plus what only the placer needs: feature names, D (`n_resources`), the base rule's
+spec (registry name and knobs), the forecaster's spec (for the learned forecaster, its arrays), the best iteration
+(whose weights are kept) and the rule that stopped training (`STOP_RULES`). `iteration` is the PG iterations run;
+`n_iterations` the ones the configuration asked for: `PlacerConfig.n_iterations`, or the iterations run when
+patience or the time budget ended training (both are part of the configuration). So only a policy that training
+finished is published (an untrained network of a configuration that asks for iterations is refused, as the shared
+rule refuses a half-trained one), and loading refuses, naming the file: a file that is not a published forecast
+placer, a sidecar short of its iterations, another feature set, another D (`ready`). Another M is no error: the
+per-machine weights are shared across machines.
 
 Run it without Dagster:
 
@@ -67,7 +75,9 @@ import polars as pl
 import torch
 from torch import nn
 
+from models.checkpoint import POLICY_FORMAT, check_trained, git_revision, publish_trained, read_payload
 from models.forecaster import torch_threads
+from models.reinforce import config_dict
 from models.training import init_parameters
 from sim import core
 from sim.config import SimConfig
@@ -96,8 +106,10 @@ from sim.risk import (
 )
 from sim.tuning import split_validation
 
-PLACER_FORMAT = "tvw-forecast-placer/1"
-"""`format` of a saved ForecastResidualPolicy."""
+STOP_RULES = ("n_iterations", "patience", "time_budget")
+"""What ended a training run: all its iterations, `PlacerConfig.patience`, `PlacerConfig.time_budget_s`."""
+RETRAIN = "train it with train_forecast_placer and save it again"
+"""What to do about a placer file the loader refuses (in its errors)."""
 ALGORITHMS = ("reinforce", "ppo", "vine")
 STAGE_TABLE = {
     "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "pg"
@@ -614,7 +626,8 @@ def base_from_spec(spec: dict):
 class ForecastResidualPolicy:
     """The learned scheduler: greedy over the residual network's masked logits (module docstring).
 
-    checkpoint: a file written by `save` (None: the seeded untrained network, i.e. the base rule). base: the
+    checkpoint: a trained policy published by `save` (`read_placer`; None: the seeded untrained network, i.e. the
+    base rule). base: the
     base rule (None: Tetris, or the checkpoint's). forecaster: the per-job quantile forecaster of the inputs
     (None: the observed-peak `PersistenceForecaster` over 24 steps, or the checkpoint's). Which job goes next is
     the base rule's choice (`pick_job`)."""
@@ -631,7 +644,7 @@ class ForecastResidualPolicy:
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         payload = None if self.checkpoint is None else read_placer(self.checkpoint)
         if payload is not None:
-            config = _config_from_dict(payload["config"])
+            config = placer_config(self.checkpoint, payload)
             base = base if base is not None else base_from_spec(payload["base"])
             forecaster = forecaster if forecaster is not None else forecaster_from_spec(payload["forecaster"])
         self.config = config or PlacerConfig()
@@ -641,7 +654,12 @@ class ForecastResidualPolicy:
         self.base = BaseRule(self.base_policy, self.forecaster)
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
-        self.trained_iteration = 0 if payload is None else int(payload["iteration"])
+        self.trained_iteration = 0 if payload is None else int(payload["best_iteration"])
+        """The iteration whose weights the network holds (0: the base rule's)."""
+        self.iterations_run = 0 if payload is None else int(payload["iteration"])
+        """PG iterations training ran."""
+        self.stopped_by: str | None = None if payload is None else payload["stopped_by"]
+        """The STOP_RULES entry that ended training (None: never trained)."""
         if payload is not None:
             self.net = self._build(self.n_resources)
             self.net.load_state_dict(payload["model"])
@@ -690,49 +708,87 @@ class ForecastResidualPolicy:
         with torch_threads(1), torch.no_grad():
             return self.logits(cfg, inputs).argmax(dim=1).numpy().astype(np.int64)
 
-    def save(self, path: str | Path, iteration: int | None = None, n_iterations: int | None = None) -> Path:
-        """Write the policy (config, feature names, weights, base and forecaster specs) to `path`."""
-        from models.checkpoint import save_atomic
-
+    def policy_payload(self, path: str | Path) -> dict:
+        """The trained-policy payload (`models.checkpoint.publish_policy`) of this policy (module docstring);
+        ValueError naming `path` when the network was never built."""
         if self.net is None:
             raise ValueError(f"forecast placer: nothing to save to {path}: the network was never built")
-        payload = {
-            "format": PLACER_FORMAT,
+        early = self.stopped_by in ("patience", "time_budget")
+        return {
             "policy": self.name,
-            "config": _config_to_dict(self.config),
+            "config": config_dict(self.config),
+            "iteration": int(self.iterations_run),
+            "n_iterations": int(self.iterations_run if early else self.config.n_iterations),
+            "model": self.net.state_dict(),
             "feature_names": list(feature_names(self.config, self.n_resources)),
             "n_resources": int(self.n_resources),
-            "model": self.net.state_dict(),
             "base": base_spec(self.base_policy),
             "forecaster": forecaster_spec(uncached(self.forecaster)),
-            "iteration": int(self.trained_iteration if iteration is None else iteration),
-            "n_iterations": int(self.trained_iteration if n_iterations is None else n_iterations),
+            "best_iteration": int(self.trained_iteration),
+            "stopped_by": self.stopped_by,
         }
-        return save_atomic(Path(path), payload)
+
+    def save(
+        self,
+        path: str | Path,
+        source: str | None = None,
+        load_pct: int | None = None,
+        revision: str | None = None,
+    ) -> Path:
+        """Publish the policy at `path` with its sidecar (`models.checkpoint.publish_trained`): the run (`source`,
+        `load_pct` when known, the config's seed), the configuration (PlacerConfig, D, the base rule's and the
+        forecaster's kinds) and the git `revision` (None: this checkout's). ValueError naming the file when the
+        network was never built or training has not finished (module docstring)."""
+        payload = self.policy_payload(path)
+        forecaster = payload["forecaster"]
+        config = payload["config"] | {
+            "n_resources": payload["n_resources"],
+            "base": payload["base"].get("name", payload["base"]["kind"]),
+            "forecaster": None if forecaster is None else forecaster["kind"],
+        }
+        revision = git_revision() if revision is None else revision
+        return publish_trained(Path(path), payload, source, load_pct, self.config.seed, config, revision)
 
 
-def _config_to_dict(c: PlacerConfig) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(c).items()}
+PLACER_KEYS = (
+    "config",
+    "model",
+    "feature_names",
+    "n_resources",
+    "base",
+    "forecaster",
+    "best_iteration",
+    "stopped_by",
+)
+"""Keys a placer file holds beyond the shared ones (`policy_format`, `policy`, `iteration`, `n_iterations`)."""
 
 
-def _config_from_dict(d: dict) -> PlacerConfig:
-    return PlacerConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-
-
-def read_placer(path: Path) -> dict:
-    """A saved placer's payload; ValueError naming the file when it is not one, or when its feature set is not
-    the one this code computes."""
-    from models.checkpoint import read_payload
-
-    payload = read_payload(path, "forecast placer")
-    if payload.get("format") != PLACER_FORMAT:
-        raise ValueError(
-            f"forecast placer {path}: format {payload.get('format')!r}, expected {PLACER_FORMAT!r}"
-        )
+def placer_config(path: Path, payload: dict) -> PlacerConfig:
+    """The PlacerConfig a placer file was trained with; ValueError naming the file when it is not one."""
     try:
-        config = _config_from_dict(payload["config"])
-    except TypeError as err:
+        saved = payload["config"]["PlacerConfig"]
+        return PlacerConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+    except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"forecast placer {path}: its config does not match PlacerConfig: {err}") from err
+
+
+def read_placer(path: str | Path) -> dict:
+    """A published placer's payload (weights_only=True), once `models.checkpoint.check_trained` finds its sidecar
+    and its training finished. FileNotFoundError naming the file when it is missing; ValueError naming it when it
+    is corrupt, not a published forecast placer, short of its iterations, its config is not a PlacerConfig, or its
+    feature set is not the one this code computes."""
+    path = Path(path)
+    payload = read_payload(path, "forecast placer")
+    fmt, name = payload.get("policy_format"), payload.get("policy")
+    missing = [k for k in PLACER_KEYS if k not in payload]
+    if fmt != POLICY_FORMAT or name != ForecastResidualPolicy.name or missing:
+        raise ValueError(
+            f"forecast placer {path}: not a published forecast placer (policy_format {fmt!r}, policy {name!r}"
+            f"{f', lacks {missing}' if missing else ''}; expected {POLICY_FORMAT!r}, "
+            f"{ForecastResidualPolicy.name!r}); {RETRAIN}"
+        )
+    check_trained(path, RETRAIN, payload)
+    config = placer_config(path, payload)
     expected = list(feature_names(config, int(payload["n_resources"])))
     if list(payload["feature_names"]) != expected:
         raise ValueError(
@@ -1256,10 +1312,11 @@ def train_forecast_placer(
         gen = torch.Generator().manual_seed(c.seed)
         pool: list[int] = []
         replay: VineBatch | None = None
-        since_best = 0
+        since_best, iterations_run, stopped_by = 0, 0, "n_iterations"
         for iteration in range(1, c.n_iterations + 1):
             if time.perf_counter() - t_start > c.time_budget_s:
                 say(f"pg: time budget of {c.time_budget_s:.0f} s spent after {iteration - 1} iterations")
+                stopped_by = "time_budget"
                 break
             t0 = time.perf_counter()
             # rollout
@@ -1289,6 +1346,7 @@ def train_forecast_placer(
                 train_return = float(rec.returns.mean())
             speed["pg_update_s"] += time.perf_counter() - t1
             ret = validate("pg", iteration, t0, train_return)
+            iterations_run = iteration
             if ret > best_return:
                 best_return, best_state, best_iter, since_best = (
                     ret,
@@ -1300,9 +1358,10 @@ def train_forecast_placer(
                 since_best += 1
                 if since_best >= c.patience:
                     say(f"pg: no validation gain in {c.patience} iterations: stopping at {iteration}")
+                    stopped_by = "patience"
                     break
         net.load_state_dict(best_state)
-    policy.trained_iteration = best_iter
+    policy.trained_iteration, policy.iterations_run, policy.stopped_by = best_iter, iterations_run, stopped_by
     speed["train_s"] = time.perf_counter() - t_start
     speed["best_iteration"] = best_iter
     return policy, pl.DataFrame(rows, schema=STAGE_TABLE)

@@ -1,14 +1,19 @@
 """The forecast residual scheduler (`models.forecast_placer`): equivariance, the untrained policy is its base rule,
-valid actions only, behaviour cloning, no input reads the true future, checkpoints, bad input, a tiny training run."""
+valid actions only, behaviour cloning, no input reads the true future, the shared trained-policy format (sidecar,
+revision, only a finished policy published), bad input, a tiny training run."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from models import checkpoint as ck
 from models import forecast_placer as fp
 from models.forecast_placer import (
     ForecastCache,
@@ -259,9 +264,26 @@ def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algor
     assert table["imitation_accuracy"][0] == 1.0
     assert np.isfinite(table["validation_return"].to_numpy()).all()
     _randomise_residual(policy.net)  # a round trip that would show any weight, base or forecaster lost
-    path = policy.save(tmp_path / "placer.pt")
+    path = policy.save(tmp_path / "placer.pt", source="square", load_pct=50, revision="abc123")
     loaded = ForecastResidualPolicy(checkpoint=path)
     assert loaded.base_policy.risk == policy.base_policy.risk
+    assert (loaded.config, loaded.trained_iteration, loaded.iterations_run, loaded.stopped_by) == (
+        pcfg,
+        policy.trained_iteration,
+        policy.iterations_run,
+        policy.stopped_by,
+    )
+    # the shared format: policy file and sidecar of the run, the config and the revision
+    payload = torch.load(path, weights_only=True)
+    assert payload["policy_format"] == ck.POLICY_FORMAT and payload["policy"] == "forecast_residual_rl"
+    assert (payload["iteration"], payload["n_iterations"]) == (2, 2)
+    meta = ck.check_sidecar(path, "forecast_residual_rl", "square", 50, pcfg.seed)
+    assert meta["git_revision"] == "abc123"
+    assert meta["config"]["PlacerConfig"] == payload["config"]["PlacerConfig"]
+    assert meta["config"]["PlacerConfig"]["algorithm"] == algorithm
+    assert meta["config"]["PlacerConfig"]["levels"] == list(pcfg.levels)
+    assert (meta["config"]["n_resources"], meta["config"]["forecaster"]) == (2, "quantile")
+    assert (meta["iteration"], meta["n_iterations"]) == (2, 2)
     test_jobs = _square_jobs(2, 25, seed=9)
     expected, got = _actions(policy, test_jobs), _actions(loaded, test_jobs)
     assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
@@ -272,22 +294,76 @@ def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algor
     _actions(loaded, _square_jobs(1, 40, seed=10), replace(CFG, n_machines=10))
 
 
+def test_the_trained_policy_is_published_only_when_training_finished(tmp_path) -> None:
+    jobs = _square_jobs(3, 20, seed=11)
+    untrained = ForecastResidualPolicy()
+    with pytest.raises(ValueError, match="never.pt: the network was never built"):
+        untrained.save(tmp_path / "never.pt")
+    untrained.ready(CFG)
+    with pytest.raises(ValueError, match="half.pt: trained 0 of 40 iterations; not published"):
+        untrained.save(tmp_path / "half.pt")
+    assert not (tmp_path / "half.pt").exists() and not ck.sidecar_path(tmp_path / "half.pt").exists()
+    # a run that its time budget ends is finished: n_iterations is the iterations run, the rule is recorded
+    pcfg = PlacerConfig(time_budget_s=0.0, n_sequences=1, n_rollouts=2)
+    policy, table = train_forecast_placer(CFG, jobs, config=pcfg)
+    assert table["stage"].to_list() == ["base"] and policy.stopped_by == "time_budget"
+    path = policy.save(tmp_path / "budget.pt")  # no source or load: the sidecar leaves them out
+    meta = ck.check_trained(path)
+    assert (meta["iteration"], meta["n_iterations"], meta["seed"]) == (0, 0, 0)
+    assert "source" not in meta and "load_pct" not in meta and meta["git_revision"]
+    # the same greedy actions after the round trip
+    loaded = ForecastResidualPolicy(checkpoint=path)
+    assert loaded.stopped_by == "time_budget"
+    test_jobs = _square_jobs(2, 25, seed=9)
+    expected, got = _actions(policy, test_jobs), _actions(loaded, test_jobs)
+    assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+    # a sidecar short of its iterations is refused at load
+    side = ck.sidecar_path(path)
+    meta["n_iterations"] = 5
+    side.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="budget.pt: trained 0 of its config's 5 iterations"):
+        ForecastResidualPolicy(checkpoint=path)
+
+
 def test_bad_input_names_the_file_teacher_or_iteration(tmp_path, monkeypatch) -> None:
     jobs = _square_jobs(3, 20, seed=11)
     with pytest.raises(ValueError, match="training split has no sequences"):
         train_forecast_placer(CFG, jobs.select(np.arange(0)), config=PlacerConfig())
     with pytest.raises(ValueError, match="'nope' is not a registered policy"):
         train_forecast_placer(CFG, jobs, config=PlacerConfig(bc_epochs=1, bc_teacher="nope"))
-    policy = ForecastResidualPolicy()
-    policy.ready(CFG)
+    policy, _ = train_forecast_placer(
+        CFG, jobs, config=PlacerConfig(algorithm="reinforce", n_iterations=1, n_sequences=1, n_rollouts=2)
+    )
     path = policy.save(tmp_path / "p.pt")
-    payload = torch.load(path, weights_only=True)
-    payload["feature_names"] = payload["feature_names"][:-1]
-    torch.save(payload, tmp_path / "other.pt")
+
+    def tampered(name: str, **changes) -> Path:
+        """A copy of p.pt (and its sidecar) with `changes` in the policy file."""
+        payload = torch.load(path, weights_only=True) | changes
+        torch.save(payload, tmp_path / name)
+        shutil.copy(ck.sidecar_path(path), ck.sidecar_path(tmp_path / name))
+        return tmp_path / name
+
+    saved = torch.load(path, weights_only=True)
     with pytest.raises(ValueError, match="other.pt was trained with another feature set"):
-        ForecastResidualPolicy(checkpoint=tmp_path / "other.pt")
+        ForecastResidualPolicy(checkpoint=tampered("other.pt", feature_names=saved["feature_names"][:-1]))
     with pytest.raises(ValueError, match="p.pt: trained for 2 resources"):
         ForecastResidualPolicy(checkpoint=path).ready(SimConfig(capacity_units=(8, 8, 8)))
+    bad_config = {"PlacerConfig": saved["config"]["PlacerConfig"] | {"gone": 1}}
+    with pytest.raises(ValueError, match="config.pt: its config does not match PlacerConfig"):
+        ForecastResidualPolicy(checkpoint=tampered("config.pt", config=bad_config))
+    with pytest.raises(ValueError, match="dejavu.pt: not a published forecast placer .*'dejavu'"):
+        ForecastResidualPolicy(checkpoint=tampered("dejavu.pt", policy="dejavu"))
+    torch.save({"format": "tvw-forecast-placer/1", "model": {}}, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="old.pt: not a published forecast placer"):
+        ForecastResidualPolicy(checkpoint=tmp_path / "old.pt")
+    shutil.copy(path, tmp_path / "alone.pt")
+    with pytest.raises(ValueError, match="alone.pt: no sidecar"):
+        ForecastResidualPolicy(checkpoint=tmp_path / "alone.pt")
+    (tmp_path / "cut.pt").write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match="cut.pt is corrupt or truncated"):
+        ForecastResidualPolicy(checkpoint=tmp_path / "cut.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt does not exist"):
+        ForecastResidualPolicy(checkpoint=tmp_path / "missing.pt")
     monkeypatch.setattr(
         fp, "_advantages", lambda rec, seq, d: np.full(sum(len(a) for a in rec.action), np.nan)
     )
