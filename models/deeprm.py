@@ -55,9 +55,10 @@ sequences (20-job episodes, cap 200) a policy that voids whenever it may scored 
 never voids, because truncation stopped the unused-resource penalty that running the jobs accrues.
 
 Training (DeepRM Figure 3): per iteration, `n_sequences` jobsets x `n_trajectories` episodes in lock-step
-(`rollout_deeprm`), returns-to-go with gamma = 1, baseline = the mean return at the same decision index over the
-episodes of the same jobset, one optimiser step (`models.reinforce.train_loop`, Adam as there; DeepRM used
-RMSProp with the same learning rate 0.001).
+(`rollout_deeprm`: the project's one rollout loop, `sim.rollout.rollout`, with DeepRM's hooks), returns-to-go
+with gamma = 1, baseline = the mean return at the same decision index over the episodes of the same jobset, one
+optimiser step (`models.reinforce.train_loop`, Adam as there; DeepRM used RMSProp with the same learning rate
+0.001).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ from sim.policies import (
     queued_fits,
     valid_machines,
 )
-from sim.rollout import RolloutBatch
+from sim.rollout import RolloutBatch, rollout
 
 REWARD_COMPONENTS = ("slowdown", "unused", "unplaced")
 """Columns of `RolloutBatch.penalty_totals` in this module's rollouts (negative sums per episode): the slowdown
@@ -386,6 +387,26 @@ def apply_choice(cfg: DeepRMAgentConfig, state: State, action: np.ndarray) -> tu
 # training
 
 
+def rollout_hooks(cfg: DeepRMAgentConfig) -> dict[str, Callable]:
+    """DeepRM's view, action space and reward as `sim.rollout.rollout`'s hooks: the image state (`encode`), the
+    slot mask (`slot_mask`), the chosen job moved to the head and placed by Best-Fit (`apply_choice`), the reward
+    components REWARD_COMPONENTS (`decision_rewards`)."""
+
+    def encoder(state: State) -> np.ndarray:
+        return encode(cfg, state)
+
+    def mask_fn(state: State) -> np.ndarray:
+        return slot_mask(cfg, cfg.sim, state)
+
+    def apply_fn(state: State, action: np.ndarray) -> tuple[State, np.ndarray]:
+        return apply_choice(cfg, state, action)
+
+    def reward_fn(before: State, after: State, reward: np.ndarray, info: dict[str, np.ndarray]) -> np.ndarray:
+        return decision_rewards(cfg, before, after, info)
+
+    return {"encoder": encoder, "mask_fn": mask_fn, "apply_fn": apply_fn, "reward_fn": reward_fn}
+
+
 def rollout_deeprm(
     net: nn.Module,
     cfg: DeepRMAgentConfig,
@@ -393,45 +414,20 @@ def rollout_deeprm(
     n_trajectories: int,
     seed: int,
     greedy: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> RolloutBatch:
     """The policy over B = jobs.batch_size jobsets x n_trajectories episodes in lock-step (env b * N + n is
-    episode n of jobset b), one decision per env per round until every env is done. Rewards are the sum of
-    `decision_rewards`; `penalty_totals` holds REWARD_COMPONENTS per env. Seeds of the envs and the sampling draw
-    from default_rng(seed)."""
-    rng = np.random.default_rng(seed)
-    env_jobs = jobs.select(np.repeat(np.arange(jobs.batch_size), n_trajectories))
-    state = core.reset(cfg.sim, env_jobs, rng.integers(0, 2**31 - 1, size=env_jobs.batch_size).tolist())
-    totals = np.zeros((env_jobs.batch_size, len(REWARD_COMPONENTS)))
-    limit = int(env_jobs.max_jobs + cfg.sim.max_steps + 1)
-    feats, masks, acts, rewards, alive = [], [], [], [], []
-    for _ in range(limit):
-        is_alive = ~state.is_done
-        if not is_alive.any():
-            break
-        x, mask, a = choose_slots(net, cfg, state, rng, greedy)
-        a = np.where(is_alive, a, cfg.sim.queue_size)
-        before, sim_actions = apply_choice(cfg, state, a)
-        state, _, _, _, info = core.step(cfg.sim, before, sim_actions)
-        parts = decision_rewards(cfg, before, state, info) * is_alive[:, None]
-        totals += parts
-        feats.append(x)
-        masks.append(mask)
-        acts.append(a)
-        rewards.append(parts.sum(axis=1))
-        alive.append(is_alive)
-    if not state.is_done.all():
-        raise RuntimeError(f"rollout_deeprm: envs not finished after {limit} decisions")
-    return RolloutBatch(
-        features=np.stack(feats),
-        masks=np.stack(masks),
-        actions=np.stack(acts),
-        rewards=np.stack(rewards),
-        alive=np.stack(alive),
-        penalty_totals=totals,
-        is_truncated=state.is_truncated.copy(),
-        n_sequences=jobs.batch_size,
-        n_trajectories=n_trajectories,
-    )
+    episode n of jobset b), one decision per env per round until every env is done: `sim.rollout.rollout` with
+    DeepRM's hooks (`rollout_hooks`), the network's slot or void sampled from its masked softmax (or its argmax
+    when `greedy`). Rewards are the sum of `decision_rewards`; `penalty_totals` holds REWARD_COMPONENTS per env.
+    Seeds of the envs and the sampling draw from default_rng(seed). `timings` as `sim.rollout.rollout`'s."""
+
+    def act(x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        with torch.no_grad():
+            logits = net(torch.from_numpy(x))
+        return sample_masked(logits, mask, rng, greedy)
+
+    return rollout(cfg.sim, None, jobs, n_trajectories, act, seed, timings=timings, **rollout_hooks(cfg))
 
 
 def checkpoint_config(cfg: DeepRMAgentConfig) -> dict:
