@@ -125,6 +125,26 @@ def test_publish_refuses_disagreeing_counts_and_replaces_an_older_policy(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.pt"]  # no temporary file left
 
 
+def test_a_run_without_source_or_load_and_a_payload_read_once(tmp_path):
+    path = tmp_path / "bench.pt"
+    done = {"policy": "x", "iteration": 2, "n_iterations": 2, "model": {"w": torch.zeros(2)}}
+    ck.publish_trained(path, done, None, None, 3, {"k": [1, 2]}, "r")
+    meta = ck.read_sidecar(path)
+    assert (
+        "source" not in meta
+        and "load_pct" not in meta
+        and (meta["seed"], meta["config"]) == (3, {"k": [1, 2]})
+    )
+    ck.check_run(
+        path, meta, {"policy": "x", "source": "any", "load_pct": 50, "seed": 3}
+    )  # absent: not compared
+    assert ck.make_sidecar("x", "s", 10, 0, {}, "r", 1, 1)["load_pct"] == 10
+    payload = ck.read_payload(path, "policy")
+    assert ck.check_trained(path, payload=payload) == meta
+    with pytest.raises(ValueError, match=r"bench\.pt: the file holds iteration 1, its sidecar says 2"):
+        ck.check_trained(path, payload=payload | {"iteration": 1})
+
+
 def test_read_payload_names_a_damaged_file(tmp_path):
     path = ck.save_atomic(tmp_path / "c.pt", {"a": 1})
     path.write_bytes(path.read_bytes()[:50])
