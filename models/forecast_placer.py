@@ -627,10 +627,9 @@ class ForecastResidualPolicy:
     """The learned scheduler: greedy over the residual network's masked logits (module docstring).
 
     checkpoint: a trained policy published by `save` (`read_placer`; None: the seeded untrained network, i.e. the
-    base rule). base: the
-    base rule (None: Tetris, or the checkpoint's). forecaster: the per-job quantile forecaster of the inputs
-    (None: the observed-peak `PersistenceForecaster` over 24 steps, or the checkpoint's). Which job goes next is
-    the base rule's choice (`pick_job`)."""
+    base rule). base: the base rule (None: Tetris, or the checkpoint's). forecaster: the per-job quantile
+    forecaster of the inputs (None: the observed-peak `PersistenceForecaster` over 24 steps, or the checkpoint's).
+    Which job goes next is the base rule's choice (`pick_job`)."""
 
     name = "forecast_residual_rl"
 
