@@ -218,6 +218,58 @@ def _train_jobs() -> JobBatch:
     return JobBatch.from_frame(frame)
 
 
+def _reference_rollout(
+    net, cfg: DeepRMAgentConfig, jobs: JobBatch, n_trajectories: int, seed: int, greedy: bool
+):
+    """DeepRM's own lock-step loop as it was before it went through `sim.rollout.rollout` (issue 18)."""
+    rng = np.random.default_rng(seed)
+    env_jobs = jobs.select(np.repeat(np.arange(jobs.batch_size), n_trajectories))
+    state = core.reset(cfg.sim, env_jobs, rng.integers(0, 2**31 - 1, size=env_jobs.batch_size).tolist())
+    totals = np.zeros((env_jobs.batch_size, 3))
+    feats, masks, acts, rewards, alive = [], [], [], [], []
+    while not state.is_done.all():
+        is_alive = ~state.is_done
+        x, mask, a = drm.choose_slots(net, cfg, state, rng, greedy)
+        a = np.where(is_alive, a, cfg.sim.queue_size)
+        before, sim_actions = apply_choice(cfg, state, a)
+        state, _, _, _, info = core.step(cfg.sim, before, sim_actions)
+        parts = decision_rewards(cfg, before, state, info) * is_alive[:, None]
+        totals += parts
+        feats.append(x)
+        masks.append(mask)
+        acts.append(a)
+        rewards.append(parts.sum(axis=1))
+        alive.append(is_alive)
+    out = [np.stack(v) for v in (feats, masks, acts, rewards, alive)]
+    return dict(zip(("features", "masks", "actions", "rewards", "alive"), out, strict=True)) | {
+        "penalty_totals": totals,
+        "is_truncated": state.is_truncated.copy(),
+    }
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"k_unused": 0.0, "greedy": True},
+        {"sim": {"jobs_per_episode": 5, "max_steps": 12}, "max_hold_steps": None, "k_unused": 2.0},
+    ],
+)
+def test_the_shared_rollout_loop_gives_deeprms_own_loop_bit_for_bit(changes) -> None:
+    changes = dict(changes)
+    greedy = changes.pop("greedy", False)
+    cfg = dataclasses.replace(CFG, **changes | {"sim": dataclasses.replace(SIM, **changes.get("sim", {}))})
+    jobs, net = _train_jobs(), build_net(cfg)
+    got = drm.rollout_deeprm(net, cfg, jobs, 3, seed=5, greedy=greedy)
+    want = _reference_rollout(net, cfg, jobs, 3, 5, greedy)
+    for name, value in want.items():
+        field = getattr(got, name)
+        assert field.dtype == value.dtype and field.shape == value.shape, name
+        assert field.tobytes() == value.tobytes(), name
+    assert (got.n_sequences, got.n_trajectories) == (jobs.batch_size, 3)
+    assert got.is_truncated.any() == ("jobs_per_episode" in changes.get("sim", {}))
+
+
 def test_resume_after_a_kill_reaches_the_same_weights(tmp_path, monkeypatch) -> None:
     cfg = dataclasses.replace(CFG, sim=dataclasses.replace(SIM, n_machines=1))
     jobs = _train_jobs()
