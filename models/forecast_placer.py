@@ -953,6 +953,9 @@ def gather_states(points: list[tuple[State, int, int]]) -> State:
         sequence_keys=tuple(pick(st.jobs.sequence_keys, b) for st, b in rows),
         workload_ids=tuple(pick(st.jobs.workload_ids, b) for st, b in rows),
         meta=None if rows[0][0].jobs.meta is None else np.stack([st.jobs.meta[b] for st, b in rows]),
+        usage_exact=None
+        if rows[0][0].jobs.usage_exact is None
+        else np.stack([st.jobs.usage_exact[b] for st, b in rows]),
     )
     return State(jobs=jobs, **values)
 

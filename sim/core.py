@@ -851,6 +851,18 @@ def _splice_meta(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> np.ndarra
     return out
 
 
+def _splice_exact(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> np.ndarray | None:
+    if jobs.usage_exact is None and fresh.usage_exact is None:
+        return None
+    out = (
+        np.full(jobs.usage.shape, np.nan, np.float32) if jobs.usage_exact is None else jobs.usage_exact.copy()
+    )
+    out[rows] = (
+        np.full(fresh.usage.shape, np.nan, np.float32) if fresh.usage_exact is None else fresh.usage_exact
+    )
+    return out
+
+
 def _splice_jobs(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> JobBatch:
     arrays = {}
     for name in ("arrival_step", "duration", "usage", "request", "ec_label", "n_jobs"):
@@ -871,4 +883,5 @@ def _splice_jobs(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> JobBatch:
         sequence_keys=splice_tuple(jobs.sequence_keys, fresh.sequence_keys),
         workload_ids=splice_tuple(jobs.workload_ids, fresh.workload_ids),
         meta=_splice_meta(jobs, rows, fresh),
+        usage_exact=_splice_exact(jobs, rows, fresh),
     )

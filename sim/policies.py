@@ -185,9 +185,9 @@ def promote_queued_job(state: State, slot: np.ndarray) -> State:
             f"env {b}: slot {slot[b]} is not a waiting job (queue length {queue_length(state)[b]})"
         )
     # rotate the range [head, head + slot] of each affected row right by one: the picked job lands on the head
-    names = ["arrival_step", "duration", "usage", "request", "ec_label"] + (
-        ["meta"] if jobs.meta is not None else []
-    )
+    names = ["arrival_step", "duration", "usage", "request", "ec_label"] + [
+        name for name in ("meta", "usage_exact") if getattr(jobs, name) is not None
+    ]
     arrays = {name: getattr(jobs, name).copy() for name in names}
     obs_label = None if state.obs_label is None else state.obs_label.copy()
     wids = list(jobs.workload_ids)
