@@ -174,11 +174,14 @@ def test_promote_moves_meta_and_observed_labels_with_the_job() -> None:
     jobs = [_job([1] * 5, [1] * 5, "long"), _job([1] * 2, [1] * 2, "short"), _job([3] * 3, [1] * 3, "big")]
     batch = JobBatch.from_jobs([jobs])
     meta = np.arange(batch.max_jobs * 4, dtype=np.float64).reshape(1, batch.max_jobs, 4)
-    state = core.reset(CFG3, replace(batch, meta=meta), 0)
+    exact = np.zeros(batch.usage.shape, dtype=np.float32)
+    exact[0, :, 0, 0] = [0.5, 1.5, 2.5]  # each job's first exact cpu step names it
+    state = core.reset(CFG3, replace(batch, meta=meta, usage_exact=exact), 0)
     state = core.relabel(CFG3, state, np.array([[0, 1, 2]]))
     moved = promote_queued_job(state, np.array([2]))
     assert moved.obs_label[0].tolist() == [2, 0, 1]
     assert moved.jobs.meta[0, :, 0].tolist() == [8.0, 0.0, 4.0]
+    assert moved.jobs.usage_exact[0, :, 0, 0].tolist() == [2.5, 0.5, 1.5]
     assert state.obs_label[0].tolist() == [0, 1, 2]  # the input is not mutated
 
 
