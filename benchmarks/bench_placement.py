@@ -101,7 +101,11 @@ def main() -> None:
         t0 = time.perf_counter()
         if source == "deepplace_synthetic":
             dp = replace(
-                DeepPlaceConfig(), n_train_sequences=args.n_train, n_test_sequences=args.n_test, loads_pct=loads
+                DeepPlaceConfig(),
+                n_train_sequences=args.n_train,
+                n_test_sequences=args.n_test,
+                loads_pct=loads,
+                seed=args.seed,
             )
             jobs, _ = build_deepplace_sequences(dp)
         else:
