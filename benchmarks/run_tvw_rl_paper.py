@@ -39,7 +39,15 @@ from sim.jobs import JobBatch
 from sim.policies import make_policy
 from sim.tuning import sequence_returns
 
-HEURISTICS = ("tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer", "random_valid")
+HEURISTICS = (
+    "tetris",
+    "best_fit",
+    "first_fit",
+    "kube_default",
+    "deeprm_sjf",
+    "deeprm_packer",
+    "random_valid",
+)
 
 
 def labeller(warehouse: Path, source: str) -> ClassifierLabeller | None:
@@ -53,6 +61,44 @@ def labeller(warehouse: Path, source: str) -> ClassifierLabeller | None:
     return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu, mem))
 
 
+def time_split(train: JobBatch, cfg: TvwRlConfig, lab, n_iterations: int) -> dict[str, float]:
+    """Seconds per iteration of `n_iterations` timed REINFORCE iterations (a fresh network), split as
+    `benchmarks/bench_rl.py` splits them: simulation (step), observation (encode + EC labelling), network (forward
+    while acting + update)."""
+    import torch
+
+    from models.forecaster import torch_threads
+    from models.reinforce import policy_gradient_step
+    from models.tvw_rl import build_net, make_act
+    from sim.rollout import rollout
+
+    r = cfg.reinforce
+    net = build_net(cfg)
+    optimiser = torch.optim.Adam(net.parameters(), lr=r.learning_rate)
+    totals: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with torch_threads(1):
+        for i in range(n_iterations):
+            rng = np.random.default_rng([r.seed, i])
+            rows = rng.integers(0, train.batch_size, size=r.n_sequences)
+            timings: dict[str, float] = {}
+            batch = rollout(
+                cfg.sim, cfg.obs, train.select(rows), r.n_trajectories, make_act(net), i, lab, timings=timings
+            )
+            t1 = time.perf_counter()
+            policy_gradient_step(net, optimiser, batch, r, i)
+            timings["update"] = time.perf_counter() - t1
+            for k, v in timings.items():
+                totals[k] = totals.get(k, 0.0) + v
+    n = max(n_iterations, 1)
+    return {
+        "total": (time.perf_counter() - t0) / n,
+        "simulation": totals.get("step", 0.0) / n,
+        "observation": (totals.get("encode", 0.0) + totals.get("label", 0.0)) / n,
+        "network": (totals.get("act", 0.0) + totals.get("update", 0.0)) / n,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warehouse", default="warehouse")
@@ -62,8 +108,13 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=2000, help="REINFORCE iterations (paper: 2000)")
     ap.add_argument("--n-train", type=int, default=100)
     ap.add_argument("--n-test", type=int, default=30)
-    ap.add_argument("--step-bins", type=int, default=6, help="5-minute bins per step (the sample profile's 6)")
+    ap.add_argument(
+        "--step-bins", type=int, default=6, help="5-minute bins per step (the sample profile's 6)"
+    )
     ap.add_argument("--out", default="runs/tvw_rl_paper")
+    ap.add_argument(
+        "--split-iterations", type=int, default=3, help="timed iterations for the time split (0: none)"
+    )
     args = ap.parse_args()
     warehouse, out = Path(args.warehouse), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -84,7 +135,10 @@ def main() -> None:
         test = JobBatch.from_frame(cell.filter(pl.col("split") == "test"))
         n_labels = int(max(train.ec_label.max(), test.ec_label.max())) + 1
         eval_cfg = SimConfig(n_machines=10, max_steps=1000, oversize="clip", n_labels=max(16, n_labels))
-        print(f"{args.source} {load} %: {train.batch_size} training, {test.batch_size} test sequences", flush=True)
+        print(
+            f"{args.source} {load} %: {train.batch_size} training, {test.batch_size} test sequences",
+            flush=True,
+        )
         heuristic = {name: sequence_returns(make_policy(name), eval_cfg, test, 0) for name in HEURISTICS}
         best = max(heuristic, key=lambda n: heuristic[n].mean())
         for seed in seeds:
@@ -95,9 +149,20 @@ def main() -> None:
                 reinforce=replace(paper.reinforce, n_iterations=args.iterations, checkpoint_every=50),
             )
             assert isinstance(cfg.reinforce, ReinforceConfig)
+            if args.split_iterations and seed == seeds[0]:
+                split = time_split(train, cfg, lab, args.split_iterations)
+                print(
+                    f"  seconds per iteration ({args.split_iterations} timed): {split['total']:.2f} = simulation "
+                    f"{split['simulation']:.2f} + observation {split['observation']:.2f} + network "
+                    f"{split['network']:.2f} (+ the rest); {args.iterations} iterations projected at "
+                    f"{split['total'] * args.iterations / 3600:.2f} h per seed",
+                    flush=True,
+                )
             ckpt = out / f"{args.source}_{load}_seed{seed}.ckpt"
             t0 = time.perf_counter()
-            curve = train_tvw_rl(train, cfg, lab, ckpt, log=lambda m: print(f"  seed {seed}: {m}", flush=True))
+            curve = train_tvw_rl(
+                train, cfg, lab, ckpt, log=lambda m, s=seed: print(f"  seed {s}: {m}", flush=True)
+            )
             wall = time.perf_counter() - t0
             policy = TvwRlPolicy(ckpt, labeller=lab)
             ours = sequence_returns(policy, eval_cfg, test, seed)
