@@ -82,12 +82,9 @@ JOB_SEQUENCES = {
     "mem_request_frac": pl.Float64,
     "priority": pl.Int32,
     "scheduling_class": pl.Int32,
-    "cpu_units_exact": pl.List(
-        pl.Float32
-    ),  # usage per step BEFORE quantisation, units of C_cpu (float, <= C_d)
-    "mem_units_exact": pl.List(
-        pl.Float32
-    ),  # ceil/round of it is mem_units; null where the builder keeps none
+    # usage per step BEFORE quantisation, float units of C_d (quantised, it gives the units); null if not kept
+    "cpu_units_exact": pl.List(pl.Float32),
+    "mem_units_exact": pl.List(pl.Float32),
 }
 """One row per job of a sequence: the simulator's input table."""
 
@@ -98,8 +95,9 @@ EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
 """Optional columns of JOB_SEQUENCES with each job's usage per step before quantisation, in the same units as
 `cpu_units` / `mem_units` (the step means of the scaled usage x C_d, clipped to [0, C_d] as the units are; float32),
 so `quantise_usage(exact / C_d, C_d, quantise_mode)` gives the units back (DeepRM's `sample_units` rounds them at
-random instead). Only the EC labeller reads them (`JobBatch.usage_exact`), never the simulator's step logic. Null when a builder keeps none (a rows dict without them in `jobs_to_frame`);
-frames written before they existed lack them and still load (`sim.jobs.JobBatch.from_frame`)."""
+random instead). Only the EC labeller reads them (`JobBatch.usage_exact`), never the simulator's step logic.
+Null when a builder keeps none (a rows dict without them in `jobs_to_frame`); frames written before they existed
+lack them and still load (`sim.jobs.JobBatch.from_frame`)."""
 
 
 SEQUENCE_KEY = ("source", "load_pct", "split", "sequence_id")
