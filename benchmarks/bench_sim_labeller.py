@@ -22,8 +22,9 @@ from pathlib import Path
 
 import polars as pl
 
+from benchmarks.bench_placement import real_sequences
 from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
-from pipelines.job_sequences import SequenceConfig, build_job_sequences
+from pipelines.job_sequences import SequenceConfig
 from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.labelling import label_accuracy_by_age, most_frequent_label
@@ -31,22 +32,6 @@ from sim.labelling import label_accuracy_by_age, most_frequent_label
 AGES = (0, 1, 2, 4, 8, 16)
 VIEWS = ("units", "exact")
 QUANTISED = ["cpu_units", "mem_units", "cpu_request_units", "mem_request_units", "duration_steps", "ec_label"]
-
-
-def real_sequences(warehouse: Path, source: str, cfg: SequenceConfig) -> pl.DataFrame:
-    """`sim__job_sequences` rows of one real source from the warehouse's core tables and EC labels (read only), as
-    `benchmarks/bench_placement.py:real_sequences` builds them."""
-    tables = warehouse / "tables"
-    lr = pl.read_parquet(tables / "core__long_running" / f"{source}.parquet")
-    usage = (
-        pl.scan_parquet(str(tables / "core__usage" / source / "*.parquet"))
-        .join(lr.select("source", "workload_id").lazy(), on=["source", "workload_id"], how="semi")
-        .collect()
-    )
-    ec_path = tables / "ec__assignments" / f"{source}.parquet"
-    assignments = pl.read_parquet(ec_path) if ec_path.exists() else None
-    frame, _ = build_job_sequences(usage, lr, assignments, cfg, log=lambda msg: None)
-    return frame
 
 
 def sequences_of(warehouse: Path, source: str, cfg: SequenceConfig, out: Path) -> pl.DataFrame:
