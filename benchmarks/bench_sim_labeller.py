@@ -9,7 +9,7 @@ with the warehouse's `sim__job_sequences` (when it has the source) and the match
 on the source's training sequences with the same config and seed; accuracy pools the three loads. Nothing is written
 into the warehouse; the rebuilt sequences are cached as Parquet under `--out`.
 
-    python benchmarks/bench_sim_labeller.py --warehouse /work/clone3/warehouse [--sources bitbrains,google2011_derived]
+    PYTHONPATH=. python benchmarks/bench_sim_labeller.py --warehouse /work/clone3/warehouse [--sources bitbrains,google2011_derived]
         [--out /tmp/tvw_sim_labeller]
 """
 
