@@ -60,7 +60,7 @@ import numpy as np
 
 from sim import penalties
 from sim.config import SimConfig
-from sim.jobs import JOB_META_COLUMNS, JobBatch
+from sim.jobs import JOB_META_COLUMNS, JobBatch, nan_padded
 
 PENALTY_NAMES = ("contention", "underutil", "overshoot", "wait", "unplaced")
 """Order of the penalty components in `State.penalty_totals` and `Trace.penalties`; "unplaced" is the charge for
@@ -842,24 +842,20 @@ def _splice_labels(state: State, rows: np.ndarray, fresh: State) -> np.ndarray |
     return out
 
 
-def _splice_meta(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> np.ndarray | None:
-    if jobs.meta is None and fresh.meta is None:
+def _splice_optional(
+    old: np.ndarray | None,
+    new: np.ndarray | None,
+    old_shape: tuple,
+    new_shape: tuple,
+    rows: np.ndarray,
+    dtype,
+) -> np.ndarray | None:
+    """An optional per-job array (meta, unquantised usage) with rows `rows` replaced by the fresh batch's; NaN
+    where a side has none, None when neither has."""
+    if old is None and new is None:
         return None
-    n_meta = len(JOB_META_COLUMNS)
-    out = np.full((*jobs.ec_label.shape, n_meta), np.nan) if jobs.meta is None else jobs.meta.copy()
-    out[rows] = np.full((*fresh.ec_label.shape, n_meta), np.nan) if fresh.meta is None else fresh.meta
-    return out
-
-
-def _splice_exact(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> np.ndarray | None:
-    if jobs.usage_exact is None and fresh.usage_exact is None:
-        return None
-    out = (
-        np.full(jobs.usage.shape, np.nan, np.float32) if jobs.usage_exact is None else jobs.usage_exact.copy()
-    )
-    out[rows] = (
-        np.full(fresh.usage.shape, np.nan, np.float32) if fresh.usage_exact is None else fresh.usage_exact
-    )
+    out = nan_padded(old, old_shape, dtype)
+    out[rows] = nan_padded(new, new_shape, dtype)
     return out
 
 
@@ -882,6 +878,15 @@ def _splice_jobs(jobs: JobBatch, rows: np.ndarray, fresh: JobBatch) -> JobBatch:
         **arrays,
         sequence_keys=splice_tuple(jobs.sequence_keys, fresh.sequence_keys),
         workload_ids=splice_tuple(jobs.workload_ids, fresh.workload_ids),
-        meta=_splice_meta(jobs, rows, fresh),
-        usage_exact=_splice_exact(jobs, rows, fresh),
+        meta=_splice_optional(
+            jobs.meta,
+            fresh.meta,
+            (*jobs.ec_label.shape, len(JOB_META_COLUMNS)),
+            (*fresh.ec_label.shape, len(JOB_META_COLUMNS)),
+            rows,
+            np.float64,
+        ),
+        usage_exact=_splice_optional(
+            jobs.usage_exact, fresh.usage_exact, jobs.usage.shape, fresh.usage.shape, rows, np.float32
+        ),
     )

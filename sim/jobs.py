@@ -257,23 +257,27 @@ def stack_job_batches(batches: Sequence[JobBatch]) -> JobBatch:
     return JobBatch(**arrays, sequence_keys=keys, workload_ids=wids, meta=meta, usage_exact=exact)
 
 
+def nan_padded(values: np.ndarray | None, shape: tuple[int, ...], dtype=np.float64) -> np.ndarray:
+    """An optional per-job array (`JobBatch.meta`, `JobBatch.usage_exact`) in a NaN array of `shape`: its leading
+    part where `shape` is smaller, NaN beyond it, all NaN when `values` is None."""
+    out = np.full(shape, np.nan, dtype=dtype)
+    if values is not None:
+        part = tuple(slice(0, min(a, b)) for a, b in zip(shape, values.shape, strict=True))
+        out[part] = values[part]
+    return out
+
+
 def _padded_meta(jobs: JobBatch, max_jobs: int) -> np.ndarray:
     """(B, max_jobs, 4) meta of `jobs`, NaN for padding and when the batch has none (max_jobs >= J)."""
-    out = np.full((jobs.batch_size, max_jobs, len(JOB_META_COLUMNS)), np.nan)
-    if jobs.meta is not None:
-        n = min(max_jobs, jobs.max_jobs)
-        out[:, :n] = jobs.meta[:, :n]
-    return out
+    return nan_padded(jobs.meta, (jobs.batch_size, max_jobs, len(JOB_META_COLUMNS)))
 
 
 def _padded_exact(jobs: JobBatch, max_jobs: int, max_duration: int) -> np.ndarray:
     """(B, max_jobs, max_duration, D) float32 `usage_exact` of `jobs`, NaN for padding and when the batch has none
     (max_jobs >= J, max_duration >= T_max)."""
-    out = np.full((jobs.batch_size, max_jobs, max_duration, jobs.n_resources), np.nan, dtype=np.float32)
-    if jobs.usage_exact is not None:
-        n, t = min(max_jobs, jobs.max_jobs), min(max_duration, jobs.max_duration)
-        out[:, :n, :t] = jobs.usage_exact[:, :n, :t]
-    return out
+    return nan_padded(
+        jobs.usage_exact, (jobs.batch_size, max_jobs, max_duration, jobs.n_resources), np.float32
+    )
 
 
 def _exact_values(values, shape: tuple[int, ...], where: str) -> np.ndarray:
