@@ -31,7 +31,6 @@ import polars as pl
 from benchmarks.bench_placement import real_sequences
 from models.ec_labeller import ClassifierLabeller
 from models.forecast_placer import paired_interval
-from models.reinforce import ReinforceConfig
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.job_sequences import SequenceConfig
 from sim.config import SimConfig
@@ -148,7 +147,6 @@ def main() -> None:
                 sim=replace(paper.sim, n_labels=eval_cfg.n_labels),
                 reinforce=replace(paper.reinforce, n_iterations=args.iterations, checkpoint_every=50),
             )
-            assert isinstance(cfg.reinforce, ReinforceConfig)
             if args.split_iterations and seed == seeds[0]:
                 split = time_split(train, cfg, lab, args.split_iterations)
                 print(

@@ -366,7 +366,7 @@ class RecallOverlay:
     workload has shown the ages forecast, every quantile is that run's usage (0 after its end). Used only when
     the training sequences show that runs repeat (`fit_recall`); the inner forecaster answers everything else.
     Not cacheable by the job alone (a recall depends on the other runs observed so far): wrap the inner forecaster
-    in `ForecastCache`, never this (see `cached`)."""
+    in `ForecastCache`, never this (`with_cache` does)."""
 
     inner: UsageForecaster
     reliability: float = 1.0
@@ -389,9 +389,6 @@ class RecallOverlay:
     @property
     def levels(self) -> tuple[float, ...]:
         return tuple(self.inner.levels)
-
-    def cached(self, max_rows: int = 200_000, seed: int = 0) -> RecallOverlay:
-        return RecallOverlay(with_cache(self.inner, max_rows, seed), self.reliability)
 
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N,) bool: jobs whose whole life is recalled from a finished earlier run (a rule need not wait to
@@ -416,10 +413,7 @@ class RecallOverlay:
         inside = ages < jobs.max_duration
         vals = view.usage[has[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
         vals = np.where(inside[..., None], vals, 0.0)
-        known = np.isfinite(vals)
-        sub = out[has]
-        sub[:] = np.where(known[:, None], vals[:, None], sub)
-        out[has] = sub
+        out[has] = np.where(np.isfinite(vals)[:, None], vals[:, None], out[has])
         return out
 
 
@@ -439,7 +433,7 @@ def with_cache(forecaster: UsageForecaster, max_rows: int = 200_000, seed: int =
     if isinstance(forecaster, ForecastCache):
         return forecaster
     if isinstance(forecaster, RecallOverlay):
-        return forecaster.cached(max_rows, seed)
+        return RecallOverlay(with_cache(forecaster.inner, max_rows, seed), forecaster.reliability)
     return ForecastCache(forecaster, max_rows, seed)
 
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State, jobs_running, machines_used, queue_head
-from sim.forecast import DEFAULT_LEVELS, UsageForecaster, job_view, with_cache
+from sim.forecast import DEFAULT_LEVELS, UsageForecaster, fit_recall, job_view, with_cache
 
 MODES = ("deviate", "pack")
 
@@ -136,9 +136,8 @@ def job_moments(
     start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
     if rcfg.min_observed > 0:
         is_young = state.t[env] - start + 1 < rcfg.min_observed
-        known_rows = getattr(
-            forecaster, "known_rows", None
-        )  # recalled jobs are known before they are observed
+        # a forecaster that knows some jobs before they are observed (recall) says which
+        known_rows = getattr(forecaster, "known_rows", None)
         if known_rows is not None:
             is_young &= ~known_rows(cfg, state, env, job)
         is_young = is_young[:, None, None]
@@ -471,8 +470,6 @@ def fit_recall_rule(ctx, base: str, name: str, use_durations: bool = True) -> Ri
     of a recurring workload (`sim.forecast.fit_recall`, measured on the fit part of the training sequences); the
     recall measurements join the rule's choices. None when the forecast rule has no learned forecaster. With
     durations unknown a recalled job still ends where its earlier run ended (recall gives 0 from there on)."""
-    from sim.forecast import fit_recall
-
     if base == "hybrid":
         inner = PersistenceForecaster(horizon=ctx.horizon())
     else:
