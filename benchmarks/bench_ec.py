@@ -4,19 +4,15 @@ synthetic usage series, and the projected cost of the full EC stage at paper sca
     python benchmarks/bench_ec.py --n 1000
     python benchmarks/bench_ec.py --n 10000 --skip-dtw
     python benchmarks/bench_ec.py --n 10000 --only-series-matrix --usage-input both
-    python benchmarks/bench_ec.py --project --n 2000 --length 6000 --dtw-downsample 24 --dtw-window 0.1 \
-        --dtw-sample 400 --max-eval-bins 96
-    python benchmarks/bench_ec.py --paper-forecaster --fc-windows 2048 --fc-threads 1 2
+    python benchmarks/bench_ec.py --project --n 400 --profile sample [--check-n 800]
 
-`--paper-forecaster` times one epoch of the forecaster at Lai et al.'s size (`models.forecaster.paper_scale`) on
---fc-windows training windows per torch thread count, and prints the time per window and epoch with the projected
-cost of one global fit on --vms VMs of --vm-bins bins (84 x 8,640: the shared Bitbrains VMs) and of Table 1 at the
-paper profile (every k 3..15 of 3 methods, 1 + --control-draws sides, --seeds seeds, --epochs epochs).
-
-`--project` times each stage (process CPU seconds) at n workloads (series of --length bins, clustered on their first 70 %) and
-projects it to --project-n workloads (default 10,000) of --length bins: the full EC stage of three methods,
-k 3..15, --n-init initialisations, --seeds forecaster seeds with --control-draws random controls each, per method, with the
-sampling / windowing / downsampling given (which the EC tables' metadata records in a real run).
+`--project` runs the real EC stage (the sweep of every method as ec__method_sweep runs it, and its Table 1 rows
+as ec__method_gain runs them: forecaster fits over seeds and random controls, ARI across seeds, stability over
+time) with a tvw-run profile's EC settings on n/2 and n generated workloads of --length bins, fits process CPU
+seconds = fixed + per-workload x n for each (method, part), and projects to --project-n workloads (default
+10,000); --check-n measures one more size and prints the projection's error there. Each part is at most linear in
+n once n exceeds the stage's sample caps (silhouettes and DTW medoids on samples, forecaster windows capped), so
+measure above them. The paper-size forecaster is timed by `benchmarks/bench_paper_forecaster.py`.
 
 Prints seconds per stage and peak memory (ru_maxrss); for series_matrix also the memory the call itself added
 (Linux: peak RSS during the call, reset through /proc/self/clear_refs, minus RSS before it). Series: n workloads x 2 resources x --length bins,
@@ -26,42 +22,38 @@ a mix of daily sines, square waves, ramps and random walks with random levels, a
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from models.forecaster import ForecasterConfig, fit_forecaster, predict_series
 from pipelines.equivalence import (
     DtwConfig,
     EcConfig,
     dtw_cross,
     dtw_matrix,
     fit_kmedoids,
-    kmeans_runs,
-    kmedoids_runs,
     prepare_dtw,
-    prepare_dtw_series,
-    silhouette_from_distances,
     sweep_dtw,
     sweep_kmeans,
+    sweep_methods,
 )
 from pipelines.features import (
     TemporalConfig,
     aggregate_from_values,
-    aggregate_of,
-    euclidean_distances,
-    minmax_normalise,
     series_from_arrays,
     series_matrix,
     temporal_features,
-    temporal_features_of,
 )
 from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, USAGE
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def generate(n: int, length: int, seed: int) -> np.ndarray:
@@ -230,129 +222,108 @@ def _clock(fn, *args, **kwargs):
     return res, time.process_time() - t0
 
 
-def _silhouettes(dist: np.ndarray, labellings: list[np.ndarray]) -> list[float]:
-    return [silhouette_from_distances(dist, y) for y in labellings if 2 <= len(np.unique(y)) < len(y)]
+def profile_settings(profile: str):
+    """The EC run settings (`models.ec_mapping.EcRunSettings`) of a tvw-run profile's ec__mapping entry."""
+    import yaml
+
+    from models.ec_mapping import EcRunSettings
+    from pipelines.settings import to_dataclass
+
+    path = ROOT / "assets" / f"{profile}_config.yaml"
+    if not path.exists():
+        raise SystemExit(f"--profile {profile}: no {path.relative_to(ROOT)}")
+    ops = yaml.safe_load(path.read_text()).get("ops", {})
+    return to_dataclass(ops.get("ec__mapping", {}).get("config", {}), EcRunSettings)
 
 
-def project(values: np.ndarray, a: argparse.Namespace) -> None:
-    """Time every EC stage at n = len(values) and project it to a.project_n workloads."""
-    n, big_n = len(values), a.project_n
-    scale = big_n / n
-    ks = range(3, 16)
-    cfg = EcConfig(n_init=a.n_init, dtw=DtwConfig(a.dtw_window, a.dtw_downsample, sample_size=a.dtw_sample))
-    parts = [v[:, : int(0.7 * v.shape[1])] for v in values]
-    print(
-        f"projection: measured at n={n}, projected to n={big_n} (x{scale:.1f}); series {values.shape[2]} bins, "
-        f"clustered on the first 70 %; k 3..15, {a.n_init} inits, {a.seeds} forecaster seeds"
-    )
-    total = {}
-    # aggregate and temporal: features linear in n; K-Means fits linear in n; silhouettes on <= 2000 points
-    for method, feats_fn in (("aggregate", aggregate_of), ("temporal", temporal_features_of)):
-        feats, t_feat = _clock(feats_fn, parts)
-        x = minmax_normalise(feats)
-        sample = np.arange(min(n, cfg.silhouette_sample_size))
-        dist = euclidean_distances(x[sample])
-        t_fit = t_sil = 0.0
-        for k in ks:
-            runs, dt = _clock(kmeans_runs, x, k, cfg, 0, method)
-            t_fit += dt
-            t_sil += _clock(_silhouettes, dist, [r[0][sample] for r in runs])[1]
-        sil_scale = (min(big_n, cfg.silhouette_sample_size) / len(sample)) ** 2
-        total[method] = (t_feat + t_fit) * scale + t_sil * sil_scale
-        print(
-            f"  {method:<9s} features {t_feat:6.2f} s, {len(ks)} k x {a.n_init} K-Means fits {t_fit:7.2f} s, "
-            f"silhouettes {t_sil:6.2f} s -> projected {total[method]:8.1f} s"
+def stage_seconds(n: int, a: argparse.Namespace, settings) -> dict[tuple[str, str], float]:
+    """CPU seconds of the real EC stage on n generated workloads, per (method, part): the sweep
+    (`pipelines.equivalence.sweep_methods`, as ec__method_sweep runs it) and the Table 1 rows
+    (`models.ec_mapping.method_gain_rows`, as ec__method_gain runs it: forecaster fits over seeds and controls,
+    ARI across seeds, stability over time)."""
+    from models.ec_mapping import method_gain_rows
+    from pipelines.equivalence import sweep_labels_frame
+
+    values = generate(n, a.length, a.seed)
+    series = series_from_arrays([f"w{i}" for i in range(n)], values)
+    if settings.series_max_bins:
+        series = series_from_arrays(series.workload_ids, values[:, :, : settings.series_max_bins])
+    cfg = settings.ec
+    out, sweeps = {}, {}
+    for method in cfg.methods:
+        sweeps[method], out[(method, "sweep")] = _clock(
+            sweep_methods, series, "bench", replace(cfg, methods=(method,))
         )
-    # DTW: medoids on a fixed-size sample (constant in n), then every workload to the union of medoids
-    prepared, lengths = prepare_dtw_series(parts, cfg.dtw)
-    m = min(a.dtw_sample, n)
-    dist, t_mat = _clock(dtw_matrix, prepared[:m], cfg.dtw, lengths[:m])
-    t_med = 0.0
-    union = set()
-    for k in ks:
-        runs, dt = _clock(kmedoids_runs, dist, k, a.n_init, np.random.default_rng(k))
-        t_sil = _clock(_silhouettes, dist, [r[1] for r in runs])[1]
-        t_med += dt + t_sil
-        union |= set(min(runs, key=lambda r: r[2])[0].tolist())
-    probe = min(n, 200)
-    _, t_cross = _clock(dtw_cross, prepared[:probe], prepared[:10], cfg.dtw, lengths[:probe], lengths[:10])
-    t_assign = t_cross / (probe * 10) * big_n * len(union)
-    total["dtw"] = t_mat + t_med + t_assign
-    print(
-        f"  dtw       {prepared.shape[2]} points (downsample {a.dtw_downsample}, window {a.dtw_window}), "
-        f"sample {m}: matrix {t_mat:6.2f} s, K-Medoids+swap+silhouettes {t_med:7.2f} s, "
-        f"assign {big_n} x {len(union)} medoids {t_assign:7.2f} s (projected) -> {total['dtw']:8.1f} s"
-    )
-    # forecaster: a fit costs the same whatever n (windows capped); prediction is linear in n * eval bins
-    fc = ForecasterConfig(
-        epochs=a.fc_epochs, min_steps=a.fc_min_steps, max_train_windows=a.fc_max_train_windows
-    )
-    train = [int(0.7 * v.shape[1]) for v in values]
-    fitted, t_fit = _clock(fit_forecaster, list(values), train, fc)
-    quarter = max(1, n // 4)
-    _, t_fit_q = _clock(fit_forecaster, list(values[:quarter]), train[:quarter], fc)
-    per_series = max(t_fit - t_fit_q, 0.0) / max(
-        n - quarter, 1
-    )  # a fit = fixed training steps + stats per series
-    fixed = max(t_fit - per_series * n, 0.0)
-    ev = values[:, :, : train[0] + a.max_eval_bins]
-    _, t_pred = _clock(predict_series, fitted, list(ev), train)
-    per_window = t_pred / (n * a.max_eval_bins)
-    sum_k = 3 * sum(ks)  # every k of every method's sweep is a row of Table 1
-    n_maps = 3 * len(ks)
-    sides = 1 + a.control_draws  # the mapping and each of its random controls
-    fits = a.seeds * (1 + sides * sum_k)
-    # every mapping's EC fits together see all N series once, as does each control and the global fit
-    t_fits = fits * fixed + a.seeds * (1 + sides * n_maps) * big_n * per_series
-    windows = a.seeds * (1 + sides * n_maps) * big_n * a.max_eval_bins
-    t_fc = t_fits + windows * per_window
-    print(
-        f"  forecaster one fit {fixed:5.2f} s + {per_series * 1e3:.3f} ms per series, "
-        f"prediction {per_window * 1e6:5.1f} us/window; "
-        f"{a.seeds} seeds x (1 global + {sides} x sum k={sum_k} EC and control fits) = {fits} fits, "
-        f"{windows / 1e6:.1f} M windows ({a.max_eval_bins} held-out bins per workload) -> {t_fc:8.1f} s"
-    )
-    # ARI across 3 seeds at every k: 3 more sweeps per method (the DTW matrix reused); stability over time:
-    # each half clustered at every k, about one more sweep per method (halves: half the DTW points)
-    t_ari = 3 * sum(total[mth] for mth in ("aggregate", "temporal")) + 3 * (t_med + t_assign)
-    t_halves = sum(total[mth] for mth in ("aggregate", "temporal")) + t_mat / 2 + t_med + t_assign
-    grand = sum(total.values()) + t_fc + t_ari + t_halves
-    print(
-        f"  ARI across 3 seeds at every k (projected) {t_ari:8.1f} s; two-halves stability {t_halves:8.1f} s"
-    )
-    print(
-        f"full EC stage at n={big_n}, {values.shape[2]} bins: {grand:8.1f} s = {grand / 3600:.2f} h "
-        f"(target: 1 h on this 2-core machine; {'met' if grand <= 3600 else 'NOT met'})"
-    )
+    silhouette = pl.concat([sw.silhouette for sw in sweeps.values()])
+    for method in cfg.methods:
+        labels = sweep_labels_frame(sweeps[method], method)
+        _, out[(method, "table1")] = _clock(
+            method_gain_rows, series, "bench", method, silhouette, labels, settings
+        )
+    return out
 
 
-def paper_forecaster(a: argparse.Namespace) -> None:
-    """Seconds per training window and epoch of the paper-size LSTNet, and what a global fit and Table 1 cost."""
-    from dataclasses import replace
-
-    from models.forecaster import paper_scale
-
-    base = paper_scale()
-    length = base.window + a.fc_windows + 1
-    values = list(generate(1, int(length / 0.7) + 2, a.seed))
-    train = [length]
-    windows_per_vm = int(0.7 * a.vm_bins) - base.window
-    n_windows = a.vms * windows_per_vm
-    n_maps = 3 * len(range(3, 16))
-    fits = a.seeds * (1 + (1 + a.control_draws) * n_maps)  # each side's EC fits see every window once
-    for threads in a.fc_threads:
-        cfg = replace(base, epochs=1, min_steps=0, max_train_windows=a.fc_windows, n_threads=threads)
+def project(a: argparse.Namespace) -> None:
+    """Time the real EC stage at two sizes, fit seconds = fixed + per-workload x n per (method, part), project
+    to a.project_n; with --check-n, measure that size too and print the projection's error."""
+    settings = profile_settings(a.profile)
+    sizes = [a.n // 2, a.n]
+    cap = max(settings.ec.silhouette_sample_size, settings.ec.dtw.exact_max_n)
+    if sizes[0] < cap:
+        print(
+            f"WARNING: n/2 = {sizes[0]} is below the stage's sample caps ({cap}: silhouettes, exact DTW); parts "
+            f"grow faster than linearly up to there, so this projection is too low. Use --n {2 * cap} or more.",
+            flush=True,
+        )
+    print(
+        f"EC stage of the {a.profile} profile ({', '.join(settings.ec.methods)}; k {settings.ec.k_min}.."
+        f"{settings.ec.k_max}, {settings.ec.n_init} inits, {settings.gain.n_seeds} forecaster seeds x "
+        f"(1 + {settings.gain.n_control_draws} controls), forecaster '{settings.forecaster_preset}') on generated "
+        f"series of {a.length} bins, measured at n = {sizes[0]} and {sizes[1]} (process CPU seconds)",
+        flush=True,
+    )
+    stage_seconds(min(sizes[0], 40), a, settings)  # warm-up: numba compiles DTW, torch allocates (not measured)
+    measured = {}
+    for n in sizes:
         t0 = time.perf_counter()
-        _, cpu = _clock(fit_forecaster, values, train, cfg)
-        per = (time.perf_counter() - t0) / a.fc_windows  # wall: more threads spend more CPU to finish sooner
-        fit_h = per * n_windows * a.epochs / 3600
+        measured[n] = stage_seconds(n, a, settings)
         print(
-            f"paper-size LSTNet, {threads} torch thread(s): {per * 1e3:6.3f} ms per window and epoch (wall; "
-            f"{cpu / a.fc_windows * 1e3:.3f} ms CPU) "
-            f"({a.fc_windows} windows, batch {base.batch_size}); one global fit on {a.vms} VMs x {a.vm_bins} bins "
-            f"({n_windows} windows, {a.epochs} epochs): {fit_h:8.1f} h; Table 1 at the paper profile "
-            f"({fits} data-sized fits): {fit_h * fits:10.0f} h"
+            f"  n={n}: {sum(measured[n].values()):8.1f} s CPU ({time.perf_counter() - t0:.1f} s wall)",
+            flush=True,
         )
+    fit = project_fit(measured, sizes)
+    total = 0.0
+    for key, (fixed, per) in fit.items():
+        t = fixed + per * a.project_n
+        total += t
+        print(
+            f"  {key[0]:<9s} {key[1]:<6s} {fixed:8.1f} s + {per * 1e3:8.2f} ms/workload -> {t:9.1f} s at n={a.project_n}"
+        )
+    print(
+        f"full EC stage at n={a.project_n}, {a.length} bins: {total:9.1f} CPU s = {total / 3600:.2f} CPU h "
+        f"({total / 3600 / max(os.cpu_count() or 1, 1):.2f} h wall at best on {os.cpu_count()} cores; target 1 h: "
+        f"{'met' if total / max(os.cpu_count() or 1, 1) <= 3600 else 'NOT met'})",
+        flush=True,
+    )
+    if a.check_n:
+        got = sum(stage_seconds(a.check_n, a, settings).values())
+        want = sum(fixed + per * a.check_n for fixed, per in fit.values())
+        print(f"check at n={a.check_n}: measured {got:.1f} s, projected {want:.1f} s ({want / got - 1:+.0%})")
+
+
+def project_fit(
+    measured: dict[int, dict[tuple[str, str], float]], sizes: list[int]
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per part, (fixed seconds, seconds per workload) through the two measured sizes; a part that shrank
+    (noise) is taken as fixed at its larger measurement. Every part is at most linear in n once n exceeds the
+    stage's sample caps (silhouettes and DTW medoids on samples, forecaster windows capped), so measure there."""
+    n1, n2 = sizes
+    out = {}
+    for key in measured[n2]:
+        t1, t2 = measured[n1][key], measured[n2][key]
+        per = max((t2 - t1) / (n2 - n1), 0.0)
+        out[key] = (max(t2 - per * n2, 0.0), per) if per > 0 else (max(t1, t2), 0.0)
+    return out
 
 
 def main() -> None:
@@ -370,26 +341,13 @@ def main() -> None:
     p.add_argument("--only-series-matrix", action="store_true", help="run series_matrix only, then stop")
     p.add_argument("--usage-input", choices=("frame", "lazy", "both"), default="frame")
     p.add_argument("--batch-rows", type=int, default=None, help="series_matrix batch_rows; default its own")
-    p.add_argument("--project", action="store_true", help="time every stage and project to --project-n")
+    p.add_argument("--project", action="store_true", help="time the real EC stage at n/2 and n, project")
     p.add_argument("--project-n", type=int, default=10_000)
-    p.add_argument("--seeds", type=int, default=10, help="forecaster seeds of the projection")
-    p.add_argument("--control-draws", type=int, default=5, help="random controls per mapping and seed")
-    p.add_argument("--max-eval-bins", type=int, default=96, help="held-out bins scored per workload")
-    p.add_argument("--fc-epochs", type=int, default=1)
-    p.add_argument("--fc-min-steps", type=int, default=30)
-    p.add_argument("--fc-max-train-windows", type=int, default=500)
-    p.add_argument("--paper-forecaster", action="store_true", help="time the paper-size forecaster per epoch")
-    p.add_argument("--fc-windows", type=int, default=2048, help="training windows of that timing")
-    p.add_argument("--fc-threads", type=int, nargs="+", default=[1], help="torch thread counts to time")
-    p.add_argument("--vms", type=int, default=84)
-    p.add_argument("--vm-bins", type=int, default=8640)
-    p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--profile", default="sample", help="the tvw-run profile whose EC settings are timed")
+    p.add_argument("--check-n", type=int, default=0, help="also measure the stage at this n; print the error")
     a = p.parse_args()
-    if a.paper_forecaster:
-        paper_forecaster(a)
-        return
     if a.project:
-        project(generate(a.n, a.length, a.seed), a)
+        project(a)
         return
 
     cfg = EcConfig(

@@ -3,8 +3,11 @@ table of a partition's training runs (one run per source)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 import torch
@@ -30,6 +33,21 @@ def init_parameters(module: nn.Module, generator: torch.Generator) -> None:
                 p.uniform_(-bound, bound, generator=generator)
 
 
+@dataclass(frozen=True)
+class TrainLog:
+    """What a `train_minibatches` run did: the last epoch's training loss, the epochs run, and, with a
+    validation split, each epoch's validation loss and the epoch whose weights were kept (0-based)."""
+
+    final_loss: float
+    epochs: int
+    val_losses: tuple[float, ...] = ()
+    best_epoch: int | None = None
+
+    @property
+    def best_val(self) -> float | None:
+        return None if self.best_epoch is None else self.val_losses[self.best_epoch]
+
+
 def train_minibatches(
     model: nn.Module,
     x: torch.Tensor,
@@ -40,24 +58,80 @@ def train_minibatches(
     batch_size: int,
     n_epochs: int,
     generator: torch.Generator,
-) -> float:
-    """Adam over `n_epochs` passes of shuffled minibatches (order drawn from `generator`); returns the mean
-    loss of the last epoch (NaN when no epoch ran)."""
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
+    patience: int = 0,
+    autocast_dtype: torch.dtype | None = None,
+    on_epoch: Callable[[int, float, float | None], None] | None = None,
+) -> TrainLog:
+    """Adam over up to `n_epochs` passes of shuffled minibatches (order drawn from `generator`, a CPU generator);
+    x, y (and the validation pair) may live on any device, the model's.
+
+    With `validation`, its loss (`loss_fn`, batches of 8 x batch_size, eval mode) is measured after every epoch;
+    `patience` > 0 stops after that many epochs without a new lowest validation loss, and the weights of the best
+    epoch are restored. `autocast_dtype` runs forward and loss under torch.autocast on the tensors' device
+    (bfloat16 on a GPU: mixed precision; the weights and Adam stay float32). `on_epoch(epoch, train_loss,
+    val_loss)` is called after every epoch (progress for long fits)."""
+    if patience > 0 and validation is None:
+        raise ValueError("train_minibatches: patience needs a validation split")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
+    device = x.device
     epoch_loss = float("nan")
+    val_losses: list[float] = []
+    best, best_state, since = None, None, 0
+
+    def autocast():
+        if autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=autocast_dtype)
+
+    epochs = 0
     for _ in range(n_epochs):
-        order = torch.randperm(len(x), generator=generator)
-        total = 0.0
+        model.train()
+        order = torch.randperm(len(x), generator=generator).to(device)
+        total = torch.zeros((), device=device)  # summed on the device: no sync per step
         for start in range(0, len(order), batch_size):
             b = order[start : start + batch_size]
-            loss = loss_fn(model(x[b]), y[b])
+            with autocast():
+                loss = loss_fn(model(x[b]).float(), y[b])
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss.detach()) * len(b)
-        epoch_loss = total / len(x)
-    return epoch_loss
+            total += loss.detach() * len(b)
+        epoch_loss = float(total) / len(x)
+        epochs += 1
+        if not math.isfinite(epoch_loss):
+            raise FloatingPointError(f"train_minibatches: training loss is {epoch_loss} at epoch {epochs}")
+        if validation is None:
+            if on_epoch is not None:
+                on_epoch(epochs, epoch_loss, None)
+            continue
+        model.eval()
+        xv, yv = validation
+        step = 8 * batch_size
+        with torch.no_grad(), autocast():
+            v = sum(
+                float(loss_fn(model(xv[j : j + step]).float(), yv[j : j + step])) * len(xv[j : j + step])
+                for j in range(0, len(xv), step)
+            ) / max(len(xv), 1)
+        val_losses.append(v)
+        if on_epoch is not None:
+            on_epoch(epochs, epoch_loss, v)
+        if best is None or v < val_losses[best]:
+            best, since = len(val_losses) - 1, 0
+            best_state = copy.deepcopy(model.state_dict()) if patience > 0 else None
+        else:
+            since += 1
+            if patience > 0 and since >= patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return TrainLog(
+        final_loss=epoch_loss,
+        epochs=epochs,
+        val_losses=tuple(val_losses),
+        best_epoch=best if patience > 0 else (None if best is None else len(val_losses) - 1),
+    )
 
 
 SINGLE_MACHINE_SOURCES = tuple(s for s, w in SYNTHETIC_WORKLOADS.items() if w.n_machines == 1)

@@ -76,3 +76,92 @@ def test_paper_scale_uses_lai_et_al_settings():
         24,
         24,
     )
+
+
+def test_stride_and_validation_split_keep_targets_apart():
+    from models.forecaster import _training_windows, series_stats
+
+    series = _sines(n=3, length=200, period=16, seed=3)
+    n_train = [150, 150, 120]
+    cfg = replace(TINY, stride=5, val_fraction=0.2, max_train_windows=None)
+    stats = series_stats(series, n_train)
+    (x, y), val = _training_windows(series, n_train, stats, cfg, np.random.default_rng(0))
+    # targets 12, 17, ... below 150 - 30 = 120 (first two), below 120 - 24 = 96 (third): 22 + 22 + 17 windows
+    assert len(x) == len(y) == 22 + 22 + 17
+    # validation targets: every 5th bin from 120 (130 would be held-out) in the last 20 % of each training part
+    assert len(val[0]) == 6 + 6 + 5
+    # the first training window of workload 0 ends at bin 11 and targets bin 12, the next targets bin 17
+    mean, std = stats
+    assert np.allclose(y[0], (series[0][:, 12] - mean[0]) / std[0], atol=1e-6)
+    assert np.allclose(y[1], (series[0][:, 17] - mean[0]) / std[0], atol=1e-6)
+    assert np.allclose(val[1][0], (series[0][:, 120] - mean[0]) / std[0], atol=1e-6)
+
+
+def test_early_stopping_keeps_the_best_epoch_and_stops():
+    series = _sines(n=4, length=160, period=16, seed=0)
+    cfg = replace(TINY, val_fraction=0.2, patience=2, epochs=40, min_steps=0, lr=0.05)
+    seen = []
+    fitted = fit_forecaster(series, [112] * 4, cfg, on_epoch=lambda e, loss, val: seen.append(val))
+    assert fitted.epochs == len(seen) <= 40
+    assert fitted.val_loss == min(seen)
+    best = seen.index(min(seen))
+    if fitted.epochs < 40:  # stopped: exactly `patience` epochs after the best one
+        assert fitted.epochs == best + 1 + 2
+    # the kept weights are the best epoch's: their validation loss is measured again
+    from models.forecaster import _training_windows, series_stats
+
+    stats = series_stats(series, [112] * 4)
+    _, (xv, yv) = _training_windows(series, [112] * 4, stats, cfg, np.random.default_rng(cfg.seed))
+    import torch
+
+    with torch.no_grad():
+        again = float(torch.nn.functional.mse_loss(fitted.model(torch.from_numpy(xv)), torch.from_numpy(yv)))
+    assert again == pytest.approx(fitted.val_loss, rel=1e-5)
+
+
+def test_schedule_settings_are_checked():
+    with pytest.raises(ValueError, match="patience=3 needs a validation split"):
+        ForecasterConfig(patience=3)
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        ForecasterConfig(stride=0)
+    with pytest.raises(ValueError, match="val_fraction must be in"):
+        ForecasterConfig(val_fraction=1.0)
+    with pytest.raises(ValueError, match="no validation windows"):
+        fit_forecaster(_sines(1, 40, 8, 0), [30], replace(TINY, val_fraction=0.01))
+
+
+def test_nan_loss_names_the_epoch():
+    import torch
+
+    from models.training import train_minibatches
+
+    model = torch.nn.Linear(2, 1)
+    x, y = torch.ones(8, 2), torch.full((8, 1), float("nan"))
+    with pytest.raises(FloatingPointError, match="training loss is nan at epoch 1"):
+        train_minibatches(
+            model,
+            x,
+            y,
+            torch.nn.functional.mse_loss,
+            lr=0.1,
+            batch_size=4,
+            n_epochs=3,
+            generator=torch.Generator().manual_seed(0),
+        )
+
+
+def test_paper_feasible_is_the_paper_model_on_a_shorter_schedule():
+    from models.forecaster import paper_feasible
+
+    paper, fast = paper_scale(), paper_feasible()
+    same = (
+        "window",
+        "conv_channels",
+        "kernel_size",
+        "hidden_size",
+        "skip_period",
+        "skip_hidden",
+        "ar_window",
+    )
+    assert all(getattr(paper, f) == getattr(fast, f) for f in same + ("dropout", "lr", "batch_size"))
+    assert (fast.stride, fast.val_fraction, fast.patience) == (4, 0.1, 5)

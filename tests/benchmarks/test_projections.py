@@ -1,0 +1,87 @@
+"""The benchmarks' projections: the arithmetic, and (slow) the projection against a measured run."""
+
+import argparse
+import importlib.util
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_project_fit_recovers_a_linear_stage_and_keeps_a_noisy_one_fixed():
+    fit = _load("bench_ec").project_fit(
+        {
+            100: {("dtw", "sweep"): 12.0, ("aggregate", "table1"): 5.0},
+            200: {("dtw", "sweep"): 22.0, ("aggregate", "table1"): 4.0},
+        },
+        [100, 200],
+    )
+    assert fit[("dtw", "sweep")] == pytest.approx((2.0, 0.1))
+    assert fit[("aggregate", "table1")] == (5.0, 0.0)  # shrank between the sizes: noise, taken as fixed
+
+
+def test_profile_settings_read_the_profile_yaml():
+    settings = _load("bench_ec").profile_settings("sample")
+    assert (settings.ec.k_min, settings.ec.k_max, settings.gain.n_seeds) == (3, 5, 8)
+    with pytest.raises(SystemExit, match="no assets/nope_config.yaml"):
+        _load("bench_ec").profile_settings("nope")
+
+
+@pytest.mark.slow
+def test_ec_stage_projection_within_20_percent_of_a_measured_run():
+    from models.ec_mapping import EcRunSettings
+    from models.forecaster import ForecasterConfig
+    from models.prediction_gain import GainConfig
+    from pipelines.equivalence import DtwConfig, EcConfig
+
+    bench = _load("bench_ec")
+    fc = ForecasterConfig(
+        window=12, conv_channels=4, hidden_size=4, epochs=1, min_steps=4, max_train_windows=64
+    )
+    settings = EcRunSettings(
+        # sample caps below the measured sizes, as the benchmark asks: every part is then at most linear in n
+        ec=EcConfig(
+            k_min=3,
+            k_max=4,
+            n_init=4,
+            silhouette_sample_size=30,
+            dtw=DtwConfig(exact_max_n=30, sample_size=20),
+        ),
+        gain=GainConfig(n_seeds=2, n_control_draws=2, max_eval_bins=12, min_members=2, forecaster=fc),
+        stability_shuffles=20,
+    )
+    a = argparse.Namespace(length=300, seed=0)
+    bench.stage_seconds(40, a, settings)  # warm-up, as the benchmark does
+    measured = {n: bench.stage_seconds(n, a, settings) for n in (40, 80)}
+    fit = bench.project_fit(measured, [40, 80])
+    got = sum(bench.stage_seconds(160, a, settings).values())
+    want = sum(fixed + per * 160 for fixed, per in fit.values())
+    assert abs(want / got - 1) <= 0.2, (want, got)
+
+
+def test_forecaster_epoch_projection_within_20_percent_of_a_measured_fit():
+    from models.forecaster import fit_forecaster, paper_scale
+
+    rng = np.random.default_rng(0)
+    series = [rng.normal(0.5, 0.1, (2, 400)) for _ in range(3)]
+    cfg = replace(paper_scale(), window=48, conv_channels=16, hidden_size=16, skip_period=6, ar_window=8)
+    cfg = replace(cfg, epochs=1, max_train_windows=None)
+    fit_forecaster(series, [300] * 3, cfg)  # warm-up (first-call allocations)
+    t0 = time.process_time()
+    one = fit_forecaster(series, [300] * 3, cfg)
+    per_window = (time.process_time() - t0) / one.n_windows
+    t0 = time.process_time()
+    four = fit_forecaster(series, [300] * 3, replace(cfg, epochs=4))
+    got = time.process_time() - t0
+    assert abs(per_window * four.n_windows * 4 / got - 1) <= 0.2
