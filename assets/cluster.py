@@ -65,6 +65,8 @@ ForecastTableConfig = dataclass_config(ForecastTableSettings)
 
 EVAL_PARTITIONS = StaticPartitionsDefinition(eval_partition_keys(EVAL_LOADS))
 """One `eval__baselines` partition per load ('load50'): every policy, source and seed at that load."""
+EVAL_TABLE = {"group_name": "eval", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
+"""What every evaluation table is."""
 
 
 SEQUENCE_CHECKS = [
@@ -123,13 +125,7 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
 EVAL_CHECKS = checks.specs("eval__baselines", EVAL_CHECK_DOCS)
 
 
-@asset(
-    group_name="eval",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    check_specs=EVAL_CHECKS,
-    partitions_def=EVAL_PARTITIONS,
-)
+@asset(**EVAL_TABLE, check_specs=EVAL_CHECKS, partitions_def=EVAL_PARTITIONS)
 def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job_sequences: pl.DataFrame):
     """One row per (source, load, policy, test sequence, seed) with every metric of `sim.metrics` (utilisation,
     fragmentation, overshoot %, machines used, waits, jobs never placed, `is_truncated`, the return and its costs)
@@ -173,12 +169,7 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
     yield from checks.results(eval_check_values(results, episodes * len(settings.seeds)), "eval__baselines")
 
 
-@asset(
-    group_name="eval",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    check_specs=checks.specs("eval__summary", SUMMARY_CHECK_DOCS),
-)
+@asset(**EVAL_TABLE, check_specs=checks.specs("eval__summary", SUMMARY_CHECK_DOCS))
 def eval__summary(eval__baselines: pl.DataFrame):
     """Mean and 95% interval of every metric per (source, load, policy) over test sequences of every load of
     `eval__baselines` (`sim.evaluate.summarise`); a TVW-RL Fig. 4/5 style plot per source (`plot_<source>`)."""
@@ -188,13 +179,7 @@ def eval__summary(eval__baselines: pl.DataFrame):
     yield from checks.results(summary_check_values(summary))
 
 
-@asset(
-    group_name="eval",
-    io_manager_key="table_io",
-    deps=["ec__classifier_accuracy"],
-    kinds={"parquet", "polars"},
-    check_specs=checks.specs("eval__ec_labelling"),
-)
+@asset(**EVAL_TABLE, deps=["ec__classifier_accuracy"], check_specs=checks.specs("eval__ec_labelling"))
 def eval__ec_labelling(
     context: AssetExecutionContext,
     config: LabellingConfig,
@@ -234,7 +219,7 @@ def eval__ec_labelling(
 FORECAST_CHECKS = checks.specs("eval__forecast", COVERAGE_CHECK_DOCS)
 
 
-@asset(group_name="eval", io_manager_key="table_io", kinds={"parquet", "polars"}, check_specs=FORECAST_CHECKS)
+@asset(**EVAL_TABLE, check_specs=FORECAST_CHECKS)
 def eval__forecast(
     context: AssetExecutionContext, config: ForecastTableConfig, sim__job_sequences: pl.DataFrame
 ):

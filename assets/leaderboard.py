@@ -5,16 +5,12 @@ from dagster import AssetExecutionContext, MetadataValue, Output, asset
 
 from assets import checks
 from assets.jobs import PROFILE_TAG
+from assets.learned import RESULTS_TABLE
 from assets.plots import leaderboard_plot, png_markdown
 from sim.leaderboard import LEADERBOARD_CHECKS, leaderboard, leaderboard_check_values, leaderboard_text
 
 
-@asset(
-    group_name="results",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    check_specs=checks.specs("eval__leaderboard", LEADERBOARD_CHECKS),
-)
+@asset(**RESULTS_TABLE, check_specs=checks.specs("eval__leaderboard", LEADERBOARD_CHECKS))
 def eval__leaderboard(context: AssetExecutionContext, eval__results_summary: pl.DataFrame):
     """Every policy of `eval__results_summary` ranked by mean episode return per (source, load), with its 95 %
     interval, its gap to the best non-oracle heuristic and the profile (budget) it ran under; oracles unranked."""

@@ -22,8 +22,22 @@ from sim.policies import is_learned, make_policy
 
 RL_PARTITIONS = StaticPartitionsDefinition(rl_partition_keys(EVAL_LOADS, RL_SEEDS))
 """One training run per (load, training seed); every source with training sequences at that load inside it."""
+RL_TRAINING = {
+    "partitions_def": RL_PARTITIONS,
+    "group_name": "rl",
+    "io_manager_key": "table_io",
+    "kinds": {"parquet", "torch"},
+}
+"""What every training asset is: a learning-curve table per (load, seed) partition, trained files beside it."""
+RESULTS_TABLE = {"group_name": "results", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
+"""What every results table is."""
 
-TRAINING_ASSET = {"tvw_rl": "rl__tvw_rl", "deeprm_rl": "rl__deeprm", "dejavu": "rl__dejavu"}
+TRAINING_ASSET = {
+    "tvw_rl": "rl__tvw_rl",
+    "deeprm_rl": "rl__deeprm",
+    "dejavu": "rl__dejavu",
+    "forecast_residual_rl": "rl__forecast_residual",
+}
 """Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
 
 

@@ -7,22 +7,17 @@ import functools
 from pathlib import Path
 
 import polars as pl
-from dagster import (
-    AssetExecutionContext,
-    MetadataValue,
-    Output,
-    StaticPartitionsDefinition,
-    asset,
-)
+from dagster import AssetExecutionContext, MetadataValue, Output, StaticPartitionsDefinition, asset
 
 from assets import checks
 from assets.ec import classifier_path
-from assets.learned import RL_PARTITIONS, curve_metadata, policy_maker, train_partition
+from assets.learned import RESULTS_TABLE, RL_TRAINING, curve_metadata, policy_maker, train_partition
 from assets.plots import plot_learning_curves, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
-from models import ablation, tvw_rl
+from models import ablation, forecast_placer, tvw_rl
 from models.ec_labeller import ClassifierLabeller
+from models.forecast_placer import PLACER_CURVE, PlacerTrainConfig, placer_sim_config
 from models.learned import GAP_CHECK_DOCS, ResultsConfig, gap_check
 from models.training import CURVE_CHECK_DOCS, curve_check_values
 from models.tvw_rl import LEARNING_CURVE, TvwRlPolicy, TvwRlTrainConfig
@@ -41,6 +36,7 @@ from sim.jobs import JobBatch
 from sim.observation import ObservationConfig
 
 TVW_RL_TRAIN = dataclass_config(TvwRlTrainConfig)
+PLACER_TRAIN = dataclass_config(PlacerTrainConfig)
 RESULTS = dataclass_config(ResultsConfig)
 ABLATION = dataclass_config(ablation.AblationConfig)
 ABLATION_PARTITIONS = StaticPartitionsDefinition(list(ablation.ABLATION_KEYS))
@@ -58,13 +54,7 @@ def labeller_for(warehouse: Warehouse, source: str, usage_scale: pl.DataFrame) -
     return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale))
 
 
-@asset(
-    partitions_def=RL_PARTITIONS,
-    group_name="rl",
-    io_manager_key="table_io",
-    kinds={"parquet", "torch"},
-    check_specs=checks.specs("rl__tvw_rl", CURVE_CHECK_DOCS),
-)
+@asset(**RL_TRAINING, check_specs=checks.specs("rl__tvw_rl", CURVE_CHECK_DOCS))
 def rl__tvw_rl(
     context: AssetExecutionContext,
     config: TVW_RL_TRAIN,
@@ -101,11 +91,38 @@ def rl__tvw_rl(
     yield from checks.results(curve_check_values(out))
 
 
+@asset(**RL_TRAINING, check_specs=checks.specs("rl__forecast_residual", CURVE_CHECK_DOCS))
+def rl__forecast_residual(
+    context: AssetExecutionContext,
+    config: PLACER_TRAIN,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+):
+    """Our learned scheduler (`forecast_residual_rl`, `models.forecast_placer`): per source of the partition's
+    (load, training seed), the forecaster and the base rule fitted on the training sequences, then the residual
+    network trained on them; one row per stage and iteration (validation return, imitation of the base rule,
+    entropy, seconds). Policies are published as `models/forecast_residual_rl/<source>/<partition>.pt`."""
+    settings = config.build()
+    cfg = placer_sim_config(settings, sim__job_sequences)
+
+    def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> pl.DataFrame:
+        log = lambda m: context.log.info(f"forecast_residual_rl {source}: {m}")  # noqa: E731
+        jobs = JobBatch.from_frame(rows)
+        return forecast_placer.train_and_publish(
+            settings, cfg, jobs, path, (source, load, seed), revision, log
+        )
+
+    name = forecast_placer.ForecastResidualPolicy.name
+    out, meta = train_partition(
+        context, warehouse, sim__job_sequences, settings, name, fit, PLACER_CURVE, name
+    )
+    yield Output(out, metadata=meta)
+    yield from checks.results(curve_check_values(out))
+
+
 @asset(
-    group_name="results",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    deps=["rl__tvw_rl", "rl__deeprm", "rl__dejavu"],
+    **RESULTS_TABLE,
+    deps=["rl__tvw_rl", "rl__deeprm", "rl__dejavu", "rl__forecast_residual"],
     check_specs=checks.specs("eval__results", EVAL_CHECK_DOCS),
 )
 def eval__results(
@@ -140,12 +157,7 @@ def eval__results(
     yield from checks.results(eval_check_values(results, results.height))
 
 
-@asset(
-    group_name="results",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    check_specs=checks.specs("eval__results_summary", SUMMARY_CHECK_DOCS),
-)
+@asset(**RESULTS_TABLE, check_specs=checks.specs("eval__results_summary", SUMMARY_CHECK_DOCS))
 def eval__results_summary(eval__results: pl.DataFrame):
     """Mean and 95 % interval of every metric of `eval__results` per (source, load, policy) over test sequences
     (seeds averaged within a sequence first); the UI shows the Fig. 4/5-style plot."""
@@ -154,12 +166,7 @@ def eval__results_summary(eval__results: pl.DataFrame):
     yield from checks.results(summary_check_values(summary))
 
 
-@asset(
-    group_name="results",
-    io_manager_key="table_io",
-    kinds={"parquet", "polars"},
-    check_specs=checks.specs("eval__gap", GAP_CHECK_DOCS),
-)
+@asset(**RESULTS_TABLE, check_specs=checks.specs("eval__gap", GAP_CHECK_DOCS))
 def eval__gap(context: AssetExecutionContext, eval__results: pl.DataFrame):
     """Per (source, load, policy): the mean return against the best NON-ORACLE heuristic of the cell, the paired
     difference by test sequence (95 % interval, wins), the best oracle's return, the share of the heuristic-to-
@@ -243,6 +250,7 @@ def eval__ablation_winners(rl__ablation: pl.DataFrame, eval__baselines: pl.DataF
 
 RL_ASSETS = [
     rl__tvw_rl,
+    rl__forecast_residual,
     eval__results,
     eval__results_summary,
     eval__gap,

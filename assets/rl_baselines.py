@@ -8,7 +8,7 @@ import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, Output, asset
 
 from assets import checks
-from assets.learned import RL_PARTITIONS, curve_metadata, policy_maker, train_partition
+from assets.learned import RESULTS_TABLE, RL_TRAINING, curve_metadata, policy_maker, train_partition
 from assets.plots import curve_plot, dejavu_metrics_plot, png_markdown
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
@@ -27,10 +27,7 @@ DEEPRM_FIG4 = dataclass_config(DeepRMFig4Config)
 DEJAVU_METRICS = dataclass_config(DejavuMetricsConfig)
 
 
-RL_TRAINING = {"partitions_def": RL_PARTITIONS, "group_name": "rl", "io_manager_key": "table_io"}
-
-
-@asset(**RL_TRAINING, kinds={"parquet", "torch"}, check_specs=checks.specs("rl__deeprm", CURVE_CHECK_DOCS))
+@asset(**RL_TRAINING, check_specs=checks.specs("rl__deeprm", CURVE_CHECK_DOCS))
 def rl__deeprm(
     context: AssetExecutionContext,
     config: DEEPRM_TRAIN,
@@ -62,7 +59,7 @@ def rl__deeprm(
     yield from checks.results(curve_check_values(out))
 
 
-@asset(**RL_TRAINING, kinds={"parquet", "torch"}, check_specs=checks.specs("rl__dejavu", CURVE_CHECK_DOCS))
+@asset(**RL_TRAINING, check_specs=checks.specs("rl__dejavu", CURVE_CHECK_DOCS))
 def rl__dejavu(
     context: AssetExecutionContext,
     config: DEJAVU_TRAIN,
@@ -96,9 +93,6 @@ def rl__dejavu(
     plot = curve_plot(out, panels, "Dejavu learning curves (pretraining, then RL)")
     yield Output(out, metadata=meta | curve_metadata(out, plot, "Dejavu learning curves", trend=False))
     yield from checks.results(curve_check_values(out))
-
-
-RESULTS_TABLE = {"group_name": "results", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
 
 
 @asset(**RESULTS_TABLE, deps=["rl__deeprm"], check_specs=checks.specs("eval__deeprm_fig4"))

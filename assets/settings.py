@@ -13,9 +13,7 @@ from typing import Any
 import pydantic
 from dagster import AssetsDefinition, Config, Field
 from dagster._config import Permissive, Shape, process_config, validate_config
-from dagster._core.definitions.definition_config_schema import (
-    convert_user_facing_definition_config_schema,
-)
+from dagster._core.definitions.definition_config_schema import convert_user_facing_definition_config_schema
 
 from pipelines.profiles import ProfileError, expand_shared
 from pipelines.settings import config_fields, to_dataclass

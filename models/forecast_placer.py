@@ -67,7 +67,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +78,7 @@ from torch import nn
 from models.checkpoint import POLICY_FORMAT, check_trained, git_revision, publish_trained, read_payload
 from models.forecaster import torch_threads
 from models.reinforce import config_dict
-from models.training import init_parameters
+from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_sources
 from sim import core
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
@@ -1390,3 +1390,108 @@ def paired_interval(diff: np.ndarray) -> tuple[float, float, float]:
         return mean, float("nan"), float("nan")
     half = float(stats.t.ppf(0.975, diff.size - 1)) * float(diff.std(ddof=1)) / math.sqrt(diff.size)
     return mean, mean - half, mean + half
+
+
+# --- the training runs of the pipeline (`rl__forecast_residual`) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlacerTrainConfig:
+    """The forecast residual scheduler's training runs of one (load, training seed), one per source: the
+    forecaster and the base rule are fitted on the source's training sequences as `eval__baselines` fits them
+    (validation carved from the training split), then `train_forecast_placer` refines the residual."""
+
+    base: str = "forecast_recall_hybrid"
+    """Fitted base rule (a registered rule with `.fit`, e.g. forecast_recall_hybrid, hybrid_observed)."""
+    forecaster_preset: str = "sample"
+    """Preset of the learned usage forecaster (`models.usage_forecast.FORECAST_PRESETS`)."""
+    tuning_preset: str = "quick"
+    """Grid of knobs the base rule tries on validation (`sim.tuning.TUNING_PRESETS`)."""
+    placer: PlacerConfig = PlacerConfig()
+    """Features, network and training budget (its seed is the partition's training seed)."""
+    n_machines: int = 10
+    """M of training (TVW-RL: 10); the evaluation must run the same M."""
+    sources: tuple[str, ...] = ()
+    """Sources to train on (empty: every source with sequences on a cluster of several machines)."""
+
+    def __post_init__(self) -> None:
+        if self.base not in POLICIES or not is_fitted(self.base):
+            fitted = sorted(p for p in POLICIES if is_fitted(p))
+            raise ValueError(f"PlacerTrainConfig.base must be a fitted rule ({fitted}); got {self.base!r}")
+        from models.usage_forecast import FORECAST_PRESETS
+        from sim.tuning import TUNING_PRESETS
+
+        if self.forecaster_preset not in FORECAST_PRESETS:
+            raise ValueError(
+                f"PlacerTrainConfig.forecaster_preset must be one of {sorted(FORECAST_PRESETS)}; "
+                f"got {self.forecaster_preset!r}"
+            )
+        if self.tuning_preset not in TUNING_PRESETS:
+            raise ValueError(
+                f"PlacerTrainConfig.tuning_preset must be one of {sorted(TUNING_PRESETS)}; got {self.tuning_preset!r}"
+            )
+
+    def train_sources(self, have: list[str]) -> list[str]:
+        return training_sources(have, self.sources, SINGLE_MACHINE_SOURCES)
+
+
+PLACER_CURVE = {
+    "source": pl.String,
+    "load_pct": pl.Int32,
+    "seed": pl.Int64,  # training seed
+    "iteration": pl.Int64,  # row of the run: 0 = the base rule, then every BC epoch and PG iteration in order
+    "stage_iteration": pl.Int64,  # STAGE_TABLE's iteration (BC epoch or PG iteration)
+    **{k: v for k, v in STAGE_TABLE.items() if k != "iteration"},
+}
+"""`rl__forecast_residual`: the stage table of every training run of a (load, seed) partition (train_return is
+null where there is none: the base and BC rows)."""
+
+
+def placer_sim_config(settings: PlacerTrainConfig, sequences: pl.DataFrame) -> SimConfig:
+    """The simulator of training: the evaluation's (`sim.evaluate.eval_sim_config` with the defaults of
+    `models.learned.ResultsConfig`): M machines, the 1000-step safety cap, labels covering every job of
+    `sequences`, oversized jobs clipped."""
+    n_labels = max(SimConfig().n_labels, int(sequences["ec_label"].max() or 0) + 1)
+    return SimConfig(n_machines=settings.n_machines, max_steps=1000, n_labels=n_labels, oversize="clip")
+
+
+def train_and_publish(
+    settings: PlacerTrainConfig,
+    sim_cfg: SimConfig,
+    train: JobBatch,
+    policy_file: Path,
+    run: tuple[str, int, int],
+    revision: str,
+    log: Callable[[str], None] | None = None,
+) -> pl.DataFrame:
+    """Fit the forecaster and the base rule on the training sequences `train` of run = (source, load %, training
+    seed), train the residual scheduler on them (`train_forecast_placer`) and publish it at `policy_file` with
+    its sidecar; returns the stage table. ValueError naming the run when the base rule cannot be fitted there."""
+    from models.usage_forecast import forecaster_factory
+    from sim.forecast import fit_recall
+    from sim.tuning import FitContext, tuning_preset
+
+    source, load, seed = run
+    where = f"{source} {load} % seed {seed}"
+    say = log or (lambda msg: None)
+    pcfg = replace(settings.placer, seed=seed)
+    ctx = FitContext(
+        sim_cfg,
+        train,
+        tuning_preset(settings.tuning_preset, pcfg.validation_share, seed),
+        forecaster_factory(settings.forecaster_preset, periodic=False),  # a periodic overlay has no saved form
+        where=where,
+    )
+    t0 = time.perf_counter()
+    forecaster = ctx.forecaster()
+    base = POLICIES[settings.base].fit(ctx)
+    if base is None:
+        raise ValueError(f"forecast placer {where}: the base rule {settings.base} cannot be fitted there")
+    if ctx.choices.get(settings.base, {}).get("recall_used"):
+        forecaster, _ = fit_recall(forecaster, ctx.split()[0])
+    say(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")
+    policy, table = train_forecast_placer(sim_cfg, train, base, forecaster, pcfg, log=log)
+    policy.save(policy_file, source, load, revision)
+    return table.rename({"iteration": "stage_iteration"}).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("iteration"), pl.col("train_return").fill_nan(None)
+    )

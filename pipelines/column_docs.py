@@ -359,11 +359,14 @@ _FORECAST = {
 _STAGES = {
     "stage": "training stage of the learned placer: base (the untrained policy = its base rule), bc (behaviour "
     "cloning) or pg (policy gradient)",
-    "iteration": "BC epoch or policy-gradient iteration (0 = before any update)",
+    "iteration": "BC epoch or policy-gradient iteration (0 = before any update); in rl__forecast_residual the "
+    "row of the run (0 = the base rule, then every BC epoch and PG iteration in order)",
+    "stage_iteration": "rl__forecast_residual: the stage's own iteration (BC epoch or PG iteration)",
     "validation_return": "mean greedy episode return on the validation sequences carved from the training split",
     "imitation_accuracy": "share of validation decisions where the greedy action is the base rule's",
     "entropy": "mean policy entropy over the validation decisions (nats)",
-    "train_return": "mean return of the iteration's training rollouts (NaN for base and bc)",
+    "train_return": "mean return of the iteration's training rollouts (NaN for base and bc; null in "
+    "rl__forecast_residual)",
     "seconds": "wall seconds of this row's work",
     "elapsed_s": "wall seconds since training started",
 }
