@@ -282,7 +282,8 @@ def project(a: argparse.Namespace) -> None:
         f"series of {a.length} bins, measured at n = {sizes[0]} and {sizes[1]} (process CPU seconds)",
         flush=True,
     )
-    stage_seconds(min(sizes[0], 40), a, settings)  # warm-up: numba compiles DTW, torch allocates (not measured)
+    # warm-up, not measured: numba compiles DTW, torch allocates
+    stage_seconds(min(sizes[0], 40), a, settings)
     measured = {}
     for n in sizes:
         t0 = time.perf_counter()

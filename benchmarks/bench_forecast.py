@@ -36,7 +36,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -67,28 +66,13 @@ def bitbrains_sequences(traces: Path) -> pl.DataFrame:
     cache = OUT / "bitbrains_sequences.parquet"
     if cache.exists():
         return pl.read_parquet(cache)
+    from benchmarks.bitbrains_data import bitbrains_long_running
     from pipelines.equivalence import EcConfig, assignments_frame, sweep_methods
     from pipelines.features import series_matrix
-    from pipelines.ingest import ingest_shard
     from pipelines.job_sequences import SequenceConfig, build_job_sequences
-    from pipelines.long_running import LongRunningConfig, filter_long_running
-    from pipelines.sources import SOURCES
-    from pipelines.usage import UsageConfig, iter_usage_chunks
-    from pipelines.workloads import build_workloads
 
     t0 = time.perf_counter()
-    src = SOURCES["bitbrains"]
-    with tempfile.TemporaryDirectory(prefix="bench_forecast_") as tmp:
-        files = []
-        for key, path in src.discover(traces, "vm_usage").items():
-            files.append(Path(tmp) / f"{key}.parquet")
-            ingest_shard(src, "vm_usage", path, files[-1], Path(tmp) / f"q_{key}.parquet")
-        raw = {"vm_usage": pl.scan_parquet(files)}
-        workloads = build_workloads("bitbrains", raw)
-        ucfg = UsageConfig(fill_policy="linear", max_fill_bins=2)
-        usage = pl.concat([u for u, _ in iter_usage_chunks("bitbrains", raw, ucfg, chunk_s=48 * 3600)])
-    lcfg = LongRunningConfig(min_contiguous_bins={"bitbrains": 6000}, rule={"bitbrains": "contiguous_bins"})
-    kept, _ = filter_long_running(workloads, usage, lcfg)
+    workloads, usage, kept = bitbrains_long_running(traces)
     series = series_matrix(usage, kept, None)
     sweep = sweep_methods(series, "bitbrains", EcConfig(k_min=3, k_max=8, n_init=10, methods=("aggregate",)))
     k = sweep.best_k["aggregate"]

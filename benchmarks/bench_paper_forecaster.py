@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -49,27 +48,10 @@ TABLE1_FITS = 10 * (1 + (1 + 5) * 3 * 13)  # seeds x (global + (EC + 5 controls)
 
 def bitbrains_series(traces: Path) -> list[np.ndarray]:
     """Each long-running Bitbrains VM's kept window, (2, L_i), through the pipeline's own functions."""
-    import polars as pl
-
+    from benchmarks.bitbrains_data import bitbrains_long_running
     from pipelines.features import series_matrix
-    from pipelines.ingest import ingest_shard
-    from pipelines.long_running import LongRunningConfig, filter_long_running
-    from pipelines.sources import SOURCES
-    from pipelines.usage import UsageConfig, iter_usage_chunks
-    from pipelines.workloads import build_workloads
 
-    src = SOURCES["bitbrains"]
-    with tempfile.TemporaryDirectory(prefix="bench_paper_fc_") as tmp:
-        files = []
-        for key, path in src.discover(traces, "vm_usage").items():
-            files.append(Path(tmp) / f"{key}.parquet")
-            ingest_shard(src, "vm_usage", path, files[-1], Path(tmp) / f"q_{key}.parquet")
-        raw = {"vm_usage": pl.scan_parquet(files)}
-        workloads = build_workloads("bitbrains", raw)
-        ucfg = UsageConfig(fill_policy="linear", max_fill_bins=2)
-        usage = pl.concat([u for u, _ in iter_usage_chunks("bitbrains", raw, ucfg, chunk_s=48 * 3600)])
-    lcfg = LongRunningConfig(min_contiguous_bins={"bitbrains": 6000}, rule={"bitbrains": "contiguous_bins"})
-    kept, _ = filter_long_running(workloads, usage, lcfg)
+    _, usage, kept = bitbrains_long_running(traces)
     return list(series_matrix(usage, kept, None).values)
 
 
