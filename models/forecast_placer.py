@@ -1405,8 +1405,9 @@ class PlacerTrainConfig:
     """Fitted base rule (a registered rule with `.fit`, e.g. forecast_recall_hybrid, hybrid_observed)."""
     forecaster_preset: str = "sample"
     """Preset of the learned usage forecaster (`models.usage_forecast.FORECAST_PRESETS`)."""
-    tuning_preset: str = "quick"
-    """Grid of knobs the base rule tries on validation (`sim.tuning.TUNING_PRESETS`)."""
+    tuning_preset: str = "full"
+    """Grid of knobs the base rule tries on validation (`sim.tuning.TUNING_PRESETS`); set it as eval__baselines'
+    is set, so the residual's base is the rule its row is compared with."""
     placer: PlacerConfig = PlacerConfig()
     """Features, network and training budget (its seed is the partition's training seed)."""
     n_machines: int = 10
@@ -1415,9 +1416,11 @@ class PlacerTrainConfig:
     """Sources to train on (empty: every source with sequences on a cluster of several machines)."""
 
     def __post_init__(self) -> None:
-        if self.base not in POLICIES or not is_fitted(self.base):
-            fitted = sorted(p for p in POLICIES if is_fitted(p))
-            raise ValueError(f"PlacerTrainConfig.base must be a fitted rule ({fitted}); got {self.base!r}")
+        if self.base not in POLICIES or not is_fitted(self.base) or is_oracle(self.base):
+            fitted = sorted(p for p in POLICIES if is_fitted(p) and not is_oracle(p))
+            raise ValueError(
+                f"PlacerTrainConfig.base must be a fitted rule that sees no future ({fitted}); got {self.base!r}"
+            )
         from models.usage_forecast import FORECAST_PRESETS
         from sim.tuning import TUNING_PRESETS
 
@@ -1448,11 +1451,14 @@ null where there is none: the base and BC rows)."""
 
 
 def placer_sim_config(settings: PlacerTrainConfig, sequences: pl.DataFrame) -> SimConfig:
-    """The simulator of training: the evaluation's (`sim.evaluate.eval_sim_config` with the defaults of
-    `models.learned.ResultsConfig`): M machines, the 1000-step safety cap, labels covering every job of
-    `sequences`, oversized jobs clipped."""
-    n_labels = max(SimConfig().n_labels, int(sequences["ec_label"].max() or 0) + 1)
-    return SimConfig(n_machines=settings.n_machines, max_steps=1000, n_labels=n_labels, oversize="clip")
+    """The simulator of training: the evaluation's (`sim.evaluate.eval_sim_config` of `models.learned.ResultsConfig`
+    at this M), labels covering every job of `sequences`, oversized jobs clipped."""
+    from models.learned import ResultsConfig
+    from sim.evaluate import eval_sim_config
+
+    return eval_sim_config(
+        "rl__forecast_residual", ResultsConfig(policies=(), n_machines=settings.n_machines), sequences
+    )
 
 
 def train_and_publish(
@@ -1466,7 +1472,10 @@ def train_and_publish(
 ) -> pl.DataFrame:
     """Fit the forecaster and the base rule on the training sequences `train` of run = (source, load %, training
     seed), train the residual scheduler on them (`train_forecast_placer`) and publish it at `policy_file` with
-    its sidecar; returns the stage table. ValueError naming the run when the base rule cannot be fitted there."""
+    its sidecar; returns the stage table. The fits follow eval__baselines' (same forecaster preset, tuning grid
+    and validation share from the settings) except that validation is seeded by the training seed and the
+    forecaster has no periodic overlay (an overlay has no saved form). ValueError naming the run when the base
+    rule cannot be fitted there."""
     from models.usage_forecast import forecaster_factory
     from sim.forecast import fit_recall
     from sim.tuning import FitContext, tuning_preset
@@ -1479,7 +1488,9 @@ def train_and_publish(
         sim_cfg,
         train,
         tuning_preset(settings.tuning_preset, pcfg.validation_share, seed),
-        forecaster_factory(settings.forecaster_preset, periodic=False),  # a periodic overlay has no saved form
+        forecaster_factory(
+            settings.forecaster_preset, periodic=False
+        ),  # a periodic overlay has no saved form
         where=where,
     )
     t0 = time.perf_counter()

@@ -88,7 +88,7 @@ def train_minibatches(
     for _ in range(n_epochs):
         model.train()
         order = torch.randperm(len(x), generator=generator).to(device)
-        total = torch.zeros((), device=device)  # summed on the device: no sync per step
+        total = torch.zeros((), dtype=torch.float64, device=device)  # summed on the device: no sync per step
         for start in range(0, len(order), batch_size):
             b = order[start : start + batch_size]
             with autocast():
@@ -113,6 +113,8 @@ def train_minibatches(
                 float(loss_fn(model(xv[j : j + step]).float(), yv[j : j + step])) * len(xv[j : j + step])
                 for j in range(0, len(xv), step)
             ) / max(len(xv), 1)
+        if not math.isfinite(v):
+            raise FloatingPointError(f"train_minibatches: validation loss is {v} at epoch {epochs}")
         val_losses.append(v)
         if on_epoch is not None:
             on_epoch(epochs, epoch_loss, v)

@@ -70,6 +70,8 @@ def test_forecast_residual_trains_publishes_and_loads_back(tmp_path):
 def test_train_settings_name_what_is_wrong():
     with pytest.raises(ValueError, match="base must be a fitted rule"):
         PlacerTrainConfig(base="tetris")
+    with pytest.raises(ValueError, match="sees no future"):
+        PlacerTrainConfig(base="forecast_risk_truth")  # an oracle cannot be the base of a learned policy
     with pytest.raises(ValueError, match="forecaster_preset must be one of"):
         PlacerTrainConfig(forecaster_preset="huge")
     with pytest.raises(ValueError, match="tuning_preset must be one of"):

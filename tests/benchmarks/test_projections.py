@@ -2,11 +2,8 @@
 
 import argparse
 import importlib.util
-import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,10 +29,13 @@ def test_project_fit_recovers_a_linear_stage_and_keeps_a_noisy_one_fixed():
 
 
 def test_profile_settings_read_the_profile_yaml():
-    settings = _load("bench_ec").profile_settings("sample")
+    bench = _load("bench_ec")
+    settings = bench.profile_settings("sample")
     assert (settings.ec.k_min, settings.ec.k_max, settings.gain.n_seeds) == (3, 5, 8)
-    with pytest.raises(SystemExit, match="no assets/nope_config.yaml"):
-        _load("bench_ec").profile_settings("nope")
+    quick = bench.profile_settings("quick")  # extends sample: its own n_init, the sample's k range and seeds
+    assert (quick.ec.n_init, quick.ec.k_max, quick.gain.n_seeds, quick.gain.n_control_draws) == (10, 5, 8, 5)
+    with pytest.raises(SystemExit, match="unknown profile 'nope'"):
+        bench.profile_settings("nope")
 
 
 @pytest.mark.slow
@@ -68,20 +68,3 @@ def test_ec_stage_projection_within_20_percent_of_a_measured_run():
     got = sum(bench.stage_seconds(160, a, settings).values())
     want = sum(fixed + per * 160 for fixed, per in fit.values())
     assert abs(want / got - 1) <= 0.2, (want, got)
-
-
-def test_forecaster_epoch_projection_within_20_percent_of_a_measured_fit():
-    from models.forecaster import fit_forecaster, paper_scale
-
-    rng = np.random.default_rng(0)
-    series = [rng.normal(0.5, 0.1, (2, 400)) for _ in range(3)]
-    cfg = replace(paper_scale(), window=48, conv_channels=16, hidden_size=16, skip_period=6, ar_window=8)
-    cfg = replace(cfg, epochs=1, max_train_windows=None)
-    fit_forecaster(series, [300] * 3, cfg)  # warm-up (first-call allocations)
-    t0 = time.process_time()
-    one = fit_forecaster(series, [300] * 3, cfg)
-    per_window = (time.process_time() - t0) / one.n_windows
-    t0 = time.process_time()
-    four = fit_forecaster(series, [300] * 3, replace(cfg, epochs=4))
-    got = time.process_time() - t0
-    assert abs(per_window * four.n_windows * 4 / got - 1) <= 0.2

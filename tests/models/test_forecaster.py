@@ -88,7 +88,7 @@ def test_stride_and_validation_split_keep_targets_apart():
     (x, y), val = _training_windows(series, n_train, stats, cfg, np.random.default_rng(0))
     # targets 12, 17, ... below 150 - 30 = 120 (first two), below 120 - 24 = 96 (third): 22 + 22 + 17 windows
     assert len(x) == len(y) == 22 + 22 + 17
-    # validation targets: every 5th bin from 120 (130 would be held-out) in the last 20 % of each training part
+    # validation targets: every 5th bin of the last 20 % of each training part (120, 125, ..., 145 for workload 0)
     assert len(val[0]) == 6 + 6 + 5
     # the first training window of workload 0 ends at bin 11 and targets bin 12, the next targets bin 17
     mean, std = stats
@@ -105,8 +105,8 @@ def test_early_stopping_keeps_the_best_epoch_and_stops():
     assert fitted.epochs == len(seen) <= 40
     assert fitted.val_loss == min(seen)
     best = seen.index(min(seen))
-    if fitted.epochs < 40:  # stopped: exactly `patience` epochs after the best one
-        assert fitted.epochs == best + 1 + 2
+    # it stopped early, exactly `patience` epochs after the best one, which is not the last epoch run
+    assert fitted.epochs < 40 and fitted.epochs == best + 1 + 2
     # the kept weights are the best epoch's: their validation loss is measured again
     from models.forecaster import _training_windows, series_stats
 
@@ -164,4 +164,47 @@ def test_paper_feasible_is_the_paper_model_on_a_shorter_schedule():
         "ar_window",
     )
     assert all(getattr(paper, f) == getattr(fast, f) for f in same + ("dropout", "lr", "batch_size"))
-    assert (fast.stride, fast.val_fraction, fast.patience) == (4, 0.1, 5)
+    assert (fast.stride, fast.val_fraction, fast.patience) == (6, 0.1, 5)
+
+
+def test_default_schedule_draws_the_windows_it_always_drew():
+    """stride 1, no validation: every window once (or the same `max_train_windows` sample as a direct draw)."""
+    from models.forecaster import _training_windows, series_stats
+
+    series = _sines(n=3, length=60, period=8, seed=5)
+    n_train = [50, 40, 30]
+    stats = series_stats(series, n_train)
+    cfg = replace(TINY, max_train_windows=None)
+    (x, y), val = _training_windows(series, n_train, stats, cfg, np.random.default_rng(0))
+    first = cfg.window + cfg.horizon - 1
+    pairs = [(i, t) for i, nt in enumerate(n_train) for t in range(first, nt)]
+    mean, std = stats
+    want = np.stack([(series[i][:, t] - mean[i]) / std[i] for i, t in pairs])
+    assert val is None and len(x) == len(pairs) and np.allclose(y, want, atol=1e-6)
+    capped = replace(TINY, max_train_windows=20)
+    (_, yc), _ = _training_windows(series, n_train, stats, capped, np.random.default_rng(7))
+    drawn = np.sort(np.random.default_rng(7).choice(len(pairs), 20, replace=False))
+    assert np.allclose(yc, want[drawn], atol=1e-6)
+
+
+def test_a_nan_validation_loss_names_the_epoch():
+    import torch
+
+    from models.training import train_minibatches
+
+    model = torch.nn.Linear(2, 1)
+    x, y = torch.ones(8, 2), torch.ones(8, 1)
+    bad = (torch.ones(4, 2), torch.full((4, 1), float("nan")))
+    with pytest.raises(FloatingPointError, match="validation loss is nan at epoch 1"):
+        train_minibatches(
+            model,
+            x,
+            y,
+            torch.nn.functional.mse_loss,
+            lr=0.1,
+            batch_size=4,
+            n_epochs=3,
+            generator=torch.Generator().manual_seed(0),
+            validation=bad,
+            patience=2,
+        )
