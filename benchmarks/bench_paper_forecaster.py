@@ -143,8 +143,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="default: the paper's 128")
     p.add_argument(
         "--strides",
-        default="4",
-        help="window strides of the paper_feasible schedule (its own: 4), e.g. 4,6,12",
+        default=None,
+        help="window strides of the paper_feasible schedule, e.g. 4,6,12 (default: its own)",
     )
     a = p.parse_args()
 
@@ -173,7 +173,7 @@ def main() -> None:
                     f"stride{s}_es" if int(s) != paper_feasible().stride else name,
                     replace(base[name], stride=int(s)),
                 )
-                for s in a.strides.split(",")
+                for s in (a.strides or str(paper_feasible().stride)).split(",")
             ]
         else:
             runs.append((name, base[name]))
