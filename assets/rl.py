@@ -12,7 +12,7 @@ from dagster import AssetExecutionContext, MetadataValue, Output, StaticPartitio
 from assets import checks
 from assets.ec import classifier_path
 from assets.learned import RESULTS_TABLE, RL_TRAINING, curve_metadata, policy_maker, train_partition
-from assets.plots import plot_learning_curves, summary_plot_metadata
+from assets.plots import curve_plot, plot_learning_curves, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
 from models import ablation, forecast_placer, tvw_rl
@@ -116,7 +116,12 @@ def rl__forecast_residual(
     out, meta = train_partition(
         context, warehouse, sim__job_sequences, settings, name, fit, PLACER_CURVE, name
     )
-    yield Output(out, metadata=meta)
+    panels = [
+        ("validation_return", "validation return"),
+        ("imitation_accuracy", "imitation of the base rule"),
+    ]
+    plot = curve_plot(out, panels, "forecast_residual_rl: base rule (0), then BC and PG")
+    yield Output(out, metadata=meta | curve_metadata(out, plot, "forecast_residual_rl stages", trend=False))
     yield from checks.results(curve_check_values(out))
 
 

@@ -31,16 +31,15 @@ from models.forecast_placer import (
     ForecastResidualPolicy,
     PlacerConfig,
     bare_step_rate,
+    fit_base_rule,
     paired_interval,
     train_forecast_placer,
 )
-from models.usage_forecast import FORECAST_PRESETS, fit_usage_forecaster
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
-from sim.forecast import fit_recall
 from sim.jobs import JobBatch
-from sim.policies import POLICIES, make_policy
-from sim.tuning import FitContext, TuningConfig, sequence_returns
+from sim.policies import make_policy
+from sim.tuning import TuningConfig, sequence_returns
 
 SETTINGS = {
     "reinforce": {"base_bonus": 4.0, "learning_rate": 1e-3, "patience": 10},
@@ -126,21 +125,11 @@ def main() -> None:
 
     # forecaster and base rule, fitted on the training split (validation carved from it)
     t0 = time.perf_counter()
-    ctx = FitContext(
-        cfg10,
-        train,
-        TuningConfig(seed=args.seed),
-        lambda jobs, c: fit_usage_forecaster(c, jobs, FORECAST_PRESETS["sample"]),
-        where=f"deepplace {args.load} %",
-    )
-    forecaster = ctx.forecaster()
-    stage_s["forecaster"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    base = POLICIES[args.base].fit(ctx)
+    where = f"deepplace {args.load} %"
+    tuning = TuningConfig(seed=args.seed)
+    base, forecaster, ctx = fit_base_rule(cfg10, train, args.base, "sample", tuning, where)
     choice = ctx.choices[args.base]
-    if choice.get("recall_used"):
-        forecaster, _ = fit_recall(forecaster, ctx.split()[0])
-    stage_s["base_rule"] = time.perf_counter() - t0
+    stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
     print(f"base rule: {knobs}")
 

@@ -104,7 +104,7 @@ from sim.risk import (
     RiskConfig,
     deviate_or_pack,
 )
-from sim.tuning import split_validation
+from sim.tuning import FitContext, TuningConfig, split_validation, tuning_preset
 
 STOP_RULES = ("n_iterations", "patience", "time_budget")
 """What ended a training run: all its iterations, `PlacerConfig.patience`, `PlacerConfig.time_budget_s`."""
@@ -1461,6 +1461,33 @@ def placer_sim_config(settings: PlacerTrainConfig, sequences: pl.DataFrame) -> S
     )
 
 
+def fit_base_rule(
+    sim_cfg: SimConfig,
+    train: JobBatch,
+    base: str,
+    forecaster_preset: str,
+    tuning: TuningConfig,
+    where: str = "",
+) -> tuple[object, UsageForecaster, FitContext]:
+    """The fitted rule `base` and the per-job forecaster of the residual's inputs, both fitted on the training
+    sequences `train` as eval__baselines fits its rules (validation carved from them, `tuning`'s grid), the
+    forecaster with recall where the rule's validation chose it and without the periodic overlay (which has no
+    saved form); and the FitContext (its split and what validation chose). ValueError naming `where` when the
+    rule cannot be fitted there."""
+    from models.usage_forecast import forecaster_factory
+    from sim.forecast import fit_recall
+
+    factory = forecaster_factory(forecaster_preset, periodic=False)
+    ctx = FitContext(sim_cfg, train, tuning, factory, where=where)
+    forecaster = ctx.forecaster()
+    rule = POLICIES[base].fit(ctx)
+    if rule is None:
+        raise ValueError(f"forecast placer {where}: the base rule {base} cannot be fitted there")
+    if ctx.choices.get(base, {}).get("recall_used"):
+        forecaster, _ = fit_recall(forecaster, ctx.split()[0])
+    return rule, forecaster, ctx
+
+
 def train_and_publish(
     settings: PlacerTrainConfig,
     sim_cfg: SimConfig,
@@ -1471,36 +1498,19 @@ def train_and_publish(
     log: Callable[[str], None] | None = None,
 ) -> pl.DataFrame:
     """Fit the forecaster and the base rule on the training sequences `train` of run = (source, load %, training
-    seed), train the residual scheduler on them (`train_forecast_placer`) and publish it at `policy_file` with
-    its sidecar; returns the stage table. The fits follow eval__baselines' (same forecaster preset, tuning grid
-    and validation share from the settings) except that validation is seeded by the training seed and the
-    forecaster has no periodic overlay (an overlay has no saved form). ValueError naming the run when the base
-    rule cannot be fitted there."""
-    from models.usage_forecast import forecaster_factory
-    from sim.forecast import fit_recall
-    from sim.tuning import FitContext, tuning_preset
-
+    seed) (`fit_base_rule`, with the settings' presets; validation seeded by the training seed), train the
+    residual scheduler on them (`train_forecast_placer`) and publish it at `policy_file` with its sidecar;
+    returns the stage table."""
     source, load, seed = run
     where = f"{source} {load} % seed {seed}"
-    say = log or (lambda msg: None)
     pcfg = replace(settings.placer, seed=seed)
-    ctx = FitContext(
-        sim_cfg,
-        train,
-        tuning_preset(settings.tuning_preset, pcfg.validation_share, seed),
-        forecaster_factory(
-            settings.forecaster_preset, periodic=False
-        ),  # a periodic overlay has no saved form
-        where=where,
-    )
     t0 = time.perf_counter()
-    forecaster = ctx.forecaster()
-    base = POLICIES[settings.base].fit(ctx)
-    if base is None:
-        raise ValueError(f"forecast placer {where}: the base rule {settings.base} cannot be fitted there")
-    if ctx.choices.get(settings.base, {}).get("recall_used"):
-        forecaster, _ = fit_recall(forecaster, ctx.split()[0])
-    say(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")
+    tuning = tuning_preset(settings.tuning_preset, pcfg.validation_share, seed)
+    base, forecaster, _ = fit_base_rule(
+        sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where
+    )
+    if log is not None:
+        log(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")
     policy, table = train_forecast_placer(sim_cfg, train, base, forecaster, pcfg, log=log)
     policy.save(policy_file, source, load, revision)
     return table.rename({"iteration": "stage_iteration"}).with_columns(

@@ -273,16 +273,14 @@ def _window_pairs(
 def _standardised_windows(
     series: list[np.ndarray], pairs: np.ndarray, stats: tuple[np.ndarray, np.ndarray], cfg: ForecasterConfig
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Input windows and targets of the given (workload, target) pairs, standardised with each workload's
-    (mean, std) `stats`; float32."""
+    """Input windows and targets of the given (workload, target) pairs (at least one), standardised with each
+    workload's (mean, std) `stats`; float32."""
     xs, ys = [], []
     mean, std = stats
     for i in np.unique(pairs[:, 0]):
         t = pairs[pairs[:, 0] == i, 1]
         xs.append((_windows(series[i], t, cfg) - mean[i]) / std[i])
         ys.append((series[i][:, t].T - mean[i]) / std[i])
-    if not xs:
-        return np.zeros((0, cfg.window, N_SERIES), np.float32), np.zeros((0, N_SERIES), np.float32)
     return np.concatenate(xs).astype(np.float32), np.concatenate(ys).astype(np.float32)
 
 

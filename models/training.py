@@ -101,23 +101,18 @@ def train_minibatches(
         epochs += 1
         if not math.isfinite(epoch_loss):
             raise FloatingPointError(f"train_minibatches: training loss is {epoch_loss} at epoch {epochs}")
-        if validation is None:
-            if on_epoch is not None:
-                on_epoch(epochs, epoch_loss, None)
-            continue
-        model.eval()
-        xv, yv = validation
-        step = 8 * batch_size
-        with torch.no_grad(), autocast():
-            v = sum(
-                float(loss_fn(model(xv[j : j + step]).float(), yv[j : j + step])) * len(xv[j : j + step])
-                for j in range(0, len(xv), step)
-            ) / max(len(xv), 1)
-        if not math.isfinite(v):
+        v = (
+            None
+            if validation is None
+            else _validation_loss(model, loss_fn, validation, 8 * batch_size, autocast)
+        )
+        if v is not None and not math.isfinite(v):
             raise FloatingPointError(f"train_minibatches: validation loss is {v} at epoch {epochs}")
-        val_losses.append(v)
         if on_epoch is not None:
             on_epoch(epochs, epoch_loss, v)
+        if v is None:
+            continue
+        val_losses.append(v)
         if best is None or v < val_losses[best]:
             best, since = len(val_losses) - 1, 0
             best_state = copy.deepcopy(model.state_dict()) if patience > 0 else None
@@ -128,12 +123,27 @@ def train_minibatches(
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
+    kept = best if patience > 0 else len(val_losses) - 1  # without early stopping, the last epoch's weights
     return TrainLog(
         final_loss=epoch_loss,
         epochs=epochs,
         val_losses=tuple(val_losses),
-        best_epoch=best if patience > 0 else (None if best is None else len(val_losses) - 1),
+        best_epoch=kept if val_losses else None,
     )
+
+
+def _validation_loss(
+    model: nn.Module, loss_fn, validation: tuple[torch.Tensor, torch.Tensor], step: int, autocast
+):
+    """Mean `loss_fn` over the validation pair in batches of `step`, eval mode, no gradients."""
+    model.eval()
+    xv, yv = validation
+    with torch.no_grad(), autocast():
+        total = sum(
+            float(loss_fn(model(xv[j : j + step]).float(), yv[j : j + step])) * len(xv[j : j + step])
+            for j in range(0, len(xv), step)
+        )
+    return total / max(len(xv), 1)
 
 
 SINGLE_MACHINE_SOURCES = tuple(s for s, w in SYNTHETIC_WORKLOADS.items() if w.n_machines == 1)
