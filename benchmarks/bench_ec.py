@@ -53,8 +53,6 @@ from pipelines.features import (
 )
 from pipelines.schemas import BIN_SECONDS, LONG_RUNNING, USAGE
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def generate(n: int, length: int, seed: int) -> np.ndarray:
     """(n, 2, length) usage fractions in [0, 1]."""
@@ -224,14 +222,15 @@ def _clock(fn, *args, **kwargs):
 
 def profile_settings(profile: str):
     """The EC run settings (`models.ec_mapping.EcRunSettings`) of a tvw-run profile's ec__mapping entry: a named
-    profile (quick, sample, paper) or a YAML file, with what it extends merged in (`pipelines.profiles`)."""
+    profile (quick, sample, paper) or a YAML file, with what it extends merged in (`assets.definitions.load_profile`,
+    as tvw-run reads it)."""
+    from assets.definitions import load_profile
     from models.ec_mapping import EcRunSettings
-    from pipelines.profiles import ProfileError, read_profile
+    from pipelines.profiles import ProfileError
     from pipelines.settings import to_dataclass
 
-    named = {name: ROOT / "assets" / f"{name}_config.yaml" for name in ("quick", "sample", "paper")}
     try:
-        ops = read_profile(profile, named)["ops"]
+        ops = load_profile(profile)["ops"]
     except ProfileError as exc:
         raise SystemExit(f"--profile: {exc}") from None
     return to_dataclass(ops.get("ec__mapping", {}).get("config", {}), EcRunSettings)
