@@ -103,6 +103,7 @@ from sim.risk import (
     RiskAwarePacking,
     RiskConfig,
     deviate_or_pack,
+    sum_by_cell,
 )
 from sim.tuning import FitContext, TuningConfig, split_validation, tuning_preset
 
@@ -417,19 +418,6 @@ def placement_features(
         axis=1,
     ).astype(np.float32)
     return x, g
-
-
-def sum_by_cell(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
-    """(n_cells, ...) sums of the rows of `values` (N, ...) per `cell` (N,) (sorted segments: faster than
-    np.add.at for wide rows)."""
-    out = np.zeros((n_cells, *values.shape[1:]))
-    if cell.size == 0:
-        return out
-    order = np.argsort(cell, kind="stable")
-    sorted_cell = cell[order]
-    starts = np.flatnonzero(np.r_[True, sorted_cell[1:] != sorted_cell[:-1]])
-    out[sorted_cell[starts]] = np.add.reduceat(values[order], starts, axis=0)
-    return out
 
 
 def _level_index(levels, level: float) -> int:

@@ -20,7 +20,6 @@ scheduler to report as a winner. `ForecastCache` memoises a forecaster of observ
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -92,26 +91,19 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
     is_placed = state.job_machine[env, job] >= 0
     start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
     n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job])
-    ages = np.arange(jobs.max_duration)
-    is_seen = ages[None, :] < n_obs[:, None]  # (N, T)
     recent_ages = n_obs[:, None] - n_recent + np.arange(n_recent)[None, :]  # (N, R)
     is_recent = recent_ages >= 0
-    recent_at = (np.arange(env.size)[:, None], np.clip(recent_ages, 0, jobs.max_duration - 1))
+    recent_at = (env[:, None], job[:, None], np.clip(recent_ages, 0, jobs.max_duration - 1))
+    prefix, prefix_exact = jobs.observed_prefix
 
-    def observed(profiles: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(recent, life_max, life_mean) of (N, T, D) profiles, masked to the observed ages right away."""
-        usage = profiles.astype(np.float64)
-        usage[~is_seen] = np.nan
-        with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
-            # a job with nothing observed has NaN summaries by design
-            life_max = np.nanmax(usage, axis=1)
-            life_mean = np.nanmean(usage, axis=1)
-        recent = usage[recent_at]
+    def observed(profiles: np.ndarray, summary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(recent, life_max, life_mean) of the (B, J, T, D) profiles over each job's observed ages only."""
+        recent = profiles[recent_at].astype(np.float64)
         recent[~is_recent] = np.nan
-        return recent, life_max, life_mean
+        return recent, *summary.at(env, job, n_obs)
 
-    recent, life_max, life_mean = observed(jobs.usage[env, job])
-    exact = (None, None, None) if jobs.usage_exact is None else observed(jobs.usage_exact[env, job])
+    recent, life_max, life_mean = observed(jobs.usage, prefix)
+    exact = (None, None, None) if jobs.usage_exact is None else observed(jobs.usage_exact, prefix_exact)
     meta = (
         jobs.meta[env, job].astype(np.float64)
         if jobs.meta is not None

@@ -7,8 +7,9 @@ Entries beyond `n_jobs[b]` are padding (zeros, label 0, arrival at a huge step) 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -40,6 +41,49 @@ meta-information(J)), in `JobBatch.meta` order; the same order as `models.ec_cla
 JOB_EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
 """Optional columns of `sim__job_sequences` with each job's usage per step before quantisation (float units of
 C_d, `pipelines.job_sequences.EXACT_USAGE_COLUMNS`), in `JobBatch.usage_exact` resource order."""
+
+
+@dataclass(frozen=True)
+class ObservedPrefix:
+    """Per job and age a, summaries of its usage at ages 0 .. a, NaN steps skipped (`np.nanmax` / `np.nanmean`
+    of the prefix, without reducing it again): `(B, J, T, D)` each, of the batch the summaries were computed
+    from; `order` maps a job of the current batch to its row there (a batch whose queue was reordered,
+    `sim.policies.promote_queued_job`, keeps the summaries and moves only `order`)."""
+
+    peak: np.ndarray
+    """float64 largest value so far (NaN while every value so far is NaN)."""
+    total: np.ndarray
+    """float64 sum of the non-NaN values so far."""
+    count: np.ndarray
+    """int32 non-NaN values so far."""
+    order: np.ndarray
+    """(B, J) int64: job j of the current batch is job order[b, j] of the arrays above."""
+
+    @staticmethod
+    def of(profiles: np.ndarray) -> ObservedPrefix:
+        values = profiles.astype(np.float64)
+        is_value = ~np.isnan(values)
+        with warnings.catch_warnings(action="ignore", category=RuntimeWarning):
+            peak = np.fmax.accumulate(values, axis=2)  # fmax skips NaN, as nanmax does
+        # float32 and int16 values sum exactly in float64 over a job's life, so this equals nanmean's sum
+        total = np.cumsum(np.where(is_value, values, 0.0), axis=2)
+        count = np.cumsum(is_value, axis=2, dtype=np.int32)
+        order = np.broadcast_to(np.arange(profiles.shape[1]), profiles.shape[:2]).copy()
+        return ObservedPrefix(peak=peak, total=total, count=count, order=order)
+
+    def reordered(self) -> ObservedPrefix:
+        """The same summaries with a copy of `order` (to reorder in place)."""
+        return replace(self, order=self.order.copy())
+
+    def at(self, env: np.ndarray, job: np.ndarray, n_observed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(life_max, life_mean) (N, D) over each job's first n_observed ages; NaN where none is observed."""
+        row = self.order[env, job]
+        last = np.clip(n_observed - 1, 0, self.peak.shape[2] - 1)
+        count = np.where(n_observed[:, None] > 0, self.count[env, row, last], 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, self.total[env, row, last] / count, np.nan)
+        peak = np.where(count > 0, self.peak[env, row, last], np.nan)
+        return peak, mean
 
 
 @dataclass(frozen=True)
@@ -101,6 +145,15 @@ class JobBatch:
                     np.asarray(ids[:n], dtype=object).astype(str), return_inverse=True
                 )
         return codes
+
+    @cached_property
+    def observed_prefix(self) -> tuple[ObservedPrefix, ObservedPrefix | None]:
+        """Running summaries of every job's usage by age, of `usage` and of `usage_exact` (None without it),
+        computed once per batch: what `sim.forecast.job_view` reads instead of reducing each job's whole
+        profile at every decision (a job's observed usage is a prefix of its profile)."""
+        return ObservedPrefix.of(self.usage), (
+            None if self.usage_exact is None else ObservedPrefix.of(self.usage_exact)
+        )
 
     def describe_job(self, b: int, j: int) -> str:
         """Human-readable name of job j of row b: its sequence key, index and workload id."""

@@ -190,15 +190,23 @@ def promote_queued_job(state: State, slot: np.ndarray) -> State:
     ]
     arrays = {name: getattr(jobs, name).copy() for name in names}
     obs_label = None if state.obs_label is None else state.obs_label.copy()
+    # the batch's running summaries (computed once per batch) move with their jobs rather than being recomputed
+    prefix = jobs.__dict__.get("observed_prefix")
+    prefix = None if prefix is None else tuple(p if p is None else p.reordered() for p in prefix)
+    moved = [*arrays.values(), *([obs_label] if obs_label is not None else [])]
+    moved += [p.order for p in prefix or () if p is not None]
     wids = list(jobs.workload_ids)
     for r, lo, hi in zip(rows, head, head + slot[rows], strict=True):
-        for a in [*arrays.values(), *([obs_label] if obs_label is not None else [])]:
+        for a in moved:
             a[r, lo : hi + 1] = np.roll(a[r, lo : hi + 1], 1, axis=0)
         if r < len(wids) and hi < len(wids[r]):
             w = list(wids[r])
             w[lo : hi + 1] = [w[hi], *w[lo:hi]]
             wids[r] = tuple(w)
-    return replace(state, jobs=replace(jobs, **arrays, workload_ids=tuple(wids)), obs_label=obs_label)
+    promoted = replace(jobs, **arrays, workload_ids=tuple(wids))
+    if prefix is not None:
+        promoted.__dict__["observed_prefix"] = prefix
+    return replace(state, jobs=promoted, obs_label=obs_label)
 
 
 def decide(

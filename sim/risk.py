@@ -174,12 +174,22 @@ def machine_sums(
     n_m = cfg.n_machines
     horizon = mu.shape[1]
     cell = (bi if rows is None else position[bi]) * n_m + state.job_machine[bi, ji]
-    out = []
-    for values in (mu, delta, delta * delta):
-        acc = np.zeros((n_envs * n_m, horizon, cfg.n_resources))
-        np.add.at(acc, cell, values)
-        out.append(acc.reshape(n_envs, n_m, horizon, cfg.n_resources))
-    return out[0], out[1], out[2]
+    sums = sum_by_cell(np.stack([mu, delta, delta * delta], axis=1), cell, n_envs * n_m)
+    sums = sums.reshape(n_envs, n_m, 3, horizon, cfg.n_resources)
+    return sums[:, :, 0], sums[:, :, 1], sums[:, :, 2]
+
+
+def sum_by_cell(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
+    """(n_cells, ...) sums of the rows of `values` (N, ...) per `cell` (N,), each cell's rows added in their
+    order (as np.add.at adds them, several times faster for wide rows: one sort, then sorted segments)."""
+    out = np.zeros((n_cells, *values.shape[1:]))
+    if cell.size == 0:
+        return out
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    starts = np.flatnonzero(np.r_[True, sorted_cell[1:] != sorted_cell[:-1]])
+    out[sorted_cell[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    return out
 
 
 def sum_bound(sum_mu: np.ndarray, sum_delta: np.ndarray, sum_delta2: np.ndarray, rho: float) -> np.ndarray:
@@ -377,8 +387,9 @@ class PeakPredictorPacking(_FollowsFallback):
         bi, ji = np.nonzero(jobs_running(state))
         view = job_view(cfg, state, bi, ji, n_recent=self.window)
         n_envs, n_m = state.batch_size, cfg.n_machines
-        totals = np.zeros((n_envs * n_m, self.window, cfg.n_resources))
-        np.add.at(totals, bi * n_m + state.job_machine[bi, ji], np.nan_to_num(view.recent, nan=0.0))
+        totals = sum_by_cell(
+            np.nan_to_num(view.recent, nan=0.0), bi * n_m + state.job_machine[bi, ji], n_envs * n_m
+        )
         # steps before the first running job's start on that machine are all-zero rows: leave them out
         seen = np.zeros((n_envs * n_m, self.window), dtype=bool)
         np.logical_or.at(seen, bi * n_m + state.job_machine[bi, ji], np.isfinite(view.recent).all(axis=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -299,3 +300,54 @@ def test_learned_policies_are_registered_from_models_and_sim_names_no_models_mod
     policies.register_learned("toy_rl", lambda checkpoint=None, **kwargs: policies.FirstFit())
     assert policies.is_learned("toy_rl") and policies.make_policy("toy_rl").name == "first_fit"
     assert "models." not in pathlib.Path(policies.__file__).read_text()
+
+
+def test_observed_summaries_equal_nan_reductions_and_follow_a_promoted_job() -> None:
+    """job_view's life max / mean come from the batch's running summaries: they equal np.nanmax / np.nanmean of
+    the observed ages (NaN steps of the unquantised usage skipped), also after promote_queued_job reorders the
+    queue of a batch whose summaries were already computed."""
+    from sim.forecast import job_view
+
+    jobs = [
+        _job([1, 3, 2, 1, 1], [1] * 5, "long"),
+        _job([2, 1], [1, 2], "short"),
+        _job([3, 1, 1], [1] * 3, "big"),
+    ]
+    batch = JobBatch.from_jobs([jobs])
+    rng = np.random.default_rng(0)
+    exact = rng.uniform(0, 3, batch.usage.shape).astype(np.float32)
+    exact[0, 0, 1] = np.nan  # a missing unquantised step inside the observed ages
+    exact[0, 2] = np.nan  # a job without unquantised usage
+    batch = replace(batch, usage_exact=exact)
+    env, job = np.zeros(9, dtype=np.int64), np.repeat(np.arange(3), 3)
+    n_obs = np.tile([0, 1, 3], 3)
+    for profiles, summary in zip((batch.usage, batch.usage_exact), batch.observed_prefix, strict=True):
+        life_max, life_mean = summary.at(env, job, n_obs)
+        for i in range(9):
+            seen = profiles[0, job[i], : max(n_obs[i], 1)].astype(np.float64)
+            seen[n_obs[i] :] = np.nan  # nothing observed: NaN summaries
+            with warnings.catch_warnings(action="ignore", category=RuntimeWarning):  # all-NaN columns
+                want_max, want_mean = np.nanmax(seen, axis=0), np.nanmean(seen, axis=0)
+            np.testing.assert_array_equal(life_max[i], want_max)
+            np.testing.assert_array_equal(life_mean[i], want_mean)
+    state = core.reset(CFG3, batch, 0)
+    _ = job_view(CFG3, state, np.zeros(3, dtype=np.int64), np.arange(3), n_recent=2)  # summaries computed
+    moved = promote_queued_job(state, np.array([2]))
+    fresh = replace(moved, jobs=replace(moved.jobs))  # the same jobs, summaries computed anew
+    assert "observed_prefix" in moved.jobs.__dict__ and "observed_prefix" not in fresh.jobs.__dict__
+    for t_state in (moved, fresh):
+        assert t_state.jobs.workload_ids[0] == ("big", "long", "short")
+    # place every job now and observe two steps of each: the views agree job by job
+    placed = [
+        replace(
+            s,
+            job_machine=np.zeros_like(s.job_machine),
+            job_start=np.zeros_like(s.job_start),
+            t=np.full_like(s.t, 1),
+        )
+        for s in (moved, fresh)
+    ]
+    a, b = (job_view(CFG3, s, np.zeros(3, dtype=np.int64), np.arange(3), n_recent=2) for s in placed)
+    for field in ("life_max", "life_mean", "recent", "life_max_exact", "life_mean_exact", "recent_exact"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    np.testing.assert_array_equal(a.life_max[:, 0], [3.0, 3.0, 2.0])  # big, long, short: the moved order
