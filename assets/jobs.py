@@ -36,6 +36,8 @@ gives one of them itself is kept)."""
 
 
 SWEEP = ("ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels")
+BASELINE_METRICS = ("eval__deeprm_fig4", "eval__dejavu_metrics")
+"""Results of the paper baselines' agents alone: their own job, beside results_job."""
 # fmt: off
 LAYER_JOBS = [
     # job, layer, (groups, + assets, - assets), partitioned like (an asset, or "source"), description
@@ -55,8 +57,10 @@ LAYER_JOBS = [
      "Means and intervals of the heuristics' metrics over every load evaluated."),
     ("rl_job", "rl", (["rl"], [], []), "rl__tvw_rl",
      "Train the learned schedulers for one (load, training seed) on every source with training sequences."),
-    ("results_job", "results", (["results"], [], []), None,
+    ("results_job", "results", (["results"], [], list(BASELINE_METRICS)), None,
      "Every registered policy, learned ones included, on every test sequence; summary and leaderboard."),
+    ("baseline_metrics_job", "results", ([], list(BASELINE_METRICS), []), None,
+     "DeepRM's Fig. 4 and Dejavu's own metrics (beside results_job: they need only their agents' runs)."),
     ("ablation_job", "ablation", ([], ["rl__ablation"], []), "rl__ablation",
      "One TVW-RL ablation run (Tables 2-3); on demand: `tvw-run --layers ablation`."),
     ("ablation_summary_job", "ablation", (["ablation"], [], ["rl__ablation"]), None,

@@ -49,6 +49,9 @@ def test_each_run_waits_only_for_the_runs_that_make_what_it_reads(sample):
     assert waits["eval_job[load50]"] == {"cluster_job"} == waits["rl_job[load50-seed0]"]  # side by side
     assert {"eval_job[load30]", "eval_job[load50]", "eval_job[load80]"} <= waits["eval_summary_job"]
     assert {"rl_job[load80-seed2]", "eval_job[load80]"} <= waits["results_job"]
+    # the paper baselines' own metrics need only the training runs: they go beside results_job
+    assert "rl_job[load80-seed2]" in waits["baseline_metrics_job"]
+    assert not [w for w in waits["baseline_metrics_job"] if w.startswith(("eval_job", "results_job"))]
     per_source = by_label["per_source_job[google2011_derived]"]  # not another source's shards: one bad shard
     assert p.waits[per_source] and {w.source for w in p.waits[per_source]} == {"google2011_derived"}
     cluster = by_label["cluster_job"]
