@@ -55,8 +55,10 @@ LAYER_JOBS = [
      "Every heuristic scheduler on every source's test sequences at one load (a run per load)."),
     ("eval_summary_job", "eval", ([], ["eval__summary"], []), None,
      "Means and intervals of the heuristics' metrics over every load evaluated."),
-    ("rl_job", "rl", (["rl"], [], []), "rl__tvw_rl",
-     "Train the learned schedulers for one (load, training seed) on every source with training sequences."),
+    ("rl_job", "rl", (["rl"], [], ["rl__forecast_residual"]), "rl__tvw_rl",
+     "Train the papers' learned schedulers for one (load, training seed) on every source with training sequences."),
+    ("placer_job", "rl", ([], ["rl__forecast_residual"], []), "rl__forecast_residual",
+     "Train our learned scheduler for one (load, training seed) (its own runs: they go beside rl_job's)."),
     ("results_job", "results", (["results"], [], list(BASELINE_METRICS)), None,
      "Every registered policy, learned ones included, on every test sequence; summary and leaderboard."),
     ("baseline_metrics_job", "results", ([], list(BASELINE_METRICS), []), None,
@@ -113,6 +115,7 @@ PLANNED_BY = {
     "ec_gain_job": {"method": ("ec__mapping", "methods")},
     "eval_job": {"load": ("sim__job_sequences", "loads_pct")},
     "rl_job": {"load": ("sim__job_sequences", "loads_pct"), "seed": ("eval__results", "seeds")},
+    "placer_job": {"load": ("sim__job_sequences", "loads_pct"), "seed": ("eval__results", "seeds")},
 }
 """Jobs whose runs are only the partitions the profile asks for: partition part -> the (op, setting) listing it."""
 

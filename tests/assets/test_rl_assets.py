@@ -126,10 +126,10 @@ def test_the_runner_trains_after_the_sequences_and_evaluates_last(tmp_path):
 
     runs = plan(build_definitions(Path("data"), tmp_path / "wh", "sample"), ["cluster", "rl", "results"], [])
     layers = [s.layer for s in runs.runs]
-    assert layers.count("rl") == 9 and layers[-1] == "results"
+    assert layers.count("rl") == 18 and layers[-1] == "results"  # the papers' agents and ours, 9 runs each
     cluster = next(s for s in runs.runs if s.layer == "cluster")
     rl = [s for s in runs.runs if s.layer == "rl"]
-    results = runs.runs[-1]
+    results = next(s for s in runs.runs if s.job == "results_job")
     assert not runs.waits[cluster] & {*rl, results}  # pending later layers do not block the cluster run
     assert cluster in runs.waits[rl[0]]  # training waits for the sequences
     assert not runs.waits[rl[0]] & set(rl)  # training runs side by side
