@@ -24,10 +24,7 @@ from pipelines.settings import find_setting
 EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
 """Ops configured by the profile's `ec__mapping` entry (all three take one config class): a profile configures the
 EC layer once, and its sweep, gain and choice steps agree on methods, k range and seeds."""
-PROFILE_TAG = "tvw/profile"
-LAYER_TAG = "tvw/layer"
-SOURCE_TAG = "tvw/source"
-ON_DEMAND_TAG = "tvw/on_demand"
+PROFILE_TAG, LAYER_TAG, SOURCE_TAG, ON_DEMAND_TAG = "tvw/profile", "tvw/layer", "tvw/source", "tvw/on_demand"
 
 
 SHARED_CONFIG = {"ec__mapping": EC_CONFIG_OPS}
@@ -36,8 +33,7 @@ gives one of them itself is kept)."""
 
 
 SWEEP = ("ec__method_sweep", "ec__sweep_silhouette", "ec__sweep_labels")
-BASELINE_METRICS = ("eval__deeprm_fig4", "eval__dejavu_metrics")
-"""Results of the paper baselines' agents alone: their own job, beside results_job."""
+BASELINE_METRICS = ["eval__deeprm_fig4", "eval__dejavu_metrics"]  # the papers' agents' results: own job
 # fmt: off
 LAYER_JOBS = [
     # job, layer, (groups, + assets, - assets), partitioned like (an asset, or "source"), description
@@ -59,9 +55,9 @@ LAYER_JOBS = [
      "Train the papers' learned schedulers for one (load, training seed) on every source with training sequences."),
     ("placer_job", "rl", ([], ["rl__forecast_residual"], []), "rl__forecast_residual",
      "Train our learned scheduler for one (load, training seed) (its own runs: they go beside rl_job's)."),
-    ("results_job", "results", (["results"], [], list(BASELINE_METRICS)), None,
+    ("results_job", "results", (["results"], [], BASELINE_METRICS), None,
      "Every registered policy, learned ones included, on every test sequence; summary and leaderboard."),
-    ("baseline_metrics_job", "results", ([], list(BASELINE_METRICS), []), None,
+    ("baseline_metrics_job", "results", ([], BASELINE_METRICS, []), None,
      "DeepRM's Fig. 4 and Dejavu's own metrics (beside results_job: they need only their agents' runs)."),
     ("ablation_job", "ablation", ([], ["rl__ablation"], []), "rl__ablation",
      "One TVW-RL ablation run (Tables 2-3); on demand: `tvw-run --layers ablation`."),

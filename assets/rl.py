@@ -107,19 +107,14 @@ def rl__forecast_residual(
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> pl.DataFrame:
         log = lambda m: context.log.info(f"forecast_residual_rl {source}: {m}")  # noqa: E731
-        jobs = JobBatch.from_frame(rows)
-        return forecast_placer.train_and_publish(
-            settings, cfg, jobs, path, (source, load, seed), revision, log
-        )
+        jobs, run = JobBatch.from_frame(rows), (source, load, seed)
+        return forecast_placer.train_and_publish(settings, cfg, jobs, path, run, revision, log)
 
     name = forecast_placer.ForecastResidualPolicy.name
     out, meta = train_partition(
         context, warehouse, sim__job_sequences, settings, name, fit, PLACER_CURVE, name
     )
-    panels = [
-        ("validation_return", "validation return"),
-        ("imitation_accuracy", "imitation of the base rule"),
-    ]
+    panels = [("validation_return", "validation return"), ("imitation_accuracy", "base rule imitation")]
     plot = curve_plot(out, panels, "forecast_residual_rl: base rule (0), then BC and PG")
     yield Output(out, metadata=meta | curve_metadata(out, plot, "forecast_residual_rl stages", trend=False))
     yield from checks.results(curve_check_values(out))
