@@ -51,11 +51,12 @@ class ObservedPrefix:
     `sim.policies.promote_queued_job`, keeps the summaries and moves only `order`)."""
 
     peak: np.ndarray
-    """float64 largest value so far (NaN while every value so far is NaN)."""
+    """float32 largest value so far (NaN while every value so far is NaN; exact: the profiles are int16 or
+    float32)."""
     total: np.ndarray
     """float64 sum of the non-NaN values so far."""
     count: np.ndarray
-    """int32 non-NaN values so far."""
+    """int16 (int32 for T >= 32767) non-NaN values so far."""
     order: np.ndarray
     """(B, J) int64: job j of the current batch is job order[b, j] of the arrays above."""
 
@@ -64,10 +65,10 @@ class ObservedPrefix:
         values = profiles.astype(np.float64)
         is_value = ~np.isnan(values)
         with warnings.catch_warnings(action="ignore", category=RuntimeWarning):
-            peak = np.fmax.accumulate(values, axis=2)  # fmax skips NaN, as nanmax does
+            peak = np.fmax.accumulate(values, axis=2).astype(np.float32)  # fmax skips NaN, as nanmax does
         # float32 and int16 values sum exactly in float64 over a job's life, so this equals nanmean's sum
         total = np.cumsum(np.where(is_value, values, 0.0), axis=2)
-        count = np.cumsum(is_value, axis=2, dtype=np.int32)
+        count = np.cumsum(is_value, axis=2, dtype=np.int16 if profiles.shape[2] < 32767 else np.int32)
         order = np.broadcast_to(np.arange(profiles.shape[1]), profiles.shape[:2]).copy()
         return ObservedPrefix(peak=peak, total=total, count=count, order=order)
 
@@ -82,7 +83,7 @@ class ObservedPrefix:
         count = np.where(n_observed[:, None] > 0, self.count[env, row, last], 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(count > 0, self.total[env, row, last] / count, np.nan)
-        peak = np.where(count > 0, self.peak[env, row, last], np.nan)
+        peak = np.where(count > 0, self.peak[env, row, last].astype(np.float64), np.nan)
         return peak, mean
 
 
