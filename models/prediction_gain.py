@@ -391,21 +391,27 @@ def _correlation(
     n_train: list[int],
     members: np.ndarray,
     cfg: GainConfig,
+    stats: tuple[np.ndarray, np.ndarray],
 ) -> float:
-    """Pooled Pearson over the members' held-out bins, averaged over cpu and mem (see module docstring)."""
-    mean, std = series_stats([series[i] for i in members], [n_train[i] for i in members])
+    """Pooled Pearson over the members' held-out bins, averaged over cpu and mem (see module docstring); `stats`
+    is `series_stats` of every series (each series' own training mean and std)."""
+    mean, std = stats
     actual, predicted = [], []
-    for j, i in enumerate(members):
+    for i in members:
         a, p = series[i][:, n_train[i] :], preds[i]
         if cfg.correlation_space == "standardised":
-            a = (a - mean[j][:, None]) / std[j][:, None]
-            p = (p - mean[j][:, None]) / std[j][:, None]
+            a = (a - mean[i][:, None]) / std[i][:, None]
+            p = (p - mean[i][:, None]) / std[i][:, None]
         actual.append(a)
         predicted.append(p)
     a, p = np.concatenate(actual, axis=1), np.concatenate(predicted, axis=1)
     per_resource = [pearson(a[r], p[r]) for r in range(a.shape[0])]
     # a resource whose correlation is undefined (constant) is left out of the average
     return float(np.nanmean(per_resource)) if np.isfinite(per_resource).any() else float("nan")
+
+
+_STATS_KEY = ("series_stats",)
+"""Where `prediction_gain` keeps the series' training mean and std in a table's `fits` cache."""
 
 
 def prediction_gain(
@@ -423,7 +429,8 @@ def prediction_gain(
     global_preds: output of `predict_global` for the same values and cfg (computed here when None).
     n_train: training bins per series (default: floor(train_frac * L_i)); bins after it are scored.
     fits: a cache of EC predictions by (seed, member indices), shared by the calls of one table (same series,
-    same cfg apart from the seed): an EC with the same members in the same seed is fitted once.
+    same cfg apart from the seed): an EC with the same members in the same seed is fitted once (it also keeps the
+    series' training mean and std under `_STATS_KEY`).
     """
     series = as_series_list(values)
     labels = np.asarray(labels)
@@ -433,15 +440,21 @@ def prediction_gain(
     if global_preds is None:
         global_preds = predict_series(fit_forecaster(series, n_train, cfg.forecaster), series, n_train)
 
+    # every series' training mean and std, once per table (they depend on the series alone)
+    stats = fits.get(_STATS_KEY) if fits is not None else None
+    if stats is None:
+        stats = series_stats(series, n_train)
+        if fits is not None:
+            fits[_STATS_KEY] = stats
     rows = []
     for ec in np.unique(labels):
         members = np.flatnonzero(labels == ec)
-        corr_global = _correlation(series, global_preds, n_train, members, cfg)
+        corr_global = _correlation(series, global_preds, n_train, members, cfg, stats)
         if len(members) < cfg.min_members:
             rows.append((int(ec), len(members), float("nan"), corr_global, 0.0, "too_small"))
             continue
         preds = _ec_predictions(series, n_train, members, cfg, fits)
-        corr_ec = _correlation(series, preds, n_train, members, cfg)
+        corr_ec = _correlation(series, preds, n_train, members, cfg, stats)
         g = gain_pct(corr_ec, corr_global)
         status = "ok" if np.isfinite(g) else "undefined_corr"
         rows.append((int(ec), len(members), corr_ec, corr_global, 0.0 if status != "ok" else g, status))
