@@ -43,6 +43,11 @@ JOB_EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
 C_d, `pipelines.job_sequences.EXACT_USAGE_COLUMNS`), in `JobBatch.usage_exact` resource order."""
 
 
+def rotate_right(values: np.ndarray, row: int, lo: int, hi: int) -> None:
+    """In place: entries lo .. hi of `values[row]` rotate right by one (entry hi lands at lo)."""
+    values[row, lo : hi + 1] = np.roll(values[row, lo : hi + 1], 1, axis=0)
+
+
 @dataclass(frozen=True)
 class ObservedPrefix:
     """Per job and age a, summaries of its usage at ages 0 .. a, NaN steps skipped (`np.nanmax` / `np.nanmean`
@@ -155,6 +160,30 @@ class JobBatch:
         return ObservedPrefix.of(self.usage), (
             None if self.usage_exact is None else ObservedPrefix.of(self.usage_exact)
         )
+
+    def rotated(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> JobBatch:
+        """A copy in which jobs lo[i] .. hi[i] of row rows[i] rotate right by one (job hi[i] lands at lo[i], the
+        others keep their order); running summaries already computed (`observed_prefix`) move with their jobs
+        instead of being computed again."""
+        names = ["arrival_step", "duration", "usage", "request", "ec_label"] + [
+            name for name in ("meta", "usage_exact") if getattr(self, name) is not None
+        ]
+        arrays = {name: getattr(self, name).copy() for name in names}
+        prefix = self.__dict__.get("observed_prefix")
+        prefix = None if prefix is None else tuple(p if p is None else p.reordered() for p in prefix)
+        moved = [*arrays.values(), *(p.order for p in prefix or () if p is not None)]
+        wids = list(self.workload_ids)
+        for r, a, b in zip(rows, lo, hi, strict=True):
+            for values in moved:
+                rotate_right(values, r, a, b)
+            if r < len(wids) and b < len(wids[r]):
+                w = list(wids[r])
+                w[a : b + 1] = [w[b], *w[a:b]]
+                wids[r] = tuple(w)
+        out = replace(self, **arrays, workload_ids=tuple(wids))
+        if prefix is not None:
+            out.__dict__["observed_prefix"] = prefix
+        return out
 
     def describe_job(self, b: int, j: int) -> str:
         """Human-readable name of job j of row b: its sequence key, index and workload id."""

@@ -62,6 +62,7 @@ from sim.core import (
     queue_head,
     queue_length,
 )
+from sim.jobs import rotate_right
 from sim.profiles import EcProfiles
 from sim.risk import (
     PeakPredictorPacking,
@@ -185,28 +186,12 @@ def promote_queued_job(state: State, slot: np.ndarray) -> State:
             f"env {b}: slot {slot[b]} is not a waiting job (queue length {queue_length(state)[b]})"
         )
     # rotate the range [head, head + slot] of each affected row right by one: the picked job lands on the head
-    names = ["arrival_step", "duration", "usage", "request", "ec_label"] + [
-        name for name in ("meta", "usage_exact") if getattr(jobs, name) is not None
-    ]
-    arrays = {name: getattr(jobs, name).copy() for name in names}
+    last = head + slot[rows]
     obs_label = None if state.obs_label is None else state.obs_label.copy()
-    # the batch's running summaries (computed once per batch) move with their jobs rather than being recomputed
-    prefix = jobs.__dict__.get("observed_prefix")
-    prefix = None if prefix is None else tuple(p if p is None else p.reordered() for p in prefix)
-    moved = [*arrays.values(), *([obs_label] if obs_label is not None else [])]
-    moved += [p.order for p in prefix or () if p is not None]
-    wids = list(jobs.workload_ids)
-    for r, lo, hi in zip(rows, head, head + slot[rows], strict=True):
-        for a in moved:
-            a[r, lo : hi + 1] = np.roll(a[r, lo : hi + 1], 1, axis=0)
-        if r < len(wids) and hi < len(wids[r]):
-            w = list(wids[r])
-            w[lo : hi + 1] = [w[hi], *w[lo:hi]]
-            wids[r] = tuple(w)
-    promoted = replace(jobs, **arrays, workload_ids=tuple(wids))
-    if prefix is not None:
-        promoted.__dict__["observed_prefix"] = prefix
-    return replace(state, jobs=promoted, obs_label=obs_label)
+    if obs_label is not None:
+        for r, lo, hi in zip(rows, head, last, strict=True):
+            rotate_right(obs_label, r, lo, hi)
+    return replace(state, jobs=jobs.rotated(rows, head, last), obs_label=obs_label)
 
 
 def decide(
