@@ -410,10 +410,6 @@ def _correlation(
     return float(np.nanmean(per_resource)) if np.isfinite(per_resource).any() else float("nan")
 
 
-_STATS_KEY = ("series_stats",)
-"""Where `prediction_gain` keeps the series' training mean and std in a table's `fits` cache."""
-
-
 def prediction_gain(
     values: np.ndarray | Sequence[np.ndarray],
     labels: np.ndarray,
@@ -421,6 +417,7 @@ def prediction_gain(
     global_preds: list[np.ndarray] | None = None,
     n_train: list[int] | None = None,
     fits: dict | None = None,
+    stats: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> GainResult:
     """Per-EC gain of an EC-specific forecaster over the EC-agnostic one, and the mapping's EG and f (one seed:
     cfg.forecaster.seed).
@@ -429,8 +426,9 @@ def prediction_gain(
     global_preds: output of `predict_global` for the same values and cfg (computed here when None).
     n_train: training bins per series (default: floor(train_frac * L_i)); bins after it are scored.
     fits: a cache of EC predictions by (seed, member indices), shared by the calls of one table (same series,
-    same cfg apart from the seed): an EC with the same members in the same seed is fitted once (it also keeps the
-    series' training mean and std under `_STATS_KEY`).
+    same cfg apart from the seed): an EC with the same members in the same seed is fitted once.
+    stats: `series_stats(series, n_train)`, each series' training mean and std (computed here when None; a table
+    computes them once for all its calls).
     """
     series = as_series_list(values)
     labels = np.asarray(labels)
@@ -440,12 +438,7 @@ def prediction_gain(
     if global_preds is None:
         global_preds = predict_series(fit_forecaster(series, n_train, cfg.forecaster), series, n_train)
 
-    # every series' training mean and std, once per table (they depend on the series alone)
-    stats = fits.get(_STATS_KEY) if fits is not None else None
-    if stats is None:
-        stats = series_stats(series, n_train)
-        if fits is not None:
-            fits[_STATS_KEY] = stats
+    stats = series_stats(series, n_train) if stats is None else stats
     rows = []
     for ec in np.unique(labels):
         members = np.flatnonzero(labels == ec)
@@ -534,6 +527,7 @@ def mapping_gain_table(
     too_small = {key: 0 for key in keys}
     undefined = {key: 0 for key in keys}
     progress = Progress(cfg.n_seeds * len(keys), label, log=log, unit="mappings")
+    stats = series_stats(series, n_train)  # each series' training mean and std: the same for every call below
     for s in range(cfg.n_seeds):
         # one EC-agnostic model per seed, shared by every mapping and control of that seed (the pairing); EC
         # models are cached by member set within the seed (the same cluster at two k is fitted once)
@@ -542,7 +536,7 @@ def mapping_gain_table(
         global_preds = predict_series(fit_forecaster(series, n_train, cfg_s.forecaster), series, n_train)
         fits: dict = {}
         for key in keys:
-            r = prediction_gain(series, mappings[key], cfg_s, global_preds, n_train, fits)
+            r = prediction_gain(series, mappings[key], cfg_s, global_preds, n_train, fits, stats)
             controls = [
                 prediction_gain(
                     series,
@@ -550,6 +544,7 @@ def mapping_gain_table(
                     cfg_s,
                     global_preds,
                     n_train,
+                    stats=stats,
                 )  # a random member set almost never recurs: not cached
                 for draw in range(cfg.n_control_draws)
             ]
