@@ -186,6 +186,15 @@ class SequenceConfig:
     """Test sequences per (source, load) (TVW-RL: 30)."""
     test_workload_fraction: float = 0.3
     """Share of workloads reserved for test sequences; train and test never share a workload."""
+    validation_share: float = 0.3
+    """Share of the training sequences (the last `n_validation_sequences` of each load) and of the training
+    workloads held out as validation: those sequences are cut from the held-out workloads only, the other
+    training sequences from the rest, so a rule or forecaster fitted on the fit sequences is validated on
+    workloads it never saw (`sim.tuning.split_validation` takes the same last sequences). When the training
+    split cannot give both parts `min_workloads_per_split` workloads, validation sequences share them (counted in
+    stats["validation_workloads"] as 0); 0 = no validation sequences of their own. The held-out workloads are
+    drawn per dominant resource, and validation sequences calibrate the training split's load resource, so the
+    split's offered load stays at its label."""
     min_workloads_per_split: int = 5
     """Each split gets at least this many workloads when the source has twice as many (else the
     workloads are halved, the test split taking the smaller half, at least one); a split below it is
@@ -353,6 +362,18 @@ def arrival_rate_per_step(
     if not per_job > 0:
         raise ValueError(f"arrival_rate_per_step: mean job work must be > 0, got {work.tolist()}")
     return load_pct / 100.0 * n_machines * capacity_units / per_job
+
+
+def part_arrival_rate(load_pct: float, work: Mapping[str, Any], part: str, cfg: Any) -> float:
+    """The arrival rate of one part's sequences ("train", "validation" or "test"; `work`: expected (cpu, mem)
+    work per job of each part's pool). `cfg.rate_split` "own": from the part's own work, where validation
+    sequences calibrate the resource the "train" part's label calibrates (so the training split, both parts
+    together, offers the label in the resource its check measures); "train": the training part's rate."""
+    mean_work = np.asarray(work[part if cfg.rate_split == "own" else "train"], dtype=np.float64)
+    if part == "validation" and cfg.rate_split == "own" and cfg.load_resource == "dominant":
+        # the train part's dominant resource: the other one is masked out of the max
+        mean_work = np.where(np.arange(len(mean_work)) == int(np.argmax(work["train"])), mean_work, 0.0)
+    return arrival_rate_per_step(load_pct, mean_work, cfg.n_machines, cfg.capacity_units, cfg.load_resource)
 
 
 def poisson_arrivals(rate_per_step: float, window_steps: int, rng: np.random.Generator) -> np.ndarray:
@@ -792,6 +813,7 @@ def _new_stats() -> dict[str, Any]:
         "mean_job_work_unit_steps": {},
         "arrival_rate_per_step": {},
         "oversized_workloads": {},
+        "validation_workloads": {},
     }
 
 
@@ -810,11 +832,49 @@ def split_sizes(n: int, cfg: SequenceConfig) -> tuple[int, int]:
     return n - n_test, n_test
 
 
+def n_validation_sequences(n_train: int, share: float) -> int:
+    """How many of `n_train` training sequences are validation: the last ceil(share x n_train), at least 1, or 0
+    when that would be all of them (one training sequence) or share is 0. The one rule for the sequence builders
+    and `sim.tuning.split_validation`."""
+    if n_train < 1 or share <= 0.0:
+        return 0
+    n_val = min(max(int(np.ceil(share * n_train)), 1), n_train)
+    return 0 if n_val == n_train else n_val
+
+
+def stratified_holdout(strata: Any, share: float, min_each: int = 1) -> np.ndarray:
+    """Bool mask of the items held out for validation: the last round(share x n_s) items of each stratum s (in
+    the given order), so both parts keep the strata's mix (e.g. CPU- and memory-dominant workloads, whose mix
+    sets which resource a load label calibrates). All False (nothing held out) when share is 0 or either part
+    would have fewer than `min_each` items."""
+    keys = np.asarray(strata)
+    mask = np.zeros(len(keys), dtype=bool)
+    if share <= 0.0 or len(keys) < 2 * max(min_each, 1):
+        return mask
+    for key in np.unique(keys):
+        idx = np.flatnonzero(keys == key)
+        n_out = int(round(share * len(idx)))
+        if n_out:
+            mask[idx[-n_out:]] = True
+    if min(mask.sum(), (~mask).sum()) < max(min_each, 1):
+        mask[:] = False
+    return mask
+
+
 def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> dict[str, _Pool]:
-    """Disjoint train/test workload pools (the split happens before any sampling)."""
+    """Disjoint workload pools (the split happens before any sampling): "test", and the training workloads as
+    "train" (what the fit sequences draw from) and "validation" (what the validation sequences draw from),
+    disjoint (`stratified_holdout` by dominant resource, each part at least `min_workloads_per_split`), else the
+    same pool."""
     order = rng.permutation(len(pool.workload_ids))
     _, n_test = split_sizes(len(pool.workload_ids), cfg)
-    return {"train": _subset(pool, np.sort(order[n_test:])), "test": _subset(pool, np.sort(order[:n_test]))}
+    train_idx = order[n_test:]
+    held = stratified_holdout(
+        pool.is_cpu_dominant[train_idx], cfg.validation_share, cfg.min_workloads_per_split
+    )
+    fit = _subset(pool, np.sort(train_idx[~held]))
+    val = _subset(pool, np.sort(train_idx[held])) if held.any() else fit
+    return {"train": fit, "validation": val, "test": _subset(pool, np.sort(order[:n_test]))}
 
 
 def _sequences_for_source(
@@ -824,22 +884,24 @@ def _sequences_for_source(
     n_total = len(cfg.loads_pct) * (cfg.n_train_sequences + cfg.n_test_sequences)
     progress = Progress(n_total, f"{source} job sequences", log=log, unit="sequences")
     splits = _split_pool(pool, cfg, np.random.default_rng([cfg.seed, _stable_int(source)]))
-    stats["n_workloads_train"] += len(splits["train"].workload_ids)
+    held_out = len(splits["validation"].workload_ids) if splits["validation"] is not splits["train"] else 0
+    stats["n_workloads_train"] += len(splits["train"].workload_ids) + held_out
     stats["n_workloads_test"] += len(splits["test"].workload_ids)
+    stats["validation_workloads"][source] = held_out
     work = {split: expected_job_work(p, cfg) for split, p in splits.items()}
     stats["mean_job_work_unit_steps"][source] = {s: tuple(float(x) for x in w) for s, w in work.items()}
+    n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
     for load in cfg.loads_pct:
         for split, n_seq in (("train", cfg.n_train_sequences), ("test", cfg.n_test_sequences)):
-            # one rate per (source, load, split) from an expected job work; never fitted per sequence
-            mean_work = work[split if cfg.rate_split == "own" else "train"]
-            rate = arrival_rate_per_step(
-                load, mean_work, cfg.n_machines, cfg.capacity_units, cfg.load_resource
-            )
-            stats["arrival_rate_per_step"].setdefault(source, {}).setdefault(load, {})[split] = rate
             rng = np.random.default_rng([cfg.seed, _stable_int(source), load, _stable_int(split)])
             for seq in range(n_seq):
-                draw = _StratumDraw(splits[split], cfg, rng)
-                stream = partial(draw_job_stream, splits[split], cfg=cfg, rng=rng, draw=draw)
+                # training sequences: the fit part, then the last n_val from the validation workloads
+                part = "validation" if split == "train" and seq >= n_seq - n_val else split
+                # one rate per (source, load, part) from an expected job work; never fitted per sequence
+                rate = part_arrival_rate(load, work, part, cfg)
+                stats["arrival_rate_per_step"].setdefault(source, {}).setdefault(load, {})[part] = rate
+                draw = _StratumDraw(splits[part], cfg, rng)
+                stream = partial(draw_job_stream, splits[part], cfg=cfg, rng=rng, draw=draw)
                 for job in arrange_sequence(stream, rate, cfg.arrival_steps, rng, stats):
                     rows.append(
                         {"source": source, "load_pct": load, "split": split, "sequence_id": seq, **job}

@@ -46,11 +46,13 @@ from pipelines.job_sequences import (
     _new_stats,
     add_split_stats,
     arrange_sequence,
-    arrival_rate_per_step,
     exact_units,
     jobs_to_frame,
     mix_pattern,
+    n_validation_sequences,
+    part_arrival_rate,
     quantise_usage,
+    stratified_holdout,
 )
 
 DEEPPLACE_SOURCE = "deepplace_synthetic"
@@ -112,6 +114,10 @@ class DeepPlaceConfig:
     """Training sequences per load."""
     n_test_sequences: int = 30
     """Test sequences per load."""
+    validation_share: float = 0.3
+    """Share of the training sequences (the last `n_validation_sequences` per load) and of the training
+    templates (long and short alike) held out as validation: validation sequences draw only the held-out
+    templates, the other training sequences the rest (see `SequenceConfig.validation_share`)."""
     quantise_mode: str = "round"
     """How a step's mean usage becomes units: "round" to nearest (no systematic upward bias) or
     "ceil"; see `pipelines.job_sequences.quantise_usage`."""
@@ -244,6 +250,19 @@ def _draw_templates(
     return [templates[int(rng.choice(long_idx if flag else short_idx))] for flag in is_long]
 
 
+def validation_templates(templates: list[dict], share: float) -> tuple[list[dict], list[dict]]:
+    """(fit, validation) templates of the training split: the last round(share x n) templates of each class
+    (dominant resource x long or short, `ec_label`) are validation, so both parts keep the mix; both are the whole
+    list when either part would lack long or short templates (or share is 0)."""
+    held = stratified_holdout([t["ec_label"] for t in templates], share)
+    long = np.array([t["is_long_running"] for t in templates])
+    if not all((long[m]).any() and (~long[m]).any() for m in (held, ~held)):
+        return templates, templates
+    return [t for t, h in zip(templates, held, strict=True) if not h], [
+        t for t, h in zip(templates, held, strict=True) if h
+    ]
+
+
 def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]:
     """DeepPlace synthetic sequences (source "deepplace_synthetic") for every load and split, and stats
     (jobs, expected job work per split, the arrival rate per load, distinct templates per split).
@@ -258,19 +277,26 @@ def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]
         split: deepplace_templates(n, split, cfg, np.random.default_rng([cfg.seed, 1, SPLIT_CODE[split]]))
         for split, n in (("train", cfg.n_train_jobs), ("test", cfg.n_test_jobs))
     }
+    templates["train"], templates["validation"] = validation_templates(
+        templates["train"], cfg.validation_share
+    )
+    stats["validation_workloads"][DEEPPLACE_SOURCE] = (
+        len(templates["validation"]) if templates["validation"] is not templates["train"] else 0
+    )
     work = {split: templates_mean_work(t, cfg.long_fraction) for split, t in templates.items()}
     stats["mean_job_work_unit_steps"][DEEPPLACE_SOURCE] = {s: tuple(map(float, w)) for s, w in work.items()}
+    n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
     rows = []
     for load in cfg.loads_pct:
         for split, n_seq in (("train", cfg.n_train_sequences), ("test", cfg.n_test_sequences)):
-            mean_work = work[split if cfg.rate_split == "own" else "train"]
-            rate = arrival_rate_per_step(
-                load, mean_work, cfg.n_machines, cfg.capacity_units, cfg.load_resource
-            )
-            stats["arrival_rate_per_step"].setdefault(DEEPPLACE_SOURCE, {}).setdefault(load, {})[split] = rate
             rng = np.random.default_rng([cfg.seed, 2, load, SPLIT_CODE[split]])
-            stream = partial(_draw_templates, templates[split], long_fraction=cfg.long_fraction, rng=rng)
             for seq in range(n_seq):
+                part = "validation" if split == "train" and seq >= n_seq - n_val else split
+                rate = part_arrival_rate(load, work, part, cfg)
+                stats["arrival_rate_per_step"].setdefault(DEEPPLACE_SOURCE, {}).setdefault(load, {})[part] = (
+                    rate
+                )
+                stream = partial(_draw_templates, templates[part], long_fraction=cfg.long_fraction, rng=rng)
                 for job in arrange_sequence(stream, rate, cfg.arrival_steps, rng, stats):
                     rows.append(
                         {

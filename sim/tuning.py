@@ -1,6 +1,8 @@
 """Fitting a rule to a (source, load) from its TRAINING sequences only: validation sequences carved from the
 training split choose every knob (the fallback heuristic, the risk level, the co-peaking rho, the decision mode,
-N of the N-sigma predictor), and the forecaster is fitted on the rest. Test sequences are never read here.
+N of the N-sigma predictor), and the forecaster is fitted on the rest. The sequence builders cut the validation
+sequences from training workloads the fit sequences never use, so validation is out of sample for the forecaster
+and for recall too. Test sequences are never read here.
 
 `FitContext` is what `sim.evaluate.evaluate_policies` hands a fitted policy's builder (`FITTED` in
 `sim.policies`): the group's training sequences, the simulator, the tuning knobs and, when the caller has one,
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from pipelines.job_sequences import n_validation_sequences
 from sim import core
 from sim.config import SimConfig
 from sim.core import committed_future_usage, jobs_running
@@ -73,14 +76,25 @@ def tuning_preset(name: str, validation_share: float, seed: int) -> TuningConfig
 
 def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]:
     """(fit, validation): the last ceil(share x B) training sequences (at least 1) are validation, the rest fit;
-    with a single training sequence both are that sequence (said in the choices). ValueError on an empty split."""
+    with a single training sequence both are that sequence (said in the choices). The sequence builders cut
+    those last sequences from training workloads the others never use (`SequenceConfig.validation_share`;
+    `validation_is_workload_disjoint` says whether they did). ValueError on an empty split."""
     n = train.batch_size
     if n == 0:
         raise ValueError("the training split has no sequences: nothing to fit or validate a rule on")
-    n_val = min(max(int(np.ceil(share * n)), 1), n)
-    if n_val == n:
+    n_val = n_validation_sequences(n, share)
+    if n_val == 0:
         return train, train
     return train.select(np.arange(n - n_val)), train.select(np.arange(n - n_val, n))
+
+
+def validation_is_workload_disjoint(fit: JobBatch, validation: JobBatch) -> bool:
+    """No workload of the validation sequences feeds a fit sequence (False when they are the same sequences or
+    the batches carry no workload ids)."""
+    if fit is validation or not fit.workload_ids or not validation.workload_ids:
+        return False
+    seen = {w for ids in fit.workload_ids for w in ids}
+    return not any(w in seen for ids in validation.workload_ids for w in ids)
 
 
 def sequence_returns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> np.ndarray:
@@ -116,6 +130,11 @@ class FitContext:
         if "split" not in self._cache:
             self._cache["split"] = split_validation(self.train, self.tuning.validation_share)
         return self._cache["split"]
+
+    def validation_disjoint(self) -> bool:
+        if "disjoint" not in self._cache:
+            self._cache["disjoint"] = validation_is_workload_disjoint(*self.split())
+        return self._cache["disjoint"]
 
     def validation_returns(self, policy) -> np.ndarray:
         return sequence_returns(policy, self.cfg, self.split()[1], self.tuning.seed)
@@ -164,6 +183,7 @@ class FitContext:
             **self.fallback_choice(),
             "validation_return": means[best],
             "n_validation_sequences": self.split()[1].batch_size,
+            "validation_workload_disjoint": self.validation_disjoint(),
             "tried": [
                 {**knobs, "validation_return": m} for (knobs, _), m in zip(candidates, means, strict=True)
             ],

@@ -20,6 +20,7 @@ from pipelines.job_sequences import (
     expected_window_work,
     jobs_to_frame,
     mix_pattern,
+    n_validation_sequences,
     offered_load_check,
     offered_load_table,
     poisson_arrivals,
@@ -28,6 +29,7 @@ from pipelines.job_sequences import (
     sequence_check_values,
     split_diversity,
     split_sizes,
+    stratified_holdout,
     time_scale,
 )
 from pipelines.sequence_run import SequenceRunSettings, build_sequence_run
@@ -252,6 +254,36 @@ def test_train_and_test_workloads_are_disjoint(built) -> None:
     test = set(df.filter(pl.col("split") == "test")["workload_id"].to_list())
     assert train and test and not train & test
     assert stats["n_workloads_train"] + stats["n_workloads_test"] == 24
+
+
+def test_validation_sequences_come_from_held_out_training_workloads(built) -> None:
+    """The last ceil(0.3 x 12) = 4 training sequences of each load draw only held-out training workloads (CPU- and
+    memory-dominant alike), which no other training sequence uses; the training split still offers its label."""
+    df, stats = built
+    n_val = n_validation_sequences(CFG.n_train_sequences, CFG.validation_share)
+    assert n_val == 4
+    train = df.filter(pl.col("split") == "train")
+    is_val = pl.col("sequence_id") >= CFG.n_train_sequences - n_val
+    val_ids = set(train.filter(is_val)["workload_id"].to_list())
+    fit_ids = set(train.filter(~is_val)["workload_id"].to_list())
+    assert val_ids and fit_ids and not val_ids & fit_ids
+    assert stats["validation_workloads"]["s"] == 5 and len(val_ids) <= 5
+    heavy = {f"w{i}" for i in range(1, 24, 2)}  # _pool: odd workloads are cpu-heavy
+    assert val_ids & heavy and val_ids - heavy
+    assert stats["n_workloads_train"] + stats["n_workloads_test"] == 24
+    rates = stats["arrival_rate_per_step"]["s"][80]
+    assert set(rates) == {"train", "validation", "test"}
+    table = offered_load_table(df, CFG.n_machines, CFG.capacity_units, CFG.arrival_steps)
+    assert offered_load_check(table, tolerance=0.1, by_split=True)["is_within_tolerance"].all()
+
+
+def test_validation_counts_and_holdout_edges() -> None:
+    assert [n_validation_sequences(n, 0.3) for n in (0, 1, 2, 10, 100)] == [0, 0, 1, 3, 30]
+    assert n_validation_sequences(10, 0.0) == 0
+    mask = stratified_holdout(np.array([0, 1, 0, 1, 0, 1, 0, 1, 0, 1]), 0.4)
+    assert mask.tolist() == [False, False, False, False, False, False, True, True, True, True]
+    assert not stratified_holdout(np.zeros(6), 0.3, min_each=5).any()  # too few to give both parts 5
+    assert not stratified_holdout(np.zeros(10), 0.0).any()
 
 
 def test_mix_labels_and_units(built) -> None:

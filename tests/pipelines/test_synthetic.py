@@ -92,6 +92,19 @@ def test_deepplace_frame_split_and_offered_load(deepplace) -> None:
         assert g["arrival_step"].max() < DP.arrival_steps
 
 
+def test_deepplace_validation_sequences_draw_held_out_templates(deepplace) -> None:
+    """The last 4 of 12 training sequences per load draw 15 of the 50 training templates (each class's last
+    30 %), which the other training sequences never draw."""
+    df, stats = deepplace
+    train = df.filter(pl.col("split") == "train")
+    is_val = pl.col("sequence_id") >= DP.n_train_sequences - 4
+    val_ids = set(train.filter(is_val)["workload_id"].to_list())
+    fit_ids = set(train.filter(~is_val)["workload_id"].to_list())
+    assert val_ids and fit_ids and not val_ids & fit_ids
+    assert stats["validation_workloads"][DEEPPLACE_SOURCE] == 15
+    assert set(train.filter(is_val)["ec_label"].unique().to_list()) == {1, 2, 3, 4}
+
+
 def test_sample_units_is_unbiased() -> None:
     x = np.full(200_000, 0.6)
     got = sample_units(x, np.random.default_rng(0))

@@ -192,6 +192,26 @@ def test_fitted_rules_choose_on_validation_and_record_it() -> None:
     assert POLICIES["forecast_risk"].fit(ctx) is None
 
 
+def test_validation_is_workload_disjoint_on_built_sequences() -> None:
+    """Sequences from the builder: FitContext's validation part (the last 30 % of training sequences) shares no
+    workload with its fit part, and each recorded choice says so; hand-made sequences that share say False."""
+    from dataclasses import replace
+
+    from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+
+    dp = replace(DeepPlaceConfig(), loads_pct=(50,), n_train_sequences=5, n_test_sequences=1, arrival_steps=30)
+    frame, _ = build_deepplace_sequences(dp)
+    train = JobBatch.from_frame(frame.filter(pl.col("split") == "train"))
+    ctx = FitContext(cfg=CFG, train=train, tuning=TuningConfig(min_observed=(0,), n_sigmas=(2.0,)), where="dp")
+    fit, val = ctx.split()
+    assert (fit.batch_size, val.batch_size) == (3, 2)
+    POLICIES["hybrid_observed"].fit(ctx)
+    assert ctx.choices["hybrid_observed"]["validation_workload_disjoint"] is True
+    shared = FitContext(cfg=CFG, train=_square_jobs(4, 20, seed=9), tuning=TuningConfig(min_observed=(0,)))
+    POLICIES["hybrid_observed"].fit(shared)
+    assert shared.choices["hybrid_observed"]["validation_workload_disjoint"] is False
+
+
 def test_fit_rho_covers_at_rho_one_with_exact_forecasts() -> None:
     jobs = _square_jobs(2, 20, seed=10)
     rho, coverage = fit_rho(
