@@ -164,14 +164,17 @@ class JobBatch:
     def rotated(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> JobBatch:
         """A copy in which jobs lo[i] .. hi[i] of row rows[i] rotate right by one (job hi[i] lands at lo[i], the
         others keep their order); running summaries already computed (`observed_prefix`) move with their jobs
-        instead of being computed again."""
+        instead of being computed again, and so do the workload codes (`workload_code`)."""
         names = ["arrival_step", "duration", "usage", "request", "ec_label"] + [
             name for name in ("meta", "usage_exact") if getattr(self, name) is not None
         ]
         arrays = {name: getattr(self, name).copy() for name in names}
         prefix = self.__dict__.get("observed_prefix")
         prefix = None if prefix is None else tuple(p if p is None else p.reordered() for p in prefix)
+        code = self.__dict__.get("workload_code")
+        code = None if code is None else code.copy()  # codes are per row: a rotation within a row keeps them
         moved = [*arrays.values(), *(p.order for p in prefix or () if p is not None)]
+        moved += [] if code is None else [code]
         wids = list(self.workload_ids)
         for r, a, b in zip(rows, lo, hi, strict=True):
             for values in moved:
@@ -183,6 +186,8 @@ class JobBatch:
         out = replace(self, **arrays, workload_ids=tuple(wids))
         if prefix is not None:
             out.__dict__["observed_prefix"] = prefix
+        if code is not None:
+            out.__dict__["workload_code"] = code
         return out
 
     def describe_job(self, b: int, j: int) -> str:

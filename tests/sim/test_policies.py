@@ -332,9 +332,12 @@ def test_observed_summaries_equal_nan_reductions_and_follow_a_promoted_job() -> 
             np.testing.assert_array_equal(life_mean[i], want_mean)
     state = core.reset(CFG3, batch, 0)
     _ = job_view(CFG3, state, np.zeros(3, dtype=np.int64), np.arange(3), n_recent=2)  # summaries computed
+    _ = state.jobs.workload_code
     moved = promote_queued_job(state, np.array([2]))
     fresh = replace(moved, jobs=replace(moved.jobs))  # the same jobs, summaries computed anew
     assert "observed_prefix" in moved.jobs.__dict__ and "observed_prefix" not in fresh.jobs.__dict__
+    assert "workload_code" in moved.jobs.__dict__  # carried, and equal to codes computed afresh
+    np.testing.assert_array_equal(moved.jobs.workload_code, fresh.jobs.workload_code)
     for t_state in (moved, fresh):
         assert t_state.jobs.workload_ids[0] == ("big", "long", "short")
     # place every job now and observe two steps of each: the views agree job by job
