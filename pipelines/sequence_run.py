@@ -85,6 +85,13 @@ def build_sequence_run(
         scales.append((source, *stats["usage_scale"][source], settings.step_bins))
         per_source[source] = {k: v for k, v in stats.items() if isinstance(v, int | float | str)}
         oversized[source] = stats["oversized_workloads"].get(source, [])
+        held_out = stats["validation_workloads"].get(source, 0)
+        per_source[source]["n_validation_workloads"] = held_out
+        if not held_out and settings.validation_share > 0:
+            warnings.append(
+                f"{source}: too few training workloads to hold some out, so its validation sequences share the "
+                "fit sequences' workloads (fitted rules are validated in sample)"
+            )
         unassigned = stats.get("n_workloads_without_ec_label", {}).get(source, 0)
         per_source[source]["n_workloads_without_ec_label"] = unassigned
         if unassigned:
@@ -96,7 +103,10 @@ def build_sequence_run(
             )
     if settings.include_synthetic:
         counts = (settings.n_train_sequences, settings.n_test_sequences, settings.loads_pct, settings.seed)
-        frames += [workload.build(*counts) for workload in SYNTHETIC_WORKLOADS.values()]
+        frames += [
+            workload.build(*counts, validation_share=settings.validation_share)
+            for workload in SYNTHETIC_WORKLOADS.values()
+        ]
     jobs = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=JOB_SEQUENCES)
     jobs = jobs.select([pl.col(c).cast(t) for c, t in JOB_SEQUENCES.items()])
     diversity = split_diversity(jobs, settings.min_workloads_per_split)

@@ -453,15 +453,25 @@ class SyntheticWorkload:
         return self.config.arrival_steps
 
     def build(
-        self, n_train_sequences: int, n_test_sequences: int, loads_pct: tuple[int, ...], seed: int
+        self,
+        n_train_sequences: int,
+        n_test_sequences: int,
+        loads_pct: tuple[int, ...],
+        seed: int,
+        validation_share: float | None = None,
     ) -> pl.DataFrame:
-        """Its sequences with the run's counts, loads and seed (the rest from its paper's settings)."""
+        """Its sequences with the run's counts, loads, seed and validation share where its settings have one (the
+        rest from its paper's settings)."""
+        extra = {}
+        if validation_share is not None and hasattr(self.config, "validation_share"):
+            extra["validation_share"] = validation_share
         cfg = replace(
             self.config,
             n_train_sequences=n_train_sequences,
             n_test_sequences=n_test_sequences,
             loads_pct=tuple(loads_pct),
             seed=seed,
+            **extra,
         )
         return self.builder(cfg)
 

@@ -199,10 +199,14 @@ def test_validation_is_workload_disjoint_on_built_sequences() -> None:
 
     from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 
-    dp = replace(DeepPlaceConfig(), loads_pct=(50,), n_train_sequences=5, n_test_sequences=1, arrival_steps=30)
+    dp = replace(
+        DeepPlaceConfig(), loads_pct=(50,), n_train_sequences=5, n_test_sequences=1, arrival_steps=30
+    )
     frame, _ = build_deepplace_sequences(dp)
     train = JobBatch.from_frame(frame.filter(pl.col("split") == "train"))
-    ctx = FitContext(cfg=CFG, train=train, tuning=TuningConfig(min_observed=(0,), n_sigmas=(2.0,)), where="dp")
+    ctx = FitContext(
+        cfg=CFG, train=train, tuning=TuningConfig(min_observed=(0,), n_sigmas=(2.0,)), where="dp"
+    )
     fit, val = ctx.split()
     assert (fit.batch_size, val.batch_size) == (3, 2)
     POLICIES["hybrid_observed"].fit(ctx)
