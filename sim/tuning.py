@@ -34,7 +34,9 @@ class TuningConfig:
     """How a rule is fitted to a (source, load) from its training sequences."""
 
     validation_share: float = 0.3
-    """Share of the training sequences (the last ones, at least 1) held out as validation sequences."""
+    """Share of the training sequences (the last ones, at least 1) held out as validation sequences; with the same
+    share, the sequence builders cut those from training workloads the other sequences never use
+    (`pipelines.job_sequences.SequenceConfig.validation_share`)."""
     levels: tuple[float, ...] = (0.9, 0.95, 0.99)
     """Risk levels p tried on validation (nominal per-step risk 1 - p)."""
     rhos: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
