@@ -161,6 +161,41 @@ def test_predictions_equal_the_classifier_called_directly(clf):
     assert np.array_equal(got, prefixes, equal_nan=True)
 
 
+def test_label_table_equals_predicting_at_every_decision(clf):
+    """The per-batch table (one prediction per job and age) gives the labels a direct predict call gives at every
+    decision of a random rollout, ages past the m prefix bins included; a new batch gets its own table."""
+    rng = np.random.default_rng(5)
+    cfg = SimConfig(n_machines=2, history_steps=4)
+    jobs = JobBatch.from_jobs(
+        [
+            [
+                dict(
+                    arrival_step=int(a),
+                    usage=rng.integers(1, 8, size=(int(rng.integers(1, 9)), 2)).tolist(),
+                    ec_label=LOW,
+                    meta=META_HIGH if rng.random() < 0.5 else META_LOW,
+                )
+                for a in np.sort(rng.integers(0, 10, size=6))
+            ]
+            for _ in range(4)
+        ]
+    )
+    labeller = ClassifierLabeller(clf, prefix_bins_per_step=2)
+    assert labeller.n_ages == 3  # ages 0, 1 and >= 2 (4 bins = 2 steps)
+    state, n_checked = core.reset(cfg, jobs, 0), 0
+    while not state.is_done.all():
+        bi, ji = np.nonzero(labelled_jobs(cfg, state))
+        direct = labeller.predict_jobs(cfg, state.jobs, bi, ji, observed_steps(state)[bi, ji])
+        assert np.array_equal(labeller.labels(cfg, state)[bi, ji], direct)
+        n_checked += int((observed_steps(state)[bi, ji] > 2).sum())
+        mask = core.action_mask(cfg, state)
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in mask])
+        state, *_ = core.step(cfg, state, actions, mask=mask)
+    assert n_checked > 0  # jobs older than the prefix were labelled from the table's last age
+    other = jobs.select(np.array([1, 0]))
+    assert np.array_equal(labeller.label_table(cfg, other)[0], labeller.label_table(cfg, jobs)[1])
+
+
 def test_prefix_holds_only_observed_steps_scaled_back_to_fractions(clf):
     labeller = ClassifierLabeller(clf, prefix_bins_per_step=2, usage_scale=(2.0, 0.5))
     jobs = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[2, 4], [6, 8], [6, 8]], ec_label=0)]])
