@@ -16,6 +16,9 @@ quantile q_i(k) at level p for step t + k, the level-p bound of the SUM is
 rho = 1 is the sum of quantiles (jobs peak together: comonotone, the most cautious), rho = 0 adds independent
 deviations (the N-sigma of a sum of independent jobs). `fit_rho` calibrates rho on training sequences so that the
 bound of the sum covers the realised sum at the nominal level: the quantile of the sum, not the sum of quantiles.
+Covering every step of the horizon at once asks more than per-step quantiles give: where even rho = 1 covers too
+few cases, the deviation term is multiplied by kappa >= 1 (`RiskConfig.inflation`), the level-p quantile of each
+case's score max_k,d (realised sum - sum of medians) / deviation (split-conformal on the fit sequences).
 A machine is safe for the job when S(k) <= C_d at every step k = 1..H and resource d (step t itself is the
 simulator's mask: the machine's usage now plus the job's first step fit).
 
@@ -64,6 +67,9 @@ class RiskConfig:
     """p: quantile level of the machine's summed usage that must stay within C_d (nominal risk 1 - p per step)."""
     rho: float = 1.0
     """Co-peaking of co-located jobs in the sum's bound: 1 = sum of quantiles, 0 = independent deviations."""
+    inflation: float = 1.0
+    """kappa >= 1, the factor on the bound's deviation term: fitted (`sim.tuning.fit_rho`) where even the sum of
+    quantiles covers the realised sum over the horizon in fewer than a `level` share of training cases."""
     mode: str = "deviate"
     """"deviate" (follow the fallback unless it holds or opens an empty machine) or "pack" (see module doc)."""
     use_durations: bool = True
@@ -84,6 +90,8 @@ class RiskConfig:
             raise ValueError(f"RiskConfig.level must be in (0, 1), got {self.level}")
         if not 0.0 <= self.rho <= 1.0:
             raise ValueError(f"RiskConfig.rho must be in [0, 1], got {self.rho}")
+        if not self.inflation >= 1.0:
+            raise ValueError(f"RiskConfig.inflation must be >= 1, got {self.inflation}")
         if self.mode not in MODES:
             raise ValueError(f"RiskConfig.mode must be one of {MODES}, got {self.mode!r}")
         if self.min_observed < 0:
@@ -192,9 +200,11 @@ def sum_by_cell(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarra
     return out
 
 
-def sum_bound(sum_mu: np.ndarray, sum_delta: np.ndarray, sum_delta2: np.ndarray, rho: float) -> np.ndarray:
-    """The level-p bound of a sum of jobs (module docstring), elementwise."""
-    return sum_mu + np.sqrt(rho * sum_delta**2 + (1.0 - rho) * sum_delta2)
+def sum_bound(
+    sum_mu: np.ndarray, sum_delta: np.ndarray, sum_delta2: np.ndarray, rho: float, inflation: float = 1.0
+) -> np.ndarray:
+    """The level-p bound of a sum of jobs (module docstring), elementwise, its deviation term times `inflation`."""
+    return sum_mu + inflation * np.sqrt(rho * sum_delta**2 + (1.0 - rho) * sum_delta2)
 
 
 def head_bounds(
@@ -214,7 +224,11 @@ def head_bounds(
     mu_h, delta_h = mu_h * has_job, delta_h * has_job
     s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, rcfg, rows)
     return sum_bound(
-        s_mu + mu_h[:, None], s_delta + delta_h[:, None], s_delta2 + (delta_h**2)[:, None], rcfg.rho
+        s_mu + mu_h[:, None],
+        s_delta + delta_h[:, None],
+        s_delta2 + (delta_h**2)[:, None],
+        rcfg.rho,
+        rcfg.inflation,
     )
 
 
@@ -451,7 +465,7 @@ def fit_forecast_risk(
     candidates = []
     levels = [lv for lv in ctx.tuning.levels if any(abs(lv - x) < 1e-9 for x in forecaster.levels)]
     for level in levels:
-        rho, coverage = fit_rho(
+        rho, inflation, coverage, covered = fit_rho(
             ctx.cfg, fit_part, forecaster, RiskConfig(level=level), ctx.tuning.rhos, fallback, ctx.tuning.seed
         )
         for mode in ctx.tuning.modes:
@@ -459,6 +473,7 @@ def fit_forecast_risk(
                 risk = RiskConfig(
                     level=level,
                     rho=rho,
+                    inflation=inflation,
                     mode=mode,
                     use_durations=use_durations,
                     min_observed=m,
@@ -470,7 +485,9 @@ def fit_forecast_risk(
                     "mode": mode,
                     "use_durations": use_durations,
                     "min_observed": m,
-                    "sum_coverage_fit": coverage.get(rho, float("nan")),
+                    "inflation": inflation,
+                    "sum_coverage_fit": covered,
+                    "sum_coverage_fit_per_rho": {f"{r:g}": c for r, c in coverage.items()},
                 }
                 candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
     return ctx.choose(name, candidates)

@@ -202,12 +202,16 @@ def fit_rho(
     policy,
     seed: int = 0,
     max_decisions: int = 400,
-) -> tuple[float, dict[float, float]]:
-    """The smallest rho in `rhos` whose bound of the machines' summed usage (`sim.risk.sum_bound` at
-    `risk.level`) covers the realised sum at every step of the horizon in at least a `risk.level` share of
-    (decision, used machine) cases, over rollouts of `policy` on `jobs` (training sequences: the realised future
-    is read here for calibration only, never by a scheduler); falls back to 1.0 (the sum of quantiles). Returns
-    (rho, coverage per rho). Coverage is of the machine as it is, before the decision's placement."""
+    max_inflation: float = 8.0,
+) -> tuple[float, float, dict[float, float], float]:
+    """(rho, kappa, coverage per rho, coverage of the choice): the smallest rho in `rhos` whose bound of the
+    machines' summed usage (`sim.risk.sum_bound` at `risk.level`) covers the realised sum at every step of the
+    horizon in at least a `risk.level` share of (decision, used machine) cases, with kappa = 1; where none does,
+    rho = 1 and kappa the smallest inflation of the deviation term that does (split-conformal: the
+    ceil((n + 1) p)-th smallest case score max over steps and resources of (realised - sum of medians) /
+    deviation), at most `max_inflation`. Cases come from rollouts of `policy` on `jobs` (training sequences: the
+    realised future is read here for calibration only, never by a scheduler). Coverage is of the machine as it
+    is, before the decision's placement."""
     from sim.policies import decide
     from sim.risk import machine_sums, sum_bound
 
@@ -216,6 +220,7 @@ def fit_rho(
     rng = np.random.default_rng(seed)
     state = core.reset(cfg, jobs, seed)
     hits = {rho: [] for rho in rhos}
+    scores = []
     for _ in range(max_decisions):
         if state.is_done.all():
             break
@@ -228,6 +233,14 @@ def fit_rho(
             for rho in rhos:
                 bound = sum_bound(s_mu, s_delta, s_delta2, rho)
                 hits[rho].append(((realised <= bound + 1e-9).all(axis=(2, 3)))[used])
+            excess, dev = (
+                (realised - s_mu)[used],
+                s_delta[used],
+            )  # rho = 1: the deviation is the sum of deltas
+            ratio = np.where(
+                dev > 0, excess / np.where(dev > 0, dev, 1.0), np.where(excess > 1e-9, np.inf, -np.inf)
+            )
+            scores.append(ratio.max(axis=(1, 2)) if ratio.size else np.zeros(0))
         state, actions = decide(policy, cfg, state, rng)
         state, *_ = core.step(cfg, state, actions)
     coverage = {
@@ -236,5 +249,10 @@ def fit_rho(
     }
     for rho in sorted(rhos):
         if coverage[rho] >= risk.level:
-            return rho, coverage
-    return 1.0, coverage
+            return rho, 1.0, coverage, coverage[rho]
+    score = np.sort(np.concatenate(scores)) if scores else np.zeros(0)
+    if score.size == 0:
+        return 1.0, 1.0, coverage, float("nan")
+    k = min(int(np.ceil((score.size + 1) * risk.level)), score.size)
+    kappa = float(np.clip(score[k - 1], 1.0, max_inflation))
+    return 1.0, kappa, coverage, float((score <= kappa + 1e-9).mean())

@@ -20,6 +20,7 @@ from sim.risk import (
     PersistenceForecaster,
     RiskAwarePacking,
     RiskConfig,
+    head_bounds,
     sum_bound,
 )
 from sim.tuning import FitContext, TuningConfig, fit_rho, sequence_returns, split_validation
@@ -218,10 +219,48 @@ def test_validation_is_workload_disjoint_on_built_sequences() -> None:
 
 def test_fit_rho_covers_at_rho_one_with_exact_forecasts() -> None:
     jobs = _square_jobs(2, 20, seed=10)
-    rho, coverage = fit_rho(
+    rho, inflation, coverage, covered = fit_rho(
         CFG, jobs, ExactForecaster(horizon=10), RiskConfig(level=0.95), (0.0, 1.0), make_policy("tetris")
     )
     assert rho == 0.0 and coverage[0.0] == pytest.approx(1.0)  # exact: no deviation, any rho covers
+    assert inflation == 1.0 and covered == pytest.approx(1.0)
+
+
+class _Narrow:
+    """The true future, its median halved and every upper quantile at 3/4 of it: the realised sum exceeds the sum
+    of quantiles by exactly twice the summed deviations wherever a job runs."""
+
+    def __init__(self, horizon: int) -> None:
+        self.exact = ExactForecaster(horizon=horizon)
+        self.horizon, self.levels = horizon, self.exact.levels
+
+    def forecast(self, cfg, state, env, job):
+        out = self.exact.forecast(cfg, state, env, job)
+        return out * np.where(np.asarray(self.levels) == 0.5, 0.5, 0.75)[None, :, None, None]
+
+
+def test_fit_rho_inflates_the_deviation_where_no_rho_covers() -> None:
+    """Per-step quantiles that are too narrow: no rho covers, so kappa scales the deviation until the bound of the
+    sum covers (here exactly 2: realised - sum of medians = 2 x the summed deviations), and the rule's bound uses it."""
+    jobs = _square_jobs(2, 20, seed=10)
+    narrow = _Narrow(horizon=10)
+    rho, inflation, coverage, covered = fit_rho(
+        CFG, jobs, narrow, RiskConfig(level=0.9), (0.0, 1.0), make_policy("tetris")
+    )
+    assert max(coverage.values()) < 0.9 and rho == 1.0
+    assert inflation == pytest.approx(2.0) and covered >= 0.9
+    state, rng = core.reset(CFG, jobs, 0), np.random.default_rng(0)
+    for _ in range(6):
+        state, actions = decide(make_policy("tetris"), CFG, state, rng)
+        state, *_ = core.step(CFG, state, actions)
+    plain = head_bounds(CFG, state, narrow, RiskConfig(level=0.9))
+    wide = head_bounds(CFG, state, narrow, RiskConfig(level=0.9, inflation=2.0))
+    assert (wide >= plain - 1e-12).all() and (wide > plain).any()  # a wider bound where a job runs
+    np.testing.assert_allclose(
+        sum_bound(np.ones(2), np.ones(2), np.ones(2), 1.0, 2.0), 3.0
+    )  # mu + kappa x dev
+    with pytest.raises(ValueError, match="inflation"):
+        RiskConfig(inflation=0.5)
 
 
 def _results(rows: list[tuple]) -> pl.DataFrame:
