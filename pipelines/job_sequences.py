@@ -869,9 +869,11 @@ def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> d
     order = rng.permutation(len(pool.workload_ids))
     _, n_test = split_sizes(len(pool.workload_ids), cfg)
     train_idx = order[n_test:]
-    held = stratified_holdout(
-        pool.is_cpu_dominant[train_idx], cfg.validation_share, cfg.min_workloads_per_split
+    # no validation sequence (a single training sequence): nothing is held out
+    share = (
+        cfg.validation_share if n_validation_sequences(cfg.n_train_sequences, cfg.validation_share) else 0.0
     )
+    held = stratified_holdout(pool.is_cpu_dominant[train_idx], share, cfg.min_workloads_per_split)
     fit = _subset(pool, np.sort(train_idx[~held]))
     val = _subset(pool, np.sort(train_idx[held])) if held.any() else fit
     return {"train": fit, "validation": val, "test": _subset(pool, np.sort(order[:n_test]))}

@@ -277,15 +277,14 @@ def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]
         split: deepplace_templates(n, split, cfg, np.random.default_rng([cfg.seed, 1, SPLIT_CODE[split]]))
         for split, n in (("train", cfg.n_train_jobs), ("test", cfg.n_test_jobs))
     }
-    templates["train"], templates["validation"] = validation_templates(
-        templates["train"], cfg.validation_share
-    )
+    n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
+    share = cfg.validation_share if n_val else 0.0  # no validation sequence: every template stays in training
+    templates["train"], templates["validation"] = validation_templates(templates["train"], share)
     stats["validation_workloads"][DEEPPLACE_SOURCE] = (
         len(templates["validation"]) if templates["validation"] is not templates["train"] else 0
     )
     work = {split: templates_mean_work(t, cfg.long_fraction) for split, t in templates.items()}
     stats["mean_job_work_unit_steps"][DEEPPLACE_SOURCE] = {s: tuple(map(float, w)) for s, w in work.items()}
-    n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
     rows = []
     for load in cfg.loads_pct:
         for split, n_seq in (("train", cfg.n_train_sequences), ("test", cfg.n_test_sequences)):

@@ -284,6 +284,14 @@ def test_validation_counts_and_holdout_edges() -> None:
     assert mask.tolist() == [False, False, False, False, False, False, True, True, True, True]
     assert not stratified_holdout(np.zeros(6), 0.3, min_each=5).any()  # too few to give both parts 5
     assert not stratified_holdout(np.zeros(10), 0.0).any()
+    # one training sequence has no validation sequence: no workload is held out of training
+    usage, long_running = _pool(n_workloads=24, n_bins=900)
+    one = SequenceConfig(n_train_sequences=1, n_test_sequences=1, loads_pct=(50,))
+    df, stats = build_job_sequences(usage, long_running, None, one)
+    assert stats["validation_workloads"]["s"] == 0 and set(stats["arrival_rate_per_step"]["s"][50]) == {
+        "train",
+        "test",
+    }
 
 
 def test_mix_labels_and_units(built) -> None:
