@@ -15,6 +15,7 @@ from pipelines.job_sequences import (
     USAGE_SCALE,
     SequenceConfig,
     build_job_sequences,
+    n_validation_sequences,
     offered_load_check,
     offered_load_table,
     split_diversity,
@@ -87,7 +88,7 @@ def build_sequence_run(
         oversized[source] = stats["oversized_workloads"].get(source, [])
         held_out = stats["validation_workloads"].get(source, 0)
         per_source[source]["n_validation_workloads"] = held_out
-        if not held_out and settings.validation_share > 0:
+        if not held_out and n_validation_sequences(settings.n_train_sequences, settings.validation_share):
             warnings.append(
                 f"{source}: too few training workloads to hold some out, so its validation sequences share the "
                 "fit sequences' workloads (fitted rules are validated in sample)"
