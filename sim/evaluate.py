@@ -151,6 +151,12 @@ def evaluate_policies(
         bound = machines_lower_bound(jobs, cfg.capacity_units)
         fit_ctx = _fit_context(jobs_frame, source, load, cfg, tuning, forecaster_factory)
         fitted = {name: _fit(name, fit_ctx, log) for name in policies if is_fitted(name)}
+        if fitted and fit_ctx is not None and not fit_ctx.validation_disjoint():
+            (log or (lambda msg: None))(
+                f"{source} {load} %: the fitted rules' validation sequences share workloads with their fit "
+                "sequences (TuningConfig.validation_share differs from the sequences' validation_share, or the "
+                "training split is too small): validation is in sample"
+            )
         if choices is not None and fit_ctx is not None:
             choices[(source, load)] = fit_ctx.choices
         for name in policies:

@@ -314,3 +314,20 @@ def test_eval_check_values_fail_on_the_defect_each_exists_for() -> None:
     )  # fmt: skip
     assert eval_check_values(sane, 5)["one_row_per_episode"][1]["n_expected"] == 5
     assert not eval_check_values(sane, 5)["one_row_per_episode"][0]
+
+
+def test_in_sample_validation_is_logged():
+    """Builder and tuner agree on the validation share: validation is workload-disjoint, nothing logged; a tuning
+    share that takes more sequences than the builder held out puts fit workloads into validation: logged."""
+    from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+
+    dp = dataclasses.replace(
+        DeepPlaceConfig(), loads_pct=(50,), n_train_sequences=5, n_test_sequences=1, arrival_steps=30
+    )
+    frame, _ = build_deepplace_sequences(dp)
+    cfg = SimConfig(n_machines=10, max_steps=200, oversize="clip", n_labels=8)
+    for share, warned in ((0.3, False), (0.5, True)):
+        lines: list[str] = []
+        tuning = dataclasses.replace(TUNING_PRESETS["quick"], validation_share=share, min_observed=(0,))
+        evaluate_policies(frame, ["hybrid_observed"], cfg, tuning=tuning, log=lines.append)
+        assert any("validation is in sample" in line for line in lines) is warned
