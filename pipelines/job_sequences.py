@@ -842,6 +842,18 @@ def n_validation_sequences(n_train: int, share: float) -> int:
     return 0 if n_val == n_train else n_val
 
 
+def validation_part(split: str, seq: int, n_seq: int, n_val: int) -> str:
+    """The part sequence `seq` of `n_seq` in `split` is drawn from: "validation" for the last `n_val` training
+    sequences (`n_validation_sequences`), else its split."""
+    return "validation" if split == "train" and seq >= n_seq - n_val else split
+
+
+def holdout_share(n_train: int, share: float) -> float:
+    """The share of training workloads (or templates) to hold out: `share`, or 0 when the training sequences get
+    no validation sequence (`n_validation_sequences` is 0), so that no workload is held out for nothing."""
+    return share if n_validation_sequences(n_train, share) else 0.0
+
+
 def stratified_holdout(strata: Any, share: float, min_each: int = 1) -> np.ndarray:
     """Bool mask of the items held out for validation: the last round(share x n_s) items of each stratum s (in
     the given order), so both parts keep the strata's mix (e.g. CPU- and memory-dominant workloads, whose mix
@@ -849,7 +861,7 @@ def stratified_holdout(strata: Any, share: float, min_each: int = 1) -> np.ndarr
     would have fewer than `min_each` items."""
     keys = np.asarray(strata)
     mask = np.zeros(len(keys), dtype=bool)
-    if share <= 0.0 or len(keys) < 2 * max(min_each, 1):
+    if share <= 0.0:
         return mask
     for key in np.unique(keys):
         idx = np.flatnonzero(keys == key)
@@ -869,10 +881,7 @@ def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> d
     order = rng.permutation(len(pool.workload_ids))
     _, n_test = split_sizes(len(pool.workload_ids), cfg)
     train_idx = order[n_test:]
-    # no validation sequence (a single training sequence): nothing is held out
-    share = (
-        cfg.validation_share if n_validation_sequences(cfg.n_train_sequences, cfg.validation_share) else 0.0
-    )
+    share = holdout_share(cfg.n_train_sequences, cfg.validation_share)
     held = stratified_holdout(pool.is_cpu_dominant[train_idx], share, cfg.min_workloads_per_split)
     fit = _subset(pool, np.sort(train_idx[~held]))
     val = _subset(pool, np.sort(train_idx[held])) if held.any() else fit
@@ -894,17 +903,17 @@ def _sequences_for_source(
     stats["mean_job_work_unit_steps"][source] = {s: tuple(float(x) for x in w) for s, w in work.items()}
     n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
     for load in cfg.loads_pct:
+        # one rate per (source, load, part) from an expected job work; never fitted per sequence
+        rates = {part: part_arrival_rate(load, work, part, cfg) for part in work}
         for split, n_seq in (("train", cfg.n_train_sequences), ("test", cfg.n_test_sequences)):
             rng = np.random.default_rng([cfg.seed, _stable_int(source), load, _stable_int(split)])
             for seq in range(n_seq):
                 # training sequences: the fit part, then the last n_val from the validation workloads
-                part = "validation" if split == "train" and seq >= n_seq - n_val else split
-                # one rate per (source, load, part) from an expected job work; never fitted per sequence
-                rate = part_arrival_rate(load, work, part, cfg)
-                stats["arrival_rate_per_step"].setdefault(source, {}).setdefault(load, {})[part] = rate
+                part = validation_part(split, seq, n_seq, n_val)
+                stats["arrival_rate_per_step"].setdefault(source, {}).setdefault(load, {})[part] = rates[part]
                 draw = _StratumDraw(splits[part], cfg, rng)
                 stream = partial(draw_job_stream, splits[part], cfg=cfg, rng=rng, draw=draw)
-                for job in arrange_sequence(stream, rate, cfg.arrival_steps, rng, stats):
+                for job in arrange_sequence(stream, rates[part], cfg.arrival_steps, rng, stats):
                     rows.append(
                         {"source": source, "load_pct": load, "split": split, "sequence_id": seq, **job}
                     )

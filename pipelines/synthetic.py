@@ -47,12 +47,14 @@ from pipelines.job_sequences import (
     add_split_stats,
     arrange_sequence,
     exact_units,
+    holdout_share,
     jobs_to_frame,
     mix_pattern,
     n_validation_sequences,
     part_arrival_rate,
     quantise_usage,
     stratified_holdout,
+    validation_part,
 )
 
 DEEPPLACE_SOURCE = "deepplace_synthetic"
@@ -278,7 +280,7 @@ def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]
         for split, n in (("train", cfg.n_train_jobs), ("test", cfg.n_test_jobs))
     }
     n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
-    share = cfg.validation_share if n_val else 0.0  # no validation sequence: every template stays in training
+    share = holdout_share(cfg.n_train_sequences, cfg.validation_share)
     templates["train"], templates["validation"] = validation_templates(templates["train"], share)
     stats["validation_workloads"][DEEPPLACE_SOURCE] = (
         len(templates["validation"]) if templates["validation"] is not templates["train"] else 0
@@ -287,16 +289,16 @@ def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]
     stats["mean_job_work_unit_steps"][DEEPPLACE_SOURCE] = {s: tuple(map(float, w)) for s, w in work.items()}
     rows = []
     for load in cfg.loads_pct:
+        rates = {part: part_arrival_rate(load, work, part, cfg) for part in work}
         for split, n_seq in (("train", cfg.n_train_sequences), ("test", cfg.n_test_sequences)):
             rng = np.random.default_rng([cfg.seed, 2, load, SPLIT_CODE[split]])
             for seq in range(n_seq):
-                part = "validation" if split == "train" and seq >= n_seq - n_val else split
-                rate = part_arrival_rate(load, work, part, cfg)
+                part = validation_part(split, seq, n_seq, n_val)
                 stats["arrival_rate_per_step"].setdefault(DEEPPLACE_SOURCE, {}).setdefault(load, {})[part] = (
-                    rate
+                    rates[part]
                 )
                 stream = partial(_draw_templates, templates[part], long_fraction=cfg.long_fraction, rng=rng)
-                for job in arrange_sequence(stream, rate, cfg.arrival_steps, rng, stats):
+                for job in arrange_sequence(stream, rates[part], cfg.arrival_steps, rng, stats):
                     rows.append(
                         {
                             "source": DEEPPLACE_SOURCE,

@@ -233,13 +233,11 @@ def fit_rho(
             for rho in rhos:
                 bound = sum_bound(s_mu, s_delta, s_delta2, rho)
                 hits[rho].append(((realised <= bound + 1e-9).all(axis=(2, 3)))[used])
-            excess, dev = (
-                (realised - s_mu)[used],
-                s_delta[used],
-            )  # rho = 1: the deviation is the sum of deltas
-            ratio = np.where(
-                dev > 0, excess / np.where(dev > 0, dev, 1.0), np.where(excess > 1e-9, np.inf, -np.inf)
-            )
+            # kappa's score at rho = 1, where the deviation is the sum of deltas; where it is 0 a case is
+            # covered at any kappa (realised <= medians) or at none
+            excess, dev = (realised - s_mu)[used], s_delta[used]
+            covered_at_any = np.where(excess > 1e-9, np.inf, -np.inf)
+            ratio = np.where(dev > 0, excess / np.where(dev > 0, dev, 1.0), covered_at_any)
             scores.append(ratio.max(axis=(1, 2)) if ratio.size else np.zeros(0))
         state, actions = decide(policy, cfg, state, rng)
         state, *_ = core.step(cfg, state, actions)
