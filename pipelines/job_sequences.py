@@ -980,6 +980,8 @@ def build_job_sequences(
             f"rate_split one of {RATE_SPLITS} (got {cfg.rate_split!r}) and arrival_steps >= 1 (got "
             f"{cfg.arrival_steps})"
         )
+    if not 0.0 <= cfg.validation_share < 1.0:
+        raise ValueError(f"SequenceConfig: validation_share must be in [0, 1), got {cfg.validation_share}")
     if cfg.oversized_rule not in OVERSIZED_RULES:
         raise ValueError(
             f"SequenceConfig: oversized_rule must be one of {OVERSIZED_RULES}, got {cfg.oversized_rule!r}"

@@ -274,6 +274,8 @@ def build_deepplace_sequences(cfg: DeepPlaceConfig) -> tuple[pl.DataFrame, dict]
         raise ValueError(
             f"DeepPlaceConfig: load_resource must be one of {LOAD_RESOURCES}, rate_split one of {RATE_SPLITS}"
         )
+    if not 0.0 <= cfg.validation_share < 1.0:
+        raise ValueError(f"DeepPlaceConfig: validation_share must be in [0, 1), got {cfg.validation_share}")
     stats = _new_stats()
     templates = {
         split: deepplace_templates(n, split, cfg, np.random.default_rng([cfg.seed, 1, SPLIT_CODE[split]]))

@@ -288,6 +288,8 @@ def test_validation_counts_and_holdout_edges() -> None:
     usage, long_running = _pool(n_workloads=24, n_bins=900)
     one = SequenceConfig(n_train_sequences=1, n_test_sequences=1, loads_pct=(50,))
     df, stats = build_job_sequences(usage, long_running, None, one)
+    with pytest.raises(ValueError, match="validation_share must be in"):
+        build_job_sequences(usage, long_running, None, SequenceConfig(validation_share=1.2))
     assert stats["validation_workloads"]["s"] == 0 and set(stats["arrival_rate_per_step"]["s"][50]) == {
         "train",
         "test",

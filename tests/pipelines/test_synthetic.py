@@ -103,6 +103,8 @@ def test_deepplace_validation_sequences_draw_held_out_templates(deepplace) -> No
     assert val_ids and fit_ids and not val_ids & fit_ids
     assert stats["validation_workloads"][DEEPPLACE_SOURCE] == 15
     assert set(train.filter(is_val)["ec_label"].unique().to_list()) == {1, 2, 3, 4}
+    with pytest.raises(ValueError, match="validation_share must be in"):
+        build_deepplace_sequences(DeepPlaceConfig(validation_share=-0.1))
 
 
 def test_sample_units_is_unbiased() -> None:
