@@ -20,13 +20,14 @@ scheduler to report as a winner. `ForecastCache` memoises a forecaster of observ
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State, observed_labels
+from sim.core import State, jobs_running, observed_labels
 from sim.jobs import JobBatch
 
 DEFAULT_LEVELS = (0.5, 0.9, 0.95, 0.99)
@@ -83,6 +84,29 @@ class UsageForecaster(Protocol):
         ...
 
 
+def levels_of(point: np.ndarray, n_levels: int) -> np.ndarray:
+    """(N, L, H, D) a point forecast (N, H, D) repeated at every level."""
+    return np.ascontiguousarray(np.broadcast_to(point[:, None], (point.shape[0], n_levels, *point.shape[1:])))
+
+
+def is_point_forecaster(forecaster) -> bool:
+    """Whether every quantile level of `forecaster` is one value (persistence, the request, the true future, and
+    recall over any of them): it then offers `point(cfg, state, env, job)` -> (N, H, D), the forecast without its
+    level axis, and risk bounds skip the deviations (exactly 0)."""
+    if isinstance(forecaster, RecallOverlay):
+        return is_point_forecaster(forecaster.inner)
+    return callable(getattr(forecaster, "point", None))
+
+
+def point_forecast(
+    forecaster, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+) -> np.ndarray | None:
+    """(N, H, D) the forecast of a point forecaster (`is_point_forecaster`), else None."""
+    if not is_point_forecaster(forecaster):
+        return None
+    return forecaster.point(cfg, state, np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64))
+
+
 def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_recent: int) -> JobView:
     """The `JobView` of jobs `job` (N,) of envs `env` (N,): observed usage only (see the module docstring); the
     unquantised usage (`JobBatch.usage_exact`), when the batch has it, through the same mask."""
@@ -134,6 +158,10 @@ class ExactForecaster:
     is_oracle: bool = True
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return levels_of(self.point(cfg, state, env, job), len(self.levels))
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) the true usage (every level's value)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         jobs = state.jobs
         is_placed = state.job_machine[env, job] >= 0
@@ -141,8 +169,7 @@ class ExactForecaster:
         ages = state.t[env, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (N, H)
         alive = (ages >= 0) & (ages < jobs.duration[env, job][:, None])
         units = jobs.usage[env[:, None], job[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (N, H, D)
-        units = units.astype(np.float64) * alive[..., None]
-        return np.repeat(units[:, None], len(self.levels), axis=1)
+        return units.astype(np.float64) * alive[..., None]
 
 
 class ForecastCache:
@@ -352,6 +379,62 @@ def recall_reliability(jobs: JobBatch) -> dict:
     return {"n_repeats": n_repeat, "share_equal": n_equal / n_repeat if n_repeat else 0.0}
 
 
+class RecallMemo:
+    """The recall views of the last state asked about, shared by every `RecallOverlay`: within one decision a rule
+    and the placer's features ask about overlapping jobs of the same state, and a job's view depends only on the
+    state (its env's runs), not on who asks, so each is computed once. Holds the state weakly."""
+
+    def __init__(self) -> None:
+        self._state: weakref.ref | None = None
+        self._covered = np.zeros(0, dtype=bool)
+        self._index = np.zeros((0, 0), dtype=np.int64)
+        self._view = _empty_view(0, 0)
+
+    def rows(
+        self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+    ) -> tuple[RecallView, np.ndarray]:
+        """(every view held, (N,) the row of each asked job in it): computed where not held yet, with each newly
+        asked env's running jobs and queue head (a rule asks for them next)."""
+        n_envs, n_jobs = state.batch_size, state.jobs.max_jobs
+        if self._state is None or self._state() is not state:
+            self._state = weakref.ref(state)
+            self._covered = np.zeros(n_envs, dtype=bool)
+            self._index = np.full((n_envs, n_jobs), -1, dtype=np.int64)
+            self._view = _empty_view(state.jobs.max_duration, state.jobs.n_resources)
+        covered, index = self._covered, self._index
+        missing = index[env, job] < 0
+        add_env, add_job = [env[missing]], [job[missing]]
+        new_envs = np.unique(env[~covered[env]])
+        if new_envs.size:
+            covered[new_envs] = True
+            bi, ji = np.nonzero(jobs_running(state)[new_envs])
+            add_env += [new_envs[bi], new_envs]
+            add_job += [ji, np.minimum(state.next_job[new_envs], n_jobs - 1)]
+        e, j = np.concatenate(add_env), np.concatenate(add_job)
+        if e.size:
+            keep = index[e, j] < 0
+            pair = np.unique(e[keep] * n_jobs + j[keep])
+            e, j = pair // n_jobs, pair % n_jobs
+            fresh = recall_view(cfg, state, e, j)
+            held = self._view
+            index[e, j] = held.n_runs.size + np.arange(e.size)
+            self._view = RecallView(
+                np.concatenate([held.usage, fresh.usage]),
+                np.concatenate([held.n_runs, fresh.n_runs]),
+                np.concatenate([held.complete, fresh.complete]),
+            )
+        return self._view, index[env, job]
+
+
+def _empty_view(n_ages: int, n_resources: int) -> RecallView:
+    return RecallView(
+        np.zeros((0, n_ages, n_resources)), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    )
+
+
+_RECALL_MEMO = RecallMemo()
+
+
 @dataclass(frozen=True)
 class RecallOverlay:
     """A forecaster of observed usage, overridden by recall (`recall_view`): where an earlier run of the job's
@@ -363,16 +446,11 @@ class RecallOverlay:
     inner: UsageForecaster
     reliability: float = 1.0
     """`recall_reliability`'s share_equal on the training sequences (recorded with the rule's choices)."""
-    _last: list = field(default_factory=list, compare=False, repr=False)
-    """The last (state, env, job, view): a rule asks for a view's forecast and its known rows in one decision."""
 
-    def _view(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> RecallView:
-        last = self._last
-        if last and last[0] is state and np.array_equal(last[1], env) and np.array_equal(last[2], job):
-            return last[3]
-        view = recall_view(cfg, state, env, job)
-        last[:] = [state, env.copy(), job.copy(), view]
-        return view
+    def _view(
+        self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+    ) -> tuple[RecallView, np.ndarray]:
+        return _RECALL_MEMO.rows(cfg, state, env, job)
 
     @property
     def horizon(self) -> int:
@@ -386,15 +464,34 @@ class RecallOverlay:
         """(N,) bool: jobs whose whole life is recalled from a finished earlier run (a rule need not wait to
         observe them)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-        return self._view(cfg, state, env, job).complete
+        view, rows = self._view(cfg, state, env, job)
+        return view.complete[rows]
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-        out = self.inner.forecast(cfg, state, env, job)
+        return self._overlay(cfg, state, env, job, self.inner.forecast(cfg, state, env, job), level_axis=True)
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) of a point inner forecaster (`is_point_forecaster`), recall overlaid."""
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        inner = point_forecast(self.inner, cfg, state, env, job)
+        if inner is None:
+            raise TypeError(f"RecallOverlay.point: {type(self.inner).__name__} is not a point forecaster")
+        return self._overlay(cfg, state, env, job, np.array(inner, dtype=np.float64), level_axis=False)
+
+    def _overlay(
+        self,
+        cfg: SimConfig,
+        state: State,
+        env: np.ndarray,
+        job: np.ndarray,
+        out: np.ndarray,
+        level_axis: bool,
+    ) -> np.ndarray:
         if env.size == 0:
             return out
-        view = self._view(cfg, state, env, job)
-        has = np.flatnonzero(view.n_runs > 0)
+        view, rows = self._view(cfg, state, env, job)
+        has = np.flatnonzero(view.n_runs[rows] > 0)
         if has.size == 0:
             return out
         jobs = state.jobs
@@ -403,9 +500,12 @@ class RecallOverlay:
         start = np.where(is_placed, state.job_start[e, j], state.t[e])
         ages = state.t[e, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (n, H)
         inside = ages < jobs.max_duration
-        vals = view.usage[has[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
+        vals = view.usage[rows[has][:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
         vals = np.where(inside[..., None], vals, 0.0)
-        out[has] = np.where(np.isfinite(vals)[:, None], vals[:, None], out[has])
+        if level_axis:
+            out[has] = np.where(np.isfinite(vals)[:, None], vals[:, None], out[has])
+        else:
+            out[has] = np.where(np.isfinite(vals), vals, out[has])
         return out
 
 
@@ -421,11 +521,14 @@ def fit_recall(
 
 def with_cache(forecaster: UsageForecaster, max_rows: int = 200_000, seed: int = 0) -> UsageForecaster:
     """The forecaster memoised by what it reads: `ForecastCache` around it, or around a `RecallOverlay`'s inner
-    forecaster (a recall depends on other runs, so the overlay itself is never cached); a cached one as it is."""
+    forecaster (a recall depends on other runs, so the overlay itself is never cached); a cached one, and a point
+    forecaster that reads no future (cheaper than its cache key), as it is."""
     if isinstance(forecaster, ForecastCache):
         return forecaster
     if isinstance(forecaster, RecallOverlay):
         return RecallOverlay(with_cache(forecaster.inner, max_rows, seed), forecaster.reliability)
+    if is_point_forecaster(forecaster) and not getattr(forecaster, "is_oracle", False):
+        return forecaster  # persistence, the request: computed faster than their cache keys
     return ForecastCache(forecaster, max_rows, seed)
 
 

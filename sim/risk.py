@@ -54,7 +54,16 @@ import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State, jobs_running, machines_used, queue_head
-from sim.forecast import DEFAULT_LEVELS, UsageForecaster, fit_recall, job_view, with_cache
+from sim.forecast import (
+    DEFAULT_LEVELS,
+    UsageForecaster,
+    fit_recall,
+    is_point_forecaster,
+    job_view,
+    levels_of,
+    point_forecast,
+    with_cache,
+)
 
 MODES = ("deviate", "pack")
 
@@ -132,9 +141,14 @@ def job_moments(
         n_steps = max(horizon, rcfg.extend_to or 0)
         empty = np.zeros((0, n_steps, cfg.n_resources))
         return empty, empty
-    quant = forecaster.forecast(cfg, state, env, job)[:, :, :horizon]
-    mu, up = quant[:, i_med], quant[:, i_up]
-    delta = np.maximum(up - mu, 0.0)
+    point = point_forecast(forecaster, cfg, state, env, job)
+    if point is not None:  # every level is one value: the deviation is exactly 0
+        mu = point[:, :horizon]
+        delta = np.zeros_like(mu)
+    else:
+        quant = forecaster.forecast(cfg, state, env, job)[:, :, :horizon]
+        mu, up = quant[:, i_med], quant[:, i_up]
+        delta = np.maximum(up - mu, 0.0)
     if rcfg.extend_to is not None and rcfg.extend_to > horizon:
         tail = rcfg.extend_to - horizon
         mu = np.concatenate([mu, np.repeat(mu.max(axis=1, keepdims=True), tail, axis=1)], axis=1)
@@ -182,6 +196,10 @@ def machine_sums(
     n_m = cfg.n_machines
     horizon = mu.shape[1]
     cell = (bi if rows is None else position[bi]) * n_m + state.job_machine[bi, ji]
+    if is_point_forecaster(forecaster):  # deviations are all 0: only the medians need summing
+        s_mu = sum_by_cell(mu, cell, n_envs * n_m).reshape(n_envs, n_m, horizon, cfg.n_resources)
+        zero = np.zeros_like(s_mu)
+        return s_mu, zero, zero
     sums = sum_by_cell(np.stack([mu, delta, delta * delta], axis=1), cell, n_envs * n_m)
     sums = sums.reshape(n_envs, n_m, 3, horizon, cfg.n_resources)
     return sums[:, :, 0], sums[:, :, 1], sums[:, :, 2]
@@ -285,13 +303,15 @@ class PersistenceForecaster:
     observed at the current step only."""
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return levels_of(self.point(cfg, state, env, job), len(self.levels))
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) every level's value (`sim.forecast.point_forecast`)."""
         view = job_view(cfg, state, env, job, n_recent=1)
         seen = view.life_max if self.statistic == "peak" else view.recent[:, -1]
         last = np.where(view.n_observed[:, None] > 0, seen, view.request)
         last = np.nan_to_num(last, nan=0.0)
-        units = np.broadcast_to(
-            last[:, None, None, :], (view.size, len(self.levels), self.horizon, last.shape[1])
-        )
+        units = np.broadcast_to(last[:, None, :], (view.size, self.horizon, last.shape[1]))
         return np.ascontiguousarray(units, dtype=np.float64)
 
 
@@ -306,12 +326,17 @@ class RequestForecaster:
         self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, horizon: int | None = None
     ) -> np.ndarray:
         """(N, L, H, D) the request at every level and step; H = `horizon` (default: the configured one)."""
+        return levels_of(self.point(cfg, state, env, job, horizon), len(self.levels))
+
+    def point(
+        self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, horizon: int | None = None
+    ) -> np.ndarray:
+        """(N, H, D) every level's value (`sim.forecast.point_forecast`)."""
         h = self.horizon if horizon is None else int(horizon)
         if h < 1:
             raise ValueError(f"RequestForecaster: horizon must be >= 1, got {h}")
         request = state.jobs.request[env, job].astype(np.float64)
-        units = np.broadcast_to(request[:, None, None, :], (len(env), len(self.levels), h, request.shape[1]))
-        return np.ascontiguousarray(units)
+        return np.ascontiguousarray(np.broadcast_to(request[:, None, :], (len(env), h, request.shape[1])))
 
 
 # --- the rules -------------------------------------------------------------------------------------

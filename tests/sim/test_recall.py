@@ -9,10 +9,19 @@ import numpy as np
 
 from sim import core
 from sim.config import SimConfig
-from sim.forecast import ExactForecaster, RecallOverlay, fit_recall, recall_reliability, recall_view
+from sim.forecast import (
+    ExactForecaster,
+    RecallMemo,
+    RecallOverlay,
+    fit_recall,
+    is_point_forecaster,
+    point_forecast,
+    recall_reliability,
+    recall_view,
+)
 from sim.jobs import JobBatch
 from sim.policies import decide, make_policy, policy_kind
-from sim.risk import PersistenceForecaster, RiskAwarePacking, RiskConfig
+from sim.risk import PersistenceForecaster, RequestForecaster, RiskAwarePacking, RiskConfig, head_bounds
 from sim.tuning import FitContext, TuningConfig
 
 CFG = SimConfig(n_machines=4, max_steps=400)
@@ -167,3 +176,63 @@ def test_fitted_recall_rule_records_what_recall_measured() -> None:
     choice = ctx.choices["forecast_recall_hybrid"]
     assert choice["recall_used"] is True and choice["share_equal"] == 1.0
     assert {t["min_observed"] for t in choice["tried"]} == {0, jobs.max_duration + 1}
+
+
+def test_shared_recall_views_equal_fresh_ones_whatever_is_asked_first() -> None:
+    jobs = _recurring_jobs(3, 30, seed=4)
+    state = _advance(jobs, 25)
+    env, job = _all_jobs(jobs)
+    fresh = recall_view(CFG, state, env, job)
+    memo = RecallMemo()
+    order = np.random.default_rng(0).permutation(env.size)
+    for part in (
+        order[: env.size // 3],
+        order[env.size // 3 :],
+        order,
+    ):  # a subset first, then the rest, then all
+        view, rows = memo.rows(CFG, state, env[part], job[part])
+        np.testing.assert_array_equal(view.usage[rows], fresh.usage[part])
+        np.testing.assert_array_equal(view.n_runs[rows], fresh.n_runs[part])
+        np.testing.assert_array_equal(view.complete[rows], fresh.complete[part])
+    later = _advance(jobs, 26)  # another state: nothing of the first is reused
+    view, rows = memo.rows(CFG, later, env, job)
+    np.testing.assert_array_equal(view.n_runs[rows], recall_view(CFG, later, env, job).n_runs)
+
+
+class _Levels:
+    """A forecaster hiding its inner point forecaster's `point` (the general path of the risk bounds)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.horizon, self.levels = inner, inner.horizon, inner.levels
+
+    def forecast(self, cfg, state, env, job):
+        return self.inner.forecast(cfg, state, env, job)
+
+    def __getattr__(self, name):  # known_rows and the rest, not `point`
+        if name == "point":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_point_forecasts_are_every_level_and_give_the_general_bounds() -> None:
+    jobs = _recurring_jobs(3, 30, seed=5)
+    state = _advance(jobs, 20)
+    env, job = _all_jobs(jobs)
+    risk = RiskConfig(level=0.95, min_observed=3)
+    for fc in (
+        PersistenceForecaster(horizon=12),
+        RequestForecaster(horizon=12),
+        ExactForecaster(horizon=12),
+        RecallOverlay(PersistenceForecaster(horizon=12)),
+    ):
+        assert is_point_forecaster(fc)
+        point = point_forecast(fc, CFG, state, env, job)
+        levels = fc.forecast(CFG, state, env, job)
+        assert point.shape == (env.size, 12, 2)
+        for li in range(len(fc.levels)):
+            np.testing.assert_array_equal(levels[:, li], point)
+        fast = head_bounds(CFG, state, fc, risk)
+        general = head_bounds(CFG, state, _Levels(fc), risk)
+        np.testing.assert_array_equal(fast, general)
+    assert not is_point_forecaster(_Levels(PersistenceForecaster()))
+    assert not is_point_forecaster(RecallOverlay(_Levels(PersistenceForecaster())))
