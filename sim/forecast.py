@@ -20,6 +20,7 @@ scheduler to report as a winner. `ForecastCache` memoises a forecaster of observ
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -380,7 +381,7 @@ def recall_reliability(jobs: JobBatch) -> dict:
 
 
 class RecallMemo:
-    """The recall views of the last state asked about, shared by every `RecallOverlay`: within one decision a rule
+    """The recall views of the last state asked about, shared by every `RecallOverlay` of a thread: within one decision a rule
     and the placer's features ask about overlapping jobs of the same state, and a job's view depends only on the
     state (its env's runs), not on who asks, so each is computed once. Holds the state weakly."""
 
@@ -432,7 +433,15 @@ def _empty_view(n_ages: int, n_resources: int) -> RecallView:
     )
 
 
-_RECALL_MEMO = RecallMemo()
+_MEMOS = threading.local()
+
+
+def _recall_memo() -> RecallMemo:
+    """This thread's `RecallMemo` (ops of a threaded executor, e.g. Dask workers, never share one)."""
+    memo = getattr(_MEMOS, "recall", None)
+    if memo is None:
+        memo = _MEMOS.recall = RecallMemo()
+    return memo
 
 
 @dataclass(frozen=True)
@@ -450,7 +459,7 @@ class RecallOverlay:
     def _view(
         self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
     ) -> tuple[RecallView, np.ndarray]:
-        return _RECALL_MEMO.rows(cfg, state, env, job)
+        return _recall_memo().rows(cfg, state, env, job)
 
     @property
     def horizon(self) -> int:
