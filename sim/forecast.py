@@ -381,9 +381,9 @@ def recall_reliability(jobs: JobBatch) -> dict:
 
 
 class RecallMemo:
-    """The recall views of the last state asked about, shared by every `RecallOverlay` of a thread: within one decision a rule
-    and the placer's features ask about overlapping jobs of the same state, and a job's view depends only on the
-    state (its env's runs), not on who asks, so each is computed once. Holds the state weakly."""
+    """The recall views of the last state asked about, shared by every `RecallOverlay` of a thread: within one
+    decision a rule and the placer's features ask about overlapping jobs of the same state, and a job's view depends
+    only on the state (its env's runs), not on who asks, so each is computed once. Holds the state weakly."""
 
     def __init__(self) -> None:
         self._state: weakref.ref | None = None
