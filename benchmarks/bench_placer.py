@@ -101,6 +101,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-m50", action="store_true")
     ap.add_argument(
+        "--action-set",
+        default="valid",
+        choices=("valid", "safe"),
+        help="PlacerConfig.action_set: every valid action, or the base's and the forecast-safe machines",
+    )
+    ap.add_argument("--base-bonus", type=float, default=None, help="override each algorithm's base bonus")
+    ap.add_argument(
         "--base",
         default="hybrid_observed",
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
@@ -141,7 +148,11 @@ def main() -> None:
             time_budget_s=args.budget,
             n_iterations=200,
             seed=args.seed,
-            **SETTINGS[algorithm],
+            action_set=args.action_set,
+            **{
+                **SETTINGS[algorithm],
+                **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
+            },
         )
         speed: dict = {}
         t0 = time.perf_counter()

@@ -112,6 +112,7 @@ STOP_RULES = ("n_iterations", "patience", "time_budget")
 RETRAIN = "train it with train_forecast_placer and save it again"
 """What to do about a placer file the loader refuses (in its errors)."""
 ALGORITHMS = ("reinforce", "ppo", "vine")
+ACTION_SETS = ("valid", "safe")
 STAGE_TABLE = {
     "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "pg"
     "iteration": pl.Int64,  # BC epoch or PG iteration (0 = before any update)
@@ -142,6 +143,11 @@ class PlacerConfig:
     """Forecast steps read (t + 1 .. t + H); None = the forecaster's horizon."""
     hidden: int = 64
     """Width of the per-machine encoder and of the hold head."""
+    action_set: str = "valid"
+    """Actions the policy may take, greedy or sampled: "valid" (every valid action) or "safe" (the base rule's
+    action, or a valid machine whose bound with the head at the top level of `levels` stays within capacity over
+    the horizon: the "is_safe_with" input; hold only where the base holds). "safe" keeps exploration off the
+    placements the forecast already says overshoot, which cost every co-located job."""
     base_bonus: float = 3.0
     """Initial logit bonus of the base rule's action (learned). Greedy at init is the base rule for any value > 0;
     the value sets how often sampling explores other valid actions (about (M - 1) e^-b / (1 + (M - 1) e^-b))."""
@@ -203,6 +209,8 @@ class PlacerConfig:
     def __post_init__(self) -> None:
         if not self.levels or abs(self.levels[0] - 0.5) > 1e-9 or list(self.levels) != sorted(self.levels):
             raise ValueError(f"PlacerConfig.levels must be ascending and start at 0.5, got {self.levels}")
+        if self.action_set not in ACTION_SETS:
+            raise ValueError(f"PlacerConfig.action_set must be one of {ACTION_SETS}, got {self.action_set!r}")
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"PlacerConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if not 0.0 <= self.rho <= 1.0 or not 0.0 < self.discount <= 1.0:
@@ -418,6 +426,18 @@ def placement_features(
         axis=1,
     ).astype(np.float32)
     return x, g
+
+
+def safe_action_mask(
+    cfg: SimConfig, pcfg: PlacerConfig, x: np.ndarray, base: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
+    """(B, M + 1) `PlacerConfig.action_set` "safe": of the valid actions `mask`, the base rule's `base` (B,) and
+    every machine whose "is_safe_with" input at the top level is set in `x` (B, M, F)."""
+    column = feature_names(pcfg, cfg.n_resources).index(f"is_safe_with_q{round(pcfg.levels[-1] * 100)}")
+    keep = np.zeros_like(mask)
+    keep[:, : cfg.n_machines] = x[:, :, column] > 0.5
+    keep[np.arange(base.size), base] = True
+    return mask & keep
 
 
 def _level_index(levels, level: float) -> int:
@@ -679,6 +699,8 @@ class ForecastResidualPolicy:
         base = self.base.act(cfg, state, rng)
         mask = action_mask(cfg, state)
         x, g = placement_features(cfg, state, self.forecaster, self.config, base, mask)
+        if self.config.action_set == "safe":
+            mask = safe_action_mask(cfg, self.config, x, base, mask)
         return {"x": x, "g": g, "base": base, "mask": mask}
 
     def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:
@@ -860,6 +882,7 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
             actions = np.where(inputs["mask"][np.arange(actions.size), actions], actions, inputs["base"])
         else:
             actions = np.asarray(teacher.act(cfg, state, rng), dtype=np.int64)
+            inputs["mask"][np.arange(actions.size), actions] = True  # a teacher's valid action, safe or not
         greedy = logits.argmax(dim=1).numpy()
         rec.n_decisions += 1
         rec.n_env_decisions += active.size

@@ -155,6 +155,26 @@ def test_only_valid_actions_sampled_and_greedy(learned_forecaster) -> None:
     _actions(policy, jobs)  # the simulator raises on a masked action
 
 
+def test_the_safe_action_set_keeps_only_the_base_and_forecast_safe_machines(learned_forecaster) -> None:
+    jobs = _square_jobs(2, 40, seed=2)
+    config = PlacerConfig(base_bonus=0.5, action_set="safe")
+    policy = ForecastResidualPolicy(base=_hybrid(), forecaster=learned_forecaster, config=config)
+    _randomise_residual(policy.ready(CFG))
+    rec = run_rollout(policy, CFG, jobs, 0, "sample", np.random.default_rng(0), keep=True)
+    x, mask = np.concatenate(rec.x), np.concatenate(rec.mask)
+    base, action = np.concatenate(rec.base), np.concatenate(rec.action)
+    safe = x[:, :, fp.feature_names(config, 2).index("is_safe_with_q99")] > 0.5
+    rows = np.arange(base.size)
+    assert mask[rows, base].all() and mask[rows, action].all()
+    others = mask.copy()
+    others[rows, base] = False
+    assert not (others[:, : CFG.n_machines] & ~safe).any()  # no unsafe machine but the base's
+    assert not others[:, CFG.n_machines].any()  # hold only where the base holds
+    assert (action != base).any() and mask.sum() < np.concatenate(rec.x).shape[0] * (CFG.n_machines + 1)
+    with pytest.raises(ValueError, match="action_set"):
+        PlacerConfig(action_set="all")
+
+
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
     jobs = _square_jobs(4, 30, seed=5)
     policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))
