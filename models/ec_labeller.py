@@ -73,7 +73,7 @@ class ClassifierLabeller:
         """(B, J, A) int64 label of every real job of `jobs` after a = 0 .. A - 1 observed steps (A = `n_ages`, at
         most its duration + 1; 0 for padding and ages past a job's end), in one predict call; kept for the last
         batch asked (a rollout asks with the same batch at every decision)."""
-        key = (tuple(cfg.capacity_units), cfg.n_resources)
+        key = (tuple(cfg.capacity_units), cfg.n_resources, jobs.revision)  # a batch reordered in place: again
         if self._table is not None and self._table[0] is jobs and self._table[1] == key:
             return self._table[2]
         # rows with the same jobs (a rollout repeats each sequence over its trajectories) are predicted once

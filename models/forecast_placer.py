@@ -93,6 +93,7 @@ from sim.policies import (
     is_learned,
     is_oracle,
     make_policy,
+    own_jobs,
     promote_queued_job,
     valid_machines,
 )
@@ -859,12 +860,18 @@ def run_rollout(
 def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
     state = core.reset(cfg, jobs, seed)
+    # job picks reorder the episode's own batch in place, unless a callback may keep earlier states
+    in_place = on_decision is None
+    if in_place:
+        state = own_jobs(state)
     limit = int(jobs.max_jobs + cfg.max_steps + 1) * 2
     for _ in range(limit):
         if state.is_done.all():
             break
         active = np.flatnonzero(~state.is_done)
-        state = promote_queued_job(state, np.where(state.is_done, 0, policy.pick_job(cfg, state, rng)))
+        state = promote_queued_job(
+            state, np.where(state.is_done, 0, policy.pick_job(cfg, state, rng)), in_place
+        )
         inputs = policy.decision_inputs(cfg, state, rng)
         if on_decision is not None:
             on_decision(state, inputs, active)

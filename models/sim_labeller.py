@@ -306,6 +306,7 @@ class SimViewLabeller:
         self.cfg = cfg
         self.view = view
         self._jobs: JobBatch | None = None  # the sequences the kept labels belong to
+        self._revision = 0
         self._n_observed = np.zeros((0, 0), dtype=np.int64)  # (B, J) steps observed when labelled, -1 = never
         self._label = np.zeros((0, 0), dtype=np.int64)
 
@@ -317,14 +318,16 @@ class SimViewLabeller:
         """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere.
 
         A job's label depends only on the job and its steps observed, so labels are kept per (job, steps
-        observed) of the sequences last seen (`state.jobs`, which a state never mutates) and only jobs whose count
+        observed) of the sequences last seen (`state.jobs` at its `revision`) and only jobs whose count
         changed since the last call are predicted again: between two decisions that is the job just placed and
         the new arrivals, and once per step every running job. New sequences (a reset, an autoreset) start over."""
         self.check_batch(state.jobs)
         out = observed_labels(state).astype(np.int64, copy=True)
         is_shown = labelled_jobs(cfg, state)
-        if self._jobs is not state.jobs:
-            self._jobs = state.jobs
+        if (
+            self._jobs is not state.jobs or self._revision != state.jobs.revision
+        ):  # new, or reordered in place
+            self._jobs, self._revision = state.jobs, state.jobs.revision
             self._n_observed = np.full(is_shown.shape, -1, dtype=np.int64)
             self._label = np.zeros(is_shown.shape, dtype=np.int64)
         bi, ji = np.nonzero(is_shown & (steps_observed(state) != self._n_observed))

@@ -38,6 +38,7 @@ from sim.policies import (
     is_learned,
     is_oracle,
     make_policy,
+    own_jobs,
     policy_kind,
 )
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
@@ -89,13 +90,13 @@ def run_episodes(
     `max_decisions` calls (default: a bound no valid rollout reaches: every job placed once, every step held once).
     """
     rng = np.random.default_rng(seed)
-    state = core.reset(cfg, jobs, seed)
+    state = own_jobs(core.reset(cfg, jobs, seed))  # reordered in place by job pickers: no copy per decision
     trace = core.make_trace(cfg, jobs.batch_size)
     limit = max_decisions or int(jobs.max_jobs + cfg.max_steps + 1)
     for _ in range(limit):
         if state.is_done.all():
             break
-        state, actions = decide(policy, cfg, state, rng)
+        state, actions = decide(policy, cfg, state, rng, in_place=True)
         state, *_ = core.step(cfg, state, actions, trace)
     if not state.is_done.all():
         raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")

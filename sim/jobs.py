@@ -43,9 +43,16 @@ JOB_EXACT_USAGE_COLUMNS = ("cpu_units_exact", "mem_units_exact")
 C_d, `pipelines.job_sequences.EXACT_USAGE_COLUMNS`), in `JobBatch.usage_exact` resource order."""
 
 
-def rotate_right(values: np.ndarray, row: int, lo: int, hi: int) -> None:
-    """In place: entries lo .. hi of `values[row]` rotate right by one (entry hi lands at lo)."""
-    values[row, lo : hi + 1] = np.roll(values[row, lo : hi + 1], 1, axis=0)
+def rotation_index(
+    rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, to, from) flat indices that rotate entries lo[i] .. hi[i] of row rows[i] right by one, every row at
+    once: `values[row, to] = values[row, from]` (rows distinct)."""
+    rows, lo, hi = (np.asarray(a, dtype=np.int64) for a in (rows, lo, hi))
+    length = hi - lo + 1
+    offset = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+    to = np.repeat(lo, length) + offset
+    return np.repeat(rows, length), to, np.where(offset == 0, np.repeat(hi, length), to - 1)
 
 
 @dataclass(frozen=True)
@@ -165,30 +172,57 @@ class JobBatch:
         """A copy in which jobs lo[i] .. hi[i] of row rows[i] rotate right by one (job hi[i] lands at lo[i], the
         others keep their order); running summaries already computed (`observed_prefix`) move with their jobs
         instead of being computed again, and so do the workload codes (`workload_code`)."""
-        names = ["arrival_step", "duration", "usage", "request", "ec_label"] + [
-            name for name in ("meta", "usage_exact") if getattr(self, name) is not None
-        ]
-        arrays = {name: getattr(self, name).copy() for name in names}
-        prefix = self.__dict__.get("observed_prefix")
-        prefix = None if prefix is None else tuple(p if p is None else p.reordered() for p in prefix)
-        code = self.__dict__.get("workload_code")
-        code = None if code is None else code.copy()  # codes are per row: a rotation within a row keeps them
-        moved = [*arrays.values(), *(p.order for p in prefix or () if p is not None)]
-        moved += [] if code is None else [code]
-        wids = list(self.workload_ids)
-        for r, a, b in zip(rows, lo, hi, strict=True):
-            for values in moved:
-                rotate_right(values, r, a, b)
-            if r < len(wids) and b < len(wids[r]):
-                w = list(wids[r])
-                w[a : b + 1] = [w[b], *w[a:b]]
-                wids[r] = tuple(w)
-        out = replace(self, **arrays, workload_ids=tuple(wids))
-        if prefix is not None:
-            out.__dict__["observed_prefix"] = prefix
-        if code is not None:
-            out.__dict__["workload_code"] = code
+        out = self.owned_copy()
+        out.rotate_in_place(rows, lo, hi)
         return out
+
+    _JOB_ARRAYS = ("arrival_step", "duration", "usage", "request", "ec_label", "meta", "usage_exact")
+    """The per-job arrays a queue reordering moves."""
+
+    def owned_copy(self) -> JobBatch:
+        """A copy whose per-job arrays (and the `order` of running summaries already computed, and the workload
+        codes) no other batch holds: what `rotate_in_place` may reorder. A rollout that owns its batch copies it
+        once per episode instead of once per reordering (`sim.policies.promote_queued_job`)."""
+        arrays = {
+            name: getattr(self, name).copy() for name in self._JOB_ARRAYS if getattr(self, name) is not None
+        }
+        out = replace(self, **arrays)
+        prefix = self.__dict__.get("observed_prefix")
+        if prefix is not None:
+            out.__dict__["observed_prefix"] = tuple(p if p is None else p.reordered() for p in prefix)
+        if "workload_code" in self.__dict__:
+            out.__dict__["workload_code"] = self.__dict__["workload_code"].copy()
+        return out
+
+    @property
+    def revision(self) -> int:
+        """How many times `rotate_in_place` reordered this batch: caches keyed by a batch also key by this."""
+        return int(self.__dict__.get("_revision", 0))
+
+    def rotate_in_place(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """IN PLACE, on a batch no one else holds (`owned_copy`): jobs lo[i] .. hi[i] of row rows[i] rotate right
+        by one, with their running summaries' `order`, workload codes and ids; `revision` counts up."""
+        if np.size(rows) == 0:
+            return
+        r, to, frm = rotation_index(rows, lo, hi)
+        moved = [getattr(self, name) for name in self._JOB_ARRAYS if getattr(self, name) is not None]
+        moved += [p.order for p in self.__dict__.get("observed_prefix") or () if p is not None]
+        if "workload_code" in self.__dict__:
+            moved.append(self.__dict__["workload_code"])
+        for values in moved:
+            values[r, to] = values[r, frm]
+        if self.workload_ids:
+            wids = list(self.workload_ids)
+            triples = zip(
+                np.asarray(rows).tolist(), np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True
+            )
+            for row, a, b in triples:
+                if row < len(wids) and b < len(wids[row]):
+                    w = list(wids[row])
+                    w[a : b + 1] = [w[b], *w[a:b]]
+                    wids[row] = tuple(w)
+            object.__setattr__(self, "workload_ids", tuple(wids))
+        self.__dict__["_revision"] = self.revision + 1
 
     def describe_job(self, b: int, j: int) -> str:
         """Human-readable name of job j of row b: its sequence key, index and workload id."""

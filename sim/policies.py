@@ -62,7 +62,7 @@ from sim.core import (
     queue_head,
     queue_length,
 )
-from sim.jobs import rotate_right
+from sim.jobs import rotation_index
 from sim.profiles import EcProfiles
 from sim.risk import (
     PeakPredictorPacking,
@@ -171,9 +171,11 @@ def queued_fits(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, n
     return jobs_idx, request, by_rule & by_request & is_waiting[..., None]
 
 
-def promote_queued_job(state: State, slot: np.ndarray) -> State:
+def promote_queued_job(state: State, slot: np.ndarray, in_place: bool = False) -> State:
     """A state whose queue has the job at visible `slot` (B,) moved to the head; the jobs it passes keep their
-    order. Only waiting jobs move, so every simulator invariant holds; the JobBatch is copied, not mutated."""
+    order. Only waiting jobs move, so every simulator invariant holds. The JobBatch is copied, not mutated, unless
+    `in_place`: then it is reordered in place (`JobBatch.rotate_in_place`), for a rollout that owns its batch
+    (`own_jobs`) and keeps no earlier state."""
     slot = np.asarray(slot, dtype=np.int64)
     rows = np.flatnonzero(slot > 0)
     if rows.size == 0:
@@ -189,17 +191,28 @@ def promote_queued_job(state: State, slot: np.ndarray) -> State:
     last = head + slot[rows]
     obs_label = None if state.obs_label is None else state.obs_label.copy()
     if obs_label is not None:
-        for r, lo, hi in zip(rows, head, last, strict=True):
-            rotate_right(obs_label, r, lo, hi)
-    return replace(state, jobs=jobs.rotated(rows, head, last), obs_label=obs_label)
+        r, to, frm = rotation_index(rows, head, last)
+        obs_label[r, to] = obs_label[r, frm]
+    if in_place:
+        jobs.rotate_in_place(rows, head, last)
+    else:
+        jobs = jobs.rotated(rows, head, last)
+    return replace(state, jobs=jobs, obs_label=obs_label)
+
+
+def own_jobs(state: State) -> State:
+    """The state with a JobBatch of its own (`JobBatch.owned_copy`), so that `decide(..., in_place=True)` may
+    reorder it: once per episode instead of a whole copy at every reordering."""
+    return replace(state, jobs=state.jobs.owned_copy())
 
 
 def decide(
-    policy: Policy, cfg: SimConfig, state: State, rng: np.random.Generator
+    policy: Policy, cfg: SimConfig, state: State, rng: np.random.Generator, in_place: bool = False
 ) -> tuple[State, np.ndarray]:
-    """(state to step from, actions): applies a JobPicker's choice of queued job, then asks for the machine."""
+    """(state to step from, actions): applies a JobPicker's choice of queued job, then asks for the machine.
+    `in_place`: the pick reorders the state's own batch (`own_jobs`) instead of a copy."""
     if isinstance(policy, JobPicker):
-        state = promote_queued_job(state, policy.pick_job(cfg, state, rng))
+        state = promote_queued_job(state, policy.pick_job(cfg, state, rng), in_place)
     actions = np.asarray(policy.act(cfg, state, rng), dtype=np.int64)
     if cfg.hold_rule == "no_fit":
         # TVW-RL's rule forbids holding while some machine can take the head: a heuristic whose own rule (its

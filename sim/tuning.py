@@ -101,14 +101,14 @@ def validation_is_workload_disjoint(fit: JobBatch, validation: JobBatch) -> bool
 
 def sequence_returns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> np.ndarray:
     """(B,) episode return of `policy` on each sequence of `jobs` (the simulator's reward, higher is better)."""
-    from sim.policies import decide  # policies imports this module
+    from sim.policies import decide, own_jobs  # policies imports this module
 
     rng = np.random.default_rng(seed)
-    state = core.reset(cfg, jobs, seed)
+    state = own_jobs(core.reset(cfg, jobs, seed))
     for _ in range(int(jobs.max_jobs + cfg.max_steps + 1)):
         if state.is_done.all():
             break
-        state, actions = decide(policy, cfg, state, rng)
+        state, actions = decide(policy, cfg, state, rng, in_place=True)
         state, *_ = core.step(cfg, state, actions)
     return state.penalty_totals.sum(axis=1)
 
@@ -212,13 +212,13 @@ def fit_rho(
     deviation), at most `max_inflation`. Cases come from rollouts of `policy` on `jobs` (training sequences: the
     realised future is read here for calibration only, never by a scheduler). Coverage is of the machine as it
     is, before the decision's placement."""
-    from sim.policies import decide
+    from sim.policies import decide, own_jobs
     from sim.risk import machine_sums, sum_bound
 
     horizon = forecaster.horizon if risk.horizon is None else risk.horizon
     risk = replace(risk, use_durations=True)  # the realised future below ends with each job
     rng = np.random.default_rng(seed)
-    state = core.reset(cfg, jobs, seed)
+    state = own_jobs(core.reset(cfg, jobs, seed))
     hits = {rho: [] for rho in rhos}
     scores = []
     for _ in range(max_decisions):
@@ -239,7 +239,7 @@ def fit_rho(
             covered_at_any = np.where(excess > 1e-9, np.inf, -np.inf)
             ratio = np.where(dev > 0, excess / np.where(dev > 0, dev, 1.0), covered_at_any)
             scores.append(ratio.max(axis=(1, 2)) if ratio.size else np.zeros(0))
-        state, actions = decide(policy, cfg, state, rng)
+        state, actions = decide(policy, cfg, state, rng, in_place=True)
         state, *_ = core.step(cfg, state, actions)
     coverage = {
         rho: float(np.concatenate(h).mean()) if h and np.concatenate(h).size else float("nan")

@@ -27,9 +27,11 @@ from sim.policies import (
     decide,
     kube_scores,
     make_policy,
+    own_jobs,
     promote_queued_job,
 )
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
+from sim.tuning import sequence_returns
 
 CFG3 = SimConfig(n_machines=3, max_steps=60)
 
@@ -184,6 +186,41 @@ def test_promote_moves_meta_and_observed_labels_with_the_job() -> None:
     assert moved.jobs.meta[0, :, 0].tolist() == [8.0, 0.0, 4.0]
     assert moved.jobs.usage_exact[0, :, 0, 0].tolist() == [2.5, 0.5, 1.5]
     assert state.obs_label[0].tolist() == [0, 1, 2]  # the input is not mutated
+
+
+def test_reordering_in_place_is_the_copy_and_touches_only_the_owned_batch() -> None:
+    jobs = [_job([1] * 5, [1] * 5, "long"), _job([1] * 2, [1] * 2, "short"), _job([3] * 3, [1] * 3, "big")]
+    batch = JobBatch.from_jobs([jobs, jobs[::-1]])
+    assert batch.observed_prefix  # computed before the reordering: its order moves with the jobs
+    state = core.reset(CFG3, batch, 0)
+    copied = promote_queued_job(state, np.array([2, 1]))
+    owned = own_jobs(state)
+    moved = promote_queued_job(owned, np.array([2, 1]), in_place=True)
+    assert moved.jobs is owned.jobs and moved.jobs.revision == 1 and copied.jobs is not state.jobs
+    for name in ("arrival_step", "duration", "usage", "request", "ec_label", "workload_code"):
+        np.testing.assert_array_equal(getattr(moved.jobs, name), getattr(copied.jobs, name))
+    assert (
+        moved.jobs.workload_ids
+        == copied.jobs.workload_ids
+        == (("big", "long", "short"), ("short", "big", "long"))
+    )
+    np.testing.assert_array_equal(moved.jobs.observed_prefix[0].order, copied.jobs.observed_prefix[0].order)
+    # the input is not mutated
+    assert state.jobs.workload_ids[0] == ("long", "short", "big") and batch.revision == 0
+    assert batch.duration[0].tolist()[:3] == [5, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["tetris", "deeprm_sjf", "deeprm_packer"])
+def test_job_pickers_reordering_in_place_give_the_copys_episodes(name, episode_jobs) -> None:
+    cfg = SimConfig(n_machines=10, max_steps=1000)
+    before = episode_jobs.usage.copy()
+    fast = sequence_returns(make_policy(name), cfg, episode_jobs, 3)  # reorders its own batch in place
+    rng, state = np.random.default_rng(3), core.reset(cfg, episode_jobs, 3)
+    while not state.is_done.all():
+        state, actions = decide(make_policy(name), cfg, state, rng)  # a copy at every reordering
+        state, *_ = core.step(cfg, state, actions)
+    np.testing.assert_array_equal(fast, state.penalty_totals.sum(axis=1))
+    np.testing.assert_array_equal(episode_jobs.usage, before)
 
 
 @pytest.fixture(scope="module")
