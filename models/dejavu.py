@@ -114,6 +114,7 @@ from sim.policies import (
     fits_by_requests,
     is_learned,
     kube_scores,
+    own_jobs,
     placed_requests,
     queue_head,
 )
@@ -1070,7 +1071,7 @@ def dejavu_episode_metrics(
     - completion_time_steps: the step at which the last job finished (or the truncation step);
     - turnaround_time_steps: mean over placed jobs of finish - arrival (finish = start + duration)."""
     rng = np.random.default_rng(seed)
-    state = core.reset(cfg, jobs, seed)
+    state = own_jobs(core.reset(cfg, jobs, seed))  # job pickers reorder it in place
     trace = core.make_trace(cfg, jobs.batch_size)
     n_env = jobs.batch_size
     rbd1_sum, rbd2_sum, n_placed = np.zeros(n_env), np.zeros(n_env), np.zeros(n_env)
@@ -1079,7 +1080,7 @@ def dejavu_episode_metrics(
         if state.is_done.all():
             break
         was_alive = ~state.is_done
-        state_for, actions = decide(policy, cfg, state, rng)
+        state_for, actions = decide(policy, cfg, state, rng, in_place=True)
         t_now = state_for.t.copy()
         util = utilisation_after(cfg, state_for, actions)
         state, *_ = core.step(cfg, state_for, actions, trace)
