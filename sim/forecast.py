@@ -511,10 +511,14 @@ class RecallOverlay:
         inside = ages < jobs.max_duration
         vals = view.usage[rows[has][:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
         vals = np.where(inside[..., None], vals, 0.0)
-        if level_axis:
-            out[has] = np.where(np.isfinite(vals)[:, None], vals[:, None], out[has])
-        else:
-            out[has] = np.where(np.isfinite(vals), vals, out[has])
+        if has.size < env.size:
+            full = np.full((env.size, *vals.shape[1:]), np.nan)
+            full[has] = vals
+            vals = full
+        recalled = np.isfinite(vals)
+        np.copyto(
+            out, vals[:, None] if level_axis else vals, where=recalled[:, None] if level_axis else recalled
+        )
         return out
 
 

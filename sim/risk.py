@@ -128,7 +128,8 @@ def job_moments(
     rcfg: RiskConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(mu, delta) (N, H, D) of jobs `job` of envs `env` at steps t + 1 .. t + H: median and level-p quantile minus
-    the median, zero after the job's end when durations are known."""
+    the median, zero after the job's end when durations are known (a point forecaster's delta: a read-only view
+    of 0)."""
     horizon = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
     if horizon > forecaster.horizon:
         raise ValueError(
@@ -142,9 +143,8 @@ def job_moments(
         empty = np.zeros((0, n_steps, cfg.n_resources))
         return empty, empty
     point = point_forecast(forecaster, cfg, state, env, job)
-    if point is not None:  # every level is one value: the deviation is exactly 0
-        mu = point[:, :horizon]
-        delta = np.zeros_like(mu)
+    if point is not None:  # every level is one value: the deviation is exactly 0 (computed with none below)
+        mu, delta = point[:, :horizon], None
     else:
         quant = forecaster.forecast(cfg, state, env, job)[:, :, :horizon]
         mu, up = quant[:, i_med], quant[:, i_up]
@@ -152,7 +152,8 @@ def job_moments(
     if rcfg.extend_to is not None and rcfg.extend_to > horizon:
         tail = rcfg.extend_to - horizon
         mu = np.concatenate([mu, np.repeat(mu.max(axis=1, keepdims=True), tail, axis=1)], axis=1)
-        delta = np.concatenate([delta, np.repeat(delta.max(axis=1, keepdims=True), tail, axis=1)], axis=1)
+        if delta is not None:
+            delta = np.concatenate([delta, np.repeat(delta.max(axis=1, keepdims=True), tail, axis=1)], axis=1)
         horizon = rcfg.extend_to
     is_placed = state.job_machine[env, job] >= 0
     start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
@@ -164,14 +165,16 @@ def job_moments(
             is_young &= ~known_rows(cfg, state, env, job)
         is_young = is_young[:, None, None]
         request = state.jobs.request[env, job].astype(np.float64)[:, None, :]
-        mu, delta = np.where(is_young, request, mu), np.where(is_young, 0.0, delta)
+        mu = np.where(is_young, request, mu)
+        delta = None if delta is None else np.where(is_young, 0.0, delta)
     if rcfg.use_durations:
         start = np.minimum(start, state.t[env])  # a job placed now starts at t
         end = start + state.jobs.duration[env, job]  # exclusive
         steps = state.t[env, None] + 1 + np.arange(horizon)[None, :]
         alive = (steps < end[:, None])[..., None]
-        mu, delta = mu * alive, delta * alive
-    return mu, delta
+        mu = mu * alive
+        delta = None if delta is None else delta * alive
+    return mu, (np.broadcast_to(0.0, mu.shape) if delta is None else delta)
 
 
 def machine_sums(
