@@ -148,7 +148,9 @@ class PlacerConfig:
     """Actions the policy may take, greedy or sampled: "valid" (every valid action) or "safe" (the base rule's
     action, or a valid machine whose bound with the head at the top level of `levels` stays within capacity over
     the horizon: the "is_safe_with" input; hold only where the base holds). "safe" keeps exploration off the
-    placements the forecast already says overshoot, which cost every co-located job."""
+    placements the forecast already says overshoot, which cost every co-located job. Measured (bench_placer,
+    DeepPlace 50 %, recall-hybrid base): sampled training returns 2.5x less costly, yet no greedy decision changed
+    under REINFORCE or PPO, and vine's changed decisions lost on validation, as with "valid"."""
     base_bonus: float = 3.0
     """Initial logit bonus of the base rule's action (learned). Greedy at init is the base rule for any value > 0;
     the value sets how often sampling explores other valid actions (about (M - 1) e^-b / (1 + (M - 1) e^-b))."""
