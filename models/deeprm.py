@@ -96,10 +96,9 @@ from sim.policies import (
     Tetris,
     _deeprm_act,
     choose,
-    decide,
     free_by_requests,
     make_policy,
-    own_jobs,
+    play,
     promote_queued_job,
     queued_fits,
     valid_machines,
@@ -637,14 +636,11 @@ def job_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np
 
 def _run_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(slowdown of every placed job, its jobset's index, jobs never placed) of `policy` over `jobs`."""
-    rng = np.random.default_rng(seed)
-    state = own_jobs(core.reset(cfg, jobs, seed))  # job pickers reorder it in place
-    limit = int(state.jobs.max_jobs + cfg.max_steps + 1)
-    for _ in range(limit):
-        if state.is_done.all():
-            break
-        state, actions = decide(policy, cfg, state, rng, in_place=True)
-        state, *_ = core.step(cfg, state, actions)
+    n_jobs = jobs.max_jobs if cfg.jobs_per_episode is None else min(jobs.max_jobs, cfg.jobs_per_episode)
+    limit = int(
+        n_jobs + cfg.max_steps + 1
+    )  # of the episodes' jobs (`core.reset` keeps the first jobs_per_episode)
+    state = play(policy, cfg, jobs, seed, max_decisions=limit)
     if not state.is_done.all():
         raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")
     j = state.jobs

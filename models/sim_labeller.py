@@ -324,10 +324,9 @@ class SimViewLabeller:
         self.check_batch(state.jobs)
         out = observed_labels(state).astype(np.int64, copy=True)
         is_shown = labelled_jobs(cfg, state)
-        if (
-            self._jobs is not state.jobs or self._revision != state.jobs.revision
-        ):  # new, or reordered in place
-            self._jobs, self._revision = state.jobs, state.jobs.revision
+        jobs = state.jobs
+        if self._jobs is not jobs or self._revision != jobs.revision:  # new sequences, or reordered in place
+            self._jobs, self._revision = jobs, jobs.revision
             self._n_observed = np.full(is_shown.shape, -1, dtype=np.int64)
             self._label = np.zeros(is_shown.shape, dtype=np.int64)
         bi, ji = np.nonzero(is_shown & (steps_observed(state) != self._n_observed))

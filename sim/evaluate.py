@@ -33,12 +33,11 @@ from sim.policies import (
     POLICIES,
     Policy,
     accepts_profiles,
-    decide,
     is_fitted,
     is_learned,
     is_oracle,
     make_policy,
-    own_jobs,
+    play,
     policy_kind,
 )
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
@@ -89,15 +88,9 @@ def run_episodes(
     default_rng(seed). Raises RuntimeError naming the policy if the episodes do not end within
     `max_decisions` calls (default: a bound no valid rollout reaches: every job placed once, every step held once).
     """
-    rng = np.random.default_rng(seed)
-    state = own_jobs(core.reset(cfg, jobs, seed))  # reordered in place by job pickers: no copy per decision
     trace = core.make_trace(cfg, jobs.batch_size)
     limit = max_decisions or int(jobs.max_jobs + cfg.max_steps + 1)
-    for _ in range(limit):
-        if state.is_done.all():
-            break
-        state, actions = decide(policy, cfg, state, rng, in_place=True)
-        state, *_ = core.step(cfg, state, actions, trace)
+    state = play(policy, cfg, jobs, seed, trace, limit)
     if not state.is_done.all():
         raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")
     return [episode_metrics(episode_trace(trace, state, b)) for b in range(jobs.batch_size)]

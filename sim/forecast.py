@@ -515,10 +515,9 @@ class RecallOverlay:
             full = np.full((env.size, *vals.shape[1:]), np.nan)
             full[has] = vals
             vals = full
-        recalled = np.isfinite(vals)
-        np.copyto(
-            out, vals[:, None] if level_axis else vals, where=recalled[:, None] if level_axis else recalled
-        )
+        if level_axis:  # every level is the recalled value
+            vals = vals[:, None]
+        np.copyto(out, vals, where=np.isfinite(vals))
         return out
 
 

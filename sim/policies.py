@@ -49,9 +49,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from sim import core
 from sim.config import SimConfig
 from sim.core import (
     State,
+    Trace,
     action_mask,
     committed_future_usage,
     current_usage,
@@ -62,7 +64,7 @@ from sim.core import (
     queue_head,
     queue_length,
 )
-from sim.jobs import rotation_index
+from sim.jobs import JobBatch, rotation_index
 from sim.profiles import EcProfiles
 from sim.risk import (
     PeakPredictorPacking,
@@ -204,6 +206,29 @@ def own_jobs(state: State) -> State:
     """The state with a JobBatch of its own (`JobBatch.owned_copy`), so that `decide(..., in_place=True)` may
     reorder it: once per episode instead of a whole copy at every reordering."""
     return replace(state, jobs=state.jobs.owned_copy())
+
+
+def play(
+    policy: Policy,
+    cfg: SimConfig,
+    jobs: JobBatch,
+    seed: int,
+    trace: Trace | None = None,
+    max_decisions: int | None = None,
+) -> State:
+    """The state after rolling `policy` over the B sequences of `jobs` until every episode ends or `max_decisions`
+    decisions were made (default: a bound no valid rollout reaches, every job placed once and every step held
+    once); the caller checks `is_done`. The simulator is reset with `seed` and the policy draws from
+    default_rng(seed); the episodes own a copy of their batch, which job picks reorder in place (`own_jobs`).
+    `trace`, when given, records every step (`core.make_trace`)."""
+    rng = np.random.default_rng(seed)
+    state = own_jobs(core.reset(cfg, jobs, seed))
+    for _ in range(max_decisions or int(jobs.max_jobs + cfg.max_steps + 1)):
+        if state.is_done.all():
+            break
+        state, actions = decide(policy, cfg, state, rng, in_place=True)
+        state, *_ = core.step(cfg, state, actions, trace)
+    return state
 
 
 def decide(

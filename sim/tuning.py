@@ -101,16 +101,9 @@ def validation_is_workload_disjoint(fit: JobBatch, validation: JobBatch) -> bool
 
 def sequence_returns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> np.ndarray:
     """(B,) episode return of `policy` on each sequence of `jobs` (the simulator's reward, higher is better)."""
-    from sim.policies import decide, own_jobs  # policies imports this module
+    from sim.policies import play  # policies imports this module
 
-    rng = np.random.default_rng(seed)
-    state = own_jobs(core.reset(cfg, jobs, seed))
-    for _ in range(int(jobs.max_jobs + cfg.max_steps + 1)):
-        if state.is_done.all():
-            break
-        state, actions = decide(policy, cfg, state, rng, in_place=True)
-        state, *_ = core.step(cfg, state, actions)
-    return state.penalty_totals.sum(axis=1)
+    return play(policy, cfg, jobs, seed).penalty_totals.sum(axis=1)
 
 
 @dataclass
