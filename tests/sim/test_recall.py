@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from sim import core
 from sim.config import SimConfig
@@ -236,3 +237,5 @@ def test_point_forecasts_are_every_level_and_give_the_general_bounds() -> None:
         np.testing.assert_array_equal(fast, general)
     assert not is_point_forecaster(_Levels(PersistenceForecaster()))
     assert not is_point_forecaster(RecallOverlay(_Levels(PersistenceForecaster())))
+    with pytest.raises(TypeError, match="_Levels is not a point forecaster"):
+        RecallOverlay(_Levels(PersistenceForecaster(horizon=12))).point(CFG, state, env, job)
