@@ -41,6 +41,9 @@ RULES = [
     "forecast_recall_hybrid",
     "forecast_recall_hybrid_nodur",
     "forecast_risk_recall",
+    "forecast_peak",
+    "forecast_peak_nodur",
+    "forecast_peak_noec",
     "forecast_risk_truth",
     "foresight_peak_aware",
 ]
@@ -82,6 +85,12 @@ def main() -> None:
     ap.add_argument("--forecaster", default="sample", help="models.usage_forecast preset ('' = none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tuning", default="full", help=f"sim.tuning preset {sorted(TUNING_PRESETS)}")
+    ap.add_argument(
+        "--request-mode",
+        default="peak",
+        choices=["peak", "trace"],
+        help="real sources' requests: the window's peak usage (TVW-RL's setting) or the trace's own request",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
     loads = tuple(int(x) for x in args.loads.split(","))
@@ -94,6 +103,7 @@ def main() -> None:
         n_train_sequences=args.n_train,
         n_test_sequences=args.n_test,
         seed=args.seed,
+        request_mode=args.request_mode,
     )
     factory = forecaster_factory(args.forecaster) if args.forecaster else None
     frames = []

@@ -75,6 +75,7 @@ from sim.risk import (
     fit_forecast_truth,
     fit_hybrid,
     fit_peak_predictor,
+    fit_peak_rule,
     fit_recall_rule,
 )
 
@@ -635,6 +636,23 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "forecast_risk_recall": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_risk_recall", **kw),
         lambda ctx: fit_recall_rule(ctx, "forecast", "forecast_risk_recall"),
+        kind="forecast",
+    ),
+    "forecast_peak": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak", **kw),
+        lambda ctx: fit_peak_rule(ctx, "forecast_peak"),
+        kind="forecast",
+    ),
+    "forecast_peak_nodur": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), risk=RiskConfig(use_durations=False), name="forecast_peak_nodur", **kw
+        ),
+        lambda ctx: fit_peak_rule(ctx, "forecast_peak_nodur", use_durations=False),
+        kind="forecast",
+    ),
+    "forecast_peak_noec": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_noec", **kw),
+        lambda ctx: fit_peak_rule(ctx, "forecast_peak_noec", use_labels=False),
         kind="forecast",
     ),
     "forecast_risk_truth": fitted_policy(

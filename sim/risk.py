@@ -30,6 +30,9 @@ Decision modes:
   tightest safe machine already in use. The fallback's own choice is safe by requests, so this rule never does
   worse than the heuristic by construction of a single decision; it differs only by packing more.
 - "pack": always take the tightest safe machine in use (highest bound peak); where none is safe, the fallback.
+- "guard": as "pack", but never onto a machine the bound calls unsafe: where no used machine is safe, the
+  fallback's choice if it is safe, else an empty machine, else hold (where the simulator lets it; else the
+  fallback). Where requests understate usage (a trace's own requests) the fallback's choice can overshoot.
 
 The rules of this module (all deployable: they read only `sim.forecast.job_view`'s observed usage, requests and,
 where said, durations):
@@ -65,7 +68,7 @@ from sim.forecast import (
     with_cache,
 )
 
-MODES = ("deviate", "pack")
+MODES = ("deviate", "pack", "guard")
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class RiskConfig:
     """kappa >= 1, the factor on the bound's deviation term: fitted (`sim.tuning.fit_rho`) where even the sum of
     quantiles covers the realised sum over the horizon in fewer than a `level` share of training cases."""
     mode: str = "deviate"
-    """"deviate" (follow the fallback unless it holds or opens an empty machine) or "pack" (see module doc)."""
+    """"deviate" (follow the fallback unless it holds or opens an empty machine), "pack" or "guard" (module
+    doc)."""
     use_durations: bool = True
     """Known end times: a job's forecast is 0 after it ends. False: running jobs run through the horizon."""
     horizon: int | None = None
@@ -286,6 +290,15 @@ def deviate_or_pack(
     has_candidate = candidate.any(axis=1)
     if mode == "pack":
         return np.where(has_candidate, best, base)
+    if mode == "guard":
+        from sim.core import action_mask
+
+        rows = np.arange(state.batch_size)
+        safe_empty = valid & is_safe & ~used
+        base_safe = (base < n_m) & (valid & is_safe)[rows, np.minimum(base, n_m - 1)]
+        can_hold = action_mask(cfg, state)[:, n_m]
+        otherwise = np.where(safe_empty.any(axis=1), np.argmax(safe_empty, axis=1), np.where(can_hold, n_m, base))
+        return np.where(has_candidate, best, np.where(base_safe | (base == n_m), base, otherwise))
     base_opens = (base < n_m) & ~used[np.arange(state.batch_size), np.minimum(base, n_m - 1)]
     deviate = has_candidate & ((base == n_m) | base_opens)
     return np.where(deviate, best, base)
@@ -384,9 +397,9 @@ class RiskAwarePacking(_FollowsFallback):
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         forecaster = self.forecaster or PersistenceForecaster()
         valid = valid_machines(cfg, state)
-        if self.risk.mode == "pack":
+        if self.risk.mode in ("pack", "guard"):
             is_safe, tightness = safe_and_tightness(head_bounds(cfg, state, forecaster, self.risk), cfg)
-            return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "pack")
+            return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.risk.mode)
         # "deviate": bounds only where the fallback holds or opens an empty machine (most decisions keep it)
         rows = deviation_rows(cfg, state, base, valid)
         if rows.size == 0:
@@ -541,6 +554,33 @@ def fit_recall_rule(ctx, base: str, name: str, use_durations: bool = True) -> Ri
     else:
         policy = fit_forecast_risk(ctx, use_durations, name, forecaster=forecaster, min_observed=waits)
     ctx.choices[name].update(measured)
+    return policy
+
+
+def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool = True) -> RiskAwarePacking:
+    """`RiskAwarePacking` on each job's remaining-peak quantile (`sim.peak_forecast`, fitted on the fit part of the
+    training sequences, with or without EC labels), recall of recurring workloads over it where the training
+    sequences show repeats (`sim.forecast.fit_recall`); the quantile level and the mode chosen on validation."""
+    from sim.peak_forecast import fit_peak_quantiles
+
+    fit_part = ctx.split()[0]
+    key = ("peak_table", use_labels)
+    if key not in ctx._cache:
+        levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
+        ctx._cache[key] = fit_peak_quantiles(fit_part, ctx.cfg, levels=levels, use_labels=use_labels)
+    table = ctx._cache[key]
+    fallback = ctx.best_fallback()
+    candidates, measured = [], {}
+    for level in ctx.tuning.peak_levels:
+        forecaster, measured = fit_recall(table.forecaster(level, ctx.horizon()), fit_part)
+        for mode in ctx.tuning.peak_modes:
+            risk = RiskConfig(level=level, mode=mode, use_durations=use_durations)
+            knobs = {"level": level, "mode": mode, "use_durations": use_durations, "use_labels": use_labels}
+            candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
+    policy = ctx.choose(name, candidates)
+    ctx.choices[name].update(
+        {**measured, "peak_table_cases": table.n_cases, "peak_table_share_own_cell": table.share_own_cell}
+    )
     return policy
 
 

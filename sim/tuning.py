@@ -46,6 +46,11 @@ class TuningConfig:
     min_observed: tuple[int, ...] = (0, 8, 32)
     """`sim.risk.RiskConfig.min_observed` values tried on validation (steps a job must be observed before its
     forecast is trusted over its request)."""
+    peak_levels: tuple[float, ...] = (0.5, 0.75, 0.9, 0.95, 0.99)
+    """Levels of the remaining-peak quantile (`sim.peak_forecast`) tried on validation by the peak rules (a point
+    forecast per level: cheap enough for every preset)."""
+    peak_modes: tuple[str, ...] = ("deviate", "pack", "guard")
+    """Decision modes the peak rules try (`sim.risk.MODES`)."""
     n_sigmas: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
     """N of Google's N-sigma predictor tried on validation."""
     fallbacks: tuple[str, ...] = REQUEST_HEURISTICS

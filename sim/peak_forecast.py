@@ -1,0 +1,206 @@
+"""The quantile of a job's peak usage over the rest of its life, from what is observed of it: its request, the
+peak it has shown so far, how long it has run, and (optionally) its equivalence class.
+
+Why a peak and not a per-step path: a risk rule needs each machine's summed usage to stay within capacity at
+every step of the horizon; a flat bound at each job's remaining peak covers every step at once whatever the
+phases, so no co-peaking correction (and no inflation of per-step quantiles) is needed. Why conditioned on
+the request and the peak so far: when the request is the trace's own (a VM's provisioned capacity, a Google
+task's limit) a job typically uses half of it or less, and, once it has run for a while, its peak so far says
+most of what it will do; when the request is the window's peak (TVW-RL's setting) a job that has not reached
+its request yet is certain to, and the table learns exactly that.
+
+The table (`fit_peak_quantiles`, training sequences only): every real job of the fit sequences contributes one
+case per age a of `AGE_GRID` below its duration, per resource d:
+- request r (units), the peak over its first a steps (none at a = 0, the job not placed yet), age bucket
+  (`AGE_EDGES`), EC label (the batch's label; the scheduler sees `sim.core.observed_labels`);
+- target: its peak over steps a .. end (for a = 0 its whole life; steps beyond the job's end use 0).
+Quantiles are the empirical "higher" quantile of each cell with at least `min_count` cases; a thinner cell
+backs off to the cell without its label, then without its age bucket, then to (request, peak so far), then to
+(request); a cell with none of those is forecast at max(request, peak so far) (request-based packing).
+
+`PeakQuantileForecaster` serves one level as a point forecast (`sim.forecast.is_point_forecaster`): the job's
+quantile held flat over the horizon (0 after its end when the rule knows durations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State
+from sim.forecast import DEFAULT_LEVELS, job_view, levels_of
+from sim.jobs import JobBatch
+
+AGE_GRID = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+"""Ages (observed steps) at which each training job contributes a case (log-spaced: long jobs do not swamp)."""
+AGE_EDGES = (0, 1, 2, 4, 8, 16, 32, 64)
+"""Age buckets: bucket b holds ages in [AGE_EDGES[b], AGE_EDGES[b + 1]) (the last one open-ended)."""
+
+
+@dataclass(frozen=True)
+class PeakQuantileTable:
+    """Quantiles of a job's remaining peak per (level, resource, request, peak so far + 1, age bucket, label)."""
+
+    values: np.ndarray = field(repr=False)
+    """(L, D, C + 1, C + 2, len(AGE_EDGES), E) float64 units; peak-so-far index 0 = nothing observed yet; label
+    index E - 1 = unknown (E = 1 when labels are not used)."""
+    levels: tuple[float, ...]
+    use_labels: bool
+    n_cases: int
+    """Training cases (job, age, resource) the table was fitted on."""
+    share_own_cell: float
+    """Share of the training cases whose finest cell had at least `min_count` cases (the rest backed off)."""
+
+    def lookup(self, level: float, request: np.ndarray, peak: np.ndarray, age: np.ndarray, label: np.ndarray):
+        """(N, D) the level's quantile for N jobs: request (N, D) units, peak so far (N, D) units (NaN or < 0 when
+        nothing is observed), age (N,) observed steps, label (N,) EC label (any value: out of range = unknown)."""
+        i_level = _level_index(self.levels, level)
+        n_d, n_r, n_p, _, n_e = self.values.shape[1:]
+        request = np.clip(np.asarray(request, dtype=np.int64), 0, n_r - 1)
+        peak = np.asarray(peak, dtype=np.float64)
+        p_idx = np.where(np.isfinite(peak) & (peak >= 0), np.clip(np.nan_to_num(peak), 0, n_p - 2) + 1, 0)
+        bucket = age_bucket(np.asarray(age))[:, None]
+        label = np.asarray(label, dtype=np.int64)[:, None]
+        e_idx = np.where((label >= 0) & (label < n_e - 1), label, n_e - 1) if self.use_labels else 0 * label
+        d_idx = np.arange(n_d)[None, :]
+        return self.values[i_level, d_idx, request, p_idx.astype(np.int64), bucket, e_idx]
+
+    def forecaster(self, level: float, horizon: int) -> PeakQuantileForecaster:
+        _level_index(self.levels, level)
+        return PeakQuantileForecaster(table=self, level=level, horizon=int(horizon), levels=self.levels)
+
+
+def _level_index(levels: tuple[float, ...], level: float) -> int:
+    for i, lv in enumerate(levels):
+        if abs(lv - level) < 1e-9:
+            return i
+    raise ValueError(f"PeakQuantileTable: level {level} was not fitted (fitted: {levels})")
+
+
+def age_bucket(age: np.ndarray) -> np.ndarray:
+    """Bucket index (`AGE_EDGES`) of each age in observed steps."""
+    return np.searchsorted(np.asarray(AGE_EDGES), np.asarray(age, dtype=np.int64), side="right") - 1
+
+
+def peak_cases(train: JobBatch) -> dict[str, np.ndarray]:
+    """The training cases (module docstring) of every real job of `train`: columns resource, request, peak_idx
+    (0 = nothing observed, else peak so far + 1), bucket, label, target (remaining peak), each (n_cases,)."""
+    is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
+    b_idx, j_idx = np.nonzero(is_real & (train.duration > 0))
+    if b_idx.size == 0:
+        raise ValueError("fit_peak_quantiles: the training sequences hold no real job (empty training split)")
+    u = train.usage[b_idx, j_idx].astype(np.int64)  # (N, T, D)
+    prefix = np.maximum.accumulate(u, axis=1)
+    suffix = np.maximum.accumulate(u[:, ::-1], axis=1)[:, ::-1]
+    dur = train.duration[b_idx, j_idx]
+    request = train.request[b_idx, j_idx].astype(np.int64)
+    label = train.ec_label[b_idx, j_idx].astype(np.int64)
+    cols: dict[str, list] = {k: [] for k in ("resource", "request", "peak_idx", "bucket", "label", "target")}
+    n_d = u.shape[2]
+    for a in AGE_GRID:
+        rows = np.flatnonzero(dur > a)
+        if rows.size == 0:
+            break
+        target = suffix[rows, a]  # (n, D)
+        peak_idx = prefix[rows, a - 1] + 1 if a > 0 else np.zeros_like(target)
+        for d in range(n_d):
+            cols["resource"].append(np.full(rows.size, d))
+            cols["request"].append(request[rows, d])
+            cols["peak_idx"].append(peak_idx[:, d])
+            cols["bucket"].append(np.full(rows.size, int(age_bucket(np.array([a]))[0])))
+            cols["label"].append(label[rows])
+            cols["target"].append(target[:, d])
+    return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
+
+
+def _group_quantiles(keys: np.ndarray, target: np.ndarray, levels, min_count: int):
+    """(unique keys, counts, (L, G) "higher" quantiles of `target` per key group); keys (N,) int64."""
+    order = np.lexsort((target, keys))
+    k_sorted, t_sorted = keys[order], target[order]
+    starts = np.flatnonzero(np.r_[True, k_sorted[1:] != k_sorted[:-1]])
+    counts = np.diff(np.r_[starts, k_sorted.size])
+    quant = np.stack(
+        [
+            t_sorted[starts + np.clip(np.ceil(lv * counts).astype(np.int64) - 1, 0, counts - 1)]
+            for lv in levels
+        ]
+    )
+    return k_sorted[starts], counts, quant.astype(np.float64)
+
+
+def fit_peak_quantiles(
+    train: JobBatch,
+    cfg: SimConfig,
+    levels: tuple[float, ...] = DEFAULT_LEVELS,
+    use_labels: bool = True,
+    min_count: int = 30,
+) -> PeakQuantileTable:
+    """The table of remaining-peak quantiles (module docstring) fitted on the sequences `train` (TRAINING ones:
+    nothing of a test sequence may reach it). ValueError on an empty split or a level outside (0, 1]."""
+    if any(not 0.0 < lv <= 1.0 for lv in levels):
+        raise ValueError(f"fit_peak_quantiles: levels must be in (0, 1], got {levels}")
+    if min_count < 1:
+        raise ValueError(f"fit_peak_quantiles: min_count must be >= 1, got {min_count}")
+    cases = peak_cases(train)
+    n_d = len(cfg.capacity_units)
+    cap = int(max(cfg.capacity_units))
+    n_r, n_p, n_b = cap + 1, cap + 2, len(AGE_EDGES)
+    n_e = (int(cfg.n_labels) + 1) if use_labels else 1
+    shape = (n_d, n_r, n_p, n_b, n_e)
+    r = np.clip(cases["request"], 0, n_r - 1)
+    p = np.clip(cases["peak_idx"], 0, n_p - 1)
+    e = np.clip(cases["label"], 0, n_e - 1) if use_labels else np.zeros_like(r)
+    idx = {"d": cases["resource"], "r": r, "p": p, "b": cases["bucket"], "e": e}
+    dims = {"d": n_d, "r": n_r, "p": n_p, "b": n_b, "e": n_e}
+    # the prior of an empty cell: max(request, peak so far), i.e. request-based packing
+    req_grid = np.arange(n_r)[:, None]
+    peak_grid = np.r_[0, np.arange(n_p - 1)][None, :]  # index 0 (none) -> 0, index i -> i - 1
+    prior = np.maximum(req_grid, peak_grid).astype(np.float64)  # (R, P)
+    values = np.broadcast_to(prior[None, None, :, :, None, None], (len(levels), *shape)).copy()
+    hierarchy = [("d", "r"), ("d", "r", "p"), ("d", "r", "p", "b")]
+    if use_labels:
+        hierarchy.append(("d", "r", "p", "b", "e"))
+    own_cell = np.zeros(r.size, dtype=bool)
+    for names in hierarchy:
+        sub_shape = tuple(dims[n] for n in names)
+        keys = np.ravel_multi_index(tuple(idx[n] for n in names), sub_shape)
+        uniq, counts, quant = _group_quantiles(keys, cases["target"], levels, min_count)
+        ok = counts >= min_count
+        dense = np.full((len(levels), int(np.prod(sub_shape))), np.nan)
+        dense[:, uniq[ok]] = quant[:, ok]
+        expand = [slice(None)] + [slice(None) if n in names else None for n in "drpbe"]
+        dense = dense.reshape(len(levels), *sub_shape)[tuple(expand)]
+        values = np.where(np.isnan(dense), values, dense)
+        own_cell = np.isin(keys, uniq[ok])
+    return PeakQuantileTable(
+        values=values,
+        levels=tuple(float(lv) for lv in levels),
+        use_labels=use_labels,
+        n_cases=int(r.size),
+        share_own_cell=float(own_cell.mean()),
+    )
+
+
+@dataclass(frozen=True)
+class PeakQuantileForecaster:
+    """A point forecaster (`sim.forecast.is_point_forecaster`): each job's level-`level` remaining-peak quantile
+    (`PeakQuantileTable`) held flat over steps t + 1 .. t + `horizon`, from its request, observed peak, age and
+    observed label only."""
+
+    table: PeakQuantileTable = field(repr=False)
+    level: float = 0.95
+    horizon: int = 24
+    levels: tuple[float, ...] = DEFAULT_LEVELS
+    """The table's levels (a risk rule checks that its level is one of them; every level is this point)."""
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) the quantile at every step."""
+        view = job_view(cfg, state, env, job, n_recent=1)
+        peak = np.where(view.n_observed[:, None] > 0, view.life_max, np.nan)
+        q = self.table.lookup(self.level, view.request, peak, view.n_observed, view.label)
+        return np.ascontiguousarray(np.broadcast_to(q[:, None, :], (view.size, self.horizon, q.shape[1])))
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return levels_of(self.point(cfg, state, env, job), len(self.levels))

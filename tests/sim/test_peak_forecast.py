@@ -1,0 +1,184 @@
+"""The remaining-peak quantile table (`sim.peak_forecast`) and the rule on it (`forecast_peak` in `sim.policies`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.peak_forecast import AGE_EDGES, age_bucket, fit_peak_quantiles, peak_cases
+from sim.policies import POLICIES, decide, make_policy, policy_kind
+from sim.risk import RiskAwarePacking, RiskConfig, head_bounds
+from sim.tuning import FitContext, TuningConfig
+
+CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
+
+
+def _jobs(n_rows: int, n_jobs: int, seed: int, request: int = 6) -> JobBatch:
+    """Jobs requesting `request` units that use 1 unit, except label-2 jobs that spike to 5 in their second half:
+    a request far above usage (as a trace's own requests are), and a class that tells who spikes."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, label = int(rng.integers(6, 24)), int(rng.integers(0, 3))
+            usage = [[5 if label == 2 and a >= dur // 2 else 1] * 2 for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": label, "request": [request, request]})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def test_cases_count_every_job_at_every_age_below_its_duration() -> None:
+    jobs = _jobs(2, 10, seed=0)
+    cases = peak_cases(jobs)
+    grid = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16])
+    expected = sum(int((grid < d).sum()) for d in jobs.duration[jobs.duration > 0]) * 2  # 2 resources
+    assert cases["target"].size == expected
+    # the target is the peak from the case's age on: a label-2 job always still has its spike ahead at age 0
+    first = (cases["peak_idx"] == 0) & (cases["label"] == 2)
+    assert (cases["target"][first] == 5).all()
+
+
+def test_quantiles_cover_nominally_on_a_stationary_source() -> None:
+    """Jobs with i.i.d. peaks: the fitted level-p quantile of a fresh job's peak covers about p of fresh jobs."""
+    rng = np.random.default_rng(3)
+
+    def batch(seed: int) -> JobBatch:
+        r = np.random.default_rng(seed)
+        rows = [
+            [
+                {"arrival_step": j, "usage": [[int(r.integers(1, 9)), 1]] * 3, "request": [8, 8], "ec_label": 0}
+                for j in range(200)
+            ]
+            for _ in range(5)
+        ]
+        return JobBatch.from_jobs(rows)
+
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    table = fit_peak_quantiles(batch(int(rng.integers(1 << 30))), cfg, use_labels=False)
+    test = peak_cases(batch(7))
+    new = test["peak_idx"] == 0
+    for level in (0.5, 0.9):
+        q = table.lookup(level, np.full((1, 2), 8), np.full((1, 2), np.nan), np.zeros(1), np.zeros(1))[0, 0]
+        covered = (test["target"][new & (test["resource"] == 0)] <= q).mean()
+        assert abs(covered - level) <= 0.1, (level, q, covered)
+
+
+def test_labels_sharpen_the_forecast_and_backoff_fills_thin_cells() -> None:
+    jobs = _jobs(6, 40, seed=1)
+    with_ec = fit_peak_quantiles(jobs, CFG, use_labels=True, min_count=5)
+    without = fit_peak_quantiles(jobs, CFG, use_labels=False, min_count=5)
+    req, none, age0 = np.full((3, 2), 6), np.full((3, 2), np.nan), np.zeros(3)
+    labels = np.array([0, 1, 2])
+    q_ec = with_ec.lookup(0.95, req, none, age0, labels)
+    assert (q_ec[:2] == 1).all() and (q_ec[2] == 5).all()  # the class says who will spike
+    assert (without.lookup(0.95, req, none, age0, labels) == 5).all()  # without it every job may
+    # a request never seen in training: request-based (max of request and the observed peak)
+    assert (with_ec.lookup(0.95, np.full((1, 2), 3), np.full((1, 2), 2.0), np.ones(1), np.zeros(1)) == 3).all()
+    assert 0.0 < with_ec.share_own_cell <= 1.0
+    with pytest.raises(ValueError, match="not fitted"):
+        with_ec.lookup(0.42, req, none, age0, labels)
+
+
+def test_age_buckets() -> None:
+    assert age_bucket(np.array([0, 1, 2, 3, 4, 63, 64, 10_000])).tolist() == [0, 1, 2, 2, 3, 6, 7, 7]
+    assert len(AGE_EDGES) == 8
+
+
+def test_empty_training_split_is_a_clear_error() -> None:
+    empty = JobBatch.from_jobs([[]])
+    with pytest.raises(ValueError, match="empty training split"):
+        fit_peak_quantiles(empty, CFG)
+
+
+def test_forecast_reads_no_future_usage() -> None:
+    """Changing a running job's usage after now changes neither its forecast nor the rule's bounds."""
+    jobs = _jobs(2, 20, seed=4)
+    table = fit_peak_quantiles(_jobs(4, 40, seed=5), CFG, min_count=5)
+    forecaster = table.forecaster(0.9, horizon=30)
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    policy = make_policy("tetris")
+    for _ in range(25):
+        state, act = decide(policy, CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    bi, ji = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    assert core.jobs_running(state).any()
+    before = forecaster.point(CFG, state, bi, ji)
+    bounds = head_bounds(CFG, state, forecaster, RiskConfig(level=0.9))
+    # every age not observed yet (all of a queued job's) replaced by other usage
+    n_obs = np.where(state.job_machine >= 0, state.t[:, None] - state.job_start + 1, 0)
+    future = np.arange(jobs.max_duration)[None, None, :] >= n_obs[:, :, None]
+    usage = np.where(future[..., None], np.int16(7), state.jobs.usage)
+    changed = replace(state, jobs=replace(state.jobs, usage=usage))
+    assert not np.array_equal(changed.jobs.usage, state.jobs.usage)
+    np.testing.assert_array_equal(forecaster.point(CFG, changed, bi, ji), before)
+    np.testing.assert_array_equal(head_bounds(CFG, changed, forecaster, RiskConfig(level=0.9)), bounds)
+
+
+def test_rule_packs_beyond_requests_without_overshoot_and_is_fitted_on_training_only() -> None:
+    """Requests 6 of 8 units: request-based packing puts one job per machine; the peak rule, knowing that labels
+    0 and 1 never use more than 1 unit, packs several, and validation picks it only where it pays."""
+    train, test = _jobs(8, 40, seed=6), _jobs(3, 40, seed=7)
+    ctx = FitContext(CFG, train, TuningConfig(peak_levels=(0.95,), peak_modes=("pack", "guard")), where="toy")
+    rule = POLICIES["forecast_peak"].fit(ctx)
+    assert policy_kind("forecast_peak") == "forecast"
+    assert ctx.choices["forecast_peak"]["use_labels"] is True
+    tetris = make_policy("tetris")
+    totals = {}
+    for name, policy in (("tetris", tetris), ("peak", rule)):
+        state = core.reset(CFG, test, 0)
+        rng = np.random.default_rng(0)
+        while not state.is_done.all():
+            state, act = decide(policy, CFG, state, rng)
+            state, *_ = core.step(CFG, state, act)
+        totals[name] = state.penalty_totals
+    assert (totals["peak"][:, 2] == 0).all()  # no overshoot: the spiking class is kept at its spike
+    assert totals["peak"].sum() > totals["tetris"].sum()  # a higher return than request-based packing
+    assert isinstance(rule, RiskAwarePacking)
+
+
+def test_guard_mode_never_uses_an_unsafe_machine_where_requests_understate_usage() -> None:
+    """Requests of 1 unit for jobs that use up to 4 (as Google's requests can be below usage): request-based
+    packing overshoots, so "pack" (which falls back to it) can; "guard" on the exact future never does."""
+    from sim.forecast import ExactForecaster
+
+    rng = np.random.default_rng(8)
+    rows = []
+    for _ in range(3):
+        seq, t = [], 0
+        for _ in range(40):
+            t += int(rng.integers(0, 2))
+            dur = int(rng.integers(6, 20))
+            usage = [[int(rng.integers(1, 5)), 1] for _ in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [1, 1]})
+        rows.append(seq)
+    jobs = JobBatch.from_jobs(rows)
+    overshoot = {}
+    for name, policy in (
+        ("tetris", make_policy("tetris")),
+        *(
+            (
+                mode,
+                RiskAwarePacking(
+                    ExactForecaster(horizon=jobs.max_duration), risk=RiskConfig(mode=mode), name=f"exact_{mode}"
+                ),
+            )
+            for mode in ("pack", "guard")
+        ),
+    ):
+        state = core.reset(CFG, jobs, 0)
+        rng_p = np.random.default_rng(0)
+        while not state.is_done.all():
+            state, act = decide(policy, CFG, state, rng_p)
+            state, *_ = core.step(CFG, state, act)
+        assert state.is_terminated.all()
+        overshoot[name] = float(state.penalty_totals[:, 2].sum())
+    assert overshoot["tetris"] < 0  # the setting does overshoot by requests
+    assert overshoot["guard"] == 0
