@@ -308,6 +308,9 @@ TRUTH_OF = {
     "forecast_risk_recall": "forecast_risk_truth",
     "forecast_recall_hybrid": "forecast_risk_truth",
     "forecast_recall_hybrid_nodur": "forecast_risk_truth",
+    "forecast_peak": "forecast_risk_truth",
+    "forecast_peak_nodur": "forecast_risk_truth",
+    "forecast_peak_noec": "forecast_risk_truth",
 }
 """Forecast-driven rule -> the same rule on the true future usage (its information gap's yardstick)."""
 

@@ -585,8 +585,9 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
 
 
 def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:
-    """ORACLE: the forecast rule on the true future usage (`sim.forecast.ExactForecaster`), mode chosen on
-    validation: the information gap of the forecast rule."""
+    """ORACLE: the forecast rule on the true future usage (`sim.forecast.ExactForecaster`), the mode chosen on
+    validation among every mode (`MODES`: the forecast rules' modes, whatever the tuning grid): the information
+    gap of the forecast rule."""
     from sim.forecast import ExactForecaster
 
     forecaster = ExactForecaster(horizon=ctx.horizon())
@@ -596,7 +597,7 @@ def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:
             {"mode": mode},
             RiskAwarePacking(forecaster, fallback, RiskConfig(level=0.95, rho=1.0, mode=mode), name),
         )
-        for mode in ctx.tuning.modes
+        for mode in MODES
     ]
     return ctx.choose(name, candidates)
 
