@@ -80,7 +80,9 @@ def main() -> None:
     ap.add_argument("--loads", default="30,50,80")
     ap.add_argument("--n-train", type=int, default=100)
     ap.add_argument("--n-test", type=int, default=30)
-    ap.add_argument("--step-bins", type=int, default=6, help="5-minute bins per step (the sample profile's 6)")
+    ap.add_argument(
+        "--step-bins", type=int, default=6, help="5-minute bins per step (the sample profile's 6)"
+    )
     ap.add_argument("--policies", default=",".join(HEURISTICS + RULES))
     ap.add_argument("--forecaster", default="sample", help="models.usage_forecast preset ('' = none)")
     ap.add_argument("--seed", type=int, default=0)
@@ -143,7 +145,10 @@ def main() -> None:
             )
             frames.append(res)
             gaps = gap_table(res)
-            print(f"\n== {source} {load} %: fitted and evaluated in {time.perf_counter() - t1:.0f} s", flush=True)
+            print(
+                f"\n== {source} {load} %: fitted and evaluated in {time.perf_counter() - t1:.0f} s",
+                flush=True,
+            )
             show = gaps.filter(pl.col("policy").is_in(RULES) | (pl.col("policy") == pl.col("best_heuristic")))
             with pl.Config(tbl_rows=40, tbl_cols=12, tbl_width_chars=200, float_precision=3):
                 print(

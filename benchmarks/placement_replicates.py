@@ -30,11 +30,15 @@ def pooled(paths: list[str], policies: list[str] | None) -> pl.DataFrame:
             pl.col("episode_return").mean()
         )
         best = gaps.select("source", "load_pct", "best_heuristic").unique()
-        base = seq.join(best, left_on=["source", "load_pct", "policy"], right_on=["source", "load_pct", "best_heuristic"])
+        base = seq.join(
+            best, left_on=["source", "load_pct", "policy"], right_on=["source", "load_pct", "best_heuristic"]
+        )
         paired = seq.join(
             base.select("source", "load_pct", "sequence_id", pl.col("episode_return").alias("best_return")),
             on=["source", "load_pct", "sequence_id"],
-        ).with_columns((pl.col("episode_return") - pl.col("best_return")).alias("diff"), pl.lit(rep).alias("replicate"))
+        ).with_columns(
+            (pl.col("episode_return") - pl.col("best_return")).alias("diff"), pl.lit(rep).alias("replicate")
+        )
         rows.append(paired)
         per_rep.append(gaps)
     diffs = pl.concat(rows)
@@ -45,8 +49,12 @@ def pooled(paths: list[str], policies: list[str] | None) -> pl.DataFrame:
     for (source, load, policy), g in diffs.group_by("source", "load_pct", "policy", maintain_order=True):
         d = g["diff"].to_numpy()
         mean = float(d.mean())
-        half = float(stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else np.nan
-        mine = gaps.filter((pl.col("source") == source) & (pl.col("load_pct") == load) & (pl.col("policy") == policy))
+        half = (
+            float(stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else np.nan
+        )
+        mine = gaps.filter(
+            (pl.col("source") == source) & (pl.col("load_pct") == load) & (pl.col("policy") == policy)
+        )
         out.append(
             {
                 "source": source,

@@ -645,7 +645,10 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     ),
     "forecast_peak_nodur": fitted_policy(
         lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), risk=RiskConfig(use_durations=False), name="forecast_peak_nodur", **kw
+            forecaster=RequestForecaster(),
+            risk=RiskConfig(use_durations=False),
+            name="forecast_peak_nodur",
+            **kw,
         ),
         lambda ctx: fit_peak_rule(ctx, "forecast_peak_nodur", use_durations=False),
         kind="forecast",

@@ -297,7 +297,9 @@ def deviate_or_pack(
         safe_empty = valid & is_safe & ~used
         base_safe = (base < n_m) & (valid & is_safe)[rows, np.minimum(base, n_m - 1)]
         can_hold = action_mask(cfg, state)[:, n_m]
-        otherwise = np.where(safe_empty.any(axis=1), np.argmax(safe_empty, axis=1), np.where(can_hold, n_m, base))
+        otherwise = np.where(
+            safe_empty.any(axis=1), np.argmax(safe_empty, axis=1), np.where(can_hold, n_m, base)
+        )
         return np.where(has_candidate, best, np.where(base_safe | (base == n_m), base, otherwise))
     base_opens = (base < n_m) & ~used[np.arange(state.batch_size), np.minimum(base, n_m - 1)]
     deviate = has_candidate & ((base == n_m) | base_opens)

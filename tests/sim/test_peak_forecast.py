@@ -53,7 +53,12 @@ def test_quantiles_cover_nominally_on_a_stationary_source() -> None:
         r = np.random.default_rng(seed)
         rows = [
             [
-                {"arrival_step": j, "usage": [[int(r.integers(1, 9)), 1]] * 3, "request": [8, 8], "ec_label": 0}
+                {
+                    "arrival_step": j,
+                    "usage": [[int(r.integers(1, 9)), 1]] * 3,
+                    "request": [8, 8],
+                    "ec_label": 0,
+                }
                 for j in range(200)
             ]
             for _ in range(5)
@@ -80,7 +85,9 @@ def test_labels_sharpen_the_forecast_and_backoff_fills_thin_cells() -> None:
     assert (q_ec[:2] == 1).all() and (q_ec[2] == 5).all()  # the class says who will spike
     assert (without.lookup(0.95, req, none, age0, labels) == 5).all()  # without it every job may
     # a request never seen in training: request-based (max of request and the observed peak)
-    assert (with_ec.lookup(0.95, np.full((1, 2), 3), np.full((1, 2), 2.0), np.ones(1), np.zeros(1)) == 3).all()
+    assert (
+        with_ec.lookup(0.95, np.full((1, 2), 3), np.full((1, 2), 2.0), np.ones(1), np.zeros(1)) == 3
+    ).all()
     assert 0.0 < with_ec.share_own_cell <= 1.0
     with pytest.raises(ValueError, match="not fitted"):
         with_ec.lookup(0.42, req, none, age0, labels)
@@ -167,7 +174,9 @@ def test_guard_mode_never_uses_an_unsafe_machine_where_requests_understate_usage
             (
                 mode,
                 RiskAwarePacking(
-                    ExactForecaster(horizon=jobs.max_duration), risk=RiskConfig(mode=mode), name=f"exact_{mode}"
+                    ExactForecaster(horizon=jobs.max_duration),
+                    risk=RiskConfig(mode=mode),
+                    name=f"exact_{mode}",
                 ),
             )
             for mode in ("pack", "guard")
