@@ -84,6 +84,7 @@ from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
 from sim.forecast import ForecastCache, RecallOverlay, UsageForecaster, uncached, with_cache
 from sim.jobs import JobBatch
+from sim.peak_forecast import PeakQuantileForecaster, PeakQuantileTable
 from sim.policies import (
     POLICIES,
     JobPicker,
@@ -521,6 +522,19 @@ def forecaster_spec(forecaster) -> dict | None:
         }
     if isinstance(forecaster, RequestForecaster):
         return {"kind": "request", "horizon": forecaster.horizon, "levels": list(forecaster.levels)}
+    if isinstance(forecaster, PeakQuantileForecaster):
+        table = forecaster.table
+        return {
+            "kind": "peak_quantile",
+            "values": torch.from_numpy(np.ascontiguousarray(table.values)),
+            "table_levels": list(table.levels),
+            "use_labels": table.use_labels,
+            "n_cases": table.n_cases,
+            "share_own_cell": table.share_own_cell,
+            "level": forecaster.level,
+            "horizon": forecaster.horizon,
+            "levels": list(forecaster.levels),
+        }
     from models.usage_forecast import QuantileUsageForecaster
 
     if isinstance(forecaster, QuantileUsageForecaster):
@@ -557,6 +571,17 @@ def forecaster_from_spec(spec: dict | None):
         return RequestForecaster(spec["horizon"], tuple(spec["levels"]))
     if spec["kind"] == "recall":
         return RecallOverlay(forecaster_from_spec(spec["inner"]), float(spec["reliability"]))
+    if spec["kind"] == "peak_quantile":
+        table = PeakQuantileTable(
+            values=spec["values"].numpy(),
+            levels=tuple(spec["table_levels"]),
+            use_labels=bool(spec["use_labels"]),
+            n_cases=int(spec["n_cases"]),
+            share_own_cell=float(spec["share_own_cell"]),
+        )
+        return PeakQuantileForecaster(
+            table, float(spec["level"]), int(spec["horizon"]), tuple(spec["levels"])
+        )
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles
 
@@ -1421,8 +1446,9 @@ class PlacerTrainConfig:
     forecaster and the base rule are fitted on the source's training sequences as `eval__baselines` fits them
     (validation carved from the training split), then `train_forecast_placer` refines the residual."""
 
-    base: str = "forecast_recall_hybrid"
-    """Fitted base rule (a registered rule with `.fit`, e.g. forecast_recall_hybrid, hybrid_observed)."""
+    base: str = "forecast_peak"
+    """Fitted base rule (a registered rule with `.fit`: forecast_peak, the best forecast-driven rule measured
+    (benchmarks/bench_placement.py); forecast_recall_hybrid, hybrid_observed)."""
     forecaster_preset: str = "sample"
     """Preset of the learned usage forecaster (`models.usage_forecast.FORECAST_PRESETS`)."""
     tuning_preset: str = "full"

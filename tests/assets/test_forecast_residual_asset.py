@@ -52,7 +52,7 @@ def test_forecast_residual_trains_publishes_and_loads_back(tmp_path):
     assert curve["imitation_accuracy"][0] == 1.0  # untrained: the residual is its base rule
     path = policy_path(wh, "forecast_residual_rl", "deepplace_synthetic", 50, 0)
     meta = json.loads(path.with_suffix(".json").read_text())
-    assert meta["policy"] == "forecast_residual_rl" and meta["config"]["base"] == "forecast_recall_hybrid"
+    assert meta["policy"] == "forecast_residual_rl" and meta["config"]["base"] == "forecast_peak"
 
     frame = wh.scan("sim__job_sequences").collect()
     cfg = placer_sim_config(PlacerTrainConfig(), frame)

@@ -4,6 +4,7 @@ revision, only a finished policy published), bad input, a tiny training run."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from dataclasses import replace
@@ -389,3 +390,37 @@ def test_bad_input_names_the_file_teacher_or_iteration(tmp_path, monkeypatch) ->
     )
     with pytest.raises(FloatingPointError, match="pg iteration 1"):
         train_forecast_placer(CFG, jobs, config=PlacerConfig(n_iterations=2, n_sequences=1, n_rollouts=2))
+
+
+def test_a_peak_quantile_base_is_its_rule_and_survives_the_checkpoint_format() -> None:
+    """The remaining-peak rule (`forecast_peak`'s form, in guard mode, recall over it) as the residual's base: the
+    untrained policy is that rule, and `base_spec` / `base_from_spec` give back the same decisions."""
+    from sim.forecast import RecallOverlay
+    from sim.peak_forecast import fit_peak_quantiles
+
+    table = fit_peak_quantiles(_square_jobs(4, 30, seed=31), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    rule = RiskAwarePacking(
+        RecallOverlay(table.forecaster(0.75, horizon=30), 1.0),
+        make_policy("tetris"),
+        RiskConfig(level=0.75, mode="guard"),
+        name="forecast_peak",
+    )
+    jobs = _square_jobs(2, 30, seed=32)
+    expected = _actions(rule, jobs)
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(expected, _actions(ForecastResidualPolicy(base=rule), jobs), strict=True)
+    )
+    spec = fp.base_spec(rule)
+    assert spec["forecaster"]["inner"]["kind"] == "peak_quantile"
+    back = fp.base_from_spec(torch.load(_saved(spec), weights_only=True))
+    assert back.risk == rule.risk
+    assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
+
+
+def _saved(obj) -> io.BytesIO:
+    """`obj` written by torch.save, ready to read back (what a checkpoint file holds)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
