@@ -562,7 +562,8 @@ def fit_recall_rule(ctx, base: str, name: str, use_durations: bool = True) -> Ri
 def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool = True) -> RiskAwarePacking:
     """`RiskAwarePacking` on each job's remaining-peak quantile (`sim.peak_forecast`, fitted on the fit part of the
     training sequences, with or without EC labels), recall of recurring workloads over it where the training
-    sequences show repeats (`sim.forecast.fit_recall`); the quantile level and the mode chosen on validation."""
+    sequences show repeats (`sim.forecast.fit_recall`); the quantile level and the mode chosen on validation,
+    where the hybrid's candidates (observed peaks, `fit_hybrid`) compete too: validation may keep the hybrid."""
     from sim.peak_forecast import fit_peak_quantiles
 
     fit_part = ctx.split()[0]
@@ -577,8 +578,26 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
         forecaster, measured = fit_recall(table.forecaster(level, ctx.horizon()), fit_part)
         for mode in ctx.tuning.peak_modes:
             risk = RiskConfig(level=level, mode=mode, use_durations=use_durations)
-            knobs = {"level": level, "mode": mode, "use_durations": use_durations, "use_labels": use_labels}
+            knobs = {
+                "forecaster": "peak_quantile",
+                "level": level,
+                "mode": mode,
+                "use_durations": use_durations,
+                "use_labels": use_labels,
+            }
             candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
+    # the hybrid's own candidates (each job at its observed peak, recall over it where recall is on): on workloads
+    # whose remaining peaks the training ones do not predict, validation keeps the rule at the hybrid
+    persistence, _ = fit_recall(PersistenceForecaster(horizon=ctx.horizon()), fit_part)
+    for m in ctx.tuning.min_observed:
+        risk = RiskConfig(mode="deviate", use_durations=use_durations, min_observed=max(m, 1))
+        knobs = {
+            "forecaster": "persistence",
+            "mode": "deviate",
+            "use_durations": use_durations,
+            "min_observed": m,
+        }
+        candidates.append((knobs, RiskAwarePacking(persistence, fallback, risk, name)))
     policy = ctx.choose(name, candidates)
     ctx.choices[name].update(
         {**measured, "peak_table_cases": table.n_cases, "peak_table_share_own_cell": table.share_own_cell}
