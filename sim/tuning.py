@@ -68,9 +68,18 @@ TUNING_PRESETS = {
     "quick": TuningConfig(
         levels=(0.95,), rhos=(0.0, 0.5, 1.0), min_observed=(0, 16), n_sigmas=(3.0,), modes=("deviate", "pack")
     ),
+    "smoke": TuningConfig(
+        levels=(0.95,),
+        rhos=(0.0, 0.5, 1.0),
+        min_observed=(0, 16),
+        n_sigmas=(3.0,),
+        modes=("deviate", "pack"),
+        peak_levels=(0.75,),
+    ),
 }
-"""Named tuning grids: "full" (every knob's values above) and "quick" (one risk level and N, for the 5-minute run
-and the tests: about a fifth of the validation episodes)."""
+"""Named tuning grids: "full" (every knob's values above), "quick" (one risk level and N: about a fifth of the
+validation episodes; the benchmarks' grid) and "smoke" (quick with one level of the remaining-peak quantile, the
+level validation chose in most cells of `benchmarks/bench_placement.py`: the 5-minute run's grid)."""
 
 
 def tuning_preset(name: str, validation_share: float, seed: int) -> TuningConfig:
