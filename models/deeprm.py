@@ -636,10 +636,9 @@ def job_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np
 
 def _run_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(slowdown of every placed job, its jobset's index, jobs never placed) of `policy` over `jobs`."""
+    # the episodes' jobs: `core.reset` keeps the first jobs_per_episode
     n_jobs = jobs.max_jobs if cfg.jobs_per_episode is None else min(jobs.max_jobs, cfg.jobs_per_episode)
-    limit = int(
-        n_jobs + cfg.max_steps + 1
-    )  # of the episodes' jobs (`core.reset` keeps the first jobs_per_episode)
+    limit = int(n_jobs + cfg.max_steps + 1)
     state = play(policy, cfg, jobs, seed, max_decisions=limit)
     if not state.is_done.all():
         raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")

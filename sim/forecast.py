@@ -526,9 +526,20 @@ def fit_recall(
 ) -> tuple[UsageForecaster, dict]:
     """`RecallOverlay(inner)` when at least `min_share` of the repeated runs in the training sequences repeat their
     previous run exactly, else `inner` unchanged; and what was measured (for the rule's choices)."""
+    measured = measure_recall(train, min_share)
+    return with_recall(inner, measured), measured
+
+
+def measure_recall(train: JobBatch, min_share: float = 0.95) -> dict:
+    """`recall_reliability` of the training sequences and whether recall is worth using ("recall_used": at least
+    `min_share` of the repeated runs repeat their previous run exactly)."""
     rel = recall_reliability(train)
-    use = rel["n_repeats"] > 0 and rel["share_equal"] >= min_share
-    return (RecallOverlay(inner, rel["share_equal"]) if use else inner), {**rel, "recall_used": use}
+    return {**rel, "recall_used": bool(rel["n_repeats"] > 0 and rel["share_equal"] >= min_share)}
+
+
+def with_recall(inner: UsageForecaster, measured: dict) -> UsageForecaster:
+    """`RecallOverlay(inner)` where `measured` (`measure_recall`) says recall is used, else `inner`."""
+    return RecallOverlay(inner, measured["share_equal"]) if measured["recall_used"] else inner
 
 
 def with_cache(forecaster: UsageForecaster, max_rows: int = 200_000, seed: int = 0) -> UsageForecaster:

@@ -105,11 +105,12 @@ def peak_cases(train: JobBatch) -> dict[str, np.ndarray]:
             break
         target = suffix[rows, a]  # (n, D)
         peak_idx = prefix[rows, a - 1] + 1 if a > 0 else np.zeros_like(target)
+        bucket = int(age_bucket(np.array([a]))[0])
         for d in range(n_d):
             cols["resource"].append(np.full(rows.size, d))
             cols["request"].append(request[rows, d])
             cols["peak_idx"].append(peak_idx[:, d])
-            cols["bucket"].append(np.full(rows.size, int(age_bucket(np.array([a]))[0])))
+            cols["bucket"].append(np.full(rows.size, bucket))
             cols["label"].append(label[rows])
             cols["target"].append(target[:, d])
     return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State, jobs_running, machines_used, queue_head
+from sim.core import State, action_mask, jobs_running, machines_used, queue_head
 from sim.forecast import (
     DEFAULT_LEVELS,
     UsageForecaster,
@@ -64,8 +64,10 @@ from sim.forecast import (
     is_point_forecaster,
     job_view,
     levels_of,
+    measure_recall,
     point_forecast,
     with_cache,
+    with_recall,
 )
 
 MODES = ("deviate", "pack", "guard")
@@ -291,8 +293,6 @@ def deviate_or_pack(
     if mode == "pack":
         return np.where(has_candidate, best, base)
     if mode == "guard":
-        from sim.core import action_mask
-
         rows = np.arange(state.batch_size)
         safe_empty = valid & is_safe & ~used
         base_safe = (base < n_m) & (valid & is_safe)[rows, np.minimum(base, n_m - 1)]
@@ -567,15 +567,16 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
     from sim.peak_forecast import fit_peak_quantiles
 
     fit_part = ctx.split()[0]
-    key = ("peak_table", use_labels)
-    if key not in ctx._cache:
-        levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
-        ctx._cache[key] = fit_peak_quantiles(fit_part, ctx.cfg, levels=levels, use_labels=use_labels)
-    table = ctx._cache[key]
+    levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
+    table = ctx.cached(
+        ("peak_table", use_labels),
+        lambda: fit_peak_quantiles(fit_part, ctx.cfg, levels=levels, use_labels=use_labels),
+    )
+    measured = ctx.cached("recall_measured", lambda: measure_recall(fit_part))
     fallback = ctx.best_fallback()
-    candidates, measured = [], {}
+    candidates = []
     for level in ctx.tuning.peak_levels:
-        forecaster, measured = fit_recall(table.forecaster(level, ctx.horizon()), fit_part)
+        forecaster = with_recall(table.forecaster(level, ctx.horizon()), measured)
         for mode in ctx.tuning.peak_modes:
             risk = RiskConfig(level=level, mode=mode, use_durations=use_durations)
             knobs = {
@@ -588,7 +589,7 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
             candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
     # the hybrid's own candidates (each job at its observed peak, recall over it where recall is on): on workloads
     # whose remaining peaks the training ones do not predict, validation keeps the rule at the hybrid
-    persistence, _ = fit_recall(PersistenceForecaster(horizon=ctx.horizon()), fit_part)
+    persistence = with_recall(PersistenceForecaster(horizon=ctx.horizon()), measured)
     for m in ctx.tuning.min_observed:
         risk = RiskConfig(mode="deviate", use_durations=use_durations, min_observed=max(m, 1))
         knobs = {

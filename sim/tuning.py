@@ -63,20 +63,10 @@ class TuningConfig:
             raise ValueError(f"TuningConfig.validation_share must be in (0, 1), got {self.validation_share}")
 
 
-TUNING_PRESETS = {
-    "full": TuningConfig(),
-    "quick": TuningConfig(
-        levels=(0.95,), rhos=(0.0, 0.5, 1.0), min_observed=(0, 16), n_sigmas=(3.0,), modes=("deviate", "pack")
-    ),
-    "smoke": TuningConfig(
-        levels=(0.95,),
-        rhos=(0.0, 0.5, 1.0),
-        min_observed=(0, 16),
-        n_sigmas=(3.0,),
-        modes=("deviate", "pack"),
-        peak_levels=(0.75,),
-    ),
-}
+_QUICK = TuningConfig(
+    levels=(0.95,), rhos=(0.0, 0.5, 1.0), min_observed=(0, 16), n_sigmas=(3.0,), modes=("deviate", "pack")
+)
+TUNING_PRESETS = {"full": TuningConfig(), "quick": _QUICK, "smoke": replace(_QUICK, peak_levels=(0.75,))}
 """Named tuning grids: "full" (every knob's values above), "quick" (one risk level and N: about a fifth of the
 validation episodes; the benchmarks' grid) and "smoke" (quick with one level of the remaining-peak quantile, the
 level validation chose in most cells of `benchmarks/bench_placement.py`: the 5-minute run's grid)."""
@@ -134,6 +124,12 @@ class FitContext:
     choices: dict[str, dict] = field(default_factory=dict)
     """Per fitted policy name: what validation chose and its validation returns."""
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def cached(self, key, make: Callable[[], object]):
+        """`make()` computed once per context under `key` (what several rules of the group share)."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     def split(self) -> tuple[JobBatch, JobBatch]:
         if "split" not in self._cache:
