@@ -14,6 +14,7 @@ the better validation return is the policy (a measured choice, never on test seq
   50-machine cluster).
 
     python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150] [--out /tmp/placer]
+        [--device cuda]
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def main() -> None:
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
         "earlier runs of a recurring workload too)",
     )
+    ap.add_argument("--device", default="cpu", help="where the PG updates run (cuda where a GPU is lent)")
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -157,7 +159,14 @@ def main() -> None:
         speed: dict = {}
         t0 = time.perf_counter()
         policy, table = train_forecast_placer(
-            cfg10, train, base, forecaster, pcfg, log=lambda m: print("   ", m, flush=True), speed=speed
+            cfg10,
+            train,
+            base,
+            forecaster,
+            pcfg,
+            log=lambda m: print("   ", m, flush=True),
+            speed=speed,
+            device=args.device,
         )
         stage_s[f"train_{algorithm}"] = time.perf_counter() - t0
         runs[algorithm] = (policy, table, speed)

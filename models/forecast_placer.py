@@ -1145,11 +1145,12 @@ def _vine_update(
     scale = (float(alternatives.std()) + 1e-8 if alternatives.size > 1 else 1.0) * c.vine_temperature
     logits_q = np.where(tried, np.log(np.maximum(vb.prior, 1e-12)) + vb.advantage / scale, -np.inf)
     q = np.exp(logits_q - logits_q.max(axis=1, keepdims=True))
-    q = torch.from_numpy((q / q.sum(axis=1, keepdims=True)).astype(np.float32))
-    cand = torch.from_numpy(np.maximum(vb.candidates, 0))
-    tried_t = torch.from_numpy(tried)
-    x, g = torch.from_numpy(vb.x), torch.from_numpy(vb.g)
-    base, mask = torch.from_numpy(vb.base), torch.from_numpy(vb.mask)
+    dev = next(net.parameters()).device
+    q = torch.from_numpy((q / q.sum(axis=1, keepdims=True)).astype(np.float32)).to(dev)
+    cand = torch.from_numpy(np.maximum(vb.candidates, 0)).to(dev)
+    tried_t = torch.from_numpy(tried).to(dev)
+    x, g = torch.from_numpy(vb.x).to(dev), torch.from_numpy(vb.g).to(dev)
+    base, mask = torch.from_numpy(vb.base).to(dev), torch.from_numpy(vb.mask).to(dev)
     for _ in range(c.vine_epochs):
         logp_all = _log_probs(net(x, g, base, mask))
         logp_c = logp_all.gather(1, cand).masked_fill(~tried_t, _NEG)
@@ -1293,11 +1294,14 @@ def train_forecast_placer(
     config: PlacerConfig = PlacerConfig(),
     log: Callable[[str], None] | None = None,
     speed: dict | None = None,
+    device: str = "cpu",
 ) -> tuple[ForecastResidualPolicy, pl.DataFrame]:
     """Train the residual scheduler on the TRAINING sequences `train` of one (source, load) (module docstring).
     `base`: the fitted base rule (None: Tetris); `forecaster`: the fitted per-job forecaster of the inputs
     (None: observed-peak persistence). Returns (the policy at its best validation iteration, the stage table).
-    `speed`, when given, receives the PG rollouts' decisions and seconds.
+    `speed`, when given, receives the PG rollouts' decisions and seconds. `device`: where the PG updates run
+    ('cuda' where a GPU is lent): a learner copy of the network and its optimiser live there and the weights are
+    copied back to the CPU actor after each update (one decision's forward pass is too small for a GPU).
     ValueError on an empty training split or an unregistered teacher; FloatingPointError naming the iteration on a
     non-finite loss."""
     if train.batch_size == 0 or int(train.n_jobs.sum()) == 0:
@@ -1354,8 +1358,9 @@ def train_forecast_placer(
             behaviour_clone(policy, sim_cfg, fit, c.bc_teacher, c.bc_epochs, rng, bc_row)
             best_return = rows[-1]["validation_return"]
             best_state = copy.deepcopy(net.state_dict())
-        # policy gradient
-        opt = torch.optim.Adam(net.parameters(), lr=c.learning_rate)
+        # policy gradient: the learner (on `device`) and the actor (the policy's CPU network)
+        learner = net if device == "cpu" else copy.deepcopy(net).to(device)
+        opt = torch.optim.Adam(learner.parameters(), lr=c.learning_rate)
         gen = torch.Generator().manual_seed(c.seed)
         pool: list[int] = []
         replay: VineBatch | None = None
@@ -1377,7 +1382,7 @@ def train_forecast_placer(
                 speed["pg_env_decisions"] += vb.n_env_decisions
                 speed["pg_rollout_s"] += t1 - t0
                 replay = merge_vine(replay, vb, c.vine_buffer)
-                _vine_update(net, opt, replay, c, iteration)
+                _vine_update(learner, opt, replay, c, iteration)
                 train_return = vb.trunk_return
             else:
                 seq_of_env = np.repeat(np.arange(drawn.size), c.n_rollouts)
@@ -1389,8 +1394,11 @@ def train_forecast_placer(
                 # returns and baseline
                 adv = torch.from_numpy(_advantages(rec, seq_of_env, c.discount).astype(np.float32))
                 # update
-                _pg_update(net, opt, _stack(rec), adv, c, iteration, gen)
+                data = {k: v.to(device) for k, v in _stack(rec).items()}
+                _pg_update(learner, opt, data, adv.to(device), c, iteration, gen)
                 train_return = float(rec.returns.mean())
+            if learner is not net:
+                net.load_state_dict(learner.state_dict())
             speed["pg_update_s"] += time.perf_counter() - t1
             ret = validate("pg", iteration, t0, train_return)
             iterations_run = iteration

@@ -107,17 +107,19 @@ def policy_gradient_step(
     cfg: ReinforceConfig,
     iteration: int,
 ) -> dict[str, float]:
-    """One Adam step on -mean(log pi(a|s) * advantage) over the alive decisions; returns loss and entropy.
+    """One Adam step on -mean(log pi(a|s) * advantage) over the alive decisions, on the device `net` lives on;
+    returns loss and entropy.
     Raises FloatingPointError naming the iteration on a non-finite return or loss."""
     if not np.isfinite(batch.rewards).all():
         raise FloatingPointError(f"iteration {iteration}: non-finite reward in the rollout")
     adv = advantages(batch, cfg)
     k, e = np.nonzero(batch.alive)
-    x = torch.from_numpy(batch.features[k, e])
-    mask = torch.from_numpy(batch.masks[k, e])
+    dev = next(net.parameters()).device
+    x = torch.from_numpy(batch.features[k, e]).to(dev)
+    mask = torch.from_numpy(batch.masks[k, e]).to(dev)
     logp_all = masked_log_probs(net(x), mask)
-    logp = logp_all.gather(1, torch.from_numpy(batch.actions[k, e])[:, None])[:, 0]
-    loss = -(logp * torch.from_numpy(adv[k, e]).float()).mean()
+    logp = logp_all.gather(1, torch.from_numpy(batch.actions[k, e])[:, None].to(dev))[:, 0]
+    loss = -(logp * torch.from_numpy(adv[k, e]).float().to(dev)).mean()
     if not torch.isfinite(loss):
         raise FloatingPointError(f"iteration {iteration}: non-finite policy-gradient loss {float(loss)}")
     optimiser.zero_grad()

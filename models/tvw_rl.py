@@ -196,11 +196,13 @@ def build_net(cfg: TvwRlConfig) -> PolicyNet:
 def make_act(
     net: nn.Module, greedy: bool = False
 ) -> Callable[[np.ndarray, np.ndarray, np.random.Generator], np.ndarray]:
-    """The rollout's act function of `net`: sample (or argmax) the masked softmax, one thread, no grad."""
+    """The rollout's act function of `net`: sample (or argmax) the masked softmax, one thread, no grad; the
+    forward pass runs on the device `net` lives on."""
+    dev = next(net.parameters()).device
 
     def act(x: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         with torch_threads(1), torch.no_grad():
-            logits = net(torch.from_numpy(x))
+            logits = net(torch.from_numpy(x).to(dev)).cpu()
             return sample_masked(logits, mask, rng, greedy)
 
     return act
