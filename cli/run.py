@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
         "--config",
         dest="profile",
         help="configuration: quick (default: a first answer in minutes) | sample (the README's results) | paper "
-        "| path to a profile YAML. The trace folder never changes it. Recorded as every run's tvw/profile tag",
+        "| trace_requests (quick with the traces' own requests) | path to a profile YAML. The trace folder never changes it. Recorded as every run's tvw/profile tag",
     )
     p.add_argument("--sources", help="comma-separated subset of trace sources (default: all)")
     p.add_argument("--layers", help="comma-separated subset of the layers (default: all but on-demand ones)")

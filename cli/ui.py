@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--profile",
-        help="configuration in force as every asset's default and every job's tag: quick | sample | paper | a "
+        help="configuration in force as every asset's default and every job's tag: quick | sample | paper | trace_requests | a "
         "YAML file (sets TVW_PROFILE; default: quick)",
     )
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)

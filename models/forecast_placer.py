@@ -82,7 +82,7 @@ from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_so
 from sim import core
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
-from sim.forecast import ForecastCache, RecallOverlay, UsageForecaster, uncached, with_cache
+from sim.forecast import ForecastCache, RecallOverlay, UsageForecaster, flat_forecast, uncached, with_cache
 from sim.jobs import JobBatch
 from sim.peak_forecast import PeakQuantileForecaster, PeakQuantileTable
 from sim.policies import (
@@ -357,37 +357,22 @@ def placement_features(
     head_idx = np.minimum(state.next_job, jobs.max_jobs - 1)
     bi, ji = np.nonzero(jobs_running(state))
     env, job = np.concatenate([bi, rows]), np.concatenate([ji, head_idx])
-    lv_idx = [_level_index(forecaster.levels, lv) for lv in pcfg.levels]
     horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
-    quant = forecaster.forecast(cfg, state, env, job)[:, lv_idx, :horizon]  # (N, L, H, D)
     if pcfg.use_durations:
         is_placed = state.job_machine[env, job] >= 0
         start = np.where(is_placed, state.job_start[env, job], state.t[env])
-        steps = state.t[env, None] + 1 + np.arange(horizon)[None, :]
-        alive = (steps < (start + jobs.duration[env, job])[:, None]).astype(np.float64)
+        n_alive = np.clip(start + jobs.duration[env, job] - state.t[env] - 1, 0, horizon)  # steps t+1.. alive
     else:
-        alive = np.ones((env.size, horizon))
-    alive[bi.size :] *= head.has_job[:, None]
-    mu = quant[:, 0] * alive[..., None]  # (N, H, D)
-    delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)
-    n_run = bi.size
-    per_job = np.concatenate([mu[:, None], delta, delta**2], axis=1)  # (N, 2L-1, H, D)
-    acc = sum_by_cell(per_job[:n_run], bi * n_m + state.job_machine[bi, ji], n_envs * n_m)
-    acc = acc.reshape(n_envs, n_m, *per_job.shape[1:])
-    with_head = acc + per_job[n_run:, None]
-    n_up = len(pcfg.levels) - 1
-    cols = []
-    for li in range(len(pcfg.levels)):
-        for sums in (acc, with_head):
-            if li == 0:
-                bound = sums[:, :, 0]
-            else:
-                s_d, s_d2 = sums[:, :, li], sums[:, :, 1 + n_up + li - 1]
-                bound = sums[:, :, 0] + np.sqrt(pcfg.rho * s_d**2 + (1.0 - pcfg.rho) * s_d2)
-            share = bound / cap  # (B, M, H, D)
-            cols.append(share.max(axis=(2, 3)))
-            cols.append(share.mean(axis=(2, 3)))
-        cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
+        n_alive = np.full(env.size, horizon, dtype=np.int64)
+    n_alive[bi.size :] *= head.has_job
+    cell = bi * n_m + state.job_machine[bi, ji]
+    flat = flat_forecast(forecaster, cfg, state, env, job)
+    if flat is not None and (flat >= 0).all():
+        cols, head_mean = _flat_level_columns(
+            flat, n_alive, cell, n_envs, n_m, horizon, cap, len(pcfg.levels)
+        )
+    else:
+        cols, head_mean = _level_columns(cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap)
     usage_now = current_usage(cfg, state) / cap  # (B, M, D)
     past = state.past  # (B, h, M, D)
     used = core.machines_used(state)
@@ -399,7 +384,7 @@ def placement_features(
         else np.zeros((n_envs, n_m))
     )
     head_req = np.broadcast_to((head.request / cap)[:, None], (n_envs, n_m, n_d))
-    head_med = np.broadcast_to((mu[n_run:].mean(axis=1) / cap)[:, None], (n_envs, n_m, n_d))
+    head_med = np.broadcast_to((head_mean / cap)[:, None], (n_envs, n_m, n_d))
     is_base = base_actions[:, None] == np.arange(n_m)[None, :]
     valid = mask[:, :n_m]
     x = np.concatenate(
@@ -430,6 +415,83 @@ def placement_features(
         axis=1,
     ).astype(np.float32)
     return x, g
+
+
+def _level_columns(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    pcfg: PlacerConfig,
+    env: np.ndarray,
+    job: np.ndarray,
+    n_alive: np.ndarray,
+    cell: np.ndarray,
+    horizon: int,
+    cap: np.ndarray,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The LEVEL_FEATURES columns (each (B, M)) of every level, from the forecast quantiles of the running jobs
+    (the first len(cell) of env, job) and the queue heads (the rest) over the horizon; and the heads' mean median
+    forecast (R, D)."""
+    n_envs, n_m = state.batch_size, cfg.n_machines
+    lv_idx = [_level_index(forecaster.levels, lv) for lv in pcfg.levels]
+    quant = forecaster.forecast(cfg, state, env, job)[:, lv_idx, :horizon]  # (N, L, H, D)
+    alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
+    mu = quant[:, 0] * alive[..., None]  # (N, H, D)
+    delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)
+    n_run = cell.size
+    per_job = np.concatenate([mu[:, None], delta, delta**2], axis=1)  # (N, 2L-1, H, D)
+    acc = sum_by_cell(per_job[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, *per_job.shape[1:])
+    with_head = acc + per_job[n_run:, None]
+    n_up = len(pcfg.levels) - 1
+    cols = []
+    for li in range(len(pcfg.levels)):
+        for sums in (acc, with_head):
+            if li == 0:
+                bound = sums[:, :, 0]
+            else:
+                s_d, s_d2 = sums[:, :, li], sums[:, :, 1 + n_up + li - 1]
+                bound = sums[:, :, 0] + np.sqrt(pcfg.rho * s_d**2 + (1.0 - pcfg.rho) * s_d2)
+            share = bound / cap  # (B, M, H, D)
+            cols.append(share.max(axis=(2, 3)))
+            cols.append(share.mean(axis=(2, 3)))
+        cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
+    return cols, mu[n_run:].mean(axis=1)
+
+
+def _flat_level_columns(
+    value: np.ndarray,
+    n_alive: np.ndarray,
+    cell: np.ndarray,
+    n_envs: int,
+    n_m: int,
+    horizon: int,
+    cap: np.ndarray,
+    n_levels: int,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """`_level_columns` for a flat forecaster (`sim.forecast.is_flat_forecaster`: every level one value `value`
+    (N, D) >= 0, held while the job is alive): no horizon axis. A machine's sum never rises over the horizon, so
+    its peak share is at t + 1; its mean over the horizon is sum(value x steps alive) / H. Every level's columns
+    are the same (the deviations are 0). Equal to `_level_columns` up to float rounding of the means."""
+    n_run = cell.size
+    first = value * (n_alive > 0)[:, None]
+    total = value * n_alive[:, None]
+    n_d = value.shape[1]
+
+    def per_machine(v: np.ndarray) -> np.ndarray:
+        return np.stack(
+            [np.bincount(cell, weights=v[:n_run, d], minlength=n_envs * n_m) for d in range(n_d)], axis=1
+        ).reshape(n_envs, n_m, n_d)
+
+    acc_first, acc_total = per_machine(first), per_machine(total)
+    cols: list[np.ndarray] = []
+    for first_sum, total_sum in (
+        (acc_first, acc_total),
+        (acc_first + first[n_run:, None], acc_total + total[n_run:, None]),
+    ):
+        cols.append((first_sum / cap).max(axis=2))
+        cols.append((total_sum / cap).mean(axis=2) / horizon)
+    cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
+    return cols * n_levels, total[n_run:] / horizon
 
 
 def safe_action_mask(

@@ -774,9 +774,10 @@ def placed_requests(state: State) -> np.ndarray:
     is_run = jobs_running(state)
     flat = (np.arange(n_envs)[:, None] * n_m + np.maximum(state.job_machine, 0))[is_run]
     req = state.jobs.request[is_run]
-    out = np.zeros((n_envs * n_m, req.shape[1] if req.ndim == 2 else state.jobs.n_resources), dtype=np.int64)
-    np.add.at(out, flat, req)
-    return out.reshape(n_envs, n_m, -1)
+    n_d = req.shape[1] if req.ndim == 2 else state.jobs.n_resources
+    # bincount sums in float64: exact for integer requests (far below 2^53), several times faster than add.at
+    out = [np.bincount(flat, weights=req[:, d], minlength=n_envs * n_m) for d in range(n_d)]
+    return np.stack(out, axis=1).astype(np.int64).reshape(n_envs, n_m, n_d)
 
 
 def queue_head(state: State) -> QueueHead:

@@ -108,6 +108,40 @@ def point_forecast(
     return forecaster.point(cfg, state, np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64))
 
 
+def is_flat_forecaster(forecaster) -> bool:
+    """Whether `forecaster` holds one value per job at every step and level (persistence, the request, the
+    remaining-peak quantile; never recall, which replays a profile): it then offers `flat(cfg, state, env, job)`
+    -> (N, D), and a bound over the horizon needs no horizon axis (`sim.risk.flat_head_share`)."""
+    return callable(getattr(forecaster, "flat", None)) and is_point_forecaster(forecaster)
+
+
+def flat_forecast(
+    forecaster, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+) -> np.ndarray | None:
+    """(N, D) the value of a flat forecaster (`is_flat_forecaster`) for each job, else None."""
+    if not is_flat_forecaster(forecaster):
+        return None
+    return forecaster.flat(cfg, state, np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64))
+
+
+def spread_flat(values: np.ndarray, horizon: int) -> np.ndarray:
+    """(N, H, D) contiguous float64: the per-job values (N, D) held at each of `horizon` steps."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.ascontiguousarray(
+        np.broadcast_to(values[:, None, :], (values.shape[0], horizon, values.shape[1]))
+    )
+
+
+def observed_peak(state: State, env: np.ndarray, job: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n_observed (N,), life_max (N, D)) of `job_view`, without the rest of the view (flat forecasters read
+    only these, the request and the label)."""
+    jobs = state.jobs
+    is_placed = state.job_machine[env, job] >= 0
+    start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
+    n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job]).astype(np.int64)
+    return n_obs, jobs.observed_prefix[0].peak_at(env, job, n_obs)
+
+
 def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_recent: int) -> JobView:
     """The `JobView` of jobs `job` (N,) of envs `env` (N,): observed usage only (see the module docstring); the
     unquantised usage (`JobBatch.usage_exact`), when the batch has it, through the same mask."""

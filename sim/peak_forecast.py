@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State
-from sim.forecast import DEFAULT_LEVELS, job_view, levels_of
+from sim.core import State, observed_labels
+from sim.forecast import DEFAULT_LEVELS, levels_of, observed_peak, spread_flat
 from sim.jobs import JobBatch
 
 AGE_GRID = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -198,10 +198,13 @@ class PeakQuantileForecaster:
 
     def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, H, D) the quantile at every step."""
-        view = job_view(cfg, state, env, job, n_recent=1)
-        peak = np.where(view.n_observed[:, None] > 0, view.life_max, np.nan)
-        q = self.table.lookup(self.level, view.request, peak, view.n_observed, view.label)
-        return np.ascontiguousarray(np.broadcast_to(q[:, None, :], (view.size, self.horizon, q.shape[1])))
+        return spread_flat(self.flat(cfg, state, env, job), self.horizon)
+
+    def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, D) the quantile held at every step (`sim.forecast.flat_forecast`)."""
+        n_obs, peak = observed_peak(state, env, job)  # NaN where nothing is observed (as job_view's life_max)
+        request = state.jobs.request[env, job].astype(np.int64)
+        return self.table.lookup(self.level, request, peak, n_obs, observed_labels(state)[env, job])
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         return levels_of(self.point(cfg, state, env, job), len(self.levels))

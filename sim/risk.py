@@ -61,11 +61,14 @@ from sim.forecast import (
     DEFAULT_LEVELS,
     UsageForecaster,
     fit_recall,
+    flat_forecast,
     is_point_forecaster,
     job_view,
     levels_of,
     measure_recall,
+    observed_peak,
     point_forecast,
+    spread_flat,
     with_cache,
     with_recall,
 )
@@ -259,6 +262,90 @@ def head_bounds(
     )
 
 
+def flat_values(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    env: np.ndarray,
+    job: np.ndarray,
+    rcfg: RiskConfig,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a flat forecaster (`sim.forecast.is_flat_forecaster`), what `job_moments` gives without its horizon
+    axis: (value (N, D), steps (N,)) with mu[i, k] = value[i] for k < steps[i] and 0 after (delta is 0). None
+    for any other forecaster, or where a value is negative (the shortcuts below need mu non-increasing in k)."""
+    horizon = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
+    if horizon > forecaster.horizon:
+        return None  # job_moments raises the error
+    who = type(forecaster).__name__
+    for level in (0.5, rcfg.level):  # the same error as job_moments for a level the forecaster lacks
+        _level_index(forecaster.levels, level, who)
+    value = flat_forecast(forecaster, cfg, state, env, job)
+    if value is None or (value < 0).any():
+        return None
+    n_steps = max(horizon, rcfg.extend_to or 0)  # extend_to repeats each job's max: still flat
+    is_placed = state.job_machine[env, job] >= 0
+    start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
+    if rcfg.min_observed > 0:
+        is_young = state.t[env] - start + 1 < rcfg.min_observed
+        value = np.where(is_young[:, None], state.jobs.request[env, job].astype(np.float64), value)
+    if rcfg.use_durations:
+        end = np.minimum(start, state.t[env]) + state.jobs.duration[env, job]  # exclusive, as job_moments
+        steps = np.clip(end - state.t[env] - 1, 0, n_steps)
+    else:
+        steps = np.full(env.size, n_steps, dtype=np.int64)
+    return value, steps
+
+
+def flat_head_share(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    rcfg: RiskConfig,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`safe_and_tightness(head_bounds(...))` for a flat forecaster, without the horizon axis: every job's mu is
+    its value until it ends and 0 after, so a machine's summed bound never rises over the horizon and its peak
+    is at the first step (t + 1). O(jobs x D) instead of O(jobs x H x D); the same numbers (sums of the same
+    values). None where `flat_values` is None (then the general path runs)."""
+    head = queue_head(state)
+    rows = np.arange(state.batch_size) if rows is None else np.asarray(rows, dtype=np.int64)
+    idx = np.minimum(state.next_job[rows], state.jobs.max_jobs - 1)
+    position = np.full(state.batch_size, -1, dtype=np.int64)
+    position[rows] = np.arange(rows.size)
+    bi, ji = np.nonzero(jobs_running(state) & (position >= 0)[:, None])
+    got_head = flat_values(cfg, state, forecaster, rows, idx, rcfg)
+    got_run = flat_values(cfg, state, forecaster, bi, ji, rcfg)
+    if got_head is None or got_run is None:
+        return None
+    n_m, n_d = cfg.n_machines, cfg.n_resources
+    value, steps = got_run
+    first = value * (steps > 0)[:, None]  # (N, D) each running job's mu at t + 1
+    cell = position[bi] * n_m + state.job_machine[bi, ji]
+    sums = np.stack(
+        [np.bincount(cell, weights=first[:, d], minlength=rows.size * n_m) for d in range(n_d)], axis=1
+    ).reshape(rows.size, n_m, n_d)
+    h_value, h_steps = got_head
+    h_first = h_value * ((h_steps > 0) & head.has_job[rows])[:, None]
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    share = ((sums + h_first[:, None, :]) / cap).max(axis=2)
+    return share <= 1.0 + 1e-9, share
+
+
+def head_share(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    rcfg: RiskConfig,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(is_safe, tightness) (B, M) (or of the envs `rows`) of placing the queue head on each machine: the flat
+    shortcut where it applies, else from the full bounds."""
+    flat = flat_head_share(cfg, state, forecaster, rcfg, rows)
+    if flat is not None:
+        return flat
+    return safe_and_tightness(head_bounds(cfg, state, forecaster, rcfg, rows), cfg)
+
+
 def deviation_rows(cfg: SimConfig, state: State, base: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Envs where "deviate" mode may leave the fallback's action: it holds or opens an empty machine while a valid
     machine in use exists (elsewhere no bound needs computing)."""
@@ -325,12 +412,17 @@ class PersistenceForecaster:
 
     def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, H, D) every level's value (`sim.forecast.point_forecast`)."""
-        view = job_view(cfg, state, env, job, n_recent=1)
-        seen = view.life_max if self.statistic == "peak" else view.recent[:, -1]
-        last = np.where(view.n_observed[:, None] > 0, seen, view.request)
-        last = np.nan_to_num(last, nan=0.0)
-        units = np.broadcast_to(last[:, None, :], (view.size, self.horizon, last.shape[1]))
-        return np.ascontiguousarray(units, dtype=np.float64)
+        return spread_flat(self.flat(cfg, state, env, job), self.horizon)
+
+    def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, D) the value held at every step and level (`sim.forecast.flat_forecast`)."""
+        if self.statistic == "peak":
+            n_obs, seen = observed_peak(state, env, job)
+        else:
+            view = job_view(cfg, state, env, job, n_recent=1)
+            n_obs, seen = view.n_observed, view.recent[:, -1]
+        last = np.where(n_obs[:, None] > 0, seen, state.jobs.request[env, job])
+        return np.nan_to_num(last, nan=0.0).astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -353,8 +445,11 @@ class RequestForecaster:
         h = self.horizon if horizon is None else int(horizon)
         if h < 1:
             raise ValueError(f"RequestForecaster: horizon must be >= 1, got {h}")
-        request = state.jobs.request[env, job].astype(np.float64)
-        return np.ascontiguousarray(np.broadcast_to(request[:, None, :], (len(env), h, request.shape[1])))
+        return spread_flat(self.flat(cfg, state, env, job), h)
+
+    def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, D) the request (`sim.forecast.flat_forecast`)."""
+        return state.jobs.request[env, job].astype(np.float64)
 
 
 # --- the rules -------------------------------------------------------------------------------------
@@ -400,7 +495,7 @@ class RiskAwarePacking(_FollowsFallback):
         forecaster = self.forecaster or PersistenceForecaster()
         valid = valid_machines(cfg, state)
         if self.risk.mode in ("pack", "guard"):
-            is_safe, tightness = safe_and_tightness(head_bounds(cfg, state, forecaster, self.risk), cfg)
+            is_safe, tightness = head_share(cfg, state, forecaster, self.risk)
             return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.risk.mode)
         # "deviate": bounds only where the fallback holds or opens an empty machine (most decisions keep it)
         rows = deviation_rows(cfg, state, base, valid)
@@ -408,9 +503,7 @@ class RiskAwarePacking(_FollowsFallback):
             return base
         is_safe = np.zeros(valid.shape, dtype=bool)
         tightness = np.zeros(valid.shape)
-        is_safe[rows], tightness[rows] = safe_and_tightness(
-            head_bounds(cfg, state, forecaster, self.risk, rows), cfg
-        )
+        is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows)
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
 
 

@@ -1,0 +1,138 @@
+"""The horizon-free shortcut for flat forecasters (`sim.risk.flat_head_share`, the placer's flat feature columns):
+the same decisions and inputs as the full (N, H, D) bounds, on states a rollout visits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from models.forecast_placer import PlacerConfig, placement_features
+from sim import core
+from sim.config import SimConfig
+from sim.forecast import is_flat_forecaster
+from sim.jobs import JobBatch
+from sim.peak_forecast import fit_peak_quantiles
+from sim.policies import Tetris, action_mask
+from sim.risk import (
+    PersistenceForecaster,
+    RequestForecaster,
+    RiskConfig,
+    flat_head_share,
+    head_bounds,
+    head_share,
+    safe_and_tightness,
+)
+
+CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
+
+
+def _jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Jobs of 1-30 steps whose usage rises and falls (peaks at random ages), requests at or above their peak."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 2))
+            dur = int(rng.integers(1, 30))
+            usage = rng.integers(0, 6, size=(dur, 2)).tolist()
+            request = (np.max(usage, axis=0) + rng.integers(0, 2, size=2)).tolist()
+            seq.append(
+                {"arrival_step": t, "usage": usage, "ec_label": int(rng.integers(0, 3)), "request": request}
+            )
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+@dataclass(frozen=True)
+class NotFlat:
+    """The same forecaster without its `flat` method: the general (N, H, D) path runs."""
+
+    inner: object
+
+    @property
+    def horizon(self) -> int:
+        return self.inner.horizon
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return self.inner.levels
+
+    def point(self, cfg, state, env, job):
+        return self.inner.point(cfg, state, env, job)
+
+    def forecast(self, cfg, state, env, job):
+        return self.inner.forecast(cfg, state, env, job)
+
+
+def _states(jobs: JobBatch, n: int = 40):
+    """States (after the job pick) along a Tetris rollout."""
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, jobs, 0)
+    tetris = Tetris()
+    out = []
+    for _ in range(n):
+        if state.is_done.all():
+            break
+        out.append(state)
+        state, *_ = core.step(CFG, state, tetris.act(CFG, state, rng), mask=action_mask(CFG, state))
+    return out
+
+
+def _forecasters(train: JobBatch):
+    horizon = int(train.max_duration)
+    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.9, 0.95, 0.99), use_labels=True, min_count=5)
+    return [
+        table.forecaster(0.9, horizon),
+        PersistenceForecaster(horizon=horizon),
+        RequestForecaster(horizon=horizon),
+    ]
+
+
+@pytest.mark.parametrize(
+    "rcfg",
+    [
+        RiskConfig(mode="pack"),
+        RiskConfig(mode="pack", use_durations=False),
+        RiskConfig(mode="guard", min_observed=3),
+        RiskConfig(mode="deviate", horizon=5, extend_to=40),
+    ],
+)
+def test_flat_head_share_equals_the_full_bounds(rcfg: RiskConfig) -> None:
+    train, test = _jobs(6, 40, seed=1), _jobs(5, 40, seed=2)
+    n_checked = 0
+    for forecaster in _forecasters(train):
+        assert is_flat_forecaster(forecaster) and not is_flat_forecaster(NotFlat(forecaster))
+        for state in _states(test):
+            fast = flat_head_share(CFG, state, forecaster, rcfg)
+            full = safe_and_tightness(head_bounds(CFG, state, forecaster, rcfg), CFG)
+            assert fast is not None
+            np.testing.assert_array_equal(fast[0], full[0])
+            np.testing.assert_array_equal(fast[1], full[1])
+            rows = np.array([0, 3])
+            part = head_share(CFG, state, forecaster, rcfg, rows)
+            np.testing.assert_array_equal(part[1], full[1][rows])
+            n_checked += 1
+    assert n_checked >= 60
+    # a non-flat forecaster takes the general path
+    assert flat_head_share(CFG, state, NotFlat(forecaster), rcfg) is None
+
+
+@pytest.mark.parametrize("use_durations", [True, False])
+def test_flat_placer_features_equal_the_full_ones(use_durations: bool) -> None:
+    train, test = _jobs(6, 40, seed=3), _jobs(5, 40, seed=4)
+    pcfg = PlacerConfig(levels=(0.5, 0.9, 0.99), use_durations=use_durations)
+    forecaster = _forecasters(train)[0]
+    rng = np.random.default_rng(0)
+    moved = 0
+    for state in _states(test):
+        base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
+        mask = action_mask(CFG, state)
+        x_fast, g_fast = placement_features(CFG, state, forecaster, pcfg, base, mask)
+        x_full, g_full = placement_features(CFG, state, NotFlat(forecaster), pcfg, base, mask)
+        np.testing.assert_allclose(x_fast, x_full, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(g_fast, g_full)
+        moved += int((x_fast[..., 0] > 0).sum())
+    assert moved > 0  # machines were loaded: the comparison saw non-zero bounds
