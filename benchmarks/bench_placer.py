@@ -1,4 +1,5 @@
-"""The learned scheduler (`models.forecast_placer`) on one (source, load): DeepPlace's synthetic workload at 50 %.
+"""The learned scheduler (`models.forecast_placer`) on one (source, load): DeepPlace's synthetic workload at 50 % by
+default, or a real source's sequences cut from a warehouse a `tvw-run` filled (`--source`, `--request-mode`).
 
 Trains on the TRAINING sequences only (validation carved from them): the learned forecaster
 (`models.usage_forecast`, "sample" preset) and the base rule (the hybrid, fitted by `sim.tuning` on the same
@@ -14,7 +15,7 @@ the better validation return is the policy (a measured choice, never on test seq
   50-machine cluster).
 
     python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150] [--out /tmp/placer]
-        [--device cuda]
+        [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
 """
 
 from __future__ import annotations
@@ -79,6 +80,27 @@ def deepplace(load: int, n_train: int, n_test: int, n_machines: int, seed: int) 
     return split[0], split[1]
 
 
+def real_source(
+    warehouse: Path, source: str, load: int, n_train: int, n_test: int, seed: int, request_mode: str
+) -> tuple[JobBatch, JobBatch]:
+    """(train, test) sequences of a real source at `load` % of a 10-machine cluster, cut from a warehouse a
+    `tvw-run` filled (its core tables and EC labels), as `bench_placement.py` cuts them."""
+    from benchmarks.bench_placement import real_sequences
+    from pipelines.job_sequences import SequenceConfig
+
+    cfg = SequenceConfig(
+        loads_pct=(load,),
+        step_bins=6,
+        n_train_sequences=n_train,
+        n_test_sequences=n_test,
+        seed=seed,
+        request_mode=request_mode,
+    )
+    frame = real_sequences(warehouse, source, cfg).filter(pl.col("load_pct") == load)
+    split = [JobBatch.from_frame(frame.filter(pl.col("split") == s)) for s in ("train", "test")]
+    return split[0], split[1]
+
+
 def sim_config(n_machines: int, n_labels: int) -> SimConfig:
     return SimConfig(n_machines=n_machines, max_steps=1000, oversize="clip", n_labels=max(16, n_labels))
 
@@ -94,6 +116,15 @@ def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--source",
+        default="deepplace_synthetic",
+        help="deepplace_synthetic, or a real source (bitbrains, google2011_derived) cut from --warehouse",
+    )
+    ap.add_argument("--warehouse", default="warehouse", help="a tvw-run warehouse (real sources only)")
+    ap.add_argument(
+        "--request-mode", default="peak", choices=("peak", "trace"), help="real sources' requests"
+    )
     ap.add_argument("--load", type=int, default=50)
     ap.add_argument("--n-train", type=int, default=40)
     ap.add_argument("--n-test", type=int, default=30)
@@ -124,17 +155,31 @@ def main() -> None:
 
     # data
     t0 = time.perf_counter()
-    train, test10 = deepplace(args.load, args.n_train, args.n_test, 10, args.seed)
+    is_deepplace = args.source == "deepplace_synthetic"
+    if is_deepplace:
+        train, test10 = deepplace(args.load, args.n_train, args.n_test, 10, args.seed)
+    else:
+        train, test10 = real_source(
+            Path(args.warehouse),
+            args.source,
+            args.load,
+            args.n_train,
+            args.n_test,
+            args.seed,
+            args.request_mode,
+        )
     n_labels = int(max(train.ec_label.max(), test10.ec_label.max())) + 1
     cfg10 = sim_config(10, n_labels)
+    requests = "" if is_deepplace else f", {args.request_mode} requests"
     print(
-        f"DeepPlace {args.load} %: {train.batch_size} training, {test10.batch_size} test sequences (M = 10)"
+        f"{args.source} {args.load} %{requests}: {train.batch_size} training, {test10.batch_size} test "
+        f"sequences (M = 10)"
     )
     stage_s["data"] = time.perf_counter() - t0
 
     # forecaster and base rule, fitted on the training split (validation carved from it)
     t0 = time.perf_counter()
-    where = f"deepplace {args.load} %"
+    where = f"{args.source} {args.load} %"
     tuning = TuningConfig(seed=args.seed)
     base, forecaster, ctx = fit_base_rule(cfg10, train, args.base, "sample", tuning, where)
     choice = ctx.choices[args.base]
@@ -200,7 +245,7 @@ def main() -> None:
 
     # test: the same weights at M = 10 and M = 50
     cells = [(10, cfg10, test10)]
-    if not args.skip_m50:
+    if not args.skip_m50 and is_deepplace:  # real sources: sequences are cut for 10 machines
         _, test50 = deepplace(args.load, 0, args.n_test, 50, args.seed)
         cells.append((50, sim_config(50, n_labels), test50))
     for n_m, cfg, test in cells:

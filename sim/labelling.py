@@ -47,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from sim.config import SimConfig
-from sim.core import State
+from sim.core import State, relabel
 from sim.jobs import JobBatch
 
 LABEL_ACCURACY = {
@@ -92,6 +92,29 @@ class TrueLabeller:
 
     def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
         return state.jobs.ec_label.copy()
+
+
+class ServedLabels:
+    """A policy served with a labeller's labels instead of the jobs' clustering labels: before each job pick
+    and placement the state is relabelled (`sim.core.relabel`, TVW-RL Algorithm 1's UpdateECLabels), so a rule
+    that reads `observed_labels` (`forecast_peak`, `ec_peak_aware`) sees what a deployed scheduler would: a
+    classifier's guess from the job's meta and observed usage, not the label its whole series was clustered to."""
+
+    def __init__(self, policy, labeller: Labeller) -> None:
+        self.policy = policy
+        self.labeller = labeller
+        self.name = getattr(policy, "name", type(policy).__name__)
+
+    def _relabelled(self, cfg: SimConfig, state: State) -> State:
+        return relabel(cfg, state, self.labeller.labels(cfg, state))
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        if not hasattr(self.policy, "pick_job"):
+            return np.zeros(state.batch_size, dtype=np.int64)
+        return self.policy.pick_job(cfg, self._relabelled(cfg, state), rng)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        return self.policy.act(cfg, self._relabelled(cfg, state), rng)
 
 
 def observed_steps(state: State) -> np.ndarray:

@@ -191,3 +191,31 @@ def test_guard_mode_never_uses_an_unsafe_machine_where_requests_understate_usage
         overshoot[name] = float(state.penalty_totals[:, 2].sum())
     assert overshoot["tetris"] < 0  # the setting does overshoot by requests
     assert overshoot["guard"] == 0
+
+
+def test_served_labels_feed_the_rule_the_labellers_labels() -> None:
+    """`ServedLabels` relabels every state the rule sees: with the jobs' own labels it is the rule itself, and a
+    labeller that hides the spiking class (every job label 0) costs the rule what that class told it."""
+    from sim.labelling import ServedLabels, TrueLabeller
+    from sim.tuning import sequence_returns
+
+    train, test = _jobs(30, 30, seed=5), _jobs(8, 30, seed=6)
+    ctx = FitContext(CFG, train, TuningConfig(seed=0, peak_levels=(0.9,), peak_modes=("pack",)), where="toy")
+    rule = POLICIES["forecast_peak"].fit(ctx)
+    own = sequence_returns(rule, CFG, test, 0)
+    np.testing.assert_array_equal(sequence_returns(ServedLabels(rule, TrueLabeller()), CFG, test, 0), own)
+
+    class Blind:
+        def labels(self, cfg, state):
+            return np.zeros_like(state.jobs.ec_label)
+
+    seen: list[np.ndarray] = []
+
+    class Spy:
+        def act(self, cfg, state, rng):
+            seen.append(core.observed_labels(state).copy())
+            return rule.act(cfg, state, rng)
+
+    blind = sequence_returns(ServedLabels(Spy(), Blind()), CFG, test, 0)
+    assert seen and all((labels == 0).all() for labels in seen)
+    assert not np.array_equal(blind, own)
