@@ -18,7 +18,7 @@ from dagster import (
 
 from assets import checks
 from assets.core import long_running_usage
-from assets.ec import classifier_path
+from assets.ec import classifier_path, labellers
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
@@ -126,10 +126,16 @@ EVAL_CHECKS = checks.specs("eval__baselines", EVAL_CHECK_DOCS)
 
 
 @asset(**EVAL_TABLE, check_specs=EVAL_CHECKS, partitions_def=EVAL_PARTITIONS)
-def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job_sequences: pl.DataFrame):
-    """One row per (source, load, policy, test sequence, seed) with every metric of `sim.metrics` (utilisation,
-    fragmentation, overshoot %, machines used, waits, jobs never placed, `is_truncated`, the return and its costs)
-    for the registered heuristics (`noop` is the floor). One partition per load; readers get them all."""
+def eval__baselines(
+    context: AssetExecutionContext,
+    config: EvalConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+    sim__usage_scale: pl.DataFrame,
+):
+    """One row per (source, load, policy, test sequence, seed) with every `sim.metrics` metric (utilisation,
+    overshoot %, machines, waits, `is_truncated`, return, ...) for the registered heuristics (noop: the floor),
+    labels served by the EC classifier (`evaluate_policies`' serve_labels). One partition per load."""
     if not context.has_partition_key:
         raise ValueError(
             "eval__baselines is partitioned by load: materialise one partition "
@@ -151,14 +157,14 @@ def eval__baselines(context: AssetExecutionContext, config: EvalConfig, sim__job
         tuning=settings.tuning(),
         forecaster_factory=forecaster_factory(settings.forecaster_preset),
         choices=choices,
+        serve_labels=labellers(warehouse, sim__usage_scale),
     )
     n_sequences = (
         jobs.filter(pl.col("split") == "test").select("source", "load_pct", "sequence_id").unique().height
     )
     episodes = results.select("source", "load_pct", "sequence_id", "policy").unique().height
     context.log.info(
-        f"{load} %: {results.height} episodes evaluated ({len(settings.policies)} policies, "
-        f"{n_sequences} sequences)"
+        f"{load} %: {results.height} episodes ({len(settings.policies)} policies, {n_sequences} sequences)"
     )
     metadata = {
         "n_rows": results.height,

@@ -46,6 +46,7 @@ from models.ec_classifier import (
     accuracy_check_values,
     too_few_labelled,
 )
+from models.ec_labeller import classifier_labellers
 from pipelines import equivalence as eq
 from pipelines.features import SeriesSet, series_matrix
 from pipelines.long_running import fill_window_gaps
@@ -332,6 +333,11 @@ def ec__mapping(
 
 def classifier_path(warehouse: Warehouse, source: str) -> Path:
     return Path(warehouse.root) / "models" / f"ec_classifier__{source}.pt"
+
+
+def labellers(warehouse: Warehouse, usage_scale: pl.DataFrame):
+    """source -> its saved EC classifier's labeller, or None (`models.ec_labeller.classifier_labellers`)."""
+    return classifier_labellers(lambda source: classifier_path(warehouse, source), usage_scale)
 
 
 @asset(

@@ -3,20 +3,18 @@ every registered policy, learned ones included (trained files from `assets.learn
 ablations (`models.ablation`)."""
 
 import dataclasses
-import functools
 from pathlib import Path
 
 import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, Output, StaticPartitionsDefinition, asset
 
 from assets import checks
-from assets.ec import classifier_path
+from assets.ec import labellers
 from assets.learned import RESULTS_TABLE, RL_TRAINING, curve_metadata, policy_maker, train_partition
 from assets.plots import curve_plot, plot_learning_curves, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
 from models import ablation, forecast_placer, tvw_rl
-from models.ec_labeller import ClassifierLabeller
 from models.forecast_placer import PLACER_CURVE, PlacerTrainConfig, placer_sim_config
 from models.learned import GAP_CHECK_DOCS, ResultsConfig, gap_check
 from models.training import CURVE_CHECK_DOCS, curve_check_values
@@ -43,17 +41,6 @@ ABLATION_PARTITIONS = StaticPartitionsDefinition(list(ablation.ABLATION_KEYS))
 """One TVW-RL ablation run per (setting, value) of `models.ablation.ABLATIONS`."""
 
 
-def labeller_for(warehouse: Warehouse, source: str, usage_scale: pl.DataFrame) -> ClassifierLabeller | None:
-    """TVW-RL Algorithm 1's labeller of a real source (its saved EC classifier and the sequences' usage scale), or
-    None where there is none (synthetic sources, or no classifier saved)."""
-    path = classifier_path(warehouse, source)
-    row = usage_scale.filter(pl.col("source") == source)
-    if not path.exists() or row.height == 0:
-        return None
-    _, cpu_scale, mem_scale, step_bins = row.row(0)
-    return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale))
-
-
 @asset(**RL_TRAINING, check_specs=checks.specs("rl__tvw_rl", CURVE_CHECK_DOCS))
 def rl__tvw_rl(
     context: AssetExecutionContext,
@@ -66,11 +53,11 @@ def rl__tvw_rl(
     penalty as a positive cost, entropy, wall seconds. A partition is one (load, seed) and trains a policy per
     source there (`models.tvw_rl`), resuming from `models/tvw_rl/<source>/<partition>.ckpt/`; the policies
     (`<partition>.pt`, with their JSON sidecar) are published only when complete."""
-    settings = config.build()
+    settings, labeller_of = config.build(), labellers(warehouse, sim__usage_scale)
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> list[dict]:
         cfg = settings.run_config(seed, is_label_known=is_synthetic(source))
-        labeller = None if is_synthetic(source) else labeller_for(warehouse, source, sim__usage_scale)
+        labeller = None if is_synthetic(source) else labeller_of(source)
         if labeller is None and cfg.obs.labels == "predicted":
             context.log.warning(f"{source}: no saved EC classifier; the agent sees the clustering labels")
             cfg = dataclasses.replace(cfg, obs=ObservationConfig(labels="true"))
@@ -139,10 +126,12 @@ def eval__results(
     settings = config.build()
     cfg = eval_sim_config("eval__results", settings, sim__job_sequences)
     missing: list[str] = []
-    labeller_of = functools.cache(lambda source: labeller_for(warehouse, source, sim__usage_scale))
+    labeller_of = labellers(warehouse, sim__usage_scale)
     make = policy_maker(warehouse, missing, labeller_of)
     policies, seeds = list(settings.policies), list(settings.seeds)
-    learned = evaluate_by_cluster(sim__job_sequences, policies, cfg, seeds, make=make, log=context.log.info)
+    learned = evaluate_by_cluster(
+        sim__job_sequences, policies, cfg, seeds, make=make, log=context.log.info, serve_labels=labeller_of
+    )
     if policies and learned.height == 0:
         raise ValueError(
             f"eval__results: no checkpoint found for any of {policies} under {warehouse.root}/models "

@@ -6,11 +6,13 @@ in `sim.labelling`'s docstring; this module is the classifier side (`sim/` names
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 from models.ec_classifier import load_classifier
 from models.forecaster import torch_threads
@@ -143,3 +145,21 @@ def _distinct_rows(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray]:
             first.append(b)
         inverse[b] = seen[key]
     return np.asarray(first, dtype=np.int64), inverse
+
+
+def classifier_labellers(
+    path_of: Callable[[str], Path], usage_scale: pl.DataFrame
+) -> Callable[[str], ClassifierLabeller | None]:
+    """source -> TVW-RL Algorithm 1's labeller of a real source, built once: its saved EC classifier
+    (`path_of(source)`) with the sequences' usage scale and step (`sim__usage_scale` rows: source, cpu scale,
+    mem scale, bins per step); None where there is none (synthetic sources, no classifier saved)."""
+
+    @functools.cache
+    def labeller(source: str) -> ClassifierLabeller | None:
+        path, row = Path(path_of(source)), usage_scale.filter(pl.col("source") == source)
+        if not path.exists() or row.height == 0:
+            return None
+        _, cpu_scale, mem_scale, step_bins = row.row(0)
+        return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu_scale, mem_scale))
+
+    return labeller

@@ -53,6 +53,8 @@ Model (every choice made here, in one place):
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -768,8 +770,30 @@ def committed_future_usage(state: State, horizon: int) -> np.ndarray:
     return np.ascontiguousarray(out.transpose(0, 2, 3, 1))
 
 
+_MEMO = threading.local()
+
+
+def _memoised(state: State, key: str, compute) -> np.ndarray:
+    """`compute()` once per state and key, read-only, for the last state asked about in this thread (a decision
+    asks several rules and features about the same state; a state is never mutated: `step` and every job pick
+    return a new one). Held weakly, as `sim.forecast.RecallMemo` holds its state."""
+    held = getattr(_MEMO, "held", None)
+    if held is None or held[0]() is not state:
+        held = _MEMO.held = (weakref.ref(state), {})
+    values = held[1]
+    if key not in values:
+        value = compute()
+        value.flags.writeable = False
+        values[key] = value
+    return values[key]
+
+
 def placed_requests(state: State) -> np.ndarray:
-    """(B, M, D) int64: sum of requests of the jobs running on each machine now."""
+    """(B, M, D) int64 (read-only): sum of requests of the jobs running on each machine now."""
+    return _memoised(state, "placed_requests", lambda: _placed_requests(state))
+
+
+def _placed_requests(state: State) -> np.ndarray:
     n_envs, n_m = state.batch_size, state.busy_until.shape[1]
     is_run = jobs_running(state)
     flat = (np.arange(n_envs)[:, None] * n_m + np.maximum(state.job_machine, 0))[is_run]
@@ -805,9 +829,13 @@ def machines_used(state: State) -> np.ndarray:
 
 
 def jobs_running(state: State) -> np.ndarray:
-    """(B, J) bool: the job is placed and running at t."""
-    t = state.t[:, None]
-    return (state.job_machine >= 0) & (state.job_start <= t) & (state.job_start + state.jobs.duration > t)
+    """(B, J) bool (read-only): the job is placed and running at t."""
+
+    def compute() -> np.ndarray:
+        t = state.t[:, None]
+        return (state.job_machine >= 0) & (state.job_start <= t) & (state.job_start + state.jobs.duration > t)
+
+    return _memoised(state, "jobs_running", compute)
 
 
 def splice_states(state: State, rows: np.ndarray, fresh: State) -> State:

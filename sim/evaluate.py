@@ -28,6 +28,7 @@ from sim.config import SimConfig
 from sim.core import PENALTY_NAMES
 from sim.forecast import UsageForecaster
 from sim.jobs import SEQUENCE_KEY, JobBatch
+from sim.labelling import Labeller, ServedLabels
 from sim.metrics import episode_metrics, episode_trace, machines_lower_bound
 from sim.policies import (
     POLICIES,
@@ -114,6 +115,7 @@ def evaluate_policies(
     tuning: TuningConfig | None = None,
     forecaster_factory: Callable[[JobBatch, SimConfig], UsageForecaster] | None = None,
     choices: dict | None = None,
+    serve_labels: Callable[[str], Labeller | None] | None = None,
 ) -> pl.DataFrame:
     """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
 
@@ -130,6 +132,11 @@ def evaluate_policies(
     and `forecaster_factory`; validation sequences are carved from the training split); what validation chose
     goes into `choices[(source, load_pct)][policy]` when a dict is given. A fitted rule that cannot be fitted
     (no training sequences, or no forecaster factory for one that needs it) is left out and logged.
+    `serve_labels(source)`, when given, is the labeller whose labels every policy sees on that source's test
+    sequences (`sim.labelling.ServedLabels`: TVW-RL's Algorithm 1, a classifier's guess from meta and observed
+    usage), instead of the clustering labels the sequences carry, which were computed from each workload's whole
+    series, its future included; None for a source keeps the sequences' labels (synthetic classes are known at
+    arrival). Fitting and validation use the training sequences' clustering labels either way.
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -153,6 +160,7 @@ def evaluate_policies(
             )
         if choices is not None and fit_ctx is not None:
             choices[(source, load)] = fit_ctx.choices
+        labeller = None if serve_labels is None else serve_labels(source)
         for name in policies:
             for seed in seeds:
                 if name in fitted:
@@ -166,6 +174,8 @@ def evaluate_policies(
                 if policy is None:
                     progress.advance()
                     continue
+                if labeller is not None:
+                    policy = ServedLabels(policy, labeller)
                 episodes = run_episodes(policy, cfg, jobs, seed)
                 progress.advance()
                 for seq_id, metrics, lb in zip(seq_ids, episodes, bound.tolist(), strict=True):

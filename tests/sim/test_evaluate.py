@@ -331,3 +331,34 @@ def test_in_sample_validation_is_logged():
         tuning = dataclasses.replace(TUNING_PRESETS["quick"], validation_share=share, min_observed=(0,))
         evaluate_policies(frame, ["hybrid_observed"], cfg, tuning=tuning, log=lines.append)
         assert any("validation is in sample" in line for line in lines) is warned
+
+
+def test_served_labels_reach_every_policy_of_the_sources_that_have_a_labeller(monkeypatch) -> None:
+    """`serve_labels(source)` relabels what each policy sees on that source (a classifier's labels instead of
+    the clustering labels the sequences carry); a source without a labeller keeps its own labels."""
+    seen: dict[str, set[int]] = {"a": set(), "b": set()}
+
+    @dataclass(frozen=True)
+    class Recorder:
+        name: str = "recorder"
+
+        def act(self, cfg, state, rng):
+            from sim.core import observed_labels
+
+            source = state.jobs.sequence_keys[0][0]
+            seen[source] |= set(np.unique(observed_labels(state)[:, : state.jobs.max_jobs]).tolist())
+            return BestFit().act(cfg, state, rng)
+
+    class Sevens:
+        def labels(self, cfg, state):
+            return np.full_like(state.jobs.ec_label, 7)
+
+    monkeypatch.setitem(POLICIES, "recorder", Recorder)
+    frame = _tiny_frame()
+    plain = evaluate_policies(frame, ["recorder", "best_fit"], CFG)
+    served = evaluate_policies(
+        frame, ["recorder", "best_fit"], CFG, serve_labels=lambda s: Sevens() if s == "a" else None
+    )
+    assert seen["a"] == {1, 2, 7} and seen["b"] == {1, 2}  # source a saw 7s when served, b never did
+    # labels are not physics: a rule that ignores them decides the same
+    assert plain.drop("policy").equals(served.drop("policy"))
