@@ -9,7 +9,8 @@ sequences, paired by sequence (x1e6, 95 % t-intervals):
 
 - `forecast_peak` with the clustering labels (as evaluated today), with the classifier's labels, and without
   labels (`forecast_peak_noec`);
-- the best request-based heuristic of the cell by test mean, for scale.
+- the best request-based heuristic of the cell by test mean, for scale (not the bar's best heuristic, which
+  includes the hybrid and Google's predictors: `bench_placement.py` gives that).
 
     PYTHONPATH=. python benchmarks/bench_ec_labels.py --warehouse warehouse [--request-mode trace] [--seed 0]
 """
@@ -99,16 +100,16 @@ def main() -> None:
             best = max(heuristics, key=lambda h: heuristics[h].mean())
             print(
                 f"{source} {load} % ({args.request_mode} requests; {train.batch_size} train, {test.batch_size} test; "
-                f"{time.perf_counter() - t0:.0f} s): best heuristic {best} {heuristics[best].mean() / 1e6:.3f}; "
+                f"{time.perf_counter() - t0:.0f} s): best request-based heuristic {best} {heuristics[best].mean() / 1e6:.3f}; "
                 f"forecast_peak's choice {ctx.choices.get('forecast_peak', {}).get('level')} / "
                 f"{ctx.choices.get('forecast_peak', {}).get('mode')}",
                 flush=True,
             )
             show("classifier labels - clustering labels", classified, clustered)
             show("no labels - classifier labels", unlabelled, classified)
-            show("clustering labels - best heuristic", clustered, heuristics[best])
-            show("classifier labels - best heuristic", classified, heuristics[best])
-            show("no labels - best heuristic", unlabelled, heuristics[best])
+            show("clustering labels - best request heuristic", clustered, heuristics[best])
+            show("classifier labels - best request heuristic", classified, heuristics[best])
+            show("no labels - best request heuristic", unlabelled, heuristics[best])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ interval, the share of the heuristic-to-oracle gap it closes, overshoot and mach
 fitting and evaluation seconds; and writes the gap table and the raw results as Parquet under `--out`.
 
     python benchmarks/bench_placement.py --warehouse warehouse [--sources bitbrains,deepplace_synthetic]
-        [--loads 30,50,80] [--n-train 100] [--n-test 30] [--out /tmp/placement]
+        [--loads 30,50,80] [--n-train 100] [--n-test 30] [--labels served|clustering] [--out /tmp/placement]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
+from models.ec_labeller import classifier_labellers
 from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
@@ -93,6 +94,13 @@ def main() -> None:
         choices=["peak", "trace"],
         help="real sources' requests: the window's peak usage (TVW-RL's setting) or the trace's own request",
     )
+    ap.add_argument(
+        "--labels",
+        default="served",
+        choices=("served", "clustering"),
+        help="EC labels the policies see on a real source: the saved classifier's (as the pipeline evaluates, "
+        "2026-11-26 on) or the clustering labels computed from each workload's whole series",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
     loads = tuple(int(x) for x in args.loads.split(","))
@@ -108,6 +116,12 @@ def main() -> None:
         request_mode=args.request_mode,
     )
     factory = forecaster_factory(args.forecaster) if args.forecaster else None
+    scale_path = Path(args.warehouse) / "tables" / "sim__usage_scale" / "all.parquet"
+    scale = pl.read_parquet(scale_path) if scale_path.exists() else None
+    serve = classifier_labellers(
+        lambda source: Path(args.warehouse) / "models" / f"ec_classifier__{source}.pt",
+        scale if scale is not None else pl.DataFrame(schema={"source": pl.String}),
+    )
     frames = []
     for source in args.sources.split(","):
         t0 = time.perf_counter()
@@ -142,6 +156,7 @@ def main() -> None:
                 forecaster_factory=factory,
                 choices=choices,
                 log=lambda msg: print("   ", msg, flush=True) if "left out" in msg else None,
+                serve_labels=serve if args.labels == "served" else None,
             )
             frames.append(res)
             gaps = gap_table(res)

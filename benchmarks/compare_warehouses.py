@@ -28,7 +28,11 @@ def read_table(root: Path, table: str) -> pl.DataFrame:
 
 def tables(root: Path) -> set[str]:
     base = root / "tables"
-    return {p.name for p in base.iterdir() if p.is_dir() and any(p.rglob("*.parquet"))} if base.is_dir() else set()
+    return (
+        {p.name for p in base.iterdir() if p.is_dir() and any(p.rglob("*.parquet"))}
+        if base.is_dir()
+        else set()
+    )
 
 
 def compare(a: pl.DataFrame, b: pl.DataFrame, rtol: float, ignore: re.Pattern) -> str | None:
@@ -54,7 +58,9 @@ def compare(a: pl.DataFrame, b: pl.DataFrame, rtol: float, ignore: re.Pattern) -
             if not np.allclose(x, y, rtol=rtol, atol=rtol, equal_nan=True):
                 worst = np.nanmax(np.abs(x - y)) if np.isfinite(x - y).any() else float("nan")
                 return f"column {c}: values differ (largest difference {worst:.3g})"
-        elif not a[c].cast(pl.String, strict=False).equals(b[c].cast(pl.String, strict=False), null_equal=True):
+        elif (
+            not a[c].cast(pl.String, strict=False).equals(b[c].cast(pl.String, strict=False), null_equal=True)
+        ):
             return f"column {c}: values differ"
     return None
 
