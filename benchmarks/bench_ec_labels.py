@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from benchmarks.bench_placement import real_sequences
+from benchmarks.bench_placement import real_sequences, warehouse_labellers
 from models.ec_labeller import ClassifierLabeller
 from models.forecast_placer import paired_interval
 from pipelines.job_sequences import SequenceConfig
@@ -36,15 +36,11 @@ from sim.tuning import REQUEST_HEURISTICS, FitContext, sequence_returns, tuning_
 
 
 def labeller(warehouse: Path, source: str) -> ClassifierLabeller:
-    """The source's saved EC classifier as the pipeline serves it (`assets.rl.labeller_for`)."""
-    path = warehouse / "models" / f"ec_classifier__{source}.pt"
-    scale = pl.read_parquet(warehouse / "tables" / "sim__usage_scale" / "all.parquet").filter(
-        pl.col("source") == source
-    )
-    if not path.exists() or scale.height == 0:
+    """The source's saved EC classifier as the pipeline serves it (`bench_placement.warehouse_labellers`)."""
+    served = warehouse_labellers(warehouse)(source)
+    if served is None:
         raise SystemExit(f"{warehouse}: no EC classifier or usage scale for {source}; run tvw-run first")
-    _, cpu, mem, step_bins = scale.row(0)
-    return ClassifierLabeller(path, prefix_bins_per_step=int(step_bins), usage_scale=(cpu, mem))
+    return served
 
 
 def show(name: str, a: np.ndarray, b: np.ndarray) -> None:

@@ -65,6 +65,14 @@ def real_sequences(warehouse: Path, source: str, cfg: SequenceConfig) -> pl.Data
     return frame
 
 
+def warehouse_labellers(warehouse: Path):
+    """source -> the saved EC classifier's labeller of a warehouse a `tvw-run` filled, as the pipeline serves it
+    (`models.ec_labeller.classifier_labellers`); None for a source without one."""
+    scale_path = warehouse / "tables" / "sim__usage_scale" / "all.parquet"
+    scale = pl.read_parquet(scale_path) if scale_path.exists() else pl.DataFrame(schema={"source": pl.String})
+    return classifier_labellers(lambda source: warehouse / "models" / f"ec_classifier__{source}.pt", scale)
+
+
 def forecaster_factory(preset: str):
     from models.usage_forecast import FORECAST_PRESETS, fit_usage_forecaster
 
@@ -116,12 +124,7 @@ def main() -> None:
         request_mode=args.request_mode,
     )
     factory = forecaster_factory(args.forecaster) if args.forecaster else None
-    scale_path = Path(args.warehouse) / "tables" / "sim__usage_scale" / "all.parquet"
-    scale = pl.read_parquet(scale_path) if scale_path.exists() else None
-    serve = classifier_labellers(
-        lambda source: Path(args.warehouse) / "models" / f"ec_classifier__{source}.pt",
-        scale if scale is not None else pl.DataFrame(schema={"source": pl.String}),
-    )
+    serve = warehouse_labellers(Path(args.warehouse))
     frames = []
     for source in args.sources.split(","):
         t0 = time.perf_counter()

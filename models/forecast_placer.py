@@ -475,12 +475,9 @@ def _flat_level_columns(
     n_run = cell.size
     first = value * (n_alive > 0)[:, None]
     total = value * n_alive[:, None]
-    n_d = value.shape[1]
 
     def per_machine(v: np.ndarray) -> np.ndarray:
-        return np.stack(
-            [np.bincount(cell, weights=v[:n_run, d], minlength=n_envs * n_m) for d in range(n_d)], axis=1
-        ).reshape(n_envs, n_m, n_d)
+        return sum_by_cell(v[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, v.shape[1])
 
     acc_first, acc_total = per_machine(first), per_machine(total)
     cols: list[np.ndarray] = []

@@ -132,14 +132,18 @@ def spread_flat(values: np.ndarray, horizon: int) -> np.ndarray:
     )
 
 
+def n_observed(state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+    """(N,) int64 steps of each job's usage observed by t (0 for a job not placed yet; at most its duration)."""
+    is_placed = state.job_machine[env, job] >= 0
+    start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
+    return np.clip(state.t[env] - start + 1, 0, state.jobs.duration[env, job]).astype(np.int64)
+
+
 def observed_peak(state: State, env: np.ndarray, job: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(n_observed (N,), life_max (N, D)) of `job_view`, without the rest of the view (flat forecasters read
     only these, the request and the label)."""
-    jobs = state.jobs
-    is_placed = state.job_machine[env, job] >= 0
-    start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
-    n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job]).astype(np.int64)
-    return n_obs, jobs.observed_prefix[0].peak_at(env, job, n_obs)
+    n_obs = n_observed(state, env, job)
+    return n_obs, state.jobs.observed_prefix[0].peak_at(env, job, n_obs)
 
 
 def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_recent: int) -> JobView:
@@ -147,9 +151,7 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
     unquantised usage (`JobBatch.usage_exact`), when the batch has it, through the same mask."""
     env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
     jobs = state.jobs
-    is_placed = state.job_machine[env, job] >= 0
-    start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
-    n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job])
+    n_obs = n_observed(state, env, job)
     recent_ages = n_obs[:, None] - n_recent + np.arange(n_recent)[None, :]  # (N, R)
     is_recent = recent_ages >= 0
     recent_at = (env[:, None], job[:, None], np.clip(recent_ages, 0, jobs.max_duration - 1))
@@ -172,7 +174,7 @@ def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_r
         request=jobs.request[env, job].astype(np.int64),
         label=observed_labels(state)[env, job].astype(np.int64),
         meta=meta,
-        n_observed=n_obs.astype(np.int64),
+        n_observed=n_obs,
         recent=recent,
         life_max=life_max,
         life_mean=life_mean,
@@ -262,10 +264,7 @@ class ForecastCache:
         shape_tail = (len(self.levels), self.horizon, cfg.n_resources)
         if env.size == 0:
             return np.zeros((0, *shape_tail))
-        jobs = state.jobs
-        is_placed = state.job_machine[env, job] >= 0
-        start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
-        n_obs = np.clip(state.t[env] - start + 1, 0, jobs.duration[env, job])
+        n_obs = n_observed(state, env, job)
         fp = self._fingerprint(state, env, job)
         keys = list(zip(fp[:, 0].tolist(), fp[:, 1].tolist(), n_obs.tolist(), strict=True))
         rows = np.fromiter((self._rows.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
