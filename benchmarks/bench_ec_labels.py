@@ -7,8 +7,10 @@ Algorithm 1: the saved EC classifier's guess from the job's meta and the usage o
 from a warehouse a `tvw-run` filled, every rule fitted on the TRAINING sequences only (`quick` grid), 30 test
 sequences, paired by sequence (x1e6, 95 % t-intervals):
 
-- `forecast_peak` with the clustering labels (as evaluated today), with the classifier's labels, and without
-  labels (`forecast_peak_noec`);
+- `forecast_peak` with the clustering labels, with the classifier's labels at test time only (fitted and
+  validated on clustering labels), on one view (the table fitted on the classifier's label at each age,
+  validated and served with them: `FitContext.labeller`, as the pipeline evaluates since 2026-11-26 evening),
+  and without labels (`forecast_peak_noec`);
 - the best request-based heuristic of the cell by test mean, for scale (not the bar's best heuristic, which
   includes the hybrid and Google's predictors: `bench_placement.py` gives that).
 
@@ -89,6 +91,16 @@ def main() -> None:
             with_ec, no_ec = POLICIES["forecast_peak"].fit(ctx), POLICIES["forecast_peak_noec"].fit(ctx)
             clustered = sequence_returns(with_ec, cfg, test, args.seed)
             classified = sequence_returns(ServedLabels(with_ec, served), cfg, test, args.seed)
+            one_ctx = FitContext(
+                cfg,
+                train,
+                tuning_preset("quick", 0.3, args.seed),
+                where=f"{source} {load} %",
+                labeller=served,
+            )
+            one_view = sequence_returns(
+                ServedLabels(POLICIES["forecast_peak"].fit(one_ctx), served), cfg, test, args.seed
+            )
             unlabelled = sequence_returns(no_ec, cfg, test, args.seed)
             heuristics = {
                 h: sequence_returns(make_policy(h), cfg, test, args.seed) for h in REQUEST_HEURISTICS
@@ -98,13 +110,16 @@ def main() -> None:
                 f"{source} {load} % ({args.request_mode} requests; {train.batch_size} train, {test.batch_size} test; "
                 f"{time.perf_counter() - t0:.0f} s): best request-based heuristic {best} {heuristics[best].mean() / 1e6:.3f}; "
                 f"forecast_peak's choice {ctx.choices.get('forecast_peak', {}).get('level')} / "
-                f"{ctx.choices.get('forecast_peak', {}).get('mode')}",
+                f"{ctx.choices.get('forecast_peak', {}).get('mode')} (one view: "
+                f"{one_ctx.choices['forecast_peak'].get('level')} / {one_ctx.choices['forecast_peak'].get('mode')})",
                 flush=True,
             )
             show("classifier labels - clustering labels", classified, clustered)
-            show("no labels - classifier labels", unlabelled, classified)
+            show("one view - classifier labels at test only", one_view, classified)
+            show("no labels - one view", unlabelled, one_view)
             show("clustering labels - best request heuristic", clustered, heuristics[best])
             show("classifier labels - best request heuristic", classified, heuristics[best])
+            show("one view - best request heuristic", one_view, heuristics[best])
             show("no labels - best request heuristic", unlabelled, heuristics[best])
 
 

@@ -52,7 +52,7 @@ class ClassifierLabeller:
         self.usage_scale = scale
         self.n_threads = n_threads
         self._threads = torch_threads
-        self._table: tuple | None = None  # (jobs, key, table) of the last batch labelled
+        self._token = object()  # names this labeller's label tables among a batch's riders
 
     @property
     def n_ages(self) -> int:
@@ -73,11 +73,12 @@ class ClassifierLabeller:
 
     def label_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
         """(B, J, A) int64 label of every real job of `jobs` after a = 0 .. A - 1 observed steps (A = `n_ages`, at
-        most its duration + 1; 0 for padding and ages past a job's end), in one predict call; kept for the last
-        batch asked (a rollout asks with the same batch at every decision)."""
-        key = (tuple(cfg.capacity_units), cfg.n_resources, jobs.revision)  # a batch reordered in place: again
-        if self._table is not None and self._table[0] is jobs and self._table[1] == key:
-            return self._table[2]
+        most its duration + 1; 0 for padding and ages past a job's end), in one predict call; kept with the batch
+        (`JobBatch.rider`), so a rollout predicts once per episode however its queue is reordered."""
+        key = ("ec_label_table", self._token, tuple(cfg.capacity_units), cfg.n_resources)
+        return jobs.rider(key, lambda: self._predict_table(cfg, jobs))
+
+    def _predict_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
         # rows with the same jobs (a rollout repeats each sequence over its trajectories) are predicted once
         first, inverse = _distinct_rows(jobs)
         n_ages = self.n_ages
@@ -87,9 +88,7 @@ class ClassifierLabeller:
         rows, job_index, age = np.nonzero(real[..., None] & (ages <= jobs.duration[first, :, None]))
         if rows.size:
             table[rows, job_index, age] = self.predict_jobs(cfg, jobs, first[rows], job_index, age)
-        table = table[inverse]
-        self._table = (jobs, key, table)
-        return table
+        return table[inverse]
 
     def predict_jobs(
         self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray

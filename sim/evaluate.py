@@ -136,7 +136,9 @@ def evaluate_policies(
     sequences (`sim.labelling.ServedLabels`: TVW-RL's Algorithm 1, a classifier's guess from meta and observed
     usage), instead of the clustering labels the sequences carry, which were computed from each workload's whole
     series, its future included; None for a source keeps the sequences' labels (synthetic classes are known at
-    arrival). Fitting and validation use the training sequences' clustering labels either way.
+    arrival). The fitted rules are validated with the same labeller's labels, and a table keyed by EC label
+    (`forecast_peak`'s) is fitted on the labels it serves at each age (`sim.tuning.FitContext.labeller`); EC
+    profiles (`ec_peak_aware`) and the learned forecaster's EC inputs are still fitted on clustering labels.
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -150,7 +152,8 @@ def evaluate_policies(
         seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
         profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg)
         bound = machines_lower_bound(jobs, cfg.capacity_units)
-        fit_ctx = _fit_context(jobs_frame, source, load, cfg, tuning, forecaster_factory)
+        labeller = None if serve_labels is None else serve_labels(source)
+        fit_ctx = _fit_context(jobs_frame, source, load, cfg, tuning, forecaster_factory, labeller)
         fitted = {name: _fit(name, fit_ctx, log) for name in policies if is_fitted(name)}
         if fitted and fit_ctx is not None and not fit_ctx.validation_disjoint():
             (log or (lambda msg: None))(
@@ -160,7 +163,6 @@ def evaluate_policies(
             )
         if choices is not None and fit_ctx is not None:
             choices[(source, load)] = fit_ctx.choices
-        labeller = None if serve_labels is None else serve_labels(source)
         for name in policies:
             for seed in seeds:
                 if name in fitted:
@@ -214,6 +216,7 @@ def _fit_context(
     cfg: SimConfig,
     tuning: TuningConfig | None,
     forecaster_factory,
+    labeller: Labeller | None = None,
 ) -> FitContext | None:
     """The FitContext of one (source, load) from its TRAIN rows; None when it has none."""
     train = jobs_frame.filter(
@@ -227,6 +230,7 @@ def _fit_context(
         tuning=tuning or TuningConfig(),
         forecaster_factory=forecaster_factory,
         where=f"{source} {load_pct} %",
+        labeller=labeller,
     )
 
 

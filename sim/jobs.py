@@ -8,7 +8,7 @@ Entries beyond `n_jobs[b]` are padding (zeros, label 0, arrival at a huge step) 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -200,7 +200,25 @@ class JobBatch:
             out.__dict__["observed_prefix"] = tuple(p if p is None else p.reordered() for p in prefix)
         if "workload_code" in self.__dict__:
             out.__dict__["workload_code"] = self.__dict__["workload_code"].copy()
+        if "_riders" in self.__dict__:
+            out.__dict__["_riders"] = {key: value.copy() for key, value in self.__dict__["_riders"].items()}
         return out
+
+    def rider(self, key: Hashable, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """A per-job array (B, J, ...) derived from the jobs alone, computed once by `make` and kept with this
+        batch under `key`: `rotate_in_place` moves it with its jobs and `owned_copy` copies it, so a cache of
+        what depends only on each job (an EC classifier's label by age) survives queue reorderings. Read-only:
+        every holder of the batch shares it. ValueError when `make` returns another leading shape."""
+        riders = self.__dict__.setdefault("_riders", {})
+        if key not in riders:
+            value = np.asarray(make())
+            if value.shape[:2] != (self.batch_size, self.max_jobs):
+                raise ValueError(
+                    f"JobBatch.rider {key!r}: shape {value.shape} does not start with the batch's "
+                    f"({self.batch_size}, {self.max_jobs})"
+                )
+            riders[key] = value
+        return riders[key]
 
     @property
     def revision(self) -> int:
@@ -217,6 +235,7 @@ class JobBatch:
         moved += [p.order for p in self.__dict__.get("observed_prefix") or () if p is not None]
         if "workload_code" in self.__dict__:
             moved.append(self.__dict__["workload_code"])
+        moved += list(self.__dict__.get("_riders", {}).values())
         for values in moved:
             values[r, to] = values[r, frm]
         if self.workload_ids:

@@ -12,7 +12,9 @@ its request yet is certain to, and the table learns exactly that.
 The table (`fit_peak_quantiles`, training sequences only): every real job of the fit sequences contributes one
 case per age a of `AGE_GRID` below its duration, per resource d:
 - request r (units), the peak over its first a steps (none at a = 0, the job not placed yet), age bucket
-  (`AGE_EDGES`), EC label (the batch's label; the scheduler sees `sim.core.observed_labels`);
+  (`AGE_EDGES`), EC label (the scheduler sees `sim.core.observed_labels`: on a real source the EC classifier's
+  guess at that age, `sim.labelling.ServedLabels`, so the table is fitted on those guesses by age when the fit
+  has the labeller, `sim.tuning.FitContext.labeller`; else on the batch's clustering labels);
 - target: its peak over steps a .. end (for a = 0 its whole life; steps beyond the job's end use 0).
 Quantiles are the empirical "higher" quantile of each cell with at least `min_count` cases; a thinner cell
 backs off to the cell without its label, then without its age bucket, then to (request, peak so far), then to
@@ -84,9 +86,13 @@ def age_bucket(age: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.asarray(AGE_EDGES), np.asarray(age, dtype=np.int64), side="right") - 1
 
 
-def peak_cases(train: JobBatch) -> dict[str, np.ndarray]:
+def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The training cases (module docstring) of every real job of `train`: columns resource, request, peak_idx
-    (0 = nothing observed, else peak so far + 1), bucket, label, target (remaining peak), each (n_cases,)."""
+    (0 = nothing observed, else peak so far + 1), bucket, label, target (remaining peak), each (n_cases,).
+    `labels_by_age` (B, J, A), when given, is the label each job is served after a = 0 .. A - 1 observed steps
+    (`models.ec_labeller.ClassifierLabeller.label_table`; ages past A - 1 keep the last): a case at age a takes
+    the label served at that age, so the table is fitted on the view the scheduler sees. None: every case takes
+    the job's clustering label (`ec_label`)."""
     is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
     b_idx, j_idx = np.nonzero(is_real & (train.duration > 0))
     if b_idx.size == 0:
@@ -96,6 +102,11 @@ def peak_cases(train: JobBatch) -> dict[str, np.ndarray]:
     suffix = np.maximum.accumulate(u[:, ::-1], axis=1)[:, ::-1]
     dur = train.duration[b_idx, j_idx]
     request = train.request[b_idx, j_idx].astype(np.int64)
+    if labels_by_age is not None and labels_by_age.shape[:2] != train.ec_label.shape:
+        raise ValueError(
+            f"peak_cases: labels_by_age has shape {labels_by_age.shape}, the batch's jobs are {train.ec_label.shape}"
+        )
+    served = None if labels_by_age is None else labels_by_age[b_idx, j_idx].astype(np.int64)  # (N, A)
     label = train.ec_label[b_idx, j_idx].astype(np.int64)
     cols: dict[str, list] = {k: [] for k in ("resource", "request", "peak_idx", "bucket", "label", "target")}
     n_d = u.shape[2]
@@ -111,7 +122,7 @@ def peak_cases(train: JobBatch) -> dict[str, np.ndarray]:
             cols["request"].append(request[rows, d])
             cols["peak_idx"].append(peak_idx[:, d])
             cols["bucket"].append(np.full(rows.size, bucket))
-            cols["label"].append(label[rows])
+            cols["label"].append(label[rows] if served is None else served[rows, min(a, served.shape[1] - 1)])
             cols["target"].append(target[:, d])
     return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
 
@@ -137,14 +148,17 @@ def fit_peak_quantiles(
     levels: tuple[float, ...] = DEFAULT_LEVELS,
     use_labels: bool = True,
     min_count: int = 30,
+    labels_by_age: np.ndarray | None = None,
 ) -> PeakQuantileTable:
     """The table of remaining-peak quantiles (module docstring) fitted on the sequences `train` (TRAINING ones:
-    nothing of a test sequence may reach it). ValueError on an empty split or a level outside (0, 1]."""
+    nothing of a test sequence may reach it), keyed by the clustering labels or, given `labels_by_age`, by the
+    labels a labeller serves at each age (`peak_cases`). ValueError on an empty split or a level outside
+    (0, 1]."""
     if any(not 0.0 < lv <= 1.0 for lv in levels):
         raise ValueError(f"fit_peak_quantiles: levels must be in (0, 1], got {levels}")
     if min_count < 1:
         raise ValueError(f"fit_peak_quantiles: min_count must be >= 1, got {min_count}")
-    cases = peak_cases(train)
+    cases = peak_cases(train, labels_by_age if use_labels else None)
     n_d = len(cfg.capacity_units)
     cap = int(max(cfg.capacity_units))
     n_r, n_p, n_b = cap + 1, cap + 2, len(AGE_EDGES)

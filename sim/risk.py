@@ -648,7 +648,13 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
     levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
     table = ctx.cached(
         ("peak_table", use_labels),
-        lambda: fit_peak_quantiles(fit_part, ctx.cfg, levels=levels, use_labels=use_labels),
+        lambda: fit_peak_quantiles(
+            fit_part,
+            ctx.cfg,
+            levels=levels,
+            use_labels=use_labels,
+            labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
+        ),
     )
     measured = ctx.cached("recall_measured", lambda: measure_recall(fit_part))
     fallback = ctx.best_fallback()

@@ -24,6 +24,7 @@ from sim.config import SimConfig
 from sim.core import committed_future_usage, jobs_running
 from sim.forecast import UsageForecaster
 from sim.jobs import JobBatch
+from sim.labelling import Labeller, ServedLabels
 
 REQUEST_HEURISTICS = ("tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer")
 """The request-based heuristics a rule may fall back on (the best one on validation is its fallback)."""
@@ -121,6 +122,10 @@ class FitContext:
     """(fit sequences, simulator) -> a fitted forecaster; None: rules that need one are left out."""
     where: str = ""
     """Names the group in messages and choices (e.g. "bitbrains 50 %")."""
+    labeller: Labeller | None = None
+    """The labeller whose labels the rules are served at test time (`sim.labelling.ServedLabels`; None: the
+    sequences' own labels). Given, validation episodes are served its labels too, and a table keyed by EC label
+    is fitted on the label it serves at each age (`labels_by_age`): train, validate and serve on one view."""
     choices: dict[str, dict] = field(default_factory=dict)
     """Per fitted policy name: what validation chose and its validation returns."""
     _cache: dict = field(default_factory=dict, repr=False)
@@ -142,7 +147,15 @@ class FitContext:
         return self._cache["disjoint"]
 
     def validation_returns(self, policy) -> np.ndarray:
+        if self.labeller is not None:
+            policy = ServedLabels(policy, self.labeller)
         return sequence_returns(policy, self.cfg, self.split()[1], self.tuning.seed)
+
+    def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
+        """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
+        without a labeller, or one that does not label by age: then the clustering labels are the view)."""
+        table = getattr(self.labeller, "label_table", None)
+        return None if table is None else table(self.cfg, jobs)
 
     def best_fallback(self):
         """The request-based heuristic with the best mean validation return (cached)."""

@@ -196,6 +196,37 @@ def test_label_table_equals_predicting_at_every_decision(clf):
     assert np.array_equal(labeller.label_table(cfg, other)[0], labeller.label_table(cfg, jobs)[1])
 
 
+def test_label_table_is_predicted_once_per_batch_and_follows_queue_reorderings(clf):
+    """The table rides with its batch (`JobBatch.rider`): reordering the queue in place moves each job's labels
+    with the job instead of predicting again, and equals predicting the reordered batch afresh; a copy owns
+    its own table."""
+    jobs = JobBatch.from_jobs(
+        [
+            [
+                dict(arrival_step=0, usage=[[1, 1]] * 5, ec_label=LOW, meta=META_LOW),
+                dict(arrival_step=0, usage=[[7, 7]] * 5, ec_label=HIGH, meta=META_HIGH),
+                dict(arrival_step=1, usage=[[7, 7]] * 2, ec_label=HIGH, meta=META_LOW),
+            ]
+        ]
+    ).owned_copy()
+    labeller = ClassifierLabeller(clf, prefix_bins_per_step=2)
+    calls = []
+    predict = labeller.predict_jobs
+    labeller.predict_jobs = lambda *a: calls.append(1) or predict(*a)
+    before = labeller.label_table(CFG, jobs).copy()
+    copy = jobs.owned_copy()
+    jobs.rotate_in_place(np.array([0]), np.array([0]), np.array([2]))  # job 2 to the front
+    after = labeller.label_table(CFG, jobs)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(after, before[:, [2, 0, 1]])
+    fresh = ClassifierLabeller(clf, prefix_bins_per_step=2).label_table(CFG, jobs.owned_copy())
+    np.testing.assert_array_equal(after, fresh)
+    np.testing.assert_array_equal(labeller.label_table(CFG, copy), before)  # the copy kept its order
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="does not start with the batch's"):
+        jobs.rider("bad", lambda: np.zeros((2, 3)))
+
+
 def test_prefix_holds_only_observed_steps_scaled_back_to_fractions(clf):
     labeller = ClassifierLabeller(clf, prefix_bins_per_step=2, usage_scale=(2.0, 0.5))
     jobs = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[2, 4], [6, 8], [6, 8]], ec_label=0)]])

@@ -219,3 +219,62 @@ def test_served_labels_feed_the_rule_the_labellers_labels() -> None:
     blind = sequence_returns(ServedLabels(Spy(), Blind()), CFG, test, 0)
     assert seen and all((labels == 0).all() for labels in seen)
     assert not np.array_equal(blind, own)
+
+
+def test_the_table_is_fitted_on_the_labels_served_at_each_age() -> None:
+    """Given the labels a labeller serves by age, each case takes the label served at its age (the last one past
+    the labeller's ages); the jobs' own labels at every age give the clustering-label table; a wrong shape is a
+    clear error."""
+    jobs = _jobs(4, 20, seed=2)
+    own = np.repeat(jobs.ec_label[..., None], 3, axis=2)
+    base, same = peak_cases(jobs), peak_cases(jobs, own)
+    for key in base:
+        np.testing.assert_array_equal(base[key], same[key])
+    # served: label 3 on arrival (meta only), the clustering label from the first observed step on
+    by_age = own.copy()
+    by_age[..., 0] = 3
+    served = peak_cases(jobs, by_age)
+    is_new = served["peak_idx"] == 0
+    assert (served["label"][is_new] == 3).all()
+    np.testing.assert_array_equal(served["label"][~is_new], base["label"][~is_new])
+    # a fresh job's table entry for label 3 is then the quantile over every class (label 3 hides who spikes)
+    table = fit_peak_quantiles(jobs, CFG, use_labels=True, min_count=5, labels_by_age=by_age)
+    fresh = table.lookup(0.95, np.full((2, 2), 6), np.full((2, 2), np.nan), np.zeros(2), np.array([3, 2]))
+    assert (fresh == 5).all()
+    with pytest.raises(ValueError, match="labels_by_age has shape"):
+        peak_cases(jobs, own[:1])
+
+
+def test_a_fit_context_with_a_labeller_validates_and_fits_on_its_labels() -> None:
+    """Train, validate and serve on one view: a FitContext's labeller labels the validation episodes and keys
+    the remaining-peak table; a labeller that hides the spiking class gives the unlabelled rule's table."""
+    from sim.labelling import labelled_jobs
+
+    class Blind:
+        """Label 0 for every job at every age (an `AgeLabeller`-like labeller with a label table)."""
+
+        calls = 0
+
+        def labels(self, cfg, state):
+            Blind.calls += 1
+            out = core.observed_labels(state).copy()
+            out[labelled_jobs(cfg, state)] = 0
+            return out
+
+        def label_table(self, cfg, jobs):
+            return np.zeros((*jobs.ec_label.shape, 2), dtype=np.int64)
+
+    train = _jobs(30, 30, seed=5)
+    tuning = TuningConfig(seed=0, peak_levels=(0.9,), peak_modes=("pack",), min_observed=(0,))
+    ctx = FitContext(CFG, train, tuning, where="toy", labeller=Blind())
+    POLICIES["forecast_peak"].fit(ctx)
+    assert Blind.calls > 0  # validation episodes were served the labeller's labels
+    table = ctx.cached(("peak_table", True), lambda: None)
+    assert table is not None
+    req, none = np.full((3, 2), 6), np.full((3, 2), np.nan)
+    # every fresh job was label 0 in training: any label reads the all-class quantile (the spike is possible)
+    assert (table.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2])) == 5).all()
+    plain = FitContext(CFG, train, tuning, where="toy")
+    POLICIES["forecast_peak"].fit(plain)
+    own = plain.cached(("peak_table", True), lambda: None)
+    assert (own.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]))[:2] == 1).all()
