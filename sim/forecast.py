@@ -230,6 +230,11 @@ class ForecastCache:
         self.n_computed = 0
 
     @property
+    def reads_labels(self) -> bool:
+        """The inner forecaster's (`sim.labelling.reads_labels`)."""
+        return bool(getattr(self.inner, "reads_labels", True))
+
+    @property
     def horizon(self) -> int:
         return int(self.inner.horizon)
 
@@ -497,6 +502,11 @@ class RecallOverlay:
     @property
     def horizon(self) -> int:
         return int(self.inner.horizon)
+
+    @property
+    def reads_labels(self) -> bool:
+        """The inner forecaster's (`sim.labelling.reads_labels`): recall reads workload runs, not labels."""
+        return bool(getattr(self.inner, "reads_labels", True))
 
     @property
     def levels(self) -> tuple[float, ...]:

@@ -94,6 +94,15 @@ class TrueLabeller:
         return state.jobs.ec_label.copy()
 
 
+def reads_labels(obj) -> bool:
+    """Whether a policy or forecaster may read the observed EC labels (`sim.core.observed_labels`): its
+    `reads_labels` attribute, True when it has none (an unknown one is served, never assumed blind). The
+    heuristics, the observed-usage rules and the label-free forecasters say False, so `ServedLabels` skips
+    relabelling for them; `tests/sim/test_evaluate.py` checks each such registered policy decides the same
+    whatever labels it is shown."""
+    return bool(getattr(obj, "reads_labels", True))
+
+
 class ServedLabels:
     """A policy served with a labeller's labels instead of the jobs' clustering labels: before each job pick
     and placement the state is relabelled (`sim.core.relabel`, TVW-RL Algorithm 1's UpdateECLabels), so a rule
@@ -106,6 +115,8 @@ class ServedLabels:
         self.name = getattr(policy, "name", type(policy).__name__)
 
     def _relabelled(self, cfg: SimConfig, state: State) -> State:
+        if not reads_labels(self.policy):  # decides the same on any labels: skip the work
+            return state
         return relabel(cfg, state, self.labeller.labels(cfg, state))
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:

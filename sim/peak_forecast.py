@@ -210,6 +210,11 @@ class PeakQuantileForecaster:
     levels: tuple[float, ...] = DEFAULT_LEVELS
     """The table's levels (a risk rule checks that its level is one of them; every level is this point)."""
 
+    @property
+    def reads_labels(self) -> bool:
+        """Whether the forecast reads EC labels (`sim.labelling.reads_labels`): when the table is keyed by them."""
+        return self.table.use_labels
+
     def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, H, D) the quantile at every step."""
         return spread_flat(self.flat(cfg, state, env, job), self.horizon)

@@ -257,6 +257,8 @@ def decide(
 class BestFit:
     """FIFO; the fitting machine with the fewest available units of the head's dominant resource now."""
 
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
+
     name: str = "best_fit"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
@@ -269,6 +271,8 @@ class BestFit:
 class FirstFit:
     """FIFO; the lowest-index machine the head fits on."""
 
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
+
     name: str = "first_fit"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
@@ -278,6 +282,8 @@ class FirstFit:
 @dataclass(frozen=True)
 class RandomValid:
     """FIFO; a uniformly random machine among those the head fits on."""
+
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
 
     name: str = "random_valid"
 
@@ -291,6 +297,8 @@ class Tetris:
     first), among the visible queued jobs that fit the machine (by requests and the simulator's rule), place the
     one with the best alignment score dot(request / C, free_by_requests / C), plus `short_job_weight` / duration
     (Tetris' shortest-remaining-time term; 0 = off). Holds when no queued job fits any machine."""
+
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
 
     short_job_weight: float = 0.0
     """Weight of the 1 / duration term added to the alignment score (0: alignment only)."""
@@ -325,6 +333,8 @@ class Noop:
     """Sanity baseline: never places a job (always holds). Its episodes hit the safety cap with every job charged,
     so it must have the worst return of all policies at every load."""
 
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
+
     name: str = "noop"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
@@ -346,6 +356,8 @@ def kube_scores(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class KubeDefault:
     """FIFO; NodeResourcesFit filter on requests, LeastAllocated + BalancedAllocation score, random ties."""
+
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
 
     name: str = "kube_default"
 
@@ -378,6 +390,8 @@ class DeepRMSJF:
     """DeepRM's Shortest-Job-First: the shortest visible job that fits some machine (next shortest when it does
     not), placed by Best-Fit on requests."""
 
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
+
     name: str = "deeprm_sjf"
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
@@ -394,6 +408,8 @@ class DeepRMSJF:
 class DeepRMPacker:
     """DeepRM's Packer: the visible job best aligned with the monolithic free capacity (dot(request, free) over
     the cluster as one pool) among those that fit some machine, placed by Best-Fit on requests."""
+
+    reads_labels = False  # requests and current usage only (sim.labelling.reads_labels)
 
     name: str = "deeprm_packer"
 

@@ -386,6 +386,8 @@ class PersistenceForecaster:
     """Every quantile of a running job is its observed usage (`statistic`); a job not placed yet
     is forecast at its request. The "hybrid" rule's view: observed usage now and, with durations, end times."""
 
+    reads_labels = False  # (sim.labelling.reads_labels)
+
     horizon: int = 24
     levels: tuple[float, ...] = DEFAULT_LEVELS
     statistic: str = "peak"
@@ -413,6 +415,8 @@ class PersistenceForecaster:
 @dataclass(frozen=True)
 class RequestForecaster:
     """Every quantile is the job's request: with it a risk-aware rule packs exactly like request-based packing."""
+
+    reads_labels = False  # (sim.labelling.reads_labels)
 
     horizon: int = 24
     levels: tuple[float, ...] = DEFAULT_LEVELS
@@ -452,6 +456,14 @@ class _FollowsFallback:
 
             return Tetris()
         return self.fallback
+
+    @property
+    def reads_labels(self) -> bool:
+        """Whether the rule may read EC labels (`sim.labelling.reads_labels`): its forecaster's or fallback's."""
+        from sim.labelling import reads_labels
+
+        forecaster = getattr(self, "forecaster", None)
+        return (forecaster is not None and reads_labels(forecaster)) or reads_labels(self._fallback())
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         base = self._fallback()

@@ -278,3 +278,51 @@ def test_a_fit_context_with_a_labeller_validates_and_fits_on_its_labels() -> Non
     POLICIES["forecast_peak"].fit(plain)
     own = plain.cached(("peak_table", True), lambda: None)
     assert (own.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]))[:2] == 1).all()
+
+
+def test_policies_that_say_they_read_no_labels_decide_the_same_on_any_labels() -> None:
+    """`ServedLabels` skips relabelling for a policy whose `reads_labels` is False: each such policy (the
+    heuristics, the observed-usage rules, the unlabelled quantile rule) decides the same when every state it sees
+    carries random labels; the labelled quantile rule says it reads them, and does."""
+    from sim.core import relabel
+    from sim.labelling import reads_labels
+    from sim.tuning import sequence_returns
+
+    class Shuffled:
+        """Random labels at every call: what a policy that reads none must not notice."""
+
+        def __init__(self, policy) -> None:
+            self.policy, self.rng = policy, np.random.default_rng(9)
+
+        def _state(self, cfg, state):
+            return relabel(cfg, state, self.rng.integers(0, cfg.n_labels, state.jobs.ec_label.shape))
+
+        def pick_job(self, cfg, state, rng):
+            if not hasattr(self.policy, "pick_job"):
+                return np.zeros(state.batch_size, dtype=np.int64)
+            return self.policy.pick_job(cfg, self._state(cfg, state), rng)
+
+        def act(self, cfg, state, rng):
+            return self.policy.act(cfg, self._state(cfg, state), rng)
+
+    train, test = _jobs(30, 30, seed=5), _jobs(6, 30, seed=6)
+    tuning = TuningConfig(
+        seed=0, peak_levels=(0.9,), peak_modes=("pack",), min_observed=(0,), n_sigmas=(2.0,)
+    )
+    ctx = FitContext(CFG, train, tuning, where="toy")
+    fitted = ["hybrid_observed", "n_sigma_observed", "max_pct_n_sigma_observed", "forecast_peak_noec"]
+    heuristics = ["tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer", "noop"]
+    policies = {n: make_policy(n) for n in heuristics} | {n: POLICIES[n].fit(ctx) for n in fitted}
+    for name, policy in policies.items():
+        assert not reads_labels(policy), name
+        np.testing.assert_array_equal(
+            sequence_returns(Shuffled(policy), CFG, test, 0), sequence_returns(policy, CFG, test, 0), name
+        )
+    labelled = RiskAwarePacking(
+        fit_peak_quantiles(train, CFG, use_labels=True).forecaster(0.9, 24),
+        risk=RiskConfig(level=0.9, mode="pack"),
+    )
+    assert reads_labels(labelled)
+    assert not np.array_equal(
+        sequence_returns(Shuffled(labelled), CFG, test, 0), sequence_returns(labelled, CFG, test, 0)
+    )
