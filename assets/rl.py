@@ -84,18 +84,19 @@ def rl__forecast_residual(
     config: PLACER_TRAIN,
     warehouse: Warehouse,
     sim__job_sequences: pl.DataFrame,
+    sim__usage_scale: pl.DataFrame,
 ):
     """Our learned scheduler (`forecast_residual_rl`, `models.forecast_placer`): per source of the partition's
-    (load, training seed), the forecaster and the base rule fitted on the training sequences, then the residual
-    network trained on them; one row per stage and iteration (validation return, imitation of the base rule,
-    entropy, seconds). Policies are published as `models/forecast_residual_rl/<source>/<partition>.pt`."""
-    settings = config.build()
+    (load, training seed), forecaster and base rule fitted on the training sequences, then the residual trained
+    on them, all with the EC labels the evaluation serves; one row per stage and iteration (validation return,
+    imitation of the base rule, entropy, seconds), the policy in `models/forecast_residual_rl/<source>/`."""
+    settings, labeller_of = config.build(), labellers(warehouse, sim__usage_scale)
     cfg = placer_sim_config(settings, sim__job_sequences)
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> pl.DataFrame:
         log = lambda m: context.log.info(f"forecast_residual_rl {source}: {m}")  # noqa: E731
-        jobs, run = JobBatch.from_frame(rows), (source, load, seed)
-        return forecast_placer.train_and_publish(settings, cfg, jobs, path, run, revision, log)
+        jobs, run, served = JobBatch.from_frame(rows), (source, load, seed), labeller_of(source)
+        return forecast_placer.train_and_publish(settings, cfg, jobs, path, run, revision, log, served)
 
     name = forecast_placer.ForecastResidualPolicy.name
     out, meta = train_partition(
@@ -125,8 +126,7 @@ def eval__results(
     trained at that (source, load) and training seed (one without such a file is left out, listed in metadata)."""
     settings = config.build()
     cfg = eval_sim_config("eval__results", settings, sim__job_sequences)
-    missing: list[str] = []
-    labeller_of = labellers(warehouse, sim__usage_scale)
+    missing, labeller_of = [], labellers(warehouse, sim__usage_scale)
     make = policy_maker(warehouse, missing, labeller_of)
     policies, seeds = list(settings.policies), list(settings.seeds)
     learned = evaluate_by_cluster(

@@ -40,6 +40,7 @@ from models.forecast_placer import (
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
 from sim.jobs import JobBatch
+from sim.labelling import ServedLabels
 from sim.policies import make_policy
 from sim.tuning import TuningConfig, sequence_returns
 
@@ -146,6 +147,13 @@ def main() -> None:
         "earlier runs of a recurring workload too)",
     )
     ap.add_argument("--device", default="cpu", help="where the PG updates run (cuda where a GPU is lent)")
+    ap.add_argument(
+        "--labels",
+        default="served",
+        choices=("served", "clustering"),
+        help="EC labels on a real source: the warehouse's EC classifier's, served to fitting, training and test "
+        "as the pipeline does, or the clustering labels computed from each workload's whole series",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -176,12 +184,18 @@ def main() -> None:
         f"sequences (M = 10)"
     )
     stage_s["data"] = time.perf_counter() - t0
+    labeller = None
+    if not is_deepplace and args.labels == "served":
+        from benchmarks.bench_placement import warehouse_labellers
+
+        labeller = warehouse_labellers(Path(args.warehouse))(args.source)
+    print("EC labels:", "the classifier's" if labeller is not None else "the sequences' own")
 
     # forecaster and base rule, fitted on the training split (validation carved from it)
     t0 = time.perf_counter()
     where = f"{args.source} {args.load} %"
     tuning = TuningConfig(seed=args.seed)
-    base, forecaster, ctx = fit_base_rule(cfg10, train, args.base, "sample", tuning, where)
+    base, forecaster, ctx = fit_base_rule(cfg10, train, args.base, "sample", tuning, where, labeller)
     choice = ctx.choices[args.base]
     stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
@@ -212,6 +226,7 @@ def main() -> None:
             log=lambda m: print("   ", m, flush=True),
             speed=speed,
             device=args.device,
+            labeller=labeller,
         )
         stage_s[f"train_{algorithm}"] = time.perf_counter() - t0
         runs[algorithm] = (policy, table, speed)
@@ -250,9 +265,11 @@ def main() -> None:
         cells.append((50, sim_config(50, n_labels), test50))
     for n_m, cfg, test in cells:
         t0 = time.perf_counter()
-        loaded = ForecastResidualPolicy(checkpoint=path)
+        loaded = ForecastResidualPolicy(checkpoint=path, labeller=labeller)
         ours = sequence_returns(loaded, cfg, test, args.seed)
-        base_ret = sequence_returns(base, cfg, test, args.seed)
+        base_ret = sequence_returns(
+            base if labeller is None else ServedLabels(base, labeller), cfg, test, args.seed
+        )
         tetris = sequence_returns(make_policy("tetris"), cfg, test, args.seed)
         print(
             f"\nM = {n_m}: {test.batch_size} test sequences, mean return x1e6: ours {ours.mean() / 1e6:.4f}, "

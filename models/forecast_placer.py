@@ -81,9 +81,10 @@ from models.reinforce import config_dict
 from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_sources
 from sim import core
 from sim.config import SimConfig
-from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length
+from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length, relabel
 from sim.forecast import ForecastCache, RecallOverlay, UsageForecaster, flat_forecast, uncached, with_cache
 from sim.jobs import JobBatch
+from sim.labelling import Labeller, reads_labels
 from sim.peak_forecast import PeakQuantileForecaster, PeakQuantileTable
 from sim.policies import (
     POLICIES,
@@ -290,10 +291,15 @@ def persistence_rule_act(base: RiskAwarePacking, cfg: SimConfig, state: State, r
 
 
 class BaseRule:
-    """The base policy's decisions for the residual: job picking and the machine (fast path for the hybrid)."""
+    """The base policy's decisions for the residual: job picking and the machine (fast path for the hybrid).
+    With a `labeller` (`sim.labelling.Labeller`), the rule and the forecasts `cache` serves see its EC labels
+    instead of the jobs' clustering labels, as `sim.labelling.ServedLabels` serves them at evaluation: trained and
+    evaluated on one view. Calls that pass `served=True` have relabelled the state already."""
 
-    def __init__(self, policy, cache: ForecastCache | None = None) -> None:
+    def __init__(self, policy, cache: ForecastCache | None = None, labeller: Labeller | None = None) -> None:
         self.policy = policy
+        self.labeller = labeller
+        self.reads_labels = reads_labels(policy) or (cache is not None and reads_labels(cache))
         self._fast = _is_persistence_rule(policy)
         self._run = policy
         if isinstance(policy, RiskAwarePacking) and not self._fast and policy.forecaster is not None:
@@ -309,12 +315,21 @@ class BaseRule:
     def is_picker(self) -> bool:
         return isinstance(self.policy, JobPicker)
 
-    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+    def served(self, cfg: SimConfig, state: State) -> State:
+        """The state as the rule sees it: relabelled by the labeller where the rule or its forecasts read labels."""
+        if self.labeller is None or not self.reads_labels:
+            return state
+        return relabel(cfg, state, self.labeller.labels(cfg, state))
+
+    def pick_job(
+        self, cfg: SimConfig, state: State, rng: np.random.Generator, served: bool = False
+    ) -> np.ndarray:
         if self.is_picker:
-            return self.policy.pick_job(cfg, state, rng)
+            return self.policy.pick_job(cfg, state if served else self.served(cfg, state), rng)
         return np.zeros(state.batch_size, dtype=np.int64)
 
-    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator, served: bool = False) -> np.ndarray:
+        state = state if served else self.served(cfg, state)
         if self._fast:
             return persistence_rule_act(self.policy, cfg, state, rng)
         return np.asarray(self._run.act(cfg, state, rng), dtype=np.int64)
@@ -734,6 +749,7 @@ class ForecastResidualPolicy:
         base=None,
         forecaster: UsageForecaster | None = None,
         config: PlacerConfig | None = None,
+        labeller: Labeller | None = None,
     ) -> None:
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         payload = None if self.checkpoint is None else read_placer(self.checkpoint)
@@ -745,7 +761,7 @@ class ForecastResidualPolicy:
         self.base_policy = base if base is not None else Tetris()
         inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
         self.forecaster = with_cache(inner, self.config.cache_rows, self.config.seed)
-        self.base = BaseRule(self.base_policy, self.forecaster)
+        self.base = BaseRule(self.base_policy, self.forecaster, labeller)
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
         self.trained_iteration = 0 if payload is None else int(payload["best_iteration"])
@@ -776,16 +792,23 @@ class ForecastResidualPolicy:
             )
         return self.net
 
+    @property
+    def reads_labels(self) -> bool:
+        """Whether the base rule or the input forecasts read EC labels (`sim.labelling.reads_labels`)."""
+        return self.base.reads_labels
+
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         return self.base.pick_job(cfg, state, rng)
 
     def decision_inputs(
         self, cfg: SimConfig, state: State, rng: np.random.Generator
     ) -> dict[str, np.ndarray]:
-        """The base rule's actions, the mask and the features of one decision (after the job pick)."""
-        base = self.base.act(cfg, state, rng)
+        """The base rule's actions, the mask and the features of one decision (after the job pick), on the
+        labels the labeller serves when the policy has one."""
+        seen = self.base.served(cfg, state)
+        base = self.base.act(cfg, seen, rng, served=True)
         mask = action_mask(cfg, state)
-        x, g = placement_features(cfg, state, self.forecaster, self.config, base, mask)
+        x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask)
         if self.config.action_set == "safe":
             mask = safe_action_mask(cfg, self.config, x, base, mask)
         return {"x": x, "g": g, "base": base, "mask": mask}
@@ -1354,6 +1377,7 @@ def train_forecast_placer(
     log: Callable[[str], None] | None = None,
     speed: dict | None = None,
     device: str = "cpu",
+    labeller: Labeller | None = None,
 ) -> tuple[ForecastResidualPolicy, pl.DataFrame]:
     """Train the residual scheduler on the TRAINING sequences `train` of one (source, load) (module docstring).
     `base`: the fitted base rule (None: Tetris); `forecaster`: the fitted per-job forecaster of the inputs
@@ -1361,6 +1385,8 @@ def train_forecast_placer(
     `speed`, when given, receives the PG rollouts' decisions and seconds. `device`: where the PG updates run
     ('cuda' where a GPU is lent): a learner copy of the network and its optimiser live there and the weights are
     copied back to the CPU actor after each update (one decision's forward pass is too small for a GPU).
+    `labeller`: the EC labels the policy is served at evaluation (`sim.labelling.ServedLabels`; None: the
+    sequences' own), served in every training and validation rollout too (`BaseRule`).
     ValueError on an empty training split or an unregistered teacher; FloatingPointError naming the iteration on a
     non-finite loss."""
     if train.batch_size == 0 or int(train.n_jobs.sum()) == 0:
@@ -1370,7 +1396,7 @@ def train_forecast_placer(
     c = config
     say = log or (lambda msg: None)
     fit, val = split_validation(train, c.validation_share)
-    policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=c)
+    policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=c, labeller=labeller)
     if c.bc_epochs > 0:
         _teacher(c.bc_teacher, policy)  # an unregistered teacher fails before any work
     rng = np.random.default_rng([c.seed, 11])
@@ -1581,17 +1607,19 @@ def fit_base_rule(
     forecaster_preset: str,
     tuning: TuningConfig,
     where: str = "",
+    labeller: Labeller | None = None,
 ) -> tuple[object, UsageForecaster, FitContext]:
     """The fitted rule `base` and the per-job forecaster of the residual's inputs, both fitted on the training
     sequences `train` as eval__baselines fits its rules (validation carved from them, `tuning`'s grid), the
     forecaster with recall where the rule's validation chose it and without the periodic overlay (which has no
-    saved form); and the FitContext (its split and what validation chose). ValueError naming `where` when the
-    rule cannot be fitted there."""
+    saved form); and the FitContext (its split and what validation chose). With `labeller`, the rule is fitted
+    and validated on the labels it serves (`FitContext.labeller`). ValueError naming `where` when the rule cannot
+    be fitted there."""
     from models.usage_forecast import forecaster_factory
     from sim.forecast import fit_recall
 
     factory = forecaster_factory(forecaster_preset, periodic=False)
-    ctx = FitContext(sim_cfg, train, tuning, factory, where=where)
+    ctx = FitContext(sim_cfg, train, tuning, factory, where=where, labeller=labeller)
     forecaster = ctx.forecaster()
     rule = POLICIES[base].fit(ctx)
     if rule is None:
@@ -1609,22 +1637,24 @@ def train_and_publish(
     run: tuple[str, int, int],
     revision: str,
     log: Callable[[str], None] | None = None,
+    labeller: Labeller | None = None,
 ) -> pl.DataFrame:
     """Fit the forecaster and the base rule on the training sequences `train` of run = (source, load %, training
     seed) (`fit_base_rule`, with the settings' presets; validation seeded by the training seed), train the
     residual scheduler on them (`train_forecast_placer`) and publish it at `policy_file` with its sidecar;
-    returns the stage table."""
+    returns the stage table. `labeller`: the EC labels the evaluation serves the policy, served to fitting,
+    validation and training as well (None: the sequences' own)."""
     source, load, seed = run
     where = f"{source} {load} % seed {seed}"
     pcfg = replace(settings.placer, seed=seed)
     t0 = time.perf_counter()
     tuning = tuning_preset(settings.tuning_preset, pcfg.validation_share, seed)
     base, forecaster, _ = fit_base_rule(
-        sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where
+        sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller
     )
     if log is not None:
         log(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")
-    policy, table = train_forecast_placer(sim_cfg, train, base, forecaster, pcfg, log=log)
+    policy, table = train_forecast_placer(sim_cfg, train, base, forecaster, pcfg, log=log, labeller=labeller)
     policy.save(policy_file, source, load, revision)
     return table.rename({"iteration": "stage_iteration"}).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("iteration"), pl.col("train_return").fill_nan(None)

@@ -424,3 +424,50 @@ def _saved(obj) -> io.BytesIO:
     torch.save(obj, buf)
     buf.seek(0)
     return buf
+
+
+def test_a_placer_with_a_labeller_is_its_base_rule_served_those_labels() -> None:
+    """Trained and evaluated on one view: with a labeller, the untrained placer decides as its base rule does when
+    served that labeller's labels (`ServedLabels`), not as the base rule on the jobs' own labels, and training
+    serves the labels in its rollouts too."""
+    from sim.labelling import ServedLabels
+    from sim.peak_forecast import fit_peak_quantiles
+
+    def spiky(n_rows: int, seed: int) -> JobBatch:
+        """Jobs requesting 6 units that use 1, except label-2 jobs, which spike to 5 in their second half."""
+        rng = np.random.default_rng(seed)
+        rows = []
+        for _ in range(n_rows):
+            seq, t = [], 0
+            for _ in range(30):
+                t += int(rng.integers(0, 3))
+                dur, label = int(rng.integers(6, 24)), int(rng.integers(0, 3))
+                usage = [[5 if label == 2 and a >= dur // 2 else 1] * 2 for a in range(dur)]
+                seq.append({"arrival_step": t, "usage": usage, "ec_label": label, "request": [6, 6]})
+            rows.append(seq)
+        return JobBatch.from_jobs(rows)
+
+    train = spiky(30, seed=5)
+    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    rule = RiskAwarePacking(
+        table.forecaster(0.5, horizon=30), make_policy("tetris"), RiskConfig(level=0.5, mode="pack"), name="p"
+    )
+
+    class Swapped:
+        """Every label moved to the next class: what the rule reads changes, the physics does not."""
+
+        calls = 0
+
+        def labels(self, cfg, state):
+            Swapped.calls += 1
+            return (core.observed_labels(state) + 1) % 3
+
+    jobs = spiky(4, seed=6)
+    served = _actions(ServedLabels(rule, Swapped()), jobs)
+    got = _actions(ForecastResidualPolicy(base=rule, labeller=Swapped()), jobs)
+    assert all(np.array_equal(a, b) for a, b in zip(served, got, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(_actions(rule, jobs), got, strict=False))
+    Swapped.calls = 0
+    pcfg = PlacerConfig(n_iterations=1, n_sequences=2, n_rollouts=2, bc_epochs=0, hidden=8)
+    train_forecast_placer(CFG, train.select(np.arange(4)), rule, None, pcfg, labeller=Swapped())
+    assert Swapped.calls > 0
