@@ -119,11 +119,11 @@ def source_summary(
     kept = counts("core__long_running", pl.len())
     ecs = counts("ec__assignments", pl.col("ec_label").n_unique())
     seqs = counts("sim__job_sequences", pl.struct("load_pct", "split", "sequence_id").n_unique())
-    rows = read("ec__method_comparison", lambda lf: lf.filter(pl.col("is_chosen")))
-    chosen = {
-        r["source"]: f"{r['method']} k={r['k']} ({r['choice_basis']})"
-        for r in ([] if rows is None else rows.iter_rows(named=True))
-    }
+    rows = read("ec__method_comparison", lambda lf: lf)
+    rows = [] if rows is None else list(rows.iter_rows(named=True))
+    chosen = {r["source"]: f"{r['method']} k={r['k']} ({r['choice_basis']})" for r in rows if r["is_chosen"]}
+    # why a source has no mapping, when the comparison says (e.g. no method beats its random control)
+    reasons = {r["source"]: r["choice_reason"] for r in rows if not r["is_chosen"] and r.get("choice_reason")}
     lines = [f"  {'source':<20} {'workloads':>10} {'kept':>8} {'ECs':>5} {'sequences':>10}  EC mapping"]
     skipped = skipped or {}
     for s in sources:
@@ -138,6 +138,8 @@ def source_summary(
                 f"  WARNING {s}: no long-running workload kept of {row[0]}: its EC and evaluation rows are "
                 "empty (lower core__long_running.min_contiguous_bins in the profile, or use longer traces)"
             )
+        elif row[2] == 0 and "ec" in layers and s in reasons:
+            warnings.append(f"  WARNING {s}: {row[1]} kept, no equivalence classes: {reasons[s]}")
         elif row[2] == 0 and "ec" in layers:
             warnings.append(f"  WARNING {s}: {row[1]} kept, too few to map to equivalence classes")
         elif row[2] > 0 and row[3] == 0 and "cluster" in layers:

@@ -32,3 +32,18 @@ def test_a_run_of_the_early_layers_is_not_warned_about_tables_it_did_not_make(tm
     assert "WARNING" not in early
     full = "\n".join(source_summary(Path(wh.root), ["a"], ("per_source", "ec")))
     assert "WARNING a: 3 kept, too few to map to equivalence classes" in full
+
+
+def test_a_source_without_equivalence_classes_is_told_why(tmp_path):
+    """Where the EC comparison chose no mapping (no method beat its random control), the warning says so
+    instead of blaming the number of workloads."""
+    wh = Warehouse(root=str(tmp_path / "wh"))
+    ids = [str(i) for i in range(84)]
+    wh.write("core__workloads", pl.DataFrame({"source": ["a"] * 84, "workload_id": ids}), "a")
+    wh.write("core__long_running", pl.DataFrame({"source": ["a"] * 84, "workload_id": ids}), "a")
+    reason = "no mapping chosen: none of the 9 rows beats its random control"
+    row = {"source": "a", "is_chosen": False, "method": "dtw", "k": 3, "choice_basis": "none"}
+    wh.write("ec__method_comparison", pl.DataFrame([{**row, "choice_reason": reason}]), "a")
+    text = "\n".join(source_summary(Path(wh.root), ["a"], ("per_source", "ec")))
+    assert f"WARNING a: 84 kept, no equivalence classes: {reason}" in text
+    assert "too few" not in text
