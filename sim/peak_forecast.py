@@ -89,10 +89,12 @@ def age_bucket(age: np.ndarray) -> np.ndarray:
 def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The training cases (module docstring) of every real job of `train`: columns resource, request, peak_idx
     (0 = nothing observed, else peak so far + 1), bucket, label, target (remaining peak), each (n_cases,).
-    `labels_by_age` (B, J, A), when given, is the label each job is served after a = 0 .. A - 1 observed steps
-    (`models.ec_labeller.ClassifierLabeller.label_table`; ages past A - 1 keep the last): a case at age a takes
-    the label served at that age, so the table is fitted on the view the scheduler sees. None: every case takes
-    the job's clustering label (`ec_label`)."""
+    `labels_by_age` (B, J, A), when given, is the label a labeller serves each job after a = 0 .. A - 1 observed
+    steps in its own count (`models.ec_labeller.ClassifierLabeller.label_table`; ages past A - 1 keep the last):
+    a case takes the label the scheduler sees beside that case's peak so far, so the table is fitted on the view
+    it is served. The two counts differ by one: a forecast reads steps start .. t (`sim.forecast.n_observed`),
+    the labeller steps start .. t - 1 (`sim.labelling.observed_steps`), so a case at age a >= 1 takes the label
+    of age a - 1 (at a = 0, arrival, the meta-only label). None: every case takes the job's clustering label."""
     is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
     b_idx, j_idx = np.nonzero(is_real & (train.duration > 0))
     if b_idx.size == 0:
@@ -122,7 +124,8 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
             cols["request"].append(request[rows, d])
             cols["peak_idx"].append(peak_idx[:, d])
             cols["bucket"].append(np.full(rows.size, bucket))
-            cols["label"].append(label[rows] if served is None else served[rows, min(a, served.shape[1] - 1)])
+            label_age = min(max(a - 1, 0), served.shape[1] - 1) if served is not None else 0
+            cols["label"].append(label[rows] if served is None else served[rows, label_age])
             cols["target"].append(target[:, d])
     return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
 

@@ -221,6 +221,32 @@ def test_served_labels_feed_the_rule_the_labellers_labels() -> None:
     assert not np.array_equal(blind, own)
 
 
+def _case_ages(jobs: JobBatch) -> list[tuple[int, int]]:
+    """(age, number of cases) in `peak_cases`' order: per age of AGE_GRID, its jobs x 2 resources."""
+    from sim.peak_forecast import AGE_GRID
+
+    dur = jobs.duration[np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]]
+    dur = dur[dur > 0]
+    return [(a, 2 * int((dur > a).sum())) for a in AGE_GRID if (dur > a).any()]
+
+
+def test_serving_ages_differ_by_one_between_the_forecast_and_the_labeller() -> None:
+    """What `peak_cases` relies on: a running job's forecast count of observed steps (`n_observed`, start .. t)
+    is the labeller's (`observed_steps`, start .. t - 1) plus one, at every decision of a rollout."""
+    from sim.forecast import n_observed
+    from sim.labelling import observed_steps
+
+    cfg, rng = CFG, np.random.default_rng(0)
+    state, seen = core.reset(cfg, _jobs(2, 20, 0), 0), 0
+    while not state.is_done.all():
+        b, j = np.nonzero(core.jobs_running(state))
+        np.testing.assert_array_equal(n_observed(state, b, j), observed_steps(state)[b, j] + 1)
+        seen += b.size
+        state, actions = decide(make_policy("tetris"), cfg, state, rng)
+        state, *_ = core.step(cfg, state, actions)
+    assert seen > 0
+
+
 def test_the_table_is_fitted_on_the_labels_served_at_each_age() -> None:
     """Given the labels a labeller serves by age, each case takes the label served at its age (the last one past
     the labeller's ages); the jobs' own labels at every age give the clustering-label table; a wrong shape is a
@@ -230,13 +256,14 @@ def test_the_table_is_fitted_on_the_labels_served_at_each_age() -> None:
     base, same = peak_cases(jobs), peak_cases(jobs, own)
     for key in base:
         np.testing.assert_array_equal(base[key], same[key])
-    # served: label 3 on arrival (meta only), the clustering label from the first observed step on
+    # served: label 3 on arrival (meta only), the clustering label once the labeller has seen a step; a case at
+    # age a >= 1 (a steps in the forecast's count, start .. t) sees the labeller's age a - 1 (start .. t - 1)
     by_age = own.copy()
     by_age[..., 0] = 3
     served = peak_cases(jobs, by_age)
-    is_new = served["peak_idx"] == 0
-    assert (served["label"][is_new] == 3).all()
-    np.testing.assert_array_equal(served["label"][~is_new], base["label"][~is_new])
+    age = np.concatenate([np.full(n, a) for a, n in _case_ages(jobs)])
+    assert (served["label"][age <= 1] == 3).all()
+    np.testing.assert_array_equal(served["label"][age >= 2], base["label"][age >= 2])
     # a fresh job's table entry for label 3 is then the quantile over every class (label 3 hides who spikes)
     table = fit_peak_quantiles(jobs, CFG, use_labels=True, min_count=5, labels_by_age=by_age)
     fresh = table.lookup(0.95, np.full((2, 2), 6), np.full((2, 2), np.nan), np.zeros(2), np.array([3, 2]))
