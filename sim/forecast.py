@@ -30,6 +30,7 @@ import numpy as np
 from sim.config import SimConfig
 from sim.core import State, jobs_running, observed_labels
 from sim.jobs import JobBatch
+from sim.labelling import reads_labels
 
 DEFAULT_LEVELS = (0.5, 0.9, 0.95, 0.99)
 """Quantile levels every forecaster gives at least (ascending)."""
@@ -232,7 +233,7 @@ class ForecastCache:
     @property
     def reads_labels(self) -> bool:
         """The inner forecaster's (`sim.labelling.reads_labels`)."""
-        return bool(getattr(self.inner, "reads_labels", True))
+        return reads_labels(self.inner)
 
     @property
     def horizon(self) -> int:
@@ -506,7 +507,7 @@ class RecallOverlay:
     @property
     def reads_labels(self) -> bool:
         """The inner forecaster's (`sim.labelling.reads_labels`): recall reads workload runs, not labels."""
-        return bool(getattr(self.inner, "reads_labels", True))
+        return reads_labels(self.inner)
 
     @property
     def levels(self) -> tuple[float, ...]:

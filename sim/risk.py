@@ -72,6 +72,7 @@ from sim.forecast import (
     with_cache,
     with_recall,
 )
+from sim.labelling import reads_labels
 
 MODES = ("deviate", "pack", "guard")
 
@@ -460,8 +461,6 @@ class _FollowsFallback:
     @property
     def reads_labels(self) -> bool:
         """Whether the rule may read EC labels (`sim.labelling.reads_labels`): its forecaster's or fallback's."""
-        from sim.labelling import reads_labels
-
         forecaster = getattr(self, "forecaster", None)
         return (forecaster is not None and reads_labels(forecaster)) or reads_labels(self._fallback())
 
