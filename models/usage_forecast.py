@@ -1100,12 +1100,27 @@ def forecast_evaluation(
         seed=settings.seed,
         log=log,
     )
-    return table, reports, summarise_forecast_table(table, by=("source", "load_pct"))
+    summary = summarise_forecast_table(table, by=("source", "load_pct"))
+    return table, reports, with_test_workloads(summary, jobs)
+
+
+def with_test_workloads(summary: pl.DataFrame, sequences: pl.DataFrame) -> pl.DataFrame:
+    """`summary` with `n_test_workloads` per (source, load): the distinct workloads of the test sequences. Steps of
+    one workload are not independent: coverage measured on about ten workloads (the sample's Bitbrains) can miss
+    93-97 % by chance although the calibration is sound."""
+    counts = (
+        sequences.filter(pl.col("split") == "test")
+        .group_by("source", "load_pct")
+        .agg(pl.col("workload_id").n_unique().cast(pl.Int64).alias("n_test_workloads"))
+    )
+    return summary.join(counts, on=["source", "load_pct"], how="left")
 
 
 COVERAGE_CHECK_DOCS = {
     "q95_covers_93_to_97_pct": "The learned forecaster's 95 % quantile (with EC inputs) covers 93-97 % of the "
-    "test steps of every (source, load) (WARN: usage in whole units can leave coverage above nominal).",
+    "test steps of every (source, load) (WARN: usage in whole units can leave coverage above nominal, and a cell "
+    "of few test workloads, `n_test_workloads` in the summary, can miss the band by chance: on the embedded "
+    "sample's 11 Bitbrains test VMs it covers 0.89-0.94, on the shared trace's 84 VMs 0.944-0.958).",
 }
 """The check of `coverage_check`: name -> what passing means."""
 

@@ -47,7 +47,11 @@ def test_each_run_waits_only_for_the_runs_that_make_what_it_reads(sample):
     assert waits[gain] >= {f"ec_sweep_job[{m}|bitbrains]" for m in ("aggregate", "temporal", "dtw")}
     assert not [w for w in waits[gain] if "bitbrains" not in w]  # never another source's runs
     assert waits["eval_job[load50]"] == {"cluster_job"} == waits["rl_job[load50-seed0]"]  # side by side
-    assert waits["placer_job[load50-seed0]"] == {"cluster_job"}  # our scheduler trains beside the papers' agents
+    assert waits["placer_job[load50-seed0]"] == {
+        "cluster_job"
+    }  # our scheduler trains beside the papers' agents
+    # the forecast and EC labelling tables go beside the evaluations (the labelling reads each source's classifier)
+    assert {w for w in waits["forecast_eval_job"] if not w.startswith("ec_job[")} == {"cluster_job"}
     assert "placer_job[load80-seed2]" in waits["results_job"]
     assert {"eval_job[load30]", "eval_job[load50]", "eval_job[load80]"} <= waits["eval_summary_job"]
     assert {"rl_job[load80-seed2]", "eval_job[load80]"} <= waits["results_job"]

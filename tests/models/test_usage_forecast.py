@@ -273,3 +273,27 @@ def test_coverage_check_flags_a_cell_outside_93_to_97_pct() -> None:
     ]
     assert coverage_check(summary.head(1)) == (True, {"outside": [], "coverage_column": "coverage_95"})
     assert not coverage_check(summary.drop("coverage_95"))[0]  # no 95 % level scored is a failure
+
+
+def test_the_summary_counts_each_cells_distinct_test_workloads() -> None:
+    from models.usage_forecast import with_test_workloads
+
+    summary = pl.DataFrame(
+        {
+            "source": ["a", "a", "b"],
+            "load_pct": [50, 50, 30],
+            "forecaster": ["x", "y", "x"],
+            "coverage_95": 0.9,
+        }
+    )
+    sequences = pl.DataFrame(
+        {
+            "source": ["a", "a", "a", "a", "b"],
+            "load_pct": [50, 50, 50, 50, 30],
+            "split": ["test", "test", "test", "train", "test"],
+            "workload_id": ["w1", "w1", "w2", "w3", "w9"],  # w1 twice (two jobs), w3 only in training
+        }
+    )
+    out = with_test_workloads(summary, sequences)
+    assert out.height == summary.height
+    assert dict(zip(out["source"], out["n_test_workloads"], strict=True)) == {"a": 2, "b": 1}

@@ -191,7 +191,9 @@ def test_names_and_the_partial_source_warning():
 def test_exact_duplicate_rows_are_kept_and_counted(tmp_path):
     import gzip
 
-    lines = gzip.open(ROOT / "google-2011/machine_events/part-00000-of-00001.csv.gz", "rt").read().splitlines()
+    lines = (
+        gzip.open(ROOT / "google-2011/machine_events/part-00000-of-00001.csv.gz", "rt").read().splitlines()
+    )
     shard = tmp_path / "part-00000-of-00001.csv.gz"
     with gzip.open(shard, "wt") as f:
         f.write("\n".join([*lines, lines[0], lines[0]]) + "\n")
