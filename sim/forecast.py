@@ -225,6 +225,7 @@ class ForecastCache:
         self.max_rows = int(max_rows)
         self._rng = np.random.default_rng([seed, 7])
         self._proj: dict[int, np.ndarray] = {}
+        self._token = object()  # names this cache's fingerprints among a batch's riders
         self._rows: dict[tuple[int, int, int], int] = {}
         self._buf: np.ndarray | None = None
         self.n_hits = 0
@@ -245,25 +246,23 @@ class ForecastCache:
 
     def _fingerprint(self, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, 2) int64 hashes of what a forecaster reads about each job (integer arithmetic: the same job gives
-        the same hash in any batch, whatever the batch size)."""
+        the same hash in any batch, whatever the batch size): a random projection of its usage profile, request,
+        observed label, duration and meta. The projection is linear modulo 2^64, so the part that never changes
+        (all but the label) is computed once per batch and rides with it (`JobBatch.rider`); each call adds the
+        label's term."""
         jobs = state.jobs
-        meta = jobs.meta[env, job] if jobs.meta is not None else np.full((env.size, 4), np.nan)
-        meta = np.where(np.isfinite(meta), np.round(meta * 1e6), -7).astype(np.int64)
-        x = np.concatenate(
-            [
-                jobs.usage[env, job].reshape(env.size, -1).astype(np.int64),
-                jobs.request[env, job].astype(np.int64),
-                observed_labels(state)[env, job, None].astype(np.int64),
-                jobs.duration[env, job, None].astype(np.int64),
-                meta,
-            ],
-            axis=1,
-        )
-        width = x.shape[1]
+        n_meta = 4 if jobs.meta is None else jobs.meta.shape[-1]
+        n_usage = jobs.max_duration * jobs.n_resources
+        width = n_usage + jobs.n_resources + 1 + 1 + n_meta
         if width not in self._proj:
             self._proj[width] = self._rng.integers(1, 2**61, size=(width, 2), dtype=np.int64)
+        proj = self._proj[width]
+        label_row = n_usage + jobs.n_resources
+        fixed = jobs.rider(
+            ("forecast_fingerprint", self._token, width), lambda: _fixed_hash(jobs, proj, label_row)
+        )
         with np.errstate(over="ignore"):
-            return x @ self._proj[width]  # wraps modulo 2^64: deterministic
+            return fixed[env, job] + observed_labels(state)[env, job, None].astype(np.int64) * proj[label_row]
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
@@ -308,6 +307,34 @@ class ForecastCache:
             self._buf = buf
         self._buf[n_have:need] = values
         self._rows.update(zip(keys, range(n_have, need), strict=True))
+
+
+def _fixed_hash(jobs: JobBatch, proj: np.ndarray, label_row: int) -> np.ndarray:
+    """(B, J, 2) int64: `ForecastCache._fingerprint`'s projection of every job's usage profile, request, duration
+    and meta, without the label's term (row `label_row` of `proj`), in chunks of jobs (bounded memory)."""
+    n_env, n_job = jobs.batch_size, jobs.max_jobs
+    keep = np.r_[0:label_row, label_row + 1 : proj.shape[0]]
+    p = proj[keep]
+    out = np.empty((n_env * n_job, 2), dtype=np.int64)
+    meta = jobs.meta.reshape(n_env * n_job, -1) if jobs.meta is not None else None
+    usage = jobs.usage.reshape(n_env * n_job, -1)
+    step = max(1, 1_000_000 // max(p.shape[0], 1))
+    for lo in range(0, n_env * n_job, step):
+        hi = min(lo + step, n_env * n_job)
+        m = np.full((hi - lo, 4), np.nan) if meta is None else meta[lo:hi]
+        m = np.where(np.isfinite(m), np.round(m * 1e6), -7).astype(np.int64)
+        x = np.concatenate(
+            [
+                usage[lo:hi].astype(np.int64),
+                jobs.request.reshape(n_env * n_job, -1)[lo:hi].astype(np.int64),
+                jobs.duration.reshape(-1)[lo:hi, None].astype(np.int64),
+                m,
+            ],
+            axis=1,
+        )
+        with np.errstate(over="ignore"):
+            out[lo:hi] = x @ p  # wraps modulo 2^64: deterministic
+    return out.reshape(n_env, n_job, 2)
 
 
 # --- recurring workloads: what earlier runs of the same workload showed ------------------------------------------

@@ -248,6 +248,42 @@ def test_forecast_cache_returns_the_forecasters_own_numbers(learned_forecaster) 
     assert cache.n_hits > 0
 
 
+def test_the_cache_key_is_the_whole_projection_and_follows_the_job_not_its_slot() -> None:
+    jobs = _square_jobs(3, 20, seed=9)
+    cache = ForecastCache(PersistenceForecaster(horizon=6))
+    state = core.reset(CFG, jobs, 0)
+    env, job = np.nonzero(np.ones((jobs.batch_size, jobs.max_jobs), dtype=bool))
+    got = cache._fingerprint(state, env, job)
+    # the fixed part rides with the batch; the sum equals the projection of every field at once
+    (proj,) = cache._proj.values()
+    meta = np.full((env.size, 4), -7, dtype=np.int64)
+    x = np.concatenate(
+        [
+            jobs.usage[env, job].reshape(env.size, -1).astype(np.int64),
+            jobs.request[env, job].astype(np.int64),
+            jobs.ec_label[env, job, None].astype(np.int64),
+            jobs.duration[env, job, None].astype(np.int64),
+            meta,
+        ],
+        axis=1,
+    )
+    with np.errstate(over="ignore"):
+        assert np.array_equal(got, x @ proj)
+    # the same job in another batch (one row, other order) has the same key; another label gives another key
+    other = core.reset(CFG, jobs.select(np.array([2, 0])), 0)
+    assert np.array_equal(
+        cache._fingerprint(other, np.array([0]), np.array([4])), got[(env == 2) & (job == 4)]
+    )
+    relabelled = core.relabel(CFG, state, (jobs.ec_label + 1) % CFG.n_labels)
+    assert not np.array_equal(cache._fingerprint(relabelled, env, job), got)
+    # a queue rotation moves the riding part with its jobs
+    owned = jobs.owned_copy()
+    moved = core.reset(CFG, owned, 0)
+    before = cache._fingerprint(moved, np.array([1]), np.array([3]))
+    owned.rotate_in_place(np.array([1]), np.array([2]), np.array([3]))  # job 3 of row 1 moves to slot 2
+    assert np.array_equal(cache._fingerprint(moved, np.array([1]), np.array([2])), before)
+
+
 def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
     jobs = _square_jobs(3, 30, seed=12)
     rule = _hybrid(min_observed=2)
