@@ -226,7 +226,7 @@ class ForecastCache:
         self._rng = np.random.default_rng([seed, 7])
         self._proj: dict[int, np.ndarray] = {}
         self._token = object()  # names this cache's fingerprints among a batch's riders
-        self._rows: dict[tuple[int, int, int], int] = {}
+        self._index = _KeyIndex()
         self._buf: np.ndarray | None = None
         self.n_hits = 0
         self.n_computed = 0
@@ -270,30 +270,30 @@ class ForecastCache:
         if env.size == 0:
             return np.zeros((0, *shape_tail))
         n_obs = n_observed(state, env, job)
-        fp = self._fingerprint(state, env, job)
-        keys = list(zip(fp[:, 0].tolist(), fp[:, 1].tolist(), n_obs.tolist(), strict=True))
-        rows = np.fromiter((self._rows.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        keys = np.concatenate([self._fingerprint(state, env, job), n_obs[:, None].astype(np.int64)], axis=1)
+        rows = self._index.find(keys)
         miss = np.flatnonzero(rows < 0)
         self.n_hits += int(env.size - miss.size)
         out = np.empty((env.size, *shape_tail))
         if miss.size:
-            # one forecast per distinct missing key (a batch holds the same job many times over rollouts)
-            first: dict[tuple[int, int, int], int] = {}
-            for i in miss.tolist():
-                first.setdefault(keys[i], i)
-            uniq = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+            # one forecast per distinct missing key (a batch holds the same job many times over rollouts), asked
+            # in the order of their first occurrence
+            _, first, inverse = np.unique(keys[miss], axis=0, return_index=True, return_inverse=True)
+            order = np.argsort(first)
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            uniq = miss[first[order]]
             fresh = self.inner.forecast(cfg, state, env[uniq], job[uniq])
             self.n_computed += int(uniq.size)
-            where = {k: n for n, k in enumerate(first)}
-            out[miss] = fresh[[where[keys[i]] for i in miss.tolist()]]
-            self._store(list(first), fresh)
+            out[miss] = fresh[rank[inverse.ravel()]]
+            self._store(keys[uniq], fresh)
         hit = np.flatnonzero(rows >= 0)
         if hit.size:
             out[hit] = self._buf[rows[hit]]
         return out
 
-    def _store(self, keys: list, values: np.ndarray) -> None:
-        n_have = len(self._rows)
+    def _store(self, keys: np.ndarray, values: np.ndarray) -> None:
+        n_have = self._index.size
         room = max(self.max_rows - n_have, 0)
         if room == 0:
             return
@@ -306,7 +306,50 @@ class ForecastCache:
                 buf[:n_have] = self._buf[:n_have]
             self._buf = buf
         self._buf[n_have:need] = values
-        self._rows.update(zip(keys, range(n_have, need), strict=True))
+        self._index.add(keys)
+
+
+class _KeyIndex:
+    """Rows 0, 1, ... of (N, 3) int64 keys (two hashes and the observed steps), found vectorised: one 64-bit mix
+    of each key, kept sorted, binary-searched, and the whole key compared (a mix shared by two keys makes the
+    later one a miss every time: computed again, never wrong)."""
+
+    _MIX = np.array([-7046029254386353131, 1, -4658895280553007687], dtype=np.int64)
+
+    def __init__(self) -> None:
+        self.keys = np.zeros((0, 3), dtype=np.int64)
+        self.size = 0
+        self._mix = np.zeros(0, dtype=np.int64)  # sorted
+        self._row = np.zeros(0, dtype=np.int64)  # the row of each sorted mix
+
+    def _mixed(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return keys @ self._MIX  # wraps modulo 2^64
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """(N,) the row of each key, -1 where it is not held."""
+        if self.size == 0:
+            return np.full(len(keys), -1, dtype=np.int64)
+        mix = self._mixed(keys)
+        pos = np.minimum(np.searchsorted(self._mix, mix), self.size - 1)
+        row = self._row[pos]
+        found = (self._mix[pos] == mix) & (self.keys[row] == keys).all(axis=1)
+        return np.where(found, row, -1)
+
+    def add(self, keys: np.ndarray) -> None:
+        """Hold `keys` (not held yet) as the next rows."""
+        n = len(keys)
+        if self.keys.shape[0] < self.size + n:
+            grown = np.empty((max(self.size + n, 2 * self.keys.shape[0], 1024), 3), dtype=np.int64)
+            grown[: self.size] = self.keys[: self.size]
+            self.keys = grown
+        self.keys[self.size : self.size + n] = keys
+        mix = self._mixed(keys)
+        order = np.argsort(mix, kind="stable")
+        at = np.searchsorted(self._mix, mix[order], side="right")
+        self._mix = np.insert(self._mix, at, mix[order])
+        self._row = np.insert(self._row, at, self.size + order)
+        self.size += n
 
 
 def _fixed_hash(jobs: JobBatch, proj: np.ndarray, label_row: int) -> np.ndarray:
