@@ -454,7 +454,11 @@ def _level_columns(
     mu = quant[:, 0] * alive[..., None]  # (N, H, D)
     delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)
     n_run = cell.size
-    per_job = np.concatenate([mu[:, None], delta, delta**2], axis=1)  # (N, 2L-1, H, D)
+    # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
+    squares = pcfg.rho != 1.0
+    per_job = np.concatenate(
+        [mu[:, None], delta, *([delta**2] if squares else [])], axis=1
+    )  # (N, L or 2L-1, H, D)
     acc = sum_by_cell(per_job[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, *per_job.shape[1:])
     with_head = acc + per_job[n_run:, None]
     n_up = len(pcfg.levels) - 1
@@ -463,6 +467,8 @@ def _level_columns(
         for sums in (acc, with_head):
             if li == 0:
                 bound = sums[:, :, 0]
+            elif not squares:
+                bound = sums[:, :, 0] + sums[:, :, li]
             else:
                 s_d, s_d2 = sums[:, :, li], sums[:, :, 1 + n_up + li - 1]
                 bound = sums[:, :, 0] + np.sqrt(pcfg.rho * s_d**2 + (1.0 - pcfg.rho) * s_d2)

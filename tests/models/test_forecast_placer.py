@@ -223,6 +223,28 @@ def test_no_input_reads_the_true_future(which, learned_forecaster) -> None:
         assert np.array_equal(a, b)
 
 
+def test_at_rho_1_the_bounds_are_the_general_formulas_limit(learned_forecaster) -> None:
+    # rho = 1 sums no squared deviations (sqrt(s_d^2) = s_d); a rho a hair below takes the general path
+    jobs = _square_jobs(3, 30, seed=5)
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    fast, general, independent = PlacerConfig(rho=1.0), PlacerConfig(rho=1.0 - 1e-12), PlacerConfig(rho=0.0)
+    n_checked = n_differ = 0
+    for _ in range(60):
+        if core.jobs_running(state).any():
+            base = make_policy("tetris").act(CFG, state, rng)
+            mask = core.action_mask(CFG, state)
+            x1, g1 = placement_features(CFG, state, learned_forecaster, fast, base, mask)
+            x2, g2 = placement_features(CFG, state, learned_forecaster, general, base, mask)
+            assert np.allclose(x1, x2, rtol=1e-5, atol=1e-6) and np.array_equal(g1, g2)
+            x0, _ = placement_features(CFG, state, learned_forecaster, independent, base, mask)
+            n_differ += int(not np.allclose(x0, x1, rtol=1e-5, atol=1e-6))  # the deviations are not all 0
+            n_checked += 1
+        state, act = decide(make_policy("tetris"), CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    assert n_checked > 10 and n_differ > 0
+
+
 def test_the_true_future_is_refused_as_an_input() -> None:
     with pytest.raises(ValueError, match="true future"):
         ForecastResidualPolicy(forecaster=ExactForecaster(horizon=6))
