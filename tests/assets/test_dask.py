@@ -204,6 +204,7 @@ def test_the_load_partitions_of_the_evaluation_fan_out_on_dask(tmp_path, cluster
             "eval_job[load30]",
             "eval_job[load50]",
             "eval_summary_job",
+            "forecast_eval_job",  # the forecast and EC labelling tables, beside the evaluations
         ]
         per_load = [o for o in outcomes if o.spec.job == "eval_job"]
         starts = [o.started_at for o in per_load]
