@@ -222,10 +222,7 @@ def eval__ec_labelling(
     yield from checks.table_results("eval__ec_labelling", out)
 
 
-FORECAST_CHECKS = checks.specs("eval__forecast", COVERAGE_CHECK_DOCS)
-
-
-@asset(**EVAL_TABLE, check_specs=FORECAST_CHECKS)
+@asset(**EVAL_TABLE, check_specs=checks.specs("eval__forecast", COVERAGE_CHECK_DOCS))
 def eval__forecast(
     context: AssetExecutionContext, config: ForecastTableConfig, sim__job_sequences: pl.DataFrame
 ):
