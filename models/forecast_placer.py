@@ -66,6 +66,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
@@ -361,9 +362,11 @@ def placement_features(
     pcfg: PlacerConfig,
     base_actions: np.ndarray,
     mask: np.ndarray,
+    memo: MachineSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(x (B, M, F) float32 per machine, g (B, G) float32 global) inputs of the network (`feature_names`,
-    GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it."""
+    GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it. `memo`
+    (`MachineSums`) keeps each machine's sums over its running jobs from one decision to the next of a rollout."""
     n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
     jobs = state.jobs
@@ -387,7 +390,9 @@ def placement_features(
             flat, n_alive, cell, n_envs, n_m, horizon, cap, len(pcfg.levels)
         )
     else:
-        cols, head_mean = _level_columns(cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap)
+        cols, head_mean = _level_columns(
+            cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap, memo
+        )
     usage_now = current_usage(cfg, state) / cap  # (B, M, D)
     past = state.past  # (B, h, M, D)
     used = core.machines_used(state)
@@ -443,24 +448,29 @@ def _level_columns(
     cell: np.ndarray,
     horizon: int,
     cap: np.ndarray,
+    memo: MachineSums | None = None,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """The LEVEL_FEATURES columns (each (B, M)) of every level, from the forecast quantiles of the running jobs
     (the first len(cell) of env, job) and the queue heads (the rest) over the horizon; and the heads' mean median
-    forecast (R, D)."""
+    forecast (R, D). With `memo`, the running jobs' per-machine sums are carried over from the rollout's previous
+    decision wherever that is exact (`MachineSums`), and only the jobs placed since are forecast and added."""
     n_envs, n_m = state.batch_size, cfg.n_machines
-    lv_idx = [_level_index(forecaster.levels, lv) for lv in pcfg.levels]
-    quant = forecaster.forecast(cfg, state, env, job)[:, lv_idx, :horizon]  # (N, L, H, D)
-    alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
-    mu = quant[:, 0] * alive[..., None]  # (N, H, D)
-    delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)
     n_run = cell.size
     # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
     squares = pcfg.rho != 1.0
-    per_job = np.concatenate(
-        [mu[:, None], delta, *([delta**2] if squares else [])], axis=1
-    )  # (N, L or 2L-1, H, D)
-    acc = sum_by_cell(per_job[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, *per_job.shape[1:])
-    with_head = acc + per_job[n_run:, None]
+    n_planes = 2 * len(pcfg.levels) - 1 if squares else len(pcfg.levels)
+    kept = (
+        None if memo is None else memo.carried(state, forecaster, env[:n_run], job[:n_run], horizon, n_planes)
+    )
+    rows = np.arange(env.size) if kept is None else np.r_[np.flatnonzero(~kept[1]), n_run : env.size]
+    per_job, mu = _planes(cfg, state, forecaster, pcfg, env[rows], job[rows], n_alive[rows], horizon, squares)
+    n_new = rows.size - (env.size - n_run)
+    shape = (n_envs, n_m, *per_job.shape[1:])
+    acc = sum_by_cell(per_job[:n_new], cell[rows[:n_new]], n_envs * n_m).reshape(shape)
+    if kept is not None:
+        acc += kept[0]
+        memo.keep(acc)
+    with_head = acc + per_job[n_new:, None]
     n_up = len(pcfg.levels) - 1
     cols = []
     for li in range(len(pcfg.levels)):
@@ -476,7 +486,81 @@ def _level_columns(
             cols.append(share.max(axis=(2, 3)))
             cols.append(share.mean(axis=(2, 3)))
         cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
-    return cols, mu[n_run:].mean(axis=1)
+    return cols, mu[n_new:].mean(axis=1)
+
+
+def _planes(
+    cfg: SimConfig,
+    state: State,
+    forecaster: UsageForecaster,
+    pcfg: PlacerConfig,
+    env: np.ndarray,
+    job: np.ndarray,
+    n_alive: np.ndarray,
+    horizon: int,
+    squares: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(per job (N, P, H, D): the median, the deviation of each upper level and, unless rho = 1, their squares,
+    over the steps each job is alive; the medians (N, H, D))."""
+    lv_idx = [_level_index(forecaster.levels, lv) for lv in pcfg.levels]
+    quant = forecaster.forecast(cfg, state, env, job)[:, lv_idx, :horizon]  # (N, L, H, D)
+    alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
+    mu = quant[:, 0] * alive[..., None]  # (N, H, D)
+    delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)
+    return np.concatenate([mu[:, None], delta, *([delta**2] if squares else [])], axis=1), mu
+
+
+class MachineSums:
+    """Each machine's summed forecast planes over its running jobs, carried from one decision of a rollout to the
+    next. Between two decisions at the same time step the running jobs only gain the jobs placed since (a job
+    leaves only as time advances, and only waiting jobs are reordered), and a running job's forecast reads only
+    its own view at t, so the sums of an env whose t is unchanged are the previous sums plus the new jobs'.
+    Anything else (another batch, t advanced, a job gone, another forecaster or horizon) recomputes the env.
+    Not for recall (a job's recalled run depends on the other runs started): `carried` refuses a RecallOverlay."""
+
+    def __init__(self) -> None:
+        self._jobs: weakref.ref | None = None
+        self._key: tuple | None = None
+        self._t = np.zeros(0, dtype=np.int64)
+        self._running = np.zeros((0, 0), dtype=bool)
+        self._acc: np.ndarray | None = None
+
+    def carried(
+        self, state: State, forecaster, env: np.ndarray, job: np.ndarray, horizon: int, n_planes: int
+    ) -> tuple[np.ndarray | float, np.ndarray] | None:
+        """(the sums carried over (B, M, P, H, D), 0 for every env recomputed; (N,) whether each running job
+        (env, job) is in them already), or None for a recalling forecaster (no memo)."""
+        if isinstance(forecaster, RecallOverlay):
+            return None
+        running = np.zeros((state.batch_size, state.jobs.max_jobs), dtype=bool)
+        running[env, job] = True
+        key = (id(forecaster), horizon, n_planes)
+        same = (
+            self._acc is not None
+            and self._jobs is not None
+            and self._jobs() is state.jobs
+            and self._key == key
+            and self._running.shape == running.shape
+        )
+        if same:
+            kept_env = (self._t == state.t) & ~(self._running & ~running).any(axis=1)
+            carried = np.where(kept_env[:, None, None, None, None], self._acc, 0.0)
+            in_sums = kept_env[env] & self._running[env, job]
+        else:
+            carried, in_sums = 0.0, np.zeros(env.size, dtype=bool)
+        self._jobs, self._key = weakref.ref(state.jobs), key
+        self._t, self._running, self._acc = state.t.copy(), running, None
+        return carried, in_sums
+
+    def keep(self, acc: np.ndarray) -> None:
+        """The sums of this decision (after `carried`): the next decision starts from them."""
+        self._acc = acc
+
+    def __getstate__(self) -> dict:  # a copied or pickled policy starts with no sums (and no weakref)
+        return {}
+
+    def __setstate__(self, _state: dict) -> None:
+        self.__init__()
 
 
 def _flat_level_columns(
@@ -768,6 +852,7 @@ class ForecastResidualPolicy:
         inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
         self.forecaster = with_cache(inner, self.config.cache_rows, self.config.seed)
         self.base = BaseRule(self.base_policy, self.forecaster, labeller)
+        self._sums = MachineSums()  # per-machine forecast sums carried between a rollout's decisions
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
         self.trained_iteration = 0 if payload is None else int(payload["best_iteration"])
@@ -814,7 +899,7 @@ class ForecastResidualPolicy:
         seen = self.base.served(cfg, state)
         base = self.base.act(cfg, seen, rng, served=True)
         mask = action_mask(cfg, state)
-        x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask)
+        x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask, self._sums)
         if self.config.action_set == "safe":
             mask = safe_action_mask(cfg, self.config, x, base, mask)
         return {"x": x, "g": g, "base": base, "mask": mask}

@@ -245,6 +245,43 @@ def test_at_rho_1_the_bounds_are_the_general_formulas_limit(learned_forecaster) 
     assert n_checked > 10 and n_differ > 0
 
 
+def test_machine_sums_carried_between_decisions_equal_a_full_recount(learned_forecaster) -> None:
+    from sim.policies import own_jobs, promote_queued_job
+
+    class Counting(fp.MachineSums):
+        n_carried = 0
+
+        def carried(self, *args, **kwargs):
+            out = super().carried(*args, **kwargs)
+            self.n_carried += int(out[1].sum())
+            return out
+
+    jobs = _square_jobs(3, 40, seed=7)
+    policy = ForecastResidualPolicy(base=_hybrid(min_observed=2), forecaster=learned_forecaster)
+    pcfg, memo, rng = policy.config, Counting(), np.random.default_rng(0)
+    state = own_jobs(core.reset(CFG, jobs, 0))  # the rollout's own batch, reordered in place as in training
+    n_decisions = 0
+    while not state.is_done.all() and n_decisions < 300:
+        state = promote_queued_job(state, np.where(state.is_done, 0, policy.pick_job(CFG, state, rng)), True)
+        base = policy.base.act(CFG, state, rng)
+        mask = core.action_mask(CFG, state)
+        x1, g1 = placement_features(CFG, state, policy.forecaster, pcfg, base, mask, memo)
+        x2, g2 = placement_features(CFG, state, policy.forecaster, pcfg, base, mask)
+        assert np.allclose(x1, x2, rtol=1e-6, atol=1e-6) and np.array_equal(g1, g2)
+        state, *_ = core.step(CFG, state, base, mask=mask)
+        n_decisions += 1
+    assert memo.n_carried > 50  # most decisions reuse the earlier sums
+    # and a whole rollout of a randomised residual decides the same with and without the carried sums
+    returns = []
+    for carry in (True, False):
+        other = ForecastResidualPolicy(base=_hybrid(min_observed=2), forecaster=learned_forecaster)
+        _randomise_residual(other.ready(CFG))
+        other._sums = fp.MachineSums() if carry else None
+        rec = fp.run_rollout(other, CFG, jobs, 0, "greedy", np.random.default_rng(1))
+        returns.append(rec.returns)
+    assert np.array_equal(*returns)
+
+
 def test_the_true_future_is_refused_as_an_input() -> None:
     with pytest.raises(ValueError, match="true future"):
         ForecastResidualPolicy(forecaster=ExactForecaster(horizon=6))
