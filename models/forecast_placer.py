@@ -544,7 +544,8 @@ class MachineSums:
         )
         if same:
             kept_env = (self._t == state.t) & ~(self._running & ~running).any(axis=1)
-            carried = np.where(kept_env[:, None, None, None, None], self._acc, 0.0)
+            carried = self._acc  # the previous decision's sums, no longer read elsewhere: zeroed in place
+            carried[~kept_env] = 0.0
             in_sums = kept_env[env] & self._running[env, job]
         else:
             carried, in_sums = 0.0, np.zeros(env.size, dtype=bool)
