@@ -49,7 +49,11 @@ can pass only if m * 2^-n < alpha (10 seeds: at most 51 rows; `min_holm_p` gives
 
 EG fits are shared where the series are the same: within one table every EC-specific model is cached by (seed,
 member set), so an EC that two mappings have in common (a cluster that stays the same from k to k + 1) is fitted
-once per seed, and the EC-agnostic model is fitted once per seed for every mapping and control.
+once per seed, and the EC-agnostic model is fitted once per seed for every mapping and control. All the fits of
+a seed (the EC-agnostic model, every EC of every mapping and of every control) are trained side by side as slices
+of one stacked model (`models.grouped_forecaster`): the same fits as one at a time, up to float rounding, at a
+tenth of the time (on the sample's 971 Google-derived workloads one method's 8 seeds x 73 fits took 47 s one at a
+time).
 """
 
 from __future__ import annotations
@@ -61,13 +65,8 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from models.forecaster import (
-    ForecasterConfig,
-    as_series_list,
-    fit_forecaster,
-    predict_series,
-    series_stats,
-)
+from models.forecaster import ForecasterConfig, as_series_list, series_stats
+from models.grouped_forecaster import fit_predict_many
 from pipelines.progress import Progress
 
 GAIN_ROWS = {
@@ -382,7 +381,7 @@ def predict_global(values: np.ndarray | Sequence[np.ndarray], cfg: GainConfig) -
     """Held-out predictions of the EC-agnostic model (trained on all workloads); reusable across mappings."""
     series = as_series_list(values)
     n_train = _n_train(series, cfg)
-    return predict_series(fit_forecaster(series, n_train, cfg.forecaster), series, n_train)
+    return fit_predict_many(series, n_train, [np.arange(len(series))], cfg.forecaster)[0]
 
 
 def _correlation(
@@ -435,10 +434,13 @@ def prediction_gain(
     if labels.shape != (len(series),):
         raise ValueError(f"labels has shape {labels.shape}; expected ({len(series)},), one per workload")
     n_train = _n_train(series, cfg) if n_train is None else n_train
-    if global_preds is None:
-        global_preds = predict_series(fit_forecaster(series, n_train, cfg.forecaster), series, n_train)
-
     stats = series_stats(series, n_train) if stats is None else stats
+    fits = {} if fits is None else fits
+    fitted_global = fit_ec_models(
+        series, n_train, [labels], cfg, fits, stats, with_global=global_preds is None
+    )
+    global_preds = fitted_global if global_preds is None else global_preds
+
     rows = []
     for ec in np.unique(labels):
         members = np.flatnonzero(labels == ec)
@@ -446,7 +448,7 @@ def prediction_gain(
         if len(members) < cfg.min_members:
             rows.append((int(ec), len(members), float("nan"), corr_global, 0.0, "too_small"))
             continue
-        preds = _ec_predictions(series, n_train, members, cfg, fits)
+        preds = fits[(cfg.forecaster.seed, members.tobytes())]
         corr_ec = _correlation(series, preds, n_train, members, cfg, stats)
         g = gain_pct(corr_ec, corr_global)
         status = "ok" if np.isfinite(g) else "undefined_corr"
@@ -465,21 +467,34 @@ def prediction_gain(
     )
 
 
-def _ec_predictions(
-    series: list[np.ndarray], n_train: list[int], members: np.ndarray, cfg: GainConfig, fits: dict | None
-) -> dict[int, np.ndarray]:
-    """Held-out predictions of the EC's own forecaster for its members, from `fits` when the same members were
-    fitted with the same seed before."""
-    key = (cfg.forecaster.seed, members.tobytes())
-    if fits is not None and key in fits:
-        return fits[key]
-    ec_series = [series[i] for i in members]
-    ec_train = [n_train[i] for i in members]
-    ec_preds = predict_series(fit_forecaster(ec_series, ec_train, cfg.forecaster), ec_series, ec_train)
-    preds = dict(zip(members.tolist(), ec_preds, strict=True))
-    if fits is not None:
-        fits[key] = preds
-    return preds
+def fit_ec_models(
+    series: list[np.ndarray],
+    n_train: list[int],
+    labelings: Sequence[np.ndarray],
+    cfg: GainConfig,
+    fits: dict,
+    stats: tuple[np.ndarray, np.ndarray],
+    with_global: bool = False,
+) -> list[np.ndarray] | None:
+    """Fit, side by side (`models.grouped_forecaster.fit_predict_many`), the EC model of every EC of every labeling
+    in `labelings` that `fits` lacks (ECs of at least cfg.min_members workloads; `fits` maps (seed, member
+    indices) to {workload: held-out predictions} and is filled here), and with `with_global` the EC-agnostic
+    model on all workloads: its held-out predictions are returned (else None)."""
+    seed = cfg.forecaster.seed
+    todo: dict[bytes, np.ndarray] = {}
+    for labels in labelings:
+        for ec in np.unique(labels):
+            members = np.flatnonzero(labels == ec)
+            key = members.tobytes()
+            if len(members) >= cfg.min_members and (seed, key) not in fits:
+                todo[key] = members
+    sets = ([np.arange(len(series))] if with_global else []) + list(todo.values())
+    if not sets:
+        return None
+    preds = fit_predict_many(series, n_train, sets, cfg.forecaster, stats)
+    for (key, members), p in zip(todo.items(), preds[int(with_global) :], strict=True):
+        fits[(seed, key)] = dict(zip(members.tolist(), p, strict=True))
+    return preds[0] if with_global else None
 
 
 def scored_series(
@@ -533,25 +548,23 @@ def mapping_gain_table(
         # models are cached by member set within the seed (the same cluster at two k is fitted once)
         seed = cfg.forecaster.seed + s
         cfg_s = replace(cfg, forecaster=replace(cfg.forecaster, seed=seed))
-        global_preds = predict_series(fit_forecaster(series, n_train, cfg_s.forecaster), series, n_train)
+        controls = {
+            key: [control_labels(mappings[key], seed, index_of[key], d) for d in range(cfg.n_control_draws)]
+            for key in keys
+        }
         fits: dict = {}
+        labelings = [labels for key in keys for labels in (mappings[key], *controls[key])]
+        global_preds = fit_ec_models(series, n_train, labelings, cfg_s, fits, stats, with_global=True)
         for key in keys:
             r = prediction_gain(series, mappings[key], cfg_s, global_preds, n_train, fits, stats)
-            controls = [
-                prediction_gain(
-                    series,
-                    control_labels(mappings[key], seed, index_of[key], draw),
-                    cfg_s,
-                    global_preds,
-                    n_train,
-                    stats=stats,
-                )  # a random member set almost never recurs: not cached
-                for draw in range(cfg.n_control_draws)
+            scored = [
+                prediction_gain(series, labels, cfg_s, global_preds, n_train, fits, stats)
+                for labels in controls[key]
             ]
             eg[key].append(r.eg_pct)
             f[key].append(r.f_frac)
-            c_eg[key].append(float(np.mean([c.eg_pct for c in controls])))
-            c_f[key].append(float(np.mean([c.f_frac for c in controls])))
+            c_eg[key].append(float(np.mean([c.eg_pct for c in scored])))
+            c_f[key].append(float(np.mean([c.f_frac for c in scored])))
             too_small[key] = r.n_ecs_too_small
             undefined[key] = max(undefined[key], r.n_ecs_undefined)
             progress.advance()
