@@ -137,8 +137,9 @@ def evaluate_policies(
     usage), instead of the clustering labels the sequences carry, which were computed from each workload's whole
     series, its future included; None for a source keeps the sequences' labels (synthetic classes are known at
     arrival). The fitted rules are validated with the same labeller's labels, and a table keyed by EC label
-    (`forecast_peak`'s) is fitted on the labels it serves at each age (`sim.tuning.FitContext.labeller`); EC
-    profiles (`ec_peak_aware`) and the learned forecaster's EC inputs are still fitted on clustering labels.
+    (`forecast_peak`'s) is fitted on the labels it serves at each age (`sim.tuning.FitContext.labeller`), and so
+    are the EC profiles (`ec_peak_aware`, `learn_group_profiles`); the learned forecaster's EC inputs are still
+    fitted on clustering labels.
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -150,9 +151,9 @@ def evaluate_policies(
     for (source, load), group in groups:
         jobs = JobBatch.from_frame(group)
         seq_ids = [key[SEQUENCE_KEY.index("sequence_id")] for key in jobs.sequence_keys]
-        profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg)
-        bound = machines_lower_bound(jobs, cfg.capacity_units)
         labeller = None if serve_labels is None else serve_labels(source)
+        profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg, labeller)
+        bound = machines_lower_bound(jobs, cfg.capacity_units)
         fit_ctx = _fit_context(jobs_frame, source, load, cfg, tuning, forecaster_factory, labeller)
         fitted = {name: _fit(name, fit_ctx, log) for name in policies if is_fitted(name)}
         if fitted and fit_ctx is not None and not fit_ctx.validation_disjoint():
@@ -252,16 +253,21 @@ def learn_group_profiles(
     load_pct: int,
     cfg: SimConfig,
     profile_cfg: ProfileConfig | None = None,
+    labeller: Labeller | None = None,
 ) -> EcProfiles | None:
     """EC profiles (`sim.profiles.learn_profiles`, cfg.n_labels labels, horizon = the longest train job) from the
-    rows of `jobs_frame` with split == "train" and this (source, load_pct); None when there are none."""
+    rows of `jobs_frame` with split == "train" and this (source, load_pct); None when there are none. With a
+    `labeller` that labels by age (`label_table`), they are fitted on the labels it serves at each age (the view
+    `sim.labelling.ServedLabels` gives the policy at test time); otherwise on the clustering labels."""
     train = jobs_frame.filter(
         (pl.col("split") == "train") & (pl.col("source") == source) & (pl.col("load_pct") == load_pct)
     )
     if train.height == 0:
         return None
     jobs = JobBatch.from_frame(train)
-    return learn_profiles(jobs, cfg.n_labels, jobs.max_duration, profile_cfg or ProfileConfig())
+    table = getattr(labeller, "label_table", None)
+    served = None if table is None else table(cfg, jobs)
+    return learn_profiles(jobs, cfg.n_labels, jobs.max_duration, profile_cfg or ProfileConfig(), served)
 
 
 def summarise(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:

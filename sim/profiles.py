@@ -85,9 +85,21 @@ class EcProfiles:
 
 
 def learn_profiles(
-    jobs: JobBatch, n_labels: int, horizon: int, cfg: ProfileConfig = ProfileConfig()
+    jobs: JobBatch,
+    n_labels: int,
+    horizon: int,
+    cfg: ProfileConfig = ProfileConfig(),
+    labels_by_age: np.ndarray | None = None,
 ) -> EcProfiles:
     """EC profiles from the real (non-padding) jobs of `jobs`, the TRAINING sequences; see the module docstring.
+
+    `labels_by_age` (B, J, A), when given, is the label a labeller serves each job after a = 0 .. A - 1 observed
+    steps (`sim.labelling`; ages past A - 1 keep the last): the profiles are then fitted on the view they are
+    served. A scheduler that sees label l for a job observed for a0 steps reads the profile of l at the ages
+    a >= a0 it predicts, so every (job, a0) is a case: profile(l, a) is the mean of usage[a] / request over the
+    cases with a0 <= a whose served label is l (a job weighs at age a once per observation age that showed it
+    l), and `n_jobs` counts the jobs that were served l at some age of their life. None: every case takes the
+    job's clustering label (`jobs.ec_label`).
 
     Shape (n_labels, horizon, D), or (n_labels, period_steps, D) when folded. ValueError on a label outside
     0..n_labels-1 (naming the job), on horizon < 1, or on a batch without any real job."""
@@ -102,6 +114,8 @@ def learn_profiles(
         raise ValueError(
             f"{jobs.describe_job(b, j)}: ec_label {jobs.ec_label[b, j]} outside 0..{n_labels - 1}"
         )
+    if labels_by_age is not None:
+        return _served_profiles(jobs, n_labels, horizon, cfg, np.asarray(labels_by_age), is_real)
     n_ages = min(horizon, jobs.max_duration)
     n_slots = horizon if cfg.period_steps is None else cfg.period_steps
     n_d = jobs.n_resources
@@ -126,3 +140,50 @@ def learn_profiles(
     return EcProfiles(
         fraction=fraction, counts=counts.astype(np.int64), n_jobs=n_jobs, period_steps=cfg.period_steps
     )
+
+
+def _served_profiles(
+    jobs: JobBatch, n_labels: int, horizon: int, cfg: ProfileConfig, served: np.ndarray, is_real: np.ndarray
+) -> EcProfiles:
+    """`learn_profiles` on the labels a labeller serves (its docstring): one pass per label over (B, J, A, D)."""
+    if served.ndim != 3 or served.shape[:2] != jobs.ec_label.shape or served.shape[2] < 1:
+        raise ValueError(
+            f"learn_profiles: labels_by_age has shape {served.shape}; expected (B, J, A) with (B, J) = "
+            f"{jobs.ec_label.shape}, the batch's jobs"
+        )
+    n_ages = min(horizon, jobs.max_duration)
+    n_slots = horizon if cfg.period_steps is None else cfg.period_steps
+    n_d = jobs.n_resources
+    ages = np.arange(n_ages)
+    alive = is_real[..., None] & (ages[None, None, :] < jobs.duration[..., None])  # (B, J, A)
+    label = served[:, :, np.minimum(ages, served.shape[2] - 1)]  # (B, J, A): served after a0 = a steps
+    bad = alive & ((label < 0) | (label >= n_labels))
+    if bad.any():
+        b, j, a = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{jobs.describe_job(b, j)}: served label {label[b, j, a]} outside 0..{n_labels - 1}"
+        )
+    request = jobs.request.astype(np.float64)[:, :, None, :]  # (B, J, 1, D)
+    is_used = alive[..., None] & (request > 0)  # (B, J, A, D)
+    frac = np.divide(
+        jobs.usage[:, :, :n_ages].astype(np.float64), request, where=is_used, out=np.zeros(is_used.shape)
+    )
+    slot = ages if cfg.period_steps is None else ages % cfg.period_steps
+    sums = np.zeros((n_labels, n_slots, n_d))
+    counts = np.zeros((n_labels, n_slots, n_d), dtype=np.int64)
+    n_jobs = np.zeros(n_labels, dtype=np.int64)
+    for g in np.unique(label[alive]):
+        shown = alive & (label == g)
+        cases = np.cumsum(shown, axis=2)  # (B, J, A): observation ages a0 <= a that showed g
+        weight = cases[..., None] * is_used  # (B, J, A, D)
+        for d in range(n_d):
+            sums[g, :, d] = np.bincount(
+                slot, weights=(weight[..., d] * frac[..., d]).sum(axis=(0, 1)), minlength=n_slots
+            )
+            counts[g, :, d] = np.bincount(slot, weights=weight[..., d].sum(axis=(0, 1)), minlength=n_slots)
+        n_jobs[g] = int(shown.any(axis=2).sum())
+    fraction = np.divide(sums, counts, where=counts > 0, out=np.zeros(sums.shape))
+    all_counts = counts.sum(axis=0)
+    all_jobs = np.divide(sums.sum(axis=0), all_counts, where=all_counts > 0, out=np.zeros(all_counts.shape))
+    fraction[n_jobs == 0] = all_jobs
+    return EcProfiles(fraction=fraction, counts=counts, n_jobs=n_jobs, period_steps=cfg.period_steps)

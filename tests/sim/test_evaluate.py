@@ -91,6 +91,27 @@ def test_profiles_come_from_the_train_split_only() -> None:
     assert learn_group_profiles(frame.filter(pl.col("split") == "test"), "a", 50, CFG) is None
 
 
+@dataclass(frozen=True)
+class _NextLabel:
+    """A labeller that serves every job the label after its clustering one, at every age (`label_table`)."""
+
+    def labels(self, cfg: SimConfig, state) -> np.ndarray:
+        return (state.jobs.ec_label + 1) % cfg.n_labels
+
+    def label_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
+        return np.repeat(((jobs.ec_label + 1) % cfg.n_labels)[:, :, None], jobs.max_duration + 1, axis=2)
+
+
+def test_profiles_are_fitted_on_the_labels_the_labeller_serves() -> None:
+    frame = _tiny_frame()
+    plain = learn_group_profiles(frame, "a", 50, CFG)
+    served = learn_group_profiles(frame, "a", 50, CFG, labeller=_NextLabel())
+    for label in np.flatnonzero(plain.n_jobs):
+        nxt = (label + 1) % CFG.n_labels
+        assert served.fraction[nxt] == pytest.approx(plain.fraction[label])
+        assert served.n_jobs[nxt] == plain.n_jobs[label]
+
+
 def test_evaluate_hands_each_group_its_train_profiles(monkeypatch) -> None:
     seen: list[EcProfiles | None] = []
 

@@ -69,3 +69,30 @@ def test_bad_input_is_named(batch) -> None:
         learn_profiles(JobBatch.from_jobs([[]]), 4, horizon=4)
     with pytest.raises(ValueError, match="period_steps"):
         ProfileConfig(period_steps=0)
+
+
+def test_served_labels_weigh_each_age_by_the_observation_ages_that_showed_the_label(batch) -> None:
+    # the clustering labels served at every age give the same means (each job alive at age a weighs a + 1)
+    constant = np.repeat(batch.ec_label[:, :, None], 5, axis=2)
+    same = learn_profiles(batch, 4, horizon=4, labels_by_age=constant)
+    assert same.fraction.tolist() == learn_profiles(batch, 4, horizon=4).fraction.tolist()
+    assert same.counts[1].tolist() == [[2, 2], [4, 4], [3, 3], [0, 0]]  # A at ages 0-2, B at 0-1
+    assert same.n_jobs.tolist() == [0, 2, 1, 0]
+    # job A (row 0) is served label 1 at arrival and label 3 once it has been observed; the rest as clustered
+    switch = constant.copy()
+    switch[0, 0, 1:] = 3
+    prof = learn_profiles(batch, 4, horizon=4, labels_by_age=switch)
+    # label 1: A at age 0 only (its one case a0 = 0 <= a, at every age), B at ages 0-1
+    assert prof.counts[1].tolist() == [[2, 2], [3, 3], [1, 1], [0, 0]]
+    assert prof.fraction[1][2].tolist() == [1.0, 1.0]  # age 2: only A's case a0 = 0 (cpu 4/4, mem 2/2)
+    assert prof.fraction[1][1] == pytest.approx([(1.0 + 2 * 0.5) / 3, (0.5 + 0.0 * 2) / 3])
+    # label 3: A's cases a0 = 1 (ages 1, 2) and a0 = 2 (age 2)
+    assert prof.counts[3].tolist() == [[0, 0], [1, 1], [2, 2], [0, 0]]
+    assert prof.fraction[3][1].tolist() == [1.0, 0.5] and prof.fraction[3][2].tolist() == [1.0, 1.0]
+    assert prof.n_jobs.tolist() == [0, 2, 1, 1]
+    with pytest.raises(ValueError, match="labels_by_age has shape"):
+        learn_profiles(batch, 4, horizon=4, labels_by_age=constant[:1])
+    bad = constant.copy()
+    bad[1, 0, 1] = 9
+    with pytest.raises(ValueError, match="served label 9 outside 0..3"):
+        learn_profiles(batch, 4, horizon=4, labels_by_age=bad)
