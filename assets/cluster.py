@@ -148,17 +148,10 @@ def eval__baselines(
     cfg = eval_sim_config("eval__baselines", settings, sim__job_sequences)
     jobs = sequences_at_load(sim__job_sequences, load, f"eval__baselines[{context.partition_key}]")
     choices: dict = {}
-    results = evaluate_by_cluster(
-        jobs,
-        settings.policies,
-        cfg,
-        settings.seeds,
-        log=context.log.info,
-        tuning=settings.tuning(),
-        forecaster_factory=forecaster_factory(settings.forecaster_preset),
-        choices=choices,
-        serve_labels=labellers(warehouse, sim__usage_scale),
-    )
+    fit = {"tuning": settings.tuning(), "forecaster_factory": forecaster_factory(settings.forecaster_preset)}
+    served = labellers(warehouse, sim__usage_scale)
+    args = (jobs, settings.policies, cfg, settings.seeds)
+    results = evaluate_by_cluster(*args, log=context.log.info, choices=choices, serve_labels=served, **fit)
     n_sequences = (
         jobs.filter(pl.col("split") == "test").select("source", "load_pct", "sequence_id").unique().height
     )
@@ -199,37 +192,39 @@ def eval__ec_labelling(
 
     def classifier_for(source: str, step_bins: int, scale: tuple[float, float]):
         path = classifier_path(warehouse, source)
-        if not path.exists():
-            context.log.warning(f"{source}: no saved EC classifier at {path}; its rows are skipped")
-            return None
-        return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=scale)
+        if path.exists():
+            return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=scale)
+        context.log.warning(f"{source}: no saved EC classifier at {path}; its rows are skipped")
 
-    out = labelling_accuracy(
-        sim__job_sequences,
-        sim__usage_scale,
-        config.build(),
-        classifier_for,
-        log=context.log.info,
-        warn=context.log.warning,
-    )
+    args = (sim__job_sequences, sim__usage_scale, config.build(), classifier_for)
+    out = labelling_accuracy(*args, log=context.log.info, warn=context.log.warning)
+    title = "EC labelling accuracy by job age: {} labeller"
+    by_labeller = out.group_by("labeller", maintain_order=True)
     plots = {
-        f"plot_{name}": png_markdown(
-            labelling_accuracy_plot(rows), f"EC labelling accuracy by job age: {name} labeller"
-        )
-        for (name,), rows in out.group_by("labeller", maintain_order=True)
+        f"plot_{n}": png_markdown(labelling_accuracy_plot(r), title.format(n)) for (n,), r in by_labeller
     }
     yield Output(out, metadata=plots)
     yield from checks.table_results("eval__ec_labelling", out)
 
 
-@asset(**EVAL_TABLE, check_specs=checks.specs("eval__forecast", COVERAGE_CHECK_DOCS))
+FORECAST_CHECKS = checks.specs("eval__forecast", COVERAGE_CHECK_DOCS)
+
+
+@asset(**EVAL_TABLE, deps=["ec__classifier_accuracy"], check_specs=FORECAST_CHECKS)
 def eval__forecast(
-    context: AssetExecutionContext, config: ForecastTableConfig, sim__job_sequences: pl.DataFrame
+    context: AssetExecutionContext,
+    config: ForecastTableConfig,
+    warehouse: Warehouse,
+    sim__job_sequences: pl.DataFrame,
+    sim__usage_scale: pl.DataFrame,
 ):
-    """How well each test job's usage over the next H steps is forecast: per (source, load, forecaster, origin,
-    horizon step, quantile level, resource) the pinball loss and coverage, for the learned forecaster with and
-    without EC inputs and four baselines, all fitted on training sequences (`models.usage_forecast`)."""
-    table, reports, summary = forecast_evaluation(sim__job_sequences, config.build(), log=context.log.info)
+    """Pinball loss and coverage of each test job's usage forecast per (source, load, forecaster, origin, horizon
+    step, level, resource): the learned forecaster with and without EC inputs (fitted and scored on the labels
+    the EC classifier serves) and four baselines, all fitted on training sequences (`models.usage_forecast`)."""
+    labels = labellers(warehouse, sim__usage_scale)
+    table, reports, summary = forecast_evaluation(
+        sim__job_sequences, config.build(), context.log.info, labels
+    )
     fit_s = {f"{k[0]} {k[1]}% {k[2]}": round(v["fit_s"], 1) for k, v in reports.items()}
     metadata = {
         "n_rows": table.height,

@@ -60,9 +60,10 @@ from models.forecaster import torch_threads
 from models.training import init_parameters
 from pipelines.synthetic import SYNTHETIC_WORKLOADS
 from sim.config import SimConfig
-from sim.core import State
+from sim.core import State, relabel
 from sim.forecast import DEFAULT_LEVELS, JobView, UsageForecaster, job_view
 from sim.jobs import JobBatch
+from sim.labelling import Labeller
 from sim.profiles import EcProfiles, learn_profiles
 from sim.risk import RequestForecaster  # the request as every quantile: one class for the rules and the table
 
@@ -187,6 +188,21 @@ def origin_state(sim_cfg: SimConfig, jobs: JobBatch, n_observed: np.ndarray) -> 
         penalty_totals=np.zeros((n_env, 4), dtype=np.float64),
         n_clipped=zeros,
     )
+
+
+def served_origin_state(
+    sim_cfg: SimConfig, jobs: JobBatch, n_observed: np.ndarray, labeller: Labeller | None
+) -> State:
+    """`origin_state`, relabelled with what `labeller` serves each job after its observed steps (every job of an
+    origin state is one it labels: `sim.labelling.labelled_jobs`); None keeps the clustering labels."""
+    state = origin_state(sim_cfg, jobs, n_observed)
+    return state if labeller is None else relabel(sim_cfg, state, labeller.labels(sim_cfg, state))
+
+
+def _label_table(sim_cfg: SimConfig, jobs: JobBatch, labeller: Labeller | None) -> np.ndarray | None:
+    """(B, J, A) label `labeller` serves each job by age (None without one, or one that does not label by age)."""
+    table = getattr(labeller, "label_table", None)
+    return None if table is None else table(sim_cfg, jobs)
 
 
 def first_target_age(n_observed: np.ndarray) -> np.ndarray:
@@ -476,10 +492,16 @@ def _workload_of(jobs: JobBatch, env: np.ndarray, job: np.ndarray) -> np.ndarray
 
 
 def build_examples(
-    sim_cfg: SimConfig, jobs: JobBatch, cfg: ForecastConfig, ec: _EcInputs | None, who: str
+    sim_cfg: SimConfig,
+    jobs: JobBatch,
+    cfg: ForecastConfig,
+    ec: _EcInputs | None,
+    who: str,
+    labeller: Labeller | None = None,
 ) -> _Examples:
     """Training examples from every real job of `jobs` at the origins of `_origins`, at most `max_examples` (a
-    seeded draw): features of `job_view` of an `origin_state`, true targets, alive mask, scale, workload."""
+    seeded draw): features of `job_view` of an `origin_state`, true targets, alive mask, scale, workload. With a
+    `labeller` the origin state shows the labels it serves (`served_origin_state`), as the rules' states do."""
     rng = np.random.default_rng([cfg.seed, 1])
     is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
     if not is_real.any():
@@ -497,7 +519,7 @@ def build_examples(
         sel = which == r
         if not sel.any():
             continue
-        state = origin_state(sim_cfg, jobs, np.maximum(n_obs, 0))
+        state = served_origin_state(sim_cfg, jobs, np.maximum(n_obs, 0), labeller)
         for lo in range(0, int(sel.sum()), _CHUNK):
             e, j = env[sel][lo : lo + _CHUNK], job[sel][lo : lo + _CHUNK]
             view = job_view(sim_cfg, state, e, j, cfg.n_recent)
@@ -533,10 +555,13 @@ def split_workloads(jobs: JobBatch, cfg: ForecastConfig, who: str) -> dict[str, 
     return dict(zip(ids, part.tolist(), strict=True))
 
 
-def profiles_of_part(jobs: JobBatch, parts: dict[str, int], n_labels: int) -> EcProfiles:
+def profiles_of_part(
+    jobs: JobBatch, parts: dict[str, int], n_labels: int, labels_by_age: np.ndarray | None = None
+) -> EcProfiles:
     """EC per-age profiles learned from the jobs of the TRAIN part only (the calibration and validation
     workloads must not see their own usage through the prior); a label none of whose jobs is in that part uses
-    the all-jobs profile, as `learn_profiles` does for a label without jobs."""
+    the all-jobs profile, as `learn_profiles` does for a label without jobs. `labels_by_age`: the labels a
+    labeller serves by age (`sim.profiles.learn_profiles`), None for the clustering labels."""
     is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
     b, j = np.nonzero(is_real)
     in_part = np.zeros(jobs.duration.shape, dtype=bool)
@@ -544,7 +569,9 @@ def profiles_of_part(jobs: JobBatch, parts: dict[str, int], n_labels: int) -> Ec
     kept = replace(
         jobs, duration=np.where(in_part, jobs.duration, 0)
     )  # duration 0: no age is learned from it
-    prof = learn_profiles(kept, n_labels, max(jobs.max_duration, 1))
+    prof = learn_profiles(kept, n_labels, max(jobs.max_duration, 1), labels_by_age=labels_by_age)
+    if labels_by_age is not None:  # n_jobs counts only the jobs shown each label while alive: kept's
+        return prof
     unseen = np.bincount(jobs.ec_label[in_part], minlength=n_labels) == 0
     counts = prof.counts.sum(axis=0)
     sums = (prof.fraction * prof.counts).sum(axis=0)
@@ -712,9 +739,14 @@ class QuantileUsageForecaster:
 
 
 def fit_usage_forecaster(
-    sim_cfg: SimConfig, train: JobBatch, cfg: ForecastConfig = ForecastConfig()
+    sim_cfg: SimConfig,
+    train: JobBatch,
+    cfg: ForecastConfig = ForecastConfig(),
+    labeller: Labeller | None = None,
 ) -> QuantileUsageForecaster:
     """Fit and calibrate the learned forecaster on the TRAINING sequences `train` (see the module docstring).
+    With `labeller`, the EC inputs (observed label and per-age prior) are fitted on the labels it serves at each
+    age, the view `sim.labelling.ServedLabels` gives the forecaster at test time; None: the clustering labels.
 
     ValueError naming the forecaster on an empty training split, too few training workloads for the split by
     workload, or a non-finite loss (with its epoch and iteration)."""
@@ -724,8 +756,13 @@ def fit_usage_forecaster(
     if not (np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]).any():
         raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
     parts = split_workloads(train, cfg, who)
-    ec = _EcInputs(profiles_of_part(train, parts, sim_cfg.n_labels), sim_cfg.n_labels) if cfg.use_ec else None
-    ex = build_examples(sim_cfg, train, cfg, ec, who)
+    served = _label_table(sim_cfg, train, labeller) if cfg.use_ec else None
+    ec = (
+        _EcInputs(profiles_of_part(train, parts, sim_cfg.n_labels, served), sim_cfg.n_labels)
+        if cfg.use_ec
+        else None
+    )
+    ex = build_examples(sim_cfg, train, cfg, ec, who, labeller if cfg.use_ec else None)
     part = np.array([parts[w] for w in ex.workload.astype(str)])
     i_train, i_val, i_cal = (np.flatnonzero(part == k) for k in range(3))
     mean = ex.x[i_train].mean(axis=0)
@@ -860,18 +897,26 @@ class EcAgeQuantileForecaster:
         horizon: int = 24,
         levels: tuple[float, ...] = DEFAULT_LEVELS,
         min_count: int = 20,
+        labels_by_age: np.ndarray | None = None,
     ) -> EcAgeQuantileForecaster:
-        """Learn the table from the real jobs of `train`; ValueError on an empty split or a label >= n_labels."""
+        """Learn the table from the real jobs of `train`; ValueError on an empty split or a label >= n_labels.
+        `labels_by_age` (B, J, A): the label a labeller serves each job after a observed steps (ages past A - 1
+        keep the last); a job's usage at age a then counts for the label it is served at that age. None: its
+        clustering label at every age."""
         who = "EcAgeQuantileForecaster"
         is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
         if not is_real.any():
             raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
-        labels = train.ec_label[is_real]
-        if labels.max() >= n_labels or labels.min() < 0:
+        n_age = train.max_duration
+        if labels_by_age is None:
+            by_age = np.repeat(train.ec_label[is_real][:, None], n_age, axis=1)
+        else:
+            by_age = labels_by_age[is_real][:, np.minimum(np.arange(n_age), labels_by_age.shape[2] - 1)]
+        labels = by_age[np.arange(n_age)[None, :] < train.duration[is_real][:, None]]
+        if labels.size and (labels.max() >= n_labels or labels.min() < 0):
             raise ValueError(
                 f"{who}: training labels span {labels.min()}..{labels.max()}, n_labels is {n_labels}"
             )
-        n_age = train.max_duration
         req = train.request[is_real].astype(np.float64)[:, None, :]  # (n, 1, D)
         alive = np.arange(n_age)[None, :] < train.duration[is_real][:, None]
         ok = alive[..., None] & (req > 0)
@@ -882,7 +927,9 @@ class EcAgeQuantileForecaster:
             pooled = np.repeat(np.nan_to_num(overall, nan=1.0)[None], n_labels, axis=0)
             table = np.repeat(pooled[:, None], n_age, axis=1)
             for g in np.unique(labels):
-                fg = frac[labels == g]
+                fg = np.where(
+                    (by_age == g)[..., None], frac, np.nan
+                )  # (n, A, D): the label's (job, age) cells
                 pooled[g] = np.nan_to_num(np.nanquantile(fg.reshape(-1, fg.shape[2]), lv, axis=0), nan=1.0)
                 per_age = np.nanquantile(fg, lv, axis=0).transpose(1, 0, 2)  # (A, L, D)
                 enough = (~np.isnan(fg)).sum(axis=0)[:, None, :] >= min_count  # (A, 1, D)
@@ -912,15 +959,21 @@ class EcAgeQuantileForecaster:
 
 
 def fit_forecasters(
-    sim_cfg: SimConfig, train: JobBatch, cfg: ForecastConfig = ForecastConfig(), baseline_period: int = 24
+    sim_cfg: SimConfig,
+    train: JobBatch,
+    cfg: ForecastConfig = ForecastConfig(),
+    baseline_period: int = 24,
+    labeller: Labeller | None = None,
 ) -> dict[str, UsageForecaster]:
-    """The learned forecaster with and without EC inputs and the four baselines, fitted on `train` only."""
+    """The learned forecaster with and without EC inputs and the four baselines, fitted on `train` only; the
+    ones with EC inputs on the labels `labeller` serves (None: the clustering labels)."""
     h, lv = cfg.horizon, tuple(cfg.levels)
+    served = _label_table(sim_cfg, train, labeller)
     return {
-        "learned_with_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=True)),
+        "learned_with_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=True), labeller),
         "learned_without_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=False)),
         "request": RequestForecaster(h, lv),
-        "ec_age_quantile": EcAgeQuantileForecaster.fit(train, sim_cfg.n_labels, h, lv),
+        "ec_age_quantile": EcAgeQuantileForecaster.fit(train, sim_cfg.n_labels, h, lv, labels_by_age=served),
         "seasonal_naive": SeasonalNaiveForecaster(h, lv, baseline_period),
         "last_period_max": LastPeriodMaxForecaster(h, lv, baseline_period),
     }
@@ -934,11 +987,14 @@ def forecast_table(
     horizon: int | None = None,
     origins_per_job: int = 3,
     seed: int = 0,
+    labeller: Labeller | None = None,
 ) -> pl.DataFrame:
     """Pinball loss and coverage (FORECAST_TABLE rows) of fitted forecasters on the TEST sequences `test`: every
     real job at its arrival (nothing observed) and at `origins_per_job` running origins drawn (seeded) uniformly
     from ages 1 .. duration - 1, scored on the alive target steps t + 1 .. t + H. `horizon` defaults to the
-    smallest of the forecasters'; a forecaster whose horizon is shorter is a ValueError naming it and both."""
+    smallest of the forecasters'; a forecaster whose horizon is shorter is a ValueError naming it and both.
+    `labeller`: the labels the forecasters see (`served_origin_state`); None: the clustering labels, which were
+    computed from each workload's whole series."""
     if not forecasters:
         raise ValueError("forecast_table: no forecasters given")
     h = min(f.horizon for f in forecasters.values()) if horizon is None else int(horizon)
@@ -961,7 +1017,7 @@ def forecast_table(
     for r, n_obs in enumerate(_origins(test, origins_per_job, np.random.default_rng([seed, 3]))):
         kind = 0 if r == 0 else 1
         env, job = np.nonzero(is_real & (n_obs >= 0))
-        state = origin_state(sim_cfg, test, np.maximum(n_obs, 0))
+        state = served_origin_state(sim_cfg, test, np.maximum(n_obs, 0), labeller)
         for lo in range(0, len(env), _CHUNK):
             e, j = env[lo : lo + _CHUNK], job[lo : lo + _CHUNK]
             y, alive = true_targets(test, e, j, n_obs[e, j], h)
@@ -1034,9 +1090,11 @@ def forecast_tables_by_source(
     origins_per_job: int = 3,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
+    labeller_of: Callable[[str], Labeller | None] | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """`forecast_table` per (source, load_pct) of a `sim__job_sequences`-shaped frame: every forecaster of
-    `fit_forecasters` fitted on the rows with split == "train", scored on split == "test". Returns the table
+    `fit_forecasters` fitted on the rows with split == "train", scored on split == "test", fitted and scored on
+    the labels `labeller_of(source)` serves (None, or no labeller: the clustering labels). Returns the table
     (with source and load_pct columns first) and the learned forecasters' fit reports per (source, load, name)."""
     frames, reports = [], {}
     for (source, load), part in sequences.group_by(["source", "load_pct"], maintain_order=True):
@@ -1046,7 +1104,8 @@ def forecast_tables_by_source(
             raise ValueError(f"forecast_tables_by_source: {source}/{load}: empty training split")
         if test.height == 0:
             raise ValueError(f"forecast_tables_by_source: {source}/{load}: empty test split")
-        forecasters = fit_forecasters(sim_cfg, JobBatch.from_frame(train), cfg, baseline_period)
+        labeller = None if labeller_of is None else labeller_of(source)
+        forecasters = fit_forecasters(sim_cfg, JobBatch.from_frame(train), cfg, baseline_period, labeller)
         for name, f in forecasters.items():
             if isinstance(f, QuantileUsageForecaster):
                 reports[(source, load, name)] = f.report
@@ -1055,7 +1114,12 @@ def forecast_tables_by_source(
                         f"{source}/{load} {name}: fit {f.report['fit_s']:.1f} s, {f.report['epochs_run']} epochs"
                     )
         table = forecast_table(
-            sim_cfg, JobBatch.from_frame(test), forecasters, origins_per_job=origins_per_job, seed=seed
+            sim_cfg,
+            JobBatch.from_frame(test),
+            forecasters,
+            origins_per_job=origins_per_job,
+            seed=seed,
+            labeller=labeller,
         )
         frames.append(
             table.select(pl.lit(source).alias("source"), pl.lit(load, pl.Int32).alias("load_pct"), pl.all())
@@ -1080,7 +1144,10 @@ class ForecastTableSettings:
 
 
 def forecast_evaluation(
-    sequences: pl.DataFrame, settings: ForecastTableSettings, log: Callable[[str], None] | None = None
+    sequences: pl.DataFrame,
+    settings: ForecastTableSettings,
+    log: Callable[[str], None] | None = None,
+    labeller_of: Callable[[str], Labeller | None] | None = None,
 ) -> tuple[pl.DataFrame, dict, pl.DataFrame]:
     """(`forecast_tables_by_source` table, its fit reports, its summary per (source, load)) of a
     `sim__job_sequences` frame: every (source, load) with both training and test sequences, but the synthetic
@@ -1099,6 +1166,7 @@ def forecast_evaluation(
         origins_per_job=settings.origins_per_job,
         seed=settings.seed,
         log=log,
+        labeller_of=labeller_of,
     )
     summary = summarise_forecast_table(table, by=("source", "load_pct"))
     return table, reports, with_test_workloads(summary, jobs)
@@ -1148,8 +1216,8 @@ def forecaster_factory(
         raise KeyError(f"unknown forecaster preset {preset!r}; known: {sorted(FORECAST_PRESETS)}")
     cfg = FORECAST_PRESETS[preset]
 
-    def fit(train: JobBatch, sim_cfg: SimConfig) -> UsageForecaster:
-        learned = fit_usage_forecaster(sim_cfg, train, cfg)
+    def fit(train: JobBatch, sim_cfg: SimConfig, labeller: Labeller | None = None) -> UsageForecaster:
+        learned = fit_usage_forecaster(sim_cfg, train, cfg, labeller)
         return PeriodicOverlay(learned) if periodic else learned
 
     return fit

@@ -118,14 +118,16 @@ class FitContext:
     cfg: SimConfig
     train: JobBatch
     tuning: TuningConfig = TuningConfig()
-    forecaster_factory: Callable[[JobBatch, SimConfig], UsageForecaster] | None = None
-    """(fit sequences, simulator) -> a fitted forecaster; None: rules that need one are left out."""
+    forecaster_factory: Callable[..., UsageForecaster] | None = None
+    """(fit sequences, simulator) -> a fitted forecaster; None: rules that need one are left out. With a
+    `labeller` below it is called with `labeller=` too, and fits its EC inputs on the labels served."""
     where: str = ""
     """Names the group in messages and choices (e.g. "bitbrains 50 %")."""
     labeller: Labeller | None = None
     """The labeller whose labels the rules are served at test time (`sim.labelling.ServedLabels`; None: the
     sequences' own labels). Given, validation episodes are served its labels too, and a table keyed by EC label
-    is fitted on the label it serves at each age (`labels_by_age`): train, validate and serve on one view."""
+    is fitted on the label it serves at each age (`labels_by_age`), and so is the learned forecaster's EC inputs
+    (the factory gets the labeller): train, validate and serve on one view."""
     choices: dict[str, dict] = field(default_factory=dict)
     """Per fitted policy name: what validation chose and its validation returns."""
     _cache: dict = field(default_factory=dict, repr=False)
@@ -181,12 +183,17 @@ class FitContext:
         return max(int(self.train.max_duration), 1)
 
     def forecaster(self) -> UsageForecaster | None:
-        """The learned forecaster fitted on the fit part of the training sequences (cached); None without a
-        factory."""
+        """The learned forecaster fitted on the fit part of the training sequences (cached), on the labels the
+        context's labeller serves when it has one; None without a factory."""
         if self.forecaster_factory is None:
             return None
         if "forecaster" not in self._cache:
-            self._cache["forecaster"] = self.forecaster_factory(self.split()[0], self.cfg)
+            fit = self.split()[0]
+            self._cache["forecaster"] = (
+                self.forecaster_factory(fit, self.cfg)
+                if self.labeller is None
+                else self.forecaster_factory(fit, self.cfg, labeller=self.labeller)
+            )
         return self._cache["forecaster"]
 
     def choose(self, name: str, candidates: Sequence[tuple[dict, object]]) -> object:

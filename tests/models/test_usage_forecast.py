@@ -297,3 +297,44 @@ def test_the_summary_counts_each_cells_distinct_test_workloads() -> None:
     out = with_test_workloads(summary, sequences)
     assert out.height == summary.height
     assert dict(zip(out["source"], out["n_test_workloads"], strict=True)) == {"a": 2, "b": 1}
+
+
+class _NextLabel:
+    """Serves every job the label after its clustering one, at every age: the view is a relabelled batch."""
+
+    def labels(self, cfg: SimConfig, state) -> np.ndarray:
+        return (state.jobs.ec_label + 1) % cfg.n_labels
+
+    def label_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
+        return np.repeat(((jobs.ec_label + 1) % cfg.n_labels)[:, :, None], jobs.max_duration + 1, axis=2)
+
+
+def _next_labels(jobs: JobBatch) -> JobBatch:
+    return replace(jobs, ec_label=(jobs.ec_label + 1) % SIM.n_labels)
+
+
+def test_the_ec_inputs_train_and_score_on_the_labels_a_labeller_serves():
+    from models.usage_forecast import _EcInputs, build_examples, profiles_of_part, split_workloads
+
+    train = _stationary(6, 20, seed=7, prefix="s")
+    cfg = replace(TINY, epochs=2, max_examples=800)
+    parts = split_workloads(train, cfg, "t")
+    served = profiles_of_part(train, parts, SIM.n_labels, _NextLabel().label_table(SIM, train))
+    shifted = profiles_of_part(_next_labels(train), parts, SIM.n_labels)
+    np.testing.assert_allclose(served.fraction, shifted.fraction, rtol=1e-12)
+    ec = _EcInputs(shifted, SIM.n_labels)
+    with_labeller = build_examples(SIM, train, cfg, ec, "t", _NextLabel())
+    on_shifted = build_examples(SIM, _next_labels(train), cfg, ec, "t")
+    np.testing.assert_array_equal(with_labeller.x, on_shifted.x)
+    assert not np.array_equal(with_labeller.x, build_examples(SIM, train, cfg, ec, "t").x)
+    # the per-age quantile baseline and the table read the served labels too
+    table = EcAgeQuantileForecaster.fit(
+        train, SIM.n_labels, 6, labels_by_age=_NextLabel().label_table(SIM, train)
+    )
+    np.testing.assert_array_equal(
+        table.table, EcAgeQuantileForecaster.fit(_next_labels(train), SIM.n_labels, 6).table
+    )
+    test = _stationary(3, 20, seed=8, prefix="t")
+    scored = forecast_table(SIM, test, {"q": table}, origins_per_job=1, labeller=_NextLabel())
+    assert scored.equals(forecast_table(SIM, _next_labels(test), {"q": table}, origins_per_job=1))
+    assert not scored.equals(forecast_table(SIM, test, {"q": table}, origins_per_job=1))
