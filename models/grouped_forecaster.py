@@ -91,9 +91,10 @@ def fit_predict_many(
 
 
 def _padded_standardised(series: list[np.ndarray], stats: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """(n, 2, L_max) float64: each series standardised with its own training mean and std, zero-padded."""
+    """(n, 2, L_max) float32: each series standardised (in float64) with its own training mean and std, then
+    rounded once, as the one-at-a-time fit rounds its windows; zero-padded."""
     mean, std = stats
-    z = np.zeros((len(series), N_SERIES, max(s.shape[1] for s in series)))
+    z = np.zeros((len(series), N_SERIES, max(s.shape[1] for s in series)), dtype=np.float32)
     for i, s in enumerate(series):
         z[i, :, : s.shape[1]] = (s - mean[i][:, None]) / std[i][:, None]
     return z
