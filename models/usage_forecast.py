@@ -1203,21 +1203,58 @@ def coverage_check(summary: pl.DataFrame, low: float = 0.93, high: float = 0.97)
     return passed, {"outside": bad.to_dicts() if col else [], "coverage_column": str(col)}
 
 
+EC_CHOICES = ("validation", "on", "off")
+"""How a forecaster factory sets the EC inputs: chosen per fit by validation loss, always on, or off."""
+
+
+def fit_choosing_ec(
+    sim_cfg: SimConfig,
+    train: JobBatch,
+    cfg: ForecastConfig,
+    labeller: Labeller | None = None,
+    ec: str = "validation",
+) -> QuantileUsageForecaster:
+    """The learned forecaster with EC inputs ("on"), without ("off"), or ("validation") both fitted and the one with
+    the lower pinball loss on its own validation workloads kept (training workloads, the same examples for both;
+    never the test split): ECs are used where they prove their worth. The choice goes into the kept forecaster's
+    report (`ec_choice`). ValueError on an unknown `ec`."""
+    if ec not in EC_CHOICES:
+        raise ValueError(f"forecaster EC inputs must be one of {EC_CHOICES}; got {ec!r}")
+    if ec != "validation":
+        return fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=ec == "on"), labeller)
+    with_ec = fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=True), labeller)
+    without = fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=False))
+    loss = {
+        "with_ec": with_ec.report["best_val_pinball_frac"],
+        "without_ec": without.report["best_val_pinball_frac"],
+    }
+    kept = with_ec if loss["with_ec"] < loss["without_ec"] else without
+    kept.report["ec_choice"] = {
+        "kept": "with_ec" if kept is with_ec else "without_ec",
+        "val_pinball_frac": loss,
+    }
+    return kept
+
+
 def forecaster_factory(
-    preset: str = "sample", periodic: bool = True
-) -> Callable[[JobBatch, SimConfig], UsageForecaster]:
-    """(training sequences, simulator) -> the learned forecaster fitted on them with the named preset, under the
-    periodic overlay (`models.periodic_forecast`: a job that has repeated an exact cycle is forecast to go on
-    repeating it) unless `periodic` is False: what `sim.tuning.FitContext` calls once per (source, load) for the
-    forecast-driven rules. KeyError naming the presets on an unknown name."""
+    preset: str = "sample", periodic: bool = True, ec: str = "validation"
+) -> Callable[..., UsageForecaster]:
+    """(training sequences, simulator, labeller=None) -> the learned forecaster fitted on them with the named
+    preset, its EC inputs per `ec` (`fit_choosing_ec`: by default kept only where they lower the validation
+    loss) on the labels `labeller` serves, under the periodic overlay (`models.periodic_forecast`: a job that has
+    repeated an exact cycle is forecast to go on repeating it) unless `periodic` is False: what
+    `sim.tuning.FitContext` calls once per (source, load) for the forecast-driven rules and the placer. KeyError
+    naming the presets on an unknown name, ValueError on an unknown `ec`."""
     from models.periodic_forecast import PeriodicOverlay
 
     if preset not in FORECAST_PRESETS:
         raise KeyError(f"unknown forecaster preset {preset!r}; known: {sorted(FORECAST_PRESETS)}")
+    if ec not in EC_CHOICES:
+        raise ValueError(f"forecaster EC inputs must be one of {EC_CHOICES}; got {ec!r}")
     cfg = FORECAST_PRESETS[preset]
 
     def fit(train: JobBatch, sim_cfg: SimConfig, labeller: Labeller | None = None) -> UsageForecaster:
-        learned = fit_usage_forecaster(sim_cfg, train, cfg, labeller)
+        learned = fit_choosing_ec(sim_cfg, train, cfg, labeller, ec)
         return PeriodicOverlay(learned) if periodic else learned
 
     return fit

@@ -196,6 +196,14 @@ class FitContext:
             )
         return self._cache["forecaster"]
 
+    def _forecaster_choice(self) -> dict:
+        """What fitting the learned forecaster chose (its report's `ec_choice`: with or without EC inputs), once
+        this context has fitted one; {} otherwise."""
+        fitted = self._cache.get("forecaster")
+        report = getattr(getattr(fitted, "base", fitted), "report", None)
+        choice = report.get("ec_choice") if isinstance(report, dict) else None
+        return {} if choice is None else {"forecaster_ec": choice}
+
     def choose(self, name: str, candidates: Sequence[tuple[dict, object]]) -> object:
         """The candidate policy with the best mean validation return (ties: the earlier one); records the choice
         under `name`. `candidates`: (knobs, policy) pairs."""
@@ -206,6 +214,7 @@ class FitContext:
         self.choices[name] = {
             **candidates[best][0],
             **self.fallback_choice(),
+            **self._forecaster_choice(),
             "validation_return": means[best],
             "n_validation_sequences": self.split()[1].batch_size,
             "validation_workload_disjoint": self.validation_disjoint(),

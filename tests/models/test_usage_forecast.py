@@ -338,3 +338,21 @@ def test_the_ec_inputs_train_and_score_on_the_labels_a_labeller_serves():
     scored = forecast_table(SIM, test, {"q": table}, origins_per_job=1, labeller=_NextLabel())
     assert scored.equals(forecast_table(SIM, _next_labels(test), {"q": table}, origins_per_job=1))
     assert not scored.equals(forecast_table(SIM, test, {"q": table}, origins_per_job=1))
+
+
+def test_validation_keeps_the_ec_inputs_only_where_they_lower_its_loss():
+    from models.usage_forecast import fit_choosing_ec, forecaster_factory
+
+    train = _stationary(6, 20, seed=9, prefix="v")
+    cfg = replace(TINY, epochs=2, max_examples=800)
+    kept = fit_choosing_ec(SIM, train, cfg)
+    choice = kept.report["ec_choice"]
+    loss = choice["val_pinball_frac"]
+    assert choice["kept"] == min(loss, key=loss.get) and kept.cfg.use_ec == (choice["kept"] == "with_ec")
+    assert kept.report["best_val_pinball_frac"] == loss[choice["kept"]]
+    assert fit_choosing_ec(SIM, train, cfg, ec="off").cfg.use_ec is False
+    assert fit_choosing_ec(SIM, train, cfg, ec="on").cfg.use_ec is True
+    with pytest.raises(ValueError, match="EC inputs must be one of"):
+        fit_choosing_ec(SIM, train, cfg, ec="maybe")
+    with pytest.raises(ValueError, match="EC inputs must be one of"):
+        forecaster_factory("sample", ec="yes")
