@@ -138,8 +138,8 @@ def evaluate_policies(
     series, its future included; None for a source keeps the sequences' labels (synthetic classes are known at
     arrival). The fitted rules are validated with the same labeller's labels, and a table keyed by EC label
     (`forecast_peak`'s) is fitted on the labels it serves at each age (`sim.tuning.FitContext.labeller`), and so
-    are the EC profiles (`ec_peak_aware`, `learn_group_profiles`); the learned forecaster's EC inputs are still
-    fitted on clustering labels.
+    are the EC profiles (`ec_peak_aware`, `learn_group_profiles`) and the learned forecaster's EC inputs (the
+    forecaster factory is handed the labeller).
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
