@@ -63,7 +63,7 @@ from sim.config import SimConfig
 from sim.core import State, relabel
 from sim.forecast import DEFAULT_LEVELS, JobView, UsageForecaster, job_view
 from sim.jobs import JobBatch
-from sim.labelling import Labeller
+from sim.labelling import Labeller, labels_by_age
 from sim.profiles import EcProfiles, learn_profiles
 from sim.risk import RequestForecaster  # the request as every quantile: one class for the rules and the table
 
@@ -197,12 +197,6 @@ def served_origin_state(
     origin state is one it labels: `sim.labelling.labelled_jobs`); None keeps the clustering labels."""
     state = origin_state(sim_cfg, jobs, n_observed)
     return state if labeller is None else relabel(sim_cfg, state, labeller.labels(sim_cfg, state))
-
-
-def _label_table(sim_cfg: SimConfig, jobs: JobBatch, labeller: Labeller | None) -> np.ndarray | None:
-    """(B, J, A) label `labeller` serves each job by age (None without one, or one that does not label by age)."""
-    table = getattr(labeller, "label_table", None)
-    return None if table is None else table(sim_cfg, jobs)
 
 
 def first_target_age(n_observed: np.ndarray) -> np.ndarray:
@@ -756,7 +750,7 @@ def fit_usage_forecaster(
     if not (np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]).any():
         raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
     parts = split_workloads(train, cfg, who)
-    served = _label_table(sim_cfg, train, labeller) if cfg.use_ec else None
+    served = labels_by_age(labeller, sim_cfg, train) if cfg.use_ec else None
     ec = (
         _EcInputs(profiles_of_part(train, parts, sim_cfg.n_labels, served), sim_cfg.n_labels)
         if cfg.use_ec
@@ -968,7 +962,7 @@ def fit_forecasters(
     """The learned forecaster with and without EC inputs and the four baselines, fitted on `train` only; the
     ones with EC inputs on the labels `labeller` serves (None: the clustering labels)."""
     h, lv = cfg.horizon, tuple(cfg.levels)
-    served = _label_table(sim_cfg, train, labeller)
+    served = labels_by_age(labeller, sim_cfg, train)
     return {
         "learned_with_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=True), labeller),
         "learned_without_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=False)),

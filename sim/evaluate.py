@@ -28,7 +28,7 @@ from sim.config import SimConfig
 from sim.core import PENALTY_NAMES
 from sim.forecast import UsageForecaster
 from sim.jobs import SEQUENCE_KEY, JobBatch
-from sim.labelling import Labeller, ServedLabels
+from sim.labelling import Labeller, ServedLabels, labels_by_age
 from sim.metrics import episode_metrics, episode_trace, machines_lower_bound
 from sim.policies import (
     POLICIES,
@@ -265,8 +265,7 @@ def learn_group_profiles(
     if train.height == 0:
         return None
     jobs = JobBatch.from_frame(train)
-    table = getattr(labeller, "label_table", None)
-    served = None if table is None else table(cfg, jobs)
+    served = labels_by_age(labeller, cfg, jobs)
     return learn_profiles(jobs, cfg.n_labels, jobs.max_duration, profile_cfg or ProfileConfig(), served)
 
 

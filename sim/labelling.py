@@ -128,6 +128,14 @@ class ServedLabels:
         return self.policy.act(cfg, self._relabelled(cfg, state), rng)
 
 
+def labels_by_age(labeller, cfg: SimConfig, jobs: JobBatch) -> np.ndarray | None:
+    """(B, J, A) label `labeller` serves each job of `jobs` after a = 0 .. A - 1 observed steps (its
+    `label_table`); None without a labeller, or for one that does not label by age (then the clustering labels
+    are the view)."""
+    table = getattr(labeller, "label_table", None)
+    return None if table is None else table(cfg, jobs)
+
+
 def observed_steps(state: State) -> np.ndarray:
     """(B, J) int64: usage steps of each job observed by step t, min(t - start, duration) for placed jobs (steps
     start..t-1; a job placed at t has 0), 0 for jobs not placed."""

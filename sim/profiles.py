@@ -114,11 +114,8 @@ def learn_profiles(
         raise ValueError(
             f"{jobs.describe_job(b, j)}: ec_label {jobs.ec_label[b, j]} outside 0..{n_labels - 1}"
         )
-    if labels_by_age is not None:
-        return _served_profiles(jobs, n_labels, horizon, cfg, np.asarray(labels_by_age), is_real)
     n_ages = min(horizon, jobs.max_duration)
     n_slots = horizon if cfg.period_steps is None else cfg.period_steps
-    n_d = jobs.n_resources
     ages = np.arange(n_ages)
     request = jobs.request.astype(np.float64)[:, :, None, :]  # (B, J, 1, D)
     is_alive = is_real[..., None] & (ages[None, None, :] < jobs.duration[..., None])  # (B, J, A)
@@ -126,13 +123,12 @@ def learn_profiles(
     frac = np.divide(
         jobs.usage[:, :, :n_ages].astype(np.float64), request, where=is_used, out=np.zeros(is_used.shape)
     )
-    # flat bin of (label, slot, resource) for every (job, age, resource)
     slot = ages if cfg.period_steps is None else ages % cfg.period_steps
-    flat = (jobs.ec_label[:, :, None, None] * n_slots + slot[None, None, :, None]) * n_d + np.arange(n_d)
-    size = n_labels * n_slots * n_d
-    sums = np.bincount(flat[is_used], weights=frac[is_used], minlength=size).reshape(n_labels, n_slots, n_d)
-    counts = np.bincount(flat[is_used], minlength=size).reshape(n_labels, n_slots, n_d)
-    n_jobs = np.bincount(jobs.ec_label[is_real], minlength=n_labels).astype(np.int64)
+    if labels_by_age is None:
+        sums, counts, n_jobs = _clustered_sums(jobs, n_labels, n_slots, slot, is_real, is_used, frac)
+    else:
+        served = np.asarray(labels_by_age)
+        sums, counts, n_jobs = _served_sums(jobs, n_labels, n_slots, slot, served, is_alive, is_used, frac)
     fraction = np.divide(sums, counts, where=counts > 0, out=np.zeros(sums.shape))
     all_counts = counts.sum(axis=0)
     all_jobs = np.divide(sums.sum(axis=0), all_counts, where=all_counts > 0, out=np.zeros(all_counts.shape))
@@ -142,38 +138,41 @@ def learn_profiles(
     )
 
 
-def _served_profiles(
-    jobs: JobBatch, n_labels: int, horizon: int, cfg: ProfileConfig, served: np.ndarray, is_real: np.ndarray
-) -> EcProfiles:
-    """`learn_profiles` on the labels a labeller serves (its docstring): one pass per label over (B, J, A, D)."""
+def _clustered_sums(jobs: JobBatch, n_labels: int, n_slots: int, slot, is_real, is_used, frac):
+    """(sums, counts (G, T, D), n_jobs (G,)) of usage / request per (clustering label, slot, resource)."""
+    n_d = jobs.n_resources
+    # flat bin of (label, slot, resource) for every (job, age, resource)
+    flat = (jobs.ec_label[:, :, None, None] * n_slots + slot[None, None, :, None]) * n_d + np.arange(n_d)
+    size = n_labels * n_slots * n_d
+    sums = np.bincount(flat[is_used], weights=frac[is_used], minlength=size).reshape(n_labels, n_slots, n_d)
+    counts = np.bincount(flat[is_used], minlength=size).reshape(n_labels, n_slots, n_d)
+    n_jobs = np.bincount(jobs.ec_label[is_real], minlength=n_labels).astype(np.int64)
+    return sums, counts, n_jobs
+
+
+def _served_sums(jobs: JobBatch, n_labels: int, n_slots: int, slot, served, is_alive, is_used, frac):
+    """`_clustered_sums` on the labels a labeller serves (`learn_profiles`' docstring): every (job, observation
+    age a0) a case of the label served after a0 steps, for the ages a >= a0; one pass per label."""
     if served.ndim != 3 or served.shape[:2] != jobs.ec_label.shape or served.shape[2] < 1:
         raise ValueError(
             f"learn_profiles: labels_by_age has shape {served.shape}; expected (B, J, A) with (B, J) = "
             f"{jobs.ec_label.shape}, the batch's jobs"
         )
-    n_ages = min(horizon, jobs.max_duration)
-    n_slots = horizon if cfg.period_steps is None else cfg.period_steps
-    n_d = jobs.n_resources
-    ages = np.arange(n_ages)
-    alive = is_real[..., None] & (ages[None, None, :] < jobs.duration[..., None])  # (B, J, A)
-    label = served[:, :, np.minimum(ages, served.shape[2] - 1)]  # (B, J, A): served after a0 = a steps
-    bad = alive & ((label < 0) | (label >= n_labels))
+    label = served[
+        :, :, np.minimum(np.arange(slot.size), served.shape[2] - 1)
+    ]  # (B, J, A): after a0 = a steps
+    bad = is_alive & ((label < 0) | (label >= n_labels))
     if bad.any():
         b, j, a = np.argwhere(bad)[0]
         raise ValueError(
             f"{jobs.describe_job(b, j)}: served label {label[b, j, a]} outside 0..{n_labels - 1}"
         )
-    request = jobs.request.astype(np.float64)[:, :, None, :]  # (B, J, 1, D)
-    is_used = alive[..., None] & (request > 0)  # (B, J, A, D)
-    frac = np.divide(
-        jobs.usage[:, :, :n_ages].astype(np.float64), request, where=is_used, out=np.zeros(is_used.shape)
-    )
-    slot = ages if cfg.period_steps is None else ages % cfg.period_steps
+    n_d = jobs.n_resources
     sums = np.zeros((n_labels, n_slots, n_d))
     counts = np.zeros((n_labels, n_slots, n_d), dtype=np.int64)
     n_jobs = np.zeros(n_labels, dtype=np.int64)
-    for g in np.unique(label[alive]):
-        shown = alive & (label == g)
+    for g in np.unique(label[is_alive]):
+        shown = is_alive & (label == g)
         cases = np.cumsum(shown, axis=2)  # (B, J, A): observation ages a0 <= a that showed g
         weight = cases[..., None] * is_used  # (B, J, A, D)
         for d in range(n_d):
@@ -182,8 +181,4 @@ def _served_profiles(
             )
             counts[g, :, d] = np.bincount(slot, weights=weight[..., d].sum(axis=(0, 1)), minlength=n_slots)
         n_jobs[g] = int(shown.any(axis=2).sum())
-    fraction = np.divide(sums, counts, where=counts > 0, out=np.zeros(sums.shape))
-    all_counts = counts.sum(axis=0)
-    all_jobs = np.divide(sums.sum(axis=0), all_counts, where=all_counts > 0, out=np.zeros(all_counts.shape))
-    fraction[n_jobs == 0] = all_jobs
-    return EcProfiles(fraction=fraction, counts=counts, n_jobs=n_jobs, period_steps=cfg.period_steps)
+    return sums, counts, n_jobs

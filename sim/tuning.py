@@ -24,7 +24,7 @@ from sim.config import SimConfig
 from sim.core import committed_future_usage, jobs_running
 from sim.forecast import UsageForecaster
 from sim.jobs import JobBatch
-from sim.labelling import Labeller, ServedLabels
+from sim.labelling import Labeller, ServedLabels, labels_by_age
 
 REQUEST_HEURISTICS = ("tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer")
 """The request-based heuristics a rule may fall back on (the best one on validation is its fallback)."""
@@ -156,8 +156,7 @@ class FitContext:
     def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
         """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
         without a labeller, or one that does not label by age: then the clustering labels are the view)."""
-        table = getattr(self.labeller, "label_table", None)
-        return None if table is None else table(self.cfg, jobs)
+        return labels_by_age(self.labeller, self.cfg, jobs)
 
     def best_fallback(self):
         """The request-based heuristic with the best mean validation return (cached)."""
