@@ -3,6 +3,7 @@ Evaluation", Fig. 4/5). These tables span every trace source and the synthetic w
 evaluation (`eval__baselines`) is partitioned by load, so that its runs fan out, and read back whole."""
 
 import dataclasses
+from functools import partial
 
 import polars as pl
 from dagster import (
@@ -22,7 +23,12 @@ from assets.ec import classifier_path, labellers
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
-from models.ec_labeller import ClassifierLabeller
+from models.ec_serving import (
+    SERVING_CHECK_DOCS,
+    SERVING_TABLE_DOCS,
+    serving_check_values,
+    serving_classifiers,
+)
 from models.sim_labeller import LabellingSettings, labelling_accuracy
 from models.usage_forecast import (
     COVERAGE_CHECK_DOCS,
@@ -73,6 +79,7 @@ SEQUENCE_CHECKS = [
     *checks.specs("sim__job_sequences", SEQUENCE_CHECK_DOCS),
     *checks.specs("sim__offered_load", OFFERED_LOAD_CHECK_DOCS),
     *checks.specs("sim__usage_scale"),
+    *checks.specs("sim__ec_serving", SERVING_CHECK_DOCS),
 ]
 
 
@@ -82,8 +89,8 @@ def _table(description: str) -> AssetOut:
 
 @multi_asset(
     check_specs=SEQUENCE_CHECKS,
-    outs={name: _table(text) for name, text in SEQUENCE_TABLE_DOCS.items()},
-    deps=["core__usage", "core__long_running", "ec__assignments"],
+    outs={name: _table(text) for name, text in {**SEQUENCE_TABLE_DOCS, **SERVING_TABLE_DOCS}.items()},
+    deps=["core__usage", "core__long_running", "ec__assignments", "ec__classifier_accuracy"],
     group_name="sim",
 )
 def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfig, warehouse: Warehouse):
@@ -120,6 +127,9 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
     yield from checks.results(offered_load_check_values(run.offered_load), "sim__offered_load")
     only_synthetic = all(map(is_synthetic, run.jobs["source"].unique()))
     yield from checks.table_results("sim__usage_scale", run.usage_scale, may_be_empty=only_synthetic)
+    serving = serving_classifiers(warehouse, run.jobs, partial(classifier_path, warehouse), context.log.info)
+    yield Output(serving, output_name="sim__ec_serving")
+    yield from checks.results(serving_check_values(serving), "sim__ec_serving")
 
 
 EVAL_CHECKS = checks.specs("eval__baselines", EVAL_CHECK_DOCS)
@@ -190,13 +200,7 @@ def eval__ec_labelling(
     clustering label on test jobs, per source, load, labeller and job age, beside the best constant label
     (`models.sim_labeller.labelling_accuracy`)."""
 
-    def classifier_for(source: str, step_bins: int, scale: tuple[float, float]):
-        path = classifier_path(warehouse, source)
-        if path.exists():
-            return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=scale)
-        context.log.warning(f"{source}: no saved EC classifier at {path}; its rows are skipped")
-
-    args = (sim__job_sequences, sim__usage_scale, config.build(), classifier_for)
+    args = (sim__job_sequences, sim__usage_scale, config.build(), labellers(warehouse, sim__usage_scale))
     out = labelling_accuracy(*args, log=context.log.info, warn=context.log.warning)
     title = "EC labelling accuracy by job age: {} labeller"
     by_labeller = out.group_by("labeller", maintain_order=True)

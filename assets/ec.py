@@ -47,6 +47,7 @@ from models.ec_classifier import (
     too_few_labelled,
 )
 from models.ec_labeller import classifier_labellers
+from models.ec_serving import serving_path
 from pipelines import equivalence as eq
 from pipelines.features import SeriesSet, series_matrix
 from pipelines.long_running import fill_window_gaps
@@ -336,8 +337,9 @@ def classifier_path(warehouse: Warehouse, source: str) -> Path:
 
 
 def labellers(warehouse: Warehouse, usage_scale: pl.DataFrame):
-    """source -> its saved EC classifier's labeller, or None (`models.ec_labeller.classifier_labellers`)."""
-    return classifier_labellers(lambda source: classifier_path(warehouse, source), usage_scale)
+    """source -> the labeller of its serving EC classifier (trained without the test workloads:
+    `models.ec_serving`), or None (`models.ec_labeller.classifier_labellers`)."""
+    return classifier_labellers(lambda source: serving_path(classifier_path(warehouse, source)), usage_scale)
 
 
 @asset(

@@ -37,9 +37,10 @@ from sim.policies import POLICIES, make_policy
 from sim.tuning import REQUEST_HEURISTICS, FitContext, sequence_returns, tuning_preset
 
 
-def labeller(warehouse: Path, source: str) -> ClassifierLabeller:
-    """The source's saved EC classifier as the pipeline serves it (`bench_placement.warehouse_labellers`)."""
-    served = warehouse_labellers(warehouse)(source)
+def labeller(warehouse: Path, source: str, sequences: pl.DataFrame) -> ClassifierLabeller:
+    """The source's EC classifier as the pipeline serves it for `sequences`, trained without their test workloads
+    (`bench_placement.warehouse_labellers`)."""
+    served = warehouse_labellers(warehouse, sequences)(source)
     if served is None:
         raise SystemExit(f"{warehouse}: no EC classifier or usage scale for {source}; run tvw-run first")
     return served
@@ -76,7 +77,7 @@ def main() -> None:
     )
     for source in args.sources.split(","):
         frame = real_sequences(warehouse, source, seq_cfg)
-        served = labeller(warehouse, source)
+        served = labeller(warehouse, source, frame)
         for load in loads:
             t0 = time.perf_counter()
             cell = frame.filter(pl.col("load_pct") == load)

@@ -55,7 +55,9 @@ def main() -> None:
     ap.add_argument("--min-members", type=int, default=5)
     ap.add_argument("--preset", default="sample", choices=sorted(PRESETS))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cpu", help="torch device of every fit: cpu, or cuda where a GPU is lent")
+    ap.add_argument(
+        "--device", default="cpu", help="torch device of every fit: cpu, or cuda where a GPU is lent"
+    )
     args = ap.parse_args()
     cfg = replace(PRESETS[args.preset], device=args.device)
     values = series(args.n, args.length, args.seed)

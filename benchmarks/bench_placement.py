@@ -18,6 +18,7 @@ fitting and evaluation seconds; and writes the gap table and the raw results as 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +26,10 @@ from pathlib import Path
 import polars as pl
 
 from models.ec_labeller import classifier_labellers
+from models.ec_serving import serving_classifiers, serving_path
 from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
+from pipelines.warehouse import ParquetWarehouse
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, gap_table
 from sim.tuning import TUNING_PRESETS
@@ -65,12 +68,17 @@ def real_sequences(warehouse: Path, source: str, cfg: SequenceConfig) -> pl.Data
     return frame
 
 
-def warehouse_labellers(warehouse: Path):
-    """source -> the saved EC classifier's labeller of a warehouse a `tvw-run` filled, as the pipeline serves it
+def warehouse_labellers(warehouse: Path, sequences: pl.DataFrame):
+    """source -> the EC labeller of a warehouse a `tvw-run` filled, as the pipeline serves it for `sequences`
+    (this benchmark's own; columns source, split and workload_id suffice): the saved classifier's model trained without the workload groups of their test
+    sequences (`models.ec_serving`, saved in a temporary folder), with the warehouse's usage scale
     (`models.ec_labeller.classifier_labellers`); None for a source without one."""
     scale_path = warehouse / "tables" / "sim__usage_scale" / "all.parquet"
     scale = pl.read_parquet(scale_path) if scale_path.exists() else pl.DataFrame(schema={"source": pl.String})
-    return classifier_labellers(lambda source: warehouse / "models" / f"ec_classifier__{source}.pt", scale)
+    out = Path(tempfile.mkdtemp(prefix="tvw_serving_"))
+    saved = lambda source: warehouse / "models" / f"ec_classifier__{source}.pt"  # noqa: E731
+    serving_classifiers(ParquetWarehouse(warehouse), sequences, saved, log=print, out_dir=out)
+    return classifier_labellers(lambda source: serving_path(out / saved(source).name), scale)
 
 
 def forecaster_factory(preset: str):
@@ -106,8 +114,9 @@ def main() -> None:
         "--labels",
         default="served",
         choices=("served", "clustering"),
-        help="EC labels the policies see on a real source: the saved classifier's (as the pipeline evaluates, "
-        "2026-11-26 on) or the clustering labels computed from each workload's whole series",
+        help="EC labels the policies see on a real source: the saved classifier's model trained without the "
+        "test sequences' workloads (as the pipeline evaluates, 2026-11-27 on) or the clustering labels computed "
+        "from each workload's whole series",
     )
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
@@ -124,7 +133,6 @@ def main() -> None:
         request_mode=args.request_mode,
     )
     factory = forecaster_factory(args.forecaster) if args.forecaster else None
-    serve = warehouse_labellers(Path(args.warehouse))
     frames = []
     for source in args.sources.split(","):
         t0 = time.perf_counter()
@@ -139,6 +147,7 @@ def main() -> None:
             jobs, _ = build_deepplace_sequences(dp)
         else:
             jobs = real_sequences(Path(args.warehouse), source, seq_cfg)
+        serve = warehouse_labellers(Path(args.warehouse), jobs) if args.labels == "served" else None
         print(f"{source}: {jobs.height} jobs in sequences ({time.perf_counter() - t0:.1f} s)", flush=True)
         for load in loads:
             cell = jobs.filter(pl.col("load_pct") == load)
@@ -159,7 +168,7 @@ def main() -> None:
                 forecaster_factory=factory,
                 choices=choices,
                 log=lambda msg: print("   ", msg, flush=True) if "left out" in msg else None,
-                serve_labels=serve if args.labels == "served" else None,
+                serve_labels=serve if source != "deepplace_synthetic" else None,
             )
             frames.append(res)
             gaps = gap_table(res)

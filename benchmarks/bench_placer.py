@@ -188,7 +188,9 @@ def main() -> None:
     if not is_deepplace and args.labels == "served":
         from benchmarks.bench_placement import warehouse_labellers
 
-        labeller = warehouse_labellers(Path(args.warehouse))(args.source)
+        test_ids = [w for ids in test10.workload_ids for w in ids]
+        tested = pl.DataFrame({"source": args.source, "split": "test", "workload_id": test_ids})
+        labeller = warehouse_labellers(Path(args.warehouse), tested)(args.source)
     print("EC labels:", "the classifier's" if labeller is not None else "the sequences' own")
 
     # forecaster and base rule, fitted on the training split (validation carved from it)

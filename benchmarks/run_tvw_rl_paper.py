@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from benchmarks.bench_placement import real_sequences
+from benchmarks.bench_placement import real_sequences, warehouse_labellers
 from models.ec_labeller import ClassifierLabeller
 from models.forecast_placer import paired_interval
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
@@ -49,15 +49,13 @@ HEURISTICS = (
 )
 
 
-def labeller(warehouse: Path, source: str) -> ClassifierLabeller | None:
-    path = warehouse / "models" / f"ec_classifier__{source}.pt"
-    scale = warehouse / "tables" / "sim__usage_scale" / "all.parquet"
-    if not path.exists() or not scale.exists():
+def labeller(warehouse: Path, source: str, sequences: pl.DataFrame) -> ClassifierLabeller | None:
+    """The source's EC labeller as the pipeline serves it for `sequences` (trained without their test
+    workloads: `bench_placement.warehouse_labellers`), or None (the agent then sees the clustering labels)."""
+    served = warehouse_labellers(warehouse, sequences)(source)
+    if served is None:
         print(f"no EC classifier for {source} under {warehouse}: the agent sees the clustering labels")
-        return None
-    row = pl.read_parquet(scale).filter(pl.col("source") == source)
-    _, cpu, mem, step_bins = row.row(0)
-    return ClassifierLabeller(path, prefix_bins_per_step=step_bins, usage_scale=(cpu, mem))
+    return served
 
 
 def time_split(train: JobBatch, cfg: TvwRlConfig, lab, n_iterations: int) -> dict[str, float]:
@@ -126,7 +124,7 @@ def main() -> None:
         n_test_sequences=args.n_test,
     )
     frame = real_sequences(warehouse, args.source, seq_cfg)
-    lab = labeller(warehouse, args.source)
+    lab = labeller(warehouse, args.source, frame)
     rows = []
     for load in loads:
         cell = frame.filter(pl.col("load_pct") == load)

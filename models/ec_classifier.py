@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from torch import nn
 from models.forecaster import torch_threads
 from models.training import init_parameters, train_minibatches
 from pipelines.features import SeriesSet
+from pipelines.workloads import WORKLOAD_GROUP_PATTERN, workload_groups
 
 META_COLUMNS = ("cpu_request_frac", "mem_request_frac", "priority", "scheduling_class")
 """Meta-feature columns (from the WORKLOADS table) in the order `meta` arrays use."""
@@ -96,7 +96,7 @@ class ClassifierRunSettings:
     """Usage bins m fed to the classifier: one accuracy row each."""
     min_per_class: int = 5
     """Train only with at least this many workloads per EC."""
-    group_pattern: str = r"^(.+)_d\d+$"
+    group_pattern: str = WORKLOAD_GROUP_PATTERN
     """Regex whose first group names a workload's group (windows of one longer workload, e.g. the derived Google
     job-days '<job>_d<k>'); a group is wholly in train or in test. A workload id that does not match is its own
     group."""
@@ -438,12 +438,6 @@ def classifier_accuracy_table(
 
 
 # --- ec__classifier_accuracy ---------------------------------------------------------------------------------------
-
-
-def workload_groups(workload_ids: list[str], pattern: str) -> np.ndarray:
-    """The group of each workload: the pattern's first group where it matches, else the id itself."""
-    rx = re.compile(pattern)
-    return np.array([(m.group(1) if (m := rx.match(w)) else w) for w in workload_ids])
 
 
 def too_few_labelled(labelled: pl.DataFrame, settings: ClassifierRunSettings) -> str | None:

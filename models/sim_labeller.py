@@ -429,9 +429,9 @@ class LabellingSettings:
     """How the `sim_view` labeller is fitted on each source's training sequences."""
 
 
-ClassifierFor = Callable[[str, int, tuple[float, float]], AgeLabeller | None]
-"""(source, 5-minute bins per step, (cpu, mem) usage scale) -> the saved EC classifier served as a labeller, or
-None where the source has none."""
+ClassifierFor = Callable[[str], AgeLabeller | None]
+"""source -> its serving EC classifier as a labeller, built with the sequences' usage scale and step
+(`assets.ec.labellers`, `models.ec_labeller.classifier_labellers`), or None where the source has none."""
 
 
 def labelling_accuracy(
@@ -444,7 +444,7 @@ def labelling_accuracy(
 ) -> pl.DataFrame:
     """LABEL_ACCURACY rows per (source, load, labeller) of the test jobs of `sequences` (`sim__job_sequences`), for
     every source of `usage_scale` (`sim__usage_scale`): `sim_view` fitted on the source's training jobs (when they
-    hold 2 labels or more) and the saved classifier (`classifier_for`), each beside the best constant label (the
+    hold 2 labels or more) and the serving EC classifier (`classifier_for`), each beside the best constant label (the
     most frequent EC of the training jobs). A source with neither labeller is skipped (`warn` says why)."""
     say = warn or (lambda msg: None)
     key = {"source": pl.String, "load_pct": pl.Int32, "labeller": pl.String}
@@ -453,7 +453,7 @@ def labelling_accuracy(
     train_all = sequences.filter(pl.col("split") == "train")
     n_groups = test_all.join(usage_scale.select("source"), on="source").select("source", "load_pct").unique()
     progress = Progress(n_groups.height, "EC labelling", log=log, unit="groups")
-    for source, cpu_scale, mem_scale, step_bins in usage_scale.iter_rows():
+    for source in usage_scale["source"].to_list():
         test = test_all.filter(pl.col("source") == source)
         train = train_all.filter(pl.col("source") == source)
         top = int(pl.concat([test["ec_label"], train["ec_label"]]).max() or 0)
@@ -463,9 +463,11 @@ def labelling_accuracy(
             labellers["sim_view"] = fit_sim_labeller(cfg, JobBatch.from_frame(train), settings.sim_view)
         else:
             say(f"{source}: training jobs hold fewer than 2 EC labels; no sim_view labeller")
-        classifier = classifier_for(source, step_bins, (cpu_scale, mem_scale)) if classifier_for else None
+        classifier = classifier_for(source) if classifier_for else None
         if classifier is not None:
             labellers["classifier"] = classifier
+        elif classifier_for:
+            say(f"{source}: no serving EC classifier; no classifier rows")
         if not labellers:
             progress.advance(test["load_pct"].n_unique())
             continue

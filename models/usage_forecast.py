@@ -59,6 +59,7 @@ from torch import nn
 from models.forecaster import torch_threads
 from models.training import init_parameters
 from pipelines.synthetic import SYNTHETIC_WORKLOADS
+from pipelines.workloads import workload_groups
 from sim.config import SimConfig
 from sim.core import State, relabel
 from sim.forecast import DEFAULT_LEVELS, JobView, UsageForecaster, job_view
@@ -531,22 +532,25 @@ def build_examples(
 
 def split_workloads(jobs: JobBatch, cfg: ForecastConfig, who: str) -> dict[str, int]:
     """Workload id -> part (0 train, 1 validation, 2 calibration) for every workload of the real jobs of `jobs`:
-    whole workloads go to one part (seeded draw). ValueError naming the forecaster with fewer than 3 workloads."""
+    whole workload groups go to one part (seeded draw; the days of one Google job are one group,
+    `pipelines.workloads.workload_groups`; elsewhere a workload is its own). ValueError naming the forecaster
+    with fewer than 3 groups."""
     is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
     ids = sorted(set(_workload_of(jobs, *np.nonzero(is_real)).astype(str).tolist()))
-    n = len(ids)
+    groups, group_of = np.unique(workload_groups(ids), return_inverse=True)
+    n = len(groups)
     n_cal = max(1, int(round(cfg.calibration_share * n)))
     n_val = max(1, int(round(cfg.validation_share * n)))
     if n - n_cal - n_val < 1:
         raise ValueError(
-            f"{who}: {n} training workload(s) are too few for a train / validation / calibration split by "
-            "workload (need at least 3)"
+            f"{who}: {n} training workload group(s) are too few for a train / validation / calibration split "
+            "by workload (need at least 3)"
         )
     order = np.random.default_rng([cfg.seed, 2]).permutation(n)
     part = np.zeros(n, dtype=np.int64)
     part[order[:n_cal]] = 2
     part[order[n_cal : n_cal + n_val]] = 1
-    return dict(zip(ids, part.tolist(), strict=True))
+    return dict(zip(ids, part[group_of.reshape(-1)].tolist(), strict=True))
 
 
 def profiles_of_part(

@@ -70,6 +70,14 @@ COLUMN_DOCS: dict[str, str] = {
     "step": "5-minute bin (core tables, EC profiles) or 5-minute point of the day (job_days), from 0",
     "n_workloads": "workloads counted in the row",
     "n_jobs": "jobs counted in the row",
+    "n_labelled": "the source's workloads with an EC label and a usage series (what the saved EC classifier was "
+    "trained on; sim__ec_serving)",
+    "n_test_groups": "workload groups (a Google job's days, else one workload) of the test sequences",
+    "n_left_out": "labelled workloads in those groups: never shown to the serving classifier",
+    "n_trained": "labelled workloads the serving classifier was trained on (n_labelled - n_left_out)",
+    "n_classes": "ECs among them: the labels it can serve (0 when none was trained)",
+    "model_path": "the serving classifier's file (ec_classifier_serving__<source>.pt; null when fewer than 2 "
+    "ECs were left to train on)",
     "n_seeds": "seeds the figures are over",
     "n": "how many (see the table's description)",
     "count": "what is counted",
@@ -406,7 +414,8 @@ TABLE_COLUMN_DOCS: dict[str, dict[str, str]] = {
         "accuracy": "share of those jobs whose EC the labeller predicts as the clustering label (NaN when "
         "n_jobs = 0)",
         "labeller": "which labeller: sim_view (models.sim_labeller, trained on the training sequences' jobs as "
-        "the simulator shows them) or classifier (the saved EC classifier fed the simulator's quantised steps)",
+        "the simulator shows them) or classifier (the saved EC classifier's serving copy, trained without the "
+        "test workloads' groups: sim__ec_serving; fed the simulator's quantised steps)",
         "constant_accuracy": "accuracy of always predicting the most frequent EC of the source's training jobs "
         "on the same test jobs (NaN when n_jobs = 0)",
     },

@@ -62,6 +62,7 @@ import polars as pl
 
 from pipelines.progress import Progress
 from pipelines.schemas import BIN_SECONDS
+from pipelines.workloads import WORKLOAD_GROUP_PATTERN, workload_groups
 
 JOB_SEQUENCES = {
     "source": pl.String,
@@ -185,7 +186,13 @@ class SequenceConfig:
     n_test_sequences: int = 30
     """Test sequences per (source, load) (TVW-RL: 30)."""
     test_workload_fraction: float = 0.3
-    """Share of workloads reserved for test sequences; train and test never share a workload."""
+    """Share of workloads reserved for test sequences; train and test never share a workload, nor a workload
+    group (`workload_group_pattern`)."""
+    workload_group_pattern: str = WORKLOAD_GROUP_PATTERN
+    """Regex whose first group names the longer workload a window comes from (the derived Google job-days
+    '<job>_d<k>'): the days of one job all go to test, to the fit part or to validation, so that no test
+    workload is a day of a job trained on (until 2026-11-27 the split was by job-day: 111 of the sample's 151
+    Google jobs had days on both sides). An id that does not match is its own group."""
     validation_share: float = 0.3
     """Share of the training sequences (the last `n_validation_sequences` of each load) and of the training
     workloads held out as validation: those sequences are cut from the held-out workloads only, the other
@@ -877,15 +884,36 @@ def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> d
     """Disjoint workload pools (the split happens before any sampling): "test", and the training workloads as
     "train" (what the fit sequences draw from) and "validation" (what the validation sequences draw from),
     disjoint (`stratified_holdout` by dominant resource, each part at least `min_workloads_per_split`), else the
-    same pool."""
-    order = rng.permutation(len(pool.workload_ids))
-    _, n_test = split_sizes(len(pool.workload_ids), cfg)
-    train_idx = order[n_test:]
+    same pool. The units drawn are workload GROUPS (`workload_group_pattern`: the days of one Google job), so a
+    group is wholly in one part; groups come in the order of their first workload, so a source whose every
+    workload is its own group is split exactly as workload by workload (`split_sizes` and the holdout then
+    count groups)."""
+    group_of = workload_group_index(pool.workload_ids, cfg.workload_group_pattern)
+    n_groups = int(group_of.max()) + 1 if group_of.size else 0
+    order = rng.permutation(n_groups)
+    _, n_test = split_sizes(n_groups, cfg)
+    train_groups = order[n_test:]
+    first = np.full(n_groups, len(group_of), dtype=np.int64)
+    np.minimum.at(first, group_of, np.arange(len(group_of)))
     share = holdout_share(cfg.n_train_sequences, cfg.validation_share)
-    held = stratified_holdout(pool.is_cpu_dominant[train_idx], share, cfg.min_workloads_per_split)
-    fit = _subset(pool, np.sort(train_idx[~held]))
-    val = _subset(pool, np.sort(train_idx[held])) if held.any() else fit
-    return {"train": fit, "validation": val, "test": _subset(pool, np.sort(order[:n_test]))}
+    held = stratified_holdout(pool.is_cpu_dominant[first[train_groups]], share, cfg.min_workloads_per_split)
+
+    def members(groups: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(np.isin(group_of, groups))
+
+    fit = _subset(pool, members(train_groups[~held]))
+    val = _subset(pool, members(train_groups[held])) if held.any() else fit
+    return {"train": fit, "validation": val, "test": _subset(pool, members(order[:n_test]))}
+
+
+def workload_group_index(workload_ids: list[str], pattern: str) -> np.ndarray:
+    """(n,) int: each workload's group (`pipelines.workloads.workload_groups`) numbered in the order of the
+    group's first workload."""
+    groups = workload_groups(workload_ids, pattern)
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[inverse.reshape(-1)]
 
 
 def _sequences_for_source(
@@ -1112,7 +1140,8 @@ SEQUENCE_CHECK_DOCS = {
     "distinct workloads.",
     "offered_load_matches_label": "For every (source, load), the realised offered load of the dominant resource, "
     "averaged over sequences, is within load_tolerance (10 %) of the label.",
-    "train_and_test_share_no_workload": "Within a source, no workload feeds both training and test sequences.",
+    "train_and_test_share_no_workload": "Within a source, no workload feeds both training and test sequences, "
+    "nor does any workload group (the days of one Google job: `SequenceConfig.workload_group_pattern`).",
 }
 """The checks of `sequence_check_values`: name -> what passing means."""
 
@@ -1122,9 +1151,17 @@ def sequence_check_values(
 ) -> dict[str, tuple[bool, dict[str, Any]]]:
     """Check name -> (passed, metadata) of a `sim__job_sequences` table: every split cut from enough distinct
     workloads (`diversity`: `split_diversity`), every (source, load)'s offered load within tolerance of its label
-    (`by_label`: `offered_load_check`; none measured is a failure) and no workload in both splits of a source."""
+    (`by_label`: `offered_load_check`; none measured is a failure) and no workload or workload group in both
+    splits of a source."""
     by_split = jobs.group_by("source", "workload_id").agg(pl.col("split").n_unique().alias("n_splits"))
     shared = by_split.filter(pl.col("n_splits") > 1)
+    pairs = jobs.select("source", "workload_id", "split").unique()
+    pairs = pairs.with_columns(
+        group=pl.Series(workload_groups(pairs["workload_id"].to_list()), dtype=pl.String)
+    )
+    shared_groups = (
+        pairs.group_by("source", "group").agg(pl.col("split").n_unique().alias("n")).filter(pl.col("n") > 1)
+    )
     thin = diversity.filter(pl.col("is_too_few_workloads"))
     loads_ok = by_label is not None and by_label.height > 0 and bool(by_label["is_within_tolerance"].all())
     return {
@@ -1136,5 +1173,8 @@ def sequence_check_values(
             loads_ok,
             {"by_label": [] if by_label is None else by_label.to_dicts()},
         ),
-        "train_and_test_share_no_workload": (shared.height == 0, {"n_shared_workloads": shared.height}),
+        "train_and_test_share_no_workload": (
+            shared_groups.height == 0,
+            {"n_shared_workloads": shared.height, "n_shared_groups": shared_groups.height},
+        ),
     }

@@ -10,6 +10,9 @@ schema, sorts and checks. Nothing here branches on a source's name.
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import polars as pl
 
 from pipelines.schemas import WORKLOADS, check_schema
@@ -28,3 +31,15 @@ def build_workloads(source: str, raw: dict[str, pl.LazyFrame]) -> pl.DataFrame:
     """The WORKLOADS table of `source` (one row per workload; rules in the source module's docstring)."""
     df = scan_workloads(source, raw).collect(engine="streaming")
     return check_schema(df, WORKLOADS, f"{source} workloads")
+
+
+WORKLOAD_GROUP_PATTERN = r"^(.+)_d\d+$"
+"""Workload ids that are windows of one longer workload: the pattern's first group names the workload they come
+from (the derived Google job-days '<job>_d<k>' are days of one job). Splits keep a group whole (train or test,
+fit or validation), so that no test workload is a day of a job trained on."""
+
+
+def workload_groups(workload_ids: list[str], pattern: str = WORKLOAD_GROUP_PATTERN) -> np.ndarray:
+    """The group of each workload: the pattern's first group where it matches, else the id itself."""
+    rx = re.compile(pattern)
+    return np.array([(m.group(1) if (m := rx.match(w)) else w) for w in workload_ids])

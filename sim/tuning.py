@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pipelines.job_sequences import n_validation_sequences
+from pipelines.workloads import workload_groups
 from sim import core
 from sim.config import SimConfig
 from sim.core import committed_future_usage, jobs_running
@@ -96,12 +97,12 @@ def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]
 
 
 def validation_is_workload_disjoint(fit: JobBatch, validation: JobBatch) -> bool:
-    """No workload of the validation sequences feeds a fit sequence (False when they are the same sequences or
-    the batches carry no workload ids)."""
+    """No workload of the validation sequences feeds a fit sequence, nor a day of the same job (its workload
+    group); False when they are the same sequences or the batches carry no workload ids."""
     if fit is validation or not fit.workload_ids or not validation.workload_ids:
         return False
-    seen = {w for ids in fit.workload_ids for w in ids}
-    return not any(w in seen for ids in validation.workload_ids for w in ids)
+    seen = set(workload_groups([w for ids in fit.workload_ids for w in ids]).tolist())
+    return not any(g in seen for g in workload_groups([w for ids in validation.workload_ids for w in ids]))
 
 
 def sequence_returns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> np.ndarray:

@@ -173,8 +173,8 @@ def test_labelling_accuracy_scores_every_labeller_per_load_and_age() -> None:
     )
     asked = []
     settings = LabellingSettings(ages_steps=(0, 2), sim_view=SMALL)
-    out = labelling_accuracy(jobs, scale, settings, lambda *args: asked.append(args))
-    assert asked == [(DEEPPLACE_SOURCE, 12, (2.0, 3.0))]  # no classifier there: sim_view only
+    out = labelling_accuracy(jobs, scale, settings, lambda source: asked.append(source), warn=asked.append)
+    assert asked == [DEEPPLACE_SOURCE, f"{DEEPPLACE_SOURCE}: no serving EC classifier; no classifier rows"]
     assert set(out["labeller"]) == {"sim_view"} and set(out["load_pct"]) == {30, 50}
     assert sorted(set(out["age_steps"])) == [0, 2] and out["accuracy"].is_between(0.0, 1.0).all()
     warned = []

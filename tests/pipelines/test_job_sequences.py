@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -277,6 +279,27 @@ def test_validation_sequences_come_from_held_out_training_workloads(built) -> No
     assert offered_load_check(table, tolerance=0.1, by_split=True)["is_within_tolerance"].all()
 
 
+def test_days_of_one_job_stay_in_one_part() -> None:
+    """Job-day workloads ('<job>_d<k>') are split by job: no job has days in two of test, fit and validation; a
+    source of singleton groups is split as before (the ids renamed, the same draws)."""
+    usage, long_running = _pool(n_workloads=36, n_bins=600)
+    rename = {f"w{w}": f"j{w // 3}_d{w % 3}" for w in range(36)}  # 12 jobs of 3 days each
+    days = [f.with_columns(pl.col("workload_id").replace(rename)) for f in (usage, long_running)]
+    cfg = replace(CFG, n_train_sequences=10, n_test_sequences=4, loads_pct=(50,), min_workloads_per_split=2)
+    df, stats = build_job_sequences(*days, None, cfg)
+    n_val = n_validation_sequences(cfg.n_train_sequences, cfg.validation_share)
+    part = pl.when(pl.col("split") == "test").then(pl.lit("test"))
+    part = part.when(pl.col("sequence_id") >= cfg.n_train_sequences - n_val).then(pl.lit("validation"))
+    parts = df.select(
+        part.otherwise(pl.lit("fit")).alias("part"), job=pl.col("workload_id").str.extract(r"^(j\d+)")
+    )
+    assert parts.group_by("job").agg(pl.col("part").n_unique())["part"].max() == 1
+    assert parts["part"].n_unique() == 3 and stats["validation_workloads"]["s"] % 3 == 0
+    assert stats["n_workloads_test"] % 3 == 0  # whole jobs: round(0.3 x 12) = 4 jobs of 3 days
+    singles, single_stats = build_job_sequences(usage, long_running, None, cfg)
+    assert single_stats["n_workloads_test"] == 11 and singles.height > 0
+
+
 def test_validation_counts_and_holdout_edges() -> None:
     assert [n_validation_sequences(n, 0.3) for n in (0, 1, 2, 10, 100)] == [0, 0, 1, 3, 30]
     assert n_validation_sequences(10, 0.0) == 0
@@ -442,14 +465,19 @@ def test_sequence_check_values_flag_thin_splits_shared_workloads_and_no_load() -
             "load_pct": [30] * 4,
             "split": ["train", "train", "test", "test"],
             "sequence_id": [0, 0, 0, 0],
-            "workload_id": ["a", "b", "c", "a"],
+            "workload_id": ["a", "j_d1", "j_d2", "a"],
         }
     )
     values = sequence_check_values(jobs, split_diversity(jobs, min_workloads=2))
     assert set(values) == set(SEQUENCE_CHECK_DOCS)
     assert values["splits_have_enough_workloads"] == (True, {"thin_splits": [], "n_jobs": 4})
     assert values["offered_load_matches_label"] == (False, {"by_label": []})  # nothing measured is a failure
-    assert values["train_and_test_share_no_workload"] == (False, {"n_shared_workloads": 1})
+    shared = {"n_shared_workloads": 1, "n_shared_groups": 2}  # 'a', and job j's days on both sides
+    assert values["train_and_test_share_no_workload"] == (False, shared)
+    only_days = jobs.with_columns(workload_id=pl.Series(["a", "j_d1", "j_d2", "c"]))
+    assert sequence_check_values(only_days, split_diversity(only_days, min_workloads=2))[
+        "train_and_test_share_no_workload"
+    ] == (False, {"n_shared_workloads": 0, "n_shared_groups": 1})
     assert not sequence_check_values(jobs, split_diversity(jobs, min_workloads=3))[
         "splits_have_enough_workloads"
     ][0]
