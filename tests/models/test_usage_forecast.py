@@ -313,6 +313,22 @@ def _next_labels(jobs: JobBatch) -> JobBatch:
     return replace(jobs, ec_label=(jobs.ec_label + 1) % SIM.n_labels)
 
 
+def test_split_workloads_keeps_the_days_of_a_job_in_one_part():
+    from models.usage_forecast import split_workloads
+
+    train = _stationary(4, 12, seed=3, prefix="s")
+    days = replace(  # 48 jobs, 16 Google-like jobs of 3 days each
+        train,
+        workload_ids=tuple(tuple(f"j{(12 * s + i) // 3}_d{i % 3}" for i in range(12)) for s in range(4)),
+    )
+    parts = split_workloads(days, TINY, "t")
+    by_job: dict[str, set[int]] = {}
+    for w, part in parts.items():
+        by_job.setdefault(w.split("_")[0], set()).add(part)
+    assert len(by_job) == 16 and all(len(p) == 1 for p in by_job.values())
+    assert set(parts.values()) == {0, 1, 2}
+
+
 def test_the_ec_inputs_train_and_score_on_the_labels_a_labeller_serves():
     from models.usage_forecast import _EcInputs, build_examples, profiles_of_part, split_workloads
 

@@ -23,7 +23,14 @@ from sim.risk import (
     head_bounds,
     sum_bound,
 )
-from sim.tuning import FitContext, TuningConfig, fit_rho, sequence_returns, split_validation
+from sim.tuning import (
+    FitContext,
+    TuningConfig,
+    fit_rho,
+    sequence_returns,
+    split_validation,
+    validation_is_workload_disjoint,
+)
 
 CFG = SimConfig(n_machines=4, max_steps=400)
 
@@ -215,6 +222,13 @@ def test_validation_is_workload_disjoint_on_built_sequences() -> None:
     shared = FitContext(cfg=CFG, train=_square_jobs(4, 20, seed=9), tuning=TuningConfig(min_observed=(0,)))
     POLICIES["hybrid_observed"].fit(shared)
     assert shared.choices["hybrid_observed"]["validation_workload_disjoint"] is False
+    # days of other jobs are disjoint; another day of a job the fit part holds is not (one Google job's days)
+    fit_days = replace(fit, workload_ids=tuple(tuple(f"{w}_d1" for w in seq) for seq in fit.workload_ids))
+    val_days = replace(val, workload_ids=tuple(tuple(f"{w}_d2" for w in seq) for seq in val.workload_ids))
+    assert validation_is_workload_disjoint(fit_days, val_days)
+    first = val_days.workload_ids[0]
+    mixed = ((f"{fit.workload_ids[0][0]}_d2", *first[1:]), *val_days.workload_ids[1:])
+    assert not validation_is_workload_disjoint(fit_days, replace(val_days, workload_ids=mixed))
 
 
 def test_fit_rho_covers_at_rho_one_with_exact_forecasts() -> None:
