@@ -530,21 +530,33 @@ def build_examples(
     return ex.take(np.flatnonzero(has_target))
 
 
-def split_workloads(jobs: JobBatch, cfg: ForecastConfig, who: str) -> dict[str, int]:
+def split_workloads(
+    jobs: JobBatch, cfg: ForecastConfig, who: str, report: dict | None = None
+) -> dict[str, int]:
     """Workload id -> part (0 train, 1 validation, 2 calibration) for every workload of the real jobs of `jobs`:
     whole workload groups go to one part (seeded draw; the days of one Google job are one group,
-    `pipelines.workloads.workload_groups`; elsewhere a workload is its own). ValueError naming the forecaster
-    with fewer than 3 groups."""
+    `pipelines.workloads.workload_groups`; elsewhere a workload is its own). With fewer than 3 groups but 3 or
+    more workloads (a tiny source: a few jobs' days) the split is by workload, the parts then sharing jobs; the
+    unit used goes into `report["split_unit"]`. ValueError naming the forecaster with fewer than 3 workloads."""
     is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
     ids = sorted(set(_workload_of(jobs, *np.nonzero(is_real)).astype(str).tolist()))
     groups, group_of = np.unique(workload_groups(ids), return_inverse=True)
+    unit = "workload group"
+    if len(groups) < 3 <= len(ids):
+        groups, group_of, unit = (
+            np.asarray(ids),
+            np.arange(len(ids)),
+            "workload (fewer than 3 workload groups)",
+        )
+    if report is not None:
+        report["split_unit"] = unit
     n = len(groups)
     n_cal = max(1, int(round(cfg.calibration_share * n)))
     n_val = max(1, int(round(cfg.validation_share * n)))
     if n - n_cal - n_val < 1:
         raise ValueError(
-            f"{who}: {n} training workload group(s) are too few for a train / validation / calibration split "
-            "by workload (need at least 3)"
+            f"{who}: {n} training workload(s) are too few for a train / validation / calibration split by "
+            "workload (need at least 3)"
         )
     order = np.random.default_rng([cfg.seed, 2]).permutation(n)
     part = np.zeros(n, dtype=np.int64)
@@ -753,7 +765,8 @@ def fit_usage_forecaster(
     capacity = np.asarray(sim_cfg.capacity_units, dtype=np.int64)
     if not (np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]).any():
         raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
-    parts = split_workloads(train, cfg, who)
+    split: dict = {}
+    parts = split_workloads(train, cfg, who, split)
     served = labels_by_age(labeller, sim_cfg, train) if cfg.use_ec else None
     ec = (
         _EcInputs(profiles_of_part(train, parts, sim_cfg.n_labels, served), sim_cfg.n_labels)
@@ -782,7 +795,7 @@ def fit_usage_forecaster(
     shifts = conformal_shifts(q_cal, cal, cfg.levels)
     is_capped = is_usage_within_request(train)
     cap = np.minimum(capacity, cal.request) if is_capped else np.broadcast_to(capacity, cal.request.shape)
-    report |= {
+    report |= split | {
         "n_examples": {"train": len(i_train), "validation": len(i_val), "calibration": len(i_cal)},
         "n_workloads": {
             part: len(set(ex.workload[i].tolist()))

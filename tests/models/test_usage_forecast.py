@@ -327,6 +327,14 @@ def test_split_workloads_keeps_the_days_of_a_job_in_one_part():
         by_job.setdefault(w.split("_")[0], set()).add(part)
     assert len(by_job) == 16 and all(len(p) == 1 for p in by_job.values())
     assert set(parts.values()) == {0, 1, 2}
+    # two jobs' days: too few groups for three parts, so the split is by workload, and says so
+    two = replace(train, workload_ids=tuple(tuple(f"j{i % 2}_d{s}{i}" for i in range(12)) for s in range(4)))
+    report: dict = {}
+    parts = split_workloads(two, TINY, "t", report)
+    assert report["split_unit"].startswith("workload (") and set(parts.values()) == {0, 1, 2}
+    report = {}
+    split_workloads(days, TINY, "t", report)
+    assert report == {"split_unit": "workload group"}
 
 
 def test_the_ec_inputs_train_and_score_on_the_labels_a_labeller_serves():
