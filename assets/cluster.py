@@ -18,7 +18,6 @@ from dagster import (
 )
 
 from assets import checks
-from assets.core import long_running_usage
 from assets.ec import classifier_path, labellers
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
@@ -44,6 +43,7 @@ from pipelines.job_sequences import (
     offered_load_check_values,
     sequence_check_values,
 )
+from pipelines.long_running import long_running_usage
 from pipelines.sequence_run import SequenceRunSettings, build_sequence_run
 from pipelines.synthetic import is_synthetic
 from pipelines.warehouse import markdown_preview

@@ -143,12 +143,6 @@ def core__usage(
     )
 
 
-def long_running_usage(warehouse: Warehouse, source: str, long_running: pl.DataFrame) -> pl.LazyFrame:
-    """The usage bins of one source's long-running workloads: a lazy semi-join on the chunked usage scan."""
-    ids = long_running.select("source", "workload_id").unique()
-    return warehouse.scan("core__usage", [source]).join(ids.lazy(), on=["source", "workload_id"], how="semi")
-
-
 @dg.multi_asset(
     outs={name: dg.AssetOut(description=text, **TABLE_OUT) for name, text in LONG_RUNNING_TABLE_DOCS.items()},
     partitions_def=SOURCE_PARTITIONS,

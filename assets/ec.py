@@ -33,7 +33,7 @@ from dagster import (
 
 from assets import checks
 from assets.column_docs import table_schema
-from assets.core import SOURCE_PARTITIONS, long_running_usage
+from assets.core import SOURCE_PARTITIONS
 from assets.plots import classifier_accuracy_plot, ec_profiles_plot, png_markdown
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
@@ -50,7 +50,7 @@ from models.ec_labeller import classifier_labellers
 from models.ec_serving import serving_path
 from pipelines import equivalence as eq
 from pipelines.features import SeriesSet, series_matrix
-from pipelines.long_running import fill_window_gaps
+from pipelines.long_running import fill_window_gaps, long_running_usage
 
 EC_RUN = dataclass_config(ecm.EcRunSettings)
 """Config of ec__method_sweep, ec__method_gain and ec__mapping (`models.ec_mapping.EcRunSettings`)."""

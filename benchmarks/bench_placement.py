@@ -145,9 +145,10 @@ def main() -> None:
                 seed=args.seed,
             )
             jobs, _ = build_deepplace_sequences(dp)
+            serve = None  # the generator's classes, known at arrival
         else:
             jobs = real_sequences(Path(args.warehouse), source, seq_cfg)
-        serve = warehouse_labellers(Path(args.warehouse), jobs) if args.labels == "served" else None
+            serve = warehouse_labellers(Path(args.warehouse), jobs) if args.labels == "served" else None
         print(f"{source}: {jobs.height} jobs in sequences ({time.perf_counter() - t0:.1f} s)", flush=True)
         for load in loads:
             cell = jobs.filter(pl.col("load_pct") == load)
@@ -168,7 +169,7 @@ def main() -> None:
                 forecaster_factory=factory,
                 choices=choices,
                 log=lambda msg: print("   ", msg, flush=True) if "left out" in msg else None,
-                serve_labels=serve if source != "deepplace_synthetic" else None,
+                serve_labels=serve,
             )
             frames.append(res)
             gaps = gap_table(res)

@@ -464,6 +464,14 @@ class ClassifierRun:
     n_groups: int
 
 
+def with_series(labelled: pl.DataFrame, series: SeriesSet) -> tuple[pl.DataFrame, list[np.ndarray]]:
+    """The rows of `labelled` whose workload has a series in `series`, and those series in the same order."""
+    order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
+    labelled = labelled.filter(pl.col("workload_id").is_in(list(order)))
+    every = series.series_list()
+    return labelled, [every[order[w]] for w in labelled["workload_id"]]
+
+
 def accuracy_and_model(
     labelled: pl.DataFrame, series: SeriesSet, settings: ClassifierRunSettings, source: str
 ) -> ClassifierRun:
@@ -471,10 +479,7 @@ def accuracy_and_model(
     workloads' meta columns; those with a series) over repeated splits by workload group, and the model trained
     on all of them (m = settings.classifier.prefix_bins) with its card. `series` holds at least
     max(prefix_lengths) bins."""
-    order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
-    labelled = labelled.filter(pl.col("workload_id").is_in(list(order)))
-    every = series.series_list()
-    values = [every[order[w]] for w in labelled["workload_id"]]
+    labelled, values = with_series(labelled, series)
     meta, labels = meta_matrix(labelled), labelled["ec_label"].to_numpy()
     groups = workload_groups(labelled["workload_id"].to_list(), settings.group_pattern)
     cfg = settings.classifier

@@ -26,9 +26,10 @@ from models.ec_classifier import (
     meta_matrix,
     train_classifier,
     usage_prefixes,
+    with_series,
 )
 from pipelines.features import SeriesSet, series_matrix
-from pipelines.long_running import fill_window_gaps
+from pipelines.long_running import fill_window_gaps, long_running_usage
 from pipelines.synthetic import is_synthetic
 from pipelines.warehouse import ParquetWarehouse
 from pipelines.workloads import workload_groups
@@ -73,8 +74,7 @@ def fit_serving_classifier(
     with the workloads' meta columns; those with a series in `series`) outside the workload groups of
     `test_workloads`, and its row of SERVING_TABLE (without source and path). None when fewer than 2 ECs are
     left."""
-    order = {w: i for i, w in enumerate(series.workload_ids.tolist())}
-    labelled = labelled.filter(pl.col("workload_id").is_in(list(order)))
+    labelled, values = with_series(labelled, series)
     test_groups = np.unique(workload_groups(sorted(set(test_workloads))))
     left_out = np.isin(workload_groups(labelled["workload_id"].to_list()), test_groups)
     keep = labelled.filter(pl.Series(~left_out))
@@ -89,8 +89,7 @@ def fit_serving_classifier(
     }
     if keep.height == 0 or keep["ec_label"].n_unique() < 2:
         return None, row
-    every = series.series_list()
-    values = [every[order[w]] for w in keep["workload_id"]]
+    values = [v for v, out in zip(values, left_out, strict=True) if not out]
     labels = keep["ec_label"].to_numpy()
     model = train_classifier(meta_matrix(keep), usage_prefixes(values, m) if m else None, labels, saved.cfg)
     return model, row | {"n_trained": keep.height, "n_classes": int(np.unique(labels).size)}
@@ -117,8 +116,7 @@ def serving_classifiers(
             continue
         saved = load_classifier(saved_at)
         long_running = warehouse.scan("core__long_running", [source]).collect()
-        ids = long_running.select("source", "workload_id").unique().lazy()
-        usage = warehouse.scan("core__usage", [source]).join(ids, on=["source", "workload_id"], how="semi")
+        usage = long_running_usage(warehouse, source, long_running)
         series = series_matrix(
             fill_window_gaps(usage, long_running), long_running, None, max_bins=max(saved.cfg.prefix_bins, 1)
         )

@@ -888,13 +888,10 @@ def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> d
     group is wholly in one part; groups come in the order of their first workload, so a source whose every
     workload is its own group is split exactly as workload by workload (`split_sizes` and the holdout then
     count groups)."""
-    group_of = workload_group_index(pool.workload_ids, cfg.workload_group_pattern)
-    n_groups = int(group_of.max()) + 1 if group_of.size else 0
-    order = rng.permutation(n_groups)
-    _, n_test = split_sizes(n_groups, cfg)
+    group_of, first = workload_group_index(pool.workload_ids, cfg.workload_group_pattern)
+    order = rng.permutation(first.size)
+    _, n_test = split_sizes(first.size, cfg)
     train_groups = order[n_test:]
-    first = np.full(n_groups, len(group_of), dtype=np.int64)
-    np.minimum.at(first, group_of, np.arange(len(group_of)))
     share = holdout_share(cfg.n_train_sequences, cfg.validation_share)
     held = stratified_holdout(pool.is_cpu_dominant[first[train_groups]], share, cfg.min_workloads_per_split)
 
@@ -906,14 +903,15 @@ def _split_pool(pool: _Pool, cfg: SequenceConfig, rng: np.random.Generator) -> d
     return {"train": fit, "validation": val, "test": _subset(pool, members(order[:n_test]))}
 
 
-def workload_group_index(workload_ids: list[str], pattern: str) -> np.ndarray:
-    """(n,) int: each workload's group (`pipelines.workloads.workload_groups`) numbered in the order of the
-    group's first workload."""
+def workload_group_index(workload_ids: list[str], pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """((n,) each workload's group (`pipelines.workloads.workload_groups`) numbered in the order of the group's
+    first workload, (G,) the index of each group's first workload)."""
     groups = workload_groups(workload_ids, pattern)
     _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    by_appearance = np.argsort(first)
     rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))
-    return rank[inverse.reshape(-1)]
+    rank[by_appearance] = np.arange(len(first))
+    return rank[inverse.reshape(-1)], first[by_appearance].astype(np.int64)
 
 
 def _sequences_for_source(

@@ -488,3 +488,10 @@ def check_judged(judged: pl.DataFrame, workloads: pl.DataFrame, report: pl.DataF
             "reason_count_mismatches": "; ".join(mismatches) or "none",
         },
     }
+
+
+def long_running_usage(warehouse, source: str, long_running: pl.DataFrame) -> pl.LazyFrame:
+    """The usage bins of one source's long-running workloads from a warehouse (`pipelines.warehouse.
+    ParquetWarehouse`, or the Dagster resource built on it): a lazy semi-join on the chunked usage scan."""
+    ids = long_running.select("source", "workload_id").unique()
+    return warehouse.scan("core__usage", [source]).join(ids.lazy(), on=["source", "workload_id"], how="semi")
