@@ -27,8 +27,9 @@ from models.ec_serving import (
     SERVING_TABLE_DOCS,
     serving_check_values,
     serving_classifiers,
+    with_served_labeller,
 )
-from models.sim_labeller import LabellingSettings, labelling_accuracy
+from models.sim_labeller import LabellingSettings, labelling_accuracy, serving_sim_labellers
 from models.usage_forecast import (
     COVERAGE_CHECK_DOCS,
     ForecastTableSettings,
@@ -127,8 +128,10 @@ def sim__job_sequences(context: AssetExecutionContext, config: JobSequencesConfi
     yield from checks.results(offered_load_check_values(run.offered_load), "sim__offered_load")
     only_synthetic = all(map(is_synthetic, run.jobs["source"].unique()))
     yield from checks.table_results("sim__usage_scale", run.usage_scale, may_be_empty=only_synthetic)
-    serving = serving_classifiers(warehouse, run.jobs, partial(classifier_path, warehouse), context.log.info)
-    yield Output(serving, output_name="sim__ec_serving")
+    saved = partial(classifier_path, warehouse)
+    serving = serving_classifiers(warehouse, run.jobs, saved, context.log.info)
+    served = serving_sim_labellers(run.jobs, saved, settings.served_labeller, context.log.info)
+    yield Output(serving := with_served_labeller(serving, served), output_name="sim__ec_serving")
     yield from checks.results(serving_check_values(serving), "sim__ec_serving")
 
 
@@ -199,8 +202,8 @@ def eval__ec_labelling(
     """TVW-RL Algorithm 1 in the simulator: how often a labeller (`sim_view`, `classifier`) agrees with the
     clustering label on test jobs, per source, load, labeller and job age, beside the best constant label
     (`models.sim_labeller.labelling_accuracy`)."""
-
-    args = (sim__job_sequences, sim__usage_scale, config.build(), labellers(warehouse, sim__usage_scale))
+    classifiers = labellers(warehouse, sim__usage_scale, kind="classifier")
+    args = (sim__job_sequences, sim__usage_scale, config.build(), classifiers)
     out = labelling_accuracy(*args, log=context.log.info, warn=context.log.warning)
     title = "EC labelling accuracy by job age: {} labeller"
     by_labeller = out.group_by("labeller", maintain_order=True)

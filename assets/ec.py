@@ -6,6 +6,7 @@ labels and each method's own mapping (a partition per source; each table selecta
 import time
 import warnings
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -48,6 +49,7 @@ from models.ec_classifier import (
 )
 from models.ec_labeller import classifier_labellers
 from models.ec_serving import serving_path
+from models.sim_labeller import served_labellers
 from pipelines import equivalence as eq
 from pipelines.features import SeriesSet, series_matrix
 from pipelines.long_running import fill_window_gaps, long_running_usage
@@ -336,10 +338,12 @@ def classifier_path(warehouse: Warehouse, source: str) -> Path:
     return Path(warehouse.root) / "models" / f"ec_classifier__{source}.pt"
 
 
-def labellers(warehouse: Warehouse, usage_scale: pl.DataFrame):
-    """source -> the labeller of its serving EC classifier (trained without the test workloads:
-    `models.ec_serving`), or None (`models.ec_labeller.classifier_labellers`)."""
-    return classifier_labellers(lambda source: serving_path(classifier_path(warehouse, source)), usage_scale)
+def labellers(warehouse: Warehouse, usage_scale: pl.DataFrame, kind: str = "served"):
+    """source -> the labeller serving its EC labels in the simulator, or None (`models.sim_labeller.served_labellers`;
+    kind="classifier": the EC classifier's serving copy, trained without the test workloads, `models.ec_serving`)."""
+    saved = partial(classifier_path, warehouse)
+    classifier = classifier_labellers(lambda source: serving_path(saved(source)), usage_scale)
+    return classifier if kind == "classifier" else served_labellers(saved, classifier)
 
 
 @asset(

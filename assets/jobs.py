@@ -26,7 +26,6 @@ EC_CONFIG_OPS = ("ec__method_sweep", "ec__method_gain")
 EC layer once, and its sweep, gain and choice steps agree on methods, k range and seeds."""
 PROFILE_TAG, LAYER_TAG, SOURCE_TAG, ON_DEMAND_TAG = "tvw/profile", "tvw/layer", "tvw/source", "tvw/on_demand"
 
-
 SHARED_CONFIG = {"ec__mapping": EC_CONFIG_OPS}
 """The profile's `ops:` with its `ec__mapping` entry copied to the EC sweep and gain ops (an entry the profile
 gives one of them itself is kept)."""

@@ -27,19 +27,18 @@ import numpy as np
 import polars as pl
 
 from benchmarks.bench_placement import real_sequences, warehouse_labellers
-from models.ec_labeller import ClassifierLabeller
 from models.forecast_placer import paired_interval
 from pipelines.job_sequences import SequenceConfig
 from sim.config import SimConfig
 from sim.jobs import JobBatch
-from sim.labelling import ServedLabels
+from sim.labelling import Labeller, ServedLabels
 from sim.policies import POLICIES, make_policy
 from sim.tuning import REQUEST_HEURISTICS, FitContext, sequence_returns, tuning_preset
 
 
-def labeller(warehouse: Path, source: str, sequences: pl.DataFrame) -> ClassifierLabeller:
-    """The source's EC classifier as the pipeline serves it for `sequences`, trained without their test workloads
-    (`bench_placement.warehouse_labellers`)."""
+def labeller(warehouse: Path, source: str, sequences: pl.DataFrame) -> Labeller:
+    """The source's EC labeller as the pipeline serves it for `sequences` (fitted on their training jobs, or the
+    classifier trained without their test workloads: `bench_placement.warehouse_labellers`)."""
     served = warehouse_labellers(warehouse, sequences)(source)
     if served is None:
         raise SystemExit(f"{warehouse}: no EC classifier or usage scale for {source}; run tvw-run first")

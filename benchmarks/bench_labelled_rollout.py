@@ -77,7 +77,7 @@ def main() -> None:
     print(
         f"{args.source} {args.load} %: {r.n_sequences} sequences x {r.n_trajectories} trajectories, "
         f"{cfg.sim.jobs_per_episode} jobs per episode, M = {cfg.sim.n_machines}; the labeller reads "
-        f"{table_lab.n_ages} distinct ages per job"
+        f"{table_lab.n_ages()} distinct ages per job"
     )
     with torch_threads(1):
         for rep in range(args.repeats):

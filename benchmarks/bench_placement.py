@@ -9,7 +9,8 @@ the learned forecaster (`models.usage_forecast`, the "sample" preset) is fitted 
 
 Prints, per cell: the best non-oracle heuristic, each rule's paired difference in return against it with the 95 %
 interval, the share of the heuristic-to-oracle gap it closes, overshoot and machines used beside Tetris's, the
-fitting and evaluation seconds; and writes the gap table and the raw results as Parquet under `--out`.
+fitting and evaluation seconds; and writes the gap table and the raw results as Parquet under `--out`, with what
+validation chose for every fitted rule and every setting it tried (`choices.json`).
 
     python benchmarks/bench_placement.py --warehouse warehouse [--sources bitbrains,deepplace_synthetic]
         [--loads 30,50,80] [--n-train 100] [--n-test 30] [--labels served|clustering] [--out /tmp/placement]
@@ -18,6 +19,8 @@ fitting and evaluation seconds; and writes the gap table and the raw results as 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import tempfile
 import time
 from dataclasses import replace
@@ -27,6 +30,7 @@ import polars as pl
 
 from models.ec_labeller import classifier_labellers
 from models.ec_serving import serving_classifiers, serving_path
+from models.sim_labeller import SimLabellerConfig, fit_source_labeller
 from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from pipelines.warehouse import ParquetWarehouse
@@ -68,17 +72,30 @@ def real_sequences(warehouse: Path, source: str, cfg: SequenceConfig) -> pl.Data
     return frame
 
 
-def warehouse_labellers(warehouse: Path, sequences: pl.DataFrame):
+def warehouse_labellers(warehouse: Path, sequences: pl.DataFrame, kind: str = "served"):
     """source -> the EC labeller of a warehouse a `tvw-run` filled, as the pipeline serves it for `sequences`
-    (this benchmark's own; columns source, split and workload_id suffice): the saved classifier's model trained without the workload groups of their test
-    sequences (`models.ec_serving`, saved in a temporary folder), with the warehouse's usage scale
-    (`models.ec_labeller.classifier_labellers`); None for a source without one."""
+    (this benchmark's own), or None for a source without one. kind="served" (the pipeline's default): a
+    simulator-view labeller fitted on the training rows of `sequences` (`models.sim_labeller.fit_source_labeller`),
+    else the classifier below; kind="classifier": the saved classifier's model trained without the workload groups
+    of their test sequences (`models.ec_serving`, saved in a temporary folder; columns source, split and
+    workload_id suffice), with the warehouse's usage scale (`models.ec_labeller.classifier_labellers`)."""
     scale_path = warehouse / "tables" / "sim__usage_scale" / "all.parquet"
     scale = pl.read_parquet(scale_path) if scale_path.exists() else pl.DataFrame(schema={"source": pl.String})
     out = Path(tempfile.mkdtemp(prefix="tvw_serving_"))
     saved = lambda source: warehouse / "models" / f"ec_classifier__{source}.pt"  # noqa: E731
     serving_classifiers(ParquetWarehouse(warehouse), sequences, saved, log=print, out_dir=out)
-    return classifier_labellers(lambda source: serving_path(out / saved(source).name), scale)
+    classifier = classifier_labellers(lambda source: serving_path(out / saved(source).name), scale)
+    if kind == "classifier":
+        return classifier
+
+    @functools.cache
+    def served(source: str):
+        labeller, _, n_train = fit_source_labeller(sequences, source, SimLabellerConfig())
+        if labeller is not None:
+            print(f"{source}: simulator-view EC labeller on {n_train} training-sequence jobs serves labels")
+        return classifier(source) if labeller is None else labeller
+
+    return served
 
 
 def forecaster_factory(preset: str):
@@ -105,6 +122,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tuning", default="full", help=f"sim.tuning preset {sorted(TUNING_PRESETS)}")
     ap.add_argument(
+        "--overshoot-budget",
+        default="0.5",
+        help="TuningConfig.overshoot_budget_pct: validation overshoot allowed above Tetris's, in points "
+        "('none' = choose on return alone)",
+    )
+    ap.add_argument(
         "--request-mode",
         default="peak",
         choices=["peak", "trace"],
@@ -113,10 +136,10 @@ def main() -> None:
     ap.add_argument(
         "--labels",
         default="served",
-        choices=("served", "clustering"),
-        help="EC labels the policies see on a real source: the saved classifier's model trained without the "
-        "test sequences' workloads (as the pipeline evaluates, 2026-11-27 on) or the clustering labels computed "
-        "from each workload's whole series",
+        choices=("served", "classifier", "clustering"),
+        help="EC labels the policies see on a real source: the simulator-view labeller fitted on the training "
+        "sequences (as the pipeline serves them by default), the saved classifier's model trained without the "
+        "test sequences' workloads, or the clustering labels computed from each workload's whole series",
     )
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
@@ -134,6 +157,9 @@ def main() -> None:
     )
     factory = forecaster_factory(args.forecaster) if args.forecaster else None
     frames = []
+    all_choices: dict[
+        str, dict
+    ] = {}  # "source load%" -> what validation chose per fitted rule, "tried" included
     for source in args.sources.split(","):
         t0 = time.perf_counter()
         if source == "deepplace_synthetic":
@@ -148,7 +174,9 @@ def main() -> None:
             serve = None  # the generator's classes, known at arrival
         else:
             jobs = real_sequences(Path(args.warehouse), source, seq_cfg)
-            serve = warehouse_labellers(Path(args.warehouse), jobs) if args.labels == "served" else None
+            serve = None
+            if args.labels != "clustering":
+                serve = warehouse_labellers(Path(args.warehouse), jobs, args.labels)
         print(f"{source}: {jobs.height} jobs in sequences ({time.perf_counter() - t0:.1f} s)", flush=True)
         for load in loads:
             cell = jobs.filter(pl.col("load_pct") == load)
@@ -165,13 +193,20 @@ def main() -> None:
                 policies,
                 cfg,
                 seeds=[args.seed],
-                tuning=replace(TUNING_PRESETS[args.tuning], seed=args.seed),
+                tuning=replace(
+                    TUNING_PRESETS[args.tuning],
+                    seed=args.seed,
+                    overshoot_budget_pct=None
+                    if args.overshoot_budget.lower() == "none"
+                    else float(args.overshoot_budget),
+                ),
                 forecaster_factory=factory,
                 choices=choices,
                 log=lambda msg: print("   ", msg, flush=True) if "left out" in msg else None,
                 serve_labels=serve,
             )
             frames.append(res)
+            all_choices[f"{source} {load}%"] = choices.get((source, load), {})
             gaps = gap_table(res)
             print(
                 f"\n== {source} {load} %: fitted and evaluated in {time.perf_counter() - t1:.0f} s",
@@ -198,10 +233,11 @@ def main() -> None:
             for name, choice in choices.get((source, load), {}).items():
                 knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
                 print(f"   {name}: {knobs}")
+    (out / "choices.json").write_text(json.dumps(all_choices, default=str))
     results = pl.concat(frames, how="diagonal_relaxed")
     results.write_parquet(out / "results.parquet")
     gap_table(results).write_parquet(out / "gap_table.parquet")
-    print(f"\nwrote {out}/results.parquet and gap_table.parquet")
+    print(f"\nwrote {out}/results.parquet, gap_table.parquet and choices.json")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from models.forecast_placer import (
     paired_interval,
     train_forecast_placer,
 )
+from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
 from sim.jobs import JobBatch
@@ -150,9 +151,10 @@ def main() -> None:
     ap.add_argument(
         "--labels",
         default="served",
-        choices=("served", "clustering"),
-        help="EC labels on a real source: the warehouse's EC classifier's, served to fitting, training and test "
-        "as the pipeline does, or the clustering labels computed from each workload's whole series",
+        choices=("served", "classifier", "clustering"),
+        help="EC labels on a real source, served to fitting, training and test: the simulator-view labeller "
+        "fitted on the training sequences (as the pipeline serves them), the warehouse's EC classifier's, or the "
+        "clustering labels computed from each workload's whole series",
     )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
@@ -185,13 +187,15 @@ def main() -> None:
     )
     stage_s["data"] = time.perf_counter() - t0
     labeller = None
-    if not is_deepplace and args.labels == "served":
+    if not is_deepplace and args.labels == "served":  # as the pipeline serves: fitted on the training jobs
+        labeller = fit_sim_labeller(cfg10, train, SimLabellerConfig())
+    elif not is_deepplace and args.labels == "classifier":
         from benchmarks.bench_placement import warehouse_labellers
 
         test_ids = [w for ids in test10.workload_ids for w in ids]
         tested = pl.DataFrame({"source": args.source, "split": "test", "workload_id": test_ids})
-        labeller = warehouse_labellers(Path(args.warehouse), tested)(args.source)
-    print("EC labels:", "the classifier's" if labeller is not None else "the sequences' own")
+        labeller = warehouse_labellers(Path(args.warehouse), tested, "classifier")(args.source)
+    print("EC labels:", type(labeller).__name__ if labeller is not None else "the sequences' own")
 
     # forecaster and base rule, fitted on the training split (validation carved from it)
     t0 = time.perf_counter()

@@ -29,12 +29,12 @@ import numpy as np
 import polars as pl
 
 from benchmarks.bench_placement import real_sequences, warehouse_labellers
-from models.ec_labeller import ClassifierLabeller
 from models.forecast_placer import paired_interval
 from models.tvw_rl import TvwRlConfig, TvwRlPolicy, train_tvw_rl
 from pipelines.job_sequences import SequenceConfig
 from sim.config import SimConfig
 from sim.jobs import JobBatch
+from sim.labelling import Labeller
 from sim.policies import make_policy
 from sim.tuning import sequence_returns
 
@@ -49,9 +49,9 @@ HEURISTICS = (
 )
 
 
-def labeller(warehouse: Path, source: str, sequences: pl.DataFrame) -> ClassifierLabeller | None:
-    """The source's EC labeller as the pipeline serves it for `sequences` (trained without their test
-    workloads: `bench_placement.warehouse_labellers`), or None (the agent then sees the clustering labels)."""
+def labeller(warehouse: Path, source: str, sequences: pl.DataFrame) -> Labeller | None:
+    """The source's EC labeller as the pipeline serves it for `sequences` (fitted on their training jobs, or the
+    classifier trained without their test workloads: `bench_placement.warehouse_labellers`), or None (the agent then sees the clustering labels)."""
     served = warehouse_labellers(warehouse, sequences)(source)
     if served is None:
         print(f"no EC classifier for {source} under {warehouse}: the agent sees the clustering labels")

@@ -7,7 +7,6 @@ in `sim.labelling`'s docstring; this module is the classifier side (`sim/` names
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,12 +16,11 @@ import polars as pl
 from models.ec_classifier import load_classifier
 from models.forecaster import torch_threads
 from sim.config import SimConfig
-from sim.core import State, observed_labels
 from sim.jobs import JOB_META_COLUMNS, JobBatch
-from sim.labelling import EcPredictor, labelled_jobs, observed_steps
+from sim.labelling import AgeTableLabeller, EcPredictor
 
 
-class ClassifierLabeller:
+class ClassifierLabeller(AgeTableLabeller):
     """TVW-RL Algorithm 1 with a trained EC classifier: meta only for jobs not started, meta + observed usage for
     placed ones, as of every call (see the module docstring for how usage becomes classifier input); predicted once
     per job and age (`label_table`), since nothing else enters a prediction."""
@@ -52,43 +50,12 @@ class ClassifierLabeller:
         self.usage_scale = scale
         self.n_threads = n_threads
         self._threads = torch_threads
-        self._token = object()  # names this labeller's label tables among a batch's riders
+        super().__init__()
 
-    @property
-    def n_ages(self) -> int:
+    def n_ages(self, jobs: JobBatch | None = None) -> int:
         """Distinct inputs a job can show by age: ages 0 .. ceil(m / bins per step), after which the classifier's
         m prefix bins are all observed and its prediction no longer changes (1 for a meta-only classifier)."""
         return -(-self.prefix_bins // self.prefix_bins_per_step) + 1 if self.prefix_bins > 0 else 1
-
-    def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
-        """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere. A
-        prediction depends only on the job and its age (`n_ages` distinct ones), so every job's label at every
-        age is predicted once per job batch (`label_table`) and each call reads it."""
-        out = observed_labels(state).astype(np.int64, copy=True)
-        bi, ji = np.nonzero(labelled_jobs(cfg, state))
-        if bi.size:
-            table = self.label_table(cfg, state.jobs)
-            out[bi, ji] = table[bi, ji, np.minimum(observed_steps(state)[bi, ji], table.shape[2] - 1)]
-        return out
-
-    def label_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
-        """(B, J, A) int64 label of every real job of `jobs` after a = 0 .. A - 1 observed steps (A = `n_ages`, at
-        most its duration + 1; 0 for padding and ages past a job's end), in one predict call; kept with the batch
-        (`JobBatch.rider`), so a rollout predicts once per episode however its queue is reordered."""
-        key = ("ec_label_table", self._token, tuple(cfg.capacity_units), cfg.n_resources)
-        return jobs.rider(key, lambda: self._predict_table(cfg, jobs))
-
-    def _predict_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
-        # rows with the same jobs (a rollout repeats each sequence over its trajectories) are predicted once
-        first, inverse = _distinct_rows(jobs)
-        n_ages = self.n_ages
-        table = np.zeros((first.size, jobs.max_jobs, n_ages), dtype=np.int64)
-        real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[first, None]
-        ages = np.arange(n_ages)
-        rows, job_index, age = np.nonzero(real[..., None] & (ages <= jobs.duration[first, :, None]))
-        if rows.size:
-            table[rows, job_index, age] = self.predict_jobs(cfg, jobs, first[rows], job_index, age)
-        return table[inverse]
 
     def predict_jobs(
         self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray
@@ -125,25 +92,6 @@ class ClassifierLabeller:
         bins = np.repeat(frac, k, axis=1)[:, : self.prefix_bins]  # (n, bins, 2)
         is_known = np.arange(bins.shape[1])[None, :] < (np.asarray(n_observed) * k)[:, None]
         return np.where(is_known[..., None], bins, np.nan).transpose(0, 2, 1)
-
-
-def _distinct_rows(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray]:
-    """(first, inverse): the first row of each distinct row of `jobs` by what a label reads (usage, durations, job
-    count, meta) and, per row, the index of its distinct row in `first`."""
-    seen: dict[bytes, int] = {}
-    first, inverse = [], np.empty(jobs.batch_size, dtype=np.int64)
-    for b in range(jobs.batch_size):
-        digest = hashlib.blake2b(digest_size=16)
-        for part in (jobs.n_jobs[b : b + 1], jobs.duration[b], jobs.usage[b]):
-            digest.update(np.ascontiguousarray(part).tobytes())
-        if jobs.meta is not None:
-            digest.update(np.ascontiguousarray(jobs.meta[b]).tobytes())
-        key = digest.digest()
-        if key not in seen:
-            seen[key] = len(first)
-            first.append(b)
-        inverse[b] = seen[key]
-    return np.asarray(first, dtype=np.int64), inverse
 
 
 def classifier_labellers(

@@ -8,8 +8,9 @@ from unseen ones; `models.sim_labeller`'s docstring). Here the same model (the s
 seed) is trained again on the labelled workloads outside every workload group that feeds a test sequence
 (`sim__job_sequences`, split "test"; a group is the days of one Google job, `pipelines.workloads`), and saved
 beside the first as `ec_classifier_serving__<source>.pt`. Every policy that reads EC labels on a real source, at
-training and at test, is served by this one (`assets.ec.labellers`), and `eval__ec_labelling`'s classifier rows
-measure it. Rows in = left out + trained on (`sim__ec_serving`, checked).
+training and at test, was served by this one (`assets.ec.labellers`); since 2026-11-27 the simulator-view labeller
+serves by default (`models.sim_labeller`, `SequenceRunSettings.served_labeller`) and this copy where it is
+chosen or cannot be fitted. `eval__ec_labelling`'s classifier rows measure it. Rows in = left out + trained on (`sim__ec_serving`, checked).
 """
 
 from __future__ import annotations
@@ -43,13 +44,18 @@ SERVING_TABLE = {
     "n_classes": pl.Int64,
     "prefix_bins": pl.Int64,
     "model_path": pl.String,
+    "served_labeller": pl.String,
+    "sim_view_n_train_jobs": pl.Int64,
+    "sim_view_path": pl.String,
 }
-"""One row per real source with a saved EC classifier: what its serving copy was trained on."""
+"""One row per real source with a saved EC classifier or sequences: what its serving copy was trained on, and
+which labeller serves its labels (`models.sim_labeller.SIM_VIEW_SERVING`; `with_served_labeller`)."""
 
 SERVING_TABLE_DOCS = {
-    "sim__ec_serving": "Per real source, what the EC classifier that serves labels in the simulator was trained "
-    "on: the saved classifier's model without the test sequences' workload groups (`models.ec_serving`; it also "
-    "reads core__workloads' meta columns)."
+    "sim__ec_serving": "Per real source, which labeller serves EC labels in the simulator (served_labeller: the "
+    "simulator-view labeller fitted on the training sequences' jobs, `models.sim_labeller`, or the EC classifier) "
+    "and what the EC classifier's serving copy was trained on: the saved classifier's model without the test "
+    "sequences' workload groups (`models.ec_serving`; it also reads core__workloads' meta columns)."
 }
 """The table `sim__job_sequences` writes beside the sequences: name -> description."""
 
@@ -57,7 +63,8 @@ SERVING_CHECK_DOCS = {
     "serving_counts_add_up": "Per source, the labelled workloads with a usage series = those left out (in a workload "
     "group of the test sequences) + those the serving classifier was trained on; every source with a saved "
     "classifier has a serving one (2 or more ECs left to train on: else its test jobs would see their clustering "
-    "labels, computed from their whole series).",
+    "labels, computed from their whole series), and the labeller said to serve a source exists (the "
+    "simulator-view labeller's file where it serves, else the serving classifier's).",
 }
 """The check of `sim__ec_serving`: name -> what passing means."""
 
@@ -145,8 +152,27 @@ def serving_classifiers(
     return pl.DataFrame(rows, schema=SERVING_TABLE)
 
 
+def with_served_labeller(classifiers: pl.DataFrame, served: pl.DataFrame) -> pl.DataFrame:
+    """SERVING_TABLE: the serving classifiers' rows (`serving_classifiers`) with which labeller serves each source
+    (`models.sim_labeller.serving_sim_labellers` rows), one row per source of either; a source with a classifier
+    but no row in `served` is served by the classifier."""
+    left = classifiers.drop(
+        [c for c in ("served_labeller", "sim_view_n_train_jobs", "sim_view_path") if c in classifiers.columns]
+    )
+    out = left.join(served, on="source", how="full", coalesce=True)
+    out = out.with_columns(pl.col("served_labeller").fill_null("classifier"))
+    return out.select(SERVING_TABLE.keys()).cast(SERVING_TABLE).sort("source")
+
+
 def serving_check_values(table: pl.DataFrame) -> dict[str, tuple[bool, dict]]:
     """Check name (SERVING_CHECK_DOCS) -> (passed, metadata) of a SERVING_TABLE frame."""
     adds_up = pl.col("n_labelled") == pl.col("n_left_out") + pl.col("n_trained")
-    bad = table.filter(~adds_up | pl.col("model_path").is_null())
+    has_classifier = pl.col("n_labelled").is_not_null()
+    served_path = (
+        pl.when(pl.col("served_labeller") == "sim_view").then("sim_view_path").otherwise("model_path")
+    )
+    must_serve = has_classifier | (pl.col("served_labeller") == "sim_view")
+    bad = table.filter(
+        (has_classifier & (~adds_up | pl.col("model_path").is_null())) | (must_serve & served_path.is_null())
+    )
     return {"serving_counts_add_up": (bad.height == 0, {"bad_sources": bad["source"].to_list()})}

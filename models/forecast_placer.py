@@ -1639,6 +1639,9 @@ class PlacerTrainConfig:
     tuning_preset: str = "full"
     """Grid of knobs the base rule tries on validation (`sim.tuning.TUNING_PRESETS`); set it as eval__baselines'
     is set, so the residual's base is the rule its row is compared with."""
+    overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct
+    """Validation overshoot above Tetris's the base rule's chosen setting may show (`TuningConfig`); set it as
+    eval__baselines' is set."""
     placer: PlacerConfig = PlacerConfig()
     """Features, network and training budget (its seed is the partition's training seed)."""
     n_machines: int = 10
@@ -1740,7 +1743,7 @@ def train_and_publish(
     where = f"{source} {load} % seed {seed}"
     pcfg = replace(settings.placer, seed=seed)
     t0 = time.perf_counter()
-    tuning = tuning_preset(settings.tuning_preset, pcfg.validation_share, seed)
+    tuning = tuning_preset(settings.tuning_preset, pcfg.validation_share, seed, settings.overshoot_budget_pct)
     base, forecaster, _ = fit_base_rule(
         sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller
     )

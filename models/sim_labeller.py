@@ -31,18 +31,25 @@ constant label beside): Bitbrains 0.50 / 0.53 / 0.55 / 0.55 quantised vs 0.49 / 
 0.26). With this model and features the exact view is no gain on Bitbrains and helps older Google jobs only; the
 test splits are a handful of workloads (Bitbrains 11), so these are rough.
 
-Ages follow `job_view`: a running job started at s has t - s + 1 steps observed at step t (the current step
-included, as the machines' usage image already shows it), a job not placed has 0. The model is a multinomial
-logistic regression (fitted with sklearn, applied in numpy: one small matrix product), so it can run before every
-decision.
+Ages count as TVW-RL's classifier labeller counts them (`sim.labelling.observed_steps`): a job started at s is
+labelled at step t from its steps s .. t - 1, a job in the queue or placed at the current step from its meta only.
+So a label depends only on the job and that count, and it is served from a table predicted once per job batch
+(`sim.labelling.AgeTableLabeller`), which is also what the fitted rules' label-keyed tables are trained on
+(`sim.labelling.labels_by_age`): the rules are trained and served on one view. (Until 2026-11-27 it also read the
+current step, as `job_view` shows it; the step before is what a label table can serve exactly.) The model is a
+multinomial logistic regression (fitted with sklearn, applied in numpy: one small matrix product).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -51,15 +58,16 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import ThreadpoolController
 
 from pipelines.progress import Progress
+from pipelines.synthetic import is_synthetic
 from sim.config import SimConfig
-from sim.core import State, observed_labels
+from sim.core import State
 from sim.forecast import JobView, job_view
 from sim.jobs import JobBatch
 from sim.labelling import (
     LABEL_ACCURACY,
     AgeLabeller,
+    AgeTableLabeller,
     label_accuracy_by_age,
-    labelled_jobs,
     most_frequent_label,
 )
 
@@ -180,14 +188,6 @@ def job_features(view: JobView, usage_view: str = "units") -> np.ndarray:
     )
 
 
-def steps_observed(state: State) -> np.ndarray:
-    """(B, J) int64 usage steps of each job `job_view` shows (its `n_observed`, for every job at once, without
-    reading usage): t - start + 1 for a placed job, capped at its duration; 0 for a job not placed."""
-    is_placed = state.job_machine >= 0
-    start = np.where(is_placed, state.job_start, state.t[:, None] + 1)
-    return np.clip(state.t[:, None] - start + 1, 0, state.jobs.duration)
-
-
 def state_at_ages(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray) -> State:
     """A simulator state of N one-job envs: env i holds job (rows[i], job_index[i]) of `jobs` with n_observed[i]
     usage steps observed (0 = waiting, not placed), in `job_view`'s convention. Only what `job_view` reads is
@@ -286,13 +286,15 @@ class LinearModel:
         return logits.argmax(axis=1)
 
 
-class SimViewLabeller:
+class SimViewLabeller(AgeTableLabeller):
     """EC labels from meta plus the usage observed so far, as the simulator shows it (`sim.labelling.Labeller`).
 
-    Fit with `fit_sim_labeller`; `labels(cfg, state)` relabels the jobs the observation shows
-    (`sim.labelling.labelled_jobs`) in one predict call, and `predict_jobs` labels jobs at given ages (what
-    `sim.labelling.label_accuracy_by_age` calls). Both read the usage view it was trained on (`view`) and raise
-    ValueError naming it on a batch without it."""
+    Fit with `fit_sim_labeller`. Like TVW-RL's classifier labeller it labels a job from the steps before the
+    current one (`sim.labelling.observed_steps`: meta only in the queue and at the step it is placed), so a job's
+    label depends only on the job and that count: `labels(cfg, state)` reads its `label_table` (every job at
+    every age 0 .. longest job, predicted once per batch by `predict_jobs`, the one function fitting uses too),
+    and the tables the fitted rules are trained on (`sim.labelling.labels_by_age`) are the labels it serves.
+    Both read the usage view it was trained on (`view`) and raise ValueError naming it on a batch without it."""
 
     def __init__(
         self, model: LinearModel, classes: np.ndarray, cfg: SimLabellerConfig, view: str = "units"
@@ -301,41 +303,39 @@ class SimViewLabeller:
         of each model class."""
         if view not in ("exact", "units"):
             raise ValueError(f"SimViewLabeller: view must be 'exact' or 'units', got {view!r}")
+        super().__init__()
         self.model = model
         self.classes = np.asarray(classes, dtype=np.int64)
         self.cfg = cfg
         self.view = view
-        self._jobs: JobBatch | None = None  # the sequences the kept labels belong to
-        self._revision = 0
-        self._n_observed = np.zeros((0, 0), dtype=np.int64)  # (B, J) steps observed when labelled, -1 = never
-        self._label = np.zeros((0, 0), dtype=np.int64)
+
+    def n_ages(self, jobs: JobBatch) -> int:
+        """Ages 0 .. the longest job of `jobs`: every observed length can change the prediction."""
+        return int(jobs.max_duration) + 1
 
     def predict_features(self, x: np.ndarray) -> np.ndarray:
         """(N,) int64 labels from `job_features` rows."""
         return self.classes[self.model.predict(x)]
 
     def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
-        """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere.
-
-        A job's label depends only on the job and its steps observed, so labels are kept per (job, steps
-        observed) of the sequences last seen (`state.jobs` at its `revision`) and only jobs whose count
-        changed since the last call are predicted again: between two decisions that is the job just placed and
-        the new arrivals, and once per step every running job. New sequences (a reset, an autoreset) start over."""
         self.check_batch(state.jobs)
-        out = observed_labels(state).astype(np.int64, copy=True)
-        is_shown = labelled_jobs(cfg, state)
-        jobs = state.jobs
-        if self._jobs is not jobs or self._revision != jobs.revision:  # new sequences, or reordered in place
-            self._jobs, self._revision = jobs, jobs.revision
-            self._n_observed = np.full(is_shown.shape, -1, dtype=np.int64)
-            self._label = np.zeros(is_shown.shape, dtype=np.int64)
-        bi, ji = np.nonzero(is_shown & (steps_observed(state) != self._n_observed))
-        if bi.size:
-            view = job_view(cfg, state, bi, ji, self.cfg.n_recent)
-            self._label[bi, ji] = self.predict_features(job_features(view, self.view))
-            self._n_observed[bi, ji] = view.n_observed
-        out[is_shown] = self._label[is_shown]
-        return out
+        return super().labels(cfg, state)
+
+    def save(self, path: Path, card: dict | None = None) -> None:
+        """Write the model, classes, config and view to `path` (.npz; `load_sim_labeller` reads it back), with a
+        `card` of what it was trained on."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = {
+            "format": SAVE_FORMAT,
+            "view": self.view,
+            "config": dataclasses.asdict(self.cfg),
+            "card": card,
+        }
+        arrays = {name: getattr(self.model, name) for name in LINEAR_FIELDS}
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            np.savez(fh, header=np.array(json.dumps(header)), classes=self.classes, **arrays)
+        tmp.replace(path)
 
     def predict_jobs(
         self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray
@@ -354,6 +354,47 @@ class SimViewLabeller:
                 "batch has no usage_exact (sim__job_sequences without cpu_units_exact / mem_units_exact); "
                 "serve it sequences that carry them, or fit one with usage_view='units'"
             )
+
+
+SAVE_FORMAT = "tvw.sim_view_labeller.v1"
+LINEAR_FIELDS = ("fill", "flagged", "mean", "std", "coef", "intercept")
+
+
+def load_sim_labeller(path: Path) -> SimViewLabeller:
+    """The labeller `SimViewLabeller.save` wrote at `path`; ValueError naming the file when it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = json.loads(str(data["header"]))
+            if header.get("format") != SAVE_FORMAT:
+                raise ValueError(f"format {header.get('format')!r}, expected {SAVE_FORMAT!r}")
+            model = LinearModel(**{name: data[name] for name in LINEAR_FIELDS})
+            classes = data["classes"]
+    except (OSError, KeyError, ValueError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a saved SimViewLabeller ({exc})") from exc
+    return SimViewLabeller(model, classes, SimLabellerConfig(**header["config"]), header["view"])
+
+
+def sim_view_path(saved_classifier: Path) -> Path:
+    """Where the pipeline saves the simulator-view labeller it serves for the source whose EC classifier is saved
+    at `saved_classifier` ('ec_classifier__<source>.pt' -> 'ec_sim_view__<source>.npz', beside it)."""
+    saved = Path(saved_classifier)
+    return saved.with_name(saved.name.replace("ec_classifier__", "ec_sim_view__", 1)).with_suffix(".npz")
+
+
+def fit_source_labeller(
+    sequences: pl.DataFrame, source: str, config: SimLabellerConfig, n_labels: int = 16
+) -> tuple[SimViewLabeller | None, SimConfig, int]:
+    """(labeller, simulator config, training jobs) of `source`: a `SimViewLabeller` fitted on the jobs of its
+    TRAINING sequences of `sequences` (`sim__job_sequences` rows, every load; cut from training workload groups
+    only, so no test workload is seen), on a simulator whose label count covers every job of the source. None
+    when the training jobs hold fewer than 2 labels."""
+    rows = sequences.filter(pl.col("source") == source)
+    train = rows.filter(pl.col("split") == "train")
+    top = int(rows["ec_label"].max() or 0) if rows.height else 0
+    cfg = SimConfig(n_labels=max(n_labels, top + 1), oversize="clip")
+    if train.height == 0 or train["ec_label"].n_unique() < 2:
+        return None, cfg, train.height
+    return fit_sim_labeller(cfg, JobBatch.from_frame(train), config), cfg, train.height
 
 
 def fit_sim_labeller(cfg: SimConfig, train_jobs: JobBatch, config: SimLabellerConfig) -> SimViewLabeller:
@@ -456,11 +497,12 @@ def labelling_accuracy(
     for source in usage_scale["source"].to_list():
         test = test_all.filter(pl.col("source") == source)
         train = train_all.filter(pl.col("source") == source)
-        top = int(pl.concat([test["ec_label"], train["ec_label"]]).max() or 0)
-        cfg = SimConfig(n_labels=max(settings.n_labels, top + 1), oversize="clip")
+        sim_view, cfg, _ = fit_source_labeller(
+            pl.concat([train, test]), source, settings.sim_view, settings.n_labels
+        )
         labellers = {}
-        if train["ec_label"].n_unique() >= 2:
-            labellers["sim_view"] = fit_sim_labeller(cfg, JobBatch.from_frame(train), settings.sim_view)
+        if sim_view is not None:
+            labellers["sim_view"] = sim_view
         else:
             say(f"{source}: training jobs hold fewer than 2 EC labels; no sim_view labeller")
         classifier = classifier_for(source) if classifier_for else None
@@ -485,3 +527,73 @@ def labelling_accuracy(
     if not frames:
         return pl.DataFrame(schema={**key, **LABEL_ACCURACY})
     return pl.concat(frames).select(*key, *LABEL_ACCURACY).sort(*key, "age_steps")
+
+
+# --- the labeller the pipeline serves (`sim__job_sequences` fits it, `assets.ec.labellers` loads it) -----------
+
+SERVED_LABELLERS = ("sim_view", "classifier")
+"""What serves EC labels in the simulator: this module's labeller, or the EC classifier's serving copy
+(`models.ec_serving`; TVW-RL's Algorithm 1 as first built)."""
+
+SIM_VIEW_SERVING = {
+    "source": pl.String,
+    "served_labeller": pl.String,  # "sim_view" or "classifier": which labeller serves the source's EC labels
+    "sim_view_n_train_jobs": pl.Int64,  # training-sequence jobs (every load) the simulator-view labeller saw
+    "sim_view_path": pl.String,  # its saved file (null where the classifier serves)
+}
+"""Per real source of the sequences: which labeller serves its EC labels (joined into `sim__ec_serving`)."""
+
+
+def serving_sim_labellers(
+    sequences: pl.DataFrame,
+    saved_path_of: Callable[[str], Path],
+    served: str = "sim_view",
+    log: Callable[[str], None] = print,
+    config: SimLabellerConfig | None = None,
+) -> pl.DataFrame:
+    """For every real source of `sequences` (`sim__job_sequences`): with `served` = "sim_view", a labeller
+    fitted on its training sequences (`fit_source_labeller`) saved at `sim_view_path` of its EC classifier's path
+    (`saved_path_of(source)`, whether or not one was saved); where it cannot be fitted
+    (fewer than 2 labels) or `served` = "classifier", any stale file is removed, so the classifier serves.
+    SIM_VIEW_SERVING rows."""
+    if served not in SERVED_LABELLERS:
+        raise ValueError(f"served labeller must be one of {SERVED_LABELLERS}, got {served!r}")
+    rows = []
+    for source in sorted(set(sequences["source"].unique().to_list())):
+        if is_synthetic(source):
+            continue
+        path = sim_view_path(saved_path_of(source))
+        labeller, n_train = None, None
+        if served == "sim_view":
+            labeller, _, n_train = fit_source_labeller(sequences, source, config or SimLabellerConfig())
+        if labeller is None:
+            path.unlink(missing_ok=True)
+            if served == "sim_view":
+                log(f"{source}: training jobs hold fewer than 2 EC labels; the EC classifier serves labels")
+        else:
+            labeller.save(path, card={"source": source, "trained_on": f"{n_train} training-sequence jobs"})
+            log(f"{source}: simulator-view EC labeller on {n_train} training-sequence jobs serves labels")
+        rows.append(
+            {
+                "source": source,
+                "served_labeller": "classifier" if labeller is None else "sim_view",
+                "sim_view_n_train_jobs": n_train,
+                "sim_view_path": None if labeller is None else str(path),
+            }
+        )
+    return pl.DataFrame(rows, schema=SIM_VIEW_SERVING)
+
+
+def served_labellers(
+    saved_path_of: Callable[[str], Path], classifier: Callable[[str], AgeLabeller | None]
+) -> Callable[[str], AgeLabeller | None]:
+    """source -> the labeller that serves its EC labels in the simulator, loaded once: the simulator-view
+    labeller saved at `sim_view_path(saved_path_of(source))` (`serving_sim_labellers`), else `classifier(source)`
+    (the EC classifier's serving copy, or None)."""
+
+    @functools.cache
+    def labeller(source: str) -> AgeLabeller | None:
+        path = sim_view_path(saved_path_of(source))
+        return load_sim_labeller(path) if path.exists() else classifier(source)
+
+    return labeller

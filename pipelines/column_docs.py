@@ -73,6 +73,10 @@ COLUMN_DOCS: dict[str, str] = {
     "n_labelled": "the source's workloads with an EC label and a usage series (what the saved EC classifier was "
     "trained on; sim__ec_serving)",
     "n_test_groups": "workload groups (a Google job's days, else one workload) of the test sequences",
+    "served_labeller": "which labeller serves the source's EC labels in the simulator: sim_view (trained on the "
+    "simulator's view of training-sequence jobs, models.sim_labeller) or classifier (the EC classifier's serving copy)",
+    "sim_view_n_train_jobs": "training-sequence jobs (every load) the simulator-view labeller was fitted on",
+    "sim_view_path": "file of the simulator-view labeller (null where the classifier serves)",
     "n_left_out": "labelled workloads in those groups: never shown to the serving classifier",
     "n_trained": "labelled workloads the serving classifier was trained on (n_labelled - n_left_out)",
     "n_classes": "ECs among them: the labels it can serve (0 when none was trained)",

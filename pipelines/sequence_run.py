@@ -35,6 +35,10 @@ class SequenceRunSettings(SequenceConfig):
     (check)."""
     include_synthetic: bool = True
     """Add the synthetic workloads (`pipelines.synthetic.SYNTHETIC_WORKLOADS`), each on its own cluster."""
+    served_labeller: str = "sim_view"
+    """What serves EC labels to every policy in the simulator: "sim_view" (`models.sim_labeller`, trained on the
+    simulator's view of the training sequences' jobs, saved beside the sequences) or "classifier" (the EC
+    classifier's serving copy, `models.ec_serving`)."""
 
 
 @dataclass(frozen=True)

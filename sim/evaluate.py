@@ -520,6 +520,9 @@ class EvalSettings:
     validation_share: float = TuningConfig.validation_share
     """Share of each (source, load)'s training sequences held out to choose the fitted rules' knobs (risk level,
     rho, mode, N, fallback heuristic); test sequences are never used."""
+    overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct
+    """Validation overshoot (percentage points) a fitted rule's chosen setting may show above Tetris's on the
+    same validation sequences (`sim.tuning.TuningConfig.overshoot_budget_pct`; None: choose on return alone)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -527,8 +530,11 @@ class EvalSettings:
         self.tuning()  # an unknown preset fails here, naming it
 
     def tuning(self) -> TuningConfig:
-        """The fitted rules' TuningConfig: the preset's grid, this validation share, the first seed."""
-        return tuning_preset(self.tuning_preset, self.validation_share, self.seeds[0])
+        """The fitted rules' TuningConfig: the preset's grid, this validation share and overshoot budget, the
+        first seed."""
+        return tuning_preset(
+            self.tuning_preset, self.validation_share, self.seeds[0], self.overshoot_budget_pct
+        )
 
 
 def eval_sim_config(asset: str, settings: Any, jobs: pl.DataFrame) -> SimConfig:

@@ -30,7 +30,10 @@ than the prefixes the classifier was trained on; the piecewise-constant bins als
 This train/serve skew is measured (issue 22 item 2, the sample's test sequences, 30-minute steps): after the first
 step the saved classifier gets 0.12 on Bitbrains and 0.47 on Google-derived from the simulator's view, against 0.45
 and 0.58 from the same windows' unquantised step means; quantisation is most of the loss. `models.sim_labeller`
-trains a labeller on the simulator's own view instead (the training sequences' jobs, at sampled ages).
+trains a labeller on the simulator's own view instead (the training sequences' jobs, at sampled ages); since
+2026-11-27 it is what the pipeline serves every policy (`assets.ec.labellers`), the classifier where it cannot be
+fitted or is chosen (`SequenceRunSettings.served_labeller`). Both label a job from the steps before the current one
+and serve a per-batch table (`AgeTableLabeller`).
 
 A job's prediction depends only on its meta and its age (steps observed), so `label_accuracy_by_age` measures a
 labeller (any `AgeLabeller`) job by job and age by age without running a policy, beside the best constant label
@@ -39,6 +42,7 @@ labeller (any `AgeLabeller`) job by job and age by age without running a policy,
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -47,7 +51,7 @@ import numpy as np
 import polars as pl
 
 from sim.config import SimConfig
-from sim.core import State, relabel
+from sim.core import State, observed_labels, relabel
 from sim.jobs import JobBatch
 
 LABEL_ACCURACY = {
@@ -126,6 +130,107 @@ class ServedLabels:
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         return self.policy.act(cfg, self._relabelled(cfg, state), rng)
+
+
+class AgeTableLabeller:
+    """Base of the labellers whose label for a job depends only on the job and its `observed_steps` (steps
+    start .. t - 1; 0 in the queue and at the step it is placed): every job's label at every age is predicted once
+    per job batch (`label_table`, kept with the batch as a `JobBatch.rider`, rows with the same jobs predicted
+    once) and each `labels` call reads it, however the queue is reordered. Subclasses give `predict_jobs` and
+    `n_ages(jobs)`, the ages after which the prediction no longer changes (ages past it read the last)."""
+
+    table_chunk_rows: int = 200_000
+    """(job, age) predictions per call while filling a table: bounds the inputs' memory."""
+    max_cached_rows: int = 1024
+    """Sequences whose labels are kept (by content) across batches: a rollout copies its batch for every episode
+    (`sim.policies.own_jobs`), so validation, which rolls every candidate setting over the same sequences, predicts
+    each sequence once; the oldest are dropped beyond this many."""
+
+    def __init__(self) -> None:
+        self._token = object()  # names this labeller's label tables among a batch's riders
+        self._rows: dict[tuple, np.ndarray] = {}  # (row content, capacity) -> (jobs, ages) int16 labels
+
+    def n_ages(self, jobs: JobBatch) -> int:
+        raise NotImplementedError
+
+    def predict_jobs(
+        self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray
+    ) -> np.ndarray:
+        raise NotImplementedError
+
+    def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
+        """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere."""
+        out = observed_labels(state).astype(np.int64, copy=True)
+        bi, ji = np.nonzero(labelled_jobs(cfg, state))
+        if bi.size:
+            table = self.label_table(cfg, state.jobs)
+            out[bi, ji] = table[bi, ji, np.minimum(observed_steps(state)[bi, ji], table.shape[2] - 1)]
+        return out
+
+    def label_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
+        """(B, J, A) int64 label of every real job of `jobs` after a = 0 .. A - 1 observed steps (A =
+        `n_ages(jobs)`; 0 for padding and ages past a job's end), kept with the batch (`JobBatch.rider`), so a
+        rollout predicts once per episode however its queue is reordered, and per sequence content across
+        batches (`max_cached_rows`)."""
+        key = ("ec_label_table", self._token, tuple(cfg.capacity_units), cfg.n_resources)
+        return jobs.rider(key, lambda: self._predict_table(cfg, jobs))
+
+    def _predict_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
+        n_ages = self.n_ages(jobs)
+        table = np.zeros((jobs.batch_size, jobs.max_jobs, n_ages), dtype=np.int64)
+        capacity = (tuple(cfg.capacity_units), cfg.n_resources)
+        keys = [(digest, capacity) for digest in row_digests(jobs)]
+        first: dict[tuple, int] = {}
+        for b, key in enumerate(keys):
+            if key not in self._rows:
+                first.setdefault(key, b)
+        if first:
+            todo = np.fromiter(first.values(), dtype=np.int64)
+            width = np.minimum(jobs.duration[todo].max(axis=1) + 1, n_ages)  # ages a job of the row can show
+            fresh = np.zeros((todo.size, jobs.max_jobs, n_ages), dtype=np.int64)
+            real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[todo, None]
+            ages = np.arange(n_ages)
+            rows, job_index, age = np.nonzero(real[..., None] & (ages <= jobs.duration[todo, :, None]))
+            for lo in range(0, rows.size, self.table_chunk_rows):
+                part = slice(lo, lo + self.table_chunk_rows)
+                r, j, a = rows[part], job_index[part], age[part]
+                fresh[r, j, a] = self.predict_jobs(cfg, jobs, todo[r], j, a)
+            for i, key in enumerate(first):
+                self._rows[key] = fresh[i, : jobs.n_jobs[todo[i]], : width[i]].astype(np.int16)
+            while len(self._rows) > self.max_cached_rows:
+                self._rows.pop(next(iter(self._rows)))
+        for b, key in enumerate(keys):
+            row = self._rows.get(key)
+            if row is None:  # dropped while this batch was filled (more distinct rows than the cache holds)
+                self._rows[key] = row = self._predict_table_row(cfg, jobs, b, n_ages)
+            width = min(row.shape[1], n_ages)
+            table[b, : row.shape[0], :width] = row[:, :width]
+        return table
+
+    def _predict_table_row(self, cfg: SimConfig, jobs: JobBatch, b: int, n_ages: int) -> np.ndarray:
+        n_jobs = int(jobs.n_jobs[b])
+        ages = np.arange(n_ages)
+        job_index, age = np.nonzero(ages[None, :] <= jobs.duration[b, :n_jobs, None])
+        out = np.zeros((n_jobs, n_ages), dtype=np.int16)
+        out[job_index, age] = self.predict_jobs(cfg, jobs, np.full(job_index.size, b), job_index, age)
+        return out
+
+
+def row_digests(jobs: JobBatch) -> list[bytes]:
+    """Per row of `jobs`, a digest of what a label reads (usage, unquantised usage, durations, requests, job
+    count, meta): rows with the same digest get the same labels."""
+    out = []
+    for b in range(jobs.batch_size):
+        digest = hashlib.blake2b(digest_size=16)
+        n = int(jobs.n_jobs[b])
+        steps = int(jobs.duration[b, :n].max(initial=0))  # the batch's padding beyond is not content
+        parts = [jobs.n_jobs[b : b + 1], jobs.duration[b, :n], jobs.usage[b, :n, :steps], jobs.request[b, :n]]
+        parts += [] if jobs.meta is None else [jobs.meta[b, :n]]
+        parts += [] if jobs.usage_exact is None else [jobs.usage_exact[b, :n, :steps]]
+        for part in parts:
+            digest.update(np.ascontiguousarray(part).tobytes())
+        out.append(digest.digest())
+    return out
 
 
 def labels_by_age(labeller, cfg: SimConfig, jobs: JobBatch) -> np.ndarray | None:

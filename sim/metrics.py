@@ -111,6 +111,18 @@ def avg_overshoot_pct(ep: EpisodeTrace) -> float:
     return float(100.0 * per_d.sum())
 
 
+def overshoot_pct_per_episode(trace: Trace, state: State) -> np.ndarray:
+    """(B,) `avg_overshoot_pct` of every episode of a batched Trace at once (each cut at its own T, as
+    `episode_trace` cuts it), without building the per-episode traces."""
+    n_steps = np.minimum(state.t, trace.usage.shape[1])
+    shortage = np.maximum(trace.usage.astype(np.int64) + trace.background - trace.capacity, 0)  # (B, T, M, D)
+    shortage *= (np.arange(trace.usage.shape[1])[None, :] < n_steps[:, None])[..., None, None]
+    per_d = shortage.sum(axis=(1, 2)) / (
+        np.maximum(n_steps, 1)[:, None] * trace.usage.shape[2] * trace.capacity
+    )
+    return np.where(n_steps > 0, 100.0 * per_d.sum(axis=1), 0.0)
+
+
 def machines_used(ep: EpisodeTrace) -> int:
     """# of machines where at least one workload was placed at some point."""
     return int(ep.is_machine_placed.sum())

@@ -4,6 +4,12 @@ N of the N-sigma predictor), and the forecaster is fitted on the rest. The seque
 sequences from training workloads the fit sequences never use, so validation is out of sample for the forecaster
 and for recall too. Test sequences are never read here.
 
+A setting is chosen by its mean validation return within an overshoot budget: its mean validation overshoot may
+top Tetris's on the same sequences by at most `TuningConfig.overshoot_budget_pct` points (an operator's SLO; the
+issue's bar allows 0.5). The return alone charges an overshoot once per co-located job, and on a few validation
+workloads a setting that overshoots often can still win on return and then overshoot on test (Bitbrains with the
+trace's requests at 80 %: 4.2 % overshoot on test against Tetris's 0, seed 0).
+
 `FitContext` is what `sim.evaluate.evaluate_policies` hands a fitted policy's builder (`FITTED` in
 `sim.policies`): the group's training sequences, the simulator, the tuning knobs and, when the caller has one,
 a factory for a learned forecaster (it lives in `models/`, which `sim/` never imports). Everything it computes is
@@ -57,12 +63,22 @@ class TuningConfig:
     """N of Google's N-sigma predictor tried on validation."""
     fallbacks: tuple[str, ...] = REQUEST_HEURISTICS
     """Request-based heuristics; the best on validation is the fallback."""
+    overshoot_budget_pct: float | None = 0.5
+    """An operator's overshoot SLO: a candidate whose mean validation overshoot (`sim.metrics.avg_overshoot_pct`)
+    exceeds Tetris's on the same validation sequences by more than this many percentage points is not chosen,
+    however high its return (the issue's bar: at most Tetris's + 0.5 point). Where every candidate exceeds it, the
+    one with the least overshoot is chosen and the choice says so (`overshoot_budget_met`). None: choose on
+    return alone."""
     seed: int = 0
     """Seed of the validation episodes."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.validation_share < 1.0:
             raise ValueError(f"TuningConfig.validation_share must be in (0, 1), got {self.validation_share}")
+        if self.overshoot_budget_pct is not None and not self.overshoot_budget_pct >= 0.0:
+            raise ValueError(
+                f"TuningConfig.overshoot_budget_pct must be >= 0 or None, got {self.overshoot_budget_pct}"
+            )
 
 
 _QUICK = TuningConfig(
@@ -74,12 +90,22 @@ validation episodes; the benchmarks' grid) and "smoke" (quick with one level of 
 level validation chose in most cells of `benchmarks/bench_placement.py`: the 5-minute run's grid)."""
 
 
-def tuning_preset(name: str, validation_share: float, seed: int) -> TuningConfig:
-    """The TUNING_PRESETS grid `name` with the run's validation share and seed (ValueError naming an unknown
-    preset)."""
+def tuning_preset(
+    name: str,
+    validation_share: float,
+    seed: int,
+    overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct,
+) -> TuningConfig:
+    """The TUNING_PRESETS grid `name` with the run's validation share, seed and overshoot budget (ValueError
+    naming an unknown preset)."""
     if name not in TUNING_PRESETS:
         raise ValueError(f"unknown tuning_preset {name!r}; known: {sorted(TUNING_PRESETS)}")
-    return replace(TUNING_PRESETS[name], validation_share=validation_share, seed=seed)
+    return replace(
+        TUNING_PRESETS[name],
+        validation_share=validation_share,
+        seed=seed,
+        overshoot_budget_pct=overshoot_budget_pct,
+    )
 
 
 def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]:
@@ -110,6 +136,17 @@ def sequence_returns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> np.nd
     from sim.policies import play  # policies imports this module
 
     return play(policy, cfg, jobs, seed).penalty_totals.sum(axis=1)
+
+
+def sequence_outcomes(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """((B,) episode return, (B,) overshoot %) of `policy` on each sequence of `jobs`: the return as
+    `sequence_returns`, the overshoot as `sim.metrics.avg_overshoot_pct` of the recorded episode."""
+    from sim.metrics import overshoot_pct_per_episode
+    from sim.policies import play
+
+    trace = core.make_trace(cfg, jobs.batch_size)
+    state = play(policy, cfg, jobs, seed, trace)
+    return state.penalty_totals.sum(axis=1), overshoot_pct_per_episode(trace, state)
 
 
 @dataclass
@@ -153,6 +190,21 @@ class FitContext:
         if self.labeller is not None:
             policy = ServedLabels(policy, self.labeller)
         return sequence_returns(policy, self.cfg, self.split()[1], self.tuning.seed)
+
+    def validation_outcomes(self, policy) -> tuple[np.ndarray, np.ndarray]:
+        """(returns, overshoot %) per validation sequence (`sequence_outcomes`), served as `validation_returns`."""
+        if self.labeller is not None:
+            policy = ServedLabels(policy, self.labeller)
+        return sequence_outcomes(policy, self.cfg, self.split()[1], self.tuning.seed)
+
+    def tetris_overshoot(self) -> float:
+        """Tetris's mean overshoot % on the validation sequences (cached): the reference of the overshoot
+        budget."""
+        from sim.policies import make_policy
+
+        return self.cached(
+            "tetris_overshoot", lambda: float(self.validation_outcomes(make_policy("tetris"))[1].mean())
+        )
 
     def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
         """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
@@ -205,24 +257,46 @@ class FitContext:
         return {} if choice is None else {"forecaster_ec": choice}
 
     def choose(self, name: str, candidates: Sequence[tuple[dict, object]]) -> object:
-        """The candidate policy with the best mean validation return (ties: the earlier one); records the choice
-        under `name`. `candidates`: (knobs, policy) pairs."""
+        """The candidate policy with the best mean validation return (ties: the earlier one) among those within
+        the overshoot budget (`TuningConfig.overshoot_budget_pct` above Tetris's validation overshoot; where none
+        is, the least overshooting one); records the choice under `name`. `candidates`: (knobs, policy) pairs."""
         if not candidates:
             raise ValueError(f"{name} ({self.where}): no candidate settings to choose from")
-        means = [float(self.validation_returns(policy).mean()) for _, policy in candidates]
-        best = int(np.argmax(means))
+        budget = self.tuning.overshoot_budget_pct
+        if budget is None:
+            means = [float(self.validation_returns(policy).mean()) for _, policy in candidates]
+            overshoot: list[float | None] = [None] * len(candidates)  # not measured
+            best, met, limit = int(np.argmax(means)), None, None
+        else:
+            outcomes = [self.validation_outcomes(policy) for _, policy in candidates]
+            means = [float(r.mean()) for r, _ in outcomes]
+            overshoot = [float(o.mean()) for _, o in outcomes]
+            best, met = _within_budget(means, overshoot, limit := self.tetris_overshoot() + budget)
         self.choices[name] = {
             **candidates[best][0],
             **self.fallback_choice(),
             **self._forecaster_choice(),
             "validation_return": means[best],
+            "validation_overshoot_pct": overshoot[best],
+            "overshoot_limit_pct": limit,
+            "overshoot_budget_met": met,
             "n_validation_sequences": self.split()[1].batch_size,
             "validation_workload_disjoint": self.validation_disjoint(),
             "tried": [
-                {**knobs, "validation_return": m} for (knobs, _), m in zip(candidates, means, strict=True)
+                {**knobs, "validation_return": m, "validation_overshoot_pct": o}
+                for (knobs, _), m, o in zip(candidates, means, overshoot, strict=True)
             ],
         }
         return candidates[best][1]
+
+
+def _within_budget(means: Sequence[float], overshoot: Sequence[float], limit: float) -> tuple[int, bool]:
+    """(index, met): the best mean return among candidates whose overshoot is at most `limit` (ties: the earlier
+    one), else the least overshooting one (ties: the better return), with met False."""
+    ok = [i for i, o in enumerate(overshoot) if o <= limit + 1e-12]
+    if ok:
+        return max(ok, key=lambda i: (means[i], -i)), True
+    return min(range(len(means)), key=lambda i: (overshoot[i], -means[i], i)), False
 
 
 def fit_rho(

@@ -181,7 +181,7 @@ def test_label_table_equals_predicting_at_every_decision(clf):
         ]
     )
     labeller = ClassifierLabeller(clf, prefix_bins_per_step=2)
-    assert labeller.n_ages == 3  # ages 0, 1 and >= 2 (4 bins = 2 steps)
+    assert labeller.n_ages() == 3  # ages 0, 1 and >= 2 (4 bins = 2 steps)
     state, n_checked = core.reset(cfg, jobs, 0), 0
     while not state.is_done.all():
         bi, ji = np.nonzero(labelled_jobs(cfg, state))

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from models.ec_classifier import ClassifierConfig, meta_matrix, train_classifier, usage_prefixes
-from models.ec_serving import fit_serving_classifier, serving_check_values, serving_path
+from models.ec_serving import (
+    SERVING_TABLE,
+    fit_serving_classifier,
+    serving_check_values,
+    serving_path,
+    with_served_labeller,
+)
+from models.sim_labeller import SIM_VIEW_SERVING
 from pipelines.features import SeriesSet
 
 CFG = ClassifierConfig(prefix_bins=4, hidden_sizes=(8, 4), epochs=5, n_threads=1)
@@ -66,16 +73,61 @@ def test_serving_classifier_leaves_out_every_day_of_a_test_job() -> None:
 
 
 def test_serving_check_and_path() -> None:
-    good = {"source": "s", "n_labelled": 10, "n_left_out": 3, "n_trained": 7, "model_path": "x"}
-    assert serving_check_values(pl.DataFrame([good]))["serving_counts_add_up"][0]
-    for bad in ({**good, "n_trained": 6}, {**good, "model_path": None}):
-        passed, meta = serving_check_values(pl.DataFrame([bad]))["serving_counts_add_up"]
+    good = {
+        "source": "s",
+        "n_labelled": 10,
+        "n_left_out": 3,
+        "n_trained": 7,
+        "model_path": "x",
+        "served_labeller": "classifier",
+        "sim_view_n_train_jobs": None,
+        "sim_view_path": None,
+    }
+    frame = lambda row: pl.DataFrame([row], schema=SERVING_TABLE)  # noqa: E731
+    assert serving_check_values(frame(good))["serving_counts_add_up"][0]
+    sim_view = {**good, "served_labeller": "sim_view", "sim_view_n_train_jobs": 50, "sim_view_path": "y"}
+    assert serving_check_values(frame(sim_view))["serving_counts_add_up"][0]
+    # a source without a classifier, served by the simulator-view labeller; and one served by nothing
+    no_classifier = {k: None for k in good} | {
+        "source": "s",
+        "served_labeller": "sim_view",
+        "sim_view_path": "y",
+    }
+    assert serving_check_values(frame(no_classifier))["serving_counts_add_up"][0]
+    nothing = {k: None for k in good} | {"source": "s", "served_labeller": "classifier"}
+    assert serving_check_values(frame(nothing))["serving_counts_add_up"][0]  # no labels to serve: as before
+    for bad in (
+        {**good, "n_trained": 6},
+        {**good, "model_path": None},
+        {**sim_view, "sim_view_path": None},
+        {**no_classifier, "sim_view_path": None},
+    ):
+        passed, meta = serving_check_values(frame(bad))["serving_counts_add_up"]
         assert not passed and meta["bad_sources"] == ["s"]
     from pathlib import Path
 
     assert serving_path(Path("/w/models/ec_classifier__bitbrains.pt")) == Path(
         "/w/models/ec_classifier_serving__bitbrains.pt"
     )
+
+
+def test_served_labeller_rows_join_the_classifier_rows() -> None:
+    row = {"source": "a", "n_labelled": 4, "n_test_groups": 1, "n_left_out": 1, "n_trained": 3}
+    classifiers = pl.DataFrame(
+        [row | {"n_classes": 2, "prefix_bins": 0, "model_path": "pa"}], schema=SERVING_TABLE
+    )
+    served = pl.DataFrame(
+        [
+            {"source": "a", "served_labeller": "sim_view", "sim_view_n_train_jobs": 9, "sim_view_path": "va"},
+            {"source": "b", "served_labeller": "sim_view", "sim_view_n_train_jobs": 5, "sim_view_path": "vb"},
+        ],
+        schema=SIM_VIEW_SERVING,
+    )
+    out = with_served_labeller(classifiers, served)
+    assert out.columns == list(SERVING_TABLE) and out["source"].to_list() == ["a", "b"]
+    assert out["model_path"].to_list() == ["pa", None] and out["sim_view_path"].to_list() == ["va", "vb"]
+    only_classifier = with_served_labeller(classifiers, served.clear())
+    assert only_classifier["served_labeller"].to_list() == ["classifier"]
 
 
 @pytest.mark.parametrize("test_ids", [[], ["nobody"]])

@@ -155,6 +155,36 @@ def test_kept_labels_equal_fresh_predictions_through_a_rollout_with_autoresets(l
     assert n_resets > 0
 
 
+def test_served_labels_are_its_label_table_at_the_steps_before_now(labeller):
+    """labels() serves, for every job the observation shows, predict_jobs at `observed_steps` (steps before the
+    current one: a queued job and one placed at this step get their meta-only label); `labels_by_age` gives the
+    fitted rules that same table."""
+    from sim.labelling import labelled_jobs, labels_by_age, observed_steps
+
+    jobs = synthetic_jobs(seed=6, n_seqs=3, n_jobs=12)
+    rng = np.random.default_rng(3)
+    state = core.reset(CFG, jobs, 0)
+    n_checked = 0
+    for _ in range(40):
+        bi, ji = np.nonzero(labelled_jobs(CFG, state))
+        served = labeller.labels(CFG, state)[bi, ji]
+        expected = labeller.predict_jobs(CFG, jobs, bi, ji, observed_steps(state)[bi, ji])
+        assert np.array_equal(served, expected)
+        n_checked += int((observed_steps(state)[bi, ji] >= 2).sum())
+        mask = core.action_mask(CFG, state)
+        state, *_ = core.step(CFG, state, np.array([rng.choice(np.flatnonzero(m)) for m in mask]))
+    assert n_checked > 20  # jobs with usage observed were among them
+    table = labels_by_age(labeller, CFG, jobs)
+    assert table.shape == (*jobs.ec_label.shape, jobs.max_duration + 1)
+    b, j = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    for age in (0, 1, 5):
+        alive = jobs.duration[b, j] >= age
+        got = table[b[alive], j[alive], age]
+        assert np.array_equal(
+            got, labeller.predict_jobs(CFG, jobs, b[alive], j[alive], np.full(alive.sum(), age))
+        )
+
+
 def test_fitting_needs_two_labels():
     one = JobBatch.from_jobs([[dict(arrival_step=0, usage=[[1, 1]] * 3, ec_label=4)]])
     with pytest.raises(ValueError, match="need at least 2"):
@@ -181,3 +211,102 @@ def test_labelling_accuracy_scores_every_labeller_per_load_and_age() -> None:
     one_label = jobs.with_columns(ec_label=pl.lit(0, pl.Int32))
     empty = labelling_accuracy(one_label, scale, settings, warn=warned.append)
     assert empty.is_empty() and "fewer than 2 EC labels" in warned[0]
+
+
+def test_saved_labeller_loads_back_and_serves_the_same_labels(labeller, tmp_path):
+    from models.sim_labeller import load_sim_labeller
+
+    path = tmp_path / "ec_sim_view__x.npz"
+    labeller.save(path, card={"source": "x"})
+    back = load_sim_labeller(path)
+    jobs = synthetic_jobs(seed=3, n_seqs=2, n_jobs=10)
+    assert back.view == labeller.view and back.cfg == labeller.cfg
+    np.testing.assert_array_equal(back.label_table(CFG, jobs), labeller.label_table(CFG, jobs))
+    (tmp_path / "junk.npz").write_bytes(b"not a labeller")
+    with pytest.raises(ValueError, match="junk.npz: not a saved SimViewLabeller"):
+        load_sim_labeller(tmp_path / "junk.npz")
+
+
+def test_the_pipeline_serves_a_labeller_fitted_on_training_sequences_only(tmp_path):
+    """`serving_sim_labellers` fits on the split "train" rows (a test row's usage never reaches it), saves it
+    beside the classifier's path, and `served_labellers` loads it; with "classifier" the file is removed and the
+    classifier serves."""
+    import polars as pl
+
+    from models.sim_labeller import served_labellers, serving_sim_labellers, sim_view_path
+
+    def frame(jobs: JobBatch, split: str) -> pl.DataFrame:
+        rows = []
+        for b in range(jobs.batch_size):
+            for j in range(int(jobs.n_jobs[b])):
+                dur = int(jobs.duration[b, j])
+                rows.append(
+                    {
+                        "source": "bitbrains",
+                        "load_pct": 50,
+                        "split": split,
+                        "sequence_id": b,
+                        "job_index": j,
+                        "workload_id": f"{split}{b}_{j}",
+                        "arrival_step": int(jobs.arrival_step[b, j]),
+                        "cpu_units": jobs.usage[b, j, :dur, 0].tolist(),
+                        "mem_units": jobs.usage[b, j, :dur, 1].tolist(),
+                        "ec_label": int(jobs.ec_label[b, j]),
+                        "duration_steps": dur,
+                        "cpu_request_units": int(jobs.request[b, j, 0]),
+                        "mem_request_units": int(jobs.request[b, j, 1]),
+                        "is_long_running": True,
+                    }
+                )
+        return pl.DataFrame(rows)
+
+    train, test = (
+        frame(synthetic_jobs(seed=0, n_seqs=6), "train"),
+        frame(synthetic_jobs(seed=2, n_seqs=2), "test"),
+    )
+    saved = lambda source: tmp_path / f"ec_classifier__{source}.pt"  # noqa: E731
+    table = serving_sim_labellers(pl.concat([train, test], how="diagonal_relaxed"), saved, log=lambda m: None)
+    assert table.to_dicts() == [
+        {
+            "source": "bitbrains",
+            "served_labeller": "sim_view",
+            "sim_view_n_train_jobs": train.height,
+            "sim_view_path": str(sim_view_path(saved("bitbrains"))),
+        }
+    ]
+    scrambled = test.with_columns(pl.col("cpu_units").list.eval(pl.element() * 0 + 7))
+    again = tmp_path / "again"
+    again.mkdir()
+    other = lambda source: again / f"ec_classifier__{source}.pt"  # noqa: E731
+    serving_sim_labellers(pl.concat([train, scrambled], how="diagonal_relaxed"), other, log=lambda m: None)
+    first, second = (np.load(sim_view_path(p("bitbrains")))["coef"] for p in (saved, other))
+    np.testing.assert_array_equal(first, second)  # the test rows' usage did not reach the fit
+    served = served_labellers(saved, classifier=lambda source: "the classifier")
+    assert isinstance(served("bitbrains"), SimViewLabeller) and served("google") == "the classifier"
+    serving_sim_labellers(train, saved, served="classifier", log=lambda m: None)
+    assert not sim_view_path(saved("bitbrains")).exists()
+    with pytest.raises(ValueError, match="served labeller must be one of"):
+        serving_sim_labellers(train, saved, served="oracle")
+
+
+def test_label_tables_are_kept_per_sequence_content_across_batches(labeller):
+    """A rollout copies its batch per episode: the same sequences in another batch object (or alone, with other
+    padding) are read from the labeller's cache, not predicted again, and give the same labels."""
+    calls = []
+    counting = fresh(labeller)
+    predict = counting.predict_jobs
+    counting.predict_jobs = lambda *a: calls.append(len(a[2])) or predict(*a)
+    jobs = synthetic_jobs(seed=4, n_seqs=3, n_jobs=10)
+    table = counting.label_table(CFG, jobs)
+    assert sum(calls) > 0
+    n_before = sum(calls)
+    same = synthetic_jobs(seed=4, n_seqs=3, n_jobs=10)  # equal content, a new batch without riders
+    np.testing.assert_array_equal(counting.label_table(CFG, same), table)
+    alone = same.select(np.array([2]))
+    got = counting.label_table(CFG, alone)
+    np.testing.assert_array_equal(got[0, :, : table.shape[2]], table[2, : got.shape[1], : got.shape[2]])
+    assert sum(calls) == n_before  # nothing predicted again
+    np.testing.assert_array_equal(fresh(labeller).label_table(CFG, same), table)  # equals a cold prediction
+    other = synthetic_jobs(seed=5, n_seqs=1, n_jobs=10)
+    counting.label_table(CFG, other)
+    assert sum(calls) > n_before  # new content is predicted

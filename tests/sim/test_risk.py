@@ -339,3 +339,70 @@ def test_deviate_mode_computes_bounds_only_where_it_may_deviate_with_the_same_de
         n_checked += 1
         state, *_ = core.step(CFG, state, act)
     assert n_checked > 50
+
+
+def _understated(jobs: JobBatch) -> JobBatch:
+    """The same sequences with every request 1 unit: request-based packing overshoots on them."""
+    rows = []
+    for b in range(jobs.batch_size):
+        rows.append(
+            [
+                {
+                    "arrival_step": int(jobs.arrival_step[b, j]),
+                    "usage": jobs.usage[b, j, : int(jobs.duration[b, j])].tolist(),
+                    "ec_label": int(jobs.ec_label[b, j]),
+                    "request": [1] * jobs.usage.shape[-1],
+                }
+                for j in range(int(jobs.n_jobs[b]))
+            ]
+        )
+    return JobBatch.from_jobs(rows)
+
+
+def test_overshoot_per_episode_equals_the_episode_metric() -> None:
+    from sim.metrics import avg_overshoot_pct, episode_trace, overshoot_pct_per_episode
+    from sim.policies import play
+
+    jobs = _understated(_square_jobs(3, 12, seed=4))
+    trace = core.make_trace(CFG, jobs.batch_size)
+    state = play(make_policy("first_fit"), CFG, jobs, 0, trace)
+    batched = overshoot_pct_per_episode(trace, state)
+    each = [avg_overshoot_pct(episode_trace(trace, state, b)) for b in range(jobs.batch_size)]
+    assert batched == pytest.approx(each)
+    assert (batched > 0).all()  # the understated requests do overshoot: the comparison is not of zeros
+
+
+def test_within_budget_prefers_return_inside_the_limit_else_least_overshoot() -> None:
+    from sim.tuning import _within_budget
+
+    # the best return overshoots past the limit: the best one within it is chosen
+    assert _within_budget([-1.0, -2.0, -3.0], [0.9, 0.2, 0.0], limit=0.5) == (1, True)
+    assert _within_budget([-1.0, -2.0, -1.0], [0.1, 0.2, 0.0], limit=0.5) == (0, True)  # tie: the earlier
+    assert _within_budget([-1.0, -2.0], [0.9, 0.7], limit=0.5) == (1, False)
+
+
+def test_choose_keeps_overshoot_within_tetris_plus_budget() -> None:
+    # N-sigma on square waves: N = 1 has the best validation return here but overshoots 2 % (Tetris: 0)
+    train = _square_jobs(4, 10, seed=1)
+    tuning = TuningConfig(n_sigmas=(0.0, 1.0, 3.0), fallbacks=("tetris", "first_fit"))
+    chosen = {}
+    for budget in (None, 0.5, 0.0):
+        ctx = FitContext(cfg=CFG, train=train, tuning=replace(tuning, overshoot_budget_pct=budget), where="toy")
+        POLICIES["n_sigma_observed"].fit(ctx)
+        chosen[budget] = ctx.choices["n_sigma_observed"]
+    tried = chosen[0.5]["tried"]
+    best = max(tried, key=lambda t: t["validation_return"])
+    assert chosen[None]["validation_return"] == best["validation_return"]
+    assert chosen[None]["overshoot_budget_met"] is None
+    assert best["validation_overshoot_pct"] > 0.5  # the unconstrained choice breaks the budget ...
+    limit = chosen[0.5]["overshoot_limit_pct"]
+    assert limit == pytest.approx(0.5)  # Tetris does not overshoot here
+    within = [t for t in tried if t["validation_overshoot_pct"] <= limit]
+    assert chosen[0.5]["overshoot_budget_met"] and within  # ... the budgeted one keeps it
+    assert chosen[0.5]["validation_return"] == max(t["validation_return"] for t in within)
+    assert chosen[0.5]["validation_return"] < best["validation_return"]
+    # no candidate within a zero budget: the least overshooting one, and the choice says so
+    assert not chosen[0.0]["overshoot_budget_met"]
+    assert chosen[0.0]["validation_overshoot_pct"] == min(t["validation_overshoot_pct"] for t in tried)
+    with pytest.raises(ValueError, match="overshoot_budget_pct"):
+        TuningConfig(overshoot_budget_pct=-1.0)
