@@ -134,21 +134,23 @@ class ServedLabels:
 
 class AgeTableLabeller:
     """Base of the labellers whose label for a job depends only on the job and its `observed_steps` (steps
-    start .. t - 1; 0 in the queue and at the step it is placed): every job's label at every age is predicted once
-    per job batch (`label_table`, kept with the batch as a `JobBatch.rider`, rows with the same jobs predicted
-    once) and each `labels` call reads it, however the queue is reordered. Subclasses give `predict_jobs` and
+    start .. t - 1; 0 in the queue and at the step it is placed). A label is predicted once per (job content,
+    age) and kept: each batch gets, as a `JobBatch.rider` (so queue reorderings move it), the row of every job in
+    the labeller's store, and a call predicts only the (job, age) pairs never seen, in one `predict_jobs` call.
+    A rollout's per-episode copies of a batch, validation's many rollouts over the same sequences and a training
+    loop's fresh windows of the same jobs all reuse what was predicted. Subclasses give `predict_jobs` and
     `n_ages(jobs)`, the ages after which the prediction no longer changes (ages past it read the last)."""
 
-    table_chunk_rows: int = 200_000
-    """(job, age) predictions per call while filling a table: bounds the inputs' memory."""
-    max_cached_rows: int = 1024
-    """Sequences whose labels are kept (by content) across batches: a rollout copies its batch for every episode
-    (`sim.policies.own_jobs`), so validation, which rolls every candidate setting over the same sequences, predicts
-    each sequence once; the oldest are dropped beyond this many."""
+    max_jobs_kept: int = 200_000
+    """Distinct jobs whose labels are kept; beyond it the store starts over (bounds its memory)."""
 
     def __init__(self) -> None:
-        self._token = object()  # names this labeller's label tables among a batch's riders
-        self._rows: dict[tuple, np.ndarray] = {}  # (row content, capacity) -> (jobs, ages) int16 labels
+        self._start_store()
+
+    def _start_store(self) -> None:
+        self._token = object()  # names this store's job rows among a batch's riders
+        self._ids: dict[bytes, int] = {}  # job content (and capacity) -> row of the store
+        self._store = np.full((0, 1), -1, dtype=np.int16)  # (jobs, ages) label, -1 = not predicted yet
 
     def n_ages(self, jobs: JobBatch) -> int:
         raise NotImplementedError
@@ -163,62 +165,79 @@ class AgeTableLabeller:
         out = observed_labels(state).astype(np.int64, copy=True)
         bi, ji = np.nonzero(labelled_jobs(cfg, state))
         if bi.size:
-            table = self.label_table(cfg, state.jobs)
-            out[bi, ji] = table[bi, ji, np.minimum(observed_steps(state)[bi, ji], table.shape[2] - 1)]
+            ages = np.minimum(observed_steps(state)[bi, ji], self.n_ages(state.jobs) - 1)
+            out[bi, ji] = self._labels_at(cfg, state.jobs, bi, ji, ages)
         return out
 
     def label_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
         """(B, J, A) int64 label of every real job of `jobs` after a = 0 .. A - 1 observed steps (A =
-        `n_ages(jobs)`; 0 for padding and ages past a job's end), kept with the batch (`JobBatch.rider`), so a
-        rollout predicts once per episode however its queue is reordered, and per sequence content across
-        batches (`max_cached_rows`)."""
-        key = ("ec_label_table", self._token, tuple(cfg.capacity_units), cfg.n_resources)
-        return jobs.rider(key, lambda: self._predict_table(cfg, jobs))
-
-    def _predict_table(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
+        `n_ages(jobs)`; 0 for padding and ages past a job's end)."""
         n_ages = self.n_ages(jobs)
         table = np.zeros((jobs.batch_size, jobs.max_jobs, n_ages), dtype=np.int64)
-        capacity = (tuple(cfg.capacity_units), cfg.n_resources)
-        keys = [(digest, capacity) for digest in row_digests(jobs)]
-        first: dict[tuple, int] = {}
-        for b, key in enumerate(keys):
-            if key not in self._rows:
-                first.setdefault(key, b)
-        if first:
-            todo = np.fromiter(first.values(), dtype=np.int64)
-            width = np.minimum(jobs.duration[todo].max(axis=1) + 1, n_ages)  # ages a job of the row can show
-            fresh = np.zeros((todo.size, jobs.max_jobs, n_ages), dtype=np.int64)
-            real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[todo, None]
-            ages = np.arange(n_ages)
-            rows, job_index, age = np.nonzero(real[..., None] & (ages <= jobs.duration[todo, :, None]))
-            for lo in range(0, rows.size, self.table_chunk_rows):
-                part = slice(lo, lo + self.table_chunk_rows)
-                r, j, a = rows[part], job_index[part], age[part]
-                fresh[r, j, a] = self.predict_jobs(cfg, jobs, todo[r], j, a)
-            for i, key in enumerate(first):
-                self._rows[key] = fresh[i, : jobs.n_jobs[todo[i]], : width[i]].astype(np.int16)
-            while len(self._rows) > self.max_cached_rows:
-                self._rows.pop(next(iter(self._rows)))
-        for b, key in enumerate(keys):
-            row = self._rows.get(key)
-            if row is None:  # dropped while this batch was filled (more distinct rows than the cache holds)
-                self._rows[key] = row = self._predict_table_row(cfg, jobs, b, n_ages)
-            width = min(row.shape[1], n_ages)
-            table[b, : row.shape[0], :width] = row[:, :width]
+        real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+        rows, job_index, age = np.nonzero(real[..., None] & (np.arange(n_ages) <= jobs.duration[..., None]))
+        table[rows, job_index, age] = self._labels_at(cfg, jobs, rows, job_index, age)
         return table
 
-    def _predict_table_row(self, cfg: SimConfig, jobs: JobBatch, b: int, n_ages: int) -> np.ndarray:
-        n_jobs = int(jobs.n_jobs[b])
-        ages = np.arange(n_ages)
-        job_index, age = np.nonzero(ages[None, :] <= jobs.duration[b, :n_jobs, None])
-        out = np.zeros((n_jobs, n_ages), dtype=np.int16)
-        out[job_index, age] = self.predict_jobs(cfg, jobs, np.full(job_index.size, b), job_index, age)
+    def _labels_at(self, cfg: SimConfig, jobs: JobBatch, rows, job_index, ages) -> np.ndarray:
+        ids = self._job_ids(cfg, jobs)[rows, job_index]
+        values = self._store[ids, ages]
+        need = values < 0
+        if need.any():
+            width = self._store.shape[1]
+            pairs, first = np.unique(ids[need] * width + ages[need], return_index=True)
+            for lo in range(0, pairs.size, 200_000):  # bounds the inputs' memory
+                part = np.flatnonzero(need)[first[lo : lo + 200_000]]
+                self._store[pairs[lo : lo + 200_000] // width, pairs[lo : lo + 200_000] % width] = (
+                    self.predict_jobs(cfg, jobs, rows[part], job_index[part], ages[part])
+                )
+            values = self._store[ids, ages]
+        return values.astype(np.int64)
+
+    def _job_ids(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
+        """(B, J) int64 store row of every job of `jobs` (0 for padding), kept with the batch."""
+        if len(self._ids) + jobs.batch_size * jobs.max_jobs > self.max_jobs_kept:
+            self._start_store()
+        capacity = np.asarray(cfg.capacity_units, dtype=np.int64).tobytes()
+        key = ("ec_label_ids", self._token, capacity, cfg.n_resources)
+        return jobs.rider(key, lambda: self._assign_ids(jobs, capacity))
+
+    def _assign_ids(self, jobs: JobBatch, capacity: bytes) -> np.ndarray:
+        out = np.zeros((jobs.batch_size, jobs.max_jobs), dtype=np.int64)
+        seen: dict[bytes, int] = {}  # a rollout repeats each sequence over its trajectories
+        for b, row in enumerate(row_digests(jobs)):
+            if row in seen:
+                out[b] = out[seen[row]]
+                continue
+            seen[row] = b
+            for j in range(int(jobs.n_jobs[b])):
+                key = job_digest(jobs, b, j, capacity)
+                if key not in self._ids:
+                    self._ids[key] = len(self._ids)
+                out[b, j] = self._ids[key]
+        n_rows, width = len(self._ids), max(self._store.shape[1], self.n_ages(jobs))
+        if n_rows > self._store.shape[0] or width > self._store.shape[1]:
+            grown = np.full((max(n_rows, 2 * self._store.shape[0]), width), -1, dtype=np.int16)
+            grown[: self._store.shape[0], : self._store.shape[1]] = self._store
+            self._store = grown
         return out
 
 
+def job_digest(jobs: JobBatch, b: int, j: int, salt: bytes = b"") -> bytes:
+    """A digest of what a label reads of job (b, j): its usage and unquantised usage over its duration, request
+    and meta (plus `salt`, e.g. the simulator's capacity): jobs with the same digest get the same labels."""
+    digest = hashlib.blake2b(salt, digest_size=16)
+    steps = int(jobs.duration[b, j])
+    parts = [jobs.duration[b, j : j + 1], jobs.usage[b, j, :steps], jobs.request[b, j]]
+    parts += [] if jobs.meta is None else [jobs.meta[b, j]]
+    parts += [] if jobs.usage_exact is None else [jobs.usage_exact[b, j, :steps]]
+    for part in parts:
+        digest.update(np.ascontiguousarray(part).tobytes())
+    return digest.digest()
+
+
 def row_digests(jobs: JobBatch) -> list[bytes]:
-    """Per row of `jobs`, a digest of what a label reads (usage, unquantised usage, durations, requests, job
-    count, meta): rows with the same digest get the same labels."""
+    """Per row of `jobs`, a digest of what a label reads of its jobs (`job_digest`'s parts, every job)."""
     out = []
     for b in range(jobs.batch_size):
         digest = hashlib.blake2b(digest_size=16)
