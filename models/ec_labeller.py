@@ -23,7 +23,7 @@ from sim.labelling import AgeTableLabeller, EcPredictor
 class ClassifierLabeller(AgeTableLabeller):
     """TVW-RL Algorithm 1 with a trained EC classifier: meta only for jobs not started, meta + observed usage for
     placed ones, as of every call (see the module docstring for how usage becomes classifier input); predicted once
-    per job and age (`label_table`), since nothing else enters a prediction."""
+    per job and age (`sim.labelling.AgeTableLabeller`), since nothing else enters a prediction."""
 
     def __init__(
         self,

@@ -291,9 +291,9 @@ class SimViewLabeller(AgeTableLabeller):
 
     Fit with `fit_sim_labeller`. Like TVW-RL's classifier labeller it labels a job from the steps before the
     current one (`sim.labelling.observed_steps`: meta only in the queue and at the step it is placed), so a job's
-    label depends only on the job and that count: `labels(cfg, state)` reads its `label_table` (every job at
-    every age 0 .. longest job, predicted once per batch by `predict_jobs`, the one function fitting uses too),
-    and the tables the fitted rules are trained on (`sim.labelling.labels_by_age`) are the labels it serves.
+    label depends only on the job and that count: `labels(cfg, state)` and `label_table` read labels predicted
+    once per (job, age) by `predict_jobs` (`sim.labelling.AgeTableLabeller`), the one function fitting uses too,
+    so the tables the fitted rules are trained on (`sim.labelling.labels_by_age`) are the labels it serves.
     Both read the usage view it was trained on (`view`) and raise ValueError naming it on a batch without it."""
 
     def __init__(
