@@ -10,7 +10,8 @@ seed) is trained again on the labelled workloads outside every workload group th
 beside the first as `ec_classifier_serving__<source>.pt`. Every policy that reads EC labels on a real source, at
 training and at test, was served by this one (`assets.ec.labellers`); since 2026-11-27 the simulator-view labeller
 serves by default (`models.sim_labeller`, `SequenceRunSettings.served_labeller`) and this copy where it is
-chosen or cannot be fitted. `eval__ec_labelling`'s classifier rows measure it. Rows in = left out + trained on (`sim__ec_serving`, checked).
+chosen or cannot be fitted. `eval__ec_labelling`'s classifier rows measure it. Rows in = left out + trained on
+(`sim__ec_serving`, checked).
 """
 
 from __future__ import annotations
