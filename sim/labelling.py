@@ -141,8 +141,9 @@ class AgeTableLabeller:
     loop's fresh windows of the same jobs all reuse what was predicted. Subclasses give `predict_jobs` and
     `n_ages(jobs)`, the ages after which the prediction no longer changes (ages past it read the last)."""
 
-    max_jobs_kept: int = 200_000
-    """Distinct jobs whose labels are kept; beyond it the store starts over (bounds its memory)."""
+    max_jobs_kept: int = 100_000
+    """Distinct jobs whose labels are kept; once more are, the store starts over at the next batch (bounds its
+    memory at about this many jobs plus one batch's, times the longest job, in int16)."""
 
     def __init__(self) -> None:
         self._start_store()
@@ -196,7 +197,7 @@ class AgeTableLabeller:
 
     def _job_ids(self, cfg: SimConfig, jobs: JobBatch) -> np.ndarray:
         """(B, J) int64 store row of every job of `jobs` (0 for padding), kept with the batch."""
-        if len(self._ids) + jobs.batch_size * jobs.max_jobs > self.max_jobs_kept:
+        if len(self._ids) > self.max_jobs_kept:  # checked on the count kept, so it cannot fire on every call
             self._start_store()
         capacity = np.asarray(cfg.capacity_units, dtype=np.int64).tobytes()
         key = ("ec_label_ids", self._token, capacity, cfg.n_resources)

@@ -310,3 +310,17 @@ def test_label_tables_are_kept_per_sequence_content_across_batches(labeller):
     other = synthetic_jobs(seed=5, n_seqs=1, n_jobs=10)
     counting.label_table(CFG, other)
     assert sum(calls) > n_before  # new content is predicted
+
+
+def test_the_label_store_starts_over_beyond_its_cap_and_keeps_serving_the_same_labels(labeller):
+    small = fresh(labeller)
+    small.max_jobs_kept = 15
+    jobs = synthetic_jobs(seed=4, n_seqs=2, n_jobs=10)  # 20 jobs: over the cap after the first batch
+    first = small.label_table(CFG, jobs)
+    assert len(small._ids) == 20
+    other = synthetic_jobs(seed=5, n_seqs=1, n_jobs=10)
+    small.label_table(CFG, other)  # over the cap: the store starts over, once
+    assert len(small._ids) == 10
+    small.label_table(CFG, other)
+    assert len(small._ids) == 10  # not again on every call
+    np.testing.assert_array_equal(small.label_table(CFG, jobs), first)  # the old batch is served anew, equal
