@@ -33,10 +33,10 @@ test splits are a handful of workloads (Bitbrains 11), so these are rough.
 
 Ages count as TVW-RL's classifier labeller counts them (`sim.labelling.observed_steps`): a job started at s is
 labelled at step t from its steps s .. t - 1, a job in the queue or placed at the current step from its meta only.
-So a label depends only on the job and that count, and it is served from a table predicted once per job batch
-(`sim.labelling.AgeTableLabeller`), which is also what the fitted rules' label-keyed tables are trained on
-(`sim.labelling.labels_by_age`): the rules are trained and served on one view. (Until 2026-11-27 it also read the
-current step, as `job_view` shows it; the step before is what a label table can serve exactly.) The model is a
+So a label depends only on the job and that count: each (job, age) is predicted once and kept
+(`sim.labelling.AgeTableLabeller`), and the same predictions are what the fitted rules' label-keyed tables are
+trained on (`sim.labelling.labels_by_age`): the rules are trained and served on one view. (Until 2026-11-27 it
+also read the current step, as `job_view` shows it; the step before is what a label table can serve exactly.) The model is a
 multinomial logistic regression (fitted with sklearn, applied in numpy: one small matrix product).
 """
 

@@ -32,8 +32,8 @@ step the saved classifier gets 0.12 on Bitbrains and 0.47 on Google-derived from
 and 0.58 from the same windows' unquantised step means; quantisation is most of the loss. `models.sim_labeller`
 trains a labeller on the simulator's own view instead (the training sequences' jobs, at sampled ages); since
 2026-11-27 it is what the pipeline serves every policy (`assets.ec.labellers`), the classifier where it cannot be
-fitted or is chosen (`SequenceRunSettings.served_labeller`). Both label a job from the steps before the current one
-and serve a per-batch table (`AgeTableLabeller`).
+fitted or is chosen (`SequenceRunSettings.served_labeller`). Both label a job from the steps before the current one,
+each (job, age) predicted once and kept (`AgeTableLabeller`).
 
 A job's prediction depends only on its meta and its age (steps observed), so `label_accuracy_by_age` measures a
 labeller (any `AgeLabeller`) job by job and age by age without running a policy, beside the best constant label
@@ -187,11 +187,13 @@ class AgeTableLabeller:
         if need.any():
             width = self._store.shape[1]
             pairs, first = np.unique(ids[need] * width + ages[need], return_index=True)
-            for lo in range(0, pairs.size, 200_000):  # bounds the inputs' memory
-                part = np.flatnonzero(need)[first[lo : lo + 200_000]]
-                self._store[pairs[lo : lo + 200_000] // width, pairs[lo : lo + 200_000] % width] = (
-                    self.predict_jobs(cfg, jobs, rows[part], job_index[part], ages[part])
-                )
+            where = np.flatnonzero(need)[first]  # one call per (job, age) never predicted
+            for chunk in np.array_split(
+                np.arange(pairs.size), -(-pairs.size // 200_000)
+            ):  # bounds inputs' memory
+                at = where[chunk]
+                predicted = self.predict_jobs(cfg, jobs, rows[at], job_index[at], ages[at])
+                self._store[pairs[chunk] // width, pairs[chunk] % width] = predicted
             values = self._store[ids, ages]
         return values.astype(np.int64)
 
@@ -225,32 +227,34 @@ class AgeTableLabeller:
 
 
 def job_digest(jobs: JobBatch, b: int, j: int, salt: bytes = b"") -> bytes:
-    """A digest of what a label reads of job (b, j): its usage and unquantised usage over its duration, request
-    and meta (plus `salt`, e.g. the simulator's capacity): jobs with the same digest get the same labels."""
-    digest = hashlib.blake2b(salt, digest_size=16)
-    steps = int(jobs.duration[b, j])
-    parts = [jobs.duration[b, j : j + 1], jobs.usage[b, j, :steps], jobs.request[b, j]]
-    parts += [] if jobs.meta is None else [jobs.meta[b, j]]
-    parts += [] if jobs.usage_exact is None else [jobs.usage_exact[b, j, :steps]]
-    for part in parts:
-        digest.update(np.ascontiguousarray(part).tobytes())
-    return digest.digest()
+    """A digest of what a label reads of job (b, j) (`_label_inputs`, plus `salt`, e.g. the simulator's
+    capacity): jobs with the same digest get the same labels."""
+    return _digest(_label_inputs(jobs, b, slice(j, j + 1)), salt)
 
 
 def row_digests(jobs: JobBatch) -> list[bytes]:
-    """Per row of `jobs`, a digest of what a label reads of its jobs (`job_digest`'s parts, every job)."""
-    out = []
-    for b in range(jobs.batch_size):
-        digest = hashlib.blake2b(digest_size=16)
-        n = int(jobs.n_jobs[b])
-        steps = int(jobs.duration[b, :n].max(initial=0))  # the batch's padding beyond is not content
-        parts = [jobs.n_jobs[b : b + 1], jobs.duration[b, :n], jobs.usage[b, :n, :steps], jobs.request[b, :n]]
-        parts += [] if jobs.meta is None else [jobs.meta[b, :n]]
-        parts += [] if jobs.usage_exact is None else [jobs.usage_exact[b, :n, :steps]]
-        for part in parts:
-            digest.update(np.ascontiguousarray(part).tobytes())
-        out.append(digest.digest())
-    return out
+    """Per row of `jobs`, a digest of what a label reads of every one of its jobs (`_label_inputs`)."""
+    return [
+        _digest([jobs.n_jobs[b : b + 1], *_label_inputs(jobs, b, slice(0, int(jobs.n_jobs[b])))])
+        for b in range(jobs.batch_size)
+    ]
+
+
+def _label_inputs(jobs: JobBatch, b: int, which: slice) -> list[np.ndarray]:
+    """What a label reads of jobs `which` of row b: durations, usage and unquantised usage over their longest
+    duration (the batch's padding beyond is not content), requests and meta."""
+    steps = int(jobs.duration[b, which].max(initial=0))
+    parts = [jobs.duration[b, which], jobs.usage[b, which, :steps], jobs.request[b, which]]
+    parts += [] if jobs.meta is None else [jobs.meta[b, which]]
+    parts += [] if jobs.usage_exact is None else [jobs.usage_exact[b, which, :steps]]
+    return parts
+
+
+def _digest(parts: list[np.ndarray], salt: bytes = b"") -> bytes:
+    digest = hashlib.blake2b(salt, digest_size=16)
+    for part in parts:
+        digest.update(np.ascontiguousarray(part).tobytes())
+    return digest.digest()
 
 
 def labels_by_age(labeller, cfg: SimConfig, jobs: JobBatch) -> np.ndarray | None:

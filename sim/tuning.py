@@ -197,14 +197,16 @@ class FitContext:
             policy = ServedLabels(policy, self.labeller)
         return sequence_outcomes(policy, self.cfg, self.split()[1], self.tuning.seed)
 
-    def tetris_overshoot(self) -> float:
-        """Tetris's mean overshoot % on the validation sequences (cached): the reference of the overshoot
-        budget."""
+    def heuristic_outcomes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """`validation_outcomes` of the registered heuristic `name` (cached: the fallback's choice and the
+        overshoot budget's reference roll Tetris once between them)."""
         from sim.policies import make_policy
 
-        return self.cached(
-            "tetris_overshoot", lambda: float(self.validation_outcomes(make_policy("tetris"))[1].mean())
-        )
+        return self.cached(("heuristic", name), lambda: self.validation_outcomes(make_policy(name)))
+
+    def tetris_overshoot(self) -> float:
+        """Tetris's mean overshoot % on the validation sequences: the reference of the overshoot budget."""
+        return float(self.heuristic_outcomes("tetris")[1].mean())
 
     def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
         """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
@@ -216,10 +218,7 @@ class FitContext:
         from sim.policies import make_policy
 
         if "fallback" not in self._cache:
-            scores = {
-                name: float(self.validation_returns(make_policy(name)).mean())
-                for name in self.tuning.fallbacks
-            }
+            scores = {name: float(self.heuristic_outcomes(name)[0].mean()) for name in self.tuning.fallbacks}
             best = max(scores, key=lambda n: (scores[n], -self.tuning.fallbacks.index(n)))
             self._cache["fallback"] = (best, scores)
         name, _ = self._cache["fallback"]
