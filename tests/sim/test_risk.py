@@ -387,7 +387,9 @@ def test_choose_keeps_overshoot_within_tetris_plus_budget() -> None:
     tuning = TuningConfig(n_sigmas=(0.0, 1.0, 3.0), fallbacks=("tetris", "first_fit"))
     chosen = {}
     for budget in (None, 0.5, 0.0):
-        ctx = FitContext(cfg=CFG, train=train, tuning=replace(tuning, overshoot_budget_pct=budget), where="toy")
+        ctx = FitContext(
+            cfg=CFG, train=train, tuning=replace(tuning, overshoot_budget_pct=budget), where="toy"
+        )
         POLICIES["n_sigma_observed"].fit(ctx)
         chosen[budget] = ctx.choices["n_sigma_observed"]
     tried = chosen[0.5]["tried"]
