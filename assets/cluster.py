@@ -18,7 +18,7 @@ from dagster import (
 )
 
 from assets import checks
-from assets.ec import classifier_path, labellers
+from assets.ec import choice_memo, classifier_path, labellers
 from assets.plots import labelling_accuracy_plot, png_markdown, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
@@ -162,6 +162,7 @@ def eval__baselines(
     jobs = sequences_at_load(sim__job_sequences, load, f"eval__baselines[{context.partition_key}]")
     choices: dict = {}
     fit = {"tuning": settings.tuning(), "forecaster_factory": forecaster_factory(settings.forecaster_preset)}
+    fit["choice_memo"] = choice_memo(warehouse)
     served = labellers(warehouse, sim__usage_scale)
     args = (jobs, settings.policies, cfg, settings.seeds)
     results = evaluate_by_cluster(*args, log=context.log.info, choices=choices, serve_labels=served, **fit)

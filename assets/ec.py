@@ -53,6 +53,7 @@ from models.sim_labeller import served_labellers
 from pipelines import equivalence as eq
 from pipelines.features import SeriesSet, series_matrix
 from pipelines.long_running import fill_window_gaps, long_running_usage
+from sim.tuning import ChoiceMemo
 
 EC_RUN = dataclass_config(ecm.EcRunSettings)
 """Config of ec__method_sweep, ec__method_gain and ec__mapping (`models.ec_mapping.EcRunSettings`)."""
@@ -344,6 +345,11 @@ def labellers(warehouse: Warehouse, usage_scale: pl.DataFrame, kind: str = "serv
     saved = partial(classifier_path, warehouse)
     classifier = classifier_labellers(lambda source: serving_path(saved(source)), usage_scale)
     return classifier if kind == "classifier" else served_labellers(saved, classifier)
+
+
+def choice_memo(warehouse: Warehouse) -> ChoiceMemo:
+    """`models/fit_choices/`: the fitted rules' validation choices, shared by eval__baselines and the placer's base."""
+    return ChoiceMemo(Path(warehouse.root) / "models" / "fit_choices")
 
 
 @asset(

@@ -9,7 +9,7 @@ import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, Output, StaticPartitionsDefinition, asset
 
 from assets import checks
-from assets.ec import labellers
+from assets.ec import choice_memo, labellers
 from assets.learned import RESULTS_TABLE, RL_TRAINING, curve_metadata, policy_maker, train_partition
 from assets.plots import curve_plot, plot_learning_curves, summary_plot_metadata
 from assets.resources import Warehouse
@@ -91,12 +91,12 @@ def rl__forecast_residual(
     on them, all with the EC labels the evaluation serves; one row per stage and iteration (validation return,
     imitation of the base rule, entropy, seconds), the policy in `models/forecast_residual_rl/<source>/`."""
     settings, labeller_of = config.build(), labellers(warehouse, sim__usage_scale)
-    cfg = placer_sim_config(settings, sim__job_sequences)
+    cfg, memo = placer_sim_config(settings, sim__job_sequences), choice_memo(warehouse)
 
     def fit(source: str, rows: pl.DataFrame, path: Path, load: int, seed: int, revision: str) -> pl.DataFrame:
         log = lambda m: context.log.info(f"forecast_residual_rl {source}: {m}")  # noqa: E731
         jobs, run, served = JobBatch.from_frame(rows), (source, load, seed), labeller_of(source)
-        return forecast_placer.train_and_publish(settings, cfg, jobs, path, run, revision, log, served)
+        return forecast_placer.train_and_publish(settings, cfg, jobs, path, run, revision, log, served, memo)
 
     name = forecast_placer.ForecastResidualPolicy.name
     out, meta = train_partition(

@@ -109,7 +109,7 @@ from sim.risk import (
     deviate_or_pack,
     sum_by_cell,
 )
-from sim.tuning import FitContext, TuningConfig, split_validation, tuning_preset
+from sim.tuning import ChoiceMemo, FitContext, TuningConfig, split_validation, tuning_preset
 
 STOP_RULES = ("n_iterations", "patience", "time_budget")
 """What ended a training run: all its iterations, `PlacerConfig.patience`, `PlacerConfig.time_budget_s`."""
@@ -1703,22 +1703,24 @@ def fit_base_rule(
     tuning: TuningConfig,
     where: str = "",
     labeller: Labeller | None = None,
+    memo: ChoiceMemo | None = None,
 ) -> tuple[object, UsageForecaster, FitContext]:
     """The fitted rule `base` and the per-job forecaster of the residual's inputs, both fitted on the training
     sequences `train` as eval__baselines fits its rules (validation carved from them, `tuning`'s grid), the
     forecaster with recall where the rule's validation chose it and without the periodic overlay (which has no
     saved form); and the FitContext (its split and what validation chose). With `labeller`, the rule is fitted
     and validated on the labels it serves (`FitContext.labeller`). ValueError naming `where` when the rule cannot
-    be fitted there."""
+    be fitted there. `memo`: choices remembered on disk (`sim.tuning.ChoiceMemo`; the rule is fitted before the
+    forecaster, so a rule that needs none shares eval__baselines' remembered choice)."""
     from models.usage_forecast import forecaster_factory
     from sim.forecast import fit_recall
 
     factory = forecaster_factory(forecaster_preset, periodic=False)
-    ctx = FitContext(sim_cfg, train, tuning, factory, where=where, labeller=labeller)
-    forecaster = ctx.forecaster()
+    ctx = FitContext(sim_cfg, train, tuning, factory, where=where, labeller=labeller, memo=memo)
     rule = POLICIES[base].fit(ctx)
     if rule is None:
         raise ValueError(f"forecast placer {where}: the base rule {base} cannot be fitted there")
+    forecaster = ctx.forecaster()
     if ctx.choices.get(base, {}).get("recall_used"):
         forecaster, _ = fit_recall(forecaster, ctx.split()[0])
     return rule, forecaster, ctx
@@ -1733,19 +1735,20 @@ def train_and_publish(
     revision: str,
     log: Callable[[str], None] | None = None,
     labeller: Labeller | None = None,
+    memo: ChoiceMemo | None = None,
 ) -> pl.DataFrame:
     """Fit the forecaster and the base rule on the training sequences `train` of run = (source, load %, training
     seed) (`fit_base_rule`, with the settings' presets; validation seeded by the training seed), train the
     residual scheduler on them (`train_forecast_placer`) and publish it at `policy_file` with its sidecar;
     returns the stage table. `labeller`: the EC labels the evaluation serves the policy, served to fitting,
-    validation and training as well (None: the sequences' own)."""
+    validation and training as well (None: the sequences' own). `memo`: `fit_base_rule`'s."""
     source, load, seed = run
     where = f"{source} {load} % seed {seed}"
     pcfg = replace(settings.placer, seed=seed)
     t0 = time.perf_counter()
     tuning = tuning_preset(settings.tuning_preset, pcfg.validation_share, seed, settings.overshoot_budget_pct)
     base, forecaster, _ = fit_base_rule(
-        sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller
+        sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller, memo
     )
     if log is not None:
         log(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")

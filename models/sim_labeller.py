@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import warnings
 from collections.abc import Callable
@@ -336,6 +337,16 @@ class SimViewLabeller(AgeTableLabeller):
         with open(tmp, "wb") as fh:
             np.savez(fh, header=np.array(json.dumps(header)), classes=self.classes, **arrays)
         tmp.replace(path)
+
+    def fingerprint(self) -> str:
+        """A hex digest of what the labels depend on (the model, classes, config and view: what `save` writes);
+        `sim.tuning.FitContext` keys remembered validation choices by it."""
+        digest = hashlib.blake2b(
+            json.dumps([self.view, dataclasses.asdict(self.cfg)]).encode(), digest_size=20
+        )
+        for part in (self.classes, *(getattr(self.model, name) for name in LINEAR_FIELDS)):
+            digest.update(np.ascontiguousarray(part).tobytes())
+        return digest.hexdigest()
 
     def predict_jobs(
         self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray

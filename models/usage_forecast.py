@@ -1268,4 +1268,5 @@ def forecaster_factory(
         learned = fit_choosing_ec(sim_cfg, train, cfg, labeller, ec)
         return PeriodicOverlay(learned) if periodic else learned
 
+    fit.identity = f"usage_forecast preset={preset} periodic={periodic} ec={ec}"  # sim.tuning's memo key
     return fit

@@ -42,7 +42,7 @@ from sim.policies import (
     policy_kind,
 )
 from sim.profiles import EcProfiles, ProfileConfig, learn_profiles
-from sim.tuning import FitContext, TuningConfig, tuning_preset
+from sim.tuning import ChoiceMemo, FitContext, TuningConfig, tuning_preset
 
 RESULT_KEY = ("source", "load_pct", "policy", "sequence_id", "seed")
 """Columns identifying one result row."""
@@ -116,6 +116,7 @@ def evaluate_policies(
     forecaster_factory: Callable[[JobBatch, SimConfig], UsageForecaster] | None = None,
     choices: dict | None = None,
     serve_labels: Callable[[str], Labeller | None] | None = None,
+    choice_memo: ChoiceMemo | None = None,
 ) -> pl.DataFrame:
     """One row per (source, load_pct, policy, sequence_id, seed) with every metric of `sim.metrics`.
 
@@ -139,7 +140,8 @@ def evaluate_policies(
     arrival). The fitted rules are validated with the same labeller's labels, and a table keyed by EC label
     (`forecast_peak`'s) is fitted on the labels it serves at each age (`sim.tuning.FitContext.labeller`), and so
     are the EC profiles (`ec_peak_aware`, `learn_group_profiles`) and the learned forecaster's EC inputs (the
-    forecaster factory is handed the labeller).
+    forecaster factory is handed the labeller). `choice_memo` remembers the fitted rules' validation choices on disk
+    (`sim.tuning.ChoiceMemo`: the learned placer's base rule, the same rule on the same sequences, reuses them).
     """
     frame = jobs_frame if split is None else jobs_frame.filter(pl.col("split") == split)
     if frame.height == 0:
@@ -154,7 +156,9 @@ def evaluate_policies(
         labeller = None if serve_labels is None else serve_labels(source)
         profiles = learn_group_profiles(jobs_frame, source, load, cfg, profile_cfg, labeller)
         bound = machines_lower_bound(jobs, cfg.capacity_units)
-        fit_ctx = _fit_context(jobs_frame, source, load, cfg, tuning, forecaster_factory, labeller)
+        fit_ctx = _fit_context(
+            jobs_frame, source, load, cfg, tuning, forecaster_factory, labeller, choice_memo
+        )
         fitted = {name: _fit(name, fit_ctx, log) for name in policies if is_fitted(name)}
         if fitted and fit_ctx is not None and not fit_ctx.validation_disjoint():
             (log or (lambda msg: None))(
@@ -218,6 +222,7 @@ def _fit_context(
     tuning: TuningConfig | None,
     forecaster_factory,
     labeller: Labeller | None = None,
+    memo: ChoiceMemo | None = None,
 ) -> FitContext | None:
     """The FitContext of one (source, load) from its TRAIN rows; None when it has none."""
     train = jobs_frame.filter(
@@ -232,6 +237,7 @@ def _fit_context(
         forecaster_factory=forecaster_factory,
         where=f"{source} {load_pct} %",
         labeller=labeller,
+        memo=memo,
     )
 
 

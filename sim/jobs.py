@@ -7,6 +7,7 @@ Entries beyond `n_jobs[b]` are padding (zeros, label 0, arrival at a huge step) 
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
@@ -152,6 +153,22 @@ class JobBatch:
     @property
     def n_resources(self) -> int:
         return int(self.usage.shape[3])
+
+    @cached_property
+    def content_digest(self) -> str:
+        """A hex digest of everything the batch holds (every array with its shape and dtype, the sequence keys and
+        workload ids): two batches with the same digest play the same episodes. Computed once per batch."""
+        digest = hashlib.blake2b(digest_size=20)
+        arrays = (self.arrival_step, self.duration, self.usage, self.request, self.ec_label, self.n_jobs)
+        for part in (*arrays, self.meta, self.usage_exact):
+            if part is None:
+                digest.update(b"none")
+                continue
+            part = np.ascontiguousarray(part)
+            digest.update(f"{part.dtype.str}{part.shape}".encode())
+            digest.update(part.tobytes())
+        digest.update(repr((self.sequence_keys, self.workload_ids)).encode())
+        return digest.hexdigest()
 
     @cached_property
     def workload_code(self) -> np.ndarray:

@@ -14,13 +14,19 @@ trace's requests at 80 %: 4.2 % overshoot on test against Tetris's 0, seed 0).
 `sim.policies`): the group's training sequences, the simulator, the tuning knobs and, when the caller has one,
 a factory for a learned forecaster (it lives in `models/`, which `sim/` never imports). Everything it computes is
 cached per group and seeded from `TuningConfig.seed`, and every choice is recorded (`FitContext.choices`) so the
-evaluation can store why a rule ran as it did.
+evaluation can store why a rule ran as it did. With a `ChoiceMemo`, a choice (and the fallback's) is remembered
+on disk under a key of everything it depends on, so eval__baselines and the learned placer's base rule, which fit
+the same rule on the same sequences in two processes, validate it once.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -149,6 +155,46 @@ def sequence_outcomes(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tupl
     return state.penalty_totals.sum(axis=1), overshoot_pct_per_episode(trace, state)
 
 
+MEMO_FORMAT = 1
+"""Bumped when what a remembered choice holds changes (old files are then never read)."""
+
+
+@functools.cache
+def code_digest() -> str:
+    """A hex digest of the source of `sim/` and `models/` (what a rule, its forecaster and its labeller run): a
+    remembered choice is keyed by it, so editing that code never reuses a choice made by other code."""
+    digest = hashlib.blake2b(digest_size=20)
+    for package in ("sim", "models"):
+        root = Path(__file__).resolve().parent.parent / package
+        for path in sorted(root.glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ChoiceMemo:
+    """A folder of validation choices, one JSON file per key (`FitContext.memo_key`): a choice is a deterministic
+    function of its key's inputs, so a file found is the choice validation would make. An unreadable file is a
+    miss (the choice is made again and the file rewritten); files are written whole (a temporary file renamed)."""
+
+    root: Path
+
+    def get(self, key: str) -> dict | None:
+        try:
+            value = json.loads((Path(self.root) / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def put(self, key: str, value: dict) -> None:
+        path = Path(self.root) / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{id(value)}.tmp")
+        tmp.write_text(json.dumps(value, default=repr))
+        tmp.replace(path)
+
+
 @dataclass
 class FitContext:
     """One (source, load)'s training sequences and what was fitted on them (cached)."""
@@ -168,7 +214,32 @@ class FitContext:
     (the factory gets the labeller): train, validate and serve on one view."""
     choices: dict[str, dict] = field(default_factory=dict)
     """Per fitted policy name: what validation chose and its validation returns."""
+    memo: ChoiceMemo | None = None
+    """Where choices are remembered across processes (None: every choice is made here); a context whose labeller
+    or forecaster factory cannot say what it is (no `fingerprint()` / `identity`) remembers nothing."""
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def memo_key(self, what: str, extra: object = None) -> str | None:
+        """The key of a remembered choice: the code (`code_digest`), the training sequences' content, the
+        simulator, the tuning grid, the labeller's fingerprint, the forecaster factory's identity once this context
+        has fitted a forecaster, `what` and `extra` (e.g. the candidates' knobs); None without a memo."""
+        labeller = None if self.labeller is None else getattr(self.labeller, "fingerprint", lambda: None)()
+        factory = getattr(self.forecaster_factory, "identity", None) if "forecaster" in self._cache else None
+        if (
+            self.memo is None
+            or (self.labeller is not None and labeller is None)
+            or ("forecaster" in self._cache and factory is None)
+        ):
+            return None
+        inputs = [
+            MEMO_FORMAT,
+            code_digest(),
+            self.train.content_digest,
+            asdict(self.cfg),
+            asdict(self.tuning),
+        ]
+        payload = json.dumps([*inputs, labeller, factory, what, extra], sort_keys=True, default=repr)
+        return hashlib.blake2b(payload.encode(), digest_size=20).hexdigest()
 
     def cached(self, key, make: Callable[[], object]):
         """`make()` computed once per context under `key` (what several rules of the group share)."""
@@ -218,9 +289,18 @@ class FitContext:
         from sim.policies import make_policy
 
         if "fallback" not in self._cache:
-            scores = {name: float(self.heuristic_outcomes(name)[0].mean()) for name in self.tuning.fallbacks}
-            best = max(scores, key=lambda n: (scores[n], -self.tuning.fallbacks.index(n)))
-            self._cache["fallback"] = (best, scores)
+            key = self.memo_key("fallback")
+            hit = None if key is None else self.memo.get(key)
+            if hit is not None:
+                self._cache["fallback"] = (hit["fallback"], hit["scores"])
+            else:
+                scores = {
+                    name: float(self.heuristic_outcomes(name)[0].mean()) for name in self.tuning.fallbacks
+                }
+                best = max(scores, key=lambda n: (scores[n], -self.tuning.fallbacks.index(n)))
+                self._cache["fallback"] = (best, scores)
+                if key is not None:
+                    self.memo.put(key, {"fallback": best, "scores": scores})
         name, _ = self._cache["fallback"]
         return make_policy(name)
 
@@ -261,6 +341,11 @@ class FitContext:
         is, the least overshooting one); records the choice under `name`. `candidates`: (knobs, policy) pairs."""
         if not candidates:
             raise ValueError(f"{name} ({self.where}): no candidate settings to choose from")
+        key = self.memo_key(f"choose {name}", [knobs for knobs, _ in candidates])
+        hit = None if key is None else self.memo.get(key)
+        if hit is not None and 0 <= hit.get("index", -1) < len(candidates):
+            self.choices[name] = hit["choice"]
+            return candidates[hit["index"]][1]
         budget = self.tuning.overshoot_budget_pct
         if budget is None:
             means = [float(self.validation_returns(policy).mean()) for _, policy in candidates]
@@ -286,6 +371,9 @@ class FitContext:
                 for (knobs, _), m, o in zip(candidates, means, overshoot, strict=True)
             ],
         }
+        if key is not None:  # as a remembered choice reads back: JSON's types (lists for tuples)
+            self.choices[name] = json.loads(json.dumps(self.choices[name], default=repr))
+            self.memo.put(key, {"index": best, "choice": self.choices[name]})
         return candidates[best][1]
 
 
