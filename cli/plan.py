@@ -6,6 +6,7 @@ partitions are the runs, and the asset graph's upstream keys and partition mappi
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 
 from dagster import AssetKey, Definitions, JobDefinition
@@ -72,6 +73,13 @@ def partition_source(job: JobDefinition, key: str | None) -> str | None:
     return key if job.tags.get("tvw/partitioned_by") == "source" else None
 
 
+def offered_load(partition: str | None) -> int:
+    """The load a partition key names ('load80-seed0' -> 80; 0 when none): a layer's runs at higher load go first,
+    since their episodes are longer (the default `tvw-run`'s longest run evaluates the highest load)."""
+    found = re.search(r"load(\d+)", partition or "")
+    return int(found[1]) if found else 0
+
+
 def _multi():
     from dagster import MultiPartitionsDefinition
 
@@ -87,7 +95,8 @@ def plan(
 ) -> Plan:
     """Every run of the jobs of `layers`, for `sources` (a run of another source is left out; a run of no source,
     e.g. the cluster layer, is kept). `partitions` narrows a job's partitions (job name -> keys, e.g. the loads a
-    profile evaluates); `sizes` ((job, partition) -> input bytes) orders a layer's runs largest first."""
+    profile evaluates); `sizes` ((job, partition) -> input bytes) orders a layer's runs largest first, then
+    by offered load, highest first (`offered_load`; the sort is stable: otherwise the definitions' order)."""
     layers, sources = list(layers), set(sources)
     partitions, sizes = dict(partitions or {}), dict(sizes or {})
     graph = defs.resolve_asset_graph()
@@ -113,11 +122,7 @@ def plan(
                 keys_of[spec] = (job, keys)
                 for asset_key in keys:
                     made_by[(asset_key, key)] = spec
-        runs += (
-            sorted(in_layer, key=lambda r: -r.input_bytes)
-            if any(r.input_bytes for r in in_layer)
-            else in_layer
-        )
+        runs += sorted(in_layer, key=lambda r: (-r.input_bytes, -offered_load(r.partition)))
     waits = {spec: frozenset(_upstream_runs(graph, spec, *keys_of[spec], made_by)) for spec in runs}
     return Plan(runs, waits)
 

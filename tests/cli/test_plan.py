@@ -10,7 +10,7 @@ import cli.plan
 import cli.run
 from assets.definitions import build_definitions, load_profile
 from assets.jobs import planned_partitions
-from cli.plan import blocked_by_failure, default_layers, job_layers, plan, ready
+from cli.plan import blocked_by_failure, default_layers, job_layers, offered_load, plan, ready
 from cli.run import _drop_declared
 from pipelines.sources import SOURCES
 
@@ -62,6 +62,14 @@ def test_each_run_waits_only_for_the_runs_that_make_what_it_reads(sample):
     assert p.waits[per_source] and {w.source for w in p.waits[per_source]} == {"google2011_derived"}
     cluster = by_label["cluster_job"]
     assert {w.layer for w in p.waits[cluster]} == {"ec", "per_source"}
+
+
+def test_a_layers_runs_go_highest_load_first(sample):
+    _, planned = sample
+    for layer in ("eval", "rl"):
+        loads = [offered_load(r.partition) for r in planned.runs if r.layer == layer]
+        assert loads == sorted(loads, reverse=True) and loads[0] == 80, (layer, loads)
+    assert [offered_load(k) for k in ("load80-seed0", "load5", None, "dtw|bitbrains")] == [80, 5, 0, 0]
 
 
 def test_a_run_is_launched_when_its_waits_are_done_and_never_after_a_failure_upstream(sample):
