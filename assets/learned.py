@@ -9,7 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
-from dagster import AssetExecutionContext, MetadataValue, StaticPartitionsDefinition
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    MetadataValue,
+    StaticPartitionMapping,
+    StaticPartitionsDefinition,
+)
 
 from assets.plots import png_markdown
 from assets.resources import Warehouse
@@ -32,13 +38,12 @@ RL_TRAINING = {
 RESULTS_TABLE = {"group_name": "results", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
 """What every results table is."""
 
-TRAINING_ASSET = {
-    "tvw_rl": "rl__tvw_rl",
-    "deeprm_rl": "rl__deeprm",
-    "dejavu": "rl__dejavu",
-    "forecast_residual_rl": "rl__forecast_residual",
-}
+TRAINING_ASSET = {"tvw_rl": "rl__tvw_rl", "deeprm_rl": "rl__deeprm", "dejavu": "rl__dejavu"}
+TRAINING_ASSET["forecast_residual_rl"] = "rl__forecast_residual"
 """Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
+LOAD_OF_RUN = StaticPartitionMapping({k: k.split("-")[0] for k in RL_PARTITIONS.get_partition_keys()})
+RESULTS_DEPS = [AssetDep(name, partition_mapping=LOAD_OF_RUN) for name in TRAINING_ASSET.values()]
+"""eval__results[load<L>] waits for every training run (load<L>-seed<S>) of every learned policy."""
 
 
 def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:

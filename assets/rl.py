@@ -9,14 +9,22 @@ import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, Output, StaticPartitionsDefinition, asset
 
 from assets import checks
+from assets.cluster import EVAL_PARTITIONS
 from assets.ec import choice_memo, labellers
-from assets.learned import RESULTS_TABLE, RL_TRAINING, curve_metadata, policy_maker, train_partition
+from assets.learned import (
+    RESULTS_DEPS,
+    RESULTS_TABLE,
+    RL_TRAINING,
+    curve_metadata,
+    policy_maker,
+    train_partition,
+)
 from assets.plots import curve_plot, plot_learning_curves, summary_plot_metadata
 from assets.resources import Warehouse
 from assets.settings import dataclass_config
 from models import ablation, forecast_placer, tvw_rl
 from models.forecast_placer import PLACER_CURVE, PlacerTrainConfig, placer_sim_config
-from models.learned import GAP_CHECK_DOCS, ResultsConfig, gap_check
+from models.learned import GAP_CHECK_DOCS, ResultsConfig, evaluate_learned, gap_check
 from models.training import CURVE_CHECK_DOCS, curve_check_values
 from models.tvw_rl import LEARNING_CURVE, TvwRlPolicy, TvwRlTrainConfig
 from pipelines.synthetic import is_synthetic
@@ -24,8 +32,6 @@ from sim.evaluate import (
     EVAL_CHECK_DOCS,
     SUMMARY_CHECK_DOCS,
     eval_check_values,
-    eval_sim_config,
-    evaluate_by_cluster,
     gap_table,
     summarise,
     summary_check_values,
@@ -37,6 +43,7 @@ TVW_RL_TRAIN = dataclass_config(TvwRlTrainConfig)
 PLACER_TRAIN = dataclass_config(PlacerTrainConfig)
 RESULTS = dataclass_config(ResultsConfig)
 ABLATION = dataclass_config(ablation.AblationConfig)
+RESULTS_CHECKS = checks.specs("eval__results", EVAL_CHECK_DOCS)
 ABLATION_PARTITIONS = StaticPartitionsDefinition(list(ablation.ABLATION_KEYS))
 """One TVW-RL ablation run per (setting, value) of `models.ablation.ABLATIONS`."""
 
@@ -108,11 +115,7 @@ def rl__forecast_residual(
     yield from checks.results(curve_check_values(out))
 
 
-@asset(
-    **RESULTS_TABLE,
-    deps=["rl__tvw_rl", "rl__deeprm", "rl__dejavu", "rl__forecast_residual"],
-    check_specs=checks.specs("eval__results", EVAL_CHECK_DOCS),
-)
+@asset(**RESULTS_TABLE, partitions_def=EVAL_PARTITIONS, deps=RESULTS_DEPS, check_specs=RESULTS_CHECKS)
 def eval__results(
     context: AssetExecutionContext,
     config: RESULTS,
@@ -122,24 +125,13 @@ def eval__results(
     eval__baselines: pl.DataFrame,
 ):
     """Every registered policy, learned ones included, with every simulator metric, one row per (source, load,
-    policy, test sequence, seed): the heuristics' rows from `eval__baselines`, a learned policy's with the file
-    trained at that (source, load) and training seed (one without such a file is left out, listed in metadata)."""
-    settings = config.build()
-    cfg = eval_sim_config("eval__results", settings, sim__job_sequences)
+    policy, test sequence, seed), one partition per load (as `eval__baselines`): the heuristics' rows from
+    `eval__baselines`, a learned policy's with the file trained at that (source, load) and training seed (one
+    without such a file is left out, listed in metadata)."""
     missing, labeller_of = [], labellers(warehouse, sim__usage_scale)
     make = policy_maker(warehouse, missing, labeller_of)
-    policies, seeds = list(settings.policies), list(settings.seeds)
-    learned = evaluate_by_cluster(
-        sim__job_sequences, policies, cfg, seeds, make=make, log=context.log.info, serve_labels=labeller_of
-    )
-    if policies and learned.height == 0:
-        raise ValueError(
-            f"eval__results: no checkpoint found for any of {policies} under {warehouse.root}/models "
-            "(materialise rl__tvw_rl first)"
-        )
-    results = pl.concat([eval__baselines, learned], how="diagonal_relaxed").sort(
-        "source", "load_pct", "policy", "sequence_id", "seed"
-    )
+    args = (sim__job_sequences, context.partition_key, eval__baselines, config.build(), make, labeller_of)
+    results = evaluate_learned(*args, log=context.log.info)
     if missing:
         context.log.warning(f"{len(missing)} learned policy runs have no checkpoint: {missing[:10]}")
     yield Output(results, metadata={"n_rows": results.height, "left_out": MetadataValue.json(missing)})
@@ -237,13 +229,5 @@ def eval__ablation_winners(rl__ablation: pl.DataFrame, eval__baselines: pl.DataF
     yield from checks.table_results("eval__ablation_winners", table)
 
 
-RL_ASSETS = [
-    rl__tvw_rl,
-    rl__forecast_residual,
-    eval__results,
-    eval__results_summary,
-    eval__gap,
-    rl__ablation,
-    eval__ablations,
-    eval__ablation_winners,
-]
+RL_ASSETS = [rl__tvw_rl, rl__forecast_residual, eval__results, eval__results_summary, eval__gap]
+RL_ASSETS += [rl__ablation, eval__ablations, eval__ablation_winners]

@@ -497,12 +497,10 @@ def _remove_stale(target, plan: Plan, sources, layers, remove_unplanned_evaluati
             log(
                 f"           removed {len(stale)} raw partition(s) not ingested from {target.traces}: {shown}"
             )
-    if "eval" in layers:
+    if "eval" in layers or "results" in layers:
         unplanned = remove_unplanned_evaluations(wh, plan.runs)
         if unplanned:
-            log(
-                f"           removed eval__baselines partition(s) of loads not configured now: {', '.join(unplanned)}"
-            )
+            log(f"           removed partition(s) of loads not configured now: {', '.join(unplanned)}")
 
 
 def _print_leaderboard(warehouse: Path) -> None:

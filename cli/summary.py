@@ -7,16 +7,26 @@ import sys
 from pathlib import Path
 
 
+EVALUATIONS = {"eval__baselines": "eval_job", "eval__results": "results_job"}
+"""The per-load evaluation tables and the job that makes them."""
+
+
 def remove_unplanned_evaluations(warehouse, planned: list) -> list[str]:
-    """Delete the stored `eval__baselines` partitions of loads that this invocation does not evaluate (left by
-    a run with other loads): readers concatenate every stored partition, and must not mix in stale loads."""
+    """Delete the stored partitions of the per-load evaluation tables (EVALUATIONS) whose job this invocation runs,
+    for the loads it does not evaluate (left by a run with other loads): readers concatenate every stored
+    partition, and must not mix in stale loads. Returns 'table[load]' per partition removed."""
     from assets.resources import partition_file_stem
 
-    keep = {partition_file_stem(s.partition) for s in planned if s.job == "eval_job"}
-    stale = sorted(set(warehouse.partition_keys_on_disk("eval__baselines")) - keep)
-    for stem in stale:
-        warehouse.remove_partition("eval__baselines", stem)
-    return stale
+    removed = []
+    for table, job in EVALUATIONS.items():
+        runs = [s for s in planned if s.job == job]
+        if not runs:
+            continue
+        keep = {partition_file_stem(s.partition) for s in runs}
+        for stem in sorted(set(warehouse.partition_keys_on_disk(table)) - keep):
+            warehouse.remove_partition(table, stem)
+            removed.append(f"{table}[{stem}]")
+    return removed
 
 
 class TraceFolderError(RuntimeError):

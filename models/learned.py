@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -66,3 +66,33 @@ def gap_check(results: pl.DataFrame, gaps: pl.DataFrame) -> tuple[bool, dict, di
         "n_cells_won": wins.select("source", "load_pct").unique().height,
     }
     return passed, meta, counts
+
+
+def evaluate_learned(
+    sequences: pl.DataFrame,
+    partition: str,
+    baselines: pl.DataFrame,
+    settings: ResultsConfig,
+    make: Callable,
+    serve_labels: Callable | None = None,
+    log: Callable[[str], None] | None = None,
+) -> pl.DataFrame:
+    """eval__results' partition `partition` ('load50'): the learned policies of `settings` on the test sequences
+    of `sequences` (`sim__job_sequences`) at that load, each built by `make(name, source, load, seed)` (None
+    where it was not trained there), served `serve_labels(source)`'s EC labels, beside the heuristics' rows of
+    `baselines` (eval__baselines' partition). ValueError when no learned policy asked for was found at all."""
+    from sim.evaluate import eval_sim_config, evaluate_by_cluster, parse_eval_partition, sequences_at_load
+
+    where = f"eval__results[{partition}]"
+    cfg = eval_sim_config("eval__results", settings, sequences)
+    jobs = sequences_at_load(sequences, parse_eval_partition(partition), where)
+    policies = list(settings.policies)
+    learned = evaluate_by_cluster(
+        jobs, policies, cfg, list(settings.seeds), make=make, log=log, serve_labels=serve_labels
+    )
+    if policies and learned.height == 0:
+        raise ValueError(
+            f"{where}: no trained file of any of {policies} (materialise the training assets first)"
+        )
+    key = ["source", "load_pct", "policy", "sequence_id", "seed"]
+    return pl.concat([baselines, learned], how="diagonal_relaxed").sort(key)

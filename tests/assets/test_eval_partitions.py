@@ -99,9 +99,14 @@ def test_stale_load_partitions_are_removed_before_the_evaluation(tmp_path):
     frame = pl.DataFrame({"load_pct": [30]})
     for key in ("load30", "load50", None):  # None: the table as written before it was partitioned
         wh.write("eval__baselines", frame, key)
+        wh.write("eval__results", frame, key)
     planned = [RunSpec("eval", "eval_job", "load50", None), RunSpec("eval", "eval_summary_job", None, None)]
-    assert remove_unplanned_evaluations(wh, planned) == ["all", "load30"]
+    assert remove_unplanned_evaluations(wh, planned) == ["eval__baselines[all]", "eval__baselines[load30]"]
     assert [p.name for p in wh.table_files("eval__baselines")] == ["load50.parquet"]
+    assert len(wh.table_files("eval__results")) == 3  # its job is not run: left as it is
+    planned.append(RunSpec("results", "results_job", "load50", None))
+    assert remove_unplanned_evaluations(wh, planned) == ["eval__results[all]", "eval__results[load30]"]
+    assert [p.name for p in wh.table_files("eval__results")] == ["load50.parquet"]
 
 
 def test_tvw_run_stops_on_a_configured_load_without_partition(tmp_path, monkeypatch, capsys):

@@ -61,9 +61,16 @@ def test_training_then_evaluation_of_learned_and_heuristic_policies(tmp_path):
             instance=instance,
             resources=resources,
             run_config={"ops": {"eval__results": {"config": eval_cfg}}},
-            selection=[eval__results, eval__results_summary],
+            selection=[eval__results],
+            partition_key="load50",
         )
         assert evaluated.success
+        assert materialize(
+            [eval__results_summary, *eval__results.to_source_assets()],
+            instance=instance,
+            resources=resources,
+            selection=[eval__results_summary],
+        ).success
     results = wh.scan("eval__results").collect()
     learned = results.filter(pl.col("policy") == "tvw_rl")
     # the learned policy ran exactly where a checkpoint exists: DeepPlace at 50 %, seed 0, both test sequences
@@ -129,11 +136,12 @@ def test_the_runner_trains_after_the_sequences_and_evaluates_last(tmp_path):
     assert layers.count("rl") == 18 and layers[-1] == "results"  # the papers' agents and ours, 9 runs each
     cluster = next(s for s in runs.runs if s.layer == "cluster")
     rl = [s for s in runs.runs if s.layer == "rl"]
-    results = next(s for s in runs.runs if s.job == "results_job")
-    assert not runs.waits[cluster] & {*rl, results}  # pending later layers do not block the cluster run
+    results = {s.partition: s for s in runs.runs if s.job == "results_job"}
+    assert not runs.waits[cluster] & {*rl, *results.values()}  # pending later layers do not block the cluster run
     assert cluster in runs.waits[rl[0]]  # training waits for the sequences
     assert not runs.waits[rl[0]] & set(rl)  # training runs side by side
-    assert set(rl) <= runs.waits[results]  # the evaluation waits for every training run
+    for load, run in results.items():  # a load's evaluation waits for every training run at that load
+        assert {s for s in rl if s.partition.startswith(f"{load}-")} <= runs.waits[run], load
 
 
 def test_the_ec_mapping_ablation_relabels_jobs_with_each_methods_mapping(tmp_path):

@@ -52,9 +52,12 @@ def test_each_run_waits_only_for_the_runs_that_make_what_it_reads(sample):
     }  # our scheduler trains beside the papers' agents
     # the forecast and EC labelling tables go beside the evaluations (the labelling reads each source's classifier)
     assert {w for w in waits["forecast_eval_job"] if not w.startswith("ec_job[")} == {"cluster_job"}
-    assert "placer_job[load80-seed2]" in waits["results_job"]
+    # a load's results wait for that load's evaluation and training runs only; the summary for every load's
+    results = waits["results_job[load80]"]
+    assert {"placer_job[load80-seed2]", "rl_job[load80-seed2]", "eval_job[load80]"} <= results
+    assert not [w for w in results if "load30" in w or "load50" in w]
     assert {"eval_job[load30]", "eval_job[load50]", "eval_job[load80]"} <= waits["eval_summary_job"]
-    assert {"rl_job[load80-seed2]", "eval_job[load80]"} <= waits["results_job"]
+    assert {f"results_job[load{load}]" for load in (30, 50, 80)} <= waits["results_summary_job"]
     # the paper baselines' own metrics need only the training runs: they go beside results_job
     assert "rl_job[load80-seed2]" in waits["baseline_metrics_job"]
     assert not [w for w in waits["baseline_metrics_job"] if w.startswith(("eval_job", "results_job"))]
