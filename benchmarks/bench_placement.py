@@ -128,6 +128,12 @@ def main() -> None:
         "('none' = choose on return alone)",
     )
     ap.add_argument(
+        "--cross-fit",
+        action="store_true",
+        help="TuningConfig.cross_fit: choose on both folds of the training split (the rule refitted on the "
+        "validation part and validated on the fit part too)",
+    )
+    ap.add_argument(
         "--request-mode",
         default="peak",
         choices=["peak", "trace"],
@@ -199,6 +205,7 @@ def main() -> None:
                     overshoot_budget_pct=None
                     if args.overshoot_budget.lower() == "none"
                     else float(args.overshoot_budget),
+                    cross_fit=args.cross_fit,
                 ),
                 forecaster_factory=factory,
                 choices=choices,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
 EVALUATIONS = {"eval__baselines": "eval_job", "eval__results": "results_job"}
 """The per-load evaluation tables and the job that makes them."""
 

@@ -1642,6 +1642,9 @@ class PlacerTrainConfig:
     overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct
     """Validation overshoot above Tetris's the base rule's chosen setting may show (`TuningConfig`); set it as
     eval__baselines' is set."""
+    cross_fit: bool = False
+    """Choose the base rule on both folds of the training split (`TuningConfig.cross_fit`); set it as
+    eval__baselines' is set."""
     placer: PlacerConfig = PlacerConfig()
     """Features, network and training budget (its seed is the partition's training seed)."""
     n_machines: int = 10
@@ -1746,7 +1749,8 @@ def train_and_publish(
     where = f"{source} {load} % seed {seed}"
     pcfg = replace(settings.placer, seed=seed)
     t0 = time.perf_counter()
-    tuning = tuning_preset(settings.tuning_preset, pcfg.validation_share, seed, settings.overshoot_budget_pct)
+    args = (settings.tuning_preset, pcfg.validation_share, seed, settings.overshoot_budget_pct)
+    tuning = tuning_preset(*args, cross_fit=settings.cross_fit)
     base, forecaster, _ = fit_base_rule(
         sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller, memo
     )

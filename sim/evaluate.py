@@ -529,6 +529,9 @@ class EvalSettings:
     overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct
     """Validation overshoot (percentage points) a fitted rule's chosen setting may show above Tetris's on the
     same validation sequences (`sim.tuning.TuningConfig.overshoot_budget_pct`; None: choose on return alone)."""
+    cross_fit: bool = False
+    """Choose on both folds of the training split (`sim.tuning.TuningConfig.cross_fit`: a rule that learns from
+    its fit part is refitted on the validation part and validated on the fit part too)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -536,11 +539,10 @@ class EvalSettings:
         self.tuning()  # an unknown preset fails here, naming it
 
     def tuning(self) -> TuningConfig:
-        """The fitted rules' TuningConfig: the preset's grid, this validation share and overshoot budget, the
-        first seed."""
-        return tuning_preset(
-            self.tuning_preset, self.validation_share, self.seeds[0], self.overshoot_budget_pct
-        )
+        """The fitted rules' TuningConfig: the preset's grid, this validation share, overshoot budget and
+        cross-fitting, the first seed."""
+        args = (self.tuning_preset, self.validation_share, self.seeds[0], self.overshoot_budget_pct)
+        return tuning_preset(*args, cross_fit=self.cross_fit)
 
 
 def eval_sim_config(asset: str, settings: Any, jobs: pl.DataFrame) -> SimConfig:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -652,7 +653,20 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
     """`RiskAwarePacking` on each job's remaining-peak quantile (`sim.peak_forecast`, fitted on the fit part of the
     training sequences, with or without EC labels), recall of recurring workloads over it where the training
     sequences show repeats (`sim.forecast.fit_recall`); the quantile level and the mode chosen on validation,
-    where the hybrid's candidates (observed peaks, `fit_hybrid`) compete too: validation may keep the hybrid."""
+    where the hybrid's candidates (observed peaks, `fit_hybrid`) compete too: validation may keep the hybrid.
+    With `TuningConfig.cross_fit` the table and recall are refitted on the validation part for the swapped fold
+    (`FitContext.choose`'s `build`)."""
+    build = partial(_peak_candidates, name=name, use_durations=use_durations, use_labels=use_labels)
+    policy = ctx.choose(name, build(ctx), build=build)
+    table, measured = _peak_table(ctx, use_labels)
+    ctx.choices[name].update(
+        {**measured, "peak_table_cases": table.n_cases, "peak_table_share_own_cell": table.share_own_cell}
+    )
+    return policy
+
+
+def _peak_table(ctx, use_labels: bool):
+    """(the remaining-peak quantile table, the recall measurements) of the context's fit part (cached)."""
     from sim.peak_forecast import fit_peak_quantiles
 
     fit_part = ctx.split()[0]
@@ -667,7 +681,12 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
             labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
         ),
     )
-    measured = ctx.cached("recall_measured", lambda: measure_recall(fit_part))
+    return table, ctx.cached("recall_measured", lambda: measure_recall(fit_part))
+
+
+def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> list[tuple[dict, object]]:
+    """`fit_peak_rule`'s (knobs, policy) candidates fitted on the context's fit part."""
+    table, measured = _peak_table(ctx, use_labels)
     fallback = ctx.best_fallback()
     candidates = []
     for level in ctx.tuning.peak_levels:
@@ -694,11 +713,7 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
             "min_observed": m,
         }
         candidates.append((knobs, RiskAwarePacking(persistence, fallback, risk, name)))
-    policy = ctx.choose(name, candidates)
-    ctx.choices[name].update(
-        {**measured, "peak_table_cases": table.n_cases, "peak_table_share_own_cell": table.share_own_cell}
-    )
-    return policy
+    return candidates
 
 
 def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:

@@ -77,6 +77,13 @@ class TuningConfig:
     return alone."""
     seed: int = 0
     """Seed of the validation episodes."""
+    cross_fit: bool = False
+    """Choose on both folds of the training split: besides fitting on the fit part and validating on the validation
+    part, a rule that learns from its fit part (`forecast_peak`'s remaining-peak table) is refitted on the
+    validation part and validated on the fit part (`FitContext.swapped`; the two parts come from disjoint
+    workloads), and each candidate's returns and overshoot are pooled over both folds, so every training sequence
+    validates once, by a rule fitted without its workloads. The rule kept is the first fold's. It costs the
+    validation episodes of the fit part too (about 1 / validation_share times the plain choice's)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.validation_share < 1.0:
@@ -101,9 +108,10 @@ def tuning_preset(
     validation_share: float,
     seed: int,
     overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct,
+    cross_fit: bool = False,
 ) -> TuningConfig:
-    """The TUNING_PRESETS grid `name` with the run's validation share, seed and overshoot budget (ValueError
-    naming an unknown preset)."""
+    """The TUNING_PRESETS grid `name` with the run's validation share, seed, overshoot budget and cross-fitting
+    (ValueError naming an unknown preset)."""
     if name not in TUNING_PRESETS:
         raise ValueError(f"unknown tuning_preset {name!r}; known: {sorted(TUNING_PRESETS)}")
     return replace(
@@ -111,6 +119,7 @@ def tuning_preset(
         validation_share=validation_share,
         seed=seed,
         overshoot_budget_pct=overshoot_budget_pct,
+        cross_fit=cross_fit,
     )
 
 
@@ -217,7 +226,19 @@ class FitContext:
     memo: ChoiceMemo | None = None
     """Where choices are remembered across processes (None: every choice is made here); a context whose labeller
     or forecaster factory cannot say what it is (no `fingerprint()` / `identity`) remembers nothing."""
+    fold: int = 0
+    """0: fit on the fit part and validate on the validation part; 1: the two exchanged (`swapped`)."""
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def swapped(self) -> FitContext:
+        """This context with its fit and validation parts exchanged: cross-fitting's second fold
+        (`TuningConfig.cross_fit`), with caches and choices of its own (cached)."""
+        if "swapped" not in self._cache:
+            fit, validation = self.split()
+            other = replace(self, where=f"{self.where} (swapped fold)", choices={}, fold=1, _cache={})
+            other._cache["split"] = (validation, fit)
+            self._cache["swapped"] = other
+        return self._cache["swapped"]
 
     def memo_key(self, what: str, extra: object = None) -> str | None:
         """The key of a remembered choice: the code (`code_digest`), the training sequences' content, the
@@ -237,6 +258,7 @@ class FitContext:
             self.train.content_digest,
             asdict(self.cfg),
             asdict(self.tuning),
+            self.fold,
         ]
         payload = json.dumps([*inputs, labeller, factory, what, extra], sort_keys=True, default=repr)
         return hashlib.blake2b(payload.encode(), digest_size=20).hexdigest()
@@ -275,9 +297,13 @@ class FitContext:
 
         return self.cached(("heuristic", name), lambda: self.validation_outcomes(make_policy(name)))
 
-    def tetris_overshoot(self) -> float:
-        """Tetris's mean overshoot % on the validation sequences: the reference of the overshoot budget."""
-        return float(self.heuristic_outcomes("tetris")[1].mean())
+    def _pick(self, pooled: list[list[tuple]], contexts: list[FitContext]):
+        """`_pooled_pick` with Tetris's overshoot on the validation sequences of `contexts` (the budget's
+        reference: Tetris is rolled once per context, as the fallback's choice rolls it too)."""
+        if self.tuning.overshoot_budget_pct is None:
+            return _pooled_pick(self.tuning, pooled, None)
+        tetris = np.concatenate([ctx.heuristic_outcomes("tetris")[1] for ctx in contexts])
+        return _pooled_pick(self.tuning, pooled, tetris)
 
     def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
         """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
@@ -335,10 +361,18 @@ class FitContext:
         choice = report.get("ec_choice") if isinstance(report, dict) else None
         return {} if choice is None else {"forecaster_ec": choice}
 
-    def choose(self, name: str, candidates: Sequence[tuple[dict, object]]) -> object:
+    def choose(
+        self,
+        name: str,
+        candidates: Sequence[tuple[dict, object]],
+        build: Callable[[FitContext], Sequence[tuple[dict, object]]] | None = None,
+    ) -> object:
         """The candidate policy with the best mean validation return (ties: the earlier one) among those within
         the overshoot budget (`TuningConfig.overshoot_budget_pct` above Tetris's validation overshoot; where none
-        is, the least overshooting one); records the choice under `name`. `candidates`: (knobs, policy) pairs."""
+        is, the least overshooting one); records the choice under `name`. `candidates`: (knobs, policy) pairs.
+        `build(ctx)`, given by a rule that learns from its fit part, makes the same candidates fitted in another
+        context: with `TuningConfig.cross_fit` the candidates of the swapped fold (`swapped`) are validated too,
+        and each candidate's returns and overshoot (and Tetris's) pool both folds' validation sequences."""
         if not candidates:
             raise ValueError(f"{name} ({self.where}): no candidate settings to choose from")
         key = self.memo_key(f"choose {name}", [knobs for knobs, _ in candidates])
@@ -346,16 +380,18 @@ class FitContext:
         if hit is not None and 0 <= hit.get("index", -1) < len(candidates):
             self.choices[name] = hit["choice"]
             return candidates[hit["index"]][1]
-        budget = self.tuning.overshoot_budget_pct
-        if budget is None:
-            means = [float(self.validation_returns(policy).mean()) for _, policy in candidates]
-            overshoot: list[float | None] = [None] * len(candidates)  # not measured
-            best, met, limit = int(np.argmax(means)), None, None
-        else:
-            outcomes = [self.validation_outcomes(policy) for _, policy in candidates]
-            means = [float(r.mean()) for r, _ in outcomes]
-            overshoot = [float(o.mean()) for _, o in outcomes]
-            best, met = _within_budget(means, overshoot, limit := self.tetris_overshoot() + budget)
+        folds = [(self, candidates)]
+        fit, validation = self.split()
+        if build is not None and self.tuning.cross_fit and self.fold == 0 and fit is not validation:
+            other = self.swapped()
+            other_candidates = build(other)
+            if [k for k, _ in other_candidates] != [k for k, _ in candidates]:
+                raise ValueError(
+                    f"{name} ({self.where}): the swapped fold's candidates differ from the first fold's"
+                )
+            folds.append((other, other_candidates))
+        pooled = [[ctx.validation_outcomes(c[i][1]) for ctx, c in folds] for i in range(len(candidates))]
+        best, met, limit, means, overshoot = self._pick(pooled, [ctx for ctx, _ in folds])
         self.choices[name] = {
             **candidates[best][0],
             **self.fallback_choice(),
@@ -364,17 +400,33 @@ class FitContext:
             "validation_overshoot_pct": overshoot[best],
             "overshoot_limit_pct": limit,
             "overshoot_budget_met": met,
-            "n_validation_sequences": self.split()[1].batch_size,
+            "n_validation_sequences": sum(ctx.split()[1].batch_size for ctx, _ in folds),
+            "validation_folds": len(folds),
             "validation_workload_disjoint": self.validation_disjoint(),
             "tried": [
                 {**knobs, "validation_return": m, "validation_overshoot_pct": o}
                 for (knobs, _), m, o in zip(candidates, means, overshoot, strict=True)
             ],
         }
+        if len(folds) > 1:  # what the first fold alone would keep, and the second fold's own fallback
+            self.choices[name]["first_fold_choice"] = self._pick([p[:1] for p in pooled], [self])[0]
+            self.choices[name]["swapped_fold_fallback"] = folds[1][0].fallback_choice()["fallback"]
         if key is not None:  # as a remembered choice reads back: JSON's types (lists for tuples)
             self.choices[name] = json.loads(json.dumps(self.choices[name], default=repr))
             self.memo.put(key, {"index": best, "choice": self.choices[name]})
         return candidates[best][1]
+
+
+def _pooled_pick(tuning: TuningConfig, pooled: list[list[tuple]], tetris: np.ndarray | None):
+    """(index, met, limit, means, overshoot) of `FitContext.choose` from each candidate's (returns, overshoot)
+    per fold and Tetris's overshoot on the same sequences: budgeted by `_within_budget`, else the best mean."""
+    means = [float(np.concatenate([r for r, _ in per_fold]).mean()) for per_fold in pooled]
+    if tuning.overshoot_budget_pct is None:
+        return int(np.argmax(means)), None, None, means, [None] * len(means)  # overshoot not a criterion
+    overshoot = [float(np.concatenate([o for _, o in per_fold]).mean()) for per_fold in pooled]
+    limit = float(tetris.mean()) + tuning.overshoot_budget_pct
+    best, met = _within_budget(means, overshoot, limit)
+    return best, met, limit, means, overshoot
 
 
 def _within_budget(means: Sequence[float], overshoot: Sequence[float], limit: float) -> tuple[int, bool]:

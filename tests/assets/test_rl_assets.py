@@ -137,7 +137,10 @@ def test_the_runner_trains_after_the_sequences_and_evaluates_last(tmp_path):
     cluster = next(s for s in runs.runs if s.layer == "cluster")
     rl = [s for s in runs.runs if s.layer == "rl"]
     results = {s.partition: s for s in runs.runs if s.job == "results_job"}
-    assert not runs.waits[cluster] & {*rl, *results.values()}  # pending later layers do not block the cluster run
+    assert not runs.waits[cluster] & {
+        *rl,
+        *results.values(),
+    }  # pending later layers do not block the cluster run
     assert cluster in runs.waits[rl[0]]  # training waits for the sequences
     assert not runs.waits[rl[0]] & set(rl)  # training runs side by side
     for load, run in results.items():  # a load's evaluation waits for every training run at that load
