@@ -170,10 +170,11 @@ MEMO_FORMAT = 1
 
 @functools.cache
 def code_digest() -> str:
-    """A hex digest of the source of `sim/` and `models/` (what a rule, its forecaster and its labeller run): a
-    remembered choice is keyed by it, so editing that code never reuses a choice made by other code."""
+    """A hex digest of the source of `sim/`, `models/` and `pipelines/` (what a rule, its forecaster, its labeller
+    and the split of its sequences run): a remembered choice is keyed by it, so editing that code never reuses a
+    choice made by other code."""
     digest = hashlib.blake2b(digest_size=20)
-    for package in ("sim", "models"):
+    for package in ("sim", "models", "pipelines"):
         root = Path(__file__).resolve().parent.parent / package
         for path in sorted(root.glob("*.py")):
             digest.update(path.name.encode())
