@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -200,7 +201,7 @@ class ChoiceMemo:
     def put(self, key: str, value: dict) -> None:
         path = Path(self.root) / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{id(value)}.tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one writer per process; the rename is atomic
         tmp.write_text(json.dumps(value, default=repr))
         tmp.replace(path)
 
