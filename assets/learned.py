@@ -8,14 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import dagster as dg
 import polars as pl
-from dagster import (
-    AssetDep,
-    AssetExecutionContext,
-    MetadataValue,
-    StaticPartitionMapping,
-    StaticPartitionsDefinition,
-)
 
 from assets.plots import png_markdown
 from assets.resources import Warehouse
@@ -26,7 +20,7 @@ from models.training import curve_frame, stack_curves
 from sim.evaluate import EVAL_LOADS
 from sim.policies import is_learned, make_policy
 
-RL_PARTITIONS = StaticPartitionsDefinition(rl_partition_keys(EVAL_LOADS, RL_SEEDS))
+RL_PARTITIONS = dg.StaticPartitionsDefinition(rl_partition_keys(EVAL_LOADS, RL_SEEDS))
 """One training run per (load, training seed); every source with training sequences at that load inside it."""
 RL_TRAINING = {
     "partitions_def": RL_PARTITIONS,
@@ -38,11 +32,15 @@ RL_TRAINING = {
 RESULTS_TABLE = {"group_name": "results", "io_manager_key": "table_io", "kinds": {"parquet", "polars"}}
 """What every results table is."""
 
-TRAINING_ASSET = {"tvw_rl": "rl__tvw_rl", "deeprm_rl": "rl__deeprm", "dejavu": "rl__dejavu"}
-TRAINING_ASSET["forecast_residual_rl"] = "rl__forecast_residual"
+TRAINING_ASSET = {
+    "tvw_rl": "rl__tvw_rl",
+    "deeprm_rl": "rl__deeprm",
+    "dejavu": "rl__dejavu",
+    "forecast_residual_rl": "rl__forecast_residual",
+}
 """Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
-LOAD_OF_RUN = StaticPartitionMapping({k: k.split("-")[0] for k in RL_PARTITIONS.get_partition_keys()})
-RESULTS_DEPS = [AssetDep(name, partition_mapping=LOAD_OF_RUN) for name in TRAINING_ASSET.values()]
+LOAD_OF_RUN = dg.StaticPartitionMapping({k: k.split("-")[0] for k in RL_PARTITIONS.get_partition_keys()})
+RESULTS_DEPS = [dg.AssetDep(name, partition_mapping=LOAD_OF_RUN) for name in TRAINING_ASSET.values()]
 """eval__results[load<L>] waits for every training run (load<L>-seed<S>) of every learned policy."""
 
 
@@ -83,7 +81,7 @@ def policy_maker(warehouse: Warehouse, missing: list[str] | None = None, labelle
 
 
 def train_partition(
-    context: AssetExecutionContext,
+    context: dg.AssetExecutionContext,
     warehouse: Warehouse,
     sequences: pl.DataFrame,
     settings,
@@ -117,12 +115,12 @@ def train_partition(
         saved[source] = str(path)
         frames.append(curve_frame(curve, source, load, seed))
     out = stack_curves(frames, schema)
-    return out, {"policies": MetadataValue.json(saved), "git_revision": revision}
+    return out, {"policies": dg.MetadataValue.json(saved), "git_revision": revision}
 
 
 def curve_metadata(curve: pl.DataFrame, png: bytes, title: str, trend: bool = True) -> dict:
     """The learning-curve plot and (`trend`) the first-vs-last return of every run."""
     out = {"learning_curve": png_markdown(png, title)}
     if trend:
-        out["first_vs_last_return"] = MetadataValue.json(curve_trend(curve).to_dicts())
+        out["first_vs_last_return"] = dg.MetadataValue.json(curve_trend(curve).to_dicts())
     return out

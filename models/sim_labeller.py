@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import json
 import warnings
 from collections.abc import Callable
@@ -68,6 +67,7 @@ from sim.labelling import (
     LABEL_ACCURACY,
     AgeLabeller,
     AgeTableLabeller,
+    array_digest,
     label_accuracy_by_age,
     most_frequent_label,
 )
@@ -341,12 +341,8 @@ class SimViewLabeller(AgeTableLabeller):
     def fingerprint(self) -> str:
         """A hex digest of what the labels depend on (the model, classes, config and view: what `save` writes);
         `sim.tuning.FitContext` keys remembered validation choices by it."""
-        digest = hashlib.blake2b(
-            json.dumps([self.view, dataclasses.asdict(self.cfg)]).encode(), digest_size=20
-        )
-        for part in (self.classes, *(getattr(self.model, name) for name in LINEAR_FIELDS)):
-            digest.update(np.ascontiguousarray(part).tobytes())
-        return digest.hexdigest()
+        parts = [self.classes, *(getattr(self.model, name) for name in LINEAR_FIELDS)]
+        return array_digest(parts, json.dumps([self.view, dataclasses.asdict(self.cfg)]).encode()).hex()
 
     def predict_jobs(
         self, cfg: SimConfig, jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray

@@ -188,9 +188,8 @@ class AgeTableLabeller:
             width = self._store.shape[1]
             pairs, first = np.unique(ids[need] * width + ages[need], return_index=True)
             where = np.flatnonzero(need)[first]  # one call per (job, age) never predicted
-            for chunk in np.array_split(
-                np.arange(pairs.size), -(-pairs.size // 200_000)
-            ):  # bounds inputs' memory
+            for lo in range(0, pairs.size, 200_000):  # chunks bound the inputs' memory
+                chunk = slice(lo, lo + 200_000)
                 at = where[chunk]
                 predicted = self.predict_jobs(cfg, jobs, rows[at], job_index[at], ages[at])
                 self._store[pairs[chunk] // width, pairs[chunk] % width] = predicted
@@ -229,13 +228,13 @@ class AgeTableLabeller:
 def job_digest(jobs: JobBatch, b: int, j: int, salt: bytes = b"") -> bytes:
     """A digest of what a label reads of job (b, j) (`_label_inputs`, plus `salt`, e.g. the simulator's
     capacity): jobs with the same digest get the same labels."""
-    return _digest(_label_inputs(jobs, b, slice(j, j + 1)), salt)
+    return array_digest(_label_inputs(jobs, b, slice(j, j + 1)), salt)
 
 
 def row_digests(jobs: JobBatch) -> list[bytes]:
     """Per row of `jobs`, a digest of what a label reads of every one of its jobs (`_label_inputs`)."""
     return [
-        _digest([jobs.n_jobs[b : b + 1], *_label_inputs(jobs, b, slice(0, int(jobs.n_jobs[b])))])
+        array_digest([jobs.n_jobs[b : b + 1], *_label_inputs(jobs, b, slice(0, int(jobs.n_jobs[b])))])
         for b in range(jobs.batch_size)
     ]
 
@@ -250,7 +249,8 @@ def _label_inputs(jobs: JobBatch, b: int, which: slice) -> list[np.ndarray]:
     return parts
 
 
-def _digest(parts: list[np.ndarray], salt: bytes = b"") -> bytes:
+def array_digest(parts: list[np.ndarray], salt: bytes = b"") -> bytes:
+    """A 16-byte digest of `salt` and the bytes of every array of `parts`, in order."""
     digest = hashlib.blake2b(salt, digest_size=16)
     for part in parts:
         digest.update(np.ascontiguousarray(part).tobytes())

@@ -281,13 +281,9 @@ class FitContext:
             self._cache["disjoint"] = validation_is_workload_disjoint(*self.split())
         return self._cache["disjoint"]
 
-    def validation_returns(self, policy) -> np.ndarray:
-        if self.labeller is not None:
-            policy = ServedLabels(policy, self.labeller)
-        return sequence_returns(policy, self.cfg, self.split()[1], self.tuning.seed)
-
     def validation_outcomes(self, policy) -> tuple[np.ndarray, np.ndarray]:
-        """(returns, overshoot %) per validation sequence (`sequence_outcomes`), served as `validation_returns`."""
+        """(returns, overshoot %) per validation sequence (`sequence_outcomes`), served the context's labeller's
+        labels when it has one (as the rule is served at test)."""
         if self.labeller is not None:
             policy = ServedLabels(policy, self.labeller)
         return sequence_outcomes(policy, self.cfg, self.split()[1], self.tuning.seed)
@@ -300,12 +296,18 @@ class FitContext:
         return self.cached(("heuristic", name), lambda: self.validation_outcomes(make_policy(name)))
 
     def _pick(self, pooled: list[list[tuple]], contexts: list[FitContext]):
-        """`_pooled_pick` with Tetris's overshoot on the validation sequences of `contexts` (the budget's
-        reference: Tetris is rolled once per context, as the fallback's choice rolls it too)."""
-        if self.tuning.overshoot_budget_pct is None:
-            return _pooled_pick(self.tuning, pooled, None)
+        """(index, met, limit, means, overshoot) of `choose` from each candidate's (returns, overshoot) per fold
+        of `contexts`: within the overshoot budget over Tetris's overshoot on the same sequences (Tetris rolled
+        once per context, as the fallback's choice rolls it too) by `_within_budget`, else the best mean."""
+        means = [float(np.concatenate([r for r, _ in per_fold]).mean()) for per_fold in pooled]
+        budget = self.tuning.overshoot_budget_pct
+        if budget is None:
+            return int(np.argmax(means)), None, None, means, [None] * len(means)  # overshoot not a criterion
+        overshoot = [float(np.concatenate([o for _, o in per_fold]).mean()) for per_fold in pooled]
         tetris = np.concatenate([ctx.heuristic_outcomes("tetris")[1] for ctx in contexts])
-        return _pooled_pick(self.tuning, pooled, tetris)
+        limit = float(tetris.mean()) + budget
+        best, met = _within_budget(means, overshoot, limit)
+        return best, met, limit, means, overshoot
 
     def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
         """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
@@ -417,18 +419,6 @@ class FitContext:
             self.choices[name] = json.loads(json.dumps(self.choices[name], default=repr))
             self.memo.put(key, {"index": best, "choice": self.choices[name]})
         return candidates[best][1]
-
-
-def _pooled_pick(tuning: TuningConfig, pooled: list[list[tuple]], tetris: np.ndarray | None):
-    """(index, met, limit, means, overshoot) of `FitContext.choose` from each candidate's (returns, overshoot)
-    per fold and Tetris's overshoot on the same sequences: budgeted by `_within_budget`, else the best mean."""
-    means = [float(np.concatenate([r for r, _ in per_fold]).mean()) for per_fold in pooled]
-    if tuning.overshoot_budget_pct is None:
-        return int(np.argmax(means)), None, None, means, [None] * len(means)  # overshoot not a criterion
-    overshoot = [float(np.concatenate([o for _, o in per_fold]).mean()) for per_fold in pooled]
-    limit = float(tetris.mean()) + tuning.overshoot_budget_pct
-    best, met = _within_budget(means, overshoot, limit)
-    return best, met, limit, means, overshoot
 
 
 def _within_budget(means: Sequence[float], overshoot: Sequence[float], limit: float) -> tuple[int, bool]:
