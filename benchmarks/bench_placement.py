@@ -134,6 +134,13 @@ def main() -> None:
         "validation part and validated on the fit part too)",
     )
     ap.add_argument(
+        "--cross-fit-sequences",
+        type=int,
+        default=None,
+        help="TuningConfig.cross_fit_sequences: at most this many fit-part sequences validate the second fold "
+        "(default: all; the validation part's size caps cross-fitting at about twice the plain choice's cost)",
+    )
+    ap.add_argument(
         "--request-mode",
         default="peak",
         choices=["peak", "trace"],
@@ -206,6 +213,7 @@ def main() -> None:
                     if args.overshoot_budget.lower() == "none"
                     else float(args.overshoot_budget),
                     cross_fit=args.cross_fit,
+                    cross_fit_sequences=args.cross_fit_sequences,
                 ),
                 forecaster_factory=factory,
                 choices=choices,

@@ -1645,6 +1645,9 @@ class PlacerTrainConfig:
     cross_fit: bool = False
     """Choose the base rule on both folds of the training split (`TuningConfig.cross_fit`); set it as
     eval__baselines' is set."""
+    cross_fit_sequences: int | None = None
+    """With `cross_fit`: at most this many fit-part sequences validate the second fold
+    (`TuningConfig.cross_fit_sequences`); set it as eval__baselines' is set."""
     placer: PlacerConfig = PlacerConfig()
     """Features, network and training budget (its seed is the partition's training seed)."""
     n_machines: int = 10
@@ -1750,7 +1753,9 @@ def train_and_publish(
     pcfg = replace(settings.placer, seed=seed)
     t0 = time.perf_counter()
     args = (settings.tuning_preset, pcfg.validation_share, seed, settings.overshoot_budget_pct)
-    tuning = tuning_preset(*args, cross_fit=settings.cross_fit)
+    tuning = tuning_preset(
+        *args, cross_fit=settings.cross_fit, cross_fit_sequences=settings.cross_fit_sequences
+    )
     base, forecaster, _ = fit_base_rule(
         sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller, memo
     )

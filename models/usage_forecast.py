@@ -976,11 +976,21 @@ def fit_forecasters(
     baseline_period: int = 24,
     labeller: Labeller | None = None,
 ) -> dict[str, UsageForecaster]:
-    """The learned forecaster with and without EC inputs and the four baselines, fitted on `train` only; the
+    """The learned forecaster with and without EC inputs, `forecast_peak`'s remaining-peak table with and without
+    EC labels (`sim.peak_forecast.RemainingPeakQuantiles`) and the four baselines, fitted on `train` only; the
     ones with EC inputs on the labels `labeller` serves (None: the clustering labels)."""
+    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+
     h, lv = cfg.horizon, tuple(cfg.levels)
     served = labels_by_age(labeller, sim_cfg, train)
+
+    def peak(use_labels: bool) -> RemainingPeakQuantiles:
+        table = fit_peak_quantiles(train, sim_cfg, lv, use_labels=use_labels, labels_by_age=served)
+        return RemainingPeakQuantiles(table, h)
+
     return {
+        "remaining_peak_with_ec": peak(True),
+        "remaining_peak_without_ec": peak(False),
         "learned_with_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=True), labeller),
         "learned_without_ec": fit_usage_forecaster(sim_cfg, train, replace(cfg, use_ec=False)),
         "request": RequestForecaster(h, lv),

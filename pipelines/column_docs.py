@@ -356,8 +356,10 @@ BETTER.update(
 )
 
 _FORECAST = {
-    "forecaster": "learned_with_ec / learned_without_ec (models.usage_forecast, calibrated), or a baseline: "
-    "request, ec_age_quantile, seasonal_naive, last_period_max",
+    "forecaster": "learned_with_ec / learned_without_ec (models.usage_forecast, calibrated), "
+    "remaining_peak_with_ec / remaining_peak_without_ec (forecast_peak's remaining-peak table, sim.peak_forecast: "
+    "a bound for the rest of the job's life, over-covering per step by design), or a baseline: request, "
+    "ec_age_quantile, seasonal_naive, last_period_max",
     "origin": "arrival (nothing observed: forecast as if placed now) or running (part of the job observed)",
     "horizon_step": "h: the forecast of step t + h (1..H)",
     "level": "quantile level",

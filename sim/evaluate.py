@@ -532,6 +532,9 @@ class EvalSettings:
     cross_fit: bool = False
     """Choose on both folds of the training split (`sim.tuning.TuningConfig.cross_fit`: a rule that learns from
     its fit part is refitted on the validation part and validated on the fit part too)."""
+    cross_fit_sequences: int | None = None
+    """With `cross_fit`: at most this many fit-part sequences validate the second fold
+    (`sim.tuning.TuningConfig.cross_fit_sequences`; None: all)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -542,7 +545,7 @@ class EvalSettings:
         """The fitted rules' TuningConfig: the preset's grid, this validation share, overshoot budget and
         cross-fitting, the first seed."""
         args = (self.tuning_preset, self.validation_share, self.seeds[0], self.overshoot_budget_pct)
-        return tuning_preset(*args, cross_fit=self.cross_fit)
+        return tuning_preset(*args, cross_fit=self.cross_fit, cross_fit_sequences=self.cross_fit_sequences)
 
 
 def eval_sim_config(asset: str, settings: Any, jobs: pl.DataFrame) -> SimConfig:

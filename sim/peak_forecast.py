@@ -230,3 +230,33 @@ class PeakQuantileForecaster:
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         return levels_of(self.point(cfg, state, env, job), len(self.levels))
+
+
+@dataclass(frozen=True)
+class RemainingPeakQuantiles:
+    """Every level of a `PeakQuantileTable` as a `sim.forecast.UsageForecaster`: each level's remaining-peak
+    quantile held flat over steps t + 1 .. t + `horizon`. What `forecast_peak` packs on, in the shape the forecast
+    table scores (`models.usage_forecast.forecast_table`), with and without EC labels: the measured value of ECs
+    to the rule's own forecaster. Scored per step it is an upper envelope (a bound for the rest of the job's life),
+    so its coverage sits above nominal by design."""
+
+    table: PeakQuantileTable = field(repr=False)
+    horizon: int = 24
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return self.table.levels
+
+    @property
+    def reads_labels(self) -> bool:
+        return self.table.use_labels
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, L, H, D) each level's quantile at every step."""
+        n_obs, peak = observed_peak(state, env, job)
+        request = state.jobs.request[env, job].astype(np.int64)
+        labels = observed_labels(state)[env, job]
+        flat = np.stack([self.table.lookup(lv, request, peak, n_obs, labels) for lv in self.levels], axis=1)
+        return np.ascontiguousarray(
+            np.broadcast_to(flat[:, :, None, :], (flat.shape[0], flat.shape[1], self.horizon, flat.shape[2]))
+        ).astype(np.float64)

@@ -85,6 +85,10 @@ class TuningConfig:
     workloads), and each candidate's returns and overshoot are pooled over both folds, so every training sequence
     validates once, by a rule fitted without its workloads. The rule kept is the first fold's. It costs the
     validation episodes of the fit part too (about 1 / validation_share times the plain choice's)."""
+    cross_fit_sequences: int | None = None
+    """With `cross_fit`: at most this many of the fit part's sequences (evenly spaced) validate the swapped fold
+    (None: all of them). Caps cross-fitting's cost where the fit part is long (DeepPlace's 70 sequences of 400+
+    jobs at 80 %): set to the validation part's size, it is about twice the plain choice's."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.validation_share < 1.0:
@@ -92,6 +96,10 @@ class TuningConfig:
         if self.overshoot_budget_pct is not None and not self.overshoot_budget_pct >= 0.0:
             raise ValueError(
                 f"TuningConfig.overshoot_budget_pct must be >= 0 or None, got {self.overshoot_budget_pct}"
+            )
+        if self.cross_fit_sequences is not None and self.cross_fit_sequences < 1:
+            raise ValueError(
+                f"TuningConfig.cross_fit_sequences must be >= 1 or None, got {self.cross_fit_sequences}"
             )
 
 
@@ -110,6 +118,7 @@ def tuning_preset(
     seed: int,
     overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct,
     cross_fit: bool = False,
+    cross_fit_sequences: int | None = None,
 ) -> TuningConfig:
     """The TUNING_PRESETS grid `name` with the run's validation share, seed, overshoot budget and cross-fitting
     (ValueError naming an unknown preset)."""
@@ -121,6 +130,7 @@ def tuning_preset(
         seed=seed,
         overshoot_budget_pct=overshoot_budget_pct,
         cross_fit=cross_fit,
+        cross_fit_sequences=cross_fit_sequences,
     )
 
 
@@ -234,9 +244,13 @@ class FitContext:
 
     def swapped(self) -> FitContext:
         """This context with its fit and validation parts exchanged: cross-fitting's second fold
-        (`TuningConfig.cross_fit`), with caches and choices of its own (cached)."""
+        (`TuningConfig.cross_fit`), with caches and choices of its own (cached); its validation part is at most
+        `TuningConfig.cross_fit_sequences` of the fit part's sequences, evenly spaced."""
         if "swapped" not in self._cache:
             fit, validation = self.split()
+            cap = self.tuning.cross_fit_sequences
+            if cap is not None and fit.batch_size > cap:
+                fit = fit.select(np.unique(np.linspace(0, fit.batch_size - 1, cap).round().astype(np.int64)))
             other = replace(self, where=f"{self.where} (swapped fold)", choices={}, fold=1, _cache={})
             other._cache["split"] = (validation, fit)
             self._cache["swapped"] = other

@@ -71,6 +71,8 @@ def test_forecast_table_scores_every_forecaster_on_test_jobs(evaluated):
     assert set(table["forecaster"]) == {
         "learned_with_ec",
         "learned_without_ec",
+        "remaining_peak_with_ec",
+        "remaining_peak_without_ec",
         "request",
         "ec_age_quantile",
         "seasonal_naive",

@@ -215,6 +215,8 @@ def test_tables_by_source_fit_on_train_and_score_test_per_load():
     assert set(table["forecaster"].unique()) == {
         "learned_with_ec",
         "learned_without_ec",
+        "remaining_peak_with_ec",
+        "remaining_peak_without_ec",
         "request",
         "ec_age_quantile",
         "seasonal_naive",

@@ -43,6 +43,20 @@ def test_the_swapped_fold_exchanges_fit_and_validation(train, tmp_path) -> None:
     assert other.memo_key("fallback") != ctx.memo_key("fallback")  # each fold's choices are its own
 
 
+def test_the_swapped_folds_validation_is_capped_evenly(train) -> None:
+    ctx = FitContext(cfg=CFG, train=train, tuning=replace(TUNING, cross_fit=True, cross_fit_sequences=2))
+    fit, validation = ctx.split()
+    assert fit.batch_size > 2
+    swapped_fit, swapped_validation = ctx.swapped().split()
+    assert swapped_fit is validation and swapped_validation.batch_size == 2
+    keys = [fit.sequence_keys[0], fit.sequence_keys[-1]]  # evenly spaced: the first and the last
+    assert list(swapped_validation.sequence_keys) == keys
+    POLICIES["forecast_peak"].fit(ctx)
+    assert ctx.choices["forecast_peak"]["n_validation_sequences"] == validation.batch_size + 2
+    with pytest.raises(ValueError, match="cross_fit_sequences"):
+        TuningConfig(cross_fit_sequences=0)
+
+
 def test_cross_fit_pools_both_folds_and_keeps_the_first_folds_rule(train) -> None:
     ctx = FitContext(cfg=CFG, train=replace(train), tuning=replace(TUNING, cross_fit=True), where="dp")
     policy = POLICIES["forecast_peak"].fit(ctx)

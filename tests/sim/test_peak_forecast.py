@@ -10,7 +10,7 @@ import pytest
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
-from sim.peak_forecast import AGE_EDGES, age_bucket, fit_peak_quantiles, peak_cases
+from sim.peak_forecast import AGE_EDGES, RemainingPeakQuantiles, age_bucket, fit_peak_quantiles, peak_cases
 from sim.policies import POLICIES, decide, make_policy, policy_kind
 from sim.risk import RiskAwarePacking, RiskConfig, head_bounds
 from sim.tuning import FitContext, TuningConfig
@@ -102,6 +102,25 @@ def test_empty_training_split_is_a_clear_error() -> None:
     empty = JobBatch.from_jobs([[]])
     with pytest.raises(ValueError, match="empty training split"):
         fit_peak_quantiles(empty, CFG)
+
+
+def test_every_level_of_the_table_as_a_usage_forecaster() -> None:
+    """`RemainingPeakQuantiles` (the forecast table's rows for forecast_peak) gives each level's point forecast,
+    non-decreasing along the levels, flat over its horizon."""
+    jobs = _jobs(2, 20, seed=4)
+    table = fit_peak_quantiles(_jobs(4, 40, seed=5), CFG, (0.5, 0.9, 0.99), use_labels=False, min_count=5)
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        state, act = decide(make_policy("tetris"), CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    bi, ji = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    q = RemainingPeakQuantiles(table, horizon=7).forecast(CFG, state, bi, ji)
+    assert q.shape == (bi.size, 3, 7, 2)
+    for i, level in enumerate(table.levels):
+        point = table.forecaster(level, horizon=7).point(CFG, state, bi, ji)
+        np.testing.assert_array_equal(q[:, i], point)
+    assert (np.diff(q, axis=1) >= 0).all() and (np.diff(q, axis=1) > 0).any()
 
 
 def test_forecast_reads_no_future_usage() -> None:
