@@ -694,6 +694,7 @@ def forecaster_spec(forecaster) -> dict | None:
             "values": torch.from_numpy(np.ascontiguousarray(table.values)),
             "table_levels": list(table.levels),
             "use_labels": table.use_labels,
+            "use_remaining": table.use_remaining,
             "n_cases": table.n_cases,
             "share_own_cell": table.share_own_cell,
             "level": forecaster.level,
@@ -743,6 +744,7 @@ def forecaster_from_spec(spec: dict | None):
             use_labels=bool(spec["use_labels"]),
             n_cases=int(spec["n_cases"]),
             share_own_cell=float(spec["share_own_cell"]),
+            use_remaining=bool(spec.get("use_remaining", False)),  # saved before the axis: none
         )
         return PeakQuantileForecaster(
             table, float(spec["level"]), int(spec["horizon"]), tuple(spec["levels"])

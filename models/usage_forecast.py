@@ -985,7 +985,9 @@ def fit_forecasters(
     served = labels_by_age(labeller, sim_cfg, train)
 
     def peak(use_labels: bool) -> RemainingPeakQuantiles:
-        table = fit_peak_quantiles(train, sim_cfg, lv, use_labels=use_labels, labels_by_age=served)
+        table = fit_peak_quantiles(
+            train, sim_cfg, lv, use_labels=use_labels, labels_by_age=served, use_remaining=True
+        )
         return RemainingPeakQuantiles(table, h)
 
     return {

@@ -20,6 +20,14 @@ Quantiles are the empirical "higher" quantile of each cell with at least `min_co
 backs off to the cell without its label, then without its age bucket, then to (request, peak so far), then to
 (request); a cell with none of those is forecast at max(request, peak so far) (request-based packing).
 
+With `use_remaining` (a rule that knows each job's end time: `forecast_peak`, not `_nodur`) every cell is also
+keyed by the job's remaining life in steps (`REMAINING_EDGES`): a peak over the next 3 steps is smaller than one
+over the next 60, and the known end says which. Cells back off to (request, remaining life), then (request);
+measured on the sample's Bitbrains with the traces' requests (seed 0, fit on 70 training sequences, scored on 30
+validation and 30 test sequences' jobs), the summed pinball loss of the 50-99 % quantiles falls 6-7 % on
+validation and 12-16 % on test at every load, at the same coverage (2026-11-27); Google-derived's day-long
+windows gain nothing (-0 to -2 %).
+
 `PeakQuantileForecaster` serves one level as a point forecast (`sim.forecast.is_point_forecaster`): the job's
 quantile held flat over the horizon (0 after its end when the rule knows durations).
 """
@@ -39,27 +47,47 @@ AGE_GRID = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384,
 """Ages (observed steps) at which each training job contributes a case (log-spaced: long jobs do not swamp)."""
 AGE_EDGES = (0, 1, 2, 4, 8, 16, 32, 64)
 """Age buckets: bucket b holds ages in [AGE_EDGES[b], AGE_EDGES[b + 1]) (the last one open-ended)."""
+REMAINING_EDGES = (1, 2, 3, 5, 9, 17, 33, 65)
+"""Remaining-life buckets (steps from now to the job's end, `use_remaining`), as `AGE_EDGES`."""
 
 
 @dataclass(frozen=True)
 class PeakQuantileTable:
-    """Quantiles of a job's remaining peak per (level, resource, request, peak so far + 1, age bucket, label)."""
+    """Quantiles of a job's remaining peak per (level, resource, request, peak so far + 1, age bucket, label,
+    remaining life)."""
 
     values: np.ndarray = field(repr=False)
-    """(L, D, C + 1, C + 2, len(AGE_EDGES), E) float64 units; peak-so-far index 0 = nothing observed yet; label
-    index E - 1 = unknown (E = 1 when labels are not used)."""
+    """(L, D, C + 1, C + 2, len(AGE_EDGES), E, M) float64 units; peak-so-far index 0 = nothing observed yet; label
+    index E - 1 = unknown (E = 1 when labels are not used); M = len(REMAINING_EDGES) with `use_remaining`, else 1."""
     levels: tuple[float, ...]
     use_labels: bool
     n_cases: int
     """Training cases (job, age, resource) the table was fitted on."""
     share_own_cell: float
     """Share of the training cases whose finest cell had at least `min_count` cases (the rest backed off)."""
+    use_remaining: bool = False
+    """Whether cells are keyed by the job's remaining life too (its end time known)."""
 
-    def lookup(self, level: float, request: np.ndarray, peak: np.ndarray, age: np.ndarray, label: np.ndarray):
+    def __post_init__(self) -> None:
+        if self.values.ndim == 6:  # a table saved before the remaining-life axis: one remaining-life cell
+            object.__setattr__(self, "values", self.values[..., None])
+
+    def lookup(
+        self,
+        level: float,
+        request: np.ndarray,
+        peak: np.ndarray,
+        age: np.ndarray,
+        label: np.ndarray,
+        remaining: np.ndarray | None = None,
+    ):
         """(N, D) the level's quantile for N jobs: request (N, D) units, peak so far (N, D) units (NaN or < 0 when
-        nothing is observed), age (N,) observed steps, label (N,) EC label (any value: out of range = unknown)."""
+        nothing is observed), age (N,) observed steps, label (N,) EC label (any value: out of range = unknown),
+        remaining (N,) steps to each job's end (needed exactly when the table `use_remaining`: ValueError)."""
         i_level = _level_index(self.levels, level)
-        n_d, n_r, n_p, _, n_e = self.values.shape[1:]
+        n_d, n_r, n_p, _, n_e, _ = self.values.shape[1:]
+        if self.use_remaining and remaining is None:
+            raise ValueError("PeakQuantileTable.lookup: the table is keyed by remaining life; pass remaining")
         request = np.clip(np.asarray(request, dtype=np.int64), 0, n_r - 1)
         peak = np.asarray(peak, dtype=np.float64)
         p_idx = np.where(np.isfinite(peak) & (peak >= 0), np.clip(np.nan_to_num(peak), 0, n_p - 2) + 1, 0)
@@ -67,7 +95,8 @@ class PeakQuantileTable:
         label = np.asarray(label, dtype=np.int64)[:, None]
         e_idx = np.where((label >= 0) & (label < n_e - 1), label, n_e - 1) if self.use_labels else 0 * label
         d_idx = np.arange(n_d)[None, :]
-        return self.values[i_level, d_idx, request, p_idx.astype(np.int64), bucket, e_idx]
+        m_idx = remaining_bucket(remaining)[:, None] if self.use_remaining else 0
+        return self.values[i_level, d_idx, request, p_idx.astype(np.int64), bucket, e_idx, m_idx]
 
     def forecaster(self, level: float, horizon: int) -> PeakQuantileForecaster:
         _level_index(self.levels, level)
@@ -84,6 +113,12 @@ def _level_index(levels: tuple[float, ...], level: float) -> int:
 def age_bucket(age: np.ndarray) -> np.ndarray:
     """Bucket index (`AGE_EDGES`) of each age in observed steps."""
     return np.searchsorted(np.asarray(AGE_EDGES), np.asarray(age, dtype=np.int64), side="right") - 1
+
+
+def remaining_bucket(remaining: np.ndarray) -> np.ndarray:
+    """Bucket index (`REMAINING_EDGES`) of each remaining life in steps (below 1 counts as 1)."""
+    r = np.maximum(np.asarray(remaining, dtype=np.int64), 1)
+    return np.searchsorted(np.asarray(REMAINING_EDGES), r, side="right") - 1
 
 
 def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -110,7 +145,9 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
         )
     served = None if labels_by_age is None else labels_by_age[b_idx, j_idx].astype(np.int64)  # (N, A)
     label = train.ec_label[b_idx, j_idx].astype(np.int64)
-    cols: dict[str, list] = {k: [] for k in ("resource", "request", "peak_idx", "bucket", "label", "target")}
+    cols: dict[str, list] = {
+        k: [] for k in ("resource", "request", "peak_idx", "bucket", "label", "target", "remaining")
+    }
     n_d = u.shape[2]
     for a in AGE_GRID:
         rows = np.flatnonzero(dur > a)
@@ -127,6 +164,7 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
             label_age = min(max(a - 1, 0), served.shape[1] - 1) if served is not None else 0
             cols["label"].append(label[rows] if served is None else served[rows, label_age])
             cols["target"].append(target[:, d])
+            cols["remaining"].append(dur[rows] - a)
     return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
 
 
@@ -152,11 +190,12 @@ def fit_peak_quantiles(
     use_labels: bool = True,
     min_count: int = 30,
     labels_by_age: np.ndarray | None = None,
+    use_remaining: bool = False,
 ) -> PeakQuantileTable:
     """The table of remaining-peak quantiles (module docstring) fitted on the sequences `train` (TRAINING ones:
     nothing of a test sequence may reach it), keyed by the clustering labels or, given `labels_by_age`, by the
-    labels a labeller serves at each age (`peak_cases`). ValueError on an empty split or a level outside
-    (0, 1]."""
+    labels a labeller serves at each age (`peak_cases`); with `use_remaining`, by each case's remaining life too
+    (module docstring). ValueError on an empty split or a level outside (0, 1]."""
     if any(not 0.0 < lv <= 1.0 for lv in levels):
         raise ValueError(f"fit_peak_quantiles: levels must be in (0, 1], got {levels}")
     if min_count < 1:
@@ -166,29 +205,34 @@ def fit_peak_quantiles(
     cap = int(max(cfg.capacity_units))
     n_r, n_p, n_b = cap + 1, cap + 2, len(AGE_EDGES)
     n_e = (int(cfg.n_labels) + 1) if use_labels else 1
-    shape = (n_d, n_r, n_p, n_b, n_e)
+    n_m = len(REMAINING_EDGES) if use_remaining else 1
+    shape = (n_d, n_r, n_p, n_b, n_e, n_m)
     r = np.clip(cases["request"], 0, n_r - 1)
     p = np.clip(cases["peak_idx"], 0, n_p - 1)
     e = np.clip(cases["label"], 0, n_e - 1) if use_labels else np.zeros_like(r)
-    idx = {"d": cases["resource"], "r": r, "p": p, "b": cases["bucket"], "e": e}
-    dims = {"d": n_d, "r": n_r, "p": n_p, "b": n_b, "e": n_e}
+    m = remaining_bucket(cases["remaining"]) if use_remaining else np.zeros_like(r)
+    idx = {"d": cases["resource"], "r": r, "p": p, "b": cases["bucket"], "e": e, "m": m}
+    dims = {"d": n_d, "r": n_r, "p": n_p, "b": n_b, "e": n_e, "m": n_m}
     # the prior of an empty cell: max(request, peak so far), i.e. request-based packing
     req_grid = np.arange(n_r)[:, None]
     peak_grid = np.r_[0, np.arange(n_p - 1)][None, :]  # index 0 (none) -> 0, index i -> i - 1
     prior = np.maximum(req_grid, peak_grid).astype(np.float64)  # (R, P)
-    values = np.broadcast_to(prior[None, None, :, :, None, None], (len(levels), *shape)).copy()
+    values = np.broadcast_to(prior[None, None, :, :, None, None, None], (len(levels), *shape)).copy()
     hierarchy = [("d", "r"), ("d", "r", "p"), ("d", "r", "p", "b")]
+    if use_remaining:  # every cell but the coarsest knows how long the job has left
+        hierarchy = [("d", "r"), ("d", "r", "m"), ("d", "r", "p", "m"), ("d", "r", "p", "b", "m")]
     if use_labels:
-        hierarchy.append(("d", "r", "p", "b", "e"))
+        hierarchy.append((*hierarchy[-1], "e"))
     own_cell = np.zeros(r.size, dtype=bool)
     for names in hierarchy:
+        names = tuple(n for n in "drpbem" if n in names)  # the values' axis order
         sub_shape = tuple(dims[n] for n in names)
         keys = np.ravel_multi_index(tuple(idx[n] for n in names), sub_shape)
         uniq, counts, quant = _group_quantiles(keys, cases["target"], levels, min_count)
         ok = counts >= min_count
         dense = np.full((len(levels), int(np.prod(sub_shape))), np.nan)
         dense[:, uniq[ok]] = quant[:, ok]
-        expand = [slice(None)] + [slice(None) if n in names else None for n in "drpbe"]
+        expand = [slice(None)] + [slice(None) if n in names else None for n in "drpbem"]
         dense = dense.reshape(len(levels), *sub_shape)[tuple(expand)]
         values = np.where(np.isnan(dense), values, dense)
         own_cell = np.isin(keys, uniq[ok])
@@ -198,6 +242,7 @@ def fit_peak_quantiles(
         use_labels=use_labels,
         n_cases=int(r.size),
         share_own_cell=float(own_cell.mean()),
+        use_remaining=use_remaining,
     )
 
 
@@ -226,7 +271,10 @@ class PeakQuantileForecaster:
         """(N, D) the quantile held at every step (`sim.forecast.flat_forecast`)."""
         n_obs, peak = observed_peak(state, env, job)  # NaN where nothing is observed (as job_view's life_max)
         request = state.jobs.request[env, job].astype(np.int64)
-        return self.table.lookup(self.level, request, peak, n_obs, observed_labels(state)[env, job])
+        labels = observed_labels(state)[env, job]
+        return self.table.lookup(
+            self.level, request, peak, n_obs, labels, _remaining(self.table, state, env, job, n_obs)
+        )
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         return levels_of(self.point(cfg, state, env, job), len(self.levels))
@@ -256,7 +304,18 @@ class RemainingPeakQuantiles:
         n_obs, peak = observed_peak(state, env, job)
         request = state.jobs.request[env, job].astype(np.int64)
         labels = observed_labels(state)[env, job]
-        flat = np.stack([self.table.lookup(lv, request, peak, n_obs, labels) for lv in self.levels], axis=1)
+        remaining = _remaining(self.table, state, env, job, n_obs)
+        flat = np.stack(
+            [self.table.lookup(lv, request, peak, n_obs, labels, remaining) for lv in self.levels], axis=1
+        )
         return np.ascontiguousarray(
             np.broadcast_to(flat[:, :, None, :], (flat.shape[0], flat.shape[1], self.horizon, flat.shape[2]))
         ).astype(np.float64)
+
+
+def _remaining(table: PeakQuantileTable, state: State, env: np.ndarray, job: np.ndarray, n_obs: np.ndarray):
+    """(N,) steps from now to each job's known end (its duration less its `n_obs` observed steps; a queued job's
+    whole duration) where the table is keyed by remaining life, else None (the duration is not read)."""
+    if not table.use_remaining:
+        return None
+    return state.jobs.duration[env, job].astype(np.int64) - n_obs

@@ -651,34 +651,42 @@ def fit_recall_rule(ctx, base: str, name: str, use_durations: bool = True) -> Ri
 
 def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool = True) -> RiskAwarePacking:
     """`RiskAwarePacking` on each job's remaining-peak quantile (`sim.peak_forecast`, fitted on the fit part of the
-    training sequences, with or without EC labels), recall of recurring workloads over it where the training
+    training sequences, with or without EC labels, keyed by each job's remaining life where the rule knows end
+    times: `use_durations`), recall of recurring workloads over it where the training
     sequences show repeats (`sim.forecast.fit_recall`); the quantile level and the mode chosen on validation,
     where the hybrid's candidates (observed peaks, `fit_hybrid`) compete too: validation may keep the hybrid.
     With `TuningConfig.cross_fit` the table and recall are refitted on the validation part for the swapped fold
     (`FitContext.choose`'s `build`)."""
     build = partial(_peak_candidates, name=name, use_durations=use_durations, use_labels=use_labels)
     policy = ctx.choose(name, build(ctx), build=build)
-    table, measured = _peak_table(ctx, use_labels)
+    table, measured = _peak_table(ctx, use_labels, use_durations)
     ctx.choices[name].update(
-        {**measured, "peak_table_cases": table.n_cases, "peak_table_share_own_cell": table.share_own_cell}
+        {
+            **measured,
+            "peak_table_cases": table.n_cases,
+            "peak_table_share_own_cell": table.share_own_cell,
+            "peak_table_remaining_life": table.use_remaining,
+        }
     )
     return policy
 
 
-def _peak_table(ctx, use_labels: bool):
-    """(the remaining-peak quantile table, the recall measurements) of the context's fit part (cached)."""
+def _peak_table(ctx, use_labels: bool, use_remaining: bool):
+    """(the remaining-peak quantile table, keyed by each job's remaining life where the rule knows end times
+    (`use_remaining`), the recall measurements) of the context's fit part (cached)."""
     from sim.peak_forecast import fit_peak_quantiles
 
     fit_part = ctx.split()[0]
     levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
     table = ctx.cached(
-        ("peak_table", use_labels),
+        ("peak_table", use_labels, use_remaining),
         lambda: fit_peak_quantiles(
             fit_part,
             ctx.cfg,
             levels=levels,
             use_labels=use_labels,
             labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
+            use_remaining=use_remaining,
         ),
     )
     return table, ctx.cached("recall_measured", lambda: measure_recall(fit_part))
@@ -686,7 +694,7 @@ def _peak_table(ctx, use_labels: bool):
 
 def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> list[tuple[dict, object]]:
     """`fit_peak_rule`'s (knobs, policy) candidates fitted on the context's fit part."""
-    table, measured = _peak_table(ctx, use_labels)
+    table, measured = _peak_table(ctx, use_labels, use_durations)
     fallback = ctx.best_fallback()
     candidates = []
     for level in ctx.tuning.peak_levels:

@@ -10,7 +10,14 @@ import pytest
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
-from sim.peak_forecast import AGE_EDGES, RemainingPeakQuantiles, age_bucket, fit_peak_quantiles, peak_cases
+from sim.peak_forecast import (
+    AGE_EDGES,
+    REMAINING_EDGES,
+    RemainingPeakQuantiles,
+    age_bucket,
+    fit_peak_quantiles,
+    peak_cases,
+)
 from sim.policies import POLICIES, decide, make_policy, policy_kind
 from sim.risk import RiskAwarePacking, RiskConfig, head_bounds
 from sim.tuning import FitContext, TuningConfig
@@ -104,6 +111,52 @@ def test_empty_training_split_is_a_clear_error() -> None:
         fit_peak_quantiles(empty, CFG)
 
 
+def _late_spike_jobs(n_rows: int, seed: int) -> JobBatch:
+    """Jobs of 10-40 steps using 1 unit; half of them use 5 units at the step 6 before their end: a job that has
+    not spiked yet will, if it is a spiker, exactly when 6 or more steps are left."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq = []
+        for j in range(30):
+            dur = int(rng.integers(10, 41))
+            usage = [[1, 1] for _ in range(dur)]
+            if rng.random() < 0.5:
+                usage[dur - 6] = [5, 5]
+            seq.append({"arrival_step": j, "usage": usage, "ec_label": 0, "request": [6, 6]})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def test_a_known_end_sharpens_the_remaining_peak() -> None:
+    """Keyed by remaining life, an unspiked job with 4 steps left is forecast at its usage (its spike, if any,
+    would be behind it) and one with 20 left at the spike; without the key both read the same cell."""
+    train = _late_spike_jobs(60, seed=1)
+    keyed = fit_peak_quantiles(train, CFG, (0.5, 0.9), use_labels=False, use_remaining=True)
+    plain = fit_peak_quantiles(train, CFG, (0.5, 0.9), use_labels=False)
+    assert (
+        keyed.use_remaining and keyed.values.shape[-1] == len(REMAINING_EDGES) and plain.values.shape[-1] == 1
+    )
+    req, peak, age, left = np.full((2, 2), 6), np.full((2, 2), 1.0), np.array([8, 8]), np.array([4, 20])
+    np.testing.assert_array_equal(keyed.lookup(0.9, req, peak, age, np.zeros(2), left), [[1, 1], [5, 5]])
+    np.testing.assert_array_equal(plain.lookup(0.9, req, peak, age, np.zeros(2)), [[5, 5], [5, 5]])
+    with pytest.raises(ValueError, match="remaining"):
+        keyed.lookup(0.9, req, peak, age, np.zeros(2))
+    # a table saved before the axis existed reads as one remaining-life cell
+    old = replace(plain, values=plain.values[..., 0])
+    np.testing.assert_array_equal(old.values, plain.values)
+
+
+def test_only_the_rule_that_knows_end_times_keys_its_table_by_them() -> None:
+    ctx = FitContext(
+        CFG, _jobs(12, 30, seed=6), TuningConfig(peak_levels=(0.9,), peak_modes=("pack",)), where="toy"
+    )
+    POLICIES["forecast_peak"].fit(ctx)
+    POLICIES["forecast_peak_nodur"].fit(ctx)
+    assert ctx.choices["forecast_peak"]["peak_table_remaining_life"] is True
+    assert ctx.choices["forecast_peak_nodur"]["peak_table_remaining_life"] is False
+
+
 def test_every_level_of_the_table_as_a_usage_forecaster() -> None:
     """`RemainingPeakQuantiles` (the forecast table's rows for forecast_peak) gives each level's point forecast,
     non-decreasing along the levels, flat over its horizon."""
@@ -151,7 +204,7 @@ def test_forecast_reads_no_future_usage() -> None:
 def test_rule_packs_beyond_requests_without_overshoot_and_is_fitted_on_training_only() -> None:
     """Requests 6 of 8 units: request-based packing puts one job per machine; the peak rule, knowing that labels
     0 and 1 never use more than 1 unit, packs several, and validation picks it only where it pays."""
-    train, test = _jobs(8, 40, seed=6), _jobs(3, 40, seed=7)
+    train, test = _jobs(24, 40, seed=6), _jobs(3, 40, seed=7)
     ctx = FitContext(CFG, train, TuningConfig(peak_levels=(0.95,), peak_modes=("pack", "guard")), where="toy")
     rule = POLICIES["forecast_peak"].fit(ctx)
     assert policy_kind("forecast_peak") == "forecast"
@@ -315,15 +368,19 @@ def test_a_fit_context_with_a_labeller_validates_and_fits_on_its_labels() -> Non
     ctx = FitContext(CFG, train, tuning, where="toy", labeller=Blind())
     POLICIES["forecast_peak"].fit(ctx)
     assert Blind.calls > 0  # validation episodes were served the labeller's labels
-    table = ctx.cached(("peak_table", True), lambda: None)
+    table = ctx.cached(("peak_table", True, True), lambda: None)
     assert table is not None
-    req, none = np.full((3, 2), 6), np.full((3, 2), np.nan)
+    req, none, left = (
+        np.full((3, 2), 6),
+        np.full((3, 2), np.nan),
+        np.full(3, 20),
+    )  # fresh jobs, 20 steps to go
     # every fresh job was label 0 in training: any label reads the all-class quantile (the spike is possible)
-    assert (table.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2])) == 5).all()
+    assert (table.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]), left) == 5).all()
     plain = FitContext(CFG, train, tuning, where="toy")
     POLICIES["forecast_peak"].fit(plain)
-    own = plain.cached(("peak_table", True), lambda: None)
-    assert (own.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]))[:2] == 1).all()
+    own = plain.cached(("peak_table", True, True), lambda: None)
+    assert (own.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]), left)[:2] == 1).all()
 
 
 def test_policies_that_say_they_read_no_labels_decide_the_same_on_any_labels() -> None:
