@@ -23,10 +23,10 @@ backs off to the cell without its label, then without its age bucket, then to (r
 With `use_remaining` (a rule that knows each job's end time: `forecast_peak`, not `_nodur`) every cell is also
 keyed by the job's remaining life in steps (`REMAINING_EDGES`): a peak over the next 3 steps is smaller than one
 over the next 60, and the known end says which. Cells back off to (request, remaining life), then (request);
-measured on the sample's Bitbrains with the traces' requests (seed 0, fit on 70 training sequences, scored on 30
-validation and 30 test sequences' jobs), the summed pinball loss of the 50-99 % quantiles falls 6-7 % on
-validation and 12-16 % on test at every load, at the same coverage (2026-11-27); Google-derived's day-long
-windows gain nothing (-0 to -2 %).
+measured without labels with the traces' requests (seed 0; fitted on 70 training sequences, scored on the jobs
+of 30 validation and 30 test sequences; 2026-11-27), the summed pinball loss of the 50-99 % quantiles falls 6-7 %
+on validation and 14-16 % on test at every load on the sample's Bitbrains, 6-7 % and 4-6 % on the shared trace's
+84 VMs, at the same coverage; Google-derived's windows gain 0-2 %.
 
 `PeakQuantileForecaster` serves one level as a point forecast (`sim.forecast.is_point_forecaster`): the job's
 quantile held flat over the horizon (0 after its end when the rule knows durations).
@@ -123,7 +123,8 @@ def remaining_bucket(remaining: np.ndarray) -> np.ndarray:
 
 def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The training cases (module docstring) of every real job of `train`: columns resource, request, peak_idx
-    (0 = nothing observed, else peak so far + 1), bucket, label, target (remaining peak), each (n_cases,).
+    (0 = nothing observed, else peak so far + 1), bucket, label, target (remaining peak), remaining (steps left
+    to the job's end), each (n_cases,).
     `labels_by_age` (B, J, A), when given, is the label a labeller serves each job after a = 0 .. A - 1 observed
     steps in its own count (`models.ec_labeller.ClassifierLabeller.label_table`; ages past A - 1 keep the last):
     a case takes the label the scheduler sees beside that case's peak so far, so the table is fitted on the view
