@@ -656,13 +656,17 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
     sequences show repeats (`sim.forecast.fit_recall`); the quantile level and the mode chosen on validation,
     where the hybrid's candidates (observed peaks, `fit_hybrid`) compete too: validation may keep the hybrid.
     With `TuningConfig.cross_fit` the table and recall are refitted on the validation part for the swapped fold
-    (`FitContext.choose`'s `build`)."""
+    (`FitContext.choose`'s `build`); with `TuningConfig.refit` the kept rule's table and recall are refitted on the
+    whole training split once the knobs are chosen (`FitContext.refit_choice`)."""
     build = partial(_peak_candidates, name=name, use_durations=use_durations, use_labels=use_labels)
     policy = ctx.choose(name, build(ctx), build=build)
-    table, measured = _peak_table(ctx, use_labels, use_durations)
+    refitted, fitted_in = ctx.refit_choice(name, build)
+    policy = policy if refitted is None else refitted
+    table, measured = _peak_table(fitted_in, use_labels, use_durations)
     ctx.choices[name].update(
         {
             **measured,
+            "refitted_on_all_training": refitted is not None,
             "peak_table_cases": table.n_cases,
             "peak_table_share_own_cell": table.share_own_cell,
             "peak_table_remaining_life": table.use_remaining,

@@ -85,6 +85,12 @@ class TuningConfig:
     workloads), and each candidate's returns and overshoot are pooled over both folds, so every training sequence
     validates once, by a rule fitted without its workloads. The rule kept is the first fold's. It costs the
     validation episodes of the fit part too (about 1 / validation_share times the plain choice's)."""
+    refit: bool = True
+    """Once validation has chosen a rule's knobs, a rule that learns from its fit part (`forecast_peak`'s
+    remaining-peak table and recall) is refitted on the whole training split (`FitContext.refitted`), as a
+    hyperparameter search refits its winner on all the data: the kept rule learns from every training workload,
+    validation ones included (test workloads never). False: the kept rule is the one validated, fitted on the fit
+    part only."""
     cross_fit_sequences: int | None = None
     """With `cross_fit`: at most this many of the fit part's sequences (evenly spaced) validate the swapped fold
     (None: all of them). Caps cross-fitting's cost where the fit part is long (DeepPlace's 70 sequences of 400+
@@ -397,6 +403,7 @@ class FitContext:
         hit = None if key is None else self.memo.get(key)
         if hit is not None and 0 <= hit.get("index", -1) < len(candidates):
             self.choices[name] = hit["choice"]
+            self._cache[("chosen", name)] = hit["index"]
             return candidates[hit["index"]][1]
         folds = [(self, candidates)]
         fit, validation = self.split()
@@ -432,7 +439,32 @@ class FitContext:
         if key is not None:  # as a remembered choice reads back: JSON's types (lists for tuples)
             self.choices[name] = json.loads(json.dumps(self.choices[name], default=repr))
             self.memo.put(key, {"index": best, "choice": self.choices[name]})
+        self._cache[("chosen", name)] = best
         return candidates[best][1]
+
+    def refitted(self) -> FitContext:
+        """This context with the whole training split as its fit part (its validation part unchanged): where a
+        rule whose knobs validation chose is refitted (`TuningConfig.refit`). It keeps this context's fallback
+        heuristic and chooses nothing (cached)."""
+        if "refitted" not in self._cache:
+            self.best_fallback()
+            other = replace(self, where=f"{self.where} (refitted)", choices={}, _cache={})
+            other._cache["split"] = (self.train, self.split()[1])
+            other._cache["fallback"] = self._cache["fallback"]
+            self._cache["refitted"] = other
+        return self._cache["refitted"]
+
+    def refit_choice(self, name: str, build: Callable[[FitContext], Sequence[tuple[dict, object]]]):
+        """(policy, context) of the rule `choose` kept for `name`: rebuilt by `build` on `refitted` where
+        `TuningConfig.refit` is on and the fit part is not the whole training split already, else the rule
+        validated and this context. KeyError when `name` was not chosen here."""
+        index = self._cache[("chosen", name)]
+        fit = self.split()[0]
+        if not self.tuning.refit or fit is self.train or fit.batch_size == self.train.batch_size:
+            return None, self
+        other = self.refitted()
+        candidates = build(other)
+        return candidates[index][1], other
 
 
 def _within_budget(means: Sequence[float], overshoot: Sequence[float], limit: float) -> tuple[int, bool]:

@@ -429,3 +429,27 @@ def test_policies_that_say_they_read_no_labels_decide_the_same_on_any_labels() -
     assert not np.array_equal(
         sequence_returns(Shuffled(labelled), CFG, test, 0), sequence_returns(labelled, CFG, test, 0)
     )
+
+
+def test_the_kept_rule_is_refitted_on_every_training_sequence_with_the_knobs_validation_chose() -> None:
+    """`TuningConfig.refit`: the knobs are chosen on validation as before, then the kept rule's table is fitted on
+    the whole training split (validation workloads included); off, it is the table of the fit part."""
+    train = _jobs(12, 30, seed=6)
+    tuning = TuningConfig(peak_levels=(0.5, 0.9), peak_modes=("pack",), min_observed=(0,))
+    on = FitContext(CFG, train, tuning, where="toy")
+    off = FitContext(CFG, train, replace(tuning, refit=False), where="toy")
+    rule_on, rule_off = POLICIES["forecast_peak"].fit(on), POLICIES["forecast_peak"].fit(off)
+    chosen_on, chosen_off = on.choices["forecast_peak"], off.choices["forecast_peak"]
+    knobs = ("forecaster", "level", "mode", "fallback", "validation_return")
+    assert [chosen_on.get(k) for k in knobs] == [chosen_off.get(k) for k in knobs]  # the same choice
+    assert chosen_on["refitted_on_all_training"] is True and chosen_off["refitted_on_all_training"] is False
+    fit_part = on.split()[0]
+    assert fit_part.batch_size < train.batch_size
+    all_cases = fit_peak_quantiles(train, CFG, use_remaining=True).n_cases
+    assert chosen_on["peak_table_cases"] == all_cases > chosen_off["peak_table_cases"]
+    if chosen_on["forecaster"] == "peak_quantile":
+        assert rule_on.forecaster.table.n_cases == all_cases
+        assert (
+            rule_off.forecaster.table.n_cases == fit_peak_quantiles(fit_part, CFG, use_remaining=True).n_cases
+        )
+    assert on.refitted().split()[0] is train and on.refitted().fallback_choice() == on.fallback_choice()
