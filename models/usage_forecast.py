@@ -980,15 +980,25 @@ def fit_forecasters(
     EC labels (`sim.peak_forecast.RemainingPeakQuantiles`) and the four baselines, fitted on `train` only; the
     ones with EC inputs on the labels `labeller` serves (None: the clustering labels)."""
     from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+    from sim.tuning import TuningConfig, split_validation
 
     h, lv = cfg.horizon, tuple(cfg.levels)
     served = labels_by_age(labeller, sim_cfg, train)
 
     def peak(use_labels: bool) -> RemainingPeakQuantiles:
-        table = fit_peak_quantiles(
-            train, sim_cfg, lv, use_labels=use_labels, labels_by_age=served, use_remaining=True
-        )
-        return RemainingPeakQuantiles(table, h)
+        """As forecast_peak fits it: the remaining-life key kept where it lowers the pinball loss on validation
+        sequences carved from `train` (`sim.tuning.split_validation`), then the table refitted on all of `train`."""
+        fit, validation = split_validation(train, TuningConfig.validation_share)
+
+        def fitted(jobs: JobBatch, keyed: bool):
+            labels = labels_by_age(labeller, sim_cfg, jobs) if use_labels else None
+            return fit_peak_quantiles(
+                jobs, sim_cfg, lv, use_labels, labels_by_age=labels, use_remaining=keyed
+            )
+
+        held_out = labels_by_age(labeller, sim_cfg, validation) if use_labels else None
+        loss = {k: fitted(fit, k).pinball_loss(validation, held_out) for k in (False, True)}
+        return RemainingPeakQuantiles(fitted(train, loss[True] < loss[False]), h)
 
     return {
         "remaining_peak_with_ec": peak(True),

@@ -663,6 +663,7 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
     refitted, fitted_in = ctx.refit_choice(name, build)
     policy = policy if refitted is None else refitted
     table, measured = _peak_table(fitted_in, use_labels, use_durations)
+    structure = ctx.structure_choice(("peak_table", use_labels, use_durations), dict)
     ctx.choices[name].update(
         {
             **measured,
@@ -670,30 +671,46 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
             "peak_table_cases": table.n_cases,
             "peak_table_share_own_cell": table.share_own_cell,
             "peak_table_remaining_life": table.use_remaining,
+            "peak_table_validation_pinball": {
+                ("remaining_life" if k else "without"): v
+                for k, v in structure.get("validation_pinball", {}).items()
+            },
         }
     )
     return policy
 
 
-def _peak_table(ctx, use_labels: bool, use_remaining: bool):
-    """(the remaining-peak quantile table, keyed by each job's remaining life where the rule knows end times
-    (`use_remaining`), the recall measurements) of the context's fit part (cached)."""
+def _peak_table(ctx, use_labels: bool, know_ends: bool):
+    """(the remaining-peak quantile table, the recall measurements) of the context's fit part (cached). Where the
+    rule knows end times (`know_ends`) the table keyed by each job's remaining life competes with the one without
+    it, and the one with the lower pinball loss on the validation part is kept (`structure_choice`: chosen once,
+    and carried to `FitContext.refitted`, whose validation part is inside its fit part)."""
     from sim.peak_forecast import fit_peak_quantiles
 
-    fit_part = ctx.split()[0]
-    levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
-    table = ctx.cached(
-        ("peak_table", use_labels, use_remaining),
-        lambda: fit_peak_quantiles(
-            fit_part,
-            ctx.cfg,
-            levels=levels,
-            use_labels=use_labels,
-            labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
-            use_remaining=use_remaining,
-        ),
-    )
-    return table, ctx.cached("recall_measured", lambda: measure_recall(fit_part))
+    fit_part, validation = ctx.split()
+
+    def table(use_remaining: bool):
+        return ctx.cached(
+            ("peak_table", use_labels, use_remaining),
+            lambda: fit_peak_quantiles(
+                fit_part,
+                ctx.cfg,
+                levels=tuple(sorted({0.5, *ctx.tuning.peak_levels})),
+                use_labels=use_labels,
+                labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
+                use_remaining=use_remaining,
+            ),
+        )
+
+    def choose_structure() -> dict:
+        if not know_ends:
+            return {"use_remaining": False}
+        labels = ctx.labels_by_age(validation) if use_labels else None
+        loss = {key: table(key).pinball_loss(validation, labels) for key in (False, True)}
+        return {"use_remaining": loss[True] < loss[False], "validation_pinball": loss}
+
+    structure = ctx.structure_choice(("peak_table", use_labels, know_ends), choose_structure)
+    return table(structure["use_remaining"]), ctx.cached("recall_measured", lambda: measure_recall(fit_part))
 
 
 def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> list[tuple[dict, object]]:

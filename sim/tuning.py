@@ -442,6 +442,11 @@ class FitContext:
         self._cache[("chosen", name)] = best
         return candidates[best][1]
 
+    def structure_choice(self, key, make: Callable[[], dict]) -> dict:
+        """A choice of a rule's structure made on this context's validation part by `make()` (cheaply, e.g. by
+        forecast loss; no episodes), once; `refitted` carries it over rather than choosing again in-sample."""
+        return self.cached(("structure", key), make)
+
     def refitted(self) -> FitContext:
         """This context with the whole training split as its fit part (its validation part unchanged): where a
         rule whose knobs validation chose is refitted (`TuningConfig.refit`). It keeps this context's fallback
@@ -451,6 +456,9 @@ class FitContext:
             other = replace(self, where=f"{self.where} (refitted)", choices={}, _cache={})
             other._cache["split"] = (self.train, self.split()[1])
             other._cache["fallback"] = self._cache["fallback"]
+            other._cache.update(
+                {k: v for k, v in self._cache.items() if isinstance(k, tuple) and k[0] == "structure"}
+            )
             self._cache["refitted"] = other
         return self._cache["refitted"]
 

@@ -147,14 +147,25 @@ def test_a_known_end_sharpens_the_remaining_peak() -> None:
     np.testing.assert_array_equal(old.values, plain.values)
 
 
-def test_only_the_rule_that_knows_end_times_keys_its_table_by_them() -> None:
-    ctx = FitContext(
-        CFG, _jobs(12, 30, seed=6), TuningConfig(peak_levels=(0.9,), peak_modes=("pack",)), where="toy"
-    )
-    POLICIES["forecast_peak"].fit(ctx)
-    POLICIES["forecast_peak_nodur"].fit(ctx)
-    assert ctx.choices["forecast_peak"]["peak_table_remaining_life"] is True
-    assert ctx.choices["forecast_peak_nodur"]["peak_table_remaining_life"] is False
+def test_the_remaining_life_key_is_kept_where_validation_loss_says_so_and_only_with_known_ends() -> None:
+    """forecast_peak fits the table with and without the remaining-life key and keeps the one with the lower
+    pinball loss on its validation sequences; the refitted rule keeps that structure; _nodur never reads ends."""
+    tuning = TuningConfig(peak_levels=(0.9,), peak_modes=("pack",), min_observed=(0,))
+    for jobs, keyed in ((_late_spike_jobs(60, seed=2), True), (_jobs(12, 30, seed=6), None)):
+        ctx = FitContext(CFG, jobs, tuning, where="toy")
+        rule = POLICIES["forecast_peak"].fit(ctx)
+        POLICIES["forecast_peak_nodur"].fit(ctx)
+        chosen, nodur = ctx.choices["forecast_peak"], ctx.choices["forecast_peak_nodur"]
+        loss = chosen["peak_table_validation_pinball"]
+        assert chosen["peak_table_remaining_life"] is (loss["remaining_life"] < loss["without"])
+        assert nodur["peak_table_remaining_life"] is False and nodur["peak_table_validation_pinball"] == {}
+        if keyed is not None:
+            assert chosen["peak_table_remaining_life"] is keyed
+        if chosen["forecaster"] == "peak_quantile":
+            assert rule.forecaster.table.use_remaining is chosen["peak_table_remaining_life"]
+        fit, validation = ctx.split()
+        table = fit_peak_quantiles(fit, CFG, (0.5, 0.9), use_remaining=True)
+        assert table.pinball_loss(validation) == pytest.approx(loss["remaining_life"])
 
 
 def test_every_level_of_the_table_as_a_usage_forecaster() -> None:
@@ -445,11 +456,15 @@ def test_the_kept_rule_is_refitted_on_every_training_sequence_with_the_knobs_val
     assert chosen_on["refitted_on_all_training"] is True and chosen_off["refitted_on_all_training"] is False
     fit_part = on.split()[0]
     assert fit_part.batch_size < train.batch_size
-    all_cases = fit_peak_quantiles(train, CFG, use_remaining=True).n_cases
+    keyed = chosen_on["peak_table_remaining_life"]
+    all_cases = fit_peak_quantiles(train, CFG, use_remaining=keyed).n_cases
     assert chosen_on["peak_table_cases"] == all_cases > chosen_off["peak_table_cases"]
     if chosen_on["forecaster"] == "peak_quantile":
         assert rule_on.forecaster.table.n_cases == all_cases
         assert (
-            rule_off.forecaster.table.n_cases == fit_peak_quantiles(fit_part, CFG, use_remaining=True).n_cases
+            rule_off.forecaster.table.n_cases
+            == fit_peak_quantiles(fit_part, CFG, use_remaining=keyed).n_cases
         )
     assert on.refitted().split()[0] is train and on.refitted().fallback_choice() == on.fallback_choice()
+    key = ("peak_table", True, True)  # the table's structure chosen on validation, not again in-sample
+    assert on.refitted().structure_choice(key, dict) == on.structure_choice(key, dict) != {}
