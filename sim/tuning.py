@@ -463,9 +463,9 @@ class FitContext:
         return self._cache["refitted"]
 
     def refit_choice(self, name: str, build: Callable[[FitContext], Sequence[tuple[dict, object]]]):
-        """(policy, context) of the rule `choose` kept for `name`: rebuilt by `build` on `refitted` where
-        `TuningConfig.refit` is on and the fit part is not the whole training split already, else the rule
-        validated and this context. KeyError when `name` was not chosen here."""
+        """(policy, context): the rule `choose` kept for `name` rebuilt by `build` on `refitted`, and that context,
+        where `TuningConfig.refit` is on and the fit part is not the whole training split already; else (None, this
+        context): the rule validated is the one to keep. KeyError when `name` was not chosen here."""
         index = self._cache[("chosen", name)]
         fit = self.split()[0]
         if not self.tuning.refit or fit is self.train or fit.batch_size == self.train.batch_size:
