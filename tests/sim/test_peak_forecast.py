@@ -447,8 +447,8 @@ def test_the_kept_rule_is_refitted_on_every_training_sequence_with_the_knobs_val
     the whole training split (validation workloads included); off, it is the table of the fit part."""
     train = _jobs(12, 30, seed=6)
     tuning = TuningConfig(peak_levels=(0.5, 0.9), peak_modes=("pack",), min_observed=(0,))
-    on = FitContext(CFG, train, tuning, where="toy")
-    off = FitContext(CFG, train, replace(tuning, refit=False), where="toy")
+    on = FitContext(CFG, train, replace(tuning, refit=True), where="toy")
+    off = FitContext(CFG, train, tuning, where="toy")  # the default: the rule validated is the rule kept
     rule_on, rule_off = POLICIES["forecast_peak"].fit(on), POLICIES["forecast_peak"].fit(off)
     chosen_on, chosen_off = on.choices["forecast_peak"], off.choices["forecast_peak"]
     knobs = ("forecaster", "level", "mode", "fallback", "validation_return")
