@@ -986,8 +986,9 @@ def fit_forecasters(
     served = labels_by_age(labeller, sim_cfg, train)
 
     def peak(use_labels: bool) -> RemainingPeakQuantiles:
-        """As forecast_peak fits it: the remaining-life key kept where it lowers the pinball loss on validation
-        sequences carved from `train` (`sim.tuning.split_validation`), then the table refitted on all of `train`."""
+        """The remaining-life key kept where it lowers the pinball loss on validation sequences carved from
+        `train` (`sim.tuning.split_validation`), as forecast_peak keeps it; the table then fitted on all of `train`,
+        as every forecaster of the table is."""
         fit, validation = split_validation(train, TuningConfig.validation_share)
 
         def fitted(jobs: JobBatch, keyed: bool):
