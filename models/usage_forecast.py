@@ -979,7 +979,7 @@ def fit_forecasters(
     """The learned forecaster with and without EC inputs, `forecast_peak`'s remaining-peak table with and without
     EC labels (`sim.peak_forecast.RemainingPeakQuantiles`) and the four baselines, fitted on `train` only; the
     ones with EC inputs on the labels `labeller` serves (None: the clustering labels)."""
-    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles, remaining_key_choice
     from sim.tuning import TuningConfig, split_validation
 
     h, lv = cfg.horizon, tuple(cfg.levels)
@@ -998,8 +998,8 @@ def fit_forecasters(
             )
 
         held_out = labels_by_age(labeller, sim_cfg, validation) if use_labels else None
-        loss = {k: fitted(fit, k).pinball_loss(validation, held_out) for k in (False, True)}
-        return RemainingPeakQuantiles(fitted(train, loss[True] < loss[False]), h)
+        keyed = remaining_key_choice(lambda k: fitted(fit, k), validation, held_out)["use_remaining"]
+        return RemainingPeakQuantiles(fitted(train, keyed), h)
 
     return {
         "remaining_peak_with_ec": peak(True),

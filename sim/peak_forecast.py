@@ -89,34 +89,41 @@ class PeakQuantileTable:
         nothing is observed), age (N,) observed steps, label (N,) EC label (any value: out of range = unknown),
         remaining (N,) steps to each job's end (needed exactly when the table `use_remaining`: ValueError)."""
         i_level = _level_index(self.levels, level)
-        n_d, n_r, n_p, _, n_e, _ = self.values.shape[1:]
         if self.use_remaining and remaining is None:
             raise ValueError("PeakQuantileTable.lookup: the table is keyed by remaining life; pass remaining")
-        request = np.clip(np.asarray(request, dtype=np.int64), 0, n_r - 1)
+        n_d, _, n_p = self.values.shape[1:4]
         peak = np.asarray(peak, dtype=np.float64)
         p_idx = np.where(np.isfinite(peak) & (peak >= 0), np.clip(np.nan_to_num(peak), 0, n_p - 2) + 1, 0)
-        bucket = age_bucket(np.asarray(age))[:, None]
-        label = np.asarray(label, dtype=np.int64)[:, None]
-        e_idx = np.where((label >= 0) & (label < n_e - 1), label, n_e - 1) if self.use_labels else 0 * label
-        d_idx = np.arange(n_d)[None, :]
-        m_idx = remaining_bucket(remaining)[:, None] if self.use_remaining else 0
-        return self.values[i_level, d_idx, request, p_idx.astype(np.int64), bucket, e_idx, m_idx]
+        cell = self._cell(
+            np.asarray(request, dtype=np.int64),
+            p_idx.astype(np.int64),
+            age_bucket(np.asarray(age))[:, None],
+            np.asarray(label, dtype=np.int64)[:, None],
+            None if remaining is None else np.asarray(remaining)[:, None],
+        )
+        return self.values[(i_level, np.arange(n_d)[None, :], *cell)]
 
     def pinball_loss(self, jobs: JobBatch, labels_by_age: np.ndarray | None = None) -> float:
         """Mean over levels of the pinball loss (units) of this table's quantiles on the cases (`peak_cases`) of
         the jobs of `jobs` (held-out sequences: validation, never test), keyed as the table is (the labels
         `labels_by_age` serves where it uses labels)."""
         cases = peak_cases(jobs, labels_by_age if self.use_labels else None)
-        n_d, n_r, n_p, _, n_e, _ = self.values.shape[1:]
-        r = np.clip(cases["request"], 0, n_r - 1)
-        p = np.clip(cases["peak_idx"], 0, n_p - 1)
-        label = cases["label"]
-        e = np.where((label >= 0) & (label < n_e - 1), label, n_e - 1) if self.use_labels else 0 * r
-        m = remaining_bucket(cases["remaining"]) if self.use_remaining else 0 * r
-        q = self.values[:, cases["resource"], r, p, cases["bucket"], e, m]  # (L, N)
+        cell = self._cell(
+            cases["request"], cases["peak_idx"], cases["bucket"], cases["label"], cases["remaining"]
+        )
+        q = self.values[(slice(None), cases["resource"], *cell)]  # (L, N)
         err = cases["target"][None, :] - q
         tau = np.asarray(self.levels)[:, None]
         return float(np.maximum(tau * err, (tau - 1) * err).mean())
+
+    def _cell(self, request, peak_idx, bucket, label, remaining) -> tuple[np.ndarray, ...]:
+        """The (request, peak so far, age bucket, label, remaining life) indices of `values` for jobs or cases, in
+        their shapes: request and peak-so-far index clipped, an unknown or out-of-range label to the unknown
+        cell, label and remaining life index 0 where the table is not keyed by them."""
+        n_r, n_p, _, n_e, _ = self.values.shape[2:]
+        e_idx = np.where((label >= 0) & (label < n_e - 1), label, n_e - 1) if self.use_labels else 0 * label
+        m_idx = remaining_bucket(remaining) if self.use_remaining else 0 * bucket
+        return np.clip(request, 0, n_r - 1), np.clip(peak_idx, 0, n_p - 1), bucket, e_idx, m_idx
 
     def forecaster(self, level: float, horizon: int) -> PeakQuantileForecaster:
         _level_index(self.levels, level)
@@ -265,6 +272,14 @@ def fit_peak_quantiles(
         share_own_cell=float(own_cell.mean()),
         use_remaining=use_remaining,
     )
+
+
+def remaining_key_choice(table_of, validation: JobBatch, labels_by_age: np.ndarray | None = None) -> dict:
+    """Whether a table keyed by remaining life pays (module docstring): {"use_remaining": the keyed table's pinball
+    loss on the held-out sequences `validation` is the lower, "validation_pinball": {False: ..., True: ...}}, where
+    `table_of(keyed)` gives each table fitted on the fit part (labels of `validation`: `labels_by_age`)."""
+    loss = {keyed: table_of(keyed).pinball_loss(validation, labels_by_age) for keyed in (False, True)}
+    return {"use_remaining": loss[True] < loss[False], "validation_pinball": loss}
 
 
 @dataclass(frozen=True)

@@ -685,7 +685,7 @@ def _peak_table(ctx, use_labels: bool, know_ends: bool):
     rule knows end times (`know_ends`) the table keyed by each job's remaining life competes with the one without
     it, and the one with the lower pinball loss on the validation part is kept (`structure_choice`: chosen once,
     and carried to `FitContext.refitted`, whose validation part is inside its fit part)."""
-    from sim.peak_forecast import fit_peak_quantiles
+    from sim.peak_forecast import fit_peak_quantiles, remaining_key_choice
 
     fit_part, validation = ctx.split()
 
@@ -705,9 +705,7 @@ def _peak_table(ctx, use_labels: bool, know_ends: bool):
     def choose_structure() -> dict:
         if not know_ends:
             return {"use_remaining": False}
-        labels = ctx.labels_by_age(validation) if use_labels else None
-        loss = {key: table(key).pinball_loss(validation, labels) for key in (False, True)}
-        return {"use_remaining": loss[True] < loss[False], "validation_pinball": loss}
+        return remaining_key_choice(table, validation, ctx.labels_by_age(validation) if use_labels else None)
 
     structure = ctx.structure_choice(("peak_table", use_labels, know_ends), choose_structure)
     return table(structure["use_remaining"]), ctx.cached("recall_measured", lambda: measure_recall(fit_part))
