@@ -40,9 +40,11 @@ from models.forecast_placer import (
 from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
+from sim.forecast import uncached
 from sim.jobs import JobBatch
 from sim.labelling import ServedLabels
 from sim.policies import make_policy
+from sim.risk import PEAK_RULES
 from sim.tuning import TuningConfig, sequence_returns
 
 SETTINGS = {
@@ -147,6 +149,13 @@ def main() -> None:
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
         "earlier runs of a recurring workload too)",
     )
+    ap.add_argument(
+        "--inputs",
+        default=None,
+        choices=("rule", "learned"),
+        help="PlacerTrainConfig.inputs: the base rule's remaining-peak table (bases on it) or the learned "
+        "forecaster (default: rule where the base is on the table, else learned)",
+    )
     ap.add_argument("--device", default="cpu", help="where the PG updates run (cuda where a GPU is lent)")
     ap.add_argument(
         "--labels",
@@ -201,7 +210,11 @@ def main() -> None:
     t0 = time.perf_counter()
     where = f"{args.source} {args.load} %"
     tuning = TuningConfig(seed=args.seed)
-    base, forecaster, ctx = fit_base_rule(cfg10, train, args.base, "sample", tuning, where, labeller)
+    inputs = args.inputs or ("rule" if args.base in PEAK_RULES else "learned")
+    base, forecaster, ctx = fit_base_rule(
+        cfg10, train, args.base, "sample", tuning, where, labeller, inputs=inputs
+    )
+    print(f"residual's inputs: {inputs} ({type(uncached(forecaster)).__name__})")
     choice = ctx.choices[args.base]
     stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}

@@ -83,10 +83,18 @@ from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_so
 from sim import core
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length, relabel
-from sim.forecast import ForecastCache, RecallOverlay, UsageForecaster, flat_forecast, uncached, with_cache
+from sim.forecast import (
+    ForecastCache,
+    RecallOverlay,
+    UsageForecaster,
+    flat_level_forecast,
+    is_flat_forecaster,
+    uncached,
+    with_cache,
+)
 from sim.jobs import JobBatch
 from sim.labelling import Labeller, reads_labels
-from sim.peak_forecast import PeakQuantileForecaster, PeakQuantileTable
+from sim.peak_forecast import PeakQuantileForecaster, PeakQuantileTable, RemainingPeakQuantiles
 from sim.policies import (
     POLICIES,
     JobPicker,
@@ -384,11 +392,13 @@ def placement_features(
         n_alive = np.full(env.size, horizon, dtype=np.int64)
     n_alive[bi.size :] *= head.has_job
     cell = bi * n_m + state.job_machine[bi, ji]
-    flat = flat_forecast(forecaster, cfg, state, env, job)
+    # flat forecasts need no horizon axis: a point one at any rho (its deviations are 0), one with a value per
+    # level at rho = 1 (the bound is then a sum, whose mean over the horizon is linear in the steps alive)
+    flat = flat_level_forecast(forecaster, pcfg.levels, cfg, state, env, job)
+    if flat is not None and pcfg.rho != 1.0 and not is_flat_forecaster(forecaster):
+        flat = None
     if flat is not None and (flat >= 0).all():
-        cols, head_mean = _flat_level_columns(
-            flat, n_alive, cell, n_envs, n_m, horizon, cap, len(pcfg.levels)
-        )
+        cols, head_mean = _flat_level_columns(flat, n_alive, cell, n_envs, n_m, horizon, cap)
     else:
         cols, head_mean = _level_columns(
             cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap, memo
@@ -565,36 +575,36 @@ class MachineSums:
 
 
 def _flat_level_columns(
-    value: np.ndarray,
+    values: np.ndarray,
     n_alive: np.ndarray,
     cell: np.ndarray,
     n_envs: int,
     n_m: int,
     horizon: int,
     cap: np.ndarray,
-    n_levels: int,
 ) -> tuple[list[np.ndarray], np.ndarray]:
-    """`_level_columns` for a flat forecaster (`sim.forecast.is_flat_forecaster`: every level one value `value`
-    (N, D) >= 0, held while the job is alive): no horizon axis. A machine's sum never rises over the horizon, so
-    its peak share is at t + 1; its mean over the horizon is sum(value x steps alive) / H. Every level's columns
-    are the same (the deviations are 0). Equal to `_level_columns` up to float rounding of the means."""
+    """`_level_columns` at rho = 1 for a flat forecaster (`sim.forecast.flat_level_forecast`: each level one value
+    per job, `values` (N, L, D) >= 0, level 0 the median, held while the job is alive): no horizon axis. A job's
+    median plus its level's deviation is max(value at the level, median); a machine's sum of them never rises
+    over the horizon, so its peak share is at t + 1, and its mean over the horizon is sum(value x steps alive) /
+    H. Equal to `_level_columns` up to float rounding of the means."""
     n_run = cell.size
-    first = value * (n_alive > 0)[:, None]
-    total = value * n_alive[:, None]
+    bound = np.maximum(values, values[:, :1])  # (N, L, D) the median plus the level's deviation
+    first = bound * (n_alive > 0)[:, None, None]
+    total = bound * n_alive[:, None, None]
 
     def per_machine(v: np.ndarray) -> np.ndarray:
-        return sum_by_cell(v[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, v.shape[1])
+        return sum_by_cell(v[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, *v.shape[1:])
 
-    acc_first, acc_total = per_machine(first), per_machine(total)
+    acc_first, acc_total = per_machine(first), per_machine(total)  # (B, M, L, D)
+    with_first, with_total = acc_first + first[n_run:, None], acc_total + total[n_run:, None]
     cols: list[np.ndarray] = []
-    for first_sum, total_sum in (
-        (acc_first, acc_total),
-        (acc_first + first[n_run:, None], acc_total + total[n_run:, None]),
-    ):
-        cols.append((first_sum / cap).max(axis=2))
-        cols.append((total_sum / cap).mean(axis=2) / horizon)
-    cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
-    return cols * n_levels, total[n_run:] / horizon
+    for li in range(values.shape[1]):
+        for first_sum, total_sum in ((acc_first, acc_total), (with_first, with_total)):
+            cols.append((first_sum[:, :, li] / cap).max(axis=2))
+            cols.append((total_sum[:, :, li] / cap).mean(axis=2) / horizon)
+        cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
+    return cols, total[n_run:, 0] / horizon
 
 
 def safe_action_mask(
@@ -688,19 +698,15 @@ def forecaster_spec(forecaster) -> dict | None:
     if isinstance(forecaster, RequestForecaster):
         return {"kind": "request", "horizon": forecaster.horizon, "levels": list(forecaster.levels)}
     if isinstance(forecaster, PeakQuantileForecaster):
-        table = forecaster.table
         return {
             "kind": "peak_quantile",
-            "values": torch.from_numpy(np.ascontiguousarray(table.values)),
-            "table_levels": list(table.levels),
-            "use_labels": table.use_labels,
-            "use_remaining": table.use_remaining,
-            "n_cases": table.n_cases,
-            "share_own_cell": table.share_own_cell,
+            **_table_spec(forecaster.table),
             "level": forecaster.level,
             "horizon": forecaster.horizon,
             "levels": list(forecaster.levels),
         }
+    if isinstance(forecaster, RemainingPeakQuantiles):
+        return {"kind": "remaining_peak", **_table_spec(forecaster.table), "horizon": forecaster.horizon}
     from models.usage_forecast import QuantileUsageForecaster
 
     if isinstance(forecaster, QuantileUsageForecaster):
@@ -727,6 +733,28 @@ def forecaster_spec(forecaster) -> dict | None:
     raise ValueError(f"forecast placer: cannot save a {type(forecaster).__name__} forecaster")
 
 
+def _table_spec(table: PeakQuantileTable) -> dict:
+    return {
+        "values": torch.from_numpy(np.ascontiguousarray(table.values)),
+        "table_levels": list(table.levels),
+        "use_labels": table.use_labels,
+        "use_remaining": table.use_remaining,
+        "n_cases": table.n_cases,
+        "share_own_cell": table.share_own_cell,
+    }
+
+
+def _table_from_spec(spec: dict) -> PeakQuantileTable:
+    return PeakQuantileTable(
+        values=spec["values"].numpy(),
+        levels=tuple(spec["table_levels"]),
+        use_labels=bool(spec["use_labels"]),
+        n_cases=int(spec["n_cases"]),
+        share_own_cell=float(spec["share_own_cell"]),
+        use_remaining=bool(spec.get("use_remaining", False)),  # saved before the axis: none
+    )
+
+
 def forecaster_from_spec(spec: dict | None):
     """The forecaster a `forecaster_spec` describes."""
     if spec is None:
@@ -738,17 +766,11 @@ def forecaster_from_spec(spec: dict | None):
     if spec["kind"] == "recall":
         return RecallOverlay(forecaster_from_spec(spec["inner"]), float(spec["reliability"]))
     if spec["kind"] == "peak_quantile":
-        table = PeakQuantileTable(
-            values=spec["values"].numpy(),
-            levels=tuple(spec["table_levels"]),
-            use_labels=bool(spec["use_labels"]),
-            n_cases=int(spec["n_cases"]),
-            share_own_cell=float(spec["share_own_cell"]),
-            use_remaining=bool(spec.get("use_remaining", False)),  # saved before the axis: none
-        )
         return PeakQuantileForecaster(
-            table, float(spec["level"]), int(spec["horizon"]), tuple(spec["levels"])
+            _table_from_spec(spec), float(spec["level"]), int(spec["horizon"]), tuple(spec["levels"])
         )
+    if spec["kind"] == "remaining_peak":
+        return RemainingPeakQuantiles(_table_from_spec(spec), int(spec["horizon"]))
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles
 
@@ -1627,6 +1649,10 @@ def paired_interval(diff: np.ndarray) -> tuple[float, float, float]:
 # --- the training runs of the pipeline (`rl__forecast_residual`) --------------------------------------------
 
 
+INPUTS = ("rule", "learned")
+"""`PlacerTrainConfig.inputs`: where the residual's per-job forecasts come from."""
+
+
 @dataclass(frozen=True)
 class PlacerTrainConfig:
     """The forecast residual scheduler's training runs of one (load, training seed), one per source: the
@@ -1636,8 +1662,14 @@ class PlacerTrainConfig:
     base: str = "forecast_peak"
     """Fitted base rule (a registered rule with `.fit`: forecast_peak, the best forecast-driven rule measured
     (benchmarks/bench_placement.py); forecast_recall_hybrid, hybrid_observed)."""
+    inputs: str = "rule"
+    """Per-job forecaster of the residual's inputs (`INPUTS`): "rule", the base rule's own remaining-peak quantiles
+    (`sim.risk.peak_rule_inputs`: a base on the table, `sim.risk.PEAK_RULES`; flat forecasts, so the features
+    need no horizon axis), or "learned", the learned usage forecaster of `forecaster_preset` (any base; its
+    features cost a forecast over the horizon per decision: README, "Training rollout speed")."""
     forecaster_preset: str = "sample"
-    """Preset of the learned usage forecaster (`models.usage_forecast.FORECAST_PRESETS`)."""
+    """Preset of the learned usage forecaster (`models.usage_forecast.FORECAST_PRESETS`) where `inputs` is
+    "learned" (and for a base rule that reads it)."""
     tuning_preset: str = "full"
     """Grid of knobs the base rule tries on validation (`sim.tuning.TUNING_PRESETS`); set it as eval__baselines'
     is set, so the residual's base is the rule its row is compared with."""
@@ -1664,7 +1696,16 @@ class PlacerTrainConfig:
                 f"PlacerTrainConfig.base must be a fitted rule that sees no future ({fitted}); got {self.base!r}"
             )
         from models.usage_forecast import FORECAST_PRESETS
+        from sim.risk import PEAK_RULES
         from sim.tuning import TUNING_PRESETS
+
+        if self.inputs not in INPUTS:
+            raise ValueError(f"PlacerTrainConfig.inputs must be one of {INPUTS}, got {self.inputs!r}")
+        if self.inputs == "rule" and self.base not in PEAK_RULES:
+            raise ValueError(
+                f"PlacerTrainConfig.inputs 'rule' reads the base rule's remaining-peak table: base must be one of "
+                f"{sorted(PEAK_RULES)}, got {self.base!r} (set inputs: learned for another base)"
+            )
 
         if self.forecaster_preset not in FORECAST_PRESETS:
             raise ValueError(
@@ -1712,22 +1753,29 @@ def fit_base_rule(
     where: str = "",
     labeller: Labeller | None = None,
     memo: ChoiceMemo | None = None,
+    inputs: str = "learned",
+    levels: tuple[float, ...] = PlacerConfig.levels,
 ) -> tuple[object, UsageForecaster, FitContext]:
     """The fitted rule `base` and the per-job forecaster of the residual's inputs, both fitted on the training
-    sequences `train` as eval__baselines fits its rules (validation carved from them, `tuning`'s grid), the
-    forecaster with recall where the rule's validation chose it and without the periodic overlay (which has no
-    saved form); and the FitContext (its split and what validation chose). With `labeller`, the rule is fitted
-    and validated on the labels it serves (`FitContext.labeller`). ValueError naming `where` when the rule cannot
-    be fitted there. `memo`: choices remembered on disk (`sim.tuning.ChoiceMemo`; the rule is fitted before the
-    forecaster, so a rule that needs none shares eval__baselines' remembered choice)."""
+    sequences `train` as eval__baselines fits its rules (validation carved from them, `tuning`'s grid); and the
+    FitContext (its split and what validation chose). The forecaster (`PlacerTrainConfig.inputs`): "learned", the
+    learned one with recall where the rule's validation chose it and without the periodic overlay (which has no
+    saved form); "rule", the base rule's own remaining-peak table at its levels and `levels`
+    (`sim.risk.peak_rule_inputs`). With `labeller`, the rule is fitted and validated on the labels it serves
+    (`FitContext.labeller`). ValueError naming `where` when the rule cannot be fitted there. `memo`: choices
+    remembered on disk (`sim.tuning.ChoiceMemo`; the rule is fitted before the forecaster, so a rule that needs
+    none shares eval__baselines' remembered choice)."""
     from models.usage_forecast import forecaster_factory
     from sim.forecast import fit_recall
+    from sim.risk import peak_rule_inputs
 
     factory = forecaster_factory(forecaster_preset, periodic=False)
     ctx = FitContext(sim_cfg, train, tuning, factory, where=where, labeller=labeller, memo=memo)
     rule = POLICIES[base].fit(ctx)
     if rule is None:
         raise ValueError(f"forecast placer {where}: the base rule {base} cannot be fitted there")
+    if inputs == "rule":
+        return rule, peak_rule_inputs(ctx, base, tuple(levels)), ctx
     forecaster = ctx.forecaster()
     if ctx.choices.get(base, {}).get("recall_used"):
         forecaster, _ = fit_recall(forecaster, ctx.split()[0])
@@ -1759,7 +1807,16 @@ def train_and_publish(
         *args, cross_fit=settings.cross_fit, cross_fit_sequences=settings.cross_fit_sequences
     )
     base, forecaster, _ = fit_base_rule(
-        sim_cfg, train, settings.base, settings.forecaster_preset, tuning, where, labeller, memo
+        sim_cfg,
+        train,
+        settings.base,
+        settings.forecaster_preset,
+        tuning,
+        where,
+        labeller,
+        memo,
+        inputs=settings.inputs,
+        levels=pcfg.levels,
     )
     if log is not None:
         log(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")

@@ -125,6 +125,21 @@ def flat_forecast(
     return forecaster.flat(cfg, state, np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64))
 
 
+def flat_level_forecast(
+    forecaster, levels, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+) -> np.ndarray | None:
+    """(N, L, D) the quantiles of `levels` of a forecaster that holds each level at one value per job over the
+    horizon (a flat point forecaster, its value at every level; or one offering `flat_levels(levels, cfg, state,
+    env, job)`, e.g. `sim.peak_forecast.RemainingPeakQuantiles`), else None."""
+    env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+    value = flat_forecast(forecaster, cfg, state, env, job)
+    if value is not None:
+        return np.repeat(np.asarray(value, dtype=np.float64)[:, None, :], len(levels), axis=1)
+    if callable(getattr(forecaster, "flat_levels", None)):
+        return forecaster.flat_levels(tuple(levels), cfg, state, env, job)
+    return None
+
+
 def spread_flat(values: np.ndarray, horizon: int) -> np.ndarray:
     """(N, H, D) contiguous float64: the per-job values (N, D) held at each of `horizon` steps."""
     values = np.asarray(values, dtype=np.float64)
@@ -666,6 +681,8 @@ def with_cache(forecaster: UsageForecaster, max_rows: int = 200_000, seed: int =
         return RecallOverlay(with_cache(forecaster.inner, max_rows, seed), forecaster.reliability)
     if is_point_forecaster(forecaster) and not getattr(forecaster, "is_oracle", False):
         return forecaster  # persistence, the request: computed faster than their cache keys
+    if callable(getattr(forecaster, "flat_levels", None)):
+        return forecaster  # a table look-up per job (remaining-peak quantiles): cheaper than its cache key
     return ForecastCache(forecaster, max_rows, seed)
 
 

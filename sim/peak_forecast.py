@@ -88,7 +88,20 @@ class PeakQuantileTable:
         """(N, D) the level's quantile for N jobs: request (N, D) units, peak so far (N, D) units (NaN or < 0 when
         nothing is observed), age (N,) observed steps, label (N,) EC label (any value: out of range = unknown),
         remaining (N,) steps to each job's end (needed exactly when the table `use_remaining`: ValueError)."""
-        i_level = _level_index(self.levels, level)
+        return self.lookup_levels((level,), request, peak, age, label, remaining)[:, 0]
+
+    def lookup_levels(
+        self,
+        levels,
+        request: np.ndarray,
+        peak: np.ndarray,
+        age: np.ndarray,
+        label: np.ndarray,
+        remaining: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """(N, L, D) the quantiles of `levels` (each a fitted level) for N jobs, from one cell look-up (`lookup`'s
+        arguments)."""
+        i_levels = np.array([_level_index(self.levels, lv) for lv in levels], dtype=np.int64)
         if self.use_remaining and remaining is None:
             raise ValueError("PeakQuantileTable.lookup: the table is keyed by remaining life; pass remaining")
         n_d, _, n_p = self.values.shape[1:4]
@@ -101,7 +114,9 @@ class PeakQuantileTable:
             np.asarray(label, dtype=np.int64)[:, None],
             None if remaining is None else np.asarray(remaining)[:, None],
         )
-        return self.values[(i_level, np.arange(n_d)[None, :], *cell)]
+        return self.values[
+            (i_levels[None, :, None], np.arange(n_d)[None, None, :], *(c[:, None] for c in cell))
+        ]
 
     def pinball_loss(self, jobs: JobBatch, labels_by_age: np.ndarray | None = None) -> float:
         """Mean over levels of the pinball loss (units) of this table's quantiles on the cases (`peak_cases`) of
@@ -335,15 +350,20 @@ class RemainingPeakQuantiles:
     def reads_labels(self) -> bool:
         return self.table.use_labels
 
-    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        """(N, L, H, D) each level's quantile at every step."""
+    def flat_levels(
+        self, levels, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+    ) -> np.ndarray:
+        """(N, L, D) float64 the quantiles of `levels` held at every step (`sim.forecast.flat_level_forecast`):
+        no horizon axis."""
         n_obs, peak = observed_peak(state, env, job)
         request = state.jobs.request[env, job].astype(np.int64)
         labels = observed_labels(state)[env, job]
         remaining = _remaining(self.table, state, env, job, n_obs)
-        flat = np.stack(
-            [self.table.lookup(lv, request, peak, n_obs, labels, remaining) for lv in self.levels], axis=1
-        )
+        return self.table.lookup_levels(levels, request, peak, n_obs, labels, remaining).astype(np.float64)
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, L, H, D) each level's quantile at every step."""
+        flat = self.flat_levels(self.levels, cfg, state, env, job)
         return np.ascontiguousarray(
             np.broadcast_to(flat[:, :, None, :], (flat.shape[0], flat.shape[1], self.horizon, flat.shape[2]))
         ).astype(np.float64)

@@ -67,6 +67,7 @@ from sim.core import (
 from sim.jobs import JobBatch, rotation_index
 from sim.profiles import EcProfiles
 from sim.risk import (
+    PEAK_RULES,
     PeakPredictorPacking,
     RequestForecaster,
     RiskAwarePacking,
@@ -656,7 +657,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     ),
     "forecast_peak": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak", **kw),
-        lambda ctx: fit_peak_rule(ctx, "forecast_peak"),
+        lambda ctx: fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"]),
         kind="forecast",
     ),
     "forecast_peak_nodur": fitted_policy(
@@ -666,12 +667,12 @@ POLICIES: dict[str, Callable[..., Policy]] = {
             name="forecast_peak_nodur",
             **kw,
         ),
-        lambda ctx: fit_peak_rule(ctx, "forecast_peak_nodur", use_durations=False),
+        lambda ctx: fit_peak_rule(ctx, "forecast_peak_nodur", **PEAK_RULES["forecast_peak_nodur"]),
         kind="forecast",
     ),
     "forecast_peak_noec": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_noec", **kw),
-        lambda ctx: fit_peak_rule(ctx, "forecast_peak_noec", use_labels=False),
+        lambda ctx: fit_peak_rule(ctx, "forecast_peak_noec", **PEAK_RULES["forecast_peak_noec"]),
         kind="forecast",
     ),
     "forecast_risk_truth": fitted_policy(

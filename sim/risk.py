@@ -649,6 +649,42 @@ def fit_recall_rule(ctx, base: str, name: str, use_durations: bool = True) -> Ri
     return policy
 
 
+PEAK_RULES = {
+    "forecast_peak": {"use_durations": True, "use_labels": True},
+    "forecast_peak_nodur": {"use_durations": False, "use_labels": True},
+    "forecast_peak_noec": {"use_durations": True, "use_labels": False},
+}
+"""The registered rules on the remaining-peak table (`fit_peak_rule`'s keywords of each)."""
+
+
+def peak_rule_inputs(ctx, name: str, levels: tuple[float, ...]):
+    """The forecaster the rule `name` (PEAK_RULES) packs on, at every level of `levels` as well:
+    `sim.peak_forecast.RemainingPeakQuantiles` over a table fitted on the context's fit part with the rule's
+    labels and the remaining-life structure its validation chose (`_peak_table`), at the rule's levels and
+    `levels`; recall over it where the rule's measurements use recall. For a learned scheduler whose inputs are
+    the base rule's own forecasts. KeyError for a rule not on the table."""
+    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+
+    keys = PEAK_RULES[name]
+    rule_table, measured = _peak_table(ctx, keys["use_labels"], keys["use_durations"])
+    wanted = tuple(sorted({*rule_table.levels, *levels}))
+    table = rule_table
+    if wanted != rule_table.levels:
+        fit_part, _ = ctx.split()
+        table = ctx.cached(
+            ("peak_table_levels", keys["use_labels"], rule_table.use_remaining, wanted),
+            lambda: fit_peak_quantiles(
+                fit_part,
+                ctx.cfg,
+                levels=wanted,
+                use_labels=keys["use_labels"],
+                labels_by_age=ctx.labels_by_age(fit_part) if keys["use_labels"] else None,
+                use_remaining=rule_table.use_remaining,
+            ),
+        )
+    return with_recall(RemainingPeakQuantiles(table, ctx.horizon()), measured)
+
+
 def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool = True) -> RiskAwarePacking:
     """`RiskAwarePacking` on each job's remaining-peak quantile (`sim.peak_forecast`, fitted on the fit part of the
     training sequences, with or without EC labels, keyed by each job's remaining life where the rule knows end

@@ -566,3 +566,36 @@ def test_a_placer_with_a_labeller_is_its_base_rule_served_those_labels() -> None
     pcfg = PlacerConfig(n_iterations=1, n_sequences=2, n_rollouts=2, bc_epochs=0, hidden=8)
     train_forecast_placer(CFG, train.select(np.arange(4)), rule, None, pcfg, labeller=Swapped())
     assert Swapped.calls > 0
+
+
+def test_the_base_rules_own_table_as_inputs_trains_saves_and_reloads(tmp_path) -> None:
+    """`PlacerTrainConfig.inputs` "rule": the residual reads forecast_peak's remaining-peak quantiles at its levels
+    (no learned forecaster is fitted), trains, and its checkpoint gives back the same forecaster and decisions; a
+    base that is not on the table is refused for these inputs."""
+    from sim.forecast import uncached
+    from sim.peak_forecast import RemainingPeakQuantiles
+    from sim.tuning import TuningConfig
+
+    train = _square_jobs(10, 30, seed=41)
+    pcfg = PlacerConfig(n_iterations=1, n_sequences=2, n_rollouts=2, hidden=8, algorithm="reinforce")
+    tuning = TuningConfig(seed=0, peak_levels=(0.9,))
+    base, forecaster, ctx = fp.fit_base_rule(
+        CFG, train, "forecast_peak", "sample", tuning, "square", inputs="rule", levels=pcfg.levels
+    )
+    inner = forecaster.inner if hasattr(forecaster, "reliability") else forecaster
+    assert isinstance(inner, RemainingPeakQuantiles)
+    assert set(pcfg.levels) <= set(inner.levels) and 0.9 in inner.levels
+    assert ctx.forecaster_factory is not None and "forecaster" not in ctx._cache  # none was fitted
+    policy, table = train_forecast_placer(CFG, train, base, forecaster, pcfg)
+    assert table["imitation_accuracy"][0] == 1.0
+    path = policy.save(tmp_path / "placer.pt", source="square", load_pct=50, revision="abc123")
+    loaded = ForecastResidualPolicy(checkpoint=path)
+    assert isinstance(uncached(loaded.forecaster), type(uncached(policy.forecaster)))
+    test_jobs = _square_jobs(2, 25, seed=42)
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(_actions(policy, test_jobs), _actions(loaded, test_jobs), strict=True)
+    )
+    with pytest.raises(ValueError, match="inputs 'rule'.*hybrid_observed"):
+        fp.PlacerTrainConfig(base="hybrid_observed", inputs="rule")
+    assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="learned").inputs == "learned"

@@ -136,3 +136,64 @@ def test_flat_placer_features_equal_the_full_ones(use_durations: bool) -> None:
         np.testing.assert_array_equal(g_fast, g_full)
         moved += int((x_fast[..., 0] > 0).sum())
     assert moved > 0  # machines were loaded: the comparison saw non-zero bounds
+
+
+@dataclass(frozen=True)
+class LevelsNotFlat:
+    """A forecaster with a value per level, without its `flat_levels` method: the general path runs."""
+
+    inner: object
+
+    @property
+    def horizon(self) -> int:
+        return self.inner.horizon
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return self.inner.levels
+
+    def forecast(self, cfg, state, env, job):
+        return self.inner.forecast(cfg, state, env, job)
+
+
+@pytest.mark.parametrize("use_remaining", [False, True])
+@pytest.mark.parametrize("use_durations", [True, False])
+def test_per_level_flat_placer_features_equal_the_full_ones(use_durations: bool, use_remaining: bool) -> None:
+    """The base rule's own remaining-peak quantiles (a value per level, `RemainingPeakQuantiles.flat_levels`) as the
+    placer's inputs: the horizon-free columns equal the (N, L, H, D) ones at rho = 1, and differ between levels."""
+    from sim.forecast import flat_level_forecast, with_cache
+    from sim.peak_forecast import RemainingPeakQuantiles
+
+    train, test = _jobs(6, 40, seed=5), _jobs(5, 40, seed=6)
+    table = fit_peak_quantiles(
+        train, CFG, levels=(0.5, 0.9, 0.99), use_labels=True, min_count=5, use_remaining=use_remaining
+    )
+    forecaster = RemainingPeakQuantiles(table, int(train.max_duration))
+    assert with_cache(forecaster) is forecaster  # a table look-up: never behind a cache
+    pcfg = PlacerConfig(levels=(0.5, 0.9, 0.99), use_durations=use_durations)
+    rng = np.random.default_rng(0)
+    differ = loaded = 0
+    for state in _states(test):
+        env, job = np.nonzero(core.jobs_running(state))
+        if env.size:
+            values = flat_level_forecast(forecaster, pcfg.levels, CFG, state, env, job)
+            full = forecaster.forecast(CFG, state, env, job)
+            np.testing.assert_array_equal(values, full[:, :, 0])  # held over the horizon
+            differ += int((values[:, 2] != values[:, 0]).sum())
+        base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
+        mask = action_mask(CFG, state)
+        x_fast, g_fast = placement_features(CFG, state, forecaster, pcfg, base, mask)
+        x_full, g_full = placement_features(CFG, state, LevelsNotFlat(forecaster), pcfg, base, mask)
+        np.testing.assert_allclose(x_fast, x_full, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(g_fast, g_full)
+        loaded += int((x_fast[..., 0] > 0).sum())
+    assert differ > 0  # the 0.99 level's quantile is not the median's somewhere: the levels differ
+    assert loaded > 0  # machines were loaded: the comparison saw non-zero bounds
+    # at rho < 1 the mean of a per-level bound is not linear in the steps alive: the general path computes it
+    rho = PlacerConfig(levels=(0.5, 0.9, 0.99), rho=0.5, use_durations=use_durations)
+    state = _states(test)[-1]
+    base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
+    mask = action_mask(CFG, state)
+    x_rho, _ = placement_features(CFG, state, forecaster, rho, base, mask)
+    x_ref, _ = placement_features(CFG, state, LevelsNotFlat(forecaster), rho, base, mask)
+    np.testing.assert_allclose(x_rho, x_ref, rtol=1e-6, atol=1e-7)
