@@ -141,6 +141,12 @@ def main() -> None:
         "(default: all; the validation part's size caps cross-fitting at about twice the plain choice's cost)",
     )
     ap.add_argument(
+        "--peak-calibrated",
+        action="store_true",
+        help="TuningConfig.peak_calibrated: forecast_peak also tries each level's bound calibrated for co-peaking "
+        "(the quantile of the machine's sum, fit_rho) beside the sum of quantiles",
+    )
+    ap.add_argument(
         "--request-mode",
         default="peak",
         choices=["peak", "trace"],
@@ -214,6 +220,7 @@ def main() -> None:
                     else float(args.overshoot_budget),
                     cross_fit=args.cross_fit,
                     cross_fit_sequences=args.cross_fit_sequences,
+                    peak_calibrated=args.peak_calibrated,
                 ),
                 forecaster_factory=factory,
                 choices=choices,

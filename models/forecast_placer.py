@@ -14,8 +14,10 @@ What it is:
   closed steps (`State.past`), whether the machine is used, its request-based free capacity, its running jobs, the
   head's request and median forecast, and whether the base chose the machine. The hold action is scored from the
   mean and max over machines of the per-machine embedding plus a few global inputs.
-- Forecasts come from a `sim.forecast.UsageForecaster` (the learned `models.usage_forecast` one, or the observed-peak
-  persistence rule), ONCE per decision for the running jobs and the head, and every level reads that one call.
+- Forecasts come from a `sim.forecast.UsageForecaster` (the base rule's own remaining-peak table at every level,
+  `PlacerTrainConfig.inputs` "rule"; the learned `models.usage_forecast` one; or the observed-peak persistence
+  rule), ONCE per decision for the running jobs and the head, and every level reads that one call (a forecaster
+  flat over the horizon, as the table is, is read without a horizon axis: `_flat_level_columns`).
   A forecaster reads `sim.forecast.job_view` (observed usage only); one that reads the true future
   (`is_oracle`, e.g. `ExactForecaster`) is refused. `ForecastCache` memoises forecasts by the job's content and
   its observed steps, which is all a forecaster reads, so a cached forecast is the forecast.

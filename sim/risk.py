@@ -51,7 +51,7 @@ sequences carved from the TRAINING split (`sim.tuning`), never on test sequences
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -258,31 +258,38 @@ def flat_values(
     env: np.ndarray,
     job: np.ndarray,
     rcfg: RiskConfig,
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """For a flat forecaster (`sim.forecast.is_flat_forecaster`), what `job_moments` gives without its horizon
-    axis: (value (N, D), steps (N,)) with mu[i, k] = value[i] for k < steps[i] and 0 after (delta is 0). None
-    for any other forecaster, or where a value is negative (the shortcuts below need mu non-increasing in k)."""
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] | None:
+    """For a forecaster flat over the horizon, what `job_moments` gives without its horizon axis: (value (N, D),
+    delta (N, D) or None, steps (N,)) with mu[i, k] = value[i] and delta[i, k] = delta[i] for k < steps[i] and 0
+    after. A flat point forecaster (`sim.forecast.is_flat_forecaster`) has no deviation (None); one with a value
+    per level (`flat_levels`, e.g. `sim.peak_forecast.RemainingPeakQuantiles`) has the level's quantile minus
+    the median. None for any other forecaster, or where a value is negative (the shortcuts below need every sum
+    non-increasing in k)."""
     horizon = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
     if horizon > forecaster.horizon:
         return None  # job_moments raises the error
     who = type(forecaster).__name__
     for level in (0.5, rcfg.level):  # the same error as job_moments for a level the forecaster lacks
         _level_index(forecaster.levels, level, who)
-    value = flat_forecast(forecaster, cfg, state, env, job)
+    value, delta = flat_forecast(forecaster, cfg, state, env, job), None
+    if value is None and callable(getattr(forecaster, "flat_levels", None)):
+        both = forecaster.flat_levels((0.5, rcfg.level), cfg, state, env, job)
+        value, delta = both[:, 0], np.maximum(both[:, 1] - both[:, 0], 0.0)
     if value is None or (value < 0).any():
         return None
     n_steps = max(horizon, rcfg.extend_to or 0)  # extend_to repeats each job's max: still flat
     is_placed = state.job_machine[env, job] >= 0
     start = np.where(is_placed, state.job_start[env, job], state.t[env] + 1)
     if rcfg.min_observed > 0:
-        is_young = state.t[env] - start + 1 < rcfg.min_observed
-        value = np.where(is_young[:, None], state.jobs.request[env, job].astype(np.float64), value)
+        is_young = (state.t[env] - start + 1 < rcfg.min_observed)[:, None]
+        value = np.where(is_young, state.jobs.request[env, job].astype(np.float64), value)
+        delta = None if delta is None else np.where(is_young, 0.0, delta)
     if rcfg.use_durations:
         end = np.minimum(start, state.t[env]) + state.jobs.duration[env, job]  # exclusive, as job_moments
         steps = np.clip(end - state.t[env] - 1, 0, n_steps)
     else:
         steps = np.full(env.size, n_steps, dtype=np.int64)
-    return value, steps
+    return value, delta, steps
 
 
 def flat_head_share(
@@ -292,10 +299,11 @@ def flat_head_share(
     rcfg: RiskConfig,
     rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """`safe_and_tightness(head_bounds(...))` for a flat forecaster, without the horizon axis: every job's mu is
-    its value until it ends and 0 after, so a machine's summed bound never rises over the horizon and its peak
-    is at the first step (t + 1). O(jobs x D) instead of O(jobs x H x D); the same numbers (sums of the same
-    values). None where `flat_values` is None (then the general path runs)."""
+    """`safe_and_tightness(head_bounds(...))` for a forecaster flat over the horizon (`flat_values`), without the
+    horizon axis: every job's median and deviation hold until it ends and are 0 after, so a machine's sums of
+    medians, deviations and squared deviations never rise over the horizon, nor does its bound (`sum_bound`,
+    increasing in each), whose peak is at the first step (t + 1). O(jobs x D) instead of O(jobs x H x D); the same
+    numbers (sums of the same values). None where `flat_values` is None (then the general path runs)."""
     head = queue_head(state)
     rows = np.arange(state.batch_size) if rows is None else np.asarray(rows, dtype=np.int64)
     idx = np.minimum(state.next_job[rows], state.jobs.max_jobs - 1)
@@ -307,14 +315,24 @@ def flat_head_share(
     if got_head is None or got_run is None:
         return None
     n_m, n_d = cfg.n_machines, cfg.n_resources
-    value, steps = got_run
-    first = value * (steps > 0)[:, None]  # (N, D) each running job's mu at t + 1
+    value, delta, steps = got_run
+    alive = (steps > 0)[:, None]
     cell = position[bi] * n_m + state.job_machine[bi, ji]
-    sums = sum_by_cell(first, cell, rows.size * n_m).reshape(rows.size, n_m, n_d)
-    h_value, h_steps = got_head
-    h_first = h_value * ((h_steps > 0) & head.has_job[rows])[:, None]
+
+    def per_machine(v: np.ndarray) -> np.ndarray:
+        return sum_by_cell(v, cell, rows.size * n_m).reshape(rows.size, n_m, n_d)
+
+    sums = per_machine(value * alive)  # each machine's medians at t + 1
+    h_value, h_delta, h_steps = got_head
+    h_alive = ((h_steps > 0) & head.has_job[rows])[:, None]
+    with_head = sums + (h_value * h_alive)[:, None, :]
+    if delta is not None:  # the level's deviations, co-peaking `rho` (as `head_bounds`)
+        d, h_d = delta * alive, (h_delta * h_alive)[:, None, :]
+        with_head = sum_bound(
+            with_head, per_machine(d) + h_d, per_machine(d * d) + h_d**2, rcfg.rho, rcfg.inflation
+        )
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
-    share = ((sums + h_first[:, None, :]) / cap).max(axis=2)
+    share = (with_head / cap).max(axis=2)
     return share <= 1.0 + 1e-9, share
 
 
@@ -749,11 +767,29 @@ def _peak_table(ctx, use_labels: bool, know_ends: bool):
 
 def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> list[tuple[dict, object]]:
     """`fit_peak_rule`'s (knobs, policy) candidates fitted on the context's fit part."""
+    from sim.peak_forecast import RemainingPeakQuantiles
+    from sim.tuning import fit_rho
+
     table, measured = _peak_table(ctx, use_labels, use_durations)
     fallback = ctx.best_fallback()
     candidates = []
     for level in ctx.tuning.peak_levels:
         forecaster = with_recall(table.forecaster(level, ctx.horizon()), measured)
+        joint = None  # the co-peaking calibration of the level (`TuningConfig.peak_calibrated`)
+        if ctx.tuning.peak_calibrated:
+            joint = with_recall(RemainingPeakQuantiles(table, ctx.horizon()), measured)
+            rho, kappa = ctx.cached(
+                ("peak_co_peaking", use_labels, use_durations, table.use_remaining, level),
+                lambda joint=joint, level=level: fit_rho(
+                    ctx.cfg,
+                    ctx.split()[0],
+                    joint,
+                    RiskConfig(level=level),
+                    ctx.tuning.rhos,
+                    fallback,
+                    ctx.tuning.seed,
+                )[:2],
+            )
         for mode in ctx.tuning.peak_modes:
             risk = RiskConfig(level=level, mode=mode, use_durations=use_durations)
             knobs = {
@@ -764,6 +800,10 @@ def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> l
                 "use_labels": use_labels,
             }
             candidates.append((knobs, RiskAwarePacking(forecaster, fallback, risk, name)))
+            if joint is not None and (rho, kappa) != (1.0, 1.0):
+                risk = replace(risk, rho=rho, inflation=kappa)
+                knobs = {**knobs, "forecaster": "peak_quantiles_joint", "rho": rho, "inflation": kappa}
+                candidates.append((knobs, RiskAwarePacking(joint, fallback, risk, name)))
     # the hybrid's own candidates (each job at its observed peak, recall over it where recall is on): on workloads
     # whose remaining peaks the training ones do not predict, validation keeps the rule at the hybrid
     persistence = with_recall(PersistenceForecaster(horizon=ctx.horizon()), measured)

@@ -66,6 +66,12 @@ class TuningConfig:
     forecast per level: cheap enough for every preset)."""
     peak_modes: tuple[str, ...] = ("deviate", "pack", "guard")
     """Decision modes the peak rules try (`sim.risk.MODES`)."""
+    peak_calibrated: bool = False
+    """The peak rules also try, per level and mode, the machine's bound calibrated for co-peaking: each job's
+    median remaining peak plus its level's deviation, summed with the co-peaking rho (and inflation kappa) that
+    `fit_rho` fits so the bound of the sum covers the realised sum in a level share of training cases (the
+    quantile of the sum, not the sum of quantiles); a candidate only where the calibration is not the sum of
+    quantiles (rho = 1, kappa = 1), which the plain candidate already is."""
     n_sigmas: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
     """N of Google's N-sigma predictor tried on validation."""
     fallbacks: tuple[str, ...] = REQUEST_HEURISTICS

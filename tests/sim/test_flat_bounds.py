@@ -197,3 +197,34 @@ def test_per_level_flat_placer_features_equal_the_full_ones(use_durations: bool,
     x_rho, _ = placement_features(CFG, state, forecaster, rho, base, mask)
     x_ref, _ = placement_features(CFG, state, LevelsNotFlat(forecaster), rho, base, mask)
     np.testing.assert_allclose(x_rho, x_ref, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "rcfg",
+    [
+        RiskConfig(level=0.9, rho=1.0, mode="pack"),
+        RiskConfig(level=0.9, rho=0.0, mode="pack", inflation=1.5),
+        RiskConfig(level=0.99, rho=0.5, mode="guard", min_observed=3),
+        RiskConfig(level=0.99, rho=0.0, mode="deviate", use_durations=False),
+        RiskConfig(level=0.9, rho=0.3, mode="deviate", horizon=5, extend_to=40),
+    ],
+)
+def test_per_level_flat_head_share_equals_the_full_bounds(rcfg: RiskConfig) -> None:
+    """A forecaster with a value per level held over the horizon (`RemainingPeakQuantiles`): the risk rule's
+    horizon-free bound (median sums plus the co-peaking deviation term) equals the (N, H, D) one at every rho."""
+    from sim.peak_forecast import RemainingPeakQuantiles
+
+    train, test = _jobs(6, 40, seed=7), _jobs(5, 40, seed=8)
+    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.9, 0.99), use_labels=True, min_count=5)
+    forecaster = RemainingPeakQuantiles(table, int(train.max_duration))
+    n_checked = n_loaded = 0
+    for state in _states(test):
+        fast = flat_head_share(CFG, state, forecaster, rcfg)
+        full = safe_and_tightness(head_bounds(CFG, state, LevelsNotFlat(forecaster), rcfg), CFG)
+        assert fast is not None
+        np.testing.assert_allclose(fast[1], full[1], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(fast[0], full[0])
+        assert flat_head_share(CFG, state, LevelsNotFlat(forecaster), rcfg) is None
+        n_checked += 1
+        n_loaded += int((fast[1] > 0).sum())
+    assert n_checked >= 30 and n_loaded > 0

@@ -468,3 +468,37 @@ def test_the_kept_rule_is_refitted_on_every_training_sequence_with_the_knobs_val
     assert on.refitted().split()[0] is train and on.refitted().fallback_choice() == on.fallback_choice()
     key = ("peak_table", True, True)  # the table's structure chosen on validation, not again in-sample
     assert on.refitted().structure_choice(key, dict) == on.structure_choice(key, dict) != {}
+
+
+def test_calibrated_co_peaking_candidates_carry_fit_rhos_calibration() -> None:
+    """`TuningConfig.peak_calibrated`: beside each level's sum of quantiles, the rule tries the bound whose co-peaking
+    `fit_rho` calibrated on the fit part (the quantile of the machine's sum); without labels a third of the jobs
+    spike at unknown times, so the sum of quantiles over-covers and the calibration sums deviations with rho < 1.
+    The kept rule is a candidate validation ranked first, and the flag off adds no candidate."""
+    from sim.risk import _peak_candidates, _peak_table
+    from sim.tuning import fit_rho
+
+    train = _jobs(16, 40, seed=21)
+    tuning = TuningConfig(seed=0, peak_levels=(0.9,), peak_modes=("pack",), rhos=(0.0, 0.5, 1.0))
+    on = FitContext(CFG, train, replace(tuning, peak_calibrated=True), where="toy")
+    knobs = [k for k, _ in _peak_candidates(on, "forecast_peak_noec", True, False)]
+    table, _ = _peak_table(on, False, True)
+    rho, kappa, coverage, _ = fit_rho(
+        CFG,
+        on.split()[0],
+        RemainingPeakQuantiles(table, on.horizon()),
+        RiskConfig(level=0.9),
+        tuning.rhos,
+        on.best_fallback(),
+        0,
+    )
+    joint = [k for k in knobs if k["forecaster"] == "peak_quantiles_joint"]
+    assert rho < 1.0 and coverage[rho] >= 0.9
+    assert [(k["level"], k["mode"], k["rho"], k["inflation"]) for k in joint] == [(0.9, "pack", rho, kappa)]
+    rule = POLICIES["forecast_peak_noec"].fit(on)
+    chosen = on.choices["forecast_peak_noec"]
+    assert chosen["forecaster"] in {k["forecaster"] for k in knobs}
+    if chosen["forecaster"] == "peak_quantiles_joint":
+        assert (rule.risk.rho, rule.risk.inflation) == (rho, kappa)
+    off = FitContext(CFG, train, tuning, where="toy")
+    assert not [k for k, _ in _peak_candidates(off, "forecast_peak_noec", True, False) if "rho" in k]
