@@ -48,7 +48,8 @@ def _jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
 
 @dataclass(frozen=True)
 class NotFlat:
-    """The same forecaster without its `flat` method: the general (N, H, D) path runs."""
+    """The same forecaster without its `flat` and `flat_levels` methods (its `point` where it has one): the general
+    (N, H, D) path runs."""
 
     inner: object
 
@@ -60,8 +61,10 @@ class NotFlat:
     def levels(self) -> tuple[float, ...]:
         return self.inner.levels
 
-    def point(self, cfg, state, env, job):
-        return self.inner.point(cfg, state, env, job)
+    def __getattr__(self, name: str):
+        if name == "point":
+            return self.inner.point  # AttributeError where the inner forecaster is not a point one
+        raise AttributeError(name)
 
     def forecast(self, cfg, state, env, job):
         return self.inner.forecast(cfg, state, env, job)
@@ -120,6 +123,18 @@ def test_flat_head_share_equals_the_full_bounds(rcfg: RiskConfig) -> None:
     assert flat_head_share(CFG, state, NotFlat(forecaster), rcfg) is None
 
 
+def _fast_features_equal_full(state, forecaster, pcfg: PlacerConfig, rng) -> np.ndarray:
+    """The placer's inputs of `state` (Tetris's action as the base) from `forecaster` as it is and behind `NotFlat`
+    (the general path): asserted equal; the former's per-machine inputs returned."""
+    base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
+    mask = action_mask(CFG, state)
+    x_fast, g_fast = placement_features(CFG, state, forecaster, pcfg, base, mask)
+    x_full, g_full = placement_features(CFG, state, NotFlat(forecaster), pcfg, base, mask)
+    np.testing.assert_allclose(x_fast, x_full, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(g_fast, g_full)
+    return x_fast
+
+
 @pytest.mark.parametrize("use_durations", [True, False])
 def test_flat_placer_features_equal_the_full_ones(use_durations: bool) -> None:
     train, test = _jobs(6, 40, seed=3), _jobs(5, 40, seed=4)
@@ -128,32 +143,9 @@ def test_flat_placer_features_equal_the_full_ones(use_durations: bool) -> None:
     rng = np.random.default_rng(0)
     moved = 0
     for state in _states(test):
-        base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
-        mask = action_mask(CFG, state)
-        x_fast, g_fast = placement_features(CFG, state, forecaster, pcfg, base, mask)
-        x_full, g_full = placement_features(CFG, state, NotFlat(forecaster), pcfg, base, mask)
-        np.testing.assert_allclose(x_fast, x_full, rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(g_fast, g_full)
+        x_fast = _fast_features_equal_full(state, forecaster, pcfg, rng)
         moved += int((x_fast[..., 0] > 0).sum())
     assert moved > 0  # machines were loaded: the comparison saw non-zero bounds
-
-
-@dataclass(frozen=True)
-class LevelsNotFlat:
-    """A forecaster with a value per level, without its `flat_levels` method: the general path runs."""
-
-    inner: object
-
-    @property
-    def horizon(self) -> int:
-        return self.inner.horizon
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return self.inner.levels
-
-    def forecast(self, cfg, state, env, job):
-        return self.inner.forecast(cfg, state, env, job)
 
 
 @pytest.mark.parametrize("use_remaining", [False, True])
@@ -180,23 +172,13 @@ def test_per_level_flat_placer_features_equal_the_full_ones(use_durations: bool,
             full = forecaster.forecast(CFG, state, env, job)
             np.testing.assert_array_equal(values, full[:, :, 0])  # held over the horizon
             differ += int((values[:, 2] != values[:, 0]).sum())
-        base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
-        mask = action_mask(CFG, state)
-        x_fast, g_fast = placement_features(CFG, state, forecaster, pcfg, base, mask)
-        x_full, g_full = placement_features(CFG, state, LevelsNotFlat(forecaster), pcfg, base, mask)
-        np.testing.assert_allclose(x_fast, x_full, rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(g_fast, g_full)
+        x_fast = _fast_features_equal_full(state, forecaster, pcfg, rng)
         loaded += int((x_fast[..., 0] > 0).sum())
     assert differ > 0  # the 0.99 level's quantile is not the median's somewhere: the levels differ
     assert loaded > 0  # machines were loaded: the comparison saw non-zero bounds
     # at rho < 1 the mean of a per-level bound is not linear in the steps alive: the general path computes it
     rho = PlacerConfig(levels=(0.5, 0.9, 0.99), rho=0.5, use_durations=use_durations)
-    state = _states(test)[-1]
-    base = np.asarray(Tetris().act(CFG, state, rng), dtype=np.int64)
-    mask = action_mask(CFG, state)
-    x_rho, _ = placement_features(CFG, state, forecaster, rho, base, mask)
-    x_ref, _ = placement_features(CFG, state, LevelsNotFlat(forecaster), rho, base, mask)
-    np.testing.assert_allclose(x_rho, x_ref, rtol=1e-6, atol=1e-7)
+    _fast_features_equal_full(_states(test)[-1], forecaster, rho, rng)
 
 
 @pytest.mark.parametrize(
@@ -220,11 +202,11 @@ def test_per_level_flat_head_share_equals_the_full_bounds(rcfg: RiskConfig) -> N
     n_checked = n_loaded = 0
     for state in _states(test):
         fast = flat_head_share(CFG, state, forecaster, rcfg)
-        full = safe_and_tightness(head_bounds(CFG, state, LevelsNotFlat(forecaster), rcfg), CFG)
+        full = safe_and_tightness(head_bounds(CFG, state, NotFlat(forecaster), rcfg), CFG)
         assert fast is not None
         np.testing.assert_allclose(fast[1], full[1], rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(fast[0], full[0])
-        assert flat_head_share(CFG, state, LevelsNotFlat(forecaster), rcfg) is None
+        assert flat_head_share(CFG, state, NotFlat(forecaster), rcfg) is None
         n_checked += 1
         n_loaded += int((fast[1] > 0).sum())
     assert n_checked >= 30 and n_loaded > 0
