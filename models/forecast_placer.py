@@ -89,8 +89,8 @@ from sim.forecast import (
     ForecastCache,
     RecallOverlay,
     UsageForecaster,
+    flat_forecast,
     flat_level_forecast,
-    is_flat_forecaster,
     uncached,
     with_cache,
 )
@@ -394,13 +394,17 @@ def placement_features(
         n_alive = np.full(env.size, horizon, dtype=np.int64)
     n_alive[bi.size :] *= head.has_job
     cell = bi * n_m + state.job_machine[bi, ji]
-    # flat forecasts need no horizon axis: a point one at any rho (its deviations are 0), one with a value per
-    # level at rho = 1 (the bound is then a sum, whose mean over the horizon is linear in the steps alive)
-    flat = flat_level_forecast(forecaster, pcfg.levels, cfg, state, env, job)
-    if flat is not None and pcfg.rho != 1.0 and not is_flat_forecaster(forecaster):
-        flat = None
+    # flat forecasts need no horizon axis: a point one at any rho (its deviations are 0: one level's columns serve
+    # every level), one with a value per level at rho = 1 (the bound is then a sum, whose mean over the horizon is
+    # linear in the steps alive)
+    flat, n_repeat = flat_forecast(forecaster, cfg, state, env, job), len(pcfg.levels)
+    if flat is not None:
+        flat = flat[:, None, :]
+    elif pcfg.rho == 1.0:
+        flat, n_repeat = flat_level_forecast(forecaster, pcfg.levels, cfg, state, env, job), 1
     if flat is not None and (flat >= 0).all():
         cols, head_mean = _flat_level_columns(flat, n_alive, cell, n_envs, n_m, horizon, cap)
+        cols = cols * n_repeat
     else:
         cols, head_mean = _level_columns(
             cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap, memo

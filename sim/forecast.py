@@ -128,16 +128,14 @@ def flat_forecast(
 def flat_level_forecast(
     forecaster, levels, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
 ) -> np.ndarray | None:
-    """(N, L, D) the quantiles of `levels` of a forecaster that holds each level at one value per job over the
-    horizon (a flat point forecaster, its value at every level; or one offering `flat_levels(levels, cfg, state,
-    env, job)`, e.g. `sim.peak_forecast.RemainingPeakQuantiles`), else None."""
+    """(N, L, D) the quantiles of `levels` of a forecaster that holds each level at its own value per job over the
+    horizon (one offering `flat_levels(levels, cfg, state, env, job)`, e.g.
+    `sim.peak_forecast.RemainingPeakQuantiles`), else None (a flat point forecaster, one value at every level:
+    `flat_forecast`)."""
+    if not callable(getattr(forecaster, "flat_levels", None)):
+        return None
     env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-    value = flat_forecast(forecaster, cfg, state, env, job)
-    if value is not None:
-        return np.repeat(np.asarray(value, dtype=np.float64)[:, None, :], len(levels), axis=1)
-    if callable(getattr(forecaster, "flat_levels", None)):
-        return forecaster.flat_levels(tuple(levels), cfg, state, env, job)
-    return None
+    return forecaster.flat_levels(tuple(levels), cfg, state, env, job)
 
 
 def spread_flat(values: np.ndarray, horizon: int) -> np.ndarray:

@@ -63,6 +63,7 @@ from sim.forecast import (
     UsageForecaster,
     fit_recall,
     flat_forecast,
+    flat_level_forecast,
     is_point_forecaster,
     job_view,
     levels_of,
@@ -272,8 +273,12 @@ def flat_values(
     for level in (0.5, rcfg.level):  # the same error as job_moments for a level the forecaster lacks
         _level_index(forecaster.levels, level, who)
     value, delta = flat_forecast(forecaster, cfg, state, env, job), None
-    if value is None and callable(getattr(forecaster, "flat_levels", None)):
-        both = forecaster.flat_levels((0.5, rcfg.level), cfg, state, env, job)
+    both = (
+        None
+        if value is not None
+        else flat_level_forecast(forecaster, (0.5, rcfg.level), cfg, state, env, job)
+    )
+    if both is not None:
         value, delta = both[:, 0], np.maximum(both[:, 1] - both[:, 0], 0.0)
     if value is None or (value < 0).any():
         return None
@@ -681,25 +686,12 @@ def peak_rule_inputs(ctx, name: str, levels: tuple[float, ...]):
     labels and the remaining-life structure its validation chose (`_peak_table`), at the rule's levels and
     `levels`; recall over it where the rule's measurements use recall. For a learned scheduler whose inputs are
     the base rule's own forecasts. KeyError for a rule not on the table."""
-    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+    from sim.peak_forecast import RemainingPeakQuantiles
 
     keys = PEAK_RULES[name]
     rule_table, measured = _peak_table(ctx, keys["use_labels"], keys["use_durations"])
     wanted = tuple(sorted({*rule_table.levels, *levels}))
-    table = rule_table
-    if wanted != rule_table.levels:
-        fit_part, _ = ctx.split()
-        table = ctx.cached(
-            ("peak_table_levels", keys["use_labels"], rule_table.use_remaining, wanted),
-            lambda: fit_peak_quantiles(
-                fit_part,
-                ctx.cfg,
-                levels=wanted,
-                use_labels=keys["use_labels"],
-                labels_by_age=ctx.labels_by_age(fit_part) if keys["use_labels"] else None,
-                use_remaining=rule_table.use_remaining,
-            ),
-        )
+    table = _fit_part_table(ctx, keys["use_labels"], rule_table.use_remaining, wanted)
     return with_recall(RemainingPeakQuantiles(table, ctx.horizon()), measured)
 
 
@@ -739,22 +731,10 @@ def _peak_table(ctx, use_labels: bool, know_ends: bool):
     rule knows end times (`know_ends`) the table keyed by each job's remaining life competes with the one without
     it, and the one with the lower pinball loss on the validation part is kept (`structure_choice`: chosen once,
     and carried to `FitContext.refitted`, whose validation part is inside its fit part)."""
-    from sim.peak_forecast import fit_peak_quantiles, remaining_key_choice
+    from sim.peak_forecast import remaining_key_choice
 
     fit_part, validation = ctx.split()
-
-    def table(use_remaining: bool):
-        return ctx.cached(
-            ("peak_table", use_labels, use_remaining),
-            lambda: fit_peak_quantiles(
-                fit_part,
-                ctx.cfg,
-                levels=tuple(sorted({0.5, *ctx.tuning.peak_levels})),
-                use_labels=use_labels,
-                labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
-                use_remaining=use_remaining,
-            ),
-        )
+    table = partial(_fit_part_table, ctx, use_labels)
 
     def choose_structure() -> dict:
         if not know_ends:
@@ -763,6 +743,28 @@ def _peak_table(ctx, use_labels: bool, know_ends: bool):
 
     structure = ctx.structure_choice(("peak_table", use_labels, know_ends), choose_structure)
     return table(structure["use_remaining"]), ctx.cached("recall_measured", lambda: measure_recall(fit_part))
+
+
+def _fit_part_table(ctx, use_labels: bool, use_remaining: bool, levels: tuple[float, ...] | None = None):
+    """The remaining-peak quantile table fitted on the context's fit part (cached), on the labels the context
+    serves where `use_labels`, keyed by remaining life where `use_remaining`, at `levels` (None: the rule's,
+    0.5 and the tuning grid's peak levels)."""
+    from sim.peak_forecast import fit_peak_quantiles
+
+    fit_part = ctx.split()[0]
+    rule_levels = tuple(sorted({0.5, *ctx.tuning.peak_levels}))
+    other = () if levels is None or tuple(levels) == rule_levels else (tuple(levels),)
+    return ctx.cached(
+        ("peak_table", use_labels, use_remaining, *other),
+        lambda: fit_peak_quantiles(
+            fit_part,
+            ctx.cfg,
+            levels=other[0] if other else rule_levels,
+            use_labels=use_labels,
+            labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
+            use_remaining=use_remaining,
+        ),
+    )
 
 
 def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> list[tuple[dict, object]]:
