@@ -95,7 +95,7 @@ from sim.forecast import (
     with_cache,
 )
 from sim.jobs import JobBatch
-from sim.labelling import Labeller, reads_labels
+from sim.labelling import Labeller, picks_by_labels, reads_labels
 from sim.peak_forecast import PeakQuantileForecaster, PeakQuantileTable, RemainingPeakQuantiles
 from sim.policies import (
     POLICIES,
@@ -336,7 +336,9 @@ class BaseRule:
         self, cfg: SimConfig, state: State, rng: np.random.Generator, served: bool = False
     ) -> np.ndarray:
         if self.is_picker:
-            return self.policy.pick_job(cfg, state if served else self.served(cfg, state), rng)
+            if not served and picks_by_labels(self.policy):
+                state = self.served(cfg, state)
+            return self.policy.pick_job(cfg, state, rng)
         return np.zeros(state.batch_size, dtype=np.int64)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator, served: bool = False) -> np.ndarray:
@@ -394,18 +396,34 @@ def placement_features(
         n_alive = np.full(env.size, horizon, dtype=np.int64)
     n_alive[bi.size :] *= head.has_job
     cell = bi * n_m + state.job_machine[bi, ji]
+    env_all, job_all, n_alive_all, cell_all = env, job, n_alive, cell
     # flat forecasts need no horizon axis: a point one at any rho (its deviations are 0: one level's columns serve
     # every level), one with a value per level at rho = 1 (the bound is then a sum, whose mean over the horizon is
     # linear in the steps alive)
-    flat, n_repeat = flat_forecast(forecaster, cfg, state, env, job), len(pcfg.levels)
+    flat, n_repeat, kept = flat_forecast(forecaster, cfg, state, env, job), len(pcfg.levels), None
     if flat is not None:
         flat = flat[:, None, :]
-    elif pcfg.rho == 1.0:
-        flat, n_repeat = flat_level_forecast(forecaster, pcfg.levels, cfg, state, env, job), 1
+    elif pcfg.rho == 1.0 and callable(getattr(forecaster, "flat_levels", None)):
+        # per level: a running job's values at an unchanged t are the previous decision's (`MachineSums`), so
+        # only the jobs placed since and the heads are looked up
+        n_run, key = cell.size, ("flat_levels", len(pcfg.levels))
+        kept = (
+            None if memo is None else memo.carried(state, forecaster, env[:n_run], job[:n_run], horizon, key)
+        )
+        rows = np.arange(env.size) if kept is None else np.r_[np.flatnonzero(~kept[1]), n_run : env.size]
+        flat, n_repeat = flat_level_forecast(forecaster, pcfg.levels, cfg, state, env[rows], job[rows]), 1
+        if kept is not None:
+            env, job, n_alive, cell = env[rows], job[rows], n_alive[rows], cell[rows[: rows.size - n_envs]]
     if flat is not None and (flat >= 0).all():
-        cols, head_mean = _flat_level_columns(flat, n_alive, cell, n_envs, n_m, horizon, cap)
+        cols, head_mean, sums = _flat_level_columns(
+            flat, n_alive, cell, n_envs, n_m, horizon, cap, None if kept is None else kept[0]
+        )
         cols = cols * n_repeat
+        if kept is not None:
+            memo.keep(sums)
     else:
+        if kept is not None:  # a negative value: the general path recounts every running job (no memo)
+            env, job, n_alive, cell, memo = env_all, job_all, n_alive_all, cell_all, None
         cols, head_mean = _level_columns(
             cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap, memo
         )
@@ -588,21 +606,25 @@ def _flat_level_columns(
     n_m: int,
     horizon: int,
     cap: np.ndarray,
-) -> tuple[list[np.ndarray], np.ndarray]:
+    carried: np.ndarray | float | None = None,
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """`_level_columns` at rho = 1 for a flat forecaster (`sim.forecast.flat_level_forecast`: each level one value
     per job, `values` (N, L, D) >= 0, level 0 the median, held while the job is alive): no horizon axis. A job's
     median plus its level's deviation is max(value at the level, median); a machine's sum of them never rises
     over the horizon, so its peak share is at t + 1, and its mean over the horizon is sum(value x steps alive) /
-    H. Equal to `_level_columns` up to float rounding of the means."""
+    H. Equal to `_level_columns` up to float rounding of the means. The rows of `values` are running jobs (the
+    first len(cell)), then one head per env. `carried` ((B, M, 2, L, D), from `MachineSums.carried`): the sums of
+    the running jobs left out of `values`, added to theirs. Also returns the sums over every running job (what
+    the next decision carries)."""
     n_run = cell.size
     bound = np.maximum(values, values[:, :1])  # (N, L, D) the median plus the level's deviation
     first = bound * (n_alive > 0)[:, None, None]
     total = bound * n_alive[:, None, None]
-
-    def per_machine(v: np.ndarray) -> np.ndarray:
-        return sum_by_cell(v[:n_run], cell, n_envs * n_m).reshape(n_envs, n_m, *v.shape[1:])
-
-    acc_first, acc_total = per_machine(first), per_machine(total)  # (B, M, L, D)
+    both = np.stack([first[:n_run], total[:n_run]], axis=1)  # (n_run, 2, L, D)
+    sums = sum_by_cell(both, cell, n_envs * n_m).reshape(n_envs, n_m, *both.shape[1:])
+    if carried is not None:
+        sums += carried
+    acc_first, acc_total = sums[:, :, 0], sums[:, :, 1]  # (B, M, L, D)
     with_first, with_total = acc_first + first[n_run:, None], acc_total + total[n_run:, None]
     cols: list[np.ndarray] = []
     for li in range(values.shape[1]):
@@ -610,7 +632,7 @@ def _flat_level_columns(
             cols.append((first_sum[:, :, li] / cap).max(axis=2))
             cols.append((total_sum[:, :, li] / cap).mean(axis=2) / horizon)
         cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
-    return cols, total[n_run:, 0] / horizon
+    return cols, total[n_run:, 0] / horizon, sums
 
 
 def safe_action_mask(
@@ -1518,6 +1540,7 @@ def train_forecast_placer(
     c = config
     say = log or (lambda msg: None)
     fit, val = split_validation(train, c.validation_share)
+    fit.observed_prefix  # noqa: B018  once: every iteration's selection of fit sequences shares it
     policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=c, labeller=labeller)
     if c.bc_epochs > 0:
         _teacher(c.bc_teacher, policy)  # an unregistered teacher fails before any work

@@ -612,7 +612,9 @@ def relabel(cfg: SimConfig, state: State, labels: np.ndarray) -> State:
             f"relabel: {state.jobs.describe_job(b, j)}: label {labels[b, j]} outside 0..{cfg.n_labels - 1} "
             f"(n_labels); {int(is_bad.sum())} such labels"
         )
-    return replace(state, obs_label=np.where(is_real, labels, 0).astype(np.int64))
+    out = replace(state, obs_label=np.where(is_real, labels, 0).astype(np.int64))
+    share_memo(state, out)
+    return out
 
 
 def observe(cfg: SimConfig, state: State) -> dict[str, np.ndarray]:
@@ -775,18 +777,29 @@ _MEMO = threading.local()
 
 def _memoised(state: State, key: str, compute) -> np.ndarray:
     """`compute()` once per state and key, read-only, for the last state asked about in this thread (a decision
-    asks several rules and features about the same state). `step` and every job pick return a new State; an
-    in-place pick (`sim.policies.promote_queued_job`) reorders only queued jobs, which no memoised value reads.
-    Held weakly, as `sim.forecast.RecallMemo` holds its state."""
+    asks several rules and features about the same state) and the states derived from it by `share_memo`.
+    `step` and every job pick return a new State; a job pick (`sim.policies.promote_queued_job`, in place or
+    not) reorders only queued jobs and `relabel` changes only labels, which no memoised value reads, so they
+    share the memo. Held weakly, as `sim.forecast.RecallMemo` holds its state."""
     held = getattr(_MEMO, "held", None)
-    if held is None or held[0]() is not state:
-        held = _MEMO.held = (weakref.ref(state), {})
+    if held is None or not any(ref() is state for ref in held[0]):
+        held = _MEMO.held = ([weakref.ref(state)], {})
     values = held[1]
     if key not in values:
         value = compute()
         value.flags.writeable = False
         values[key] = value
     return values[key]
+
+
+def share_memo(state: State, derived: State) -> None:
+    """`derived` reads the memoised values of `state` (`_memoised`): for a state that differs only in the order
+    of waiting jobs or in labels."""
+    held = getattr(_MEMO, "held", None)
+    if held is not None and derived is not state and any(ref() is state for ref in held[0]):
+        if len(held[0]) >= 8:  # states no longer held anywhere
+            held[0][:] = [ref for ref in held[0] if ref() is not None]
+        held[0].append(weakref.ref(derived))
 
 
 def placed_requests(state: State) -> np.ndarray:

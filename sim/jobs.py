@@ -60,8 +60,9 @@ def rotation_index(
 class ObservedPrefix:
     """Per job and age a, summaries of its usage at ages 0 .. a, NaN steps skipped (`np.nanmax` / `np.nanmean`
     of the prefix, without reducing it again): `(B, J, T, D)` each, of the batch the summaries were computed
-    from; `order` maps a job of the current batch to its row there (a batch whose queue was reordered,
-    `sim.policies.promote_queued_job`, keeps the summaries and moves only `order`)."""
+    from; `rows` maps a row of the current batch to its row there and `order` a job to its job there (a batch
+    of selected rows, `JobBatch.select`, shares the summaries and maps its rows; a batch whose queue was
+    reordered, `sim.policies.promote_queued_job`, keeps them and moves only `order`)."""
 
     peak: np.ndarray
     """float32 largest value so far (NaN while every value so far is NaN; exact: the profiles are int16 or
@@ -71,7 +72,9 @@ class ObservedPrefix:
     count: np.ndarray
     """int16 (int32 for T >= 32767) non-NaN values so far."""
     order: np.ndarray
-    """(B, J) int64: job j of the current batch is job order[b, j] of the arrays above."""
+    """(B, J) int64: job j of row b of the current batch is job order[b, j] of the arrays above."""
+    rows: np.ndarray | None = None
+    """(B,) int64: row b of the current batch is row rows[b] of the arrays above (None: the same row)."""
 
     @staticmethod
     def of(profiles: np.ndarray) -> ObservedPrefix:
@@ -89,22 +92,30 @@ class ObservedPrefix:
         """The same summaries with a copy of `order` (to reorder in place)."""
         return replace(self, order=self.order.copy())
 
+    def selected(self, rows: np.ndarray) -> ObservedPrefix:
+        """The same summaries (shared, not copied) for a batch of these rows of the current one."""
+        mapped = rows if self.rows is None else self.rows[rows]
+        return replace(self, order=self.order[rows], rows=mapped)
+
+    def _row(self, env: np.ndarray) -> np.ndarray:
+        return env if self.rows is None else self.rows[env]
+
     def peak_at(self, env: np.ndarray, job: np.ndarray, n_observed: np.ndarray) -> np.ndarray:
         """(N, D) float64 life_max of `at` alone (one gather instead of three: what flat forecasters read)."""
         last = np.clip(n_observed - 1, 0, self.peak.shape[2] - 1)
-        peak = self.peak[env, self.order[env, job], last].astype(np.float64)
+        peak = self.peak[self._row(env), self.order[env, job], last].astype(np.float64)
         # where nothing is observed, or every observed value is NaN (then the running fmax is NaN too)
         peak[n_observed <= 0] = np.nan
         return peak
 
     def at(self, env: np.ndarray, job: np.ndarray, n_observed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(life_max, life_mean) (N, D) over each job's first n_observed ages; NaN where none is observed."""
-        row = self.order[env, job]
+        env_row, row = self._row(env), self.order[env, job]
         last = np.clip(n_observed - 1, 0, self.peak.shape[2] - 1)
-        count = np.where(n_observed[:, None] > 0, self.count[env, row, last], 0)
+        count = np.where(n_observed[:, None] > 0, self.count[env_row, row, last], 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, self.total[env, row, last] / count, np.nan)
-        peak = np.where(count > 0, self.peak[env, row, last].astype(np.float64), np.nan)
+            mean = np.where(count > 0, self.total[env_row, row, last] / count, np.nan)
+        peak = np.where(count > 0, self.peak[env_row, row, last].astype(np.float64), np.nan)
         return peak, mean
 
 
@@ -275,10 +286,12 @@ class JobBatch:
         return f"sequence {key} job {j} (workload {wid})"
 
     def select(self, rows: Sequence[int] | np.ndarray) -> JobBatch:
-        """A JobBatch of the given rows (repeats allowed), same padding."""
+        """A JobBatch of the given rows (repeats allowed), same padding. Running summaries this batch has
+        computed already (`observed_prefix`) are shared, not computed again for the selection (a training
+        batch repeats each sequence over its rollouts)."""
         rows = np.asarray(rows, dtype=np.int64)
         pick = lambda tup: tuple(tup[r] for r in rows) if tup else ()  # noqa: E731
-        return JobBatch(
+        out = JobBatch(
             arrival_step=self.arrival_step[rows],
             duration=self.duration[rows],
             usage=self.usage[rows],
@@ -290,6 +303,10 @@ class JobBatch:
             meta=None if self.meta is None else self.meta[rows],
             usage_exact=None if self.usage_exact is None else self.usage_exact[rows],
         )
+        prefix = self.__dict__.get("observed_prefix")
+        if prefix is not None:
+            out.__dict__["observed_prefix"] = tuple(p if p is None else p.selected(rows) for p in prefix)
+        return out
 
     def first_jobs(self, n: int) -> JobBatch:
         """The batch with only the first n jobs (by arrival) of each row, padded to J = min(n, J) and to the

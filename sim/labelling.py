@@ -107,6 +107,13 @@ def reads_labels(obj) -> bool:
     return bool(getattr(obj, "reads_labels", True))
 
 
+def picks_by_labels(policy) -> bool:
+    """Whether a policy's job pick may read the observed EC labels: its `picks_by_labels` attribute (a rule whose
+    fallback heuristic picks the jobs says its fallback's), else `reads_labels`. A pick that reads none is made
+    on the state as it is, without relabelling it first."""
+    return bool(getattr(policy, "picks_by_labels", reads_labels(policy)))
+
+
 class ServedLabels:
     """A policy served with a labeller's labels instead of the jobs' clustering labels: before each job pick
     and placement the state is relabelled (`sim.core.relabel`, TVW-RL Algorithm 1's UpdateECLabels), so a rule
@@ -126,6 +133,8 @@ class ServedLabels:
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         if not hasattr(self.policy, "pick_job"):
             return np.zeros(state.batch_size, dtype=np.int64)
+        if not picks_by_labels(self.policy):  # picks the same on any labels: skip the work
+            return self.policy.pick_job(cfg, state, rng)
         return self.policy.pick_job(cfg, self._relabelled(cfg, state), rng)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:

@@ -201,7 +201,9 @@ def promote_queued_job(state: State, slot: np.ndarray, in_place: bool = False) -
         jobs.rotate_in_place(rows, head, last)
     else:
         jobs = jobs.rotated(rows, head, last)
-    return replace(state, jobs=jobs, obs_label=obs_label)
+    out = replace(state, jobs=jobs, obs_label=obs_label)
+    core.share_memo(state, out)  # running jobs and their requests are unchanged
+    return out
 
 
 def own_jobs(state: State) -> State:

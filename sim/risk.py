@@ -488,6 +488,11 @@ class _FollowsFallback:
         forecaster = getattr(self, "forecaster", None)
         return (forecaster is not None and reads_labels(forecaster)) or reads_labels(self._fallback())
 
+    @property
+    def picks_by_labels(self) -> bool:
+        """Whether the job pick may read EC labels (`sim.labelling.picks_by_labels`): the fallback picks."""
+        return reads_labels(self._fallback())
+
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         base = self._fallback()
         if hasattr(base, "pick_job"):

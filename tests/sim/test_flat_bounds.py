@@ -210,3 +210,38 @@ def test_per_level_flat_head_share_equals_the_full_bounds(rcfg: RiskConfig) -> N
         n_checked += 1
         n_loaded += int((fast[1] > 0).sum())
     assert n_checked >= 30 and n_loaded > 0
+
+
+def test_per_level_flat_sums_carried_between_decisions_equal_a_full_recount() -> None:
+    """The placer's per-level flat columns with `MachineSums` (only the jobs placed since and the heads looked up)
+    equal a full recount at every decision of an episode whose waiting jobs a job picker reorders in place."""
+    from models.forecast_placer import MachineSums
+    from sim.peak_forecast import RemainingPeakQuantiles
+    from sim.policies import make_policy, own_jobs, promote_queued_job
+
+    class Counting(MachineSums):
+        n_carried = 0
+
+        def carried(self, *args, **kwargs):
+            out = super().carried(*args, **kwargs)
+            self.n_carried += int(out[1].sum())
+            return out
+
+    train, test = _jobs(6, 40, seed=9), _jobs(4, 40, seed=10)
+    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.9, 0.99), use_labels=True, min_count=5)
+    forecaster = RemainingPeakQuantiles(table, int(train.max_duration))
+    pcfg, memo, rng = PlacerConfig(levels=(0.5, 0.9, 0.99)), Counting(), np.random.default_rng(0)
+    picker = make_policy("deeprm_sjf")
+    state = own_jobs(core.reset(CFG, test, 0))
+    n_decisions = 0
+    while not state.is_done.all() and n_decisions < 400:
+        state = promote_queued_job(state, np.where(state.is_done, 0, picker.pick_job(CFG, state, rng)), True)
+        base = picker.act(CFG, state, rng)
+        mask = action_mask(CFG, state)
+        x1, g1 = placement_features(CFG, state, forecaster, pcfg, base, mask, memo)
+        x2, g2 = placement_features(CFG, state, forecaster, pcfg, base, mask)
+        np.testing.assert_allclose(x1, x2, rtol=1e-9, atol=1e-12)
+        np.testing.assert_array_equal(g1, g2)
+        state, *_ = core.step(CFG, state, base, mask=mask)
+        n_decisions += 1
+    assert memo.n_carried > 100  # most decisions reused the earlier sums

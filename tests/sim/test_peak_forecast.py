@@ -399,7 +399,7 @@ def test_policies_that_say_they_read_no_labels_decide_the_same_on_any_labels() -
     heuristics, the observed-usage rules, the unlabelled quantile rule) decides the same when every state it sees
     carries random labels; the labelled quantile rule says it reads them, and does."""
     from sim.core import relabel
-    from sim.labelling import reads_labels
+    from sim.labelling import picks_by_labels, reads_labels
     from sim.tuning import sequence_returns
 
     class Shuffled:
@@ -439,6 +439,17 @@ def test_policies_that_say_they_read_no_labels_decide_the_same_on_any_labels() -
     assert reads_labels(labelled)
     assert not np.array_equal(
         sequence_returns(Shuffled(labelled), CFG, test, 0), sequence_returns(labelled, CFG, test, 0)
+    )
+    # its job pick is its fallback's (DeepRM's SJF here), which reads none: served without relabelling, the same
+    picker = RiskAwarePacking(labelled.forecaster, make_policy("deeprm_sjf"), labelled.risk)
+    assert reads_labels(picker) and not picks_by_labels(picker) and picks_by_labels(Shuffled(picker))
+
+    class PickShuffled(Shuffled):
+        def act(self, cfg, state, rng):
+            return self.policy.act(cfg, state, rng)
+
+    np.testing.assert_array_equal(
+        sequence_returns(PickShuffled(picker), CFG, test, 0), sequence_returns(picker, CFG, test, 0)
     )
 
 

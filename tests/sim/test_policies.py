@@ -391,3 +391,52 @@ def test_observed_summaries_equal_nan_reductions_and_follow_a_promoted_job() -> 
     for field in ("life_max", "life_mean", "recent", "life_max_exact", "life_mean_exact", "recent_exact"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     np.testing.assert_array_equal(a.life_max[:, 0], [3.0, 3.0, 2.0])  # big, long, short: the moved order
+
+
+def test_selected_rows_share_the_parents_summaries_and_read_what_fresh_ones_give() -> None:
+    """`JobBatch.select` of a batch whose running summaries exist shares them (no recomputation), mapped by row;
+    a reordering in place of the selection moves only its own order; every read equals summaries computed anew."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for _ in range(3):
+        seq = []
+        for k in range(4):
+            dur = int(rng.integers(1, 6))
+            seq.append(_job(rng.integers(0, 4, dur).tolist(), rng.integers(0, 4, dur).tolist(), f"w{k}"))
+        rows.append(seq)
+    batch = JobBatch.from_jobs(rows)
+    parent = batch.observed_prefix[0]
+    picked = batch.select(np.array([2, 0, 2, 1]))
+    shared = picked.observed_prefix[0]
+    assert shared.peak is parent.peak and shared.rows.tolist() == [2, 0, 2, 1]
+    owned = own_jobs(core.reset(CFG3, picked, 0))
+    moved = promote_queued_job(owned, np.array([2, 1, 3, 0]), in_place=True).jobs
+    assert np.array_equal(shared.order, picked.observed_prefix[0].order)  # the selection's order untouched
+    fresh = replace(moved)  # the same (reordered) jobs, summaries computed anew
+    env, job = np.repeat(np.arange(4), 4), np.tile(np.arange(4), 4)
+    for n_obs in (np.zeros(16, dtype=np.int64), np.full(16, 2), rng.integers(0, 6, 16)):
+        for got, want in zip(moved.observed_prefix, fresh.observed_prefix, strict=True):
+            if want is None:
+                assert got is None
+                continue
+            np.testing.assert_array_equal(got.peak_at(env, job, n_obs), want.peak_at(env, job, n_obs))
+            for a, b in zip(got.at(env, job, n_obs), want.at(env, job, n_obs), strict=True):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_a_job_pick_and_a_relabelling_share_the_states_memoised_values() -> None:
+    """`sim.core.share_memo`: the running jobs and their requests per machine, memoised for a state, are read by
+    the states a job pick and a relabelling derive from it (no recount), and equal a recount of those states."""
+    jobs = [_job([1] * 5, [1] * 5, "long"), _job([1] * 2, [1] * 2, "short"), _job([3] * 3, [1] * 3, "big")]
+    state = own_jobs(core.reset(CFG3, JobBatch.from_jobs([jobs * 2, jobs[::-1] * 2]), 0))
+    rng = np.random.default_rng(0)
+    while not core.jobs_running(state).any():
+        state, *_ = core.step(CFG3, state, make_policy("tetris").act(CFG3, state, rng))
+    running, requests = core.jobs_running(state), core.placed_requests(state)
+    moved = promote_queued_job(state, np.array([1, 1]), in_place=True)
+    seen = core.relabel(CFG3, moved, np.zeros_like(moved.jobs.ec_label))
+    for derived in (moved, seen):
+        assert core.jobs_running(derived) is running and core.placed_requests(derived) is requests
+        np.testing.assert_array_equal(core._placed_requests(derived), requests)
+    stepped, *_ = core.step(CFG3, seen, make_policy("tetris").act(CFG3, seen, rng))
+    assert core.placed_requests(stepped) is not requests  # a step is a new state: counted anew
