@@ -626,13 +626,12 @@ def _flat_level_columns(
         sums += carried
     acc_first, acc_total = sums[:, :, 0], sums[:, :, 1]  # (B, M, L, D)
     with_first, with_total = acc_first + first[n_run:, None], acc_total + total[n_run:, None]
-    cols: list[np.ndarray] = []
-    for li in range(values.shape[1]):
-        for first_sum, total_sum in ((acc_first, acc_total), (with_first, with_total)):
-            cols.append((first_sum[:, :, li] / cap).max(axis=2))
-            cols.append((total_sum[:, :, li] / cap).mean(axis=2) / horizon)
-        cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
-    return cols, total[n_run:, 0] / horizon, sums
+    peak_without, peak_with = (acc_first / cap).max(axis=3), (with_first / cap).max(axis=3)  # (B, M, L)
+    mean_without = (acc_total / cap).mean(axis=3) / horizon
+    mean_with = (with_total / cap).mean(axis=3) / horizon
+    is_safe = (peak_with <= 1.0 + 1e-9).astype(np.float64)
+    cols = np.stack([peak_without, mean_without, peak_with, mean_with, is_safe], axis=3)  # LEVEL_FEATURES
+    return list(np.moveaxis(cols.reshape(n_envs, n_m, -1), 2, 0)), total[n_run:, 0] / horizon, sums
 
 
 def safe_action_mask(

@@ -1,0 +1,111 @@
+"""Issue 22, item 8: decisions/s of the rollout the learned placer trains with (`models.forecast_placer.run_rollout`:
+its base rule, the job pick, served EC labels, the per-machine forecast features and the network; sampled and
+recorded, as a PG iteration runs it) at M = 10 with B x N = 400 envs (the fit part's sequences repeated over
+rollouts), printed beside the bare simulator's step rate on the same batch (`bare_step_rate`: a valid-action
+policy, no observations). The rollout and the bare loop alternate in one process over `--repeats` (the machine is
+shared: compare within a run); every repeat must give the same returns.
+
+    PYTHONPATH=. python benchmarks/bench_placer_rollout.py --warehouse warehouse [--source bitbrains] [--load 50]
+        [--base forecast_peak] [--inputs rule] [--envs 400] [--repeats 3] [--profile 25]
+
+Without `--warehouse` it runs on DeepPlace's synthetic workload. `--profile N` adds cProfile's N costliest
+functions of one more rollout (by own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bench_placer import deepplace, real_source, sim_config
+from models.forecast_placer import (
+    INPUTS,
+    ForecastResidualPolicy,
+    PlacerConfig,
+    bare_step_rate,
+    fit_base_rule,
+    run_rollout,
+)
+from models.forecaster import torch_threads
+from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
+from sim.risk import PEAK_RULES
+from sim.tuning import TUNING_PRESETS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warehouse", default=None, help="a warehouse a tvw-run filled (else DeepPlace)")
+    parser.add_argument("--source", default="bitbrains")
+    parser.add_argument("--load", type=int, default=50)
+    parser.add_argument("--request-mode", default="peak", choices=("peak", "trace"))
+    parser.add_argument("--n-train", type=int, default=40)
+    parser.add_argument("--base", default="forecast_peak")
+    parser.add_argument("--inputs", default=None, choices=INPUTS, help="default: rule on a peak rule")
+    parser.add_argument("--envs", type=int, default=400, help="B x N")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    if args.warehouse:
+        train, _ = real_source(
+            Path(args.warehouse), args.source, args.load, args.n_train, 5, args.seed, args.request_mode
+        )
+        where = f"{args.source} {args.load} %"
+    else:
+        train, _ = deepplace(args.load, args.n_train, 5, 10, args.seed)
+        where = f"deepplace {args.load} %"
+    n_labels = int(train.ec_label.max()) + 1
+    cfg = sim_config(10, n_labels)
+    labeller = fit_sim_labeller(cfg, train, SimLabellerConfig()) if args.warehouse else None
+    inputs = args.inputs or ("rule" if args.base in PEAK_RULES else "learned")
+    tuning = replace(TUNING_PRESETS["smoke"], seed=args.seed)
+    base, forecaster, ctx = fit_base_rule(
+        cfg, train, args.base, "sample", tuning, where, labeller, inputs=inputs
+    )
+    policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=PlacerConfig(), labeller=labeller)
+    fit = ctx.split()[0]
+    fit.observed_prefix  # noqa: B018  as training: computed once, shared by every selection of the fit part
+    batch = fit.select(np.resize(np.arange(fit.batch_size), args.envs))
+    print(
+        f"{where}, base {args.base}, inputs {inputs}: B x N = {batch.batch_size} envs ({fit.batch_size} fit "
+        f"sequences repeated), M = 10; set-up {time.perf_counter() - t0:.0f} s"
+    )
+
+    rates, bares, returns = [], [], []
+    with torch_threads(1):
+        for r in range(args.repeats):
+            t = time.perf_counter()
+            rec = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True)
+            dt = time.perf_counter() - t
+            rates.append(rec.n_env_decisions / dt)
+            bares.append(bare_step_rate(cfg, batch, args.seed))
+            returns.append(rec.returns if r == 0 else None)
+            print(
+                f"  repeat {r}: training rollout {rates[-1]:,.0f} decisions/s ({rec.n_env_decisions:,} env "
+                f"decisions in {dt:.1f} s); bare simulator {bares[-1]:,.0f} decisions/s"
+            )
+        again = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=False)
+        if not np.array_equal(again.returns, returns[0]):
+            raise SystemExit("the same seed gave other returns: the rollout is not reproducible")
+        print(
+            f"median: training rollout {np.median(rates):,.0f} decisions/s, bare {np.median(bares):,.0f} "
+            f"decisions/s ({np.median(rates) / np.median(bares):.2f} of the bare rate; item 8 asks 100,000)"
+        )
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=True)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
