@@ -66,6 +66,7 @@ Run it without Dagster:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 import weakref
@@ -626,9 +627,15 @@ def _flat_level_columns(
         sums += carried
     acc_first, acc_total = sums[:, :, 0], sums[:, :, 1]  # (B, M, L, D)
     with_first, with_total = acc_first + first[n_run:, None], acc_total + total[n_run:, None]
-    peak_without, peak_with = (acc_first / cap).max(axis=3), (with_first / cap).max(axis=3)  # (B, M, L)
-    mean_without = (acc_total / cap).mean(axis=3) / horizon
-    mean_with = (with_total / cap).mean(axis=3) / horizon
+    # over resources by one operation per resource: numpy reduces a short last axis slowly
+    n_d = cap.size
+    peak_without, peak_with = (
+        functools.reduce(np.maximum, (s[..., d] / cap[d] for d in range(n_d)))
+        for s in (acc_first, with_first)
+    )  # (B, M, L)
+    mean_without, mean_with = (
+        sum(s[..., d] / cap[d] for d in range(n_d)) / (n_d * horizon) for s in (acc_total, with_total)
+    )
     is_safe = (peak_with <= 1.0 + 1e-9).astype(np.float64)
     cols = np.stack([peak_without, mean_without, peak_with, mean_with, is_safe], axis=3)  # LEVEL_FEATURES
     return list(np.moveaxis(cols.reshape(n_envs, n_m, -1), 2, 0)), total[n_run:, 0] / horizon, sums

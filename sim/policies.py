@@ -139,7 +139,11 @@ def valid_machines(cfg: SimConfig, state: State) -> np.ndarray:
 
 def fits_by_requests(cfg: SimConfig, state: State, request: np.ndarray) -> np.ndarray:
     """(B, M) bool: placing a job with `request` (B, D) keeps every machine's requests within C_d."""
-    return (free_by_requests(cfg, state) >= request[:, None, :]).all(axis=2)
+    free = free_by_requests(cfg, state)
+    fits = free[:, :, 0] >= request[:, None, 0]
+    for d in range(1, free.shape[2]):  # one (B, M) comparison per resource: D is tiny
+        fits &= free[:, :, d] >= request[:, None, d]
+    return fits
 
 
 def _best_fit_scores(free: np.ndarray, request: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -166,13 +170,17 @@ def queued_fits(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, n
     rows = np.arange(state.batch_size)[:, None]
     request = state.jobs.request[rows, jobs_idx].astype(np.int64)  # (B, K, D)
     cap = _capacity(cfg)
-    if cfg.placement_check == "none":
-        by_rule = np.ones((*jobs_idx.shape, cfg.n_machines), dtype=bool)
-    else:
+    fits = np.broadcast_to(is_waiting[..., None], (*jobs_idx.shape, cfg.n_machines)).copy()
+    free = free_by_requests(cfg, state)
+    # one (B, K, M) comparison per resource: numpy reduces a short last axis slowly
+    if cfg.placement_check != "none":
         need = state.jobs.usage[rows, jobs_idx, 0] if cfg.placement_check == "first_step" else request
-        by_rule = (current_usage(cfg, state)[:, None] + need[:, :, None, :] <= cap).all(axis=3)
-    by_request = (free_by_requests(cfg, state)[:, None] >= request[:, :, None, :]).all(axis=3)
-    return jobs_idx, request, by_rule & by_request & is_waiting[..., None]
+        used = current_usage(cfg, state)
+        for d in range(cap.size):
+            fits &= used[:, None, :, d] + need[:, :, None, d] <= cap[d]
+    for d in range(cap.size):
+        fits &= free[:, None, :, d] >= request[:, :, None, d]
+    return jobs_idx, request, fits
 
 
 def promote_queued_job(state: State, slot: np.ndarray, in_place: bool = False) -> State:

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import partial, reduce
 
 import numpy as np
 
@@ -337,7 +337,7 @@ def flat_head_share(
             with_head, per_machine(d) + h_d, per_machine(d * d) + h_d**2, rcfg.rho, rcfg.inflation
         )
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
-    share = (with_head / cap).max(axis=2)
+    share = reduce(np.maximum, (with_head[:, :, d] / cap[d] for d in range(cap.size)))  # (B, M)
     return share <= 1.0 + 1e-9, share
 
 
