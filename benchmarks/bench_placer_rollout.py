@@ -39,7 +39,9 @@ from sim.tuning import TUNING_PRESETS
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--warehouse", default=None, help="a warehouse a tvw-run filled (else DeepPlace)")
     parser.add_argument("--source", default="bitbrains")
     parser.add_argument("--load", type=int, default=50)
@@ -70,7 +72,9 @@ def main() -> None:
     base, forecaster, ctx = fit_base_rule(
         cfg, train, args.base, "sample", tuning, where, labeller, inputs=inputs
     )
-    policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=PlacerConfig(), labeller=labeller)
+    policy = ForecastResidualPolicy(
+        base=base, forecaster=forecaster, config=PlacerConfig(), labeller=labeller
+    )
     fit = ctx.split()[0]
     fit.observed_prefix  # noqa: B018  as training: computed once, shared by every selection of the fit part
     batch = fit.select(np.resize(np.arange(fit.batch_size), args.envs))

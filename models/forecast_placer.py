@@ -69,7 +69,6 @@ import copy
 import functools
 import math
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
@@ -92,6 +91,7 @@ from sim.forecast import (
     UsageForecaster,
     flat_forecast,
     flat_level_forecast,
+    is_flat_forecaster,
     uncached,
     with_cache,
 )
@@ -118,8 +118,8 @@ from sim.risk import (
     RiskAwarePacking,
     RiskConfig,
     deviate_or_pack,
-    sum_by_cell,
 )
+from sim.running_sums import RunningSums, reads_other_runs
 from sim.tuning import ChoiceMemo, FitContext, TuningConfig, split_validation, tuning_preset
 
 STOP_RULES = ("n_iterations", "patience", "time_budget")
@@ -375,59 +375,60 @@ def placement_features(
     pcfg: PlacerConfig,
     base_actions: np.ndarray,
     mask: np.ndarray,
-    memo: MachineSums | None = None,
+    memo: RunningSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(x (B, M, F) float32 per machine, g (B, G) float32 global) inputs of the network (`feature_names`,
     GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it. `memo`
-    (`MachineSums`) keeps each machine's sums over its running jobs from one decision to the next of a rollout."""
+    (`sim.running_sums.RunningSums`) keeps each machine's sums over its running jobs from one decision to the next
+    of a rollout (recall included); without one, every running job is counted."""
     n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
     jobs = state.jobs
-    rows = np.arange(n_envs)
     head = queue_head(state)
-    head_idx = np.minimum(state.next_job, jobs.max_jobs - 1)
     bi, ji = np.nonzero(jobs_running(state))
-    env, job = np.concatenate([bi, rows]), np.concatenate([ji, head_idx])
     horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
-    if pcfg.use_durations:
-        is_placed = state.job_machine[env, job] >= 0
-        start = np.where(is_placed, state.job_start[env, job], state.t[env])
-        n_alive = np.clip(start + jobs.duration[env, job] - state.t[env] - 1, 0, horizon)  # steps t+1.. alive
-    else:
-        n_alive = np.full(env.size, horizon, dtype=np.int64)
-    n_alive[bi.size :] *= head.has_job
-    cell = bi * n_m + state.job_machine[bi, ji]
-    env_all, job_all, n_alive_all, cell_all = env, job, n_alive, cell
+    heads = (np.arange(n_envs), np.minimum(state.next_job, jobs.max_jobs - 1))
+    memo = RunningSums() if memo is None else memo  # a fresh one counts every running job
+
+    def steps_alive(env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N,) steps t + 1 .. t + H each job is alive; the queue heads (the last B rows) 0 where none waits."""
+        if pcfg.use_durations:
+            is_placed = state.job_machine[env, job] >= 0
+            start = np.where(is_placed, state.job_start[env, job], state.t[env])
+            n_alive = np.clip(start + jobs.duration[env, job] - state.t[env] - 1, 0, horizon)
+        else:
+            n_alive = np.full(env.size, horizon, dtype=np.int64)
+        n_alive[env.size - n_envs :] *= head.has_job
+        return n_alive
+
     # flat forecasts need no horizon axis: a point one at any rho (its deviations are 0: one level's columns serve
     # every level), one with a value per level at rho = 1 (the bound is then a sum, whose mean over the horizon is
     # linear in the steps alive)
-    flat, n_repeat, kept = flat_forecast(forecaster, cfg, state, env, job), len(pcfg.levels), None
-    if flat is not None:
-        flat = flat[:, None, :]
-    elif pcfg.rho == 1.0 and callable(getattr(forecaster, "flat_levels", None)):
-        # per level: a running job's values at an unchanged t are the previous decision's (`MachineSums`), so
-        # only the jobs placed since and the heads are looked up
-        n_run, key = cell.size, ("flat_levels", len(pcfg.levels))
-        kept = (
-            None if memo is None else memo.carried(state, forecaster, env[:n_run], job[:n_run], horizon, key)
+    cols = None
+    if is_flat_forecaster(forecaster) or (
+        pcfg.rho == 1.0 and callable(getattr(forecaster, "flat_levels", None))
+    ):
+        point = is_flat_forecaster(forecaster)
+        negative: list[bool] = []
+
+        def flat_rows(env: np.ndarray, job: np.ndarray) -> np.ndarray:
+            values = (
+                flat_forecast(forecaster, cfg, state, env, job)[:, None, :]
+                if point
+                else flat_level_forecast(forecaster, pcfg.levels, cfg, state, env, job)
+            )
+            negative.append(bool((values < 0).any()))
+            return _flat_rows(values, steps_alive(env, job))
+
+        key = ("flat", point, tuple(pcfg.levels), horizon, pcfg.use_durations)
+        sums, head_rows, _ = memo.per_machine(
+            state, n_m, key, flat_rows, None, reads_other_runs(forecaster), heads
         )
-        rows = np.arange(env.size) if kept is None else np.r_[np.flatnonzero(~kept[1]), n_run : env.size]
-        flat, n_repeat = flat_level_forecast(forecaster, pcfg.levels, cfg, state, env[rows], job[rows]), 1
-        if kept is not None:
-            env, job, n_alive, cell = env[rows], job[rows], n_alive[rows], cell[rows[: rows.size - n_envs]]
-    if flat is not None and (flat >= 0).all():
-        cols, head_mean, sums = _flat_level_columns(
-            flat, n_alive, cell, n_envs, n_m, horizon, cap, None if kept is None else kept[0]
-        )
-        cols = cols * n_repeat
-        if kept is not None:
-            memo.keep(sums)
-    else:
-        if kept is not None:  # a negative value: the general path recounts every running job (no memo)
-            env, job, n_alive, cell, memo = env_all, job_all, n_alive_all, cell_all, None
-        cols, head_mean = _level_columns(
-            cfg, state, forecaster, pcfg, env, job, n_alive, cell, horizon, cap, memo
-        )
+        if not any(negative):
+            cols, head_mean = _flat_level_columns(sums, head_rows, horizon, cap)
+            cols = cols * (len(pcfg.levels) if point else 1)
+    if cols is None:  # the general path (a negative flat value included: every sum must be non-increasing)
+        cols, head_mean = _level_columns(cfg, state, forecaster, pcfg, horizon, cap, memo, heads, steps_alive)
     usage_now = current_usage(cfg, state) / cap  # (B, M, D)
     past = state.past  # (B, h, M, D)
     used = core.machines_used(state)
@@ -477,35 +478,27 @@ def _level_columns(
     state: State,
     forecaster: UsageForecaster,
     pcfg: PlacerConfig,
-    env: np.ndarray,
-    job: np.ndarray,
-    n_alive: np.ndarray,
-    cell: np.ndarray,
     horizon: int,
     cap: np.ndarray,
-    memo: MachineSums | None = None,
+    memo: RunningSums,
+    heads: tuple[np.ndarray, np.ndarray],
+    steps_alive: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """The LEVEL_FEATURES columns (each (B, M)) of every level, from the forecast quantiles of the running jobs
-    (the first len(cell) of env, job) and the queue heads (the rest) over the horizon; and the heads' mean median
-    forecast (R, D). With `memo`, the running jobs' per-machine sums are carried over from the rollout's previous
-    decision wherever that is exact (`MachineSums`), and only the jobs placed since are forecast and added."""
-    n_envs, n_m = state.batch_size, cfg.n_machines
-    n_run = cell.size
+    and of the queue heads `heads` (env, job) over the horizon; and the heads' mean median forecast (B, D). The
+    running jobs' per-machine sums are carried by `memo` (`sim.running_sums.RunningSums`) from the rollout's
+    previous decision wherever that is exact: only the jobs placed since and the heads are forecast (one call)."""
     # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
     squares = pcfg.rho != 1.0
-    n_planes = 2 * len(pcfg.levels) - 1 if squares else len(pcfg.levels)
-    kept = (
-        None if memo is None else memo.carried(state, forecaster, env[:n_run], job[:n_run], horizon, n_planes)
+
+    def planes(env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return _planes(cfg, state, forecaster, pcfg, env, job, steps_alive(env, job), horizon, squares)[0]
+
+    key = ("planes", tuple(pcfg.levels), pcfg.rho, horizon, pcfg.use_durations)
+    acc, per_head, _ = memo.per_machine(
+        state, cfg.n_machines, key, planes, None, reads_other_runs(forecaster), heads
     )
-    rows = np.arange(env.size) if kept is None else np.r_[np.flatnonzero(~kept[1]), n_run : env.size]
-    per_job, mu = _planes(cfg, state, forecaster, pcfg, env[rows], job[rows], n_alive[rows], horizon, squares)
-    n_new = rows.size - (env.size - n_run)
-    shape = (n_envs, n_m, *per_job.shape[1:])
-    acc = sum_by_cell(per_job[:n_new], cell[rows[:n_new]], n_envs * n_m).reshape(shape)
-    if kept is not None:
-        acc += kept[0]
-        memo.keep(acc)
-    with_head = acc + per_job[n_new:, None]
+    with_head = acc + per_head[:, None]
     n_up = len(pcfg.levels) - 1
     cols = []
     for li in range(len(pcfg.levels)):
@@ -521,7 +514,7 @@ def _level_columns(
             cols.append(share.max(axis=(2, 3)))
             cols.append(share.mean(axis=(2, 3)))
         cols.append((cols[-2] <= 1.0 + 1e-9).astype(np.float64))
-    return cols, mu[n_new:].mean(axis=1)
+    return cols, per_head[:, 0].mean(axis=1)
 
 
 def _planes(
@@ -545,90 +538,25 @@ def _planes(
     return np.concatenate([mu[:, None], delta, *([delta**2] if squares else [])], axis=1), mu
 
 
-class MachineSums:
-    """Each machine's summed forecast planes over its running jobs, carried from one decision of a rollout to the
-    next. Between two decisions at the same time step the running jobs only gain the jobs placed since (a job
-    leaves only as time advances, and only waiting jobs are reordered), and a running job's forecast reads only
-    its own view at t, so the sums of an env whose t is unchanged are the previous sums plus the new jobs'.
-    Anything else (another batch, t advanced, a job gone, another forecaster or horizon) recomputes the env.
-    Not for recall (a job's recalled run depends on the other runs started): `carried` refuses a RecallOverlay."""
-
-    def __init__(self) -> None:
-        self._jobs: weakref.ref | None = None
-        self._key: tuple | None = None
-        self._t = np.zeros(0, dtype=np.int64)
-        self._running = np.zeros((0, 0), dtype=bool)
-        self._acc: np.ndarray | None = None
-
-    def carried(
-        self, state: State, forecaster, env: np.ndarray, job: np.ndarray, horizon: int, n_planes: int
-    ) -> tuple[np.ndarray | float, np.ndarray] | None:
-        """(the sums carried over (B, M, P, H, D), 0 for every env recomputed; (N,) whether each running job
-        (env, job) is in them already), or None for a recalling forecaster (no memo)."""
-        if isinstance(forecaster, RecallOverlay):
-            return None
-        running = np.zeros((state.batch_size, state.jobs.max_jobs), dtype=bool)
-        running[env, job] = True
-        key = (id(forecaster), horizon, n_planes)
-        same = (
-            self._acc is not None
-            and self._jobs is not None
-            and self._jobs() is state.jobs
-            and self._key == key
-            and self._running.shape == running.shape
-        )
-        if same:
-            kept_env = (self._t == state.t) & ~(self._running & ~running).any(axis=1)
-            carried = self._acc  # the previous decision's sums, no longer read elsewhere: zeroed in place
-            carried[~kept_env] = 0.0
-            in_sums = kept_env[env] & self._running[env, job]
-        else:
-            carried, in_sums = 0.0, np.zeros(env.size, dtype=bool)
-        self._jobs, self._key = weakref.ref(state.jobs), key
-        self._t, self._running, self._acc = state.t.copy(), running, None
-        return carried, in_sums
-
-    def keep(self, acc: np.ndarray) -> None:
-        """The sums of this decision (after `carried`): the next decision starts from them."""
-        self._acc = acc
-
-    def __getstate__(self) -> dict:  # a copied or pickled policy starts with no sums (and no weakref)
-        return {}
-
-    def __setstate__(self, _state: dict) -> None:
-        self.__init__()
+def _flat_rows(values: np.ndarray, n_alive: np.ndarray) -> np.ndarray:
+    """(N, 2, L, D) per job of a flat forecaster (`values` (N, L, D) >= 0, level 0 the median, each held while
+    the job is alive, `n_alive` (N,) steps): its bound at t + 1 and its sum over the horizon, per level. A job's
+    median plus its level's deviation is max(value at the level, median)."""
+    bound = np.maximum(values, values[:, :1])
+    return np.stack([bound * (n_alive > 0)[:, None, None], bound * n_alive[:, None, None]], axis=1)
 
 
 def _flat_level_columns(
-    values: np.ndarray,
-    n_alive: np.ndarray,
-    cell: np.ndarray,
-    n_envs: int,
-    n_m: int,
-    horizon: int,
-    cap: np.ndarray,
-    carried: np.ndarray | float | None = None,
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """`_level_columns` at rho = 1 for a flat forecaster (`sim.forecast.flat_level_forecast`: each level one value
-    per job, `values` (N, L, D) >= 0, level 0 the median, held while the job is alive): no horizon axis. A job's
-    median plus its level's deviation is max(value at the level, median); a machine's sum of them never rises
-    over the horizon, so its peak share is at t + 1, and its mean over the horizon is sum(value x steps alive) /
-    H. Equal to `_level_columns` up to float rounding of the means. The rows of `values` are running jobs (the
-    first len(cell)), then one head per env. `carried` ((B, M, 2, L, D), from `MachineSums.carried`): the sums of
-    the running jobs left out of `values`, added to theirs. Also returns the sums over every running job (what
-    the next decision carries)."""
-    n_run = cell.size
-    bound = np.maximum(values, values[:, :1])  # (N, L, D) the median plus the level's deviation
-    first = bound * (n_alive > 0)[:, None, None]
-    total = bound * n_alive[:, None, None]
-    both = np.stack([first[:n_run], total[:n_run]], axis=1)  # (n_run, 2, L, D)
-    sums = sum_by_cell(both, cell, n_envs * n_m).reshape(n_envs, n_m, *both.shape[1:])
-    if carried is not None:
-        sums += carried
+    sums: np.ndarray, heads: np.ndarray, horizon: int, cap: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """`_level_columns` at rho = 1 for a flat forecaster, from each machine's sums (B, M, 2, L, D) of `_flat_rows`
+    over its running jobs and the heads' rows (B, 2, L, D): no horizon axis. A machine's sum of flat bounds never
+    rises over the horizon, so its peak share is at t + 1, and its mean over the horizon is sum(value x steps
+    alive) / H. Equal to `_level_columns` up to float rounding of the means. Also the heads' mean median."""
     acc_first, acc_total = sums[:, :, 0], sums[:, :, 1]  # (B, M, L, D)
-    with_first, with_total = acc_first + first[n_run:, None], acc_total + total[n_run:, None]
+    with_first, with_total = acc_first + heads[:, None, 0], acc_total + heads[:, None, 1]
     # over resources by one operation per resource: numpy reduces a short last axis slowly
-    n_d = cap.size
+    n_d, n_envs, n_m = cap.size, sums.shape[0], sums.shape[1]
     peak_without, peak_with = (
         functools.reduce(np.maximum, (s[..., d] / cap[d] for d in range(n_d)))
         for s in (acc_first, with_first)
@@ -638,7 +566,7 @@ def _flat_level_columns(
     )
     is_safe = (peak_with <= 1.0 + 1e-9).astype(np.float64)
     cols = np.stack([peak_without, mean_without, peak_with, mean_with, is_safe], axis=3)  # LEVEL_FEATURES
-    return list(np.moveaxis(cols.reshape(n_envs, n_m, -1), 2, 0)), total[n_run:, 0] / horizon, sums
+    return list(np.moveaxis(cols.reshape(n_envs, n_m, -1), 2, 0)), heads[:, 1, 0] / horizon
 
 
 def safe_action_mask(
@@ -911,7 +839,7 @@ class ForecastResidualPolicy:
         inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
         self.forecaster = with_cache(inner, self.config.cache_rows, self.config.seed)
         self.base = BaseRule(self.base_policy, self.forecaster, labeller)
-        self._sums = MachineSums()  # per-machine forecast sums carried between a rollout's decisions
+        self._sums = RunningSums()  # per-machine forecast sums carried between a rollout's decisions
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
         self.trained_iteration = 0 if payload is None else int(payload["best_iteration"])

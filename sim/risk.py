@@ -56,6 +56,7 @@ from functools import partial, reduce
 
 import numpy as np
 
+from sim import running_sums
 from sim.config import SimConfig
 from sim.core import State, action_mask, jobs_running, machines_used, queue_head, sum_by_cell
 from sim.forecast import (
@@ -75,6 +76,7 @@ from sim.forecast import (
     with_recall,
 )
 from sim.labelling import reads_labels
+from sim.running_sums import RunningSums, reads_other_runs
 
 MODES = ("deviate", "pack", "guard")
 
@@ -197,7 +199,8 @@ def machine_sums(
     rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per machine, over the jobs running now: (sum mu, sum delta, sum delta^2), each (B, M, H, D); only of the
-    envs `rows` (then (len(rows), M, H, D), in that order) when given."""
+    envs `rows` (then (len(rows), M, H, D), in that order) when given. (`head_bounds` carries them between a
+    rollout's decisions: `sim.running_sums`.)"""
     is_run = jobs_running(state)
     n_envs = state.batch_size
     if rows is not None:
@@ -233,16 +236,35 @@ def head_bounds(
     forecaster: UsageForecaster,
     rcfg: RiskConfig,
     rows: np.ndarray | None = None,
+    memo: RunningSums | None = None,
 ) -> np.ndarray:
     """(B, M, H, D) level-p bound of each machine's summed usage if the queue head is placed there now (only of
-    the envs `rows` when given: (len(rows), M, H, D))."""
+    the envs `rows` when given: (len(rows), M, H, D)). With `memo` (`sim.running_sums.RunningSums`), the running
+    jobs' sums are carried from the rollout's previous decision wherever that is exact, and only the jobs placed
+    since and the heads are forecast (one call)."""
     head = queue_head(state)
     rows = np.arange(state.batch_size) if rows is None else np.asarray(rows, dtype=np.int64)
     idx = np.minimum(state.next_job[rows], state.jobs.max_jobs - 1)
-    mu_h, delta_h = job_moments(cfg, state, forecaster, rows, idx, rcfg)  # (R, H, D)
+    if memo is None:
+        mu_h, delta_h = job_moments(cfg, state, forecaster, rows, idx, rcfg)  # (R, H, D)
+        s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, rcfg, rows)
+    else:
+        point = is_point_forecaster(forecaster)
+
+        def moments(env: np.ndarray, job: np.ndarray) -> np.ndarray:
+            mu, delta = job_moments(cfg, state, forecaster, env, job, rcfg)
+            return mu[:, None] if point else np.stack([mu, delta, delta * delta], axis=1)
+
+        key = ("head_bounds", rcfg, point)
+        sums, heads, _ = memo.per_machine(
+            state, cfg.n_machines, key, moments, rows, reads_other_runs(forecaster), (rows, idx)
+        )
+        mu_h = heads[:, 0]
+        delta_h = np.zeros_like(mu_h) if point else heads[:, 1]
+        s_mu = sums[:, :, 0]
+        s_delta, s_delta2 = (np.zeros_like(s_mu),) * 2 if point else (sums[:, :, 1], sums[:, :, 2])
     has_job = head.has_job[rows][:, None, None]
     mu_h, delta_h = mu_h * has_job, delta_h * has_job
-    s_mu, s_delta, s_delta2 = machine_sums(cfg, state, forecaster, rcfg, rows)
     return sum_bound(
         s_mu + mu_h[:, None],
         s_delta + delta_h[:, None],
@@ -347,13 +369,14 @@ def head_share(
     forecaster: UsageForecaster,
     rcfg: RiskConfig,
     rows: np.ndarray | None = None,
+    memo: RunningSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(is_safe, tightness) (B, M) (or of the envs `rows`) of placing the queue head on each machine: the flat
-    shortcut where it applies, else from the full bounds."""
+    shortcut where it applies, else from the full bounds (with `memo`, carried: `head_bounds`)."""
     flat = flat_head_share(cfg, state, forecaster, rcfg, rows)
     if flat is not None:
         return flat
-    return safe_and_tightness(head_bounds(cfg, state, forecaster, rcfg, rows), cfg)
+    return safe_and_tightness(head_bounds(cfg, state, forecaster, rcfg, rows, memo), cfg)
 
 
 def deviation_rows(cfg: SimConfig, state: State, base: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -519,8 +542,10 @@ class RiskAwarePacking(_FollowsFallback):
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         forecaster = self.forecaster or PersistenceForecaster()
         valid = valid_machines(cfg, state)
+        # the machines' sums carried between this thread's decisions of a rollout (sim.running_sums)
+        memo = running_sums.for_thread(("head_bounds", self.risk), forecaster)
         if self.risk.mode in ("pack", "guard"):
-            is_safe, tightness = head_share(cfg, state, forecaster, self.risk)
+            is_safe, tightness = head_share(cfg, state, forecaster, self.risk, None, memo)
             return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.risk.mode)
         # "deviate": bounds only where the fallback holds or opens an empty machine (most decisions keep it)
         rows = deviation_rows(cfg, state, base, valid)
@@ -528,7 +553,7 @@ class RiskAwarePacking(_FollowsFallback):
             return base
         is_safe = np.zeros(valid.shape, dtype=bool)
         tightness = np.zeros(valid.shape)
-        is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows)
+        is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows, memo)
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
 
 

@@ -247,13 +247,14 @@ def test_at_rho_1_the_bounds_are_the_general_formulas_limit(learned_forecaster) 
 
 def test_machine_sums_carried_between_decisions_equal_a_full_recount(learned_forecaster) -> None:
     from sim.policies import own_jobs, promote_queued_job
+    from sim.running_sums import RunningSums
 
-    class Counting(fp.MachineSums):
+    class Counting(RunningSums):
         n_carried = 0
 
-        def carried(self, *args, **kwargs):
-            out = super().carried(*args, **kwargs)
-            self.n_carried += int(out[1].sum())
+        def per_machine(self, state, *args, **kwargs):
+            out = super().per_machine(state, *args, **kwargs)
+            self.n_carried += int(core.jobs_running(state).sum()) - out[2]
             return out
 
     jobs = _square_jobs(3, 40, seed=7)
@@ -276,7 +277,7 @@ def test_machine_sums_carried_between_decisions_equal_a_full_recount(learned_for
     for carry in (True, False):
         other = ForecastResidualPolicy(base=_hybrid(min_observed=2), forecaster=learned_forecaster)
         _randomise_residual(other.ready(CFG))
-        other._sums = fp.MachineSums() if carry else None
+        other._sums = RunningSums() if carry else None
         rec = fp.run_rollout(other, CFG, jobs, 0, "greedy", np.random.default_rng(1))
         returns.append(rec.returns)
     assert np.array_equal(*returns)

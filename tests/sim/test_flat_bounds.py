@@ -213,18 +213,18 @@ def test_per_level_flat_head_share_equals_the_full_bounds(rcfg: RiskConfig) -> N
 
 
 def test_per_level_flat_sums_carried_between_decisions_equal_a_full_recount() -> None:
-    """The placer's per-level flat columns with `MachineSums` (only the jobs placed since and the heads looked up)
+    """The placer's per-level flat columns with `RunningSums` (only the jobs placed since and the heads looked up)
     equal a full recount at every decision of an episode whose waiting jobs a job picker reorders in place."""
-    from models.forecast_placer import MachineSums
     from sim.peak_forecast import RemainingPeakQuantiles
     from sim.policies import make_policy, own_jobs, promote_queued_job
+    from sim.running_sums import RunningSums
 
-    class Counting(MachineSums):
+    class Counting(RunningSums):
         n_carried = 0
 
-        def carried(self, *args, **kwargs):
-            out = super().carried(*args, **kwargs)
-            self.n_carried += int(out[1].sum())
+        def per_machine(self, state, *args, **kwargs):
+            out = super().per_machine(state, *args, **kwargs)
+            self.n_carried += int(core.jobs_running(state).sum()) - out[2]
             return out
 
     train, test = _jobs(6, 40, seed=9), _jobs(4, 40, seed=10)
