@@ -91,6 +91,7 @@ from sim.forecast import (
     UsageForecaster,
     flat_forecast,
     flat_level_forecast,
+    forecast_at_levels,
     is_flat_forecaster,
     uncached,
     with_cache,
@@ -530,8 +531,9 @@ def _planes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(per job (N, P, H, D): the median, the deviation of each upper level and, unless rho = 1, their squares,
     over the steps each job is alive; the medians (N, H, D))."""
-    lv_idx = [_level_index(forecaster.levels, lv) for lv in pcfg.levels]
-    quant = forecaster.forecast(cfg, state, env, job)[:, lv_idx, :horizon]  # (N, L, H, D)
+    for lv in pcfg.levels:  # the placer's error for a level the forecaster lacks
+        _level_index(forecaster.levels, lv)
+    quant = forecast_at_levels(forecaster, pcfg.levels, cfg, state, env, job)[:, :, :horizon]  # (N, L, H, D)
     alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
     mu = quant[:, 0] * alive[..., None]  # (N, H, D)
     delta = np.maximum(quant[:, 1:] - quant[:, :1], 0.0) * alive[:, None, :, None]  # (N, L-1, H, D)

@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State, jobs_running, observed_labels
+from sim.core import State, observed_labels
 from sim.jobs import JobBatch
 from sim.labelling import reads_labels
 
@@ -136,6 +136,36 @@ def flat_level_forecast(
         return None
     env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
     return forecaster.flat_levels(tuple(levels), cfg, state, env, job)
+
+
+def forecast_at_levels(
+    forecaster, levels, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
+) -> np.ndarray:
+    """(N, L, H, D) float64 the forecaster's quantiles at `levels` (each one of its levels) only: a forecaster with
+    a value per level (`flat_levels`), or recall over one, spreads just those levels over the horizon; any other
+    forecaster's `forecast` is sliced. The same numbers as `forecast(...)[:, index of each level]`."""
+    env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+    levels = tuple(levels)
+    inner = forecaster.inner if isinstance(forecaster, RecallOverlay) else forecaster
+    if callable(getattr(inner, "flat_levels", None)):
+        values = inner.flat_levels(levels, cfg, state, env, job)  # (N, L, D)
+        out = np.ascontiguousarray(
+            np.broadcast_to(
+                values[:, :, None, :], (values.shape[0], len(levels), inner.horizon, values.shape[2])
+            )
+        ).astype(np.float64, copy=False)
+        if inner is not forecaster:
+            out = forecaster._overlay(cfg, state, env, job, out, level_axis=True)
+        return out
+    index = [_level_position(forecaster.levels, lv) for lv in levels]
+    return forecaster.forecast(cfg, state, env, job)[:, index]
+
+
+def _level_position(levels, level: float) -> int:
+    for i, lv in enumerate(levels):
+        if abs(lv - level) < 1e-9:
+            return i
+    raise ValueError(f"level {level} is not one of the forecaster's levels {tuple(levels)}")
 
 
 def spread_flat(values: np.ndarray, horizon: int) -> np.ndarray:
@@ -509,31 +539,23 @@ class RecallMemo:
 
     def __init__(self) -> None:
         self._state: weakref.ref | None = None
-        self._covered = np.zeros(0, dtype=bool)
         self._index = np.zeros((0, 0), dtype=np.int64)
         self._view = _empty_view(0, 0)
 
     def rows(
         self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
     ) -> tuple[RecallView, np.ndarray]:
-        """(every view held, (N,) the row of each asked job in it): computed where not held yet, with each newly
-        asked env's running jobs and queue head (a rule asks for them next)."""
+        """(every view held, (N,) the row of each asked job in it): computed where not held yet (a rule and the
+        placer's features ask about the same jobs of a state; with `sim.running_sums` only the jobs placed since
+        and the queue heads)."""
         n_envs, n_jobs = state.batch_size, state.jobs.max_jobs
         if self._state is None or self._state() is not state:
             self._state = weakref.ref(state)
-            self._covered = np.zeros(n_envs, dtype=bool)
             self._index = np.full((n_envs, n_jobs), -1, dtype=np.int64)
             self._view = _empty_view(state.jobs.max_duration, state.jobs.n_resources)
-        covered, index = self._covered, self._index
+        index = self._index
         missing = index[env, job] < 0
-        add_env, add_job = [env[missing]], [job[missing]]
-        new_envs = np.unique(env[~covered[env]])
-        if new_envs.size:
-            covered[new_envs] = True
-            bi, ji = np.nonzero(jobs_running(state)[new_envs])
-            add_env += [new_envs[bi], new_envs]
-            add_job += [ji, np.minimum(state.next_job[new_envs], n_jobs - 1)]
-        e, j = np.concatenate(add_env), np.concatenate(add_job)
+        e, j = env[missing], job[missing]
         if e.size:
             keep = index[e, j] < 0
             pair = np.unique(e[keep] * n_jobs + j[keep])

@@ -65,6 +65,7 @@ from sim.forecast import (
     fit_recall,
     flat_forecast,
     flat_level_forecast,
+    forecast_at_levels,
     is_point_forecaster,
     job_view,
     levels_of,
@@ -151,7 +152,8 @@ def job_moments(
             f"({type(forecaster).__name__})"
         )
     who = type(forecaster).__name__
-    i_med, i_up = _level_index(forecaster.levels, 0.5, who), _level_index(forecaster.levels, rcfg.level, who)
+    for level in (0.5, rcfg.level):  # the rule's error for a level the forecaster lacks
+        _level_index(forecaster.levels, level, who)
     if env.size == 0:
         n_steps = max(horizon, rcfg.extend_to or 0)
         empty = np.zeros((0, n_steps, cfg.n_resources))
@@ -160,8 +162,8 @@ def job_moments(
     if point is not None:  # every level is one value: the deviation is exactly 0 (computed with none below)
         mu, delta = point[:, :horizon], None
     else:
-        quant = forecaster.forecast(cfg, state, env, job)[:, :, :horizon]
-        mu, up = quant[:, i_med], quant[:, i_up]
+        quant = forecast_at_levels(forecaster, (0.5, rcfg.level), cfg, state, env, job)[:, :, :horizon]
+        mu, up = quant[:, 0], quant[:, 1]
         delta = np.maximum(up - mu, 0.0)
     if rcfg.extend_to is not None and rcfg.extend_to > horizon:
         tail = rcfg.extend_to - horizon
