@@ -99,6 +99,9 @@ def main() -> None:
         again = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=False)
         if not np.array_equal(again.returns, returns[0]):
             raise SystemExit("the same seed gave other returns: the rollout is not reproducible")
+        sums = policy._sums
+        share = sums.n_carried / max(sums.n_carried + sums.n_computed, 1)
+        print(f"the placer's per-machine sums: {share:.0%} of running jobs carried between decisions")
         print(
             f"median: training rollout {np.median(rates):,.0f} decisions/s, bare {np.median(bares):,.0f} "
             f"decisions/s ({np.median(rates) / np.median(bares):.2f} of the bare rate; item 8 asks 100,000)"

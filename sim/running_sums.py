@@ -52,6 +52,10 @@ class RunningSums:
         self._machine = np.zeros((0, 0), dtype=np.int64)
         self._start = np.zeros((0, 0), dtype=np.int64)
         self._acc: np.ndarray | None = None
+        self.n_carried = 0
+        """Running jobs whose values were carried (not computed) so far, over every call."""
+        self.n_computed = 0
+        """Running jobs whose values were computed so far."""
 
     def per_machine(
         self,
@@ -108,6 +112,8 @@ class RunningSums:
         acc[~kept] = 0.0
         acc += added.reshape(acc.shape)
         self._acc[rows] = acc
+        self.n_computed += n_run
+        self.n_carried += int(now.sum()) - n_run
         self._counted[rows] = now
         self._machine[rows], self._start[rows] = machine, start
         self._t[rows] = state.t[rows]

@@ -219,18 +219,10 @@ def test_per_level_flat_sums_carried_between_decisions_equal_a_full_recount() ->
     from sim.policies import make_policy, own_jobs, promote_queued_job
     from sim.running_sums import RunningSums
 
-    class Counting(RunningSums):
-        n_carried = 0
-
-        def per_machine(self, state, *args, **kwargs):
-            out = super().per_machine(state, *args, **kwargs)
-            self.n_carried += int(core.jobs_running(state).sum()) - out[2]
-            return out
-
     train, test = _jobs(6, 40, seed=9), _jobs(4, 40, seed=10)
     table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.9, 0.99), use_labels=True, min_count=5)
     forecaster = RemainingPeakQuantiles(table, int(train.max_duration))
-    pcfg, memo, rng = PlacerConfig(levels=(0.5, 0.9, 0.99)), Counting(), np.random.default_rng(0)
+    pcfg, memo, rng = PlacerConfig(levels=(0.5, 0.9, 0.99)), RunningSums(), np.random.default_rng(0)
     picker = make_policy("deeprm_sjf")
     state = own_jobs(core.reset(CFG, test, 0))
     n_decisions = 0
