@@ -421,7 +421,7 @@ def placement_features(
             negative.append(bool((values < 0).any()))
             return _flat_rows(values, steps_alive(env, job))
 
-        key = ("flat", point, tuple(pcfg.levels), horizon, pcfg.use_durations)
+        key = ("flat", cfg, id(forecaster), point, tuple(pcfg.levels), horizon, pcfg.use_durations)
         sums, head_rows, _ = memo.per_machine(
             state, n_m, key, flat_rows, None, reads_other_runs(forecaster), heads
         )
@@ -495,7 +495,7 @@ def _level_columns(
     def planes(env: np.ndarray, job: np.ndarray) -> np.ndarray:
         return _planes(cfg, state, forecaster, pcfg, env, job, steps_alive(env, job), horizon, squares)[0]
 
-    key = ("planes", tuple(pcfg.levels), pcfg.rho, horizon, pcfg.use_durations)
+    key = ("planes", cfg, id(forecaster), tuple(pcfg.levels), pcfg.rho, horizon, pcfg.use_durations)
     acc, per_head, _ = memo.per_machine(
         state, cfg.n_machines, key, planes, None, reads_other_runs(forecaster), heads
     )

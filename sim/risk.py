@@ -257,7 +257,7 @@ def head_bounds(
             mu, delta = job_moments(cfg, state, forecaster, env, job, rcfg)
             return mu[:, None] if point else np.stack([mu, delta, delta * delta], axis=1)
 
-        key = ("head_bounds", rcfg, point)
+        key = ("head_bounds", cfg, rcfg, point)  # what the moments read besides the forecaster
         sums, heads, _ = memo.per_machine(
             state, cfg.n_machines, key, moments, rows, reads_other_runs(forecaster), (rows, idx)
         )
