@@ -27,15 +27,18 @@ def _recurring_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
         dur, period, hi = int(rng.integers(6, 20)), int(rng.integers(3, 7)), int(rng.integers(2, 5))
         dur = 1 if k == 0 else dur
         templates.append([[hi if a % period == 0 else 1, 1] for a in range(dur)])
-    rows = []
-    for _ in range(n_rows):
-        seq, t = [], 0
-        for _ in range(n_jobs):
-            t += int(rng.integers(0, 3))
-            k = int(rng.integers(0, 4))
-            seq.append({"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"w{k}"})
-        rows.append(seq)
-    return JobBatch.from_jobs(rows)
+
+    def job(t: int, k: int) -> dict:
+        return {"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"w{k}"}
+
+    arrivals = np.cumsum(rng.integers(0, 3, (n_rows, n_jobs)), axis=1)  # 0-2 steps apart
+    kinds = rng.integers(0, 4, (n_rows, n_jobs))
+    return JobBatch.from_jobs(
+        [
+            [job(int(t), int(k)) for t, k in zip(a, w, strict=True)]
+            for a, w in zip(arrivals, kinds, strict=True)
+        ]
+    )
 
 
 class _Levels:
