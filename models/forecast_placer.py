@@ -93,6 +93,7 @@ from sim.forecast import (
     flat_level_forecast,
     forecast_at_levels,
     is_flat_forecaster,
+    level_index,
     uncached,
     with_cache,
 )
@@ -532,7 +533,7 @@ def _planes(
     """(per job (N, P, H, D): the median, the deviation of each upper level and, unless rho = 1, their squares,
     over the steps each job is alive; the medians (N, H, D))."""
     for lv in pcfg.levels:  # the placer's error for a level the forecaster lacks
-        _level_index(forecaster.levels, lv)
+        level_index(forecaster.levels, lv, "forecast placer")
     quant = forecast_at_levels(forecaster, pcfg.levels, cfg, state, env, job)[:, :, :horizon]  # (N, L, H, D)
     alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
     mu = quant[:, 0] * alive[..., None]  # (N, H, D)
@@ -581,13 +582,6 @@ def safe_action_mask(
     keep[:, : cfg.n_machines] = x[:, :, column] > 0.5
     keep[np.arange(base.size), base] = True
     return mask & keep
-
-
-def _level_index(levels, level: float) -> int:
-    for i, lv in enumerate(levels):
-        if abs(lv - level) < 1e-9:
-            return i
-    raise ValueError(f"forecast placer: level {level} is not one of the forecaster's levels {tuple(levels)}")
 
 
 # --- the network --------------------------------------------------------------------------------------------

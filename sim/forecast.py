@@ -157,15 +157,17 @@ def forecast_at_levels(
         if inner is not forecaster:
             out = forecaster._overlay(cfg, state, env, job, out, level_axis=True)
         return out
-    index = [_level_position(forecaster.levels, lv) for lv in levels]
+    who = type(forecaster).__name__
+    index = [level_index(forecaster.levels, lv, who) for lv in levels]
     return forecaster.forecast(cfg, state, env, job)[:, index]
 
 
-def _level_position(levels, level: float) -> int:
+def level_index(levels, level: float, who: str) -> int:
+    """Position of `level` among a forecaster's `levels` (to 1e-9); ValueError naming `who` where it is not one."""
     for i, lv in enumerate(levels):
         if abs(lv - level) < 1e-9:
             return i
-    raise ValueError(f"level {level} is not one of the forecaster's levels {tuple(levels)}")
+    raise ValueError(f"{who}: level {level} is not one of the forecaster's levels {tuple(levels)}")
 
 
 def spread_flat(values: np.ndarray, horizon: int) -> np.ndarray:

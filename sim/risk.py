@@ -68,6 +68,7 @@ from sim.forecast import (
     forecast_at_levels,
     is_point_forecaster,
     job_view,
+    level_index,
     levels_of,
     measure_recall,
     observed_peak,
@@ -127,13 +128,6 @@ class RiskConfig:
 # --- the joint bound -----------------------------------------------------------------------------
 
 
-def _level_index(levels: tuple[float, ...], level: float, who: str) -> int:
-    for i, lv in enumerate(levels):
-        if abs(lv - level) < 1e-9:
-            return i
-    raise ValueError(f"{who}: level {level} is not one of the forecaster's levels {levels}")
-
-
 def job_moments(
     cfg: SimConfig,
     state: State,
@@ -153,7 +147,7 @@ def job_moments(
         )
     who = type(forecaster).__name__
     for level in (0.5, rcfg.level):  # the rule's error for a level the forecaster lacks
-        _level_index(forecaster.levels, level, who)
+        level_index(forecaster.levels, level, who)
     if env.size == 0:
         n_steps = max(horizon, rcfg.extend_to or 0)
         empty = np.zeros((0, n_steps, cfg.n_resources))
@@ -214,15 +208,26 @@ def machine_sums(
     bi, ji = np.nonzero(is_run)
     mu, delta = job_moments(cfg, state, forecaster, bi, ji, rcfg)
     n_m = cfg.n_machines
-    horizon = mu.shape[1]
     cell = (bi if rows is None else position[bi]) * n_m + state.job_machine[bi, ji]
-    if is_point_forecaster(forecaster):  # deviations are all 0: only the medians need summing
-        s_mu = sum_by_cell(mu, cell, n_envs * n_m).reshape(n_envs, n_m, horizon, cfg.n_resources)
+    point = is_point_forecaster(forecaster)
+    planes = _moment_planes(mu, delta, point)
+    sums = sum_by_cell(planes, cell, n_envs * n_m).reshape(n_envs, n_m, *planes.shape[1:])
+    return _split_planes(sums, point)
+
+
+def _moment_planes(mu: np.ndarray, delta: np.ndarray, point: bool) -> np.ndarray:
+    """(N, P, H, D) what a machine sums per job: (mu, delta, delta^2), or mu alone for a point forecaster (its
+    deviations are all 0)."""
+    return mu[:, None] if point else np.stack([mu, delta, delta * delta], axis=1)
+
+
+def _split_planes(sums: np.ndarray, point: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sum mu, sum delta, sum delta^2) of summed `_moment_planes` (..., P, H, D)."""
+    s_mu = sums[..., 0, :, :]
+    if point:
         zero = np.zeros_like(s_mu)
         return s_mu, zero, zero
-    sums = sum_by_cell(np.stack([mu, delta, delta * delta], axis=1), cell, n_envs * n_m)
-    sums = sums.reshape(n_envs, n_m, 3, horizon, cfg.n_resources)
-    return sums[:, :, 0], sums[:, :, 1], sums[:, :, 2]
+    return s_mu, sums[..., 1, :, :], sums[..., 2, :, :]
 
 
 def sum_bound(
@@ -254,17 +259,14 @@ def head_bounds(
         point = is_point_forecaster(forecaster)
 
         def moments(env: np.ndarray, job: np.ndarray) -> np.ndarray:
-            mu, delta = job_moments(cfg, state, forecaster, env, job, rcfg)
-            return mu[:, None] if point else np.stack([mu, delta, delta * delta], axis=1)
+            return _moment_planes(*job_moments(cfg, state, forecaster, env, job, rcfg), point)
 
         key = ("head_bounds", cfg, rcfg, point)  # what the moments read besides the forecaster
         sums, heads, _ = memo.per_machine(
             state, cfg.n_machines, key, moments, rows, reads_other_runs(forecaster), (rows, idx)
         )
-        mu_h = heads[:, 0]
-        delta_h = np.zeros_like(mu_h) if point else heads[:, 1]
-        s_mu = sums[:, :, 0]
-        s_delta, s_delta2 = (np.zeros_like(s_mu),) * 2 if point else (sums[:, :, 1], sums[:, :, 2])
+        mu_h, delta_h, _ = _split_planes(heads, point)
+        s_mu, s_delta, s_delta2 = _split_planes(sums, point)
     has_job = head.has_job[rows][:, None, None]
     mu_h, delta_h = mu_h * has_job, delta_h * has_job
     return sum_bound(
@@ -295,7 +297,7 @@ def flat_values(
         return None  # job_moments raises the error
     who = type(forecaster).__name__
     for level in (0.5, rcfg.level):  # the same error as job_moments for a level the forecaster lacks
-        _level_index(forecaster.levels, level, who)
+        level_index(forecaster.levels, level, who)
     value, delta = flat_forecast(forecaster, cfg, state, env, job), None
     both = (
         None
@@ -371,13 +373,14 @@ def head_share(
     forecaster: UsageForecaster,
     rcfg: RiskConfig,
     rows: np.ndarray | None = None,
-    memo: RunningSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(is_safe, tightness) (B, M) (or of the envs `rows`) of placing the queue head on each machine: the flat
-    shortcut where it applies, else from the full bounds (with `memo`, carried: `head_bounds`)."""
+    shortcut where it applies, else from the full bounds, the machines' sums carried between this thread's
+    decisions of a rollout (`head_bounds` with `sim.running_sums.for_thread`'s memo for the forecaster and rcfg)."""
     flat = flat_head_share(cfg, state, forecaster, rcfg, rows)
     if flat is not None:
         return flat
+    memo = running_sums.for_thread(("head_bounds", rcfg), forecaster)  # one per rule setting: no thrashing
     return safe_and_tightness(head_bounds(cfg, state, forecaster, rcfg, rows, memo), cfg)
 
 
@@ -544,10 +547,8 @@ class RiskAwarePacking(_FollowsFallback):
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         forecaster = self.forecaster or PersistenceForecaster()
         valid = valid_machines(cfg, state)
-        # the machines' sums carried between this thread's decisions of a rollout (sim.running_sums)
-        memo = running_sums.for_thread(("head_bounds", self.risk), forecaster)
         if self.risk.mode in ("pack", "guard"):
-            is_safe, tightness = head_share(cfg, state, forecaster, self.risk, None, memo)
+            is_safe, tightness = head_share(cfg, state, forecaster, self.risk)
             return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.risk.mode)
         # "deviate": bounds only where the fallback holds or opens an empty machine (most decisions keep it)
         rows = deviation_rows(cfg, state, base, valid)
@@ -555,7 +556,7 @@ class RiskAwarePacking(_FollowsFallback):
             return base
         is_safe = np.zeros(valid.shape, dtype=bool)
         tightness = np.zeros(valid.shape)
-        is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows, memo)
+        is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows)
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
 
 
