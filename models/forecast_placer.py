@@ -1043,7 +1043,8 @@ def run_rollout(
 def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
     state = core.reset(cfg, jobs, seed)
-    # job picks reorder the episode's own batch in place, unless a callback may keep earlier states
+    # job picks reorder the episode's own batch in place and the step writes the state in place, unless a
+    # callback may keep earlier states
     in_place = on_decision is None
     if in_place:
         state = own_jobs(state)
@@ -1078,7 +1079,7 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
         rec.n_env_decisions += active.size
         rec.n_agree += int((greedy[active] == inputs["base"][active]).sum())
         rec.entropy_sum += float(ent[active].sum())
-        state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"])
+        state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"], in_place=in_place)
         if keep:
             rec.x.append(inputs["x"][active])
             rec.g.append(inputs["g"][active])
@@ -1582,14 +1583,15 @@ def train_forecast_placer(
     return policy, pl.DataFrame(rows, schema=STAGE_TABLE)
 
 
-def bare_step_rate(cfg: SimConfig, jobs: JobBatch, seed: int = 0) -> float:
-    """Env-decisions per second of the simulator alone (first valid action, no policy work): the yardstick."""
+def bare_step_rate(cfg: SimConfig, jobs: JobBatch, seed: int = 0, in_place: bool = False) -> float:
+    """Env-decisions per second of the simulator alone (first valid action, no policy work): the yardstick.
+    `in_place`: the compiled step writing the state in place (`core.step`), as the training rollout steps."""
     state = core.reset(cfg, jobs, seed)
     t0, n = time.perf_counter(), 0
     while not state.is_done.all():
         mask = action_mask(cfg, state)
         n += int((~state.is_done).sum())
-        state, *_ = core.step(cfg, state, np.argmax(mask, axis=1), mask=mask)
+        state, *_ = core.step(cfg, state, np.argmax(mask, axis=1), mask=mask, in_place=in_place)
     return n / max(time.perf_counter() - t0, 1e-9)
 
 

@@ -301,13 +301,16 @@ def step(
     actions: np.ndarray,
     trace: Trace | None = None,
     mask: np.ndarray | None = None,
+    in_place: bool = False,
 ) -> tuple[State, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Apply one action per env: returns (new_state, reward (B,) float64, terminated (B,), truncated (B,), info).
 
     info: "penalty_<name>" (B,) float64 per component of this call's reward, "n_steps_closed" (B,) int64,
     "is_placed" (B,) bool (the action placed a job). `mask`: `action_mask(cfg, state)` when the caller has it
     already (it is then not computed again; it must be the mask of this very state). The input state is not
-    mutated."""
+    mutated, unless `in_place`: then, where `sim.compiled_step.supports` the configuration, the compiled step
+    writes the transition into the input state's own arrays (the returned state shares them; the input state is
+    spent) with the same numbers to the bit. Only a caller that keeps no earlier state may ask for that."""
     n_envs, n_m = state.batch_size, cfg.n_machines
     actions = np.asarray(actions).reshape(-1)
     if actions.shape[0] != n_envs:
@@ -333,19 +336,41 @@ def step(
                 f"env {b}: action {actions[b]} is invalid ({why}); valid: {np.flatnonzero(mask[b])}"
             )
         actions = np.where(is_bad, n_m, actions)
-    fields = _mutable(state)
     pen = np.zeros((n_envs, len(PENALTY_NAMES)), dtype=np.float64)
     is_placed = (actions < n_m) & ~is_done
-    if is_placed.any():
-        _place(fields, np.flatnonzero(is_placed), actions[is_placed])
     is_hold = (actions == n_m) & ~is_done
-    n_closed = _advance_idle(cfg, fields, pen, trace, is_hold)
+    if in_place and _compiled().supports(cfg, trace):
+        compiled_step = _compiled()
+        fields = {f: getattr(state, f) for f in State.__dataclass_fields__}
+        n_closed, is_cut = compiled_step.step_in_place(
+            cfg, fields, actions, is_placed, is_hold, pen, _MAX_WINDOW, trace
+        )
+        if is_cut.any():  # where the numpy step puts it: the env's zero "unplaced" entry, its last step's row
+            rows, col = np.flatnonzero(is_cut), PENALTY_NAMES.index("unplaced")
+            charge = -_unplaced_charges(cfg, fields, rows)
+            pen[rows, col] += charge
+            if trace is not None:
+                last = fields["t"][rows] - 1
+                is_recorded = last < trace.penalties.shape[1]
+                trace.penalties[rows[is_recorded], last[is_recorded], col] = charge[is_recorded]
+    else:
+        fields = _mutable(state)
+        if is_placed.any():
+            _place(fields, np.flatnonzero(is_placed), actions[is_placed])
+        n_closed = _advance_idle(cfg, fields, pen, trace, is_hold)
     fields["penalty_totals"] += pen
     new = State(**fields)
     info = {f"penalty_{name}": pen[:, i] for i, name in enumerate(PENALTY_NAMES)}
     info["n_steps_closed"] = n_closed
     info["is_placed"] = is_placed
     return new, pen.sum(axis=1), new.is_terminated.copy(), new.is_truncated.copy(), info
+
+
+def _compiled():
+    """`sim.compiled_step`, imported on first use (it loads numba)."""
+    from sim import compiled_step
+
+    return compiled_step
 
 
 def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:

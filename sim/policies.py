@@ -231,7 +231,8 @@ def play(
     """The state after rolling `policy` over the B sequences of `jobs` until every episode ends or `max_decisions`
     decisions were made (default: a bound no valid rollout reaches, every job placed once and every step held
     once); the caller checks `is_done`. The simulator is reset with `seed` and the policy draws from
-    default_rng(seed); the episodes own a copy of their batch, which job picks reorder in place (`own_jobs`).
+    default_rng(seed); the episodes own a copy of their batch, which job picks reorder in place (`own_jobs`),
+    and their state, which the step writes in place (`core.step`'s `in_place`).
     `trace`, when given, records every step (`core.make_trace`)."""
     rng = np.random.default_rng(seed)
     state = own_jobs(core.reset(cfg, jobs, seed))
@@ -239,7 +240,7 @@ def play(
         if state.is_done.all():
             break
         state, actions = decide(policy, cfg, state, rng, in_place=True)
-        state, *_ = core.step(cfg, state, actions, trace)
+        state, *_ = core.step(cfg, state, actions, trace, in_place=True)
     return state
 
 

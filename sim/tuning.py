@@ -542,7 +542,7 @@ def fit_rho(
             ratio = np.where(dev > 0, excess / np.where(dev > 0, dev, 1.0), covered_at_any)
             scores.append(ratio.max(axis=(1, 2)) if ratio.size else np.zeros(0))
         state, actions = decide(policy, cfg, state, rng, in_place=True)
-        state, *_ = core.step(cfg, state, actions)
+        state, *_ = core.step(cfg, state, actions, in_place=True)
     coverage = {
         rho: float(np.concatenate(h).mean()) if h and np.concatenate(h).size else float("nan")
         for rho, h in hits.items()

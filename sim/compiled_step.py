@@ -1,0 +1,296 @@
+"""`sim.core.step` compiled (numba) for a state its caller owns: the same transition, written into the state's own
+arrays instead of copies (issue 22, item 8: the first compiled piece of the training loop).
+
+`core.step(..., in_place=True)` comes here when `supports(cfg, trace)`; every other call keeps the vectorised
+numpy step. The kernel walks one env at a time through what `core.step` does for the batch: place the head
+(`core._place`), then close steps (`core._advance_idle`: the held step, then idle windows of at most
+`core._MAX_WINDOW` steps until a job arrives or the episode ends), crediting each closed step's penalties in step
+order (`core._close_window`), shifting the history (`core._push_past`) and marking first overshoots
+(`core._first_overshoots`). Its numbers are those of the numpy step to the bit, not just close:
+
+- contention, overshoot and wait are one float product each, as there; the under-utilisation sum adds integers
+  below 2^53 (`supports` requires an integer K_u in 1..8 with C_d^K_u < 2^53, or K_u = 0), so any order gives
+  the same float;
+- per env, the components are added to a zero row in step order, as `np.add.at` adds them; the charge for jobs left
+  unplaced at truncation is computed by the numpy code itself (`core._unplaced_charges`, a pairwise sum over jobs)
+  and added after the kernel, where the numpy step adds it too (to the zero "unplaced" entry of the env's row);
+- the history holds float32(units) x float32(1 / C_d) clipped at 1, as there.
+
+A `Trace` is filled as the numpy step fills it (the rows of closed steps below its length). Not supported (the
+numpy step runs): a non-integer K_u. Purity is the caller's to give up:
+the input state's arrays ARE the output's (`in_place`), so only a caller that keeps no earlier state may ask for
+it (`models.forecast_placer.run_rollout` without a callback, the bare step rate). The JobBatch is only read.
+tests/sim/test_compiled_step.py steps random valid actions through both and compares every field after every call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sim.config import SimConfig
+
+_NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+_NO_TRACE = (
+    np.zeros((1, 1, 1, 1), dtype=np.int16),
+    np.zeros((1, 1, 1, 1), dtype=np.int16),
+    np.zeros((1, 1, 1), dtype=bool),
+    np.zeros((1, 1), dtype=np.int64),
+    np.zeros((1, 1), dtype=np.int64),
+    np.zeros((1, 1, 1), dtype=np.float64),
+)
+
+
+def supports(cfg: SimConfig, trace) -> bool:
+    """Whether the compiled step gives exactly the numpy step's numbers for this configuration (module docstring)."""
+    k = float(cfg.k_underutil)
+    if k == 0:
+        return True
+    return k.is_integer() and 1 <= k <= 8 and max(cfg.capacity_units) ** int(k) < 2**53
+
+
+def step_in_place(
+    cfg: SimConfig,
+    fields: dict,
+    actions: np.ndarray,
+    is_placed: np.ndarray,
+    is_hold: np.ndarray,
+    pen: np.ndarray,
+    max_window: int,
+    trace=None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run the kernel on a state's field dict (its arrays written in place); `pen` (B, C) zeros receives each env's
+    penalty components, `trace` (a `sim.core.Trace` or None) the closed steps' rows. Returns (steps closed per env
+    (B,), envs truncated by this call (B,) bool)."""
+    jobs = fields["jobs"]
+    noise = fields["noise"]
+    n_envs = fields["t"].shape[0]
+    n_closed = np.zeros(n_envs, dtype=np.int64)
+    is_cut = np.zeros(n_envs, dtype=bool)
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+    inv_cap = (1.0 / cap.astype(np.float32)).astype(np.float32)
+    past = fields["past"]
+    if not past.flags.writeable or not past.flags.c_contiguous:
+        fields["past"] = past = np.ascontiguousarray(past).copy()
+    recorded = (
+        _NO_TRACE
+        if trace is None
+        else (
+            trace.usage,
+            trace.background,
+            trace.is_active,
+            trace.queue_length,
+            trace.contention,
+            trace.penalties,
+        )
+    )
+    if not fields["has_overshot"].flags.writeable:
+        fields["has_overshot"] = fields["has_overshot"].copy()
+    _kernel(
+        fields["t"],
+        fields["next_job"],
+        fields["n_arrived"],
+        fields["timeline"],
+        fields["overlap"],
+        past,
+        fields["busy_until"],
+        fields["job_machine"],
+        fields["job_start"],
+        fields["has_overshot"],
+        fields["is_terminated"],
+        fields["is_truncated"],
+        jobs.usage,
+        jobs.duration,
+        jobs.arrival_step,
+        jobs.n_jobs,
+        _NO_NOISE if noise is None else noise,
+        noise is not None,
+        actions,
+        is_placed,
+        is_hold,
+        cap,
+        inv_cap,
+        float(cfg.k_contention),
+        int(cfg.k_underutil),
+        float(cfg.k_overshoot),
+        float(cfg.k_wait),
+        int(cfg.max_steps),
+        int(max_window),
+        pen,
+        n_closed,
+        is_cut,
+        trace is not None,
+        *recorded,
+    )
+    return n_closed, is_cut
+
+
+@njit(cache=True)
+def _kernel(
+    t,
+    next_job,
+    n_arrived,
+    timeline,
+    overlap,
+    past,
+    busy_until,
+    job_machine,
+    job_start,
+    has_overshot,
+    is_terminated,
+    is_truncated,
+    usage,
+    duration,
+    arrival_step,
+    n_jobs,
+    noise,
+    has_noise,
+    actions,
+    is_placed,
+    is_hold,
+    cap,
+    inv_cap,
+    k_c,
+    k_u,
+    k_o,
+    k_w,
+    max_steps,
+    max_window,
+    pen,
+    n_closed,
+    is_cut,
+    has_trace,
+    tr_usage,
+    tr_background,
+    tr_active,
+    tr_queue,
+    tr_contention,
+    tr_penalties,
+):
+    n_envs = t.shape[0]
+    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
+    n_j = duration.shape[1]
+    t_max = usage.shape[2]
+    hist = past.shape[1]
+    window_cap = min(width, max_window)
+    n_recorded = tr_usage.shape[1] if has_trace else 0
+    is_short = np.zeros((n_m, n_d), dtype=np.bool_)
+    for b in range(n_envs):
+        if is_placed[b]:  # core._place
+            j = next_job[b]
+            t0 = t[b]
+            m = actions[b]
+            for k in range(t_max):
+                slot = (t0 + k) % width
+                pair = 0
+                for d in range(n_d):
+                    u = np.int64(usage[b, j, k, d])
+                    c = np.int64(timeline[b, slot, m, d])
+                    pair += u * c
+                    timeline[b, slot, m, d] = c + u
+                overlap[b, slot] += pair
+            job_machine[b, j] = m
+            job_start[b, j] = t0
+            end = t0 + duration[b, j]
+            if end > busy_until[b, m]:
+                busy_until[b, m] = end
+            next_job[b] = j + 1
+        is_forced = is_hold[b]
+        while True:  # core._advance_idle
+            is_idle = n_arrived[b] == next_job[b] and not (is_terminated[b] or is_truncated[b])
+            if not (is_idle or is_forced):
+                break
+            t0 = t[b]
+            n_steps = 1
+            if is_idle:  # core._idle_steps
+                head = next_job[b]
+                if head < n_jobs[b]:
+                    end = arrival_step[b, min(head, n_j - 1)]
+                else:
+                    end = t0 + 1
+                    for m in range(n_m):
+                        end = max(end, busy_until[b, m])
+                end = min(end, max_steps)
+                n_steps = max(min(end - t0, window_cap), 1)
+            # core._close_window and core._push_past: shift the history first, then write each closed step's row
+            if n_steps < hist:
+                for r in range(hist - n_steps):
+                    past[b, r] = past[b, r + n_steps]
+            qlen = n_arrived[b] - next_job[b]
+            for i in range(n_steps):
+                ps = t0 + i
+                slot = ps % width
+                p_contention = -k_c * np.float64(overlap[b, slot])
+                under = 0.0
+                has_short = False
+                row = hist - n_steps + i
+                is_recorded = ps < n_recorded
+                for m in range(n_m):
+                    is_used = busy_until[b, m] > ps
+                    if is_recorded:
+                        tr_active[b, ps, m] = is_used
+                    for d in range(n_d):
+                        total = np.int64(timeline[b, slot, m, d])
+                        if has_noise:
+                            total += np.int64(noise[b, ps, m, d])
+                        if is_recorded:
+                            tr_usage[b, ps, m, d] = timeline[b, slot, m, d]
+                            tr_background[b, ps, m, d] = total - np.int64(timeline[b, slot, m, d])
+                        unused = cap[d] - total
+                        if unused < 0:
+                            unused = 0
+                        is_short[m, d] = total > cap[d]
+                        has_short = has_short or total > cap[d]
+                        if is_used and k_u != 0:
+                            base = np.float64(unused)
+                            powered = base
+                            for _ in range(k_u - 1):
+                                powered = powered * base
+                            under += powered
+                        if row >= 0:
+                            v = np.float32(total) * inv_cap[d]
+                            past[b, row, m, d] = v if v < np.float32(1.0) else np.float32(1.0)
+                        timeline[b, slot, m, d] = 0
+                contention = overlap[b, slot]
+                overlap[b, slot] = 0
+                n_first = 0
+                if has_short:  # core._first_overshoots
+                    for j in range(n_j):
+                        m = job_machine[b, j]
+                        if m >= 0 and job_start[b, j] <= ps and job_start[b, j] + duration[b, j] > ps:
+                            for d in range(n_d):
+                                if is_short[m, d] and not has_overshot[b, j, d]:
+                                    has_overshot[b, j, d] = True
+                                    n_first += 1
+                p_under = 0.0 if k_u == 0 else -under
+                p_overshoot = -k_o * np.float64(n_first)
+                p_wait = -k_w * np.float64(qlen)
+                pen[b, 0] += p_contention
+                pen[b, 1] += p_under
+                pen[b, 2] += p_overshoot
+                pen[b, 3] += p_wait
+                if is_recorded:
+                    tr_queue[b, ps] = qlen
+                    tr_contention[b, ps] = contention
+                    tr_penalties[b, ps, 0] = p_contention
+                    tr_penalties[b, ps, 1] = p_under
+                    tr_penalties[b, ps, 2] = p_overshoot
+                    tr_penalties[b, ps, 3] = p_wait
+                    tr_penalties[b, ps, 4] = 0.0
+            t_end = t0 + n_steps
+            t[b] = t_end
+            arrived = 0
+            for j in range(n_j):
+                if arrival_step[b, j] <= t_end:
+                    arrived += 1
+            n_arrived[b] = arrived
+            last_end = 0
+            for m in range(n_m):
+                last_end = max(last_end, busy_until[b, m])
+            is_finished = next_job[b] == n_jobs[b] and last_end <= t_end
+            is_terminated[b] = is_finished
+            is_truncated[b] = (not is_finished) and t_end >= max_steps
+            if is_truncated[b]:
+                is_cut[b] = True
+            n_closed[b] += n_steps
+            is_forced = False
