@@ -17,7 +17,8 @@ arguments; DeepRM's agent, which picks a queued job rather than a machine, uses 
 - `mask_fn(state)`: its valid actions, (E, A) bool, the last of which (A - 1) does nothing (hold, void) and is
   the action recorded for envs that have finished;
 - `apply_fn(state, actions)`: what its actions do, as (the state to step, the simulator's actions in 0..M), e.g.
-  a chosen queued job moved to the head and the machine that takes it;
+  a chosen queued job moved to the head and the machine that takes it (the state it returns is stepped in place:
+  it may share arrays with the state it was given, which is not read again);
 - `reward_fn(before, after, reward, info)`: its reward components, (E, C), of the simulator call that stepped
   `before` into `after` (`reward` and `info` as `sim.core.step` returns them); their sum is the decision's
   reward and their totals per env are `penalty_totals`.
@@ -122,6 +123,9 @@ def rollout(
     env_jobs = jobs.select(np.repeat(np.arange(jobs.batch_size), n_trajectories))
     env_seeds = rng.integers(0, 2**31 - 1, size=env_jobs.batch_size).tolist()
     state = core.reset(cfg, env_jobs, env_seeds)
+    # the envs' states are this loop's own: the step writes them in place (`core.step`), unless a reward hook
+    # reads the state before a step after it
+    in_place = reward_fn is None
     limit = max_decisions or int(env_jobs.max_jobs + cfg.max_steps + 1)
     feats, masks, acts, rewards, alive = [], [], [], [], []
     totals = None
@@ -146,7 +150,11 @@ def rollout(
             before, sim_actions = apply_fn(state, a)
         # the simulator's own mask is passed on; another action space's is not the simulator's
         state, reward, _, _, info = core.step(
-            cfg, before, sim_actions, mask=mask if mask_fn is None and apply_fn is None else None
+            cfg,
+            before,
+            sim_actions,
+            mask=mask if mask_fn is None and apply_fn is None else None,
+            in_place=in_place,
         )
         if reward_fn is None:
             reward = np.where(is_alive, reward, 0.0)
