@@ -3,7 +3,8 @@
 An env-step is one env's step; a batched call with B envs counts B. Jobs are synthetic (random square-ish
 profiles), the policy picks uniformly among valid actions with a bias towards placing; episodes that end are reset
 for the whole batch when every env is done. Prints B = 1 and B = 256 for M = 10 and M = 50 and the batched/single
-ratio, all measured in this one run.
+ratio, all measured in this one run; each with the numpy step and with the compiled in-place step
+(`core.step(..., in_place=True)`, `sim.compiled_step`) and their ratio.
 
 Then the policy-gradient rollout (`sim.rollout`): B x N = 20 x 20 = 400 envs, M = 10, decisions per second with
 the network encoding built before every decision (`sim.observation.encode`) and the action mask computed once per
@@ -51,8 +52,10 @@ def sample_actions(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return scores.argmax(axis=1)
 
 
-def bench_step(cfg: SimConfig, n_envs: int, seconds: float, seed: int = 0) -> tuple[float, float]:
-    """(env-steps/s of step(), observe() calls x B per second)."""
+def bench_step(
+    cfg: SimConfig, n_envs: int, seconds: float, seed: int = 0, in_place: bool = False
+) -> tuple[float, float]:
+    """(env-steps/s of step(), observe() calls x B per second); `in_place`: the compiled in-place step."""
     rng = np.random.default_rng(seed)
     jobs = make_jobs(n_envs, 40, 30, rng)
     state = core.reset(cfg, jobs, seed)
@@ -60,7 +63,7 @@ def bench_step(cfg: SimConfig, n_envs: int, seconds: float, seed: int = 0) -> tu
     while elapsed < seconds:
         actions = sample_actions(core.action_mask(cfg, state), rng)
         t0 = time.perf_counter()
-        state, *_ = core.step(cfg, state, actions)
+        state, *_ = core.step(cfg, state, actions, in_place=in_place)
         elapsed += time.perf_counter() - t0
         n_steps += n_envs
         if state.is_done.all():
@@ -112,11 +115,15 @@ def main() -> None:
     for n_machines in (10, 50):
         cfg = SimConfig(n_machines=n_machines, max_steps=200)
         rates = {}
+        bench_step(cfg, 2, 0.01, in_place=True)  # numba compiles (or loads its cache) here, not in the timing
         for n_envs in (1, 256):
             step_rate, obs_rate = bench_step(cfg, n_envs, args.seconds)
+            compiled_rate, _ = bench_step(cfg, n_envs, args.seconds, in_place=True)
             rates[n_envs] = step_rate
             print(
-                f"M={n_machines:3d} B={n_envs:4d}: step {step_rate:12,.0f} env-steps/s   observe {obs_rate:10,.0f} env-obs/s"
+                f"M={n_machines:3d} B={n_envs:4d}: step {step_rate:12,.0f} env-steps/s   observe {obs_rate:10,.0f} "
+                f"env-obs/s   compiled in-place step {compiled_rate:12,.0f} env-steps/s "
+                f"({compiled_rate / step_rate:.1f}x)"
             )
         print(f"M={n_machines:3d} batched/single ratio: {rates[256] / rates[1]:.1f}x")
     bench_rollout()
