@@ -20,7 +20,7 @@ A `Trace` is filled as the numpy step fills it (the rows of closed steps below i
 numpy step runs): a non-integer K_u. Purity is the caller's to give up:
 the input state's arrays ARE the output's (`in_place`), so only a caller that keeps no earlier state may ask for
 it (`models.forecast_placer.run_rollout` without a callback, the bare step rate). The JobBatch is only read.
-tests/sim/test_compiled_step.py steps random valid actions through both and compares every field after every call.
+tests/sim/test_rollout_equivalence.py steps random valid actions through both and compares every field after every call.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from numba import njit
 from sim.config import SimConfig
 
 _NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+_TRACE_ROWS = ("usage", "background", "is_active", "queue_length", "contention", "penalties")
+"""The `sim.core.Trace` arrays the kernel fills, in its argument order."""
 _NO_TRACE = (
     np.zeros((1, 1, 1, 1), dtype=np.int16),
     np.zeros((1, 1, 1, 1), dtype=np.int16),
@@ -72,18 +74,7 @@ def step_in_place(
     past = fields["past"]
     if not past.flags.writeable or not past.flags.c_contiguous:
         fields["past"] = past = np.ascontiguousarray(past).copy()
-    recorded = (
-        _NO_TRACE
-        if trace is None
-        else (
-            trace.usage,
-            trace.background,
-            trace.is_active,
-            trace.queue_length,
-            trace.contention,
-            trace.penalties,
-        )
-    )
+    recorded = _NO_TRACE if trace is None else tuple(getattr(trace, name) for name in _TRACE_ROWS)
     if not fields["has_overshot"].flags.writeable:
         fields["has_overshot"] = fields["has_overshot"].copy()
     _kernel(
