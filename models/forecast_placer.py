@@ -78,6 +78,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from models import placer_kernel
 from models.checkpoint import POLICY_FORMAT, check_trained, git_revision, publish_trained, read_payload
 from models.forecaster import torch_threads
 from models.reinforce import config_dict
@@ -378,17 +379,26 @@ def placement_features(
     base_actions: np.ndarray,
     mask: np.ndarray,
     memo: RunningSums | None = None,
+    compiled: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(x (B, M, F) float32 per machine, g (B, G) float32 global) inputs of the network (`feature_names`,
     GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it. `memo`
     (`sim.running_sums.RunningSums`) keeps each machine's sums over its running jobs from one decision to the next
-    of a rollout (recall included); without one, every running job is counted."""
+    of a rollout (recall included); without one, every running job is counted. `compiled`: where
+    `models.placer_kernel` applies (the base rule's remaining-peak table at rho = 1, the default inputs), one numba
+    kernel computes the same features (equal to the bit to a fresh count; `memo` is then not used)."""
+    horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
+    if compiled:
+        fast = placer_kernel.features(
+            cfg, state, forecaster, pcfg.levels, pcfg.rho, pcfg.use_durations, horizon, base_actions, mask
+        )
+        if fast is not None:
+            return fast
     n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
     jobs = state.jobs
     head = queue_head(state)
     bi, ji = np.nonzero(jobs_running(state))
-    horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
     heads = (np.arange(n_envs), np.minimum(state.next_job, jobs.max_jobs - 1))
     memo = RunningSums() if memo is None else memo  # a fresh one counts every running job
 

@@ -1,0 +1,112 @@
+"""The compiled placer inputs (`models.placer_kernel`) equal the numpy path's (`placement_features(...,
+compiled=False)` from a fresh count) to the bit at every decision of rollouts over tables with and without labels
+and remaining life, served labels, noise and M = 10; within float rounding of the numpy path's carried sums; and
+the kernel steps aside (None) where it does not apply."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from models import placer_kernel
+from models.forecast_placer import PlacerConfig, feature_names, placement_features
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+from sim.risk import PersistenceForecaster
+from sim.running_sums import RunningSums
+
+
+def square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Square-wave jobs (high 3-5 units part of each period, low 1) at random phases, labels 0..3."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, period, phase = int(rng.integers(4, 30)), int(rng.integers(3, 9)), int(rng.integers(0, 8))
+            hi = int(rng.integers(3, 6))
+            usage = [[hi if (a + phase) % period < max(period // 3, 1) else 1, 1 + a % 2] for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": int(rng.integers(0, 4))})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+CASES = {
+    "labels_m4": (SimConfig(n_machines=4, max_steps=400), dict(use_labels=True), False),
+    "remaining_m10_noise": (
+        SimConfig(n_machines=10, capacity_units=(10, 10), max_steps=400, noise_max_units=1, history_steps=7),
+        dict(use_labels=False, use_remaining=True),
+        False,
+    ),
+    "served_labels_no_durations": (SimConfig(n_machines=4, max_steps=400), dict(use_labels=True), True),
+}
+
+
+def decisions(cfg: SimConfig, jobs: JobBatch, serve: bool, seed: int = 0):
+    """States of a random-valid-action rollout (each decision's state, served labels where asked), with a base
+    action and mask per decision."""
+    rng = np.random.default_rng(seed)
+    state = core.reset(cfg, jobs, seed)
+    while not state.is_done.all():
+        mask = core.action_mask(cfg, state)
+        seen = (
+            core.relabel(cfg, state, rng.integers(0, 4, size=state.jobs.ec_label.shape)) if serve else state
+        )
+        scores = rng.random(mask.shape) * mask
+        scores[:, -1] *= 0.2
+        actions = scores.argmax(axis=1)
+        yield seen, actions, mask
+        state, *_ = core.step(cfg, state, actions, mask=mask)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_features_equal_the_numpy_path(name):
+    cfg, table_kw, serve = CASES[name]
+    table = fit_peak_quantiles(
+        square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3, **table_kw
+    )
+    forecaster = RemainingPeakQuantiles(table, horizon=12)
+    pcfg = PlacerConfig(use_durations=not serve, horizon=8 if serve else None)
+    jobs = square_jobs(5, 25, seed=2)
+    carried = RunningSums()
+    n_checked = 0
+    for seen, base, mask in decisions(cfg, jobs, serve):
+        x, g = placement_features(cfg, seen, forecaster, pcfg, base, mask)
+        assert placer_kernel.features(cfg, seen, forecaster, pcfg.levels, 1.0, pcfg.use_durations, 8 if serve else 12, base, mask) is not None  # fmt: skip
+        ref_x, ref_g = placement_features(cfg, seen, forecaster, pcfg, base, mask, compiled=False)
+        assert x.dtype == ref_x.dtype == np.float32 and x.shape == ref_x.shape
+        assert x.shape[2] == len(feature_names(pcfg, cfg.n_resources))
+        assert np.array_equal(x, ref_x) and np.array_equal(g, ref_g), np.argwhere(x != ref_x)[:5]
+        carried_x, _ = placement_features(cfg, seen, forecaster, pcfg, base, mask, carried, compiled=False)
+        np.testing.assert_allclose(x, carried_x, rtol=1e-6, atol=1e-7)
+        n_checked += 1
+    assert n_checked > 20
+    assert carried.n_carried > 0  # the carried comparison did carry
+
+
+def test_the_kernel_steps_aside_where_it_does_not_apply():
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3)
+    jobs = square_jobs(2, 10, seed=3)
+    state = core.reset(cfg, jobs, 0)
+    mask = core.action_mask(cfg, state)
+    base = np.zeros(jobs.batch_size, dtype=np.int64)
+
+    def compiled(forecaster, levels=(0.5, 0.9, 0.99), rho=1.0):
+        return placer_kernel.features(cfg, state, forecaster, levels, rho, True, 12, base, mask)
+
+    assert compiled(RemainingPeakQuantiles(table, horizon=12)) is not None
+    assert compiled(RemainingPeakQuantiles(table, horizon=12), rho=0.5) is None
+    assert compiled(RemainingPeakQuantiles(table, horizon=12), levels=(0.5, 0.95)) is None  # not fitted
+    assert compiled(PersistenceForecaster(horizon=12)) is None
+    negative = RemainingPeakQuantiles(replace(table, values=table.values - 100.0), horizon=12)
+    assert compiled(negative) is None  # a negative look-up: the numpy path's general branch decides
+    pcfg = PlacerConfig()
+    x, _ = placement_features(cfg, state, negative, pcfg, base, mask)
+    ref, _ = placement_features(cfg, state, negative, pcfg, base, mask, compiled=False)
+    assert np.array_equal(x, ref)
