@@ -109,7 +109,7 @@ def features(
     return (x, g) if ok else None
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _bucket(edges, value):
     """searchsorted(edges, value, side="right") - 1."""
     i = 0
@@ -118,7 +118,7 @@ def _bucket(edges, value):
     return i - 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _lookup(
     b,
     j,

@@ -171,7 +171,18 @@ class AgeTableLabeller:
         raise NotImplementedError
 
     def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
-        """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere."""
+        """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere. Where
+        every one of them is stored already, gathered by `sim.compiled_labels` (the same labels)."""
+        from sim.compiled_labels import served_labels  # loads numba: on first use
+
+        ids = self._job_ids(cfg, state.jobs)
+        jobs = state.jobs
+        gathered = served_labels(
+            observed_labels(state), state.t, state.next_job, state.n_arrived, state.job_machine, state.job_start,
+            jobs.duration, jobs.n_jobs, cfg.history_steps, ids, self._store, self.n_ages(jobs),
+        )  # fmt: skip
+        if gathered is not None:
+            return gathered
         out = observed_labels(state).astype(np.int64, copy=True)
         bi, ji = np.nonzero(labelled_jobs(cfg, state))
         if bi.size:

@@ -324,3 +324,38 @@ def test_the_label_store_starts_over_beyond_its_cap_and_keeps_serving_the_same_l
     small.label_table(CFG, other)
     assert len(small._ids) == 10  # not again on every call
     np.testing.assert_array_equal(small.label_table(CFG, jobs), first)  # the old batch is served anew, equal
+
+
+def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_them(labeller):
+    """Once every shown (job, age) is stored, labels() gathers them in one kernel (`sim.compiled_labels`); those
+    labels equal a new labeller's, which predicts them all (the numpy path), at every decision of a rollout."""
+    from sim.compiled_labels import served_labels
+
+    jobs = synthetic_jobs(seed=9, n_seqs=3, n_jobs=12)
+    kept = fresh(labeller)
+    rng = np.random.default_rng(4)
+    state = core.reset(CFG, jobs, 0)
+    n_gathered = 0
+    for _ in range(40):
+        # labels shown before this decision, unlike any prediction: a job left unlabelled shows as it was
+        state = core.relabel(CFG, state, (state.jobs.ec_label + 1) % CFG.n_labels)
+        kept.labels(CFG, state)  # stores whatever is new at this decision
+        ids = kept._job_ids(CFG, state.jobs)
+        gathered = served_labels(
+            core.observed_labels(state), state.t, state.next_job, state.n_arrived, state.job_machine,
+            state.job_start, jobs.duration, jobs.n_jobs, CFG.history_steps, ids, kept._store, kept.n_ages(jobs),
+        )  # fmt: skip
+        assert gathered is not None
+        assert np.array_equal(kept.labels(CFG, state), fresh(labeller).labels(CFG, state))
+        n_gathered += 1
+        mask = core.action_mask(CFG, state)
+        state, *_ = core.step(CFG, state, np.array([rng.choice(np.flatnonzero(m)) for m in mask]))
+        if state.is_done.all():
+            break
+    assert n_gathered > 10
+    empty = fresh(labeller)
+    ids = empty._job_ids(CFG, jobs)
+    assert served_labels(
+        core.observed_labels(state), state.t, state.next_job, state.n_arrived, state.job_machine,
+        state.job_start, jobs.duration, jobs.n_jobs, CFG.history_steps, ids, empty._store, empty.n_ages(jobs),
+    ) is None or not (state.n_arrived > state.next_job).any()  # fmt: skip
