@@ -24,13 +24,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sim.compiled_rule import AGE_EDGE_ARRAY, NO_NOISE, REMAINING_EDGE_ARRAY, table_lookup
 from sim.config import SimConfig
 from sim.core import State
-from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, RemainingPeakQuantiles
-
-_AGE_EDGES = np.asarray(AGE_EDGES, dtype=np.int64)
-_REMAINING_EDGES = np.asarray(REMAINING_EDGES, dtype=np.int64)
-_NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+from sim.peak_forecast import RemainingPeakQuantiles
 
 
 def level_rows(forecaster, levels) -> np.ndarray | None:
@@ -81,7 +78,7 @@ def features(
         state.job_start,
         state.busy_until,
         state.timeline,
-        _NO_NOISE if noise is None else noise,
+        NO_NOISE if noise is None else noise,
         noise is not None,
         state.past,
         jobs.duration,
@@ -94,8 +91,8 @@ def features(
         rows,
         table.use_labels,
         table.use_remaining,
-        _AGE_EDGES,
-        _REMAINING_EDGES,
+        AGE_EDGE_ARRAY,
+        REMAINING_EDGE_ARRAY,
         np.asarray(cfg.capacity_units, dtype=np.float64),
         int(cfg.queue_size),
         int(horizon),
@@ -110,60 +107,20 @@ def features(
 
 
 @njit(cache=True, inline="always")
-def _bucket(edges, value):
-    """searchsorted(edges, value, side="right") - 1."""
-    i = 0
-    while i < edges.shape[0] and edges[i] <= value:
-        i += 1
-    return i - 1
-
-
-@njit(cache=True, inline="always")
 def _lookup(
-    b,
-    j,
-    t,
-    job_machine,
-    job_start,
-    duration,
-    request,
-    labels,
-    peak,
-    order,
-    prefix_rows,
-    values,
-    level_rows,
-    use_labels,
-    use_remaining,
-    age_edges,
-    remaining_edges,
-    out,
-):
+    b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values, level_rows,
+    use_labels, use_remaining, age_edges, remaining_edges, out,
+):  # fmt: skip
     """out (L, D): the levels of job j of env b (`RemainingPeakQuantiles.flat_levels`); False if one is negative."""
-    n_d = out.shape[1]
-    n_r, n_p, n_e = values.shape[2], values.shape[3], values.shape[5]
     start = job_start[b, j] if job_machine[b, j] >= 0 else t + 1
     n_obs = min(max(t - start + 1, 0), duration[b, j])
-    bucket = _bucket(age_edges, n_obs)
-    label = labels[b, j]
-    e = 0
-    if use_labels:
-        e = label if (label >= 0 and label < n_e - 1) else n_e - 1
-    rem = 0
-    if use_remaining:
-        rem = _bucket(remaining_edges, max(duration[b, j] - n_obs, 1))
-    last = min(max(n_obs - 1, 0), peak.shape[2] - 1)
     ok = True
-    for d in range(n_d):
-        p_idx = 0
-        if n_obs > 0:
-            p = np.float64(peak[prefix_rows[b], order[b, j], last, d])
-            if np.isfinite(p) and p >= 0:
-                p_idx = np.int64(min(max(p, 0.0), np.float64(n_p - 2)) + 1.0)
-        p_idx = min(max(p_idx, 0), n_p - 1)
-        r_idx = min(max(np.int64(request[b, j, d]), 0), n_r - 1)
+    for d in range(out.shape[1]):
         for li in range(level_rows.shape[0]):
-            v = values[level_rows[li], d, r_idx, p_idx, bucket, e, rem]
+            v = table_lookup(
+                b, j, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_rows[li], d,
+                use_labels, use_remaining, age_edges, remaining_edges,
+            )  # fmt: skip
             out[li, d] = v
             if v < 0:
                 ok = False

@@ -383,7 +383,13 @@ class KubeDefault:
 def _deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndarray:
     """(B,) slot of the most preferred visible job (highest `preference` (B, K)) that fits some single machine
     now (DeepRM picks on its monolithic view; a job that fits no machine is skipped for the next one, so
-    fragmentation does not block the queue); 0 (the head, which then holds) when none fits."""
+    fragmentation does not block the queue); 0 (the head, which then holds) when none fits. Decided by
+    `sim.compiled_rule.deeprm_pick` (the same slots) unless it is switched off."""
+    from sim import compiled_rule  # loads numba: on first use
+
+    picked = compiled_rule.deeprm_pick(cfg, state, preference)
+    if picked is not None:
+        return picked
     _, _, fits = queued_fits(cfg, state)
     is_pickable = fits.any(axis=2)
     slot = np.argmax(np.where(is_pickable, preference, -np.inf), axis=1)

@@ -542,8 +542,12 @@ class RiskAwarePacking(_FollowsFallback):
     name: str = "forecast_risk"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim import compiled_rule  # loads numba: on first use
         from sim.policies import valid_machines
 
+        decided = compiled_rule.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
+        if decided is not None:
+            return decided
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         forecaster = self.forecaster or PersistenceForecaster()
         valid = valid_machines(cfg, state)
@@ -604,8 +608,12 @@ class PeakPredictorPacking(_FollowsFallback):
         return np.nan_to_num(peak, nan=0.0).reshape(n_envs, n_m, cfg.n_resources)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim import compiled_rule  # loads numba: on first use
         from sim.policies import valid_machines
 
+        decided = compiled_rule.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
+        if decided is not None:
+            return decided
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         cap = np.asarray(cfg.capacity_units, dtype=np.float64)
         total = self.predicted_peak(cfg, state) + queue_head(state).request[:, None, :]

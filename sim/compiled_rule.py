@@ -1,0 +1,314 @@
+"""DeepRM's job pick and the forecast rule's decision as numba kernels over the envs (issue 22, item 8: the base
+rule of the learned placer's training rollout, after `sim.compiled_step` and `models.placer_kernel`).
+
+- `deeprm_pick`: `sim.policies._deeprm_pick` (the most preferred visible job that fits some machine by the
+  simulator's placement rule and by requests; the head where none does), the preference (SJF's or Packer's)
+  computed by the caller as before.
+- `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
+  forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) over a DeepRM fallback
+  (SJF or Packer: Best-Fit by requests), deviation rows, bounds and choice as there.
+
+Each walks one env at a time through the numpy code's steps with the same float operations in the same order
+(the per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
+first index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
+fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
+`table_lookup` is the one look-up of a remaining-peak table cell, shared with `models.placer_kernel`. Tests:
+tests/sim/test_compiled_rule.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sim.config import SimConfig
+from sim.core import State
+from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, PeakQuantileForecaster
+
+AGE_EDGE_ARRAY = np.asarray(AGE_EDGES, dtype=np.int64)
+REMAINING_EDGE_ARRAY = np.asarray(REMAINING_EDGES, dtype=np.int64)
+NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+_CHECKS = {"none": 0, "first_step": 1, "request": 2}
+
+ENABLED = True
+"""Whether the kernels decide where they apply (tests switch them off to compare with the numpy path)."""
+
+
+def _noise(state: State) -> tuple[np.ndarray, bool]:
+    return (NO_NOISE, False) if state.noise is None else (state.noise, True)
+
+
+def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndarray | None:
+    """(B,) slot of the most preferred visible job (preference (B, K) float64) that fits some machine now; 0
+    where none does (`sim.policies._deeprm_pick`); None when switched off (`ENABLED`)."""
+    if not ENABLED:
+        return None
+    noise, has_noise = _noise(state)
+    out = np.zeros(state.batch_size, dtype=np.int64)
+    jobs = state.jobs
+    _pick_kernel(
+        np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
+        state.is_terminated | state.is_truncated, state.job_machine, state.job_start, jobs.duration,
+        jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
+        np.asarray(cfg.capacity_units, dtype=np.int64), out,
+    )  # fmt: skip
+    return out
+
+
+def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
+    """(B,) `rule.act` (a `sim.risk.RiskAwarePacking`) where the kernel applies, else None (module docstring)."""
+    from sim.forecast import uncached
+    from sim.policies import DeepRMPacker, DeepRMSJF
+
+    if not ENABLED:
+        return None
+    forecaster = None if rule.forecaster is None else uncached(rule.forecaster)
+    risk = rule.risk
+    if (
+        type(forecaster) is not PeakQuantileForecaster
+        or type(rule.fallback) not in (DeepRMSJF, DeepRMPacker)
+        or risk.mode not in ("deviate", "pack")
+    ):
+        return None
+    horizon = forecaster.horizon if risk.horizon is None else risk.horizon
+    fitted = forecaster.levels
+    if horizon > forecaster.horizon or not all(
+        any(abs(f - lv) < 1e-9 for f in fitted) for lv in (0.5, risk.level)
+    ):
+        return None  # the numpy path raises its own error
+    table = forecaster.table
+    level_row = [i for i, lv in enumerate(table.levels) if abs(lv - forecaster.level) < 1e-9]
+    if not level_row:
+        return None
+    noise, has_noise = _noise(state)
+    jobs = state.jobs
+    prefix = jobs.observed_prefix[0]
+    out = np.zeros(state.batch_size, dtype=np.int64)
+    ok = _act_kernel(
+        state.t, state.next_job, state.n_arrived, state.is_terminated | state.is_truncated, state.job_machine,
+        state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
+        jobs.ec_label if state.obs_label is None else state.obs_label, state.timeline, noise, has_noise,
+        _CHECKS[cfg.placement_check], cfg.hold_rule == "no_fit", np.asarray(cfg.capacity_units, dtype=np.int64),
+        prefix.peak, prefix.order,
+        np.arange(state.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows,
+        np.ascontiguousarray(table.values), level_row[0], table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
+        REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
+        int(risk.min_observed), risk.mode == "pack", out,
+    )  # fmt: skip
+    return out if ok else None
+
+
+@njit(cache=True, inline="always")
+def bucket_of(edges, value):
+    """searchsorted(edges, value, side="right") - 1."""
+    i = 0
+    while i < edges.shape[0] and edges[i] <= value:
+        i += 1
+    return i - 1
+
+
+@njit(cache=True, inline="always")
+def table_lookup(
+    b, j, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_row, d,
+    use_labels, use_remaining, age_edges, remaining_edges,
+):  # fmt: skip
+    """The level row's value for job j of env b in resource d with n_obs steps observed (`PeakQuantileTable.
+    lookup_levels`: request, peak so far + 1, age bucket, label and remaining-life cell)."""
+    n_r, n_p, n_e = values.shape[2], values.shape[3], values.shape[5]
+    bucket = bucket_of(age_edges, n_obs)
+    e = 0
+    if use_labels:
+        label = labels[b, j]
+        e = label if (label >= 0 and label < n_e - 1) else n_e - 1
+    rem = 0
+    if use_remaining:
+        rem = bucket_of(remaining_edges, max(duration[b, j] - n_obs, 1))
+    p_idx = 0
+    if n_obs > 0:
+        last = min(max(n_obs - 1, 0), peak.shape[2] - 1)
+        p = np.float64(peak[prefix_rows[b], order[b, j], last, d])
+        if np.isfinite(p) and p >= 0:
+            p_idx = np.int64(min(max(p, 0.0), np.float64(n_p - 2)) + 1.0)
+    p_idx = min(max(p_idx, 0), n_p - 1)
+    r_idx = min(max(np.int64(request[b, j, d]), 0), n_r - 1)
+    return values[level_row, d, r_idx, p_idx, bucket, e, rem]
+
+
+@njit(cache=True, inline="always")
+def _machine_state(
+    b, t, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
+):
+    """placed (M, D) requests of the jobs running on each machine, used_now (M, D) units in use (noise too)."""
+    n_j = job_machine.shape[1]
+    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
+    placed[:] = 0
+    for j in range(n_j):
+        m = job_machine[b, j]
+        if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
+            for d in range(n_d):
+                placed[m, d] += np.int64(request[b, j, d])
+    slot = t % width
+    for m in range(n_m):
+        for d in range(n_d):
+            units = np.int64(timeline[b, slot, m, d])
+            if has_noise:
+                units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
+            used_now[m, d] = units
+
+
+@njit(cache=True, inline="always")
+def _fits(b, j, m, check, usage, request, cap, placed, used_now):
+    """The job fits machine m now: the simulator's placement rule (`check`) and its request within the free
+    capacity by requests."""
+    for d in range(cap.shape[0]):
+        req = np.int64(request[b, j, d])
+        if check == 1 and used_now[m, d] + np.int64(usage[b, j, 0, d]) > cap[d]:
+            return False
+        if check == 2 and used_now[m, d] + req > cap[d]:
+            return False
+        if cap[d] - placed[m, d] < req:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _pick_kernel(
+    preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
+    noise, has_noise, check, cap, out,
+):  # fmt: skip
+    n_envs, n_k = preference.shape
+    n_j = job_machine.shape[1]
+    n_m, n_d = timeline.shape[2], timeline.shape[3]
+    placed = np.zeros((n_m, n_d), dtype=np.int64)
+    used_now = np.zeros((n_m, n_d), dtype=np.int64)
+    for b in range(n_envs):
+        t = t_arr[b]
+        _machine_state(
+            b, t, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
+        )
+        best = -np.inf
+        slot = -1
+        for k in range(n_k):
+            job = next_job[b] + k
+            if job >= n_arrived[b] or is_done[b]:
+                continue
+            j = min(job, n_j - 1)
+            pickable = False
+            for m in range(n_m):
+                if _fits(b, j, m, check, usage, request, cap, placed, used_now):
+                    pickable = True
+                    break
+            if pickable and (slot < 0 or preference[b, k] > best):
+                best = preference[b, k]
+                slot = k
+        out[b] = slot if slot >= 0 else 0
+
+
+@njit(cache=True)
+def _act_kernel(
+    t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
+    timeline, noise, has_noise, check, hold_no_fit, cap, peak, order, prefix_rows, values, level_row, use_labels,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
+):  # fmt: skip
+    n_envs, n_j = job_machine.shape
+    n_m, n_d = timeline.shape[2], timeline.shape[3]
+    placed = np.zeros((n_m, n_d), dtype=np.int64)
+    used_now = np.zeros((n_m, n_d), dtype=np.int64)
+    valid = np.zeros(n_m, dtype=np.bool_)
+    used = np.zeros(n_m, dtype=np.bool_)
+    sums = np.zeros((n_m, n_d))
+    head_value = np.zeros(n_d)
+    for b in range(n_envs):
+        t = t_arr[b]
+        head = min(next_job[b], n_j - 1)
+        has_job = n_arrived[b] > next_job[b] and not is_done[b]
+        _machine_state(
+            b, t, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
+        )
+        # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act)
+        dom = 0
+        best_share = -np.inf
+        for d in range(n_d):
+            share = np.float64(np.int64(request[b, head, d]) if has_job else 0) / np.float64(cap[d])
+            if share > best_share:
+                best_share = share
+                dom = d
+        base = n_m
+        best_score = -np.inf
+        any_valid_used = False
+        for m in range(n_m):
+            ok = has_job
+            if ok and check != 0:  # core.action_mask's placement check
+                for d in range(n_d):
+                    need = np.int64(usage[b, head, 0, d]) if check == 1 else np.int64(request[b, head, d])
+                    if used_now[m, d] + need > cap[d]:
+                        ok = False
+            valid[m] = ok
+            used[m] = busy_until[b, m] > t
+            any_valid_used = any_valid_used or (ok and used[m])
+            fits = ok
+            for d in range(n_d):
+                req = np.int64(request[b, head, d]) if has_job else 0
+                if cap[d] - placed[m, d] < req:
+                    fits = False
+            if fits:
+                score = np.float64(-(cap[dom] - placed[m, dom]))
+                if base == n_m or score > best_score:
+                    best_score = score
+                    base = m
+        out[b] = base
+        # sim.risk.deviation_rows ("deviate": only where the fallback holds or opens an empty machine)
+        base_opens = base < n_m and not used[base]
+        if not pack and not ((base == n_m or base_opens) and any_valid_used):
+            continue
+        # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
+        sums[:] = 0.0
+        for j in range(n_j):
+            m = job_machine[b, j]
+            if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
+                continue
+            start = job_start[b, j]
+            steps = n_steps
+            if use_durations:
+                steps = min(max(min(start, t) + duration[b, j] - t - 1, 0), n_steps)
+            is_young = min_observed > 0 and t - start + 1 < min_observed
+            n_obs = min(max(t - start + 1, 0), duration[b, j])
+            for d in range(n_d):
+                v = table_lookup(
+                    b, j, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_row, d,
+                    use_labels, use_remaining, age_edges, remaining_edges,
+                )  # fmt: skip
+                if v < 0:
+                    return False
+                if is_young:
+                    v = np.float64(request[b, j, d])
+                sums[m, d] += v * (1.0 if steps > 0 else 0.0)
+        start = job_start[b, head] if job_machine[b, head] >= 0 else t + 1
+        steps = n_steps
+        if use_durations:
+            steps = min(max(min(start, t) + duration[b, head] - t - 1, 0), n_steps)
+        is_young = min_observed > 0 and t - start + 1 < min_observed
+        n_obs = min(max(t - start + 1, 0), duration[b, head])
+        for d in range(n_d):
+            v = table_lookup(
+                b, head, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_row, d,
+                use_labels, use_remaining, age_edges, remaining_edges,
+            )  # fmt: skip
+            if v < 0:
+                return False
+            if is_young:
+                v = np.float64(request[b, head, d])
+            head_value[d] = v * (1.0 if (steps > 0 and has_job) else 0.0)
+        # sim.risk.deviate_or_pack: the tightest safe used machine
+        best = -1
+        best_tight = -np.inf
+        for m in range(n_m):
+            tight = -np.inf
+            for d in range(n_d):
+                tight = max(tight, (sums[m, d] + head_value[d]) / np.float64(cap[d]))
+            if valid[m] and used[m] and tight <= 1.0 + 1e-9 and (best < 0 or tight > best_tight):
+                best = m
+                best_tight = tight
+        if best >= 0 and (pack or base == n_m or base_opens):
+            out[b] = best
+    return True

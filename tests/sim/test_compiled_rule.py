@@ -1,0 +1,114 @@
+"""The compiled job pick and rule decision (`sim.compiled_rule`) decide exactly as the numpy path at every
+decision of episodes over DeepRM's SJF and Packer as fallbacks, "deviate" and "pack", tables with labels and
+remaining life, young jobs at their request, durations unknown, noise and every placement check; and step aside
+where they do not apply."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sim import compiled_rule, core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.peak_forecast import fit_peak_quantiles
+from sim.policies import decide, make_policy
+from sim.risk import RiskAwarePacking, RiskConfig
+
+
+def square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Square-wave jobs (high 3-5 units part of each period, low 1) at random phases, requests 3-6, labels 0..3."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 2))
+            dur, period, phase = int(rng.integers(4, 30)), int(rng.integers(3, 9)), int(rng.integers(0, 8))
+            hi = int(rng.integers(3, 6))
+            usage = [[hi if (a + phase) % period < max(period // 3, 1) else 1, 1 + a % 2] for a in range(dur)]
+            req = [max(hi, int(rng.integers(3, 7))), 2 + int(rng.integers(0, 3))]
+            seq.append(
+                {"arrival_step": t, "usage": usage, "ec_label": int(rng.integers(0, 4)), "request": req}
+            )
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+CASES = {
+    "sjf_deviate_labels": (SimConfig(n_machines=4, max_steps=400), "deeprm_sjf", RiskConfig(level=0.75), {}),
+    "packer_pack_remaining_noise": (
+        SimConfig(n_machines=6, max_steps=400, noise_max_units=1, placement_check="request"),
+        "deeprm_packer",
+        RiskConfig(level=0.9, mode="pack"),
+        dict(use_remaining=True, use_labels=False),
+    ),
+    "sjf_young_no_durations_none": (
+        SimConfig(n_machines=3, max_steps=400, placement_check="none", hold_rule="no_fit"),
+        "deeprm_sjf",
+        RiskConfig(level=0.75, mode="pack", min_observed=3, use_durations=False),
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_rule_decides_as_the_numpy_path(name, monkeypatch):
+    cfg, fallback, risk, table_kw = CASES[name]
+    table = fit_peak_quantiles(
+        square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3, **table_kw
+    )
+    rule = RiskAwarePacking(table.forecaster(risk.level, horizon=12), make_policy(fallback), risk, name="r")
+    jobs = square_jobs(6, 30, seed=2)
+    rng = np.random.default_rng(0)
+    state = core.reset(cfg, jobs, 0)
+    n_deviated = n_picked = 0
+    while not state.is_done.all():
+        picked = compiled_rule.deeprm_pick(cfg, state, rng.random((state.batch_size, cfg.queue_size)))
+        assert picked is not None
+        got = rule.act(cfg, state, rng)
+        assert compiled_rule.risk_act(cfg, state, rule) is not None  # the kernel decided
+        monkeypatch.setattr(compiled_rule, "ENABLED", False)
+        assert np.array_equal(got, rule.act(cfg, state, rng))
+        fallback_actions = rule.fallback.act(cfg, state, rng)
+        preference = rng.random((state.batch_size, cfg.queue_size))
+        numpy_pick = rule.fallback.pick_job(cfg, state, rng)
+        monkeypatch.setattr(compiled_rule, "ENABLED", True)
+        assert np.array_equal(rule.fallback.pick_job(cfg, state, rng), numpy_pick)
+        # any preference: the kernel's slot is the numpy pick's for it
+        from sim.policies import _deeprm_pick
+
+        kernel_slot = _deeprm_pick(cfg, state, preference)
+        monkeypatch.setattr(compiled_rule, "ENABLED", False)
+        assert np.array_equal(kernel_slot, _deeprm_pick(cfg, state, preference))
+        monkeypatch.setattr(compiled_rule, "ENABLED", True)
+        n_deviated += int((got != fallback_actions).sum())
+        n_picked += int((numpy_pick > 0).sum())
+        state, act = decide(rule, cfg, state, rng)
+        state, *_ = core.step(cfg, state, act)
+    assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
+
+
+def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch):
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3)
+    state = core.reset(cfg, square_jobs(2, 10, seed=3), 0)
+    forecaster = table.forecaster(0.75, horizon=12)
+
+    def rule(**kw):
+        base = dict(forecaster=forecaster, fallback=make_policy("deeprm_sjf"), risk=RiskConfig(level=0.75))
+        return RiskAwarePacking(**{**base, **kw}, name="r")
+
+    assert compiled_rule.risk_act(cfg, state, rule()) is not None
+    assert compiled_rule.risk_act(cfg, state, rule(fallback=make_policy("tetris"))) is None
+    assert compiled_rule.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, mode="guard"))) is None
+    assert compiled_rule.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, horizon=30))) is None
+    negative = table.forecaster(0.75, horizon=12)
+    negative = replace(negative, table=replace(table, values=table.values - 100.0))
+    pack = RiskConfig(level=0.75, mode="pack")  # bounds every env ("deviate" has none to bound at reset)
+    assert compiled_rule.risk_act(cfg, state, rule(forecaster=negative, risk=pack)) is None
+    monkeypatch.setattr(compiled_rule, "ENABLED", False)
+    assert compiled_rule.risk_act(cfg, state, rule()) is None
+    assert compiled_rule.deeprm_pick(cfg, state, np.zeros((2, cfg.queue_size))) is None
