@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sim.compiled_rule import AGE_EDGE_ARRAY, NO_NOISE, REMAINING_EDGE_ARRAY, table_lookup
+from sim.compiled_rule import AGE_EDGE_ARRAY, NO_NOISE, REMAINING_EDGE_ARRAY, levels_last, table_cell
 from sim.config import SimConfig
 from sim.core import State
 from sim.peak_forecast import RemainingPeakQuantiles
@@ -87,7 +87,7 @@ def features(
         prefix.peak,
         prefix.order,
         np.arange(n_envs, dtype=np.int64) if prefix.rows is None else prefix.rows,
-        np.ascontiguousarray(table.values),
+        levels_last(table.values),
         rows,
         table.use_labels,
         table.use_remaining,
@@ -116,11 +116,12 @@ def _lookup(
     n_obs = min(max(t - start + 1, 0), duration[b, j])
     ok = True
     for d in range(out.shape[1]):
+        r, p, a, e, rem = table_cell(
+            b, j, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
+            use_remaining, age_edges, remaining_edges,
+        )  # fmt: skip
         for li in range(level_rows.shape[0]):
-            v = table_lookup(
-                b, j, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_rows[li], d,
-                use_labels, use_remaining, age_edges, remaining_edges,
-            )  # fmt: skip
+            v = values[d, r, p, a, e, rem, level_rows[li]]
             out[li, d] = v
             if v < 0:
                 ok = False

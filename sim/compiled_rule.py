@@ -12,7 +12,7 @@ Each walks one env at a time through the numpy code's steps with the same float 
 (the per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
 first index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
 fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
-`table_lookup` is the one look-up of a remaining-peak table cell, shared with `models.placer_kernel`. Tests:
+`table_cell` is the one look-up of a remaining-peak table cell, shared with `models.placer_kernel`. Tests:
 tests/sim/test_compiled_rule.py.
 """
 
@@ -91,7 +91,7 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
         _CHECKS[cfg.placement_check], cfg.hold_rule == "no_fit", np.asarray(cfg.capacity_units, dtype=np.int64),
         prefix.peak, prefix.order,
         np.arange(state.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows,
-        np.ascontiguousarray(table.values), level_row[0], table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
+        levels_last(table.values), level_row[0], table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), risk.mode == "pack", out,
     )  # fmt: skip
@@ -107,14 +107,28 @@ def bucket_of(edges, value):
     return i - 1
 
 
+def levels_last(values: np.ndarray) -> np.ndarray:
+    """A remaining-peak table's values (L, D, R, P, A, E, M) with the level axis last, contiguous: a job's levels
+    then share a cache line (the look-ups are random reads into a table of megabytes). Kept per table array."""
+    hit = _LEVELS_LAST.get(id(values))
+    if hit is None or hit[0] is not values:
+        if len(_LEVELS_LAST) >= 8:
+            _LEVELS_LAST.clear()
+        hit = _LEVELS_LAST[id(values)] = (values, np.ascontiguousarray(np.moveaxis(values, 0, -1)))
+    return hit[1]
+
+
+_LEVELS_LAST: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
 @njit(cache=True, inline="always")
-def table_lookup(
-    b, j, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_row, d,
-    use_labels, use_remaining, age_edges, remaining_edges,
+def table_cell(
+    b, j, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels, use_remaining,
+    age_edges, remaining_edges,
 ):  # fmt: skip
-    """The level row's value for job j of env b in resource d with n_obs steps observed (`PeakQuantileTable.
-    lookup_levels`: request, peak so far + 1, age bucket, label and remaining-life cell)."""
-    n_r, n_p, n_e = values.shape[2], values.shape[3], values.shape[5]
+    """The cell (request, peak so far + 1, age bucket, label, remaining life) of job j of env b in resource d with
+    n_obs steps observed, as `PeakQuantileTable.lookup_levels` finds it; `values` in `levels_last` layout."""
+    n_r, n_p, n_e = values.shape[1], values.shape[2], values.shape[4]
     bucket = bucket_of(age_edges, n_obs)
     e = 0
     if use_labels:
@@ -131,7 +145,7 @@ def table_lookup(
             p_idx = np.int64(min(max(p, 0.0), np.float64(n_p - 2)) + 1.0)
     p_idx = min(max(p_idx, 0), n_p - 1)
     r_idx = min(max(np.int64(request[b, j, d]), 0), n_r - 1)
-    return values[level_row, d, r_idx, p_idx, bucket, e, rem]
+    return r_idx, p_idx, bucket, e, rem
 
 
 @njit(cache=True, inline="always")
@@ -274,10 +288,11 @@ def _act_kernel(
             is_young = min_observed > 0 and t - start + 1 < min_observed
             n_obs = min(max(t - start + 1, 0), duration[b, j])
             for d in range(n_d):
-                v = table_lookup(
-                    b, j, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_row, d,
-                    use_labels, use_remaining, age_edges, remaining_edges,
+                r, p, a, e, rem = table_cell(
+                    b, j, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
+                    use_remaining, age_edges, remaining_edges,
                 )  # fmt: skip
+                v = values[d, r, p, a, e, rem, level_row]
                 if v < 0:
                     return False
                 if is_young:
@@ -290,10 +305,11 @@ def _act_kernel(
         is_young = min_observed > 0 and t - start + 1 < min_observed
         n_obs = min(max(t - start + 1, 0), duration[b, head])
         for d in range(n_d):
-            v = table_lookup(
-                b, head, t, n_obs, duration, request, labels, peak, order, prefix_rows, values, level_row, d,
-                use_labels, use_remaining, age_edges, remaining_edges,
+            r, p, a, e, rem = table_cell(
+                b, head, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
+                use_remaining, age_edges, remaining_edges,
             )  # fmt: skip
+            v = values[d, r, p, a, e, rem, level_row]
             if v < 0:
                 return False
             if is_young:
