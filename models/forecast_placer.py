@@ -386,11 +386,21 @@ def placement_features(
     (`sim.running_sums.RunningSums`) keeps each machine's sums over its running jobs from one decision to the next
     of a rollout (recall included); without one, every running job is counted. `compiled`: where
     `models.placer_kernel` applies (the base rule's remaining-peak table at rho = 1, the default inputs), one numba
-    kernel computes the same features (equal to the bit to a fresh count; `memo` is then not used)."""
+    kernel computes the same features (equal to the bit to a fresh count; `memo` is then not used), zeros for envs
+    whose episode has ended (no decision reads them)."""
     horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
     if compiled:
         fast = placer_kernel.features(
-            cfg, state, forecaster, pcfg.levels, pcfg.rho, pcfg.use_durations, horizon, base_actions, mask
+            cfg,
+            state,
+            forecaster,
+            pcfg.levels,
+            pcfg.rho,
+            pcfg.use_durations,
+            horizon,
+            base_actions,
+            mask,
+            True,
         )
         if fast is not None:
             return fast
@@ -1071,26 +1081,30 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
         inputs = policy.decision_inputs(cfg, state, rng)
         if on_decision is not None:
             on_decision(state, inputs, active)
+        # the network runs on the envs still deciding (an env's scores read only its own row); an env that has
+        # finished takes its base action, which the step ignores
+        live = {key: value[active] for key, value in inputs.items()}
         with torch.no_grad():
-            logits = policy.logits(cfg, inputs)
+            logits = policy.logits(cfg, live)
             logp = _log_probs(logits)
-            ent = _entropy(logp, torch.from_numpy(inputs["mask"])).numpy()
+            ent = _entropy(logp, torch.from_numpy(live["mask"])).numpy()
+        actions = inputs["base"].copy()
         if mode == "greedy":
-            actions = logits.argmax(dim=1).numpy().astype(np.int64)
+            actions[active] = logits.argmax(dim=1).numpy()
         elif mode == "sample":
             probs = logp.exp().numpy()
             cum = np.cumsum(probs, axis=1)
-            u = rng.random((probs.shape[0], 1)) * cum[:, -1:]
-            actions = np.minimum((cum < u).sum(axis=1), probs.shape[1] - 1).astype(np.int64)
-            actions = np.where(inputs["mask"][np.arange(actions.size), actions], actions, inputs["base"])
+            u = rng.random((state.batch_size, 1))[active] * cum[:, -1:]  # one draw per env, as before
+            picked = np.minimum((cum < u).sum(axis=1), probs.shape[1] - 1).astype(np.int64)
+            actions[active] = np.where(live["mask"][np.arange(picked.size), picked], picked, live["base"])
         else:
             actions = np.asarray(teacher.act(cfg, state, rng), dtype=np.int64)
             inputs["mask"][np.arange(actions.size), actions] = True  # a teacher's valid action, safe or not
         greedy = logits.argmax(dim=1).numpy()
         rec.n_decisions += 1
         rec.n_env_decisions += active.size
-        rec.n_agree += int((greedy[active] == inputs["base"][active]).sum())
-        rec.entropy_sum += float(ent[active].sum())
+        rec.n_agree += int((greedy == live["base"]).sum())
+        rec.entropy_sum += float(ent.sum())
         state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"], in_place=in_place)
         if keep:
             rec.x.append(inputs["x"][active])
@@ -1098,7 +1112,7 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
             rec.mask.append(inputs["mask"][active])
             rec.base.append(inputs["base"][active])
             rec.action.append(actions[active])
-            rec.logp.append(logp.numpy()[active, actions[active]])
+            rec.logp.append(logp.numpy()[np.arange(active.size), actions[active]])
             rec.env.append(active)
             rec.reward.append(reward[active])
     if not state.is_done.all():

@@ -54,8 +54,10 @@ def features(
     horizon: int,
     base_actions: np.ndarray,
     mask: np.ndarray,
+    skip_done: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(x (B, M, F) float32, g (B, G) float32) as `placement_features` gives them, or None (module docstring)."""
+    """(x (B, M, F) float32, g (B, G) float32) as `placement_features` gives them, or None (module docstring);
+    `skip_done`: the rows of envs whose episode has ended are zeros (a rollout reads only the others)."""
     rows = level_rows(forecaster, levels) if rho == 1.0 else None
     if rows is None:
         return None
@@ -100,6 +102,7 @@ def features(
         int(max(jobs.max_duration, 1)),
         np.asarray(base_actions, dtype=np.int64),
         mask,
+        skip_done,
         x,
         g,
     )
@@ -160,6 +163,7 @@ def _kernel(
     max_duration,
     base_actions,
     mask,
+    skip_done,
     x,
     g,
 ):
@@ -175,6 +179,10 @@ def _kernel(
     head_first = np.zeros((n_levels, n_d))
     head_total = np.zeros((n_levels, n_d))
     for b in range(n_envs):
+        if is_done[b] and skip_done:  # a finished env's row is not read: zeros
+            x[b] = 0.0
+            g[b] = 0.0
+            continue
         t = t_arr[b]
         first[:] = 0.0
         total[:] = 0.0
