@@ -246,7 +246,7 @@ def _kernel(
                 overlap[b, slot] = 0
                 n_first = 0
                 if has_short:  # core._first_overshoots
-                    for j in range(n_j):
+                    for j in range(min(next_job[b], n_j)):  # placed jobs: the prefix before the queue
                         m = job_machine[b, j]
                         if m >= 0 and job_start[b, j] <= ps and job_start[b, j] + duration[b, j] > ps:
                             for d in range(n_d):

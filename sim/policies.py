@@ -384,10 +384,10 @@ def _deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.nda
     """(B,) slot of the most preferred visible job (highest `preference` (B, K)) that fits some single machine
     now (DeepRM picks on its monolithic view; a job that fits no machine is skipped for the next one, so
     fragmentation does not block the queue); 0 (the head, which then holds) when none fits. Decided by
-    `sim.compiled_rule.deeprm_pick` (the same slots) unless it is switched off."""
-    from sim import compiled_rule  # loads numba: on first use
+    `sim.compiled_decision.deeprm_pick` (the same slots) unless it is switched off."""
+    from sim import compiled_decision  # loads numba: on first use
 
-    picked = compiled_rule.deeprm_pick(cfg, state, preference)
+    picked = compiled_decision.deeprm_pick(cfg, state, preference)
     if picked is not None:
         return picked
     _, _, fits = queued_fits(cfg, state)

@@ -542,10 +542,10 @@ class RiskAwarePacking(_FollowsFallback):
     name: str = "forecast_risk"
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        from sim import compiled_rule  # loads numba: on first use
+        from sim import compiled_decision  # loads numba: on first use
         from sim.policies import valid_machines
 
-        decided = compiled_rule.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
+        decided = compiled_decision.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
         if decided is not None:
             return decided
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
@@ -608,10 +608,10 @@ class PeakPredictorPacking(_FollowsFallback):
         return np.nan_to_num(peak, nan=0.0).reshape(n_envs, n_m, cfg.n_resources)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        from sim import compiled_rule  # loads numba: on first use
+        from sim import compiled_decision  # loads numba: on first use
         from sim.policies import valid_machines
 
-        decided = compiled_rule.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
+        decided = compiled_decision.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
         if decided is not None:
             return decided
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)

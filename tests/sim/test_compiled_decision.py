@@ -1,4 +1,4 @@
-"""The compiled job pick and rule decision (`sim.compiled_rule`) decide exactly as the numpy path at every
+"""The compiled job pick and rule decision (`sim.compiled_decision`) decide exactly as the numpy path at every
 decision of episodes over DeepRM's SJF and Packer as fallbacks, "deviate" and "pack", tables with labels and
 remaining life, young jobs at their request, durations unknown, noise and every placement check; and step aside
 where they do not apply."""
@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sim import compiled_rule, core
+from sim import compiled_decision, core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.peak_forecast import fit_peak_quantiles
@@ -55,7 +55,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_rule_decides_as_the_numpy_path(name, monkeypatch):
+def test_compiled_decision_decides_as_the_numpy_path(name, monkeypatch):
     cfg, fallback, risk, table_kw = CASES[name]
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3, **table_kw
@@ -66,24 +66,24 @@ def test_compiled_rule_decides_as_the_numpy_path(name, monkeypatch):
     state = core.reset(cfg, jobs, 0)
     n_deviated = n_picked = 0
     while not state.is_done.all():
-        picked = compiled_rule.deeprm_pick(cfg, state, rng.random((state.batch_size, cfg.queue_size)))
+        picked = compiled_decision.deeprm_pick(cfg, state, rng.random((state.batch_size, cfg.queue_size)))
         assert picked is not None
         got = rule.act(cfg, state, rng)
-        assert compiled_rule.risk_act(cfg, state, rule) is not None  # the kernel decided
-        monkeypatch.setattr(compiled_rule, "ENABLED", False)
+        assert compiled_decision.risk_act(cfg, state, rule) is not None  # the kernel decided
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
         assert np.array_equal(got, rule.act(cfg, state, rng))
         fallback_actions = rule.fallback.act(cfg, state, rng)
         preference = rng.random((state.batch_size, cfg.queue_size))
         numpy_pick = rule.fallback.pick_job(cfg, state, rng)
-        monkeypatch.setattr(compiled_rule, "ENABLED", True)
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
         assert np.array_equal(rule.fallback.pick_job(cfg, state, rng), numpy_pick)
         # any preference: the kernel's slot is the numpy pick's for it
         from sim.policies import _deeprm_pick
 
         kernel_slot = _deeprm_pick(cfg, state, preference)
-        monkeypatch.setattr(compiled_rule, "ENABLED", False)
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
         assert np.array_equal(kernel_slot, _deeprm_pick(cfg, state, preference))
-        monkeypatch.setattr(compiled_rule, "ENABLED", True)
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
         n_deviated += int((got != fallback_actions).sum())
         n_picked += int((numpy_pick > 0).sum())
         state, act = decide(rule, cfg, state, rng)
@@ -101,14 +101,14 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch):
         base = dict(forecaster=forecaster, fallback=make_policy("deeprm_sjf"), risk=RiskConfig(level=0.75))
         return RiskAwarePacking(**{**base, **kw}, name="r")
 
-    assert compiled_rule.risk_act(cfg, state, rule()) is not None
-    assert compiled_rule.risk_act(cfg, state, rule(fallback=make_policy("tetris"))) is None
-    assert compiled_rule.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, mode="guard"))) is None
-    assert compiled_rule.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, horizon=30))) is None
+    assert compiled_decision.risk_act(cfg, state, rule()) is not None
+    assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("tetris"))) is None
+    assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, mode="guard"))) is None
+    assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, horizon=30))) is None
     negative = table.forecaster(0.75, horizon=12)
     negative = replace(negative, table=replace(table, values=table.values - 100.0))
     pack = RiskConfig(level=0.75, mode="pack")  # bounds every env ("deviate" has none to bound at reset)
-    assert compiled_rule.risk_act(cfg, state, rule(forecaster=negative, risk=pack)) is None
-    monkeypatch.setattr(compiled_rule, "ENABLED", False)
-    assert compiled_rule.risk_act(cfg, state, rule()) is None
-    assert compiled_rule.deeprm_pick(cfg, state, np.zeros((2, cfg.queue_size))) is None
+    assert compiled_decision.risk_act(cfg, state, rule(forecaster=negative, risk=pack)) is None
+    monkeypatch.setattr(compiled_decision, "ENABLED", False)
+    assert compiled_decision.risk_act(cfg, state, rule()) is None
+    assert compiled_decision.deeprm_pick(cfg, state, np.zeros((2, cfg.queue_size))) is None

@@ -1,5 +1,5 @@
-"""DeepRM's job pick and the forecast rule's decision as numba kernels over the envs (issue 22, item 8: the base
-rule of the learned placer's training rollout, after `sim.compiled_step` and `models.placer_kernel`).
+"""The per-decision work of the learned placer's training rollout as numba kernels over the envs (issue 22, item
+8; the step itself is `sim.compiled_step`, the served labels `sim.compiled_labels`):
 
 - `deeprm_pick`: `sim.policies._deeprm_pick` (the most preferred visible job that fits some machine by the
   simulator's placement rule and by requests; the head where none does), the preference (SJF's or Packer's)
@@ -7,13 +7,15 @@ rule of the learned placer's training rollout, after `sim.compiled_step` and `mo
 - `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
   forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) over a DeepRM fallback
   (SJF or Packer: Best-Fit by requests), deviation rows, bounds and choice as there.
+- `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
 
 Each walks one env at a time through the numpy code's steps with the same float operations in the same order
 (the per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
 first index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
 fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
-`table_cell` is the one look-up of a remaining-peak table cell, shared with `models.placer_kernel`. Tests:
-tests/sim/test_compiled_rule.py.
+`table_cell` is the one look-up of a remaining-peak table cell; every kernel that inlines it lives in this file,
+because numba's on-disk cache notices changes to a kernel's own file only. Tests:
+tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
 """
 
 from __future__ import annotations
@@ -150,13 +152,14 @@ def table_cell(
 
 @njit(cache=True, inline="always")
 def _machine_state(
-    b, t, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
-):
-    """placed (M, D) requests of the jobs running on each machine, used_now (M, D) units in use (noise too)."""
+    b, t, n_placed, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
+):  # fmt: skip
+    """placed (M, D) requests of the jobs running on each machine, used_now (M, D) units in use (noise too);
+    `n_placed` the env's next_job (placed jobs are the prefix before the queue)."""
     n_j = job_machine.shape[1]
     width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     placed[:] = 0
-    for j in range(n_j):
+    for j in range(min(n_placed, n_j)):
         m = job_machine[b, j]
         if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
             for d in range(n_d):
@@ -198,8 +201,9 @@ def _pick_kernel(
     for b in range(n_envs):
         t = t_arr[b]
         _machine_state(
-            b, t, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
-        )
+            b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
+            used_now,
+        )  # fmt: skip
         best = -np.inf
         slot = -1
         for k in range(n_k):
@@ -237,8 +241,9 @@ def _act_kernel(
         head = min(next_job[b], n_j - 1)
         has_job = n_arrived[b] > next_job[b] and not is_done[b]
         _machine_state(
-            b, t, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
-        )
+            b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
+            used_now,
+        )  # fmt: skip
         # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act)
         dom = 0
         best_share = -np.inf
@@ -277,7 +282,7 @@ def _act_kernel(
             continue
         # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
         sums[:] = 0.0
-        for j in range(n_j):
+        for j in range(min(next_job[b], n_j)):
             m = job_machine[b, j]
             if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
                 continue
@@ -327,4 +332,190 @@ def _act_kernel(
                 best_tight = tight
         if best >= 0 and (pack or base == n_m or base_opens):
             out[b] = best
+    return True
+
+
+# the learned placer's inputs (`models.placer_kernel`: its wrapper and documentation)
+
+
+@njit(cache=True, inline="always")
+def _placer_lookup(
+    b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values, level_rows,
+    use_labels, use_remaining, age_edges, remaining_edges, out,
+):  # fmt: skip
+    """out (L, D): the levels of job j of env b (`RemainingPeakQuantiles.flat_levels`); False if one is negative."""
+    start = job_start[b, j] if job_machine[b, j] >= 0 else t + 1
+    n_obs = min(max(t - start + 1, 0), duration[b, j])
+    ok = True
+    for d in range(out.shape[1]):
+        r, p, a, e, rem = table_cell(
+            b, j, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
+            use_remaining, age_edges, remaining_edges,
+        )  # fmt: skip
+        for li in range(level_rows.shape[0]):
+            v = values[d, r, p, a, e, rem, level_rows[li]]
+            out[li, d] = v
+            if v < 0:
+                ok = False
+    return ok
+
+
+@njit(cache=True)
+def placer_features_kernel(
+    t_arr,
+    next_job,
+    n_arrived,
+    is_done,
+    job_machine,
+    job_start,
+    busy_until,
+    timeline,
+    noise,
+    has_noise,
+    past,
+    duration,
+    request,
+    labels,
+    peak,
+    order,
+    prefix_rows,
+    values,
+    level_rows,
+    use_labels,
+    use_remaining,
+    age_edges,
+    remaining_edges,
+    cap,
+    queue_size,
+    horizon,
+    use_durations,
+    max_duration,
+    base_actions,
+    mask,
+    skip_done,
+    x,
+    g,
+):
+    n_envs, n_j = job_machine.shape
+    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
+    n_levels = level_rows.shape[0]
+    hist = past.shape[1]
+    first = np.zeros((n_m, n_levels, n_d))
+    total = np.zeros((n_m, n_levels, n_d))
+    n_running = np.zeros(n_m, dtype=np.int64)
+    requested = np.zeros((n_m, n_d), dtype=np.int64)
+    vals = np.zeros((n_levels, n_d))
+    head_first = np.zeros((n_levels, n_d))
+    head_total = np.zeros((n_levels, n_d))
+    for b in range(n_envs):
+        if is_done[b] and skip_done:  # a finished env's row is not read: zeros
+            x[b] = 0.0
+            g[b] = 0.0
+            continue
+        t = t_arr[b]
+        first[:] = 0.0
+        total[:] = 0.0
+        n_running[:] = 0
+        requested[:] = 0
+        for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
+            m = job_machine[b, j]
+            if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
+                continue
+            if not _placer_lookup(
+                b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
+                values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
+            ):  # fmt: skip
+                return False
+            n_alive = horizon
+            if use_durations:
+                n_alive = min(max(job_start[b, j] + duration[b, j] - t - 1, 0), horizon)
+            for li in range(n_levels):
+                for d in range(n_d):
+                    bound = max(vals[li, d], vals[0, d])
+                    first[m, li, d] += bound * (1.0 if n_alive > 0 else 0.0)
+                    total[m, li, d] += bound * np.float64(n_alive)
+            n_running[m] += 1
+            for d in range(n_d):
+                requested[m, d] += np.int64(request[b, j, d])
+        # the queue head (its row is counted only where a job waits)
+        head = min(next_job[b], n_j - 1)
+        has_job = n_arrived[b] > next_job[b] and not is_done[b]
+        if not _placer_lookup(
+            b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
+            values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
+        ):  # fmt: skip
+            return False
+        n_alive = horizon
+        if use_durations:
+            start = job_start[b, head] if job_machine[b, head] >= 0 else t
+            n_alive = min(max(start + duration[b, head] - t - 1, 0), horizon)
+        if not has_job:
+            n_alive = 0
+        for li in range(n_levels):
+            for d in range(n_d):
+                bound = max(vals[li, d], vals[0, d])
+                head_first[li, d] = bound * (1.0 if n_alive > 0 else 0.0)
+                head_total[li, d] = bound * np.float64(n_alive)
+        n_used = 0
+        n_valid = 0
+        for m in range(n_m):
+            c = 0
+            for li in range(n_levels):
+                peak_without = -np.inf
+                peak_with = -np.inf
+                mean_without = 0.0
+                mean_with = 0.0
+                for d in range(n_d):
+                    peak_without = max(peak_without, first[m, li, d] / cap[d])
+                    peak_with = max(peak_with, (first[m, li, d] + head_first[li, d]) / cap[d])
+                    mean_without += total[m, li, d] / cap[d]
+                    mean_with += (total[m, li, d] + head_total[li, d]) / cap[d]
+                x[b, m, c] = peak_without
+                x[b, m, c + 1] = mean_without / np.float64(n_d * horizon)
+                x[b, m, c + 2] = peak_with
+                x[b, m, c + 3] = mean_with / np.float64(n_d * horizon)
+                x[b, m, c + 4] = 1.0 if peak_with <= 1.0 + 1e-9 else 0.0
+                c += 5
+            slot = t % width
+            for d in range(n_d):  # usage now (noise included)
+                units = np.int64(timeline[b, slot, m, d])
+                if has_noise:
+                    units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
+                x[b, m, c + d] = np.float64(units) / cap[d]
+            c += n_d
+            for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
+                acc = np.float32(0.0)
+                top = past[b, 0, m, d]
+                for r in range(hist):
+                    acc += past[b, r, m, d]
+                    top = max(top, past[b, r, m, d])
+                x[b, m, c + d] = acc / np.float32(hist)
+                x[b, m, c + n_d + d] = top
+            c += 2 * n_d
+            is_used = busy_until[b, m] > t
+            n_used += 1 if is_used else 0
+            x[b, m, c] = 1.0 if is_used else 0.0
+            c += 1
+            for d in range(n_d):
+                x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
+            c += n_d
+            x[b, m, c] = np.float64(n_running[m]) / 10.0
+            left = 0.0
+            if use_durations:
+                left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
+            x[b, m, c + 1] = left
+            c += 2
+            for d in range(n_d):
+                req = np.int64(request[b, head, d]) if has_job else 0
+                x[b, m, c + d] = np.float64(req) / cap[d]
+                x[b, m, c + n_d + d] = (head_total[0, d] / np.float64(horizon)) / cap[d]
+            c += 2 * n_d
+            x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
+            x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
+            n_valid += 1 if mask[b, m] else 0
+        g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
+        g[b, 1] = np.float64(n_used) / np.float64(n_m)
+        g[b, 2] = np.float64(n_valid) / np.float64(n_m)
+        g[b, 3] = 1.0 if has_job else 0.0
+        g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
     return True
