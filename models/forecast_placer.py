@@ -1064,6 +1064,9 @@ def run_rollout(
 
 def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
+    prepare = getattr(policy.base.labeller, "prepare", None)
+    if prepare is not None:  # once per batch: every rollout's own copy of it carries the labeller's job rows
+        prepare(cfg, jobs)
     state = core.reset(cfg, jobs, seed)
     # job picks reorder the episode's own batch in place and the step writes the state in place, unless a
     # callback may keep earlier states

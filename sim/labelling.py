@@ -170,6 +170,11 @@ class AgeTableLabeller:
     ) -> np.ndarray:
         raise NotImplementedError
 
+    def prepare(self, cfg: SimConfig, jobs: JobBatch) -> None:
+        """Assign the store rows of `jobs`' jobs now, kept with the batch (`JobBatch.rider`): the copies an episode
+        makes of it (`JobBatch.owned_copy`) carry them instead of digesting every job again."""
+        self._job_ids(cfg, jobs)
+
     def labels(self, cfg: SimConfig, state: State) -> np.ndarray:
         """(B, J) int64: predicted labels of `labelled_jobs`, the state's current observed labels elsewhere. Where
         every one of them is stored already, gathered by `sim.compiled_labels` (the same labels)."""
