@@ -107,7 +107,9 @@ def main() -> None:
             share = sums.n_carried / (sums.n_carried + sums.n_computed)
             print(f"the placer's per-machine sums: {share:.0%} of running jobs carried between decisions")
         else:
-            print("the placer's inputs: the compiled kernel (models.placer_kernel), every running job each decision")
+            print(
+                "the placer's inputs: the compiled kernel (models.placer_kernel), every running job each decision"
+            )
         print(
             f"median: training rollout {np.median(rates):,.0f} decisions/s, bare {np.median(bares):,.0f} "
             f"decisions/s with the numpy step, {np.median(compiled):,.0f} with the compiled one "
