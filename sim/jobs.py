@@ -288,7 +288,7 @@ class JobBatch:
     def select(self, rows: Sequence[int] | np.ndarray) -> JobBatch:
         """A JobBatch of the given rows (repeats allowed), same padding. Running summaries this batch has
         computed already (`observed_prefix`) are shared, not computed again for the selection (a training
-        batch repeats each sequence over its rollouts)."""
+        batch repeats each sequence over its rollouts), and its riders (`rider`) are selected with it."""
         rows = np.asarray(rows, dtype=np.int64)
         pick = lambda tup: tuple(tup[r] for r in rows) if tup else ()  # noqa: E731
         out = JobBatch(
@@ -306,6 +306,8 @@ class JobBatch:
         prefix = self.__dict__.get("observed_prefix")
         if prefix is not None:
             out.__dict__["observed_prefix"] = tuple(p if p is None else p.selected(rows) for p in prefix)
+        if "_riders" in self.__dict__:  # derived from each job alone: the selected rows' are theirs
+            out.__dict__["_riders"] = {key: value[rows] for key, value in self.__dict__["_riders"].items()}
         return out
 
     def first_jobs(self, n: int) -> JobBatch:

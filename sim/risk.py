@@ -608,12 +608,8 @@ class PeakPredictorPacking(_FollowsFallback):
         return np.nan_to_num(peak, nan=0.0).reshape(n_envs, n_m, cfg.n_resources)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
-        from sim import compiled_decision  # loads numba: on first use
         from sim.policies import valid_machines
 
-        decided = compiled_decision.risk_act(cfg, state, self)  # the same decisions, where its kernel applies
-        if decided is not None:
-            return decided
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         cap = np.asarray(cfg.capacity_units, dtype=np.float64)
         total = self.predicted_peak(cfg, state) + queue_head(state).request[:, None, :]

@@ -120,6 +120,9 @@ def rollout(
     rng = np.random.default_rng(seed)
     if cfg.jobs_per_episode is not None:
         jobs = jobs.first_jobs(cfg.jobs_per_episode)  # before repeating: N copies of a short batch
+    prepare = getattr(labeller, "prepare", None)
+    if prepare is not None:  # the labeller's per-job rows once per sequence, not per trajectory
+        prepare(cfg, jobs)
     env_jobs = jobs.select(np.repeat(np.arange(jobs.batch_size), n_trajectories))
     env_seeds = rng.integers(0, 2**31 - 1, size=env_jobs.batch_size).tolist()
     state = core.reset(cfg, env_jobs, env_seeds)

@@ -359,3 +359,17 @@ def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_the
         core.observed_labels(state), state.t, state.next_job, state.n_arrived, state.job_machine,
         state.job_start, jobs.duration, jobs.n_jobs, CFG.history_steps, ids, empty._store, empty.n_ages(jobs),
     ) is None or not (state.n_arrived > state.next_job).any()  # fmt: skip
+
+
+def test_a_selection_carries_the_job_rows_its_batch_was_prepared_with(labeller):
+    """`prepare` assigns store rows once per batch; a selection of its rows (a rollout's B x N envs) carries them
+    (`JobBatch.select` selects riders) and they are the rows the jobs' content gets afresh."""
+    kept = fresh(labeller)
+    jobs = synthetic_jobs(seed=12, n_seqs=3, n_jobs=8)
+    kept.prepare(CFG, jobs)
+    rows = np.array([2, 0, 2, 1])
+    selected = jobs.select(rows)
+    assert selected.__dict__.get("_riders")  # carried, not digested again
+    np.testing.assert_array_equal(kept._job_ids(CFG, selected), kept._job_ids(CFG, jobs)[rows])
+    again = synthetic_jobs(seed=12, n_seqs=3, n_jobs=8).select(rows)  # the same content, no riders
+    np.testing.assert_array_equal(kept._job_ids(CFG, again), kept._job_ids(CFG, selected))
