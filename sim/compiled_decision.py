@@ -222,6 +222,33 @@ def _pick_kernel(
         out[b] = slot if slot >= 0 else 0
 
 
+@njit(cache=True, inline="always")
+def _rule_values(
+    b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values, level_row,
+    use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, counts, out,
+):  # fmt: skip
+    """out (D,): job j's quantile (its request while young) where it lives past t and `counts`, else 0
+    (`sim.risk.flat_values` times its being alive); False where a quantile is negative."""
+    start = job_start[b, j] if job_machine[b, j] >= 0 else t + 1
+    steps = n_steps
+    if use_durations:
+        steps = min(max(min(start, t) + duration[b, j] - t - 1, 0), n_steps)
+    is_young = min_observed > 0 and t - start + 1 < min_observed
+    n_obs = min(max(t - start + 1, 0), duration[b, j])
+    for d in range(out.shape[0]):
+        r, p, a, e, rem = table_cell(
+            b, j, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
+            use_remaining, age_edges, remaining_edges,
+        )  # fmt: skip
+        v = values[d, r, p, a, e, rem, level_row]
+        if v < 0:
+            return False
+        if is_young:
+            v = np.float64(request[b, j, d])
+        out[d] = v * (1.0 if (steps > 0 and counts) else 0.0)
+    return True
+
+
 @njit(cache=True)
 def _act_kernel(
     t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
@@ -236,6 +263,7 @@ def _act_kernel(
     used = np.zeros(n_m, dtype=np.bool_)
     sums = np.zeros((n_m, n_d))
     head_value = np.zeros(n_d)
+    job_value = np.zeros(n_d)
     for b in range(n_envs):
         t = t_arr[b]
         head = min(next_job[b], n_j - 1)
@@ -286,40 +314,20 @@ def _act_kernel(
             m = job_machine[b, j]
             if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
                 continue
-            start = job_start[b, j]
-            steps = n_steps
-            if use_durations:
-                steps = min(max(min(start, t) + duration[b, j] - t - 1, 0), n_steps)
-            is_young = min_observed > 0 and t - start + 1 < min_observed
-            n_obs = min(max(t - start + 1, 0), duration[b, j])
-            for d in range(n_d):
-                r, p, a, e, rem = table_cell(
-                    b, j, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
-                    use_remaining, age_edges, remaining_edges,
-                )  # fmt: skip
-                v = values[d, r, p, a, e, rem, level_row]
-                if v < 0:
-                    return False
-                if is_young:
-                    v = np.float64(request[b, j, d])
-                sums[m, d] += v * (1.0 if steps > 0 else 0.0)
-        start = job_start[b, head] if job_machine[b, head] >= 0 else t + 1
-        steps = n_steps
-        if use_durations:
-            steps = min(max(min(start, t) + duration[b, head] - t - 1, 0), n_steps)
-        is_young = min_observed > 0 and t - start + 1 < min_observed
-        n_obs = min(max(t - start + 1, 0), duration[b, head])
-        for d in range(n_d):
-            r, p, a, e, rem = table_cell(
-                b, head, n_obs, d, duration, request, labels, peak, order, prefix_rows, values, use_labels,
-                use_remaining, age_edges, remaining_edges,
-            )  # fmt: skip
-            v = values[d, r, p, a, e, rem, level_row]
-            if v < 0:
+            if not _rule_values(
+                b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
+                level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
+                min_observed, True, job_value,
+            ):  # fmt: skip
                 return False
-            if is_young:
-                v = np.float64(request[b, head, d])
-            head_value[d] = v * (1.0 if (steps > 0 and has_job) else 0.0)
+            for d in range(n_d):
+                sums[m, d] += job_value[d]
+        if not _rule_values(
+            b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
+            level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
+            has_job, head_value,
+        ):  # fmt: skip
+            return False
         # sim.risk.deviate_or_pack: the tightest safe used machine
         best = -1
         best_tight = -np.inf

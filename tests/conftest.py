@@ -1,4 +1,33 @@
 """Shared by every test: importing `models` registers the learned schedulers in `sim.policies.POLICIES` (sim names
 no models module), so a test of sim/ that loops over the registry sees them as every entry point does."""
 
+import numpy as np
+import pytest
+
 import models  # noqa: F401 - registers the learned policies
+from sim.jobs import JobBatch
+
+
+@pytest.fixture
+def square_jobs():
+    """A maker of job sequences for the compiled kernels' tests: (n_rows, n_jobs, seed) -> JobBatch."""
+    return _square_jobs
+
+
+def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Square-wave jobs (high 3-5 units part of each period, low 1) at random phases, requests 3-6, labels 0..3."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 2))
+            dur, period, phase = int(rng.integers(4, 30)), int(rng.integers(3, 9)), int(rng.integers(0, 8))
+            hi = int(rng.integers(3, 6))
+            usage = [[hi if (a + phase) % period < max(period // 3, 1) else 1, 1 + a % 2] for a in range(dur)]
+            req = [max(hi, int(rng.integers(3, 7))), 2 + int(rng.integers(0, 3))]
+            seq.append(
+                {"arrival_step": t, "usage": usage, "ec_label": int(rng.integers(0, 4)), "request": req}
+            )
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)

@@ -19,23 +19,6 @@ from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
 from sim.risk import PersistenceForecaster
 from sim.running_sums import RunningSums
 
-
-def square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
-    """Square-wave jobs (high 3-5 units part of each period, low 1) at random phases, labels 0..3."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(n_rows):
-        seq, t = [], 0
-        for _ in range(n_jobs):
-            t += int(rng.integers(0, 3))
-            dur, period, phase = int(rng.integers(4, 30)), int(rng.integers(3, 9)), int(rng.integers(0, 8))
-            hi = int(rng.integers(3, 6))
-            usage = [[hi if (a + phase) % period < max(period // 3, 1) else 1, 1 + a % 2] for a in range(dur)]
-            seq.append({"arrival_step": t, "usage": usage, "ec_label": int(rng.integers(0, 4))})
-        rows.append(seq)
-    return JobBatch.from_jobs(rows)
-
-
 CASES = {
     "labels_m4": (SimConfig(n_machines=4, max_steps=400), dict(use_labels=True), False),
     "remaining_m10_noise": (
@@ -65,7 +48,7 @@ def decisions(cfg: SimConfig, jobs: JobBatch, serve: bool, seed: int = 0):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_features_equal_the_numpy_path(name):
+def test_compiled_features_equal_the_numpy_path(name, square_jobs):
     cfg, table_kw, serve = CASES[name]
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3, **table_kw
@@ -85,14 +68,19 @@ def test_compiled_features_equal_the_numpy_path(name):
         assert np.array_equal(x[live], ref_x[live]) and np.array_equal(g[live], ref_g[live])
         every = placer_kernel.features(cfg, seen, forecaster, pcfg.levels, 1.0, pcfg.use_durations, 8 if serve else 12, base, mask)  # fmt: skip
         assert np.array_equal(every[0], ref_x) and np.array_equal(every[1], ref_g)
-        carried_x, _ = placement_features(cfg, seen, forecaster, pcfg, base, mask, carried, compiled=False)
-        np.testing.assert_allclose(x[live], carried_x[live], rtol=1e-6, atol=1e-7)
+        if (
+            not serve
+        ):  # labels drawn afresh at every decision break the carry's premise (a label by job and age)
+            carried_x, _ = placement_features(
+                cfg, seen, forecaster, pcfg, base, mask, carried, compiled=False
+            )
+            np.testing.assert_allclose(x[live], carried_x[live], rtol=1e-6, atol=1e-7)
         n_checked += 1
     assert n_checked > 20
-    assert carried.n_carried > 0  # the carried comparison did carry
+    assert serve or carried.n_carried > 0  # the carried comparison did carry
 
 
-def test_the_kernel_steps_aside_where_it_does_not_apply():
+def test_the_kernel_steps_aside_where_it_does_not_apply(square_jobs):
     cfg = SimConfig(n_machines=4, max_steps=400)
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3)
     jobs = square_jobs(2, 10, seed=3)

@@ -12,30 +12,9 @@ import pytest
 
 from sim import compiled_decision, core
 from sim.config import SimConfig
-from sim.jobs import JobBatch
 from sim.peak_forecast import fit_peak_quantiles
 from sim.policies import decide, make_policy
 from sim.risk import RiskAwarePacking, RiskConfig
-
-
-def square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
-    """Square-wave jobs (high 3-5 units part of each period, low 1) at random phases, requests 3-6, labels 0..3."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(n_rows):
-        seq, t = [], 0
-        for _ in range(n_jobs):
-            t += int(rng.integers(0, 2))
-            dur, period, phase = int(rng.integers(4, 30)), int(rng.integers(3, 9)), int(rng.integers(0, 8))
-            hi = int(rng.integers(3, 6))
-            usage = [[hi if (a + phase) % period < max(period // 3, 1) else 1, 1 + a % 2] for a in range(dur)]
-            req = [max(hi, int(rng.integers(3, 7))), 2 + int(rng.integers(0, 3))]
-            seq.append(
-                {"arrival_step": t, "usage": usage, "ec_label": int(rng.integers(0, 4)), "request": req}
-            )
-        rows.append(seq)
-    return JobBatch.from_jobs(rows)
-
 
 CASES = {
     "sjf_deviate_labels": (SimConfig(n_machines=4, max_steps=400), "deeprm_sjf", RiskConfig(level=0.75), {}),
@@ -55,7 +34,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_decision_decides_as_the_numpy_path(name, monkeypatch):
+def test_compiled_decision_decides_as_the_numpy_path(name, monkeypatch, square_jobs):
     cfg, fallback, risk, table_kw = CASES[name]
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3, **table_kw
@@ -91,7 +70,7 @@ def test_compiled_decision_decides_as_the_numpy_path(name, monkeypatch):
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 
-def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch):
+def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs):
     cfg = SimConfig(n_machines=4, max_steps=400)
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3)
     state = core.reset(cfg, square_jobs(2, 10, seed=3), 0)
