@@ -27,13 +27,15 @@ import numpy as np
 
 from sim.compiled_decision import (
     AGE_EDGE_ARRAY,
-    NO_NOISE,
     REMAINING_EDGE_ARRAY,
     levels_last,
+    noise_args,
     placer_features_kernel,
+    prefix_args,
 )
 from sim.config import SimConfig
-from sim.core import State
+from sim.core import State, observed_labels
+from sim.forecast import find_level
 from sim.peak_forecast import RemainingPeakQuantiles
 
 
@@ -41,13 +43,9 @@ def level_rows(forecaster, levels) -> np.ndarray | None:
     """The table's level index of each of `levels`, or None where the kernel does not apply (module docstring)."""
     if type(forecaster) is not RemainingPeakQuantiles:
         return None
-    fitted = forecaster.table.levels
-    rows = []
-    for lv in levels:
-        hit = [i for i, f in enumerate(fitted) if abs(f - lv) < 1e-9]
-        if not hit:
-            return None  # the numpy path raises its own error
-        rows.append(hit[0])
+    rows = [find_level(forecaster.table.levels, lv) for lv in levels]
+    if any(row is None for row in rows):
+        return None  # the numpy path raises its own error
     return np.asarray(rows, dtype=np.int64)
 
 
@@ -70,32 +68,26 @@ def features(
         return None
     table = forecaster.table
     jobs = state.jobs
-    prefix = jobs.observed_prefix[0]
     n_envs = state.batch_size
     n_m, n_d, n_levels = cfg.n_machines, cfg.n_resources, len(levels)
     n_x = n_levels * 5 + 6 * n_d + 5  # feature_names: 5 per level, six D-wide inputs and five single ones
     x = np.empty((n_envs, n_m, n_x), dtype=np.float32)
     g = np.empty((n_envs, 5), dtype=np.float32)
-    labels = jobs.ec_label if state.obs_label is None else state.obs_label
-    noise = state.noise
     ok = placer_features_kernel(
         state.t,
         state.next_job,
         state.n_arrived,
-        state.is_terminated | state.is_truncated,
+        state.is_done,
         state.job_machine,
         state.job_start,
         state.busy_until,
         state.timeline,
-        NO_NOISE if noise is None else noise,
-        noise is not None,
+        *noise_args(state),
         state.past,
         jobs.duration,
         jobs.request,
-        labels,
-        prefix.peak,
-        prefix.order,
-        np.arange(n_envs, dtype=np.int64) if prefix.rows is None else prefix.rows,
+        observed_labels(state),
+        *prefix_args(jobs),
         levels_last(table.values),
         rows,
         table.use_labels,

@@ -23,21 +23,32 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sim.compiled_step import NO_NOISE
 from sim.config import SimConfig
-from sim.core import State
+from sim.core import State, observed_labels
+from sim.forecast import find_level
+from sim.jobs import JobBatch
 from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, PeakQuantileForecaster
 
 AGE_EDGE_ARRAY = np.asarray(AGE_EDGES, dtype=np.int64)
 REMAINING_EDGE_ARRAY = np.asarray(REMAINING_EDGES, dtype=np.int64)
-NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
 _CHECKS = {"none": 0, "first_step": 1, "request": 2}
 
 ENABLED = True
 """Whether the kernels decide where they apply (tests switch them off to compare with the numpy path)."""
 
 
-def _noise(state: State) -> tuple[np.ndarray, bool]:
+def noise_args(state: State) -> tuple[np.ndarray, bool]:
+    """(noise array, whether the state has noise) as the kernels take them."""
     return (NO_NOISE, False) if state.noise is None else (state.noise, True)
+
+
+def prefix_args(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(peak so far, job order, row map) of the batch's running summaries (`ObservedPrefix`) as the kernels
+    take them: the row map is the identity where the batch is not a selection."""
+    prefix = jobs.observed_prefix[0]
+    rows = np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
+    return prefix.peak, prefix.order, rows
 
 
 def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndarray | None:
@@ -45,12 +56,12 @@ def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndar
     where none does (`sim.policies._deeprm_pick`); None when switched off (`ENABLED`)."""
     if not ENABLED:
         return None
-    noise, has_noise = _noise(state)
+    noise, has_noise = noise_args(state)
     out = np.zeros(state.batch_size, dtype=np.int64)
     jobs = state.jobs
     _pick_kernel(
         np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
-        state.is_terminated | state.is_truncated, state.job_machine, state.job_start, jobs.duration,
+        state.is_done, state.job_machine, state.job_start, jobs.duration,
         jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
         np.asarray(cfg.capacity_units, dtype=np.int64), out,
     )  # fmt: skip
@@ -73,27 +84,23 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
     ):
         return None
     horizon = forecaster.horizon if risk.horizon is None else risk.horizon
-    fitted = forecaster.levels
-    if horizon > forecaster.horizon or not all(
-        any(abs(f - lv) < 1e-9 for f in fitted) for lv in (0.5, risk.level)
+    if horizon > forecaster.horizon or any(
+        find_level(forecaster.levels, lv) is None for lv in (0.5, risk.level)
     ):
         return None  # the numpy path raises its own error
     table = forecaster.table
-    level_row = [i for i, lv in enumerate(table.levels) if abs(lv - forecaster.level) < 1e-9]
-    if not level_row:
+    level_row = find_level(table.levels, forecaster.level)
+    if level_row is None:
         return None
-    noise, has_noise = _noise(state)
+    noise, has_noise = noise_args(state)
     jobs = state.jobs
-    prefix = jobs.observed_prefix[0]
     out = np.zeros(state.batch_size, dtype=np.int64)
     ok = _act_kernel(
-        state.t, state.next_job, state.n_arrived, state.is_terminated | state.is_truncated, state.job_machine,
+        state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine,
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
-        jobs.ec_label if state.obs_label is None else state.obs_label, state.timeline, noise, has_noise,
-        _CHECKS[cfg.placement_check], cfg.hold_rule == "no_fit", np.asarray(cfg.capacity_units, dtype=np.int64),
-        prefix.peak, prefix.order,
-        np.arange(state.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows,
-        levels_last(table.values), level_row[0], table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
+        observed_labels(state), state.timeline, noise, has_noise,
+        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs),
+        levels_last(table.values), level_row, table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), risk.mode == "pack", out,
     )  # fmt: skip
@@ -252,7 +259,7 @@ def _rule_values(
 @njit(cache=True)
 def _act_kernel(
     t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
-    timeline, noise, has_noise, check, hold_no_fit, cap, peak, order, prefix_rows, values, level_row, use_labels,
+    timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
 ):  # fmt: skip
     n_envs, n_j = job_machine.shape

@@ -30,7 +30,8 @@ from numba import njit
 
 from sim.config import SimConfig
 
-_NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+"""The noise argument of a kernel whose state has no noise (numba needs an array of the same type)."""
 _TRACE_ROWS = ("usage", "background", "is_active", "queue_length", "contention", "penalties")
 """The `sim.core.Trace` arrays the kernel fills, in its argument order."""
 _NO_TRACE = (
@@ -94,7 +95,7 @@ def step_in_place(
         jobs.duration,
         jobs.arrival_step,
         jobs.n_jobs,
-        _NO_NOISE if noise is None else noise,
+        NO_NOISE if noise is None else noise,
         noise is not None,
         actions,
         is_placed,

@@ -162,11 +162,19 @@ def forecast_at_levels(
     return forecaster.forecast(cfg, state, env, job)[:, index]
 
 
-def level_index(levels, level: float, who: str) -> int:
-    """Position of `level` among a forecaster's `levels` (to 1e-9); ValueError naming `who` where it is not one."""
+def find_level(levels, level: float) -> int | None:
+    """Position of `level` among a forecaster's `levels` (to 1e-9), or None where it is not one."""
     for i, lv in enumerate(levels):
         if abs(lv - level) < 1e-9:
             return i
+    return None
+
+
+def level_index(levels, level: float, who: str) -> int:
+    """Position of `level` among a forecaster's `levels` (to 1e-9); ValueError naming `who` where it is not one."""
+    found = find_level(levels, level)
+    if found is not None:
+        return found
     raise ValueError(f"{who}: level {level} is not one of the forecaster's levels {tuple(levels)}")
 
 
