@@ -29,11 +29,9 @@ from pathlib import Path
 import polars as pl
 
 from models.ec_labeller import classifier_labellers
-from models.ec_serving import serving_classifiers, serving_path
 from models.sim_labeller import SimLabellerConfig, fit_source_labeller
 from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
-from pipelines.warehouse import ParquetWarehouse
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, gap_table
 from sim.tuning import TUNING_PRESETS
@@ -79,6 +77,10 @@ def warehouse_labellers(warehouse: Path, sequences: pl.DataFrame, kind: str = "s
     else the classifier below; kind="classifier": the saved classifier's model trained without the workload groups
     of their test sequences (`models.ec_serving`, saved in a temporary folder; columns source, split and
     workload_id suffice), with the warehouse's usage scale (`models.ec_labeller.classifier_labellers`)."""
+    # imported here: they need duckdb, which cutting sequences does not (the GPU machine has none)
+    from models.ec_serving import serving_classifiers, serving_path
+    from pipelines.warehouse import ParquetWarehouse
+
     scale_path = warehouse / "tables" / "sim__usage_scale" / "all.parquet"
     scale = pl.read_parquet(scale_path) if scale_path.exists() else pl.DataFrame(schema={"source": pl.String})
     out = Path(tempfile.mkdtemp(prefix="tvw_serving_"))

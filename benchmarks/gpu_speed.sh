@@ -3,8 +3,9 @@
 #   1. TVW-RL at the paper's configuration (benchmarks/bench_rl.py): learner and actor on the CPU, the learner on
 #      the GPU (actor on the CPU), both on the GPU; seconds per iteration split into simulation, observation and
 #      network.
-#   2. Our learned scheduler (benchmarks/bench_placer.py, DeepPlace 50 %, base forecast_peak, PPO and REINFORCE
-#      with BUDGET seconds each): the PG updates on the CPU and on the GPU, run side by side (one thread each).
+#   2. Our learned scheduler (benchmarks/bench_placer.py, base forecast_peak, PPO and REINFORCE with BUDGET seconds
+#      each; DeepPlace 50 % unless PLACER_ARGS names a source, e.g. PLACER_ARGS="--source bitbrains --warehouse W
+#      --inputs rule"): the PG updates on the CPU and on the GPU, run side by side (one thread each).
 #   3. The EC proxy's forecaster fits (benchmarks/bench_grouped_forecaster.py, 91 fits of one seed, the sample and
 #      small presets): one at a time and side by side, on the GPU and on the CPU.
 # Logs go to $OUT (or /tmp/tvw_gpu). Needs python with torch (CUDA) and polars; on a machine without polars, put
@@ -17,6 +18,7 @@ mkdir -p "$out"
 py=${PYTHON:-python3}
 budget=${BUDGET:-60}
 parts=" ${PARTS:-rl placer grouped} "
+placer_args=${PLACER_ARGS:-}
 if ! $py -c "import polars" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
     $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site
@@ -42,8 +44,9 @@ fi
 
 [[ $parts == *" placer "* ]] || exit 0
 for dev in cpu cuda; do
+    # shellcheck disable=SC2086  # PLACER_ARGS is a list of arguments
     $py benchmarks/bench_placer.py --base forecast_peak --algorithms ppo,reinforce --budget "$budget" --skip-m50 \
-        --device "$dev" --out "/tmp/tvw_placer_$dev" >"$out/placer_$dev.log" 2>&1 &
+        $placer_args --device "$dev" --out "/tmp/tvw_placer_$dev" >"$out/placer_$dev.log" 2>&1 &
 done
 wait
 for dev in cpu cuda; do
