@@ -14,6 +14,9 @@ operations in the same order; the float32 history mean is a float32 sum in row o
 non-innermost axis), so the features are equal to the bit; from a count carried between decisions
 (`sim.running_sums`) the numpy sums may differ from these in the last bit.
 
+Each env's inputs are one body (`_placer_env`), run on numba's threads for a large batch
+(`sim.compiled_step.on_threads`): the same numbers either way.
+
 `features` returns None where the kernel does not apply (another forecaster, rho != 1, a level the table lacks) or
 where a looked-up value is negative (the numpy path then takes its general branch, as it does itself); the caller
 then runs the numpy path. The kernel itself is `sim.compiled_decision.placer_features_kernel`, in the file of the
@@ -31,8 +34,10 @@ from sim.compiled_decision import (
     levels_last,
     noise_args,
     placer_features_kernel,
+    placer_features_kernel_parallel,
     prefix_args,
 )
+from sim.compiled_step import on_threads
 from sim.config import SimConfig
 from sim.core import State, observed_labels
 from sim.forecast import find_level
@@ -73,7 +78,8 @@ def features(
     n_x = n_levels * 5 + 6 * n_d + 5  # feature_names: 5 per level, six D-wide inputs and five single ones
     x = np.empty((n_envs, n_m, n_x), dtype=np.float32)
     g = np.empty((n_envs, 5), dtype=np.float32)
-    ok = placer_features_kernel(
+    kernel = placer_features_kernel_parallel if on_threads(n_envs) else placer_features_kernel
+    ok = kernel(
         state.t,
         state.next_job,
         state.n_arrived,

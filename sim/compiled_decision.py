@@ -21,7 +21,7 @@ tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from sim.compiled_step import NO_NOISE
 from sim.config import SimConfig
@@ -376,6 +376,164 @@ def _placer_lookup(
 
 
 @njit(cache=True)
+def _placer_env(
+    b,
+    t_arr,
+    next_job,
+    n_arrived,
+    is_done,
+    job_machine,
+    job_start,
+    busy_until,
+    timeline,
+    noise,
+    has_noise,
+    past,
+    duration,
+    request,
+    labels,
+    peak,
+    order,
+    prefix_rows,
+    values,
+    level_rows,
+    use_labels,
+    use_remaining,
+    age_edges,
+    remaining_edges,
+    cap,
+    queue_size,
+    horizon,
+    use_durations,
+    max_duration,
+    base_actions,
+    mask,
+    skip_done,
+    x,
+    g,
+):
+    """Env b's inputs (the body both kernels run per env); False where a looked-up value is negative."""
+    if is_done[b] and skip_done:  # a finished env's row is not read: zeros
+        x[b] = 0.0
+        g[b] = 0.0
+        return True
+    n_j = job_machine.shape[1]
+    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
+    n_levels = level_rows.shape[0]
+    hist = past.shape[1]
+    first = np.zeros((n_m, n_levels, n_d))
+    total = np.zeros((n_m, n_levels, n_d))
+    n_running = np.zeros(n_m, dtype=np.int64)
+    requested = np.zeros((n_m, n_d), dtype=np.int64)
+    vals = np.zeros((n_levels, n_d))
+    head_first = np.zeros((n_levels, n_d))
+    head_total = np.zeros((n_levels, n_d))
+    t = t_arr[b]
+    for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
+        m = job_machine[b, j]
+        if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
+            continue
+        if not _placer_lookup(
+            b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
+            values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
+        ):  # fmt: skip
+            return False
+        n_alive = horizon
+        if use_durations:
+            n_alive = min(max(job_start[b, j] + duration[b, j] - t - 1, 0), horizon)
+        for li in range(n_levels):
+            for d in range(n_d):
+                bound = max(vals[li, d], vals[0, d])
+                first[m, li, d] += bound * (1.0 if n_alive > 0 else 0.0)
+                total[m, li, d] += bound * np.float64(n_alive)
+        n_running[m] += 1
+        for d in range(n_d):
+            requested[m, d] += np.int64(request[b, j, d])
+    # the queue head (its row is counted only where a job waits)
+    head = min(next_job[b], n_j - 1)
+    has_job = n_arrived[b] > next_job[b] and not is_done[b]
+    if not _placer_lookup(
+        b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
+        values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
+    ):  # fmt: skip
+        return False
+    n_alive = horizon
+    if use_durations:
+        start = job_start[b, head] if job_machine[b, head] >= 0 else t
+        n_alive = min(max(start + duration[b, head] - t - 1, 0), horizon)
+    if not has_job:
+        n_alive = 0
+    for li in range(n_levels):
+        for d in range(n_d):
+            bound = max(vals[li, d], vals[0, d])
+            head_first[li, d] = bound * (1.0 if n_alive > 0 else 0.0)
+            head_total[li, d] = bound * np.float64(n_alive)
+    n_used = 0
+    n_valid = 0
+    for m in range(n_m):
+        c = 0
+        for li in range(n_levels):
+            peak_without = -np.inf
+            peak_with = -np.inf
+            mean_without = 0.0
+            mean_with = 0.0
+            for d in range(n_d):
+                peak_without = max(peak_without, first[m, li, d] / cap[d])
+                peak_with = max(peak_with, (first[m, li, d] + head_first[li, d]) / cap[d])
+                mean_without += total[m, li, d] / cap[d]
+                mean_with += (total[m, li, d] + head_total[li, d]) / cap[d]
+            x[b, m, c] = peak_without
+            x[b, m, c + 1] = mean_without / np.float64(n_d * horizon)
+            x[b, m, c + 2] = peak_with
+            x[b, m, c + 3] = mean_with / np.float64(n_d * horizon)
+            x[b, m, c + 4] = 1.0 if peak_with <= 1.0 + 1e-9 else 0.0
+            c += 5
+        slot = t % width
+        for d in range(n_d):  # usage now (noise included)
+            units = np.int64(timeline[b, slot, m, d])
+            if has_noise:
+                units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
+            x[b, m, c + d] = np.float64(units) / cap[d]
+        c += n_d
+        for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
+            acc = np.float32(0.0)
+            top = past[b, 0, m, d]
+            for r in range(hist):
+                acc += past[b, r, m, d]
+                top = max(top, past[b, r, m, d])
+            x[b, m, c + d] = acc / np.float32(hist)
+            x[b, m, c + n_d + d] = top
+        c += 2 * n_d
+        is_used = busy_until[b, m] > t
+        n_used += 1 if is_used else 0
+        x[b, m, c] = 1.0 if is_used else 0.0
+        c += 1
+        for d in range(n_d):
+            x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
+        c += n_d
+        x[b, m, c] = np.float64(n_running[m]) / 10.0
+        left = 0.0
+        if use_durations:
+            left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
+        x[b, m, c + 1] = left
+        c += 2
+        for d in range(n_d):
+            req = np.int64(request[b, head, d]) if has_job else 0
+            x[b, m, c + d] = np.float64(req) / cap[d]
+            x[b, m, c + n_d + d] = (head_total[0, d] / np.float64(horizon)) / cap[d]
+        c += 2 * n_d
+        x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
+        x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
+        n_valid += 1 if mask[b, m] else 0
+    g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
+    g[b, 1] = np.float64(n_used) / np.float64(n_m)
+    g[b, 2] = np.float64(n_valid) / np.float64(n_m)
+    g[b, 3] = 1.0 if has_job else 0.0
+    g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
+    return True
+
+
+@njit(cache=True)
 def placer_features_kernel(
     t_arr,
     next_job,
@@ -411,126 +569,119 @@ def placer_features_kernel(
     x,
     g,
 ):
-    n_envs, n_j = job_machine.shape
-    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
-    n_levels = level_rows.shape[0]
-    hist = past.shape[1]
-    first = np.zeros((n_m, n_levels, n_d))
-    total = np.zeros((n_m, n_levels, n_d))
-    n_running = np.zeros(n_m, dtype=np.int64)
-    requested = np.zeros((n_m, n_d), dtype=np.int64)
-    vals = np.zeros((n_levels, n_d))
-    head_first = np.zeros((n_levels, n_d))
-    head_total = np.zeros((n_levels, n_d))
-    for b in range(n_envs):
-        if is_done[b] and skip_done:  # a finished env's row is not read: zeros
-            x[b] = 0.0
-            g[b] = 0.0
-            continue
-        t = t_arr[b]
-        first[:] = 0.0
-        total[:] = 0.0
-        n_running[:] = 0
-        requested[:] = 0
-        for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
-            m = job_machine[b, j]
-            if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
-                continue
-            if not _placer_lookup(
-                b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
-                values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
-            ):  # fmt: skip
-                return False
-            n_alive = horizon
-            if use_durations:
-                n_alive = min(max(job_start[b, j] + duration[b, j] - t - 1, 0), horizon)
-            for li in range(n_levels):
-                for d in range(n_d):
-                    bound = max(vals[li, d], vals[0, d])
-                    first[m, li, d] += bound * (1.0 if n_alive > 0 else 0.0)
-                    total[m, li, d] += bound * np.float64(n_alive)
-            n_running[m] += 1
-            for d in range(n_d):
-                requested[m, d] += np.int64(request[b, j, d])
-        # the queue head (its row is counted only where a job waits)
-        head = min(next_job[b], n_j - 1)
-        has_job = n_arrived[b] > next_job[b] and not is_done[b]
-        if not _placer_lookup(
-            b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
-            values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
-        ):  # fmt: skip
+    for b in range(t_arr.shape[0]):
+        if not _placer_env(
+            b,
+            t_arr,
+            next_job,
+            n_arrived,
+            is_done,
+            job_machine,
+            job_start,
+            busy_until,
+            timeline,
+            noise,
+            has_noise,
+            past,
+            duration,
+            request,
+            labels,
+            peak,
+            order,
+            prefix_rows,
+            values,
+            level_rows,
+            use_labels,
+            use_remaining,
+            age_edges,
+            remaining_edges,
+            cap,
+            queue_size,
+            horizon,
+            use_durations,
+            max_duration,
+            base_actions,
+            mask,
+            skip_done,
+            x,
+            g,
+        ):
             return False
-        n_alive = horizon
-        if use_durations:
-            start = job_start[b, head] if job_machine[b, head] >= 0 else t
-            n_alive = min(max(start + duration[b, head] - t - 1, 0), horizon)
-        if not has_job:
-            n_alive = 0
-        for li in range(n_levels):
-            for d in range(n_d):
-                bound = max(vals[li, d], vals[0, d])
-                head_first[li, d] = bound * (1.0 if n_alive > 0 else 0.0)
-                head_total[li, d] = bound * np.float64(n_alive)
-        n_used = 0
-        n_valid = 0
-        for m in range(n_m):
-            c = 0
-            for li in range(n_levels):
-                peak_without = -np.inf
-                peak_with = -np.inf
-                mean_without = 0.0
-                mean_with = 0.0
-                for d in range(n_d):
-                    peak_without = max(peak_without, first[m, li, d] / cap[d])
-                    peak_with = max(peak_with, (first[m, li, d] + head_first[li, d]) / cap[d])
-                    mean_without += total[m, li, d] / cap[d]
-                    mean_with += (total[m, li, d] + head_total[li, d]) / cap[d]
-                x[b, m, c] = peak_without
-                x[b, m, c + 1] = mean_without / np.float64(n_d * horizon)
-                x[b, m, c + 2] = peak_with
-                x[b, m, c + 3] = mean_with / np.float64(n_d * horizon)
-                x[b, m, c + 4] = 1.0 if peak_with <= 1.0 + 1e-9 else 0.0
-                c += 5
-            slot = t % width
-            for d in range(n_d):  # usage now (noise included)
-                units = np.int64(timeline[b, slot, m, d])
-                if has_noise:
-                    units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
-                x[b, m, c + d] = np.float64(units) / cap[d]
-            c += n_d
-            for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
-                acc = np.float32(0.0)
-                top = past[b, 0, m, d]
-                for r in range(hist):
-                    acc += past[b, r, m, d]
-                    top = max(top, past[b, r, m, d])
-                x[b, m, c + d] = acc / np.float32(hist)
-                x[b, m, c + n_d + d] = top
-            c += 2 * n_d
-            is_used = busy_until[b, m] > t
-            n_used += 1 if is_used else 0
-            x[b, m, c] = 1.0 if is_used else 0.0
-            c += 1
-            for d in range(n_d):
-                x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
-            c += n_d
-            x[b, m, c] = np.float64(n_running[m]) / 10.0
-            left = 0.0
-            if use_durations:
-                left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
-            x[b, m, c + 1] = left
-            c += 2
-            for d in range(n_d):
-                req = np.int64(request[b, head, d]) if has_job else 0
-                x[b, m, c + d] = np.float64(req) / cap[d]
-                x[b, m, c + n_d + d] = (head_total[0, d] / np.float64(horizon)) / cap[d]
-            c += 2 * n_d
-            x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
-            x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
-            n_valid += 1 if mask[b, m] else 0
-        g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
-        g[b, 1] = np.float64(n_used) / np.float64(n_m)
-        g[b, 2] = np.float64(n_valid) / np.float64(n_m)
-        g[b, 3] = 1.0 if has_job else 0.0
-        g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
     return True
+
+
+@njit(cache=True, parallel=True)
+def placer_features_kernel_parallel(
+    t_arr,
+    next_job,
+    n_arrived,
+    is_done,
+    job_machine,
+    job_start,
+    busy_until,
+    timeline,
+    noise,
+    has_noise,
+    past,
+    duration,
+    request,
+    labels,
+    peak,
+    order,
+    prefix_rows,
+    values,
+    level_rows,
+    use_labels,
+    use_remaining,
+    age_edges,
+    remaining_edges,
+    cap,
+    queue_size,
+    horizon,
+    use_durations,
+    max_duration,
+    base_actions,
+    mask,
+    skip_done,
+    x,
+    g,
+):
+    ok = np.ones(t_arr.shape[0], dtype=np.bool_)
+    for b in prange(t_arr.shape[0]):
+        ok[b] = _placer_env(
+            b,
+            t_arr,
+            next_job,
+            n_arrived,
+            is_done,
+            job_machine,
+            job_start,
+            busy_until,
+            timeline,
+            noise,
+            has_noise,
+            past,
+            duration,
+            request,
+            labels,
+            peak,
+            order,
+            prefix_rows,
+            values,
+            level_rows,
+            use_labels,
+            use_remaining,
+            age_edges,
+            remaining_edges,
+            cap,
+            queue_size,
+            horizon,
+            use_durations,
+            max_duration,
+            base_actions,
+            mask,
+            skip_done,
+            x,
+            g,
+        )
+    return ok.all()

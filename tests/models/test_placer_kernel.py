@@ -47,9 +47,12 @@ def decisions(cfg: SimConfig, jobs: JobBatch, serve: bool, seed: int = 0):
         state, *_ = core.step(cfg, state, actions, mask=mask)
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_features_equal_the_numpy_path(name, square_jobs):
+def test_compiled_features_equal_the_numpy_path(name, threads, square_jobs, monkeypatch):
     cfg, table_kw, serve = CASES[name]
+    # the per-env bodies on the caller's thread, or on numba's (`prange`, whatever the batch size)
+    monkeypatch.setattr(placer_kernel, "on_threads", lambda n_envs: threads == "numba")
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3, **table_kw
     )

@@ -227,10 +227,13 @@ COMPILED_CONFIGS = {
 }
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("name", sorted(COMPILED_CONFIGS))
-def test_compiled_step_equals_numpy_step(name):
+def test_compiled_step_equals_numpy_step(name, threads, monkeypatch):
     cfg = COMPILED_CONFIGS[name]
     assert compiled_step.supports(cfg, None)
+    # the per-env bodies on the caller's thread, or on numba's (`prange`, whatever the batch size)
+    monkeypatch.setattr(compiled_step, "on_threads", lambda n_envs: threads == "numba")
     jobs = random_jobs(np.random.default_rng(7), 6, 16, 9, 6, 300 if "gaps" in name else 40)
     traces = [core.make_trace(cfg, jobs.batch_size) for _ in range(2)]
     numpy_calls = run_steps(cfg, jobs, 3, False, traces[0])
