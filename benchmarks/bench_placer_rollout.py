@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from benchmarks.bench_placer import deepplace, real_source, sim_config
@@ -86,6 +87,13 @@ def main() -> None:
 
     rates, bares, compiled, returns = [], [], [], []
     with torch_threads(1):
+        t = time.perf_counter()  # numba compiles each kernel on its first call (cached on disk afterwards)
+        run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=True)
+        bare_step_rate(cfg, batch, args.seed, in_place=True)
+        print(
+            f"  warm-up rollout (not counted; numba compiles on a first run): {time.perf_counter() - t:.1f} s; "
+            f"numba threads {numba.get_num_threads()}, torch threads 1"
+        )
         for r in range(args.repeats):
             t = time.perf_counter()
             rec = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True)

@@ -9,8 +9,9 @@
   (SJF or Packer: Best-Fit by requests), deviation rows, bounds and choice as there.
 - `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
 
-Each walks one env at a time through the numpy code's steps with the same float operations in the same order
-(the per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
+Each runs one body per env (`_pick_env`, `_act_env`, `_placer_env`), on numba's threads for a large batch
+(`sim.compiled_step.on_threads`), else on the caller's: the same numbers either way. Each body walks an env
+through the numpy code's steps with the same float operations in the same order (the per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
 first index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
 fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
 `table_cell` is the one look-up of a remaining-peak table cell; every kernel that inlines it lives in this file,
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from sim.compiled_step import NO_NOISE
+from sim.compiled_step import NO_NOISE, on_threads
 from sim.config import SimConfig
 from sim.core import State, observed_labels
 from sim.forecast import find_level
@@ -59,7 +60,8 @@ def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndar
     noise, has_noise = noise_args(state)
     out = np.zeros(state.batch_size, dtype=np.int64)
     jobs = state.jobs
-    _pick_kernel(
+    kernel = _pick_kernel_parallel if on_threads(state.batch_size) else _pick_kernel
+    kernel(
         np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
         state.is_done, state.job_machine, state.job_start, jobs.duration,
         jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
@@ -95,7 +97,8 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
     noise, has_noise = noise_args(state)
     jobs = state.jobs
     out = np.zeros(state.batch_size, dtype=np.int64)
-    ok = _act_kernel(
+    kernel = _act_kernel_parallel if on_threads(state.batch_size) else _act_kernel
+    ok = kernel(
         state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine,
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
         observed_labels(state), state.timeline, noise, has_noise,
@@ -196,37 +199,96 @@ def _fits(b, j, m, check, usage, request, cap, placed, used_now):
 
 
 @njit(cache=True)
-def _pick_kernel(
-    preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
+def _pick_env(
+    b, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
     noise, has_noise, check, cap, out,
 ):  # fmt: skip
-    n_envs, n_k = preference.shape
+    """Env b's part of `_pick_kernel` (the body both its kernels run per env)."""
+    n_k = preference.shape[1]
     n_j = job_machine.shape[1]
     n_m, n_d = timeline.shape[2], timeline.shape[3]
     placed = np.zeros((n_m, n_d), dtype=np.int64)
     used_now = np.zeros((n_m, n_d), dtype=np.int64)
-    for b in range(n_envs):
-        t = t_arr[b]
-        _machine_state(
-            b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
-            used_now,
-        )  # fmt: skip
-        best = -np.inf
-        slot = -1
-        for k in range(n_k):
-            job = next_job[b] + k
-            if job >= n_arrived[b] or is_done[b]:
-                continue
-            j = min(job, n_j - 1)
-            pickable = False
-            for m in range(n_m):
-                if _fits(b, j, m, check, usage, request, cap, placed, used_now):
-                    pickable = True
-                    break
-            if pickable and (slot < 0 or preference[b, k] > best):
-                best = preference[b, k]
-                slot = k
-        out[b] = slot if slot >= 0 else 0
+    t = t_arr[b]
+    _machine_state(
+        b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
+        used_now,
+    )  # fmt: skip
+    best = -np.inf
+    slot = -1
+    for k in range(n_k):
+        job = next_job[b] + k
+        if job >= n_arrived[b] or is_done[b]:
+            continue
+        j = min(job, n_j - 1)
+        pickable = False
+        for m in range(n_m):
+            if _fits(b, j, m, check, usage, request, cap, placed, used_now):
+                pickable = True
+                break
+        if pickable and (slot < 0 or preference[b, k] > best):
+            best = preference[b, k]
+            slot = k
+    out[b] = slot if slot >= 0 else 0
+    return True
+
+
+@njit(cache=True)
+def _pick_kernel(
+    preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
+    noise, has_noise, check, cap, out,
+):  # fmt: skip
+    for b in range(preference.shape[0]):
+        if not _pick_env(
+            b,
+            preference,
+            t_arr,
+            next_job,
+            n_arrived,
+            is_done,
+            job_machine,
+            job_start,
+            duration,
+            usage,
+            request,
+            timeline,
+            noise,
+            has_noise,
+            check,
+            cap,
+            out,
+        ):
+            return False
+    return True
+
+
+@njit(cache=True, parallel=True)
+def _pick_kernel_parallel(
+    preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
+    noise, has_noise, check, cap, out,
+):  # fmt: skip
+    ok = np.ones(preference.shape[0], dtype=np.bool_)
+    for b in prange(preference.shape[0]):
+        ok[b] = _pick_env(
+            b,
+            preference,
+            t_arr,
+            next_job,
+            n_arrived,
+            is_done,
+            job_machine,
+            job_start,
+            duration,
+            usage,
+            request,
+            timeline,
+            noise,
+            has_noise,
+            check,
+            cap,
+            out,
+        )
+    return ok.all()
 
 
 @njit(cache=True, inline="always")
@@ -257,12 +319,13 @@ def _rule_values(
 
 
 @njit(cache=True)
-def _act_kernel(
-    t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
+def _act_env(
+    b, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
 ):  # fmt: skip
-    n_envs, n_j = job_machine.shape
+    """Env b's part of `_act_kernel` (the body both its kernels run per env)."""
+    n_j = job_machine.shape[1]
     n_m, n_d = timeline.shape[2], timeline.shape[3]
     placed = np.zeros((n_m, n_d), dtype=np.int64)
     used_now = np.zeros((n_m, n_d), dtype=np.int64)
@@ -271,83 +334,170 @@ def _act_kernel(
     sums = np.zeros((n_m, n_d))
     head_value = np.zeros(n_d)
     job_value = np.zeros(n_d)
-    for b in range(n_envs):
-        t = t_arr[b]
-        head = min(next_job[b], n_j - 1)
-        has_job = n_arrived[b] > next_job[b] and not is_done[b]
-        _machine_state(
-            b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
-            used_now,
-        )  # fmt: skip
-        # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act)
-        dom = 0
-        best_share = -np.inf
+    t = t_arr[b]
+    head = min(next_job[b], n_j - 1)
+    has_job = n_arrived[b] > next_job[b] and not is_done[b]
+    _machine_state(
+        b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
+        used_now,
+    )  # fmt: skip
+    # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act)
+    dom = 0
+    best_share = -np.inf
+    for d in range(n_d):
+        share = np.float64(np.int64(request[b, head, d]) if has_job else 0) / np.float64(cap[d])
+        if share > best_share:
+            best_share = share
+            dom = d
+    base = n_m
+    best_score = -np.inf
+    any_valid_used = False
+    for m in range(n_m):
+        ok = has_job
+        if ok and check != 0:  # core.action_mask's placement check
+            for d in range(n_d):
+                need = np.int64(usage[b, head, 0, d]) if check == 1 else np.int64(request[b, head, d])
+                if used_now[m, d] + need > cap[d]:
+                    ok = False
+        valid[m] = ok
+        used[m] = busy_until[b, m] > t
+        any_valid_used = any_valid_used or (ok and used[m])
+        fits = ok
         for d in range(n_d):
-            share = np.float64(np.int64(request[b, head, d]) if has_job else 0) / np.float64(cap[d])
-            if share > best_share:
-                best_share = share
-                dom = d
-        base = n_m
-        best_score = -np.inf
-        any_valid_used = False
-        for m in range(n_m):
-            ok = has_job
-            if ok and check != 0:  # core.action_mask's placement check
-                for d in range(n_d):
-                    need = np.int64(usage[b, head, 0, d]) if check == 1 else np.int64(request[b, head, d])
-                    if used_now[m, d] + need > cap[d]:
-                        ok = False
-            valid[m] = ok
-            used[m] = busy_until[b, m] > t
-            any_valid_used = any_valid_used or (ok and used[m])
-            fits = ok
-            for d in range(n_d):
-                req = np.int64(request[b, head, d]) if has_job else 0
-                if cap[d] - placed[m, d] < req:
-                    fits = False
-            if fits:
-                score = np.float64(-(cap[dom] - placed[m, dom]))
-                if base == n_m or score > best_score:
-                    best_score = score
-                    base = m
-        out[b] = base
-        # sim.risk.deviation_rows ("deviate": only where the fallback holds or opens an empty machine)
-        base_opens = base < n_m and not used[base]
-        if not pack and not ((base == n_m or base_opens) and any_valid_used):
+            req = np.int64(request[b, head, d]) if has_job else 0
+            if cap[d] - placed[m, d] < req:
+                fits = False
+        if fits:
+            score = np.float64(-(cap[dom] - placed[m, dom]))
+            if base == n_m or score > best_score:
+                best_score = score
+                base = m
+    out[b] = base
+    # sim.risk.deviation_rows ("deviate": only where the fallback holds or opens an empty machine)
+    base_opens = base < n_m and not used[base]
+    if not pack and not ((base == n_m or base_opens) and any_valid_used):
+        return True
+    # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
+    sums[:] = 0.0
+    for j in range(min(next_job[b], n_j)):
+        m = job_machine[b, j]
+        if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
             continue
-        # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
-        sums[:] = 0.0
-        for j in range(min(next_job[b], n_j)):
-            m = job_machine[b, j]
-            if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
-                continue
-            if not _rule_values(
-                b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
-                level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
-                min_observed, True, job_value,
-            ):  # fmt: skip
-                return False
-            for d in range(n_d):
-                sums[m, d] += job_value[d]
         if not _rule_values(
-            b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
-            level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
-            has_job, head_value,
+            b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
+            level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
+            min_observed, True, job_value,
         ):  # fmt: skip
             return False
-        # sim.risk.deviate_or_pack: the tightest safe used machine
-        best = -1
-        best_tight = -np.inf
-        for m in range(n_m):
-            tight = -np.inf
-            for d in range(n_d):
-                tight = max(tight, (sums[m, d] + head_value[d]) / np.float64(cap[d]))
-            if valid[m] and used[m] and tight <= 1.0 + 1e-9 and (best < 0 or tight > best_tight):
-                best = m
-                best_tight = tight
-        if best >= 0 and (pack or base == n_m or base_opens):
-            out[b] = best
+        for d in range(n_d):
+            sums[m, d] += job_value[d]
+    if not _rule_values(
+        b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
+        level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
+        has_job, head_value,
+    ):  # fmt: skip
+        return False
+    # sim.risk.deviate_or_pack: the tightest safe used machine
+    best = -1
+    best_tight = -np.inf
+    for m in range(n_m):
+        tight = -np.inf
+        for d in range(n_d):
+            tight = max(tight, (sums[m, d] + head_value[d]) / np.float64(cap[d]))
+        if valid[m] and used[m] and tight <= 1.0 + 1e-9 and (best < 0 or tight > best_tight):
+            best = m
+            best_tight = tight
+    if best >= 0 and (pack or base == n_m or base_opens):
+        out[b] = best
     return True
+
+
+@njit(cache=True)
+def _act_kernel(
+    t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
+    timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
+):  # fmt: skip
+    for b in range(t_arr.shape[0]):
+        if not _act_env(
+            b,
+            t_arr,
+            next_job,
+            n_arrived,
+            is_done,
+            job_machine,
+            job_start,
+            busy_until,
+            duration,
+            usage,
+            request,
+            labels,
+            timeline,
+            noise,
+            has_noise,
+            check,
+            cap,
+            peak,
+            order,
+            prefix_rows,
+            values,
+            level_row,
+            use_labels,
+            use_remaining,
+            age_edges,
+            remaining_edges,
+            n_steps,
+            use_durations,
+            min_observed,
+            pack,
+            out,
+        ):
+            return False
+    return True
+
+
+@njit(cache=True, parallel=True)
+def _act_kernel_parallel(
+    t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
+    timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
+):  # fmt: skip
+    ok = np.ones(t_arr.shape[0], dtype=np.bool_)
+    for b in prange(t_arr.shape[0]):
+        ok[b] = _act_env(
+            b,
+            t_arr,
+            next_job,
+            n_arrived,
+            is_done,
+            job_machine,
+            job_start,
+            busy_until,
+            duration,
+            usage,
+            request,
+            labels,
+            timeline,
+            noise,
+            has_noise,
+            check,
+            cap,
+            peak,
+            order,
+            prefix_rows,
+            values,
+            level_row,
+            use_labels,
+            use_remaining,
+            age_edges,
+            remaining_edges,
+            n_steps,
+            use_durations,
+            min_observed,
+            pack,
+            out,
+        )
+    return ok.all()
 
 
 # the learned placer's inputs (`models.placer_kernel`: its wrapper and documentation)

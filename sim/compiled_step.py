@@ -36,6 +36,7 @@ from numba import njit, prange
 from sim.config import SimConfig
 
 NO_NOISE = np.zeros((1, 1, 1, 1), dtype=np.int16)
+"""The noise argument of a kernel whose state has no noise (numba needs an array of the same type)."""
 
 PARALLEL_MIN_ENVS = 64
 """Batches of at least this many envs run a kernel's per-env bodies on numba's threads (here and in
@@ -45,7 +46,8 @@ PARALLEL_MIN_ENVS = 64
 def on_threads(n_envs: int) -> bool:
     """Whether a kernel over `n_envs` envs runs on numba's threads (`PARALLEL_MIN_ENVS`, more than one thread)."""
     return n_envs >= PARALLEL_MIN_ENVS and numba.get_num_threads() > 1
-"""The noise argument of a kernel whose state has no noise (numba needs an array of the same type)."""
+
+
 _TRACE_ROWS = ("usage", "background", "is_active", "queue_length", "contention", "penalties")
 """The `sim.core.Trace` arrays the kernel fills, in its argument order."""
 _NO_TRACE = (

@@ -326,10 +326,17 @@ def test_the_label_store_starts_over_beyond_its_cap_and_keeps_serving_the_same_l
     np.testing.assert_array_equal(small.label_table(CFG, jobs), first)  # the old batch is served anew, equal
 
 
-def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_them(labeller):
-    """Once every shown (job, age) is stored, labels() gathers them in one kernel (`sim.compiled_labels`); those
-    labels equal a new labeller's, which predicts them all (the numpy path), at every decision of a rollout."""
+@pytest.mark.parametrize("threads", ["caller", "numba"])
+def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_them(
+    labeller, threads, monkeypatch
+):
+    """Once every shown (job, age) is stored, labels() gathers them in one kernel (`sim.compiled_labels`, its
+    per-env bodies on the caller's thread or on numba's); those labels equal a new labeller's, which predicts them
+    all (the numpy path), at every decision of a rollout."""
+    from sim import compiled_labels
     from sim.compiled_labels import served_labels
+
+    monkeypatch.setattr(compiled_labels, "on_threads", lambda n_envs: threads == "numba")
 
     jobs = synthetic_jobs(seed=9, n_seqs=3, n_jobs=12)
     kept = fresh(labeller)

@@ -33,9 +33,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_decision_decides_as_the_numpy_path(name, monkeypatch, square_jobs):
+def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch, square_jobs):
     cfg, fallback, risk, table_kw = CASES[name]
+    # the per-env bodies on the caller's thread, or on numba's (`prange`, whatever the batch size)
+    monkeypatch.setattr(compiled_decision, "on_threads", lambda n_envs: threads == "numba")
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3, **table_kw
     )
