@@ -7,7 +7,7 @@ policy, no observations), with the numpy step and with the compiled in-place ste
 shared: compare within a run); every repeat must give the same returns.
 
     PYTHONPATH=. python benchmarks/bench_placer_rollout.py --warehouse warehouse [--source bitbrains] [--load 50]
-        [--base forecast_peak] [--inputs rule] [--envs 400] [--repeats 3] [--profile 25]
+        [--base forecast_peak] [--inputs rule] [--envs 400] [--repeats 3] [--profile 25] [--threads 1,2]
 
 Without `--warehouse` it runs on DeepPlace's synthetic workload. `--profile N` adds cProfile's N costliest
 functions of one more rollout (by own time).
@@ -54,6 +54,12 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=400, help="B x N")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument(
+        "--threads",
+        default=None,
+        help="numba thread counts to alternate within each repeat, e.g. 1,2 (default: numba's own count); "
+        "the kernels use threads for batches of sim.compiled_step.PARALLEL_MIN_ENVS envs or more",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -94,11 +100,23 @@ def main() -> None:
             f"  warm-up rollout (not counted; numba compiles on a first run): {time.perf_counter() - t:.1f} s; "
             f"numba threads {numba.get_num_threads()}, torch threads 1"
         )
+        counts = [int(n) for n in args.threads.split(",")] if args.threads else [numba.get_num_threads()]
+        by_count: dict[int, list[float]] = {n: [] for n in counts}
         for r in range(args.repeats):
-            t = time.perf_counter()
-            rec = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True)
-            dt = time.perf_counter() - t
-            rates.append(rec.n_env_decisions / dt)
+            for n in counts:  # alternated within the repeat: the machine is shared
+                numba.set_num_threads(n)
+                t = time.perf_counter()
+                rec = run_rollout(
+                    policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True
+                )
+                dt = time.perf_counter() - t
+                by_count[n].append(rec.n_env_decisions / dt)
+                if len(counts) > 1:
+                    print(
+                        f"  repeat {r}, {n} numba thread(s): training rollout {by_count[n][-1]:,.0f} decisions/s"
+                    )
+            numba.set_num_threads(counts[-1])
+            rates.append(by_count[counts[-1]][-1])
             bares.append(bare_step_rate(cfg, batch, args.seed))
             compiled.append(bare_step_rate(cfg, batch, args.seed, in_place=True))
             returns.append(rec.returns if r == 0 else None)
@@ -118,6 +136,9 @@ def main() -> None:
             print(
                 "the placer's inputs: the compiled kernel (models.placer_kernel), every running job each decision"
             )
+        if len(counts) > 1:
+            medians = ", ".join(f"{np.median(v):,.0f} on {n}" for n, v in by_count.items())
+            print(f"median training rollout by numba threads: {medians} decisions/s")
         print(
             f"median: training rollout {np.median(rates):,.0f} decisions/s, bare {np.median(bares):,.0f} "
             f"decisions/s with the numpy step, {np.median(compiled):,.0f} with the compiled one "

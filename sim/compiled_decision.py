@@ -199,16 +199,43 @@ def _fits(b, j, m, check, usage, request, cap, placed, used_now):
 
 
 @njit(cache=True)
+def _machine_scratch(n_m, n_d):
+    """Per-env scratch of the pick (`_machine_state`'s placed and used-now units): allocated once per kernel
+    call on the caller's thread, once per env on numba's."""
+    return np.zeros((n_m, n_d), dtype=np.int64), np.zeros((n_m, n_d), dtype=np.int64)
+
+
+@njit(cache=True)
+def _act_scratch(n_m, n_d):
+    """Per-env scratch of the rule (as `_machine_scratch`, with validity, use, sums and values)."""
+    placed, used_now = _machine_scratch(n_m, n_d)
+    return (
+        placed, used_now, np.zeros(n_m, dtype=np.bool_), np.zeros(n_m, dtype=np.bool_), np.zeros((n_m, n_d)),
+        np.zeros(n_d), np.zeros(n_d),
+    )  # fmt: skip
+
+
+@njit(cache=True)
+def _placer_scratch(n_m, n_levels, n_d):
+    """Per-env scratch of the placer's inputs (per-machine sums and counts, a job's and the head's levels)."""
+    return (
+        np.zeros((n_m, n_levels, n_d)), np.zeros((n_m, n_levels, n_d)), np.zeros(n_m, dtype=np.int64),
+        np.zeros((n_m, n_d), dtype=np.int64), np.zeros((n_levels, n_d)), np.zeros((n_levels, n_d)),
+        np.zeros((n_levels, n_d)),
+    )  # fmt: skip
+
+
+@njit(cache=True)
 def _pick_env(
-    b, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
+    b, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
     noise, has_noise, check, cap, out,
 ):  # fmt: skip
-    """Env b's part of `_pick_kernel` (the body both its kernels run per env)."""
+    """Env b's part of `_pick_kernel` (the body both its kernels run per env); `scratch` from
+    `_machine_scratch`, written before it is read."""
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
-    n_m, n_d = timeline.shape[2], timeline.shape[3]
-    placed = np.zeros((n_m, n_d), dtype=np.int64)
-    used_now = np.zeros((n_m, n_d), dtype=np.int64)
+    n_m = timeline.shape[2]
+    placed, used_now = scratch
     t = t_arr[b]
     _machine_state(
         b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
@@ -238,9 +265,11 @@ def _pick_kernel(
     preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
     noise, has_noise, check, cap, out,
 ):  # fmt: skip
+    scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
     for b in range(preference.shape[0]):
         if not _pick_env(
             b,
+            scratch,
             preference,
             t_arr,
             next_job,
@@ -269,8 +298,10 @@ def _pick_kernel_parallel(
 ):  # fmt: skip
     ok = np.ones(preference.shape[0], dtype=np.bool_)
     for b in prange(preference.shape[0]):
+        scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
         ok[b] = _pick_env(
             b,
+            scratch,
             preference,
             t_arr,
             next_job,
@@ -320,20 +351,15 @@ def _rule_values(
 
 @njit(cache=True)
 def _act_env(
-    b, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
+    b, scratch, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
 ):  # fmt: skip
-    """Env b's part of `_act_kernel` (the body both its kernels run per env)."""
+    """Env b's part of `_act_kernel` (the body both its kernels run per env); `scratch` from `_act_scratch`,
+    written before it is read."""
     n_j = job_machine.shape[1]
     n_m, n_d = timeline.shape[2], timeline.shape[3]
-    placed = np.zeros((n_m, n_d), dtype=np.int64)
-    used_now = np.zeros((n_m, n_d), dtype=np.int64)
-    valid = np.zeros(n_m, dtype=np.bool_)
-    used = np.zeros(n_m, dtype=np.bool_)
-    sums = np.zeros((n_m, n_d))
-    head_value = np.zeros(n_d)
-    job_value = np.zeros(n_d)
+    placed, used_now, valid, used, sums, head_value, job_value = scratch
     t = t_arr[b]
     head = min(next_job[b], n_j - 1)
     has_job = n_arrived[b] > next_job[b] and not is_done[b]
@@ -418,9 +444,11 @@ def _act_kernel(
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
 ):  # fmt: skip
+    scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
     for b in range(t_arr.shape[0]):
         if not _act_env(
             b,
+            scratch,
             t_arr,
             next_job,
             n_arrived,
@@ -464,8 +492,10 @@ def _act_kernel_parallel(
 ):  # fmt: skip
     ok = np.ones(t_arr.shape[0], dtype=np.bool_)
     for b in prange(t_arr.shape[0]):
+        scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
         ok[b] = _act_env(
             b,
+            scratch,
             t_arr,
             next_job,
             n_arrived,
@@ -528,6 +558,7 @@ def _placer_lookup(
 @njit(cache=True)
 def _placer_env(
     b,
+    scratch,
     t_arr,
     next_job,
     n_arrived,
@@ -571,13 +602,11 @@ def _placer_env(
     width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     n_levels = level_rows.shape[0]
     hist = past.shape[1]
-    first = np.zeros((n_m, n_levels, n_d))
-    total = np.zeros((n_m, n_levels, n_d))
-    n_running = np.zeros(n_m, dtype=np.int64)
-    requested = np.zeros((n_m, n_d), dtype=np.int64)
-    vals = np.zeros((n_levels, n_d))
-    head_first = np.zeros((n_levels, n_d))
-    head_total = np.zeros((n_levels, n_d))
+    first, total, n_running, requested, vals, head_first, head_total = scratch
+    first[:] = 0.0
+    total[:] = 0.0
+    n_running[:] = 0
+    requested[:] = 0
     t = t_arr[b]
     for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
         m = job_machine[b, j]
@@ -719,9 +748,11 @@ def placer_features_kernel(
     x,
     g,
 ):
+    scratch = _placer_scratch(timeline.shape[2], level_rows.shape[0], timeline.shape[3])
     for b in range(t_arr.shape[0]):
         if not _placer_env(
             b,
+            scratch,
             t_arr,
             next_job,
             n_arrived,
@@ -798,8 +829,10 @@ def placer_features_kernel_parallel(
 ):
     ok = np.ones(t_arr.shape[0], dtype=np.bool_)
     for b in prange(t_arr.shape[0]):
+        scratch = _placer_scratch(timeline.shape[2], level_rows.shape[0], timeline.shape[3])
         ok[b] = _placer_env(
             b,
+            scratch,
             t_arr,
             next_job,
             n_arrived,

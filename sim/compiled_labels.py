@@ -3,7 +3,7 @@ over the envs (issue 22, item 8): for each job the observation shows (waiting, o
 the image's h-step history), its stored label at its observed age; every other job keeps the label the state shows.
 Integer gathers only, so the labels are the numpy path's exactly. It returns None where a (job, age) has not been
 predicted yet: the numpy path then predicts it and fills the store. One body per env (`_env`), on numba's threads
-for a large batch (`sim.compiled_step.on_threads`). Tests: tests/sim/test_labelling.py."""
+for a large batch (`sim.compiled_step.on_threads`). Tests: tests/models/test_sim_labeller.py."""
 
 from __future__ import annotations
 

@@ -137,6 +137,7 @@ def step_in_place(
 @njit(cache=True)
 def _env_step(
     b,
+    is_short,
     t,
     next_job,
     n_arrived,
@@ -177,14 +178,14 @@ def _env_step(
     tr_contention,
     tr_penalties,
 ):
-    """Env b's step (the body both kernels run per env; they share no state)."""
+    """Env b's step (the body both kernels run per env; they share no state); `is_short` (M, D) bool scratch,
+    written before it is read."""
     width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     n_j = duration.shape[1]
     t_max = usage.shape[2]
     hist = past.shape[1]
     window_cap = min(width, max_window)
     n_recorded = tr_usage.shape[1] if has_trace else 0
-    is_short = np.zeros((n_m, n_d), dtype=np.bool_)
     if is_placed[b]:  # core._place
         j = next_job[b]
         t0 = t[b]
@@ -347,9 +348,11 @@ def _kernel(
     tr_contention,
     tr_penalties,
 ):
+    is_short = np.zeros((timeline.shape[2], timeline.shape[3]), dtype=np.bool_)
     for b in range(t.shape[0]):
         _env_step(
             b,
+            is_short,
             t,
             next_job,
             n_arrived,
@@ -435,8 +438,10 @@ def _kernel_parallel(
     tr_penalties,
 ):
     for b in prange(t.shape[0]):
+        is_short = np.zeros((timeline.shape[2], timeline.shape[3]), dtype=np.bool_)
         _env_step(
             b,
+            is_short,
             t,
             next_job,
             n_arrived,

@@ -31,3 +31,25 @@ def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
             )
         rows.append(seq)
     return JobBatch.from_jobs(rows)
+
+
+@pytest.fixture
+def on_threads(monkeypatch):
+    """`on_threads(threads, module, *kernels)`: the compiled wrappers of `module` run their per-env bodies on the
+    caller's thread (threads="caller") or on numba's (threads="numba", whatever the batch size); returns a dict
+    counting the calls of each named parallel kernel, so a test can assert that they ran."""
+
+    def setup(threads: str, module, *kernels: str) -> dict[str, int]:
+        monkeypatch.setattr(module, "on_threads", lambda n_envs: threads == "numba")
+        calls = dict.fromkeys(kernels, 0)
+        for name in kernels:
+            kernel = getattr(module, name)
+
+            def counted(*args, _name=name, _kernel=kernel):
+                calls[_name] += 1
+                return _kernel(*args)
+
+            monkeypatch.setattr(module, name, counted)
+        return calls
+
+    return setup

@@ -49,10 +49,9 @@ def decisions(cfg: SimConfig, jobs: JobBatch, serve: bool, seed: int = 0):
 
 @pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_features_equal_the_numpy_path(name, threads, square_jobs, monkeypatch):
+def test_compiled_features_equal_the_numpy_path(name, threads, square_jobs, on_threads):
     cfg, table_kw, serve = CASES[name]
-    # the per-env bodies on the caller's thread, or on numba's (`prange`, whatever the batch size)
-    monkeypatch.setattr(placer_kernel, "on_threads", lambda n_envs: threads == "numba")
+    calls = on_threads(threads, placer_kernel, "placer_features_kernel_parallel")
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3, **table_kw
     )
@@ -80,6 +79,7 @@ def test_compiled_features_equal_the_numpy_path(name, threads, square_jobs, monk
             np.testing.assert_allclose(x[live], carried_x[live], rtol=1e-6, atol=1e-7)
         n_checked += 1
     assert n_checked > 20
+    assert (calls["placer_features_kernel_parallel"] > 0) == (threads == "numba")
     assert serve or carried.n_carried > 0  # the carried comparison did carry
 
 

@@ -328,7 +328,7 @@ def test_the_label_store_starts_over_beyond_its_cap_and_keeps_serving_the_same_l
 
 @pytest.mark.parametrize("threads", ["caller", "numba"])
 def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_them(
-    labeller, threads, monkeypatch
+    labeller, threads, on_threads
 ):
     """Once every shown (job, age) is stored, labels() gathers them in one kernel (`sim.compiled_labels`, its
     per-env bodies on the caller's thread or on numba's); those labels equal a new labeller's, which predicts them
@@ -336,7 +336,7 @@ def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_the
     from sim import compiled_labels
     from sim.compiled_labels import served_labels
 
-    monkeypatch.setattr(compiled_labels, "on_threads", lambda n_envs: threads == "numba")
+    calls = on_threads(threads, compiled_labels, "_kernel_parallel")
 
     jobs = synthetic_jobs(seed=9, n_seqs=3, n_jobs=12)
     kept = fresh(labeller)
@@ -360,6 +360,7 @@ def test_stored_labels_are_gathered_by_the_kernel_as_the_numpy_path_predicts_the
         if state.is_done.all():
             break
     assert n_gathered > 10
+    assert (calls["_kernel_parallel"] > 0) == (threads == "numba")
     empty = fresh(labeller)
     ids = empty._job_ids(CFG, jobs)
     assert served_labels(

@@ -35,10 +35,9 @@ CASES = {
 
 @pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch, square_jobs):
+def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch, square_jobs, on_threads):
     cfg, fallback, risk, table_kw = CASES[name]
-    # the per-env bodies on the caller's thread, or on numba's (`prange`, whatever the batch size)
-    monkeypatch.setattr(compiled_decision, "on_threads", lambda n_envs: threads == "numba")
+    calls = on_threads(threads, compiled_decision, "_pick_kernel_parallel", "_act_kernel_parallel")
     table = fit_peak_quantiles(
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3, **table_kw
     )
@@ -70,6 +69,7 @@ def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch,
         n_picked += int((numpy_pick > 0).sum())
         state, act = decide(rule, cfg, state, rng)
         state, *_ = core.step(cfg, state, act)
+    assert all((n > 0) == (threads == "numba") for n in calls.values())
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 

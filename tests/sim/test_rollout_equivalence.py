@@ -229,15 +229,15 @@ COMPILED_CONFIGS = {
 
 @pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("name", sorted(COMPILED_CONFIGS))
-def test_compiled_step_equals_numpy_step(name, threads, monkeypatch):
+def test_compiled_step_equals_numpy_step(name, threads, on_threads):
     cfg = COMPILED_CONFIGS[name]
     assert compiled_step.supports(cfg, None)
-    # the per-env bodies on the caller's thread, or on numba's (`prange`, whatever the batch size)
-    monkeypatch.setattr(compiled_step, "on_threads", lambda n_envs: threads == "numba")
+    calls = on_threads(threads, compiled_step, "_kernel_parallel")
     jobs = random_jobs(np.random.default_rng(7), 6, 16, 9, 6, 300 if "gaps" in name else 40)
     traces = [core.make_trace(cfg, jobs.batch_size) for _ in range(2)]
     numpy_calls = run_steps(cfg, jobs, 3, False, traces[0])
     compiled_calls = run_steps(cfg, jobs, 3, True, traces[1])
+    assert (calls["_kernel_parallel"] > 0) == (threads == "numba")
     for a, b in zip(dataclasses.astuple(traces[0]), dataclasses.astuple(traces[1]), strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
         assert np.array_equal(np.signbit(a), np.signbit(b))  # -0.0 where the numpy step writes -0.0
