@@ -91,7 +91,7 @@ def main() -> None:
         f"sequences repeated), M = 10; set-up {time.perf_counter() - t0:.0f} s"
     )
 
-    rates, bares, compiled, returns = [], [], [], []
+    bares, compiled = [], []
     with torch_threads(1):
         t = time.perf_counter()  # numba compiles each kernel on its first call (cached on disk afterwards)
         run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=True)
@@ -102,6 +102,8 @@ def main() -> None:
         )
         counts = [int(n) for n in args.threads.split(",")] if args.threads else [numba.get_num_threads()]
         by_count: dict[int, list[float]] = {n: [] for n in counts}
+        rates = by_count[counts[-1]]  # the last count's: the threads the bare loops run with
+        first_returns = {}
         for r in range(args.repeats):
             for n in counts:  # alternated within the repeat: the machine is shared
                 numba.set_num_threads(n)
@@ -111,23 +113,25 @@ def main() -> None:
                 )
                 dt = time.perf_counter() - t
                 by_count[n].append(rec.n_env_decisions / dt)
+                first_returns.setdefault(n, rec.returns)
                 if len(counts) > 1:
                     print(
                         f"  repeat {r}, {n} numba thread(s): training rollout {by_count[n][-1]:,.0f} decisions/s"
                     )
             numba.set_num_threads(counts[-1])
-            rates.append(by_count[counts[-1]][-1])
             bares.append(bare_step_rate(cfg, batch, args.seed))
             compiled.append(bare_step_rate(cfg, batch, args.seed, in_place=True))
-            returns.append(rec.returns if r == 0 else None)
             print(
                 f"  repeat {r}: training rollout {rates[-1]:,.0f} decisions/s ({rec.n_env_decisions:,} env "
                 f"decisions in {dt:.1f} s); bare simulator {bares[-1]:,.0f} decisions/s (numpy step), "
                 f"{compiled[-1]:,.0f} (compiled in-place step)"
             )
         again = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=False)
-        if not np.array_equal(again.returns, returns[0]):
-            raise SystemExit("the same seed gave other returns: the rollout is not reproducible")
+        if any(not np.array_equal(again.returns, ret) for ret in first_returns.values()):
+            raise SystemExit(
+                "the same seed gave other returns (again, or on another thread count): the rollout is not "
+                "reproducible"
+            )
         sums = policy._sums
         if sums.n_carried + sums.n_computed:
             share = sums.n_carried / (sums.n_carried + sums.n_computed)

@@ -400,7 +400,7 @@ def placement_features(
             horizon,
             base_actions,
             mask,
-            True,
+            skip_done=True,
         )
         if fast is not None:
             return fast
@@ -1091,9 +1091,10 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
             logits = policy.logits(cfg, live)
             logp = _log_probs(logits)
             ent = _entropy(logp, torch.from_numpy(live["mask"])).numpy()
+        greedy = logits.argmax(dim=1).numpy()
         actions = inputs["base"].copy()
         if mode == "greedy":
-            actions[active] = logits.argmax(dim=1).numpy()
+            actions[active] = greedy
         elif mode == "sample":
             probs = logp.exp().numpy()
             cum = np.cumsum(probs, axis=1)
@@ -1103,7 +1104,6 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
         else:
             actions = np.asarray(teacher.act(cfg, state, rng), dtype=np.int64)
             inputs["mask"][np.arange(actions.size), actions] = True  # a teacher's valid action, safe or not
-        greedy = logits.argmax(dim=1).numpy()
         rec.n_decisions += 1
         rec.n_env_decisions += active.size
         rec.n_agree += int((greedy == live["base"]).sum())
