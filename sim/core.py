@@ -168,6 +168,9 @@ def validate_jobs(cfg: SimConfig, jobs: JobBatch) -> tuple[JobBatch, np.ndarray]
     whose label is >= G, or whose D differs from the config's."""
     if jobs.n_resources != cfg.n_resources:
         raise ValueError(f"jobs have {jobs.n_resources} resources, config has {cfg.n_resources}")
+    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
+    if _compiled_batch().jobs_fit(jobs.usage, jobs.request, jobs.ec_label, jobs.n_jobs, cap, cfg.n_labels):
+        return jobs, np.zeros(jobs.batch_size, dtype=np.int64)  # one pass finds nothing to name or clip
     is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
     bad_label = is_real & ((jobs.ec_label < 0) | (jobs.ec_label >= cfg.n_labels))
     if bad_label.any():
@@ -175,7 +178,6 @@ def validate_jobs(cfg: SimConfig, jobs: JobBatch) -> tuple[JobBatch, np.ndarray]
         raise ValueError(
             f"{jobs.describe_job(b, j)}: ec_label {jobs.ec_label[b, j]} outside 0..{cfg.n_labels - 1} (n_labels)"
         )
-    cap = np.asarray(cfg.capacity_units, dtype=np.int64)
     over_use = (jobs.usage > cap).any(axis=(2, 3))
     over_req = (jobs.request > cap).any(axis=2)
     is_over = is_real & (over_use | over_req)
@@ -371,6 +373,13 @@ def _compiled():
     from sim import compiled_step
 
     return compiled_step
+
+
+def _compiled_batch():
+    """`sim.compiled_batch`, imported on first use (it loads numba)."""
+    from sim import compiled_batch
+
+    return compiled_batch
 
 
 def _place(f: dict, rows: np.ndarray, machines: np.ndarray) -> None:
@@ -629,6 +638,11 @@ def relabel(cfg: SimConfig, state: State, labels: np.ndarray) -> State:
         raise ValueError(
             f"relabel: labels must be an integer array of shape {shape}, got {labels.dtype} {labels.shape}"
         )
+    clean = _compiled_batch().clean_labels(labels, state.jobs.n_jobs, cfg.n_labels)
+    if clean is not None:  # one pass: every real job's label in range
+        out = replace(state, obs_label=clean)
+        share_memo(state, out)
+        return out
     is_real = np.arange(shape[1])[None, :] < state.jobs.n_jobs[:, None]
     is_bad = is_real & ((labels < 0) | (labels >= cfg.n_labels))
     if is_bad.any():

@@ -258,22 +258,26 @@ class JobBatch:
         by one, with their running summaries' `order`, workload codes and ids; `revision` counts up."""
         if np.size(rows) == 0:
             return
-        r, to, frm = rotation_index(rows, lo, hi)
+        from sim.compiled_batch import rotate_rows  # loads numba: on first use
+
+        rows, lo, hi = (np.asarray(a, dtype=np.int64) for a in (rows, lo, hi))
         moved = [getattr(self, name) for name in self._JOB_ARRAYS if getattr(self, name) is not None]
         moved += [p.order for p in self.__dict__.get("observed_prefix") or () if p is not None]
         if "workload_code" in self.__dict__:
             moved.append(self.__dict__["workload_code"])
         moved += list(self.__dict__.get("_riders", {}).values())
+        index = None
         for values in moved:
-            values[r, to] = values[r, frm]
+            if not rotate_rows(values, rows, lo, hi):  # not contiguous: numpy moves it
+                index = rotation_index(rows, lo, hi) if index is None else index
+                r, to, frm = index
+                values[r, to] = values[r, frm]
         if self.workload_ids:
             wids = list(self.workload_ids)
-            triples = zip(
-                np.asarray(rows).tolist(), np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True
-            )
-            for row, a, b in triples:
-                if row < len(wids) and b < len(wids[row]):
-                    w = list(wids[row])
+            for row, a, b in zip(rows.tolist(), lo.tolist(), hi.tolist(), strict=True):
+                w = wids[row] if row < len(wids) else ()
+                if b < len(w):
+                    w = list(w)
                     w[a : b + 1] = [w[b], *w[a:b]]
                     wids[row] = tuple(w)
             object.__setattr__(self, "workload_ids", tuple(wids))

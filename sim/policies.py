@@ -185,9 +185,9 @@ def queued_fits(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, n
 
 def promote_queued_job(state: State, slot: np.ndarray, in_place: bool = False) -> State:
     """A state whose queue has the job at visible `slot` (B,) moved to the head; the jobs it passes keep their
-    order. Only waiting jobs move, so every simulator invariant holds. The JobBatch is copied, not mutated, unless
-    `in_place`: then it is reordered in place (`JobBatch.rotate_in_place`), for a rollout that owns its batch
-    (`own_jobs`) and keeps no earlier state."""
+    order. Only waiting jobs move, so every simulator invariant holds. The JobBatch and the observed labels are
+    copied, not mutated, unless `in_place`: then they are reordered in place (`JobBatch.rotate_in_place`), for a
+    rollout that owns its batch (`own_jobs`) and keeps no earlier state."""
     slot = np.asarray(slot, dtype=np.int64)
     rows = np.flatnonzero(slot > 0)
     if rows.size == 0:
@@ -201,10 +201,15 @@ def promote_queued_job(state: State, slot: np.ndarray, in_place: bool = False) -
         )
     # rotate the range [head, head + slot] of each affected row right by one: the picked job lands on the head
     last = head + slot[rows]
-    obs_label = None if state.obs_label is None else state.obs_label.copy()
+    from sim.compiled_batch import rotate_rows  # loads numba: on first use
+
+    obs_label = state.obs_label
     if obs_label is not None:
-        r, to, frm = rotation_index(rows, head, last)
-        obs_label[r, to] = obs_label[r, frm]
+        if not in_place:
+            obs_label = obs_label.copy()
+        if not rotate_rows(obs_label, rows, head, last):
+            r, to, frm = rotation_index(rows, head, last)
+            obs_label[r, to] = obs_label[r, frm]
     if in_place:
         jobs.rotate_in_place(rows, head, last)
     else:

@@ -1,0 +1,100 @@
+"""The simulator's per-decision bookkeeping compiled (numba; issue 22, item 8): the queue rotation of a job pick
+(`sim.jobs.JobBatch.rotate_in_place`), the label check of `sim.core.relabel` and the job check of
+`sim.core.validate_jobs`. Each kernel does what the numpy code does, in one pass over the envs instead of a few
+whole-batch array operations; where the check finds a bad entry, the numpy code runs instead and raises its own
+error, so the messages (and the rows they name) are the numpy path's. Integer moves and comparisons only: the
+results are the numpy path's exactly. Tests: tests/sim/test_compiled_batch.py.
+
+The kernels are small and serial: they move or read a few bytes per job, far below what starting numba's threads
+costs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def rotate_rows(values: np.ndarray, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """IN PLACE: entries lo[i] .. hi[i] of row rows[i] of `values` (B, J, ...) rotate right by one (entry hi[i]
+    lands on lo[i]), as `values[r, to] = values[r, frm]` with `sim.jobs.rotation_index` does. False (nothing
+    moved) where `values` is not C-contiguous or holds other than bools, integers or floats: the caller then moves
+    it with numpy."""
+    if not values.flags.c_contiguous or values.ndim < 2 or values.dtype.kind not in "biuf":
+        return False
+    flat = values.reshape(values.shape[0], values.shape[1], -1)
+    _rotate(flat, rows, lo, hi)
+    return True
+
+
+@njit(cache=True)
+def _rotate(values, rows, lo, hi):
+    width = values.shape[2]
+    held = np.empty(width, dtype=values.dtype)
+    for i in range(rows.shape[0]):
+        r, a, b = rows[i], lo[i], hi[i]
+        for k in range(width):
+            held[k] = values[r, b, k]
+        for j in range(b, a, -1):
+            for k in range(width):
+                values[r, j, k] = values[r, j - 1, k]
+        for k in range(width):
+            values[r, a, k] = held[k]
+
+
+def clean_labels(labels: np.ndarray, n_jobs: np.ndarray, n_labels: int) -> np.ndarray | None:
+    """(B, J) int64: `labels` where a job is real, 0 on padding, as `sim.core.relabel` stores them; None where a
+    real job's label lies outside 0 .. n_labels - 1 (relabel then names it)."""
+    out = np.empty(labels.shape, dtype=np.int64)
+    if not _clean_labels(labels, n_jobs.astype(np.int64, copy=False), int(n_labels), out):
+        return None
+    return out
+
+
+@njit(cache=True)
+def _clean_labels(labels, n_jobs, n_labels, out):
+    ok = True
+    for b in range(labels.shape[0]):
+        for j in range(labels.shape[1]):
+            if j < n_jobs[b]:
+                v = np.int64(labels[b, j])
+                if v < 0 or v >= n_labels:
+                    ok = False
+                out[b, j] = v
+            else:
+                out[b, j] = 0
+    return ok
+
+
+def jobs_fit(
+    usage: np.ndarray,
+    request: np.ndarray,
+    ec_label: np.ndarray,
+    n_jobs: np.ndarray,
+    cap: np.ndarray,
+    n_labels: int,
+) -> bool:
+    """Whether every real job of the batch has a label in 0 .. n_labels - 1 and usage (B, J, T, D) and request
+    (B, J, D) within `cap` (D,) in every step: what `sim.core.validate_jobs` checks, in one pass."""
+    return bool(
+        _jobs_fit(
+            usage, request, ec_label, n_jobs.astype(np.int64, copy=False), cap.astype(np.int64), int(n_labels)
+        )
+    )
+
+
+@njit(cache=True)
+def _jobs_fit(usage, request, ec_label, n_jobs, cap, n_labels):
+    n_t, n_d = usage.shape[2], usage.shape[3]
+    for b in range(usage.shape[0]):
+        for j in range(min(n_jobs[b], usage.shape[1])):
+            if ec_label[b, j] < 0 or ec_label[b, j] >= n_labels:
+                return False
+            for d in range(n_d):
+                if request[b, j, d] > cap[d]:
+                    return False
+            for s in range(n_t):
+                for d in range(n_d):
+                    if usage[b, j, s, d] > cap[d]:
+                        return False
+    return True

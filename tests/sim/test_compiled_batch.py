@@ -1,0 +1,118 @@
+"""The compiled bookkeeping (`sim.compiled_batch`) does exactly what the numpy code it replaces does: the queue
+rotation of every array kind a JobBatch moves, the label check and padding of `core.relabel`, and the job check of
+`core.validate_jobs` (which must still find every bad entry, wherever it is)."""
+
+import numpy as np
+import pytest
+
+from sim import compiled_batch, core
+from sim.config import SimConfig
+from sim.jobs import JobBatch, rotation_index
+
+
+def _ranges(rng, n_rows, n_jobs, n):
+    rows = np.sort(rng.choice(n_rows, size=n, replace=False))
+    lo = rng.integers(0, n_jobs - 1, size=n)
+    hi = np.minimum(lo + rng.integers(0, 5, size=n), n_jobs - 1)
+    return rows, lo, hi
+
+
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((6, 9), np.int64), ((6, 9, 5, 2), np.int16), ((6, 9, 4), np.float64), ((6, 9, 3, 2), np.float32),
+     ((6, 9), np.bool_)],
+)  # fmt: skip
+def test_rotation_moves_every_array_kind_as_numpy_does(shape, dtype) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.random(shape) > 0.5 if dtype is np.bool_ else (rng.random(shape) * 100).astype(dtype)
+    rows, lo, hi = _ranges(rng, shape[0], shape[1], 4)
+    expected = values.copy()
+    r, to, frm = rotation_index(rows, lo, hi)
+    expected[r, to] = expected[r, frm]
+    assert compiled_batch.rotate_rows(values, rows, lo, hi)
+    np.testing.assert_array_equal(values, expected)
+
+
+def test_rotation_leaves_a_strided_or_object_array_to_numpy() -> None:
+    rng = np.random.default_rng(4)
+    base = rng.integers(0, 9, size=(6, 18))
+    strided = base[:, ::2]
+    before = strided.copy()
+    assert not compiled_batch.rotate_rows(strided, np.array([1]), np.array([0]), np.array([3]))
+    np.testing.assert_array_equal(strided, before)
+    assert not compiled_batch.rotate_rows(
+        np.empty((2, 3), dtype=object), np.array([0]), np.array([0]), np.array([1])
+    )
+
+
+def test_a_batch_rotated_in_place_equals_the_rotated_copy() -> None:
+    rng = np.random.default_rng(5)
+
+    def job(b, j):
+        usage = rng.integers(0, 4, size=(rng.integers(1, 6), 2))
+        return dict(
+            arrival_step=0, usage=usage, ec_label=int(rng.integers(0, 3)), workload_id=f"w{b}{j}",
+            meta=rng.random(4).tolist(), usage_exact=(usage * 0.9).tolist(),
+        )  # fmt: skip
+
+    jobs = JobBatch.from_jobs([[job(b, j) for j in range(7)] for b in range(4)])
+    assert jobs.meta is not None and jobs.usage_exact is not None
+    rows, lo, hi = np.array([0, 2, 3]), np.array([1, 0, 4]), np.array([4, 6, 5])
+    copied = jobs.rotated(rows, lo, hi)
+    owned = jobs.owned_copy()
+    owned.rotate_in_place(rows, lo, hi)
+    for name in JobBatch._JOB_ARRAYS:
+        if getattr(jobs, name) is not None:
+            np.testing.assert_array_equal(getattr(owned, name), getattr(copied, name), err_msg=name)
+    assert owned.workload_ids == copied.workload_ids
+    assert owned.workload_ids[0][1:5] == ("w04", "w01", "w02", "w03")
+
+
+def test_clean_labels_pads_with_zero_and_rejects_a_label_out_of_range() -> None:
+    labels = np.array([[1, 2, 7, 9], [0, 3, 3, -4]])
+    n_jobs = np.array([2, 3])
+    np.testing.assert_array_equal(
+        compiled_batch.clean_labels(labels, n_jobs, 4), [[1, 2, 0, 0], [0, 3, 3, 0]]
+    )
+    assert compiled_batch.clean_labels(labels, n_jobs, 3) is None  # job 1 of row 1 is label 3
+    assert compiled_batch.clean_labels(np.array([[0, -1]]), np.array([2]), 3) is None
+
+
+@pytest.mark.parametrize("where", ["label", "negative_label", "request", "usage_last_step", "none"])
+def test_the_job_check_finds_a_bad_entry_anywhere_in_a_real_job(where) -> None:
+    rng = np.random.default_rng(6)
+    cap = np.array([8, 4])
+    usage = rng.integers(0, 5, size=(3, 5, 6, 2)).astype(np.int16)
+    request = rng.integers(0, 5, size=(3, 5, 2)).astype(np.int16)
+    labels = rng.integers(0, 3, size=(3, 5))
+    n_jobs = np.array([5, 4, 2])
+    usage[2, 3, :, :] = 99  # padding: never checked
+    labels[1, 4] = 99
+    if where == "label":
+        labels[1, 3] = 3
+    elif where == "negative_label":
+        labels[0, 0] = -1
+    elif where == "request":
+        request[2, 1, 1] = 5
+    elif where == "usage_last_step":
+        usage[1, 2, 5, 0] = 9
+    assert compiled_batch.jobs_fit(usage, request, labels, n_jobs, cap, 3) == (where == "none")
+
+
+def test_validate_and_relabel_give_the_numpy_paths_answers() -> None:
+    cfg = SimConfig(n_machines=2, capacity_units=(4, 4), n_labels=3, oversize="clip", max_steps=20)
+    jobs = JobBatch.from_jobs(
+        [
+            [
+                dict(arrival_step=0, usage=[[1, 1], [5, 2]], ec_label=1),
+                dict(arrival_step=1, usage=[[2, 2]], ec_label=0),
+            ]
+        ]
+    )
+    clipped, n_clipped = core.validate_jobs(cfg, jobs)  # the compiled check finds the oversized step
+    assert n_clipped.tolist() == [2] and clipped.usage.max() == 4  # the step and the request (its peak)
+    fine, none = core.validate_jobs(cfg, clipped)
+    assert fine is clipped and none.tolist() == [0]
+    state = core.reset(cfg, clipped, 0)
+    seen = core.relabel(cfg, state, np.full_like(state.jobs.ec_label, 2))
+    assert seen.obs_label.dtype == np.int64 and seen.obs_label.tolist() == [[2, 2]]
