@@ -26,6 +26,7 @@ from models.forecast_placer import (
     run_rollout,
     train_forecast_placer,
 )
+from models.forecaster import torch_threads
 from models.usage_forecast import ForecastConfig, fit_usage_forecaster
 from sim import core
 from sim.config import SimConfig
@@ -154,6 +155,24 @@ def test_only_valid_actions_sampled_and_greedy(learned_forecaster) -> None:
     assert mask[np.arange(action.size), action].all()
     assert (action != np.concatenate(rec.base)).any()  # it explores beyond its base rule
     _actions(policy, jobs)  # the simulator raises on a masked action
+
+
+def test_the_network_gives_the_same_bits_on_one_and_two_torch_threads() -> None:
+    """`rollout_torch_threads` lets a large batch's rollout run the network on numba's thread count: the logits
+    (and so every sampled action) must not depend on it."""
+    rng = np.random.default_rng(1)
+    net = ResidualPlacerNet(37, len(fp.GLOBAL_FEATURES), 64, 1.0, seed=2)
+    _randomise_residual(net)
+    x = torch.from_numpy(rng.random((264, 10, 37)).astype(np.float32))
+    g = torch.from_numpy(rng.random((264, len(fp.GLOBAL_FEATURES))).astype(np.float32))
+    base = torch.from_numpy(rng.integers(0, 11, size=264))
+    mask = torch.from_numpy(rng.random((264, 11)) < 0.8)
+    out = []
+    for n in (1, 2):
+        with torch_threads(n), torch.no_grad():
+            out.append(net(x, g, base, mask))
+    assert torch.equal(out[0], out[1])
+    assert fp.rollout_torch_threads(8) == 1  # a small batch keeps one thread
 
 
 def test_the_safe_action_set_keeps_only_the_base_and_forecast_safe_machines(learned_forecaster) -> None:
