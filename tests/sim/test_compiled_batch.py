@@ -116,3 +116,49 @@ def test_validate_and_relabel_give_the_numpy_paths_answers() -> None:
     state = core.reset(cfg, clipped, 0)
     seen = core.relabel(cfg, state, np.full_like(state.jobs.ec_label, 2))
     assert seen.obs_label.dtype == np.int64 and seen.obs_label.tolist() == [[2, 2]]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int16])
+def test_wide_sums_by_cell_equal_sorted_segments_to_the_bit(dtype) -> None:
+    rng = np.random.default_rng(7)
+    values = (rng.normal(size=(40, 3, 5, 2)) * 1e3).astype(dtype)
+    values[3] = -0.0  # a cell whose first row is -0.0 keeps it, as reduceat does
+    cell = rng.integers(0, 12, size=40)
+    cell[3] = 11
+    cell[cell == 11] = [11] + [10] * (int((cell == 11).sum()) - 1)
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    starts = np.flatnonzero(np.r_[True, sorted_cell[1:] != sorted_cell[:-1]])
+    expected = np.zeros((13, 3, 5, 2))
+    expected[sorted_cell[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    got = core.sum_by_cell(values, cell, 13)
+    assert got.dtype == np.float64 and got.shape == expected.shape
+    assert got.tobytes() == expected.tobytes()  # the same bits, the sign of zero included
+    assert compiled_batch.sum_rows(values, np.r_[cell[:-1], 13], 13) is None  # a cell out of range
+    with pytest.raises(IndexError):
+        core.sum_by_cell(values, np.r_[cell[:-1], 13], 13)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_segment_length_sums_as_reduceat_does(dtype) -> None:
+    """numpy sums a segment as its first row plus a pairwise sum of the rest (8 partial sums from 8 terms on,
+    halves past 128): lengths on both sides of each branch, and past the block, where the numpy path takes over."""
+    rng = np.random.default_rng(8)
+    lengths = [1, 2, 7, 8, 9, 15, 16, 17, 64, 129, 130, 200]
+    cell = rng.permutation(np.repeat(np.arange(len(lengths)), lengths))
+    scale = 10.0 ** rng.integers(-3, 6, size=(cell.size, 1, 1))
+    values = (rng.normal(size=(cell.size, 3, 2)) * scale).astype(dtype)  # 3-D: sum_by_cell's wide path
+    order = np.argsort(cell, kind="stable")
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    expected = np.add.reduceat(values[order], starts, axis=0).astype(np.float64)
+    assert core.sum_by_cell(values, cell, len(lengths)).tobytes() == expected.tobytes()
+    short = cell < 10  # no segment past 129 rows: the compiled pass itself
+    got = compiled_batch.sum_rows(values[short], cell[short], len(lengths))
+    assert got is not None
+    assert got[:10].tobytes() == expected[:10].tobytes()
+    assert compiled_batch.sum_rows(values, cell, len(lengths)) is None  # 130 rows: numpy's halves
+
+
+def test_no_rows_sum_to_zeros() -> None:
+    got = core.sum_by_cell(np.zeros((0, 3, 2)), np.zeros(0, dtype=np.int64), 4)
+    assert got.shape == (4, 3, 2) and not got.any()
