@@ -1,6 +1,7 @@
 """The simulator's per-decision bookkeeping compiled (numba; issue 22, item 8): the queue rotation of a job pick
 (`sim.jobs.JobBatch.rotate_in_place`), the label check of `sim.core.relabel`, the job check of
-`sim.core.validate_jobs` and the per-machine sums of wide rows (`sim.core.sum_by_cell`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
+`sim.core.validate_jobs`, the per-machine sums of wide rows (`sim.core.sum_by_cell`) and the recall overlay
+(`sim.forecast.RecallOverlay`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
 whole-batch array operations (the sums without sorting and copying the rows first); where a check finds a bad entry, the numpy code runs instead and raises its own
 error, so the messages (and the rows they name) are the numpy path's. Integer moves and comparisons only: the
 results are the numpy path's exactly. Tests: tests/sim/test_compiled_batch.py.
@@ -176,3 +177,35 @@ def _sum_rows(values, cell, order, acc, zero):
             )
         lo = hi
     return True
+
+
+def overlay_recall(
+    out: np.ndarray,
+    usage: np.ndarray,
+    view_rows: np.ndarray,
+    dest: np.ndarray,
+    t: np.ndarray,
+    start: np.ndarray,
+    max_duration: int,
+) -> None:
+    """IN PLACE: for each recalled job i, `out[dest[i]]`'s every level (out (N, L, H, D), or (N, H, D)) at
+    horizon step h takes the recalled usage `usage[view_rows[i], age, :]` at its age t[i] + 1 + h - start[i]
+    where that is finite, and 0 past the last age (`RecallOverlay._overlay`: the same copies, without its
+    (n, H, D) temporaries)."""
+    out4 = out if out.ndim == 4 else out.reshape(out.shape[0], 1, *out.shape[1:])
+    _overlay_recall(out4, usage, view_rows, dest, t, start, int(max_duration))
+
+
+@njit(cache=True)
+def _overlay_recall(out, usage, view_rows, dest, t, start, max_duration):
+    n_l, n_h, n_d = out.shape[1], out.shape[2], out.shape[3]
+    for i in range(dest.shape[0]):
+        for h in range(n_h):
+            age = t[i] + 1 + h - start[i]
+            for d in range(n_d):
+                v = 0.0
+                if age < max_duration:
+                    v = usage[view_rows[i], max(age, 0), d]
+                if np.isfinite(v):
+                    for li in range(n_l):
+                        out[dest[i], li, h, d] = v

@@ -666,6 +666,12 @@ class RecallOverlay:
         e, j = env[has], job[has]
         is_placed = state.job_machine[e, j] >= 0
         start = np.where(is_placed, state.job_start[e, j], state.t[e])
+        compiled = out.dtype == view.usage.dtype == np.float64 and out.flags.c_contiguous
+        if compiled and out.shape[-2] == self.horizon:
+            from sim.compiled_batch import overlay_recall  # loads numba: on first use
+
+            overlay_recall(out, view.usage, rows[has], has, state.t[e], start, jobs.max_duration)
+            return out
         ages = state.t[e, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (n, H)
         inside = ages < jobs.max_duration
         vals = view.usage[rows[has][:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)

@@ -239,3 +239,24 @@ def test_point_forecasts_are_every_level_and_give_the_general_bounds() -> None:
     assert not is_point_forecaster(RecallOverlay(_Levels(PersistenceForecaster())))
     with pytest.raises(TypeError, match="_Levels is not a point forecaster"):
         RecallOverlay(_Levels(PersistenceForecaster(horizon=12))).point(CFG, state, env, job)
+
+
+@pytest.mark.parametrize("level_axis", [True, False])
+def test_the_compiled_overlay_copies_what_the_numpy_overlay_copies(level_axis) -> None:
+    """`RecallOverlay._overlay` writes the recalled usage with one kernel where `out` is contiguous float64; a
+    strided `out` takes the numpy path: both give the same array, NaNs (steps not recalled) included."""
+    jobs = _recurring_jobs(3, 40, seed=5)
+    state = _advance(jobs, 45)
+    env, job = _all_jobs(jobs)
+    horizon = 12
+    overlay = RecallOverlay(PersistenceForecaster(horizon=horizon))
+    rng = np.random.default_rng(6)
+    shape = (env.size, 3, horizon, 2) if level_axis else (env.size, horizon, 2)
+    base = rng.random(shape)
+    compiled = base.copy()
+    strided = np.repeat(base, 2, axis=-1)[..., ::2]  # the same values, not contiguous
+    assert not strided.flags.c_contiguous
+    overlay._overlay(CFG, state, env, job, compiled, level_axis)
+    overlay._overlay(CFG, state, env, job, strided, level_axis)
+    assert not np.array_equal(compiled, base)  # something was recalled
+    assert np.array_equal(compiled, strided, equal_nan=True)
