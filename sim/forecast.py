@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -598,6 +598,18 @@ def _recall_memo() -> RecallMemo:
     return memo
 
 
+class Recalled(NamedTuple):
+    """The recalled jobs of a query (`RecallOverlay.recalled`): query row `dest[i]` recalls row `view_rows[i]` of
+    `usage` (R, T, D); at horizon step h its age is t[i] + 1 + h - start[i] (0 past `max_duration`)."""
+
+    usage: np.ndarray
+    view_rows: np.ndarray
+    dest: np.ndarray
+    t: np.ndarray
+    start: np.ndarray
+    max_duration: int
+
+
 @dataclass(frozen=True)
 class RecallOverlay:
     """A forecaster of observed usage, overridden by recall (`recall_view`): where an earlier run of the job's
@@ -647,6 +659,17 @@ class RecallOverlay:
             raise TypeError(f"RecallOverlay.point: {type(self.inner).__name__} is not a point forecaster")
         return self._overlay(cfg, state, env, job, np.array(inner, dtype=np.float64), level_axis=False)
 
+    def recalled(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> Recalled | None:
+        """Which of the jobs (env, job) have a recalled run and where its usage is (`Recalled`), or None where
+        none has."""
+        view, rows = self._view(cfg, state, env, job)
+        has = np.flatnonzero(view.n_runs[rows] > 0)
+        if has.size == 0:
+            return None
+        e, j = env[has], job[has]
+        start = np.where(state.job_machine[e, j] >= 0, state.job_start[e, j], state.t[e])
+        return Recalled(view.usage, rows[has], has, state.t[e], start, int(state.jobs.max_duration))
+
     def _overlay(
         self,
         cfg: SimConfig,
@@ -658,23 +681,20 @@ class RecallOverlay:
     ) -> np.ndarray:
         if env.size == 0:
             return out
-        view, rows = self._view(cfg, state, env, job)
-        has = np.flatnonzero(view.n_runs[rows] > 0)
-        if has.size == 0:
+        rec = self.recalled(cfg, state, env, job)
+        if rec is None:
             return out
         jobs = state.jobs
-        e, j = env[has], job[has]
-        is_placed = state.job_machine[e, j] >= 0
-        start = np.where(is_placed, state.job_start[e, j], state.t[e])
-        compiled = out.dtype == view.usage.dtype == np.float64 and out.flags.c_contiguous
+        has, start = rec.dest, rec.start
+        compiled = out.dtype == rec.usage.dtype == np.float64 and out.flags.c_contiguous
         if compiled and out.shape[-2] == self.horizon:
             from sim.compiled_batch import overlay_recall  # loads numba: on first use
 
-            overlay_recall(out, view.usage, rows[has], has, state.t[e], start, jobs.max_duration)
+            overlay_recall(out, rec.usage, rec.view_rows, has, rec.t, start, jobs.max_duration)
             return out
-        ages = state.t[e, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (n, H)
+        ages = rec.t[:, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (n, H)
         inside = ages < jobs.max_duration
-        vals = view.usage[rows[has][:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
+        vals = rec.usage[rec.view_rows[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (n, H, D)
         vals = np.where(inside[..., None], vals, 0.0)
         if has.size < env.size:
             full = np.full((env.size, *vals.shape[1:]), np.nan)

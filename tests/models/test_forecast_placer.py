@@ -611,3 +611,45 @@ def test_the_base_rules_own_table_as_inputs_trains_saves_and_reloads(tmp_path) -
     with pytest.raises(ValueError, match="inputs 'rule'.*hybrid_observed"):
         fp.PlacerTrainConfig(base="hybrid_observed", inputs="rule")
     assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="learned").inputs == "learned"
+
+
+@pytest.mark.parametrize("recall", [True, False])
+@pytest.mark.parametrize("squares", [True, False])
+def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
+    """`_planes` for a forecaster with a value per level (recall over it or not) comes from one kernel; it gives
+    the numpy path's planes and medians to the bit, on a state where earlier runs are recalled."""
+    from sim.forecast import RecallOverlay
+    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+
+    rng = np.random.default_rng(40)
+    templates = [
+        [[int(v), int(v)] for v in rng.integers(1, 5, size=int(rng.integers(6, 20)))] for _ in range(3)
+    ]
+    rows = []
+    for _ in range(3):
+        t, seq = 0, []
+        for _ in range(30):
+            t += int(rng.integers(0, 3))
+            k = int(rng.integers(0, 3))
+            seq.append({"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"tpl{k}"})
+        rows.append(seq)
+    jobs = JobBatch.from_jobs(rows)
+    table = fit_peak_quantiles(_square_jobs(4, 30, seed=41), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    inner = RemainingPeakQuantiles(table, horizon=30)
+    forecaster = RecallOverlay(inner, 1.0) if recall else inner
+    state = core.reset(CFG, jobs, 0)
+    tetris, pick_rng = make_policy("tetris"), np.random.default_rng(0)
+    for _ in range(40):
+        state, act = decide(tetris, CFG, state, pick_rng)
+        state, *_ = core.step(CFG, state, act)
+    env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    n_alive = np.clip(
+        jobs.duration[env, job] - (state.t[env] - np.maximum(state.job_start[env, job], 0)), 0, 25
+    )
+    pcfg = PlacerConfig(levels=(0.5, 0.75, 0.9))
+    got = fp._planes(CFG, state, forecaster, pcfg, env, job, n_alive, 25, squares)
+    want = fp._planes(CFG, state, forecaster, pcfg, env, job, n_alive, 25, squares, compiled=False)
+    if recall:
+        assert forecaster.recalled(CFG, state, env, job).dest.size > 10  # recall does override some jobs
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and a.tobytes() == b.tobytes()
