@@ -84,7 +84,7 @@ from models.checkpoint import POLICY_FORMAT, check_trained, git_revision, publis
 from models.forecaster import torch_threads
 from models.reinforce import config_dict
 from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_sources
-from sim import core
+from sim import compiled_planes, core
 from sim.compiled_step import on_threads
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length, relabel
@@ -452,7 +452,9 @@ def placement_features(
             cols, head_mean = _flat_level_columns(sums, head_rows, horizon, cap)
             cols = cols * (len(pcfg.levels) if point else 1)
     if cols is None:  # the general path (a negative flat value included: every sum must be non-increasing)
-        cols, head_mean = _level_columns(cfg, state, forecaster, pcfg, horizon, cap, memo, heads, steps_alive)
+        cols, head_mean = _level_columns(
+            cfg, state, forecaster, pcfg, horizon, cap, memo, heads, steps_alive, compiled
+        )
     usage_now = current_usage(cfg, state) / cap  # (B, M, D)
     past = state.past  # (B, h, M, D)
     used = core.machines_used(state)
@@ -507,21 +509,28 @@ def _level_columns(
     memo: RunningSums,
     heads: tuple[np.ndarray, np.ndarray],
     steps_alive: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    compiled: bool = True,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """The LEVEL_FEATURES columns (each (B, M)) of every level, from the forecast quantiles of the running jobs
     and of the queue heads `heads` (env, job) over the horizon; and the heads' mean median forecast (B, D). The
     running jobs' per-machine sums are carried by `memo` (`sim.running_sums.RunningSums`) from the rollout's
-    previous decision wherever that is exact: only the jobs placed since and the heads are forecast (one call)."""
+    previous decision wherever that is exact: only the jobs placed since and the heads are forecast (one call).
+    `compiled`: the planes and the columns come from kernels (`sim.compiled_planes.flat_planes` where the
+    forecaster applies, `level_columns`): the same numbers."""
     # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
     squares = pcfg.rho != 1.0
 
     def planes(env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        return _planes(cfg, state, forecaster, pcfg, env, job, steps_alive(env, job), horizon, squares)[0]
+        n_alive = steps_alive(env, job)
+        return _planes(cfg, state, forecaster, pcfg, env, job, n_alive, horizon, squares, compiled)[0]
 
     key = ("planes", cfg, id(forecaster), tuple(pcfg.levels), pcfg.rho, horizon, pcfg.use_durations)
     acc, per_head, _ = memo.per_machine(
         state, cfg.n_machines, key, planes, None, reads_other_runs(forecaster), heads
     )
+    if compiled:
+        cols = compiled_planes.level_columns(acc, per_head, len(pcfg.levels), pcfg.rho, cap)
+        return list(cols), per_head[:, 0].mean(axis=1)
     with_head = acc + per_head[:, None]
     n_up = len(pcfg.levels) - 1
     cols = []
@@ -555,7 +564,7 @@ def _planes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(per job (N, P, H, D): the median, the deviation of each upper level and, unless rho = 1, their squares,
     over the steps each job is alive; the medians (N, H, D)). `compiled`: for a forecaster with a value per
-    level (recall over it included), one kernel computes them (`models.placer_kernel.flat_planes`, the same
+    level (recall over it included), one kernel computes them (`sim.compiled_planes.flat_planes`, the same
     numbers)."""
     for lv in pcfg.levels:  # the placer's error for a level the forecaster lacks
         level_index(forecaster.levels, lv, "forecast placer")
@@ -563,7 +572,7 @@ def _planes(
     if compiled and callable(getattr(inner, "flat_levels", None)) and horizon <= inner.horizon:
         values = inner.flat_levels(tuple(pcfg.levels), cfg, state, env, job)  # (N, L, D): one pass from here
         recalled = forecaster.recalled(cfg, state, env, job) if inner is not forecaster and env.size else None
-        return placer_kernel.flat_planes(values, recalled, n_alive, horizon, squares)
+        return compiled_planes.flat_planes(values, recalled, n_alive, horizon, squares)
     quant = forecast_at_levels(forecaster, pcfg.levels, cfg, state, env, job)[:, :, :horizon]  # (N, L, H, D)
     alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
     mu = quant[:, 0] * alive[..., None]  # (N, H, D)

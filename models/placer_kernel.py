@@ -27,7 +27,6 @@ tests/models/test_placer_kernel.py.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from sim.compiled_decision import (
     AGE_EDGE_ARRAY,
@@ -113,64 +112,3 @@ def features(
         g,
     )
     return (x, g) if ok else None
-
-
-def flat_planes(
-    values: np.ndarray, recalled, n_alive: np.ndarray, horizon: int, squares: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """`models.forecast_placer._planes` for a forecaster with a value per level (`flat_levels`: `values` (N, L, D)
-    float64, level 0 the median), recall over it where `recalled` (`sim.forecast.Recalled`, or None) says so:
-    (planes (N, P, H, D): the median, each upper level's deviation and, with `squares`, their squares, over the
-    steps each job is alive (`n_alive` (N,)); the medians (N, H, D)). One pass, without the (N, L, H, D)
-    quantiles the numpy path spreads, overlays and slices; the same float operations per element, so the same
-    numbers."""
-    n, n_l, n_d = values.shape
-    n_p = 1 + (n_l - 1) * (2 if squares else 1)
-    planes = np.empty((n, n_p, horizon, n_d))
-    mu = np.empty((n, horizon, n_d))
-    source = np.full(n, -1, dtype=np.int64)  # each row's recalled run (its index in `recalled`), -1 for none
-    if recalled is None:
-        usage, view_rows, t, start, max_duration = (
-            np.zeros((1, 1, n_d)),
-            source[:0],
-            source[:0],
-            source[:0],
-            1,
-        )
-    else:
-        usage, view_rows, t, start = recalled.usage, recalled.view_rows, recalled.t, recalled.start
-        max_duration = recalled.max_duration
-        source[recalled.dest] = np.arange(recalled.dest.size)
-    _flat_planes(
-        np.ascontiguousarray(values, dtype=np.float64), source, usage, view_rows, t, start, int(max_duration),
-        n_alive.astype(np.int64), squares, planes, mu,
-    )  # fmt: skip
-    return planes, mu
-
-
-@njit(cache=True)
-def _flat_planes(values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu):
-    n_l, n_d = values.shape[1], values.shape[2]
-    horizon = planes.shape[2]
-    for i in range(values.shape[0]):
-        r = source[i]
-        for h in range(horizon):
-            alive = 1.0 if h < n_alive[i] else 0.0
-            for d in range(n_d):
-                recalled = False
-                v = 0.0
-                if r >= 0:  # RecallOverlay._overlay: every level is the recalled value where it is finite
-                    age = t[r] + 1 + h - start[r]
-                    if age < max_duration:
-                        v = usage[view_rows[r], max(age, 0), d]
-                    recalled = np.isfinite(v)
-                q0 = v if recalled else values[i, 0, d]
-                m = q0 * alive
-                mu[i, h, d] = m
-                planes[i, 0, h, d] = m
-                for li in range(1, n_l):
-                    x = (v if recalled else values[i, li, d]) - q0
-                    dev = (x if (x >= 0.0 or np.isnan(x)) else 0.0) * alive  # np.maximum(x, 0.0)
-                    planes[i, li, h, d] = dev
-                    if squares:
-                        planes[i, n_l - 1 + li, h, d] = dev * dev

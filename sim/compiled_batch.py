@@ -1,8 +1,7 @@
 """The simulator's per-decision bookkeeping compiled (numba; issue 22, item 8): the queue rotation of a job pick
 (`sim.jobs.JobBatch.rotate_in_place`), the label check of `sim.core.relabel`, the job check of
-`sim.core.validate_jobs`, the per-machine sums of wide rows (`sim.core.sum_by_cell`) and the recall overlay
-(`sim.forecast.RecallOverlay`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
-whole-batch array operations (the sums without sorting and copying the rows first); where a check finds a bad entry, the numpy code runs instead and raises its own
+`sim.core.validate_jobs` and the recall overlay (`sim.forecast.RecallOverlay`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
+whole-batch array operations; where a check finds a bad entry, the numpy code runs instead and raises its own
 error, so the messages (and the rows they name) are the numpy path's. Integer moves and comparisons only: the
 results are the numpy path's exactly. Tests: tests/sim/test_compiled_batch.py.
 
@@ -98,84 +97,6 @@ def _jobs_fit(usage, request, ec_label, n_jobs, cap, n_labels):
                 for d in range(n_d):
                     if usage[b, j, s, d] > cap[d]:
                         return False
-    return True
-
-
-def sum_rows(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray | None:
-    """(n_cells, ...) float64: the rows of `values` (N, ...) summed per `cell` (N,) in the rows' own dtype and
-    order, cells without rows 0: exactly `np.add.reduceat` over the rows sorted stably by cell
-    (`sim.core.sum_by_cell`'s wide path), whose segment sum is the first row plus numpy's pairwise sum of the
-    others (`_pairwise`), without copying the sorted rows. None where a cell lies outside 0 .. n_cells - 1 (the
-    numpy path then raises) or a cell has more than `PAIRWISE_BLOCK` + 1 rows (numpy then splits the sum in
-    halves; a machine rarely runs that many jobs)."""
-    cell = np.asarray(cell, dtype=np.int64)
-    width = int(np.prod(values.shape[1:], dtype=np.int64))  # -1 cannot stand for it when there are no rows
-    flat = np.ascontiguousarray(values).reshape(values.shape[0], width)
-    acc = np.zeros((n_cells, width), dtype=flat.dtype)
-    if cell.size:
-        if cell.min() < 0 or cell.max() >= n_cells:
-            return None
-        order = np.argsort(cell, kind="stable")
-        if not _sum_rows(flat, cell, order, acc, flat.dtype.type(0)):
-            return None
-    return acc.astype(np.float64, copy=False).reshape(n_cells, *values.shape[1:])
-
-
-PAIRWISE_BLOCK = 128
-"""numpy's pairwise-sum block (`PW_BLOCKSIZE`): up to this many terms it sums with 8 partial sums."""
-
-
-@njit(cache=True, inline="always")
-def _pairwise(values, order, lo, n, k, zero):
-    """numpy's pairwise sum (`pairwise_sum` in its loops, n <= PAIRWISE_BLOCK) of values[order[lo + i], k] over
-    i < n: one running sum below 8 terms, else 8 interleaved partial sums combined as a tree, then the rest."""
-    if n < 8:
-        res = zero
-        for i in range(n):
-            res += values[order[lo + i], k]
-        return res
-    r0, r1 = values[order[lo], k], values[order[lo + 1], k]
-    r2, r3 = values[order[lo + 2], k], values[order[lo + 3], k]
-    r4, r5 = values[order[lo + 4], k], values[order[lo + 5], k]
-    r6, r7 = values[order[lo + 6], k], values[order[lo + 7], k]
-    i = 8
-    while i < n - (n % 8):
-        r0 += values[order[lo + i], k]
-        r1 += values[order[lo + i + 1], k]
-        r2 += values[order[lo + i + 2], k]
-        r3 += values[order[lo + i + 3], k]
-        r4 += values[order[lo + i + 4], k]
-        r5 += values[order[lo + i + 5], k]
-        r6 += values[order[lo + i + 6], k]
-        r7 += values[order[lo + i + 7], k]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += values[order[lo + i], k]
-        i += 1
-    return res
-
-
-@njit(cache=True)
-def _sum_rows(values, cell, order, acc, zero):
-    """Per run of equal cells in `order`: the first row plus the pairwise sum of the rest (numpy's reduce: the
-    output starts as the first element and adds the pairwise sum of the others). False where a run is longer
-    than PAIRWISE_BLOCK + 1 rows."""
-    n = order.shape[0]
-    lo = 0
-    while lo < n:
-        c = cell[order[lo]]
-        hi = lo + 1
-        while hi < n and cell[order[hi]] == c:
-            hi += 1
-        if hi - lo - 1 > PAIRWISE_BLOCK:
-            return False
-        for k in range(values.shape[1]):
-            first = values[order[lo], k]
-            acc[c, k] = (
-                first if hi - lo == 1 else first + _pairwise(values, order, lo + 1, hi - lo - 1, k, zero)
-            )
-        lo = hi
     return True
 
 

@@ -862,13 +862,15 @@ _SUMMED_DTYPES = tuple(np.dtype(t) for t in (np.float64, np.float32, np.int64, n
 def sum_by_cell(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
     """(n_cells, ...) float64 sums of the rows of `values` (N, ...) per `cell` (N,), each cell's rows added in
     their order, as np.add.at adds them, but several times faster: narrow (N, D) rows by one bincount per
-    column, wider ones by one compiled pass (`sim.compiled_batch.sum_rows`; a sort and sorted segments where it
+    column, wider ones by one compiled pass (`sim.compiled_planes.sum_rows`; a sort and sorted segments where it
     does not apply)."""
     if values.ndim == 2 and values.shape[1] <= 4:
         columns = [np.bincount(cell, weights=values[:, d], minlength=n_cells) for d in range(values.shape[1])]
         return np.stack(columns, axis=1) if columns else np.zeros((n_cells, 0))
     if values.dtype in _SUMMED_DTYPES:
-        summed = _compiled_batch().sum_rows(values, cell, n_cells)  # the same sums, without sorting the rows
+        from sim.compiled_planes import sum_rows  # loads numba: on first use
+
+        summed = sum_rows(values, cell, n_cells)  # the same sums, without sorting the rows
         if summed is not None:
             return summed
     out = np.zeros((n_cells, *values.shape[1:]))

@@ -613,14 +613,8 @@ def test_the_base_rules_own_table_as_inputs_trains_saves_and_reloads(tmp_path) -
     assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="learned").inputs == "learned"
 
 
-@pytest.mark.parametrize("recall", [True, False])
-@pytest.mark.parametrize("squares", [True, False])
-def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
-    """`_planes` for a forecaster with a value per level (recall over it or not) comes from one kernel; it gives
-    the numpy path's planes and medians to the bit, on a state where earlier runs are recalled."""
-    from sim.forecast import RecallOverlay
-    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
-
+def _recurring_state(n_steps: int):
+    """Three sequences of exact repeats of 3 workloads, `n_steps` Tetris decisions in (earlier runs recallable)."""
     rng = np.random.default_rng(40)
     templates = [
         [[int(v), int(v)] for v in rng.integers(1, 5, size=int(rng.integers(6, 20)))] for _ in range(3)
@@ -633,15 +627,30 @@ def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
             k = int(rng.integers(0, 3))
             seq.append({"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"tpl{k}"})
         rows.append(seq)
-    jobs = JobBatch.from_jobs(rows)
-    table = fit_peak_quantiles(_square_jobs(4, 30, seed=41), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
-    inner = RemainingPeakQuantiles(table, horizon=30)
-    forecaster = RecallOverlay(inner, 1.0) if recall else inner
-    state = core.reset(CFG, jobs, 0)
+    state = core.reset(CFG, JobBatch.from_jobs(rows), 0)
     tetris, pick_rng = make_policy("tetris"), np.random.default_rng(0)
-    for _ in range(40):
+    for _ in range(n_steps):
         state, act = decide(tetris, CFG, state, pick_rng)
         state, *_ = core.step(CFG, state, act)
+    return state
+
+
+def _peak_forecaster(recall: bool):
+    from sim.forecast import RecallOverlay
+    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+
+    table = fit_peak_quantiles(_square_jobs(4, 30, seed=41), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    inner = RemainingPeakQuantiles(table, horizon=30)
+    return RecallOverlay(inner, 1.0) if recall else inner
+
+
+@pytest.mark.parametrize("recall", [True, False])
+@pytest.mark.parametrize("squares", [True, False])
+def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
+    """`_planes` for a forecaster with a value per level (recall over it or not) comes from one kernel; it gives
+    the numpy path's planes and medians to the bit, on a state where earlier runs are recalled."""
+    state, forecaster = _recurring_state(40), _peak_forecaster(recall)
+    jobs = state.jobs
     env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
     n_alive = np.clip(
         jobs.duration[env, job] - (state.t[env] - np.maximum(state.job_start[env, job], 0)), 0, 25
@@ -653,3 +662,21 @@ def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
         assert forecaster.recalled(CFG, state, env, job).dest.size > 10  # recall does override some jobs
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("which", ["recall_peak", "learned_rho"])
+def test_compiled_level_columns_equal_the_numpy_columns(which, learned_forecaster) -> None:
+    """The general features path (`_level_columns`: horizon planes summed per machine) with its kernels gives the
+    numpy path's inputs to the bit: recall over the remaining-peak table at rho = 1, and a learned quantile
+    forecaster at rho = 0.5 (the bound's square-root form)."""
+    state = _recurring_state(30)
+    if which == "recall_peak":
+        forecaster, pcfg = _peak_forecaster(True), PlacerConfig(levels=(0.5, 0.75, 0.9))
+    else:
+        forecaster, pcfg = learned_forecaster, PlacerConfig(rho=0.5)
+    base = make_policy("tetris").act(CFG, state, np.random.default_rng(0))
+    mask = core.action_mask(CFG, state)
+    x1, g1 = placement_features(CFG, state, forecaster, pcfg, base, mask)
+    x2, g2 = placement_features(CFG, state, forecaster, pcfg, base, mask, compiled=False)
+    assert np.isfinite(x1).all() and x1[..., : 5 * len(pcfg.levels)].any()
+    assert x1.tobytes() == x2.tobytes() and g1.tobytes() == g2.tobytes()

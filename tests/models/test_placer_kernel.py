@@ -104,3 +104,36 @@ def test_the_kernel_steps_aside_where_it_does_not_apply(square_jobs):
     x, _ = placement_features(cfg, state, negative, pcfg, base, mask)
     ref, _ = placement_features(cfg, state, negative, pcfg, base, mask, compiled=False)
     assert np.array_equal(x, ref)
+
+
+@pytest.mark.parametrize("horizon", [3, 30, 64, 99, 250])
+@pytest.mark.parametrize("rho", [1.0, 0.5])
+def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho) -> None:
+    """`level_columns` against the numpy expressions it replaces, at horizons whose H x D shares numpy sums with
+    one running sum, 8 partial sums, and halves (past 128 terms, twice past 256)."""
+    from sim.compiled_planes import level_columns
+
+    rng = np.random.default_rng(horizon)
+    n_levels = 3
+    n_p = 1 + (n_levels - 1) * (2 if rho != 1.0 else 1)
+    acc = rng.random((4, 5, n_p, horizon, 2)) * 10.0 ** rng.integers(-2, 3, size=(4, 5, 1, 1, 1))
+    head = rng.random((4, n_p, horizon, 2))
+    acc[0, 0, 0, 1, 1] = np.nan  # a NaN share: numpy's max and mean keep it
+    cap = np.array([8.0, 6.0])
+    got = level_columns(acc, head, n_levels, rho, cap)
+    with_head = acc + head[:, None]
+    want = []
+    for li in range(n_levels):
+        for sums in (acc, with_head):
+            if li == 0:
+                bound = sums[:, :, 0]
+            elif rho == 1.0:
+                bound = sums[:, :, 0] + sums[:, :, li]
+            else:
+                s_d, s_d2 = sums[:, :, li], sums[:, :, n_levels + li - 1]
+                bound = sums[:, :, 0] + np.sqrt(rho * s_d**2 + (1.0 - rho) * s_d2)
+            share = bound / cap
+            want += [share.max(axis=(2, 3)), share.mean(axis=(2, 3))]
+        want.append((want[-2] <= 1.0 + 1e-9).astype(np.float64))
+    assert np.isnan(got[0, 0, 0])
+    assert got.tobytes() == np.stack(want).tobytes()

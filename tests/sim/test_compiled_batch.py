@@ -5,7 +5,7 @@ rotation of every array kind a JobBatch moves, the label check and padding of `c
 import numpy as np
 import pytest
 
-from sim import compiled_batch, core
+from sim import compiled_batch, compiled_planes, core
 from sim.config import SimConfig
 from sim.jobs import JobBatch, rotation_index
 
@@ -134,7 +134,7 @@ def test_wide_sums_by_cell_equal_sorted_segments_to_the_bit(dtype) -> None:
     got = core.sum_by_cell(values, cell, 13)
     assert got.dtype == np.float64 and got.shape == expected.shape
     assert got.tobytes() == expected.tobytes()  # the same bits, the sign of zero included
-    assert compiled_batch.sum_rows(values, np.r_[cell[:-1], 13], 13) is None  # a cell out of range
+    assert compiled_planes.sum_rows(values, np.r_[cell[:-1], 13], 13) is None  # a cell out of range
     with pytest.raises(IndexError):
         core.sum_by_cell(values, np.r_[cell[:-1], 13], 13)
 
@@ -153,10 +153,10 @@ def test_every_segment_length_sums_as_reduceat_does(dtype) -> None:
     expected = np.add.reduceat(values[order], starts, axis=0).astype(np.float64)
     assert core.sum_by_cell(values, cell, len(lengths)).tobytes() == expected.tobytes()
     short = cell < 10  # no segment past 129 rows: the compiled pass itself
-    got = compiled_batch.sum_rows(values[short], cell[short], len(lengths))
+    got = compiled_planes.sum_rows(values[short], cell[short], len(lengths))
     assert got is not None
     assert got[:10].tobytes() == expected[:10].tobytes()
-    assert compiled_batch.sum_rows(values, cell, len(lengths)) is None  # 130 rows: numpy's halves
+    assert compiled_planes.sum_rows(values, cell, len(lengths)) is None  # 130 rows: numpy's halves
 
 
 def test_no_rows_sum_to_zeros() -> None:

@@ -1,0 +1,249 @@
+"""Horizon planes (per job and per machine, over the forecast horizon) compiled with numba (issue 22, item 8): the
+general path of the learned placer's features (`models.forecast_placer._level_columns` and `_planes`) and the
+per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use. Each kernel does
+the numpy expressions' float operations per element in their order, so the numbers are the numpy path's to the bit;
+where numpy reduces (a sum of rows, a mean over a contiguous block), the kernels reproduce its order: the pairwise
+sum of its loops (`_pairwise_block`, `_pairwise_sum`). Every kernel that inlines the pairwise sum lives in this
+file, because numba's on-disk cache notices changes to a kernel's own file only (and cannot hold a recursive
+function: `_pairwise_sum` walks numpy's recursion with a stack). Tests: tests/sim/test_compiled_batch.py (sums),
+tests/models/test_placer_kernel.py and tests/models/test_forecast_placer.py (planes and columns)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def sum_rows(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray | None:
+    """(n_cells, ...) float64: the rows of `values` (N, ...) summed per `cell` (N,) in the rows' own dtype and
+    order, cells without rows 0: exactly `np.add.reduceat` over the rows sorted stably by cell
+    (`sim.core.sum_by_cell`'s wide path), whose segment sum is the first row plus numpy's pairwise sum of the
+    others, without copying the sorted rows. None where a cell lies outside 0 .. n_cells - 1 (the numpy path then
+    raises) or a cell has more than `PAIRWISE_BLOCK` + 1 rows (numpy then splits the sum in halves; a machine
+    rarely runs that many jobs)."""
+    cell = np.asarray(cell, dtype=np.int64)
+    width = int(np.prod(values.shape[1:], dtype=np.int64))  # -1 cannot stand for it when there are no rows
+    flat = np.ascontiguousarray(values).reshape(values.shape[0], width)
+    acc = np.zeros((n_cells, width), dtype=flat.dtype)
+    if cell.size:
+        if cell.min() < 0 or cell.max() >= n_cells:
+            return None
+        order = np.argsort(cell, kind="stable")
+        column = np.empty(PAIRWISE_BLOCK, dtype=flat.dtype)
+        if not _sum_rows(flat, cell, order, acc, column, flat.dtype.type(0)):
+            return None
+    return acc.astype(np.float64, copy=False).reshape(n_cells, *values.shape[1:])
+
+
+PAIRWISE_BLOCK = 128
+"""numpy's pairwise-sum block (`PW_BLOCKSIZE`): up to this many terms it sums with 8 partial sums."""
+
+
+@njit(cache=True)
+def _sum_rows(values, cell, order, acc, column, zero):
+    """Per run of equal cells in `order`: the first row plus the pairwise sum of the rest (numpy's reduce: the
+    output starts as the first element and adds the pairwise sum of the others), each column's rest gathered
+    into `column`. False where a run is longer than PAIRWISE_BLOCK + 1 rows."""
+    n = order.shape[0]
+    lo = 0
+    while lo < n:
+        c = cell[order[lo]]
+        hi = lo + 1
+        while hi < n and cell[order[hi]] == c:
+            hi += 1
+        n_rest = hi - lo - 1
+        if n_rest > PAIRWISE_BLOCK:
+            return False
+        for k in range(values.shape[1]):
+            first = values[order[lo], k]
+            if n_rest == 0:
+                acc[c, k] = first
+                continue
+            for i in range(n_rest):
+                column[i] = values[order[lo + 1 + i], k]
+            acc[c, k] = first + _pairwise_block(column, 0, n_rest, zero)
+        lo = hi
+    return True
+
+
+def flat_planes(
+    values: np.ndarray, recalled, n_alive: np.ndarray, horizon: int, squares: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`models.forecast_placer._planes` for a forecaster with a value per level (`flat_levels`: `values` (N, L, D)
+    float64, level 0 the median), recall over it where `recalled` (`sim.forecast.Recalled`, or None) says so:
+    (planes (N, P, H, D): the median, each upper level's deviation and, with `squares`, their squares, over the
+    steps each job is alive (`n_alive` (N,)); the medians (N, H, D)). One pass, without the (N, L, H, D)
+    quantiles the numpy path spreads, overlays and slices; the same float operations per element, so the same
+    numbers."""
+    n, n_l, n_d = values.shape
+    n_p = 1 + (n_l - 1) * (2 if squares else 1)
+    planes = np.empty((n, n_p, horizon, n_d))
+    mu = np.empty((n, horizon, n_d))
+    source = np.full(n, -1, dtype=np.int64)  # each row's recalled run (its index in `recalled`), -1 for none
+    if recalled is None:
+        usage, view_rows, t, start, max_duration = (
+            np.zeros((1, 1, n_d)),
+            source[:0],
+            source[:0],
+            source[:0],
+            1,
+        )
+    else:
+        usage, view_rows, t, start = recalled.usage, recalled.view_rows, recalled.t, recalled.start
+        max_duration = recalled.max_duration
+        source[recalled.dest] = np.arange(recalled.dest.size)
+    _flat_planes(
+        np.ascontiguousarray(values, dtype=np.float64), source, usage, view_rows, t, start, int(max_duration),
+        n_alive.astype(np.int64), squares, planes, mu,
+    )  # fmt: skip
+    return planes, mu
+
+
+@njit(cache=True)
+def _flat_planes(values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu):
+    n_l, n_d = values.shape[1], values.shape[2]
+    horizon = planes.shape[2]
+    for i in range(values.shape[0]):
+        r = source[i]
+        for h in range(horizon):
+            alive = 1.0 if h < n_alive[i] else 0.0
+            for d in range(n_d):
+                recalled = False
+                v = 0.0
+                if r >= 0:  # RecallOverlay._overlay: every level is the recalled value where it is finite
+                    age = t[r] + 1 + h - start[r]
+                    if age < max_duration:
+                        v = usage[view_rows[r], max(age, 0), d]
+                    recalled = np.isfinite(v)
+                q0 = v if recalled else values[i, 0, d]
+                m = q0 * alive
+                mu[i, h, d] = m
+                planes[i, 0, h, d] = m
+                for li in range(1, n_l):
+                    x = (v if recalled else values[i, li, d]) - q0
+                    dev = (x if (x >= 0.0 or np.isnan(x)) else 0.0) * alive  # np.maximum(x, 0.0)
+                    planes[i, li, h, d] = dev
+                    if squares:
+                        planes[i, n_l - 1 + li, h, d] = dev * dev
+
+
+def level_columns(
+    acc: np.ndarray, per_head: np.ndarray, n_levels: int, rho: float, cap: np.ndarray
+) -> np.ndarray:
+    """(5 L, B, M) `models.forecast_placer._level_columns`' LEVEL_FEATURES columns from the per-machine sums
+    `acc` (B, M, P, H, D) and the heads' planes `per_head` (B, P, H, D), in its order (per level: peak and mean
+    share without the head, with it, and whether the peak with it fits), without its (B, M, H, D) arrays: the
+    same float operations per element, the maximum as numpy's (NaN kept) and the mean as numpy sums a
+    contiguous block (its pairwise sum, `_pairwise_sum`, over the H x D shares, divided by H x D)."""
+    n_envs, n_m = acc.shape[0], acc.shape[1]
+    out = np.empty((5 * n_levels, n_envs, n_m))
+    _level_columns(
+        np.ascontiguousarray(acc, dtype=np.float64), np.ascontiguousarray(per_head, dtype=np.float64),
+        int(n_levels), float(rho), rho != 1.0, np.asarray(cap, dtype=np.float64), out,
+    )  # fmt: skip
+    return out
+
+
+@njit(cache=True)
+def _pairwise_block(a, lo, n, zero):
+    """numpy's pairwise sum (`pairwise_sum` in its loops) of a[lo : lo + n] for n <= 128, in a's dtype (`zero`
+    its 0): one running sum below 8 terms, else 8 interleaved partial sums combined as a tree, then the rest."""
+    if n < 8:
+        res = zero
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - (n % 8):
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def _pairwise_sum(a, lo, n, frames, values):
+    """numpy's pairwise sum of float64 a[lo : lo + n]: blocks of at most 128 terms (`_pairwise_block`), halves cut at a
+    multiple of 8 above, each sum the left half's plus the right half's. numpy recurses; numba's cache cannot
+    hold a recursive function, so an explicit stack walks the same tree: `frames` (K, 3) int64 rows (lo, n,
+    children pushed) and `values` (K,) float64, K > 2 log2(n) (made once by the caller)."""
+    if n <= PAIRWISE_BLOCK:
+        return _pairwise_block(a, lo, n, 0.0)
+    top, n_values = 0, 0
+    frames[0, 0], frames[0, 1], frames[0, 2] = lo, n, 0
+    while top >= 0:
+        f_lo, f_n = frames[top, 0], frames[top, 1]
+        if f_n <= PAIRWISE_BLOCK:
+            values[n_values] = _pairwise_block(a, f_lo, f_n, 0.0)
+            n_values += 1
+            top -= 1
+        elif frames[top, 2] == 0:
+            frames[top, 2] = 1
+            half = f_n // 2
+            half -= half % 8
+            frames[top + 1, 0], frames[top + 1, 1], frames[top + 1, 2] = f_lo + half, f_n - half, 0  # right
+            frames[top + 2, 0], frames[top + 2, 1], frames[top + 2, 2] = (
+                f_lo,
+                half,
+                0,
+            )  # left: on top, done first
+            top += 2
+        else:
+            values[n_values - 2] = values[n_values - 2] + values[n_values - 1]  # left + right
+            n_values -= 1
+            top -= 1
+    return values[0]
+
+
+@njit(cache=True)
+def _level_columns(acc, head, n_levels, rho, squares, cap, out):
+    n_envs, n_m, _, n_h, n_d = acc.shape
+    n_up = n_levels - 1
+    share = np.empty(n_h * n_d)
+    frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
+    for b in range(n_envs):
+        for m in range(n_m):
+            for li in range(n_levels):
+                for w in range(2):  # the machine's sums without the head, then with it (acc + head)
+                    k = 0
+                    for h in range(n_h):
+                        for d in range(n_d):
+                            s0 = acc[b, m, 0, h, d] + head[b, 0, h, d] if w == 1 else acc[b, m, 0, h, d]
+                            bound = s0
+                            if li > 0:
+                                s_d = (
+                                    acc[b, m, li, h, d] + head[b, li, h, d] if w == 1 else acc[b, m, li, h, d]
+                                )
+                                if not squares:
+                                    bound = s0 + s_d
+                                else:
+                                    p2 = 1 + n_up + li - 1
+                                    s_d2 = (
+                                        acc[b, m, p2, h, d] + head[b, p2, h, d]
+                                        if w == 1
+                                        else acc[b, m, p2, h, d]
+                                    )
+                                    bound = s0 + np.sqrt(rho * (s_d * s_d) + (1.0 - rho) * s_d2)
+                            share[k] = bound / cap[d]
+                            k += 1
+                    top = share[0]
+                    for i in range(1, k):  # numpy's maximum: a NaN wins, ties keep the first
+                        if not (top >= share[i] or np.isnan(top)):
+                            top = share[i]
+                    col = li * 5 + w * 2
+                    out[col, b, m] = top
+                    out[col + 1, b, m] = (0.0 + _pairwise_sum(share, 0, k, frames, values)) / np.float64(k)
+            for li in range(n_levels):
+                out[li * 5 + 4, b, m] = 1.0 if out[li * 5 + 2, b, m] <= 1.0 + 1e-9 else 0.0
