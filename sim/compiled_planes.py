@@ -5,13 +5,16 @@ the numpy expressions' float operations per element in their order, so the numbe
 where numpy reduces (a sum of rows, a mean over a contiguous block), the kernels reproduce its order: the pairwise
 sum of its loops (`_pairwise_block`, `_pairwise_sum`). Every kernel that inlines the pairwise sum lives in this
 file, because numba's on-disk cache notices changes to a kernel's own file only (and cannot hold a recursive
-function: `_pairwise_sum` walks numpy's recursion with a stack). Tests: tests/sim/test_compiled_batch.py (sums),
+function: `_pairwise_sum` walks numpy's recursion with a stack). The planes and the columns run one body per job
+row or env, on numba's threads for a large batch (`sim.compiled_step.on_threads`): the same numbers. Tests: tests/sim/test_compiled_batch.py (sums),
 tests/models/test_placer_kernel.py and tests/models/test_forecast_placer.py (planes and columns)."""
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
+
+from sim.compiled_step import on_threads
 
 
 def sum_rows(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray | None:
@@ -33,6 +36,12 @@ def sum_rows(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray |
         if not _sum_rows(flat, cell, order, acc, column, flat.dtype.type(0)):
             return None
     return acc.astype(np.float64, copy=False).reshape(n_cells, *values.shape[1:])
+
+
+def output_array(shape: tuple[int, ...]) -> np.ndarray:
+    """A kernel's float64 output, every element of which the kernel writes (so not cleared first). Tests swap in
+    a NaN-filled one: a row a kernel skipped then shows, instead of whatever an earlier array left there."""
+    return np.empty(shape)
 
 
 PAIRWISE_BLOCK = 128
@@ -77,8 +86,8 @@ def flat_planes(
     numbers."""
     n, n_l, n_d = values.shape
     n_p = 1 + (n_l - 1) * (2 if squares else 1)
-    planes = np.empty((n, n_p, horizon, n_d))
-    mu = np.empty((n, horizon, n_d))
+    planes = output_array((n, n_p, horizon, n_d))
+    mu = output_array((n, horizon, n_d))
     source = np.full(n, -1, dtype=np.int64)  # each row's recalled run (its index in `recalled`), -1 for none
     if recalled is None:
         usage, view_rows, t, start, max_duration = (
@@ -92,7 +101,8 @@ def flat_planes(
         usage, view_rows, t, start = recalled.usage, recalled.view_rows, recalled.t, recalled.start
         max_duration = recalled.max_duration
         source[recalled.dest] = np.arange(recalled.dest.size)
-    _flat_planes(
+    kernel = _flat_planes_parallel if on_threads(n) else _flat_planes
+    kernel(
         np.ascontiguousarray(values, dtype=np.float64), source, usage, view_rows, t, start, int(max_duration),
         n_alive.astype(np.int64), squares, planes, mu,
     )  # fmt: skip
@@ -100,31 +110,50 @@ def flat_planes(
 
 
 @njit(cache=True)
-def _flat_planes(values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu):
+def _flat_planes_row(
+    i, values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu
+):
+    """Job row i's planes and medians (the body both kernels run per row)."""
     n_l, n_d = values.shape[1], values.shape[2]
-    horizon = planes.shape[2]
+    r = source[i]
+    for h in range(planes.shape[2]):
+        alive = 1.0 if h < n_alive[i] else 0.0
+        for d in range(n_d):
+            recalled = False
+            v = 0.0
+            if r >= 0:  # RecallOverlay._overlay: every level is the recalled value where it is finite
+                age = t[r] + 1 + h - start[r]
+                if age < max_duration:
+                    v = usage[view_rows[r], max(age, 0), d]
+                recalled = np.isfinite(v)
+            q0 = v if recalled else values[i, 0, d]
+            m = q0 * alive
+            mu[i, h, d] = m
+            planes[i, 0, h, d] = m
+            for li in range(1, n_l):
+                x = (v if recalled else values[i, li, d]) - q0
+                dev = (x if (x >= 0.0 or np.isnan(x)) else 0.0) * alive  # np.maximum(x, 0.0)
+                planes[i, li, h, d] = dev
+                if squares:
+                    planes[i, n_l - 1 + li, h, d] = dev * dev
+
+
+@njit(cache=True)
+def _flat_planes(values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu):
     for i in range(values.shape[0]):
-        r = source[i]
-        for h in range(horizon):
-            alive = 1.0 if h < n_alive[i] else 0.0
-            for d in range(n_d):
-                recalled = False
-                v = 0.0
-                if r >= 0:  # RecallOverlay._overlay: every level is the recalled value where it is finite
-                    age = t[r] + 1 + h - start[r]
-                    if age < max_duration:
-                        v = usage[view_rows[r], max(age, 0), d]
-                    recalled = np.isfinite(v)
-                q0 = v if recalled else values[i, 0, d]
-                m = q0 * alive
-                mu[i, h, d] = m
-                planes[i, 0, h, d] = m
-                for li in range(1, n_l):
-                    x = (v if recalled else values[i, li, d]) - q0
-                    dev = (x if (x >= 0.0 or np.isnan(x)) else 0.0) * alive  # np.maximum(x, 0.0)
-                    planes[i, li, h, d] = dev
-                    if squares:
-                        planes[i, n_l - 1 + li, h, d] = dev * dev
+        _flat_planes_row(
+            i, values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu
+        )
+
+
+@njit(cache=True, parallel=True)
+def _flat_planes_parallel(
+    values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu
+):
+    for i in prange(values.shape[0]):
+        _flat_planes_row(
+            i, values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu
+        )
 
 
 def level_columns(
@@ -136,8 +165,9 @@ def level_columns(
     same float operations per element, the maximum as numpy's (NaN kept) and the mean as numpy sums a
     contiguous block (its pairwise sum, `_pairwise_sum`, over the H x D shares, divided by H x D)."""
     n_envs, n_m = acc.shape[0], acc.shape[1]
-    out = np.empty((5 * n_levels, n_envs, n_m))
-    _level_columns(
+    out = output_array((5 * n_levels, n_envs, n_m))
+    kernel = _level_columns_parallel if on_threads(n_envs) else _level_columns
+    kernel(
         np.ascontiguousarray(acc, dtype=np.float64), np.ascontiguousarray(per_head, dtype=np.float64),
         int(n_levels), float(rho), rho != 1.0, np.asarray(cap, dtype=np.float64), out,
     )  # fmt: skip
@@ -194,11 +224,7 @@ def _pairwise_sum(a, lo, n, frames, values):
             half = f_n // 2
             half -= half % 8
             frames[top + 1, 0], frames[top + 1, 1], frames[top + 1, 2] = f_lo + half, f_n - half, 0  # right
-            frames[top + 2, 0], frames[top + 2, 1], frames[top + 2, 2] = (
-                f_lo,
-                half,
-                0,
-            )  # left: on top, done first
+            frames[top + 2, 0], frames[top + 2, 1], frames[top + 2, 2] = f_lo, half, 0  # left, on top: first
             top += 2
         else:
             values[n_values - 2] = values[n_values - 2] + values[n_values - 1]  # left + right
@@ -208,42 +234,55 @@ def _pairwise_sum(a, lo, n, frames, values):
 
 
 @njit(cache=True)
+def _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out):
+    """Env b's columns (the body both kernels run per env); `share`, `frames` and `values` its scratch."""
+    n_m, n_h, n_d = acc.shape[1], acc.shape[3], acc.shape[4]
+    p2_base = n_levels - 1  # plane of level li's squared deviation: p2_base + li
+    for m in range(n_m):
+        for li in range(n_levels):
+            for w in range(2):  # the machine's sums without the head, then with it (acc + head)
+                k = 0
+                for h in range(n_h):
+                    for d in range(n_d):
+                        s0 = acc[b, m, 0, h, d]
+                        if w == 1:
+                            s0 = s0 + head[b, 0, h, d]
+                        bound = s0
+                        if li > 0:
+                            s_d = acc[b, m, li, h, d]
+                            if w == 1:
+                                s_d = s_d + head[b, li, h, d]
+                            if not squares:
+                                bound = s0 + s_d
+                            else:
+                                s_d2 = acc[b, m, p2_base + li, h, d]
+                                if w == 1:
+                                    s_d2 = s_d2 + head[b, p2_base + li, h, d]
+                                bound = s0 + np.sqrt(rho * (s_d * s_d) + (1.0 - rho) * s_d2)
+                        share[k] = bound / cap[d]
+                        k += 1
+                top = share[0]
+                for i in range(1, k):  # numpy's maximum: a NaN wins, ties keep the first
+                    if not (top >= share[i] or np.isnan(top)):
+                        top = share[i]
+                col = li * 5 + w * 2
+                out[col, b, m] = top
+                out[col + 1, b, m] = (0.0 + _pairwise_sum(share, 0, k, frames, values)) / np.float64(k)
+        for li in range(n_levels):
+            out[li * 5 + 4, b, m] = 1.0 if out[li * 5 + 2, b, m] <= 1.0 + 1e-9 else 0.0
+
+
+@njit(cache=True)
 def _level_columns(acc, head, n_levels, rho, squares, cap, out):
-    n_envs, n_m, _, n_h, n_d = acc.shape
-    n_up = n_levels - 1
-    share = np.empty(n_h * n_d)
+    share = np.empty(acc.shape[3] * acc.shape[4])
     frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
-    for b in range(n_envs):
-        for m in range(n_m):
-            for li in range(n_levels):
-                for w in range(2):  # the machine's sums without the head, then with it (acc + head)
-                    k = 0
-                    for h in range(n_h):
-                        for d in range(n_d):
-                            s0 = acc[b, m, 0, h, d] + head[b, 0, h, d] if w == 1 else acc[b, m, 0, h, d]
-                            bound = s0
-                            if li > 0:
-                                s_d = (
-                                    acc[b, m, li, h, d] + head[b, li, h, d] if w == 1 else acc[b, m, li, h, d]
-                                )
-                                if not squares:
-                                    bound = s0 + s_d
-                                else:
-                                    p2 = 1 + n_up + li - 1
-                                    s_d2 = (
-                                        acc[b, m, p2, h, d] + head[b, p2, h, d]
-                                        if w == 1
-                                        else acc[b, m, p2, h, d]
-                                    )
-                                    bound = s0 + np.sqrt(rho * (s_d * s_d) + (1.0 - rho) * s_d2)
-                            share[k] = bound / cap[d]
-                            k += 1
-                    top = share[0]
-                    for i in range(1, k):  # numpy's maximum: a NaN wins, ties keep the first
-                        if not (top >= share[i] or np.isnan(top)):
-                            top = share[i]
-                    col = li * 5 + w * 2
-                    out[col, b, m] = top
-                    out[col + 1, b, m] = (0.0 + _pairwise_sum(share, 0, k, frames, values)) / np.float64(k)
-            for li in range(n_levels):
-                out[li * 5 + 4, b, m] = 1.0 if out[li * 5 + 2, b, m] <= 1.0 + 1e-9 else 0.0
+    for b in range(acc.shape[0]):
+        _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out)
+
+
+@njit(cache=True, parallel=True)
+def _level_columns_parallel(acc, head, n_levels, rho, squares, cap, out):
+    for b in prange(acc.shape[0]):
+        share = np.empty(acc.shape[3] * acc.shape[4])
+        frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)
+        _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out)

@@ -41,6 +41,8 @@ def on_threads(monkeypatch):
 
     def setup(threads: str, module, *kernels: str) -> dict[str, int]:
         monkeypatch.setattr(module, "on_threads", lambda n_envs: threads == "numba")
+        if hasattr(module, "output_array"):  # outputs start as NaN: a skipped row fails the comparison
+            monkeypatch.setattr(module, "output_array", lambda shape: np.full(shape, np.nan))
         calls = dict.fromkeys(kernels, 0)
         for name in kernels:
             kernel = getattr(module, name)

@@ -644,11 +644,15 @@ def _peak_forecaster(recall: bool):
     return RecallOverlay(inner, 1.0) if recall else inner
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("recall", [True, False])
 @pytest.mark.parametrize("squares", [True, False])
-def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
+def test_compiled_planes_equal_the_numpy_planes(recall, squares, threads, on_threads) -> None:
     """`_planes` for a forecaster with a value per level (recall over it or not) comes from one kernel; it gives
     the numpy path's planes and medians to the bit, on a state where earlier runs are recalled."""
+    from sim import compiled_planes
+
+    calls = on_threads(threads, compiled_planes, "_flat_planes_parallel")
     state, forecaster = _recurring_state(40), _peak_forecaster(recall)
     jobs = state.jobs
     env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
@@ -662,6 +666,7 @@ def test_compiled_planes_equal_the_numpy_planes(recall, squares) -> None:
         assert forecaster.recalled(CFG, state, env, job).dest.size > 10  # recall does override some jobs
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape and a.tobytes() == b.tobytes()
+    assert calls["_flat_planes_parallel"] == (1 if threads == "numba" else 0)
 
 
 @pytest.mark.parametrize("which", ["recall_peak", "learned_rho"])

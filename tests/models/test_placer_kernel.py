@@ -106,13 +106,16 @@ def test_the_kernel_steps_aside_where_it_does_not_apply(square_jobs):
     assert np.array_equal(x, ref)
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("horizon", [3, 30, 64, 99, 250])
 @pytest.mark.parametrize("rho", [1.0, 0.5])
-def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho) -> None:
+def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho, threads, on_threads) -> None:
     """`level_columns` against the numpy expressions it replaces, at horizons whose H x D shares numpy sums with
     one running sum, 8 partial sums, and halves (past 128 terms, twice past 256)."""
+    from sim import compiled_planes
     from sim.compiled_planes import level_columns
 
+    calls = on_threads(threads, compiled_planes, "_level_columns_parallel")
     rng = np.random.default_rng(horizon)
     n_levels = 3
     n_p = 1 + (n_levels - 1) * (2 if rho != 1.0 else 1)
@@ -137,3 +140,4 @@ def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho) -> None:
         want.append((want[-2] <= 1.0 + 1e-9).astype(np.float64))
     assert np.isnan(got[0, 0, 0])
     assert got.tobytes() == np.stack(want).tobytes()
+    assert calls["_level_columns_parallel"] == (1 if threads == "numba" else 0)
