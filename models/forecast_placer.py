@@ -94,6 +94,7 @@ from sim.forecast import (
     UsageForecaster,
     flat_forecast,
     flat_level_forecast,
+    flat_planes,
     forecast_at_levels,
     is_flat_forecaster,
     level_index,
@@ -564,15 +565,14 @@ def _planes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(per job (N, P, H, D): the median, the deviation of each upper level and, unless rho = 1, their squares,
     over the steps each job is alive; the medians (N, H, D)). `compiled`: for a forecaster with a value per
-    level (recall over it included), one kernel computes them (`sim.compiled_planes.flat_planes`, the same
+    level (recall over it included), one kernel computes them (`sim.forecast.flat_planes`, the same
     numbers)."""
     for lv in pcfg.levels:  # the placer's error for a level the forecaster lacks
         level_index(forecaster.levels, lv, "forecast placer")
-    inner = forecaster.inner if isinstance(forecaster, RecallOverlay) else forecaster
-    if compiled and callable(getattr(inner, "flat_levels", None)) and horizon <= inner.horizon:
-        values = inner.flat_levels(tuple(pcfg.levels), cfg, state, env, job)  # (N, L, D): one pass from here
-        recalled = forecaster.recalled(cfg, state, env, job) if inner is not forecaster and env.size else None
-        return compiled_planes.flat_planes(values, recalled, n_alive, horizon, squares)
+    if compiled:
+        fast = flat_planes(forecaster, pcfg.levels, cfg, state, env, job, n_alive, horizon, squares)
+        if fast is not None:
+            return fast
     quant = forecast_at_levels(forecaster, pcfg.levels, cfg, state, env, job)[:, :, :horizon]  # (N, L, H, D)
     alive = (np.arange(horizon)[None, :] < n_alive[:, None]).astype(np.float64)
     mu = quant[:, 0] * alive[..., None]  # (N, H, D)

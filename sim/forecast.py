@@ -162,6 +162,33 @@ def forecast_at_levels(
     return forecaster.forecast(cfg, state, env, job)[:, index]
 
 
+def flat_planes(
+    forecaster,
+    levels,
+    cfg: SimConfig,
+    state: State,
+    env: np.ndarray,
+    job: np.ndarray,
+    n_alive: np.ndarray,
+    horizon: int,
+    squares: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a forecaster with a value per level (`flat_levels`), recall over one included, the planes of the jobs
+    (env, job) over steps t + 1 .. t + `horizon` from one kernel (`sim.compiled_planes.flat_planes`): (N, P, H, D)
+    the median, each upper level's deviation max(q - median, 0) and, with `squares`, their squares, times being
+    alive (`n_alive` (N,) steps); and the medians (N, H, D). The numbers of `forecast_at_levels` followed by those
+    operations, without its (N, L, H, D) array. None for any other forecaster or a horizon past its own."""
+    inner = forecaster.inner if isinstance(forecaster, RecallOverlay) else forecaster
+    if not callable(getattr(inner, "flat_levels", None)) or horizon > inner.horizon:
+        return None
+    from sim.compiled_planes import flat_planes as kernel  # loads numba: on first use
+
+    env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+    values = inner.flat_levels(tuple(levels), cfg, state, env, job)  # (N, L, D)
+    recalled = forecaster.recalled(cfg, state, env, job) if inner is not forecaster and env.size else None
+    return kernel(values, recalled, np.asarray(n_alive), int(horizon), squares)
+
+
 def find_level(levels, level: float) -> int | None:
     """Position of `level` among a forecaster's `levels` (to 1e-9), or None where it is not one."""
     for i, lv in enumerate(levels):

@@ -65,6 +65,7 @@ from sim.forecast import (
     fit_recall,
     flat_forecast,
     flat_level_forecast,
+    flat_planes,
     forecast_at_levels,
     is_point_forecaster,
     job_view,
@@ -156,9 +157,16 @@ def job_moments(
     if point is not None:  # every level is one value: the deviation is exactly 0 (computed with none below)
         mu, delta = point[:, :horizon], None
     else:
-        quant = forecast_at_levels(forecaster, (0.5, rcfg.level), cfg, state, env, job)[:, :, :horizon]
-        mu, up = quant[:, 0], quant[:, 1]
-        delta = np.maximum(up - mu, 0.0)
+        every = np.full(env.size, horizon, dtype=np.int64)  # alive at every step: times 1, the same numbers
+        fast = flat_planes(forecaster, (0.5, rcfg.level), cfg, state, env, job, every, horizon, False)
+        if (
+            fast is not None
+        ):  # a value per level (recall over it included): one kernel, no (N, 2, H, D) quantiles
+            mu, delta = fast[0][:, 0], fast[0][:, 1]
+        else:
+            quant = forecast_at_levels(forecaster, (0.5, rcfg.level), cfg, state, env, job)[:, :, :horizon]
+            mu, up = quant[:, 0], quant[:, 1]
+            delta = np.maximum(up - mu, 0.0)
     if rcfg.extend_to is not None and rcfg.extend_to > horizon:
         tail = rcfg.extend_to - horizon
         mu = np.concatenate([mu, np.repeat(mu.max(axis=1, keepdims=True), tail, axis=1)], axis=1)

@@ -260,3 +260,25 @@ def test_the_compiled_overlay_copies_what_the_numpy_overlay_copies(level_axis) -
     overlay._overlay(CFG, state, env, job, strided, level_axis)
     assert not np.array_equal(compiled, base)  # something was recalled
     assert np.array_equal(compiled, strided, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "rcfg", [RiskConfig(level=0.9), RiskConfig(level=0.75, use_durations=True, min_observed=3, extend_to=40)]
+)
+def test_the_rules_moments_from_one_kernel_equal_the_numpy_moments(rcfg, monkeypatch) -> None:
+    """`job_moments` for a forecaster with a value per level under recall takes `sim.forecast.flat_planes`; it
+    gives the numpy path's medians and deviations to the bit (young jobs, known ends and an extended tail too)."""
+    from sim import risk
+    from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
+
+    jobs = _recurring_jobs(3, 40, seed=9)
+    state = _advance(jobs, 45)
+    table = fit_peak_quantiles(_recurring_jobs(4, 30, seed=10), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    forecaster = RecallOverlay(RemainingPeakQuantiles(table, horizon=30), 1.0)
+    env, job = _all_jobs(jobs)
+    assert forecaster.recalled(CFG, state, env, job).dest.size > 10
+    fast = risk.job_moments(CFG, state, forecaster, env, job, rcfg)
+    monkeypatch.setattr(risk, "flat_planes", lambda *args: None)
+    slow = risk.job_moments(CFG, state, forecaster, env, job, rcfg)
+    for a, b in zip(fast, slow, strict=True):
+        assert a.shape == b.shape and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
