@@ -1,6 +1,6 @@
 """The simulator's per-decision bookkeeping compiled (numba; issue 22, item 8): the queue rotation of a job pick
 (`sim.jobs.JobBatch.rotate_in_place`), the label check of `sim.core.relabel`, the job check of
-`sim.core.validate_jobs` and the recall overlay (`sim.forecast.RecallOverlay`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
+`sim.core.validate_jobs`, and recall's views and overlay (`sim.forecast.recall_view`, `RecallOverlay`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
 whole-batch array operations; where a check finds a bad entry, the numpy code runs instead and raises its own
 error, so the messages (and the rows they name) are the numpy path's. Integer moves and comparisons only: the
 results are the numpy path's exactly. Tests: tests/sim/test_compiled_batch.py.
@@ -130,3 +130,54 @@ def _overlay_recall(out, usage, view_rows, dest, t, start, max_duration):
                 if np.isfinite(v):
                     for li in range(n_l):
                         out[dest[i], li, h, d] = v
+
+
+def recall_runs(
+    usage: np.ndarray,
+    duration: np.ndarray,
+    env: np.ndarray,
+    job: np.ndarray,
+    best: np.ndarray,
+    n_best: np.ndarray,
+    n_own: np.ndarray,
+    dest: np.ndarray,
+    runs: np.ndarray,
+    out: np.ndarray,
+    n_runs: np.ndarray,
+    complete: np.ndarray,
+) -> None:
+    """IN PLACE, the rest of `sim.forecast.recall_view` for the queries with an earlier run: query i (job job[i]
+    of env env[i], row dest[i] of the outputs) recalls run best[i] where that run agrees with every step both
+    have shown (n_own[i] and n_best[i] steps observed) and, when it has finished, the query has not outlived it:
+    `out[dest[i]]` (T, D, NaN-filled) gets the run's observed usage, 0 after its end; `n_runs` the runs
+    (`runs[i]`) or 0, `complete` whether the run has finished. Integer comparisons and copies: the numpy path's
+    values."""
+    _recall_runs(usage, duration, env, job, best, n_best, n_own, dest, runs, out, n_runs, complete)
+
+
+@njit(cache=True)
+def _recall_runs(usage, duration, env, job, best, n_best, n_own, dest, runs, out, n_runs, complete):
+    n_t, n_d = out.shape[1], out.shape[2]
+    for i in range(env.shape[0]):
+        e, j, b = env[i], job[i], best[i]
+        nb, no = n_best[i], n_own[i]
+        agrees = True
+        for a in range(min(no, nb, n_t)):
+            for d in range(n_d):
+                if usage[e, b, a, d] != usage[e, j, a, d]:
+                    agrees = False
+        done = nb >= duration[e, b]
+        if done and no > duration[e, b]:
+            agrees = False
+        ok = nb > 0 and agrees
+        n_runs[dest[i]] = runs[i] if ok else 0
+        complete[dest[i]] = ok and done
+        if not ok:
+            continue
+        for a in range(n_t):
+            if done and a >= duration[e, b]:
+                for d in range(n_d):
+                    out[dest[i], a, d] = 0.0
+            elif a < nb:
+                for d in range(n_d):
+                    out[dest[i], a, d] = np.float64(usage[e, b, a, d])

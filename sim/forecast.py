@@ -530,6 +530,11 @@ def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) 
     e, j, b = env[has], job[has], best[has]
     n_best = np.maximum(n_obs[r[has], b], 0)
     n_own = np.maximum(n_obs[r[has], j], 0)
+    if jobs.usage.dtype.kind in "iu":  # one kernel for the rest, the same copies and comparisons
+        from sim.compiled_batch import recall_runs  # loads numba: on first use
+
+        recall_runs(jobs.usage, jobs.duration, e, j, b, n_best, n_own, has, runs[has], out, n_runs, complete)
+        return RecallView(out, n_runs, complete)
     ages = np.arange(t_max)
     prior = jobs.usage[e, b].astype(np.float64)  # (n, T, D); only its observed ages are kept below
     both = ages[None, :] < np.minimum(n_own, n_best)[:, None]

@@ -282,3 +282,18 @@ def test_the_rules_moments_from_one_kernel_equal_the_numpy_moments(rcfg, monkeyp
     slow = risk.job_moments(CFG, state, forecaster, env, job, rcfg)
     for a, b in zip(fast, slow, strict=True):
         assert a.shape == b.shape and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_compiled_recall_views_equal_the_numpy_views(exact) -> None:
+    """`recall_view` finishes integer usage with one kernel (`sim.compiled_batch.recall_runs`); float usage (the
+    same values) takes the numpy path: the views, run counts and completeness agree, whether runs repeat exactly
+    (recalled) or disagree (refused)."""
+    jobs = _recurring_jobs(3, 40, seed=11, exact=exact)
+    state = _advance(jobs, 50)
+    env, job = _all_jobs(jobs)
+    as_float = replace(state, jobs=replace(state.jobs, usage=state.jobs.usage.astype(np.float64)))
+    fast, slow = recall_view(CFG, state, env, job), recall_view(CFG, as_float, env, job)
+    assert (fast.n_runs > 0).sum() > (10 if exact else -1)
+    assert np.array_equal(fast.usage, slow.usage, equal_nan=True)
+    assert np.array_equal(fast.n_runs, slow.n_runs) and np.array_equal(fast.complete, slow.complete)
