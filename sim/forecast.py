@@ -684,8 +684,15 @@ class RecallOverlay:
         return self._overlay(cfg, state, env, job, self.inner.forecast(cfg, state, env, job), level_axis=True)
 
     def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        """(N, H, D) of a point inner forecaster (`is_point_forecaster`), recall overlaid."""
+        """(N, H, D) of a point inner forecaster (`is_point_forecaster`), recall overlaid. A flat one's values are
+        spread and overlaid by one kernel (`sim.compiled_planes.flat_planes`'s medians: the same numbers)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        if is_flat_forecaster(self.inner) and env.size:
+            from sim.compiled_planes import flat_planes as kernel  # loads numba: on first use
+
+            values = flat_forecast(self.inner, cfg, state, env, job)[:, None, :]  # (N, 1, D): one level
+            every = np.full(env.size, self.horizon, dtype=np.int64)  # times 1 at every step: the values
+            return kernel(values, self.recalled(cfg, state, env, job), every, self.horizon, False)[1]
         inner = point_forecast(self.inner, cfg, state, env, job)
         if inner is None:
             raise TypeError(f"RecallOverlay.point: {type(self.inner).__name__} is not a point forecaster")

@@ -297,3 +297,22 @@ def test_compiled_recall_views_equal_the_numpy_views(exact) -> None:
     assert (fast.n_runs > 0).sum() > (10 if exact else -1)
     assert np.array_equal(fast.usage, slow.usage, equal_nan=True)
     assert np.array_equal(fast.n_runs, slow.n_runs) and np.array_equal(fast.complete, slow.complete)
+
+
+def test_a_flat_forecasters_recalled_point_forecast_is_its_spread_values_overlaid() -> None:
+    """`RecallOverlay.point` over a flat forecaster comes from one kernel: the inner forecast spread over the
+    horizon with the recalled usage written over it, as the numpy overlay of the spread values gives."""
+    from sim.forecast import spread_flat
+
+    jobs = _recurring_jobs(3, 40, seed=12)
+    state = _advance(jobs, 45)
+    env, job = _all_jobs(jobs)
+    for inner in (PersistenceForecaster(horizon=15), RequestForecaster(horizon=15)):
+        overlay = RecallOverlay(inner)
+        spread = spread_flat(inner.flat(CFG, state, env, job), 15)
+        want = overlay._overlay(
+            CFG, state, env, job, np.repeat(spread, 2, axis=-1)[..., ::2], False
+        )  # numpy path
+        got = overlay.point(CFG, state, env, job)
+        assert overlay.recalled(CFG, state, env, job).dest.size > 10
+        assert got.tobytes() == np.ascontiguousarray(want).tobytes()
