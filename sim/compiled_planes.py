@@ -32,9 +32,15 @@ def sum_rows(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray |
         if cell.min() < 0 or cell.max() >= n_cells:
             return None
         order = np.argsort(cell, kind="stable")
-        column = np.empty(PAIRWISE_BLOCK, dtype=flat.dtype)
-        if not _sum_rows(flat, cell, order, acc, column, flat.dtype.type(0)):
+        sorted_cell = cell[order]
+        starts = np.flatnonzero(
+            np.r_[True, sorted_cell[1:] != sorted_cell[:-1]]
+        )  # each cell's run in `order`
+        ends = np.r_[starts[1:], order.size]
+        if (ends - starts - 1).max() > PAIRWISE_BLOCK:
             return None
+        kernel = _sum_rows_parallel if on_threads(starts.size) else _sum_rows
+        kernel(flat, sorted_cell, order, starts, ends, acc, flat.dtype.type(0))
     return acc.astype(np.float64, copy=False).reshape(n_cells, *values.shape[1:])
 
 
@@ -49,30 +55,34 @@ PAIRWISE_BLOCK = 128
 
 
 @njit(cache=True)
-def _sum_rows(values, cell, order, acc, column, zero):
-    """Per run of equal cells in `order`: the first row plus the pairwise sum of the rest (numpy's reduce: the
-    output starts as the first element and adds the pairwise sum of the others), each column's rest gathered
-    into `column`. False where a run is longer than PAIRWISE_BLOCK + 1 rows."""
-    n = order.shape[0]
-    lo = 0
-    while lo < n:
-        c = cell[order[lo]]
-        hi = lo + 1
-        while hi < n and cell[order[hi]] == c:
-            hi += 1
-        n_rest = hi - lo - 1
-        if n_rest > PAIRWISE_BLOCK:
-            return False
-        for k in range(values.shape[1]):
-            first = values[order[lo], k]
-            if n_rest == 0:
-                acc[c, k] = first
-                continue
-            for i in range(n_rest):
-                column[i] = values[order[lo + 1 + i], k]
-            acc[c, k] = first + _pairwise_block(column, 0, n_rest, zero)
-        lo = hi
-    return True
+def _sum_run(r, values, sorted_cell, order, starts, ends, acc, column, zero):
+    """Run r of equal cells in `order` (rows starts[r] .. ends[r] - 1): the first row plus the pairwise sum of the
+    rest (numpy's reduce: the output starts as the first element and adds the pairwise sum of the others), each
+    column's rest gathered into `column` (at least PAIRWISE_BLOCK long)."""
+    lo, c = starts[r], sorted_cell[starts[r]]
+    n_rest = ends[r] - lo - 1
+    for k in range(values.shape[1]):
+        first = values[order[lo], k]
+        if n_rest == 0:
+            acc[c, k] = first
+            continue
+        for i in range(n_rest):
+            column[i] = values[order[lo + 1 + i], k]
+        acc[c, k] = first + _pairwise_block(column, 0, n_rest, zero)
+
+
+@njit(cache=True)
+def _sum_rows(values, sorted_cell, order, starts, ends, acc, zero):
+    column = np.empty(PAIRWISE_BLOCK, dtype=values.dtype)
+    for r in range(starts.shape[0]):
+        _sum_run(r, values, sorted_cell, order, starts, ends, acc, column, zero)
+
+
+@njit(cache=True, parallel=True)
+def _sum_rows_parallel(values, sorted_cell, order, starts, ends, acc, zero):
+    for r in prange(starts.shape[0]):
+        column = np.empty(PAIRWISE_BLOCK, dtype=values.dtype)
+        _sum_run(r, values, sorted_cell, order, starts, ends, acc, column, zero)
 
 
 def flat_planes(

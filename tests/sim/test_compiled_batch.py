@@ -139,10 +139,12 @@ def test_wide_sums_by_cell_equal_sorted_segments_to_the_bit(dtype) -> None:
         core.sum_by_cell(values, np.r_[cell[:-1], 13], 13)
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_every_segment_length_sums_as_reduceat_does(dtype) -> None:
+def test_every_segment_length_sums_as_reduceat_does(dtype, threads, on_threads) -> None:
     """numpy sums a segment as its first row plus a pairwise sum of the rest (8 partial sums from 8 terms on,
     halves past 128): lengths on both sides of each branch, and past the block, where the numpy path takes over."""
+    calls = on_threads(threads, compiled_planes, "_sum_rows_parallel")
     rng = np.random.default_rng(8)
     lengths = [1, 2, 7, 8, 9, 15, 16, 17, 64, 129, 130, 200]
     cell = rng.permutation(np.repeat(np.arange(len(lengths)), lengths))
@@ -157,6 +159,7 @@ def test_every_segment_length_sums_as_reduceat_does(dtype) -> None:
     assert got is not None
     assert got[:10].tobytes() == expected[:10].tobytes()
     assert compiled_planes.sum_rows(values, cell, len(lengths)) is None  # 130 rows: numpy's halves
+    assert calls["_sum_rows_parallel"] == (1 if threads == "numba" else 0)
 
 
 def test_no_rows_sum_to_zeros() -> None:
