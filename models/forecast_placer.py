@@ -1139,9 +1139,7 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
         rec.n_agree += int((greedy == live["base"]).sum())
         rec.entropy_sum += float(ent.sum())
         state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"], in_place=in_place)
-        if (
-            keep
-        ):  # the features and the mask are new arrays each decision: kept as they are where every env decided
+        if keep:  # features and mask are new arrays each decision: kept as they are where every env decided
             rec.x.append(inputs["x"] if every else inputs["x"][active])
             rec.g.append(inputs["g"] if every else inputs["g"][active])
             rec.mask.append(inputs["mask"] if every else inputs["mask"][active])
