@@ -1,12 +1,13 @@
 """The simulator's per-decision bookkeeping compiled (numba; issue 22, item 8): the queue rotation of a job pick
 (`sim.jobs.JobBatch.rotate_in_place`), the label check of `sim.core.relabel`, the job check of
-`sim.core.validate_jobs`, and recall's views and overlay (`sim.forecast.recall_view`, `RecallOverlay`). Each kernel does what the numpy code does, in one pass over the envs instead of a few
-whole-batch array operations; where a check finds a bad entry, the numpy code runs instead and raises its own
-error, so the messages (and the rows they name) are the numpy path's. Integer moves and comparisons only: the
-results are the numpy path's exactly. Tests: tests/sim/test_compiled_batch.py.
+`sim.core.validate_jobs`, and recall's views and overlay (`sim.forecast.recall_view`, `RecallOverlay`). Each
+kernel does what the numpy code does, in one pass instead of a few whole-batch array operations; where a check
+finds a bad entry, the numpy code runs instead and raises its own error, so the messages (and the rows they name)
+are the numpy path's. Moves, copies and comparisons only: the results are the numpy path's exactly. Tests:
+tests/sim/test_compiled_batch.py, tests/sim/test_recall.py.
 
-The kernels are small and serial: they move or read a few bytes per job, far below what starting numba's threads
-costs.
+The kernels are serial: the bookkeeping moves or reads a few bytes per job, below what starting numba's threads
+costs; recall's two (about 1.5 s each of DeepPlace's 40 s per 125k decisions) could take threads.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ the numpy expressions' float operations per element in their order, so the numbe
 where numpy reduces (a sum of rows, a mean over a contiguous block), the kernels reproduce its order: the pairwise
 sum of its loops (`_pairwise_block`, `_pairwise_sum`). Every kernel that inlines the pairwise sum lives in this
 file, because numba's on-disk cache notices changes to a kernel's own file only (and cannot hold a recursive
-function: `_pairwise_sum` walks numpy's recursion with a stack). The planes and the columns run one body per job
-row or env, on numba's threads for a large batch (`sim.compiled_step.on_threads`): the same numbers. Tests: tests/sim/test_compiled_batch.py (sums),
-tests/models/test_placer_kernel.py and tests/models/test_forecast_placer.py (planes and columns)."""
+function: `_pairwise_sum` walks numpy's recursion with a stack). The sums, the planes and the columns run one body
+per run of rows, job row or env, on numba's threads for a large batch (`sim.compiled_step.on_threads`): the same
+numbers. Tests: tests/sim/test_compiled_batch.py (sums), tests/models/test_placer_kernel.py and
+tests/models/test_forecast_placer.py (planes and columns), tests/sim/test_recall.py (the rule's moments)."""
 
 from __future__ import annotations
 
