@@ -34,9 +34,8 @@ def sum_rows(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray |
             return None
         order = np.argsort(cell, kind="stable")
         sorted_cell = cell[order]
-        starts = np.flatnonzero(
-            np.r_[True, sorted_cell[1:] != sorted_cell[:-1]]
-        )  # each cell's run in `order`
+        # each cell's run of rows in `order`: starts[r] .. ends[r] - 1
+        starts = np.flatnonzero(np.r_[True, sorted_cell[1:] != sorted_cell[:-1]])
         ends = np.r_[starts[1:], order.size]
         if (ends - starts - 1).max() > PAIRWISE_BLOCK:
             return None
@@ -100,14 +99,9 @@ def flat_planes(
     planes = output_array((n, n_p, horizon, n_d))
     mu = output_array((n, horizon, n_d))
     source = np.full(n, -1, dtype=np.int64)  # each row's recalled run (its index in `recalled`), -1 for none
-    if recalled is None:
-        usage, view_rows, t, start, max_duration = (
-            np.zeros((1, 1, n_d)),
-            source[:0],
-            source[:0],
-            source[:0],
-            1,
-        )
+    if recalled is None:  # no run is read: empty stand-ins of the right types
+        none = source[:0]
+        usage, view_rows, t, start, max_duration = np.zeros((1, 1, n_d)), none, none, none, 1
     else:
         usage, view_rows, t, start = recalled.usage, recalled.view_rows, recalled.t, recalled.start
         max_duration = recalled.max_duration
