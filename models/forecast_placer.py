@@ -921,12 +921,29 @@ class ForecastResidualPolicy:
         """The base rule's actions, the mask and the features of one decision (after the job pick), on the
         labels the labeller serves when the policy has one."""
         seen = self.base.served(cfg, state)
-        base = self.base.act(cfg, seen, rng, served=True)
-        mask = action_mask(cfg, state)
-        x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask, self._sums)
+        fused = self._decide(cfg, seen)
+        if fused is not None:
+            base, mask, x, g = fused
+        else:
+            base = self.base.act(cfg, seen, rng, served=True)
+            mask = action_mask(cfg, state)
+            x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask, self._sums)
         if self.config.action_set == "safe":
             mask = safe_action_mask(cfg, self.config, x, base, mask)
         return {"x": x, "g": g, "base": base, "mask": mask}
+
+    def _decide(self, cfg: SimConfig, seen: State) -> tuple[np.ndarray, ...] | None:
+        """(base, mask, x, g) from `models.placer_kernel.decide` (one kernel for the base rule, the mask and the
+        inputs; the state `seen` differs from the env's in its labels only, which the mask does not read), or
+        None where it does not apply."""
+        if self.base._fast or not isinstance(self.base._run, RiskAwarePacking):
+            return None
+        pcfg = self.config
+        fc = self.forecaster
+        horizon = fc.horizon if pcfg.horizon is None else min(pcfg.horizon, fc.horizon)
+        return placer_kernel.decide(
+            cfg, seen, self.base._run, fc, pcfg.levels, pcfg.rho, pcfg.use_durations, horizon
+        )
 
     def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:
         net = self.ready(cfg)

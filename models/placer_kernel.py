@@ -31,11 +31,14 @@ import numpy as np
 from sim.compiled_decision import (
     AGE_EDGE_ARRAY,
     REMAINING_EDGE_ARRAY,
+    decide_kernel,
+    decide_kernel_parallel,
     levels_last,
     noise_args,
     placer_features_kernel,
     placer_features_kernel_parallel,
     prefix_args,
+    risk_act_args,
 )
 from sim.compiled_step import on_threads
 from sim.config import SimConfig
@@ -68,6 +71,30 @@ def features(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(x (B, M, F) float32, g (B, G) float32) as `placement_features` gives them, or None (module docstring);
     `skip_done`: the rows of envs whose episode has ended are zeros (a rollout reads only the others)."""
+    made = feature_args(
+        cfg, state, forecaster, levels, rho, use_durations, horizon, base_actions, mask, skip_done
+    )
+    if made is None:
+        return None
+    args, x, g = made
+    kernel = placer_features_kernel_parallel if on_threads(state.batch_size) else placer_features_kernel
+    return (x, g) if kernel(*args) else None
+
+
+def feature_args(
+    cfg: SimConfig,
+    state: State,
+    forecaster,
+    levels: tuple[float, ...],
+    rho: float,
+    use_durations: bool,
+    horizon: int,
+    base_actions: np.ndarray,
+    mask: np.ndarray,
+    skip_done: bool,
+) -> tuple[tuple, np.ndarray, np.ndarray] | None:
+    """(the arguments of `_placer_env` after its env and scratch, x, g: the new arrays they write), or None where
+    the kernel does not apply (`features`)."""
     rows = level_rows(forecaster, levels) if rho == 1.0 else None
     if rows is None:
         return None
@@ -78,8 +105,7 @@ def features(
     n_x = n_levels * 5 + 6 * n_d + 5  # feature_names: 5 per level, six D-wide inputs and five single ones
     x = np.empty((n_envs, n_m, n_x), dtype=np.float32)
     g = np.empty((n_envs, 5), dtype=np.float32)
-    kernel = placer_features_kernel_parallel if on_threads(n_envs) else placer_features_kernel
-    ok = kernel(
+    args = (
         state.t,
         state.next_job,
         state.n_arrived,
@@ -111,4 +137,34 @@ def features(
         x,
         g,
     )
-    return (x, g) if ok else None
+    return args, x, g
+
+
+def decide(
+    cfg: SimConfig,
+    state: State,
+    rule,
+    forecaster,
+    levels: tuple[float, ...],
+    rho: float,
+    use_durations: bool,
+    horizon: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(base (B,) int64, mask (B, M + 1) bool, x, g) of one rollout decision in one kernel over the envs: the base
+    rule's actions (`rule`, a `sim.risk.RiskAwarePacking` as `sim.compiled_decision.risk_act` runs it), the valid
+    actions (`sim.core.action_mask`) and the inputs `features(skip_done=True)` gives for them. None where either
+    kernel does not apply, or where a looked-up value is negative: the caller then runs the pieces one by one,
+    which give the same arrays. Tests: tests/models/test_placer_kernel.py."""
+    n_envs = state.batch_size
+    base = np.zeros(n_envs, dtype=np.int64)
+    act_args = risk_act_args(cfg, state, rule, base)
+    if act_args is None:
+        return None
+    mask = np.empty((n_envs, cfg.n_machines + 1), dtype=bool)
+    made = feature_args(cfg, state, forecaster, levels, rho, use_durations, horizon, base, mask, True)
+    if made is None:
+        return None
+    placer_args, x, g = made
+    kernel = decide_kernel_parallel if on_threads(n_envs) else decide_kernel
+    ok = kernel(act_args, placer_args, cfg.n_resources, len(levels), cfg.hold_rule == "always", mask)
+    return (base, mask, x, g) if ok else None

@@ -72,6 +72,17 @@ def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndar
 
 def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
     """(B,) `rule.act` (a `sim.risk.RiskAwarePacking`) where the kernel applies, else None (module docstring)."""
+    out = np.zeros(state.batch_size, dtype=np.int64)
+    args = risk_act_args(cfg, state, rule, out)
+    if args is None:
+        return None
+    kernel = _act_kernel_parallel if on_threads(state.batch_size) else _act_kernel
+    return out if kernel(*args) else None
+
+
+def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple | None:
+    """The arguments of `_act_env` after its env and scratch (the rule's actions go to `out` (B,) int64), or None
+    where the kernel does not apply to `rule` (module docstring)."""
     from sim.forecast import uncached
     from sim.policies import DeepRMPacker, DeepRMSJF
 
@@ -96,9 +107,7 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
         return None
     noise, has_noise = noise_args(state)
     jobs = state.jobs
-    out = np.zeros(state.batch_size, dtype=np.int64)
-    kernel = _act_kernel_parallel if on_threads(state.batch_size) else _act_kernel
-    ok = kernel(
+    return (
         state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine,
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
         observed_labels(state), state.timeline, noise, has_noise,
@@ -107,7 +116,6 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), risk.mode == "pack", out,
     )  # fmt: skip
-    return out if ok else None
 
 
 @njit(cache=True, inline="always")
@@ -880,4 +888,49 @@ def placer_features_kernel_parallel(
             x,
             g,
         )
+    return ok.all()
+
+
+# the rule, the mask and the placer's inputs of one decision in one pass over the envs (`models.placer_kernel.decide`)
+
+
+@njit(cache=True)
+def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
+    """Env b's decision inputs: the rule's action (`_act_env`), the valid actions (`sim.core.action_mask`: the
+    machines the rule found valid, hold always or where none is) and the placer's inputs (`_placer_env`, which reads
+    both); False where a looked-up value is negative."""
+    if not _act_env(b, act_scratch, *act_args):
+        return False
+    valid = act_scratch[2]
+    any_valid = False
+    for m in range(valid.shape[0]):
+        mask[b, m] = valid[m]
+        any_valid = any_valid or valid[m]
+    mask[b, valid.shape[0]] = hold_always or not any_valid
+    return _placer_env(b, placer_scratch, *placer_args)
+
+
+@njit(cache=True)
+def decide_kernel(act_args, placer_args, n_d, n_levels, hold_always, mask):
+    """`_decide_env` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
+    `models.placer_kernel.feature_args`, whose base actions and mask are `act_args`' output and `mask` (B, M + 1);
+    D resources, the placer's `n_levels`)."""
+    n_m = mask.shape[1] - 1
+    act_scratch = _act_scratch(n_m, n_d)
+    placer_scratch = _placer_scratch(n_m, n_levels, n_d)
+    for b in range(mask.shape[0]):
+        if not _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
+            return False
+    return True
+
+
+@njit(cache=True, parallel=True)
+def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, mask):
+    """`decide_kernel` on numba's threads, one env per iteration."""
+    n_m = mask.shape[1] - 1
+    ok = np.ones(mask.shape[0], dtype=np.bool_)
+    for b in prange(mask.shape[0]):
+        act_scratch = _act_scratch(n_m, n_d)
+        placer_scratch = _placer_scratch(n_m, n_levels, n_d)
+        ok[b] = _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask)
     return ok.all()

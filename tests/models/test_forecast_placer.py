@@ -310,9 +310,12 @@ def test_forecast_cache_returns_the_forecasters_own_numbers(learned_forecaster) 
             assert cache.forecast(CFG, state, env, job).shape[0] == 0
         else:
             own = learned_forecaster.forecast(CFG, state, env, job)
-            assert np.array_equal(cache.forecast(CFG, state, env, job), own)
+            first = cache.forecast(CFG, state, env, job)
+            # the network's own rows, computed in another batch: on some CPUs (AMD EPYC without AVX-512, seen
+            # 2026-12-01) a GEMM rounds a row differently by batch size, in the last float32 bits
+            np.testing.assert_allclose(first, own, rtol=1e-6, atol=1e-6)
             assert np.array_equal(
-                cache.forecast(CFG, state, env[::-1], job[::-1]), own[::-1]
+                cache.forecast(CFG, state, env[::-1], job[::-1]), first[::-1]
             )  # from the cache
         state, act = decide(make_policy("tetris"), CFG, state, rng)
         state, *_ = core.step(CFG, state, act)

@@ -9,14 +9,22 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 from models import placer_kernel
-from models.forecast_placer import PlacerConfig, feature_names, placement_features
+from models.forecast_placer import (
+    ForecastResidualPolicy,
+    PlacerConfig,
+    feature_names,
+    placement_features,
+    run_rollout,
+)
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
-from sim.risk import PersistenceForecaster
+from sim.policies import make_policy
+from sim.risk import PersistenceForecaster, RiskAwarePacking, RiskConfig
 from sim.running_sums import RunningSums
 
 CASES = {
@@ -83,6 +91,90 @@ def test_compiled_features_equal_the_numpy_path(name, threads, square_jobs, on_t
     assert serve or carried.n_carried > 0  # the carried comparison did carry
 
 
+DECIDE_CASES = {
+    "sjf_deviate_labels": (SimConfig(n_machines=4, max_steps=400), "deeprm_sjf", RiskConfig(level=0.75), {}, False),
+    "packer_pack_remaining_noise_no_fit_m3": (
+        SimConfig(
+            n_machines=3, capacity_units=(8, 8), max_steps=400, noise_max_units=1, placement_check="request",
+            hold_rule="no_fit",
+        ),
+        "deeprm_packer",
+        RiskConfig(level=0.9, mode="pack"),
+        dict(use_remaining=True, use_labels=False),
+        False,
+    ),
+    "sjf_young_served_none": (
+        SimConfig(n_machines=3, max_steps=400, placement_check="none"),
+        "deeprm_sjf",
+        RiskConfig(level=0.75, mode="pack", min_observed=3, use_durations=False),
+        {},
+        True,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", ["caller", "numba"])
+@pytest.mark.parametrize("name", sorted(DECIDE_CASES))
+def test_one_decision_kernel_equals_its_pieces(name, threads, square_jobs, on_threads):
+    """`placer_kernel.decide` gives the rule's actions, `core.action_mask` and the inputs for them at every
+    decision, the same arrays the pieces give one by one (the numpy rule and mask included)."""
+    cfg, fallback, risk, table_kw, serve = DECIDE_CASES[name]
+    calls = on_threads(threads, placer_kernel, "decide_kernel_parallel")
+    table = fit_peak_quantiles(
+        square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3, **table_kw
+    )
+    rule = RiskAwarePacking(table.forecaster(risk.level, horizon=12), make_policy(fallback), risk, name="r")
+    forecaster = RemainingPeakQuantiles(table, horizon=12)
+    levels = (0.5, 0.9, 0.99)
+    n_checked = n_invalid = 0
+    holds = set()
+    for seen, _, _ in decisions(cfg, square_jobs(5, 25, seed=2), serve):
+        base, mask, x, g = placer_kernel.decide(
+            cfg, seen, rule, forecaster, levels, 1.0, risk.use_durations, 8
+        )
+        ref_base = rule.act(cfg, seen, np.random.default_rng(0))
+        ref_mask = core.action_mask(cfg, seen)
+        ref_x, ref_g = placement_features(
+            cfg, seen, forecaster, PlacerConfig(levels=levels, use_durations=risk.use_durations, horizon=8),
+            ref_base, ref_mask, compiled=False,
+        )  # fmt: skip
+        live = ~seen.is_done
+        assert np.array_equal(base, ref_base) and np.array_equal(mask, ref_mask)
+        assert not x[~live].any() and not g[~live].any()
+        assert np.array_equal(x[live], ref_x[live]) and np.array_equal(g[live], ref_g[live])
+        n_invalid += int((~mask[live, :-1]).sum())
+        holds.update(mask[:, -1].tolist())
+        n_checked += 1
+    assert n_checked > 20 and (n_invalid > 0 or cfg.placement_check == "none")  # machines the head misfits
+    assert holds == ({True, False} if cfg.hold_rule == "no_fit" else {True})
+    assert (calls["decide_kernel_parallel"] > 0) == (threads == "numba")
+
+
+def test_one_decision_kernel_steps_aside(square_jobs):
+    """`decide` gives None where the rule's kernel or the inputs' kernel does not apply, or a look-up is negative."""
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    state = core.reset(cfg, square_jobs(2, 10, seed=3), 0)
+    rule = RiskAwarePacking(
+        table.forecaster(0.75, horizon=12), make_policy("deeprm_sjf"), RiskConfig(0.75), name="r"
+    )
+
+    inputs = RemainingPeakQuantiles(table, horizon=12)
+
+    def decide(rule=rule, forecaster=inputs, rho=1.0):
+        return placer_kernel.decide(cfg, state, rule, forecaster, (0.5, 0.9), rho, True, 12)
+
+    assert decide() is not None
+    assert decide(rho=0.5) is None
+    assert decide(forecaster=PersistenceForecaster(horizon=12)) is None
+    assert decide(rule=replace(rule, risk=RiskConfig(level=0.75, mode="guard"))) is None
+    assert decide(rule=replace(rule, fallback=make_policy("tetris"))) is None
+    assert (
+        decide(forecaster=RemainingPeakQuantiles(replace(table, values=table.values - 100.0), horizon=12))
+        is None
+    )
+
+
 def test_the_kernel_steps_aside_where_it_does_not_apply(square_jobs):
     cfg = SimConfig(n_machines=4, max_steps=400)
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.9, 0.99), min_count=3)
@@ -141,3 +233,32 @@ def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho, threads,
     assert np.isnan(got[0, 0, 0])
     assert got.tobytes() == np.stack(want).tobytes()
     assert calls["_level_columns_parallel"] == (1 if threads == "numba" else 0)
+
+
+def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jobs, monkeypatch):
+    """A sampled rollout of a residual (randomised: it leaves its base) on `forecast_peak`'s kind of rule reads its
+    decisions from `placer_kernel.decide`, and records the same inputs, actions and returns as with the pieces."""
+    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    rule = RiskAwarePacking(
+        table.forecaster(0.75, horizon=12), make_policy("deeprm_sjf"), RiskConfig(0.75, mode="pack"), name="r"
+    )
+    policy = ForecastResidualPolicy(base=rule, forecaster=RemainingPeakQuantiles(table, horizon=12))
+    net = policy.ready(cfg)
+    with torch.no_grad():
+        for last in (net.machine_head, net.hold_head[-1]):
+            last.weight.copy_(torch.randn(last.weight.shape, generator=torch.Generator().manual_seed(3)))
+    jobs = square_jobs(6, 30, seed=4)
+    fused = policy._decide
+    n_fused = []
+    policy._decide = lambda cfg, seen: n_fused.append(1) or fused(cfg, seen)
+    got = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    policy._decide = lambda cfg, seen: None
+    ref = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    assert len(n_fused) == got.n_decisions == ref.n_decisions > 20
+    assert (np.concatenate(got.action) != np.concatenate(got.base)).any()
+    for key in ("x", "g", "mask", "base", "action", "logp", "reward"):
+        assert all(np.array_equal(a, b) for a, b in zip(getattr(got, key), getattr(ref, key), strict=True)), (
+            key
+        )
+    assert np.array_equal(got.returns, ref.returns)
