@@ -7,9 +7,12 @@ policy, no observations), with the numpy step and with the compiled in-place ste
 shared: compare within a run); every repeat must give the same returns.
 
     PYTHONPATH=. python benchmarks/bench_placer_rollout.py --warehouse warehouse [--source bitbrains] [--load 50]
-        [--base forecast_peak] [--inputs rule] [--envs 400] [--repeats 3] [--profile 25] [--threads 1,2]
+        [--base forecast_peak] [--inputs rule] [--envs 400] [--repeats 3] [--profile 25] [--threads 1,2] [--pieces]
 
-Without `--warehouse` it runs on DeepPlace's synthetic workload. `--profile N` adds cProfile's N costliest
+`--pieces` alternates each rollout with one whose decisions run as separate pieces (the base rule, the mask and
+the inputs one by one, as before `models.placer_kernel.decide`) and prints the paired ratio: on a shared machine
+whose speed moves by a third from run to run, a ratio within one process is the figure to trust. Without
+`--warehouse` it runs on DeepPlace's synthetic workload. `--profile N` adds cProfile's N costliest
 functions of one more rollout (by own time).
 """
 
@@ -61,6 +64,9 @@ def main() -> None:
         "the kernels use threads for batches of sim.compiled_step.PARALLEL_MIN_ENVS envs or more",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--pieces", action="store_true", help="alternate with the decision as separate pieces; paired ratio"
+    )
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -104,6 +110,7 @@ def main() -> None:
         by_count: dict[int, list[float]] = {n: [] for n in counts}
         rates = by_count[counts[-1]]  # the last count's: the threads the bare loops run with
         first_returns = {}
+        pieces: list[tuple[float, float]] = []  # (one kernel, pieces) decisions/s, with --pieces
         for r in range(args.repeats):
             for n in counts:  # alternated within the repeat: the machine is shared
                 numba.set_num_threads(n)
@@ -114,6 +121,18 @@ def main() -> None:
                 dt = time.perf_counter() - t
                 by_count[n].append(rec.n_env_decisions / dt)
                 first_returns.setdefault(n, rec.returns)
+                if args.pieces:
+                    fused, policy._decide = policy._decide, lambda cfg, seen: None
+                    t = time.perf_counter()
+                    rec_p = run_rollout(
+                        policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True
+                    )
+                    pieces.append(
+                        (rec.n_env_decisions / dt, rec_p.n_env_decisions / (time.perf_counter() - t))
+                    )
+                    policy._decide = fused
+                    if not np.array_equal(rec_p.returns, rec.returns):
+                        raise SystemExit("the decision as pieces gave other returns than the one kernel")
                 if len(counts) > 1:
                     print(
                         f"  repeat {r}, {n} numba thread(s): training rollout {by_count[n][-1]:,.0f} decisions/s"
@@ -148,6 +167,14 @@ def main() -> None:
             f"decisions/s with the numpy step, {np.median(compiled):,.0f} with the compiled one "
             f"({np.median(rates) / np.median(compiled):.2f} of the compiled bare rate; item 8 asks 100,000)"
         )
+        if pieces:
+            one, apart = np.asarray(pieces).T
+            ratio = one / apart
+            print(
+                f"one decision kernel against the pieces, alternated ({len(pieces)} pairs): {np.median(one):,.0f} "
+                f"against {np.median(apart):,.0f} decisions/s, paired ratio median {np.median(ratio):.3f} "
+                f"({ratio.min():.3f}-{ratio.max():.3f})"
+            )
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()

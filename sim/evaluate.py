@@ -410,8 +410,11 @@ def gap_table(results: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
         heur = means.filter((pl.col("policy_kind") == "heuristic") & ~pl.col("is_oracle"))
         if heur.is_empty():
             continue
-        best = heur.sort("episode_return", descending=True).row(0, named=True)
-        oracles = means.filter(pl.col("is_oracle")).sort("episode_return", descending=True)
+        # ties (two heuristics with the same mean: DeepRM's SJF and Packer often decide alike) go to the first name,
+        # whatever order group_by gave
+        by_return = dict(by=["episode_return", "policy"], descending=[True, False])
+        best = heur.sort(**by_return).row(0, named=True)
+        oracles = means.filter(pl.col("is_oracle")).sort(**by_return)
         oracle = oracles.row(0, named=True) if oracles.height else None
         tetris = means.filter(pl.col("policy") == "tetris")
         by_policy = {p: g.sort("sequence_id") for (p,), g in cell.group_by("policy")}

@@ -45,7 +45,7 @@ def leaderboard(summary: pl.DataFrame, metric: str = LEADERBOARD_METRIC) -> pl.D
     heuristic = ~pl.col("is_oracle") & ~pl.col("is_learned") & (pl.col("policy_kind") != "forecast")
     best_heur = (
         rows.filter(heuristic)
-        .sort("mean", descending=True)
+        .sort(["mean", "policy"], descending=[True, False])  # a tie goes to the first name
         .group_by(cell, maintain_order=True)
         .agg(best_heuristic=pl.col("policy").first(), best_heuristic_mean=pl.col("mean").first())
     )

@@ -321,6 +321,17 @@ def test_gap_table_never_calls_an_oracle_best_and_pairs_by_sequence() -> None:
     assert rule["gap_closed_frac"] == pytest.approx(1.0 / 4.0)  # (-8.5 - -9.5) / (-6.5 - -9.5)
 
 
+def test_gap_table_names_the_first_of_tied_heuristics_whatever_the_row_order() -> None:
+    """Two heuristics with the same mean (DeepRM's SJF and Packer often decide alike): the best is the first name,
+    for any order of the results' rows (group_by's order once named either)."""
+    rows = [("tetris", s, -9.0 - s) for s in range(4)] + [("sjf", s, -9.0 - s) for s in range(4)]
+    rows += [("rule", s, -8.0 - s) for s in range(4)] + [("truth", s, -5.0 - s) for s in range(4)]
+    results = _results(rows)
+    for seed in range(6):
+        shuffled = results.sample(fraction=1.0, shuffle=True, seed=seed)
+        assert set(gap_table(shuffled)["best_heuristic"].to_list()) == {"sjf"}
+
+
 def test_deviate_mode_computes_bounds_only_where_it_may_deviate_with_the_same_decisions() -> None:
     from sim.policies import valid_machines
     from sim.risk import deviate_or_pack, head_bounds, safe_and_tightness
