@@ -8,6 +8,8 @@
   forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) over a DeepRM fallback
   (SJF or Packer: Best-Fit by requests), deviation rows, bounds and choice as there.
 - `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
+- `decide_kernel`: the two bodies above and the mask between them, one pass per env (`models.placer_kernel.decide`:
+  a training rollout's decision on `forecast_peak`'s kind of rule); the bodies' arguments ride in two tuples.
 
 Each runs one body per env (`_pick_env`, `_act_env`, `_placer_env`), on numba's threads for a large batch
 (`sim.compiled_step.on_threads`), else on the caller's: the same numbers either way. Each body walks an env
