@@ -333,6 +333,12 @@ class BaseRule:
     def is_picker(self) -> bool:
         return isinstance(self.policy, JobPicker)
 
+    @property
+    def risk_rule(self) -> RiskAwarePacking | None:
+        """The `RiskAwarePacking` that `act` runs (over the cached forecasts), or None where `act` runs another
+        policy or the persistence rule's fast path."""
+        return None if self._fast or not isinstance(self._run, RiskAwarePacking) else self._run
+
     def served(self, cfg: SimConfig, state: State) -> State:
         """The state as the rule sees it: relabelled by the labeller where the rule or its forecasts read labels."""
         if self.labeller is None or not self.reads_labels:
@@ -374,6 +380,11 @@ def feature_names(pcfg: PlacerConfig, n_resources: int) -> tuple[str, ...]:
     return tuple(names)
 
 
+def input_horizon(forecaster: UsageForecaster, pcfg: PlacerConfig) -> int:
+    """The forecast steps the placer's inputs read: `PlacerConfig.horizon`, at most the forecaster's."""
+    return forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
+
+
 def placement_features(
     cfg: SimConfig,
     state: State,
@@ -391,7 +402,7 @@ def placement_features(
     `models.placer_kernel` applies (the base rule's remaining-peak table at rho = 1, the default inputs), one numba
     kernel computes the same features (equal to the bit to a fresh count; `memo` is then not used), zeros for envs
     whose episode has ended (no decision reads them)."""
-    horizon = forecaster.horizon if pcfg.horizon is None else min(pcfg.horizon, forecaster.horizon)
+    horizon = input_horizon(forecaster, pcfg)
     if compiled:
         fast = placer_kernel.features(
             cfg,
@@ -936,13 +947,12 @@ class ForecastResidualPolicy:
         """(base, mask, x, g) from `models.placer_kernel.decide` (one kernel for the base rule, the mask and the
         inputs; the state `seen` differs from the env's in its labels only, which the mask does not read), or
         None where it does not apply."""
-        if self.base._fast or not isinstance(self.base._run, RiskAwarePacking):
+        rule = self.base.risk_rule
+        if rule is None:
             return None
-        pcfg = self.config
-        fc = self.forecaster
-        horizon = fc.horizon if pcfg.horizon is None else min(pcfg.horizon, fc.horizon)
+        pcfg, fc = self.config, self.forecaster
         return placer_kernel.decide(
-            cfg, seen, self.base._run, fc, pcfg.levels, pcfg.rho, pcfg.use_durations, horizon
+            cfg, seen, rule, fc, pcfg.levels, pcfg.rho, pcfg.use_durations, input_horizon(fc, pcfg)
         )
 
     def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:

@@ -295,7 +295,8 @@ class ForecastCache:
     observed label, meta, duration: two random projections, seeded) and its observed steps (`job_view`'s
     n_observed). Exact: a cached row is the inner forecaster's own output for a job with the same view, as it
     came out of the batch in which it was first asked (a network's row may differ in its last float32 bits from
-    batch to batch on some CPUs: seen on an AMD EPYC without AVX-512). Keeps at most `max_rows` rows (then computes the rest without storing them)."""
+    batch to batch on some CPUs: seen on an AMD EPYC without AVX-512). Keeps at most `max_rows` rows (then
+    computes the rest without storing them)."""
 
     def __init__(self, inner: UsageForecaster, max_rows: int = 200_000, seed: int = 0) -> None:
         if getattr(inner, "is_oracle", False):

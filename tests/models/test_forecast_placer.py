@@ -32,6 +32,7 @@ from sim import core
 from sim.config import SimConfig
 from sim.forecast import ExactForecaster
 from sim.jobs import JobBatch
+from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
 from sim.policies import decide, make_policy
 from sim.risk import PersistenceForecaster, RequestForecaster, RiskAwarePacking, RiskConfig
 from sim.tuning import sequence_returns
@@ -688,3 +689,35 @@ def test_compiled_level_columns_equal_the_numpy_columns(which, learned_forecaste
     x2, g2 = placement_features(CFG, state, forecaster, pcfg, base, mask, compiled=False)
     assert np.isfinite(x1).all() and x1[..., : 5 * len(pcfg.levels)].any()
     assert x1.tobytes() == x2.tobytes() and g1.tobytes() == g2.tobytes()
+
+
+def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jobs):
+    """A sampled rollout of a residual (randomised: it leaves its base) on `forecast_peak`'s kind of rule reads its
+    decisions from `placer_kernel.decide`, and records the same inputs, actions and returns as with the pieces."""
+    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    rule = RiskAwarePacking(
+        table.forecaster(0.75, horizon=12), make_policy("deeprm_sjf"), RiskConfig(0.75, mode="pack"), name="r"
+    )
+    policy = ForecastResidualPolicy(base=rule, forecaster=RemainingPeakQuantiles(table, horizon=12))
+    _randomise_residual(policy.ready(cfg))
+    jobs = square_jobs(6, 30, seed=4)
+    fused = policy._decide
+    n_fused = []  # decisions the one kernel gave (not None)
+
+    def counted(cfg, seen):
+        out = fused(cfg, seen)
+        n_fused.append(out is not None)
+        return out
+
+    policy._decide = counted
+    got = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    policy._decide = lambda cfg, seen: None
+    ref = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    assert sum(n_fused) == got.n_decisions == ref.n_decisions > 20
+    assert (np.concatenate(got.action) != np.concatenate(got.base)).any()
+    for key in ("x", "g", "mask", "base", "action", "logp", "reward"):
+        assert all(np.array_equal(a, b) for a, b in zip(getattr(got, key), getattr(ref, key), strict=True)), (
+            key
+        )
+    assert np.array_equal(got.returns, ref.returns)

@@ -9,16 +9,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from models import placer_kernel
-from models.forecast_placer import (
-    ForecastResidualPolicy,
-    PlacerConfig,
-    feature_names,
-    placement_features,
-    run_rollout,
-)
+from models.forecast_placer import PlacerConfig, feature_names, placement_features
 from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
@@ -233,32 +226,3 @@ def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho, threads,
     assert np.isnan(got[0, 0, 0])
     assert got.tobytes() == np.stack(want).tobytes()
     assert calls["_level_columns_parallel"] == (1 if threads == "numba" else 0)
-
-
-def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jobs, monkeypatch):
-    """A sampled rollout of a residual (randomised: it leaves its base) on `forecast_peak`'s kind of rule reads its
-    decisions from `placer_kernel.decide`, and records the same inputs, actions and returns as with the pieces."""
-    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
-    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
-    rule = RiskAwarePacking(
-        table.forecaster(0.75, horizon=12), make_policy("deeprm_sjf"), RiskConfig(0.75, mode="pack"), name="r"
-    )
-    policy = ForecastResidualPolicy(base=rule, forecaster=RemainingPeakQuantiles(table, horizon=12))
-    net = policy.ready(cfg)
-    with torch.no_grad():
-        for last in (net.machine_head, net.hold_head[-1]):
-            last.weight.copy_(torch.randn(last.weight.shape, generator=torch.Generator().manual_seed(3)))
-    jobs = square_jobs(6, 30, seed=4)
-    fused = policy._decide
-    n_fused = []
-    policy._decide = lambda cfg, seen: n_fused.append(1) or fused(cfg, seen)
-    got = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
-    policy._decide = lambda cfg, seen: None
-    ref = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
-    assert len(n_fused) == got.n_decisions == ref.n_decisions > 20
-    assert (np.concatenate(got.action) != np.concatenate(got.base)).any()
-    for key in ("x", "g", "mask", "base", "action", "logp", "reward"):
-        assert all(np.array_equal(a, b) for a, b in zip(getattr(got, key), getattr(ref, key), strict=True)), (
-            key
-        )
-    assert np.array_equal(got.returns, ref.returns)
