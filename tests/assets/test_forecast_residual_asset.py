@@ -25,6 +25,7 @@ def test_forecast_residual_trains_publishes_and_loads_back(tmp_path):
     train_config = {
         "sources": ["deepplace_synthetic"],
         "forecaster_preset": "sample",
+        "tuning_preset": "smoke",  # the asset's wiring, not the grid: one level on validation
         "placer": {"n_iterations": 1, "n_sequences": 2, "n_rollouts": 2, "time_budget_s": 30.0},
     }
     with DagsterInstance.ephemeral() as instance:
