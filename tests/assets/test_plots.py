@@ -34,13 +34,13 @@ def _summary() -> pl.DataFrame:
 
 
 def test_summary_is_one_figure_per_source_that_fits_the_dialog():
-    summary = _summary()
+    summary = _summary().filter(pl.col("source") != "alibaba2018")  # two sources: each figure takes seconds
     pngs = summary_plots(summary)
-    assert sorted(pngs) == SOURCES
+    assert sorted(pngs) == SOURCES[1:]
     for png in pngs.values():
         assert 800 <= png_width_px(png) <= MAX_WIDTH_PX
-    one = summary.filter(pl.col("source") == SOURCES[0])  # the metadata renders again: one source is enough
-    assert sorted(summary_plot_metadata(one)) == [f"plot_{SOURCES[0]}"]
+    one = summary.filter(pl.col("source") == SOURCES[1])  # the metadata renders again: one source is enough
+    assert sorted(summary_plot_metadata(one)) == [f"plot_{SOURCES[1]}"]
     fig = summary_figure(summary, "google2011")
     drawn = [ax for ax in fig.axes if ax.patches]
     assert len(drawn) == len(PLOT_METRICS)
