@@ -28,7 +28,10 @@ from `sim.forecast.job_view` (observed usage only), at serve time and at trainin
   workloads.
 - Calibration: split-conformal, CQR-style: on held-out calibration WORKLOADS (the split is by workload id, never by
   row), per level, horizon step and resource, the additive shift (in fractions of s) that makes the calibration
-  coverage reach the nominal level (the k-th smallest score (y - q) / s, k = ceil((n + 1) tau)). After the shift
+  coverage reach the nominal level (the k-th smallest score (y - q) / s, k = ceil((n + 1) tau)); with
+  `calibrate_by_origin` (the default) separately for jobs at arrival (nothing observed) and running jobs
+  (Mondrian conformal: each origin covered on its own, not only their mix; a step with no calibration example of
+  an origin takes the pooled shift). After the shift
   the quantiles are clipped to [0, C] (to [0, request] when no training step used more than its request, as with
   the peak requests of `sim__job_sequences`: capping then never uncovers a step) and made non-decreasing over the
   levels again. Usage is whole units, so coverage of a level cannot be tuned finer than the mass of a job's most
@@ -127,6 +130,10 @@ class ForecastConfig:
     """Examples kept (drawn without replacement) from all origins of all training jobs."""
     calibration_share: float = 0.25
     """Share of the training WORKLOADS held out for conformal calibration."""
+    calibrate_by_origin: bool = True
+    """Conformal shifts per origin (`ORIGINS`: at arrival, running) instead of one set for both: a single set
+    covered the mix while over-covering arrivals (0.97-0.99 at 95 % on the sample's real sources) and
+    under-covering running jobs (0.88-0.94)."""
     validation_share: float = 0.15
     """Share of the training workloads held out for early stopping."""
     n_threads: int | None = 1
@@ -467,6 +474,7 @@ class _Examples:
     scale: np.ndarray  # (n, D) max(request, 1)
     request: np.ndarray  # (n, D) requested units
     workload: np.ndarray  # (n,) object: workload id (the split's group)
+    origin: np.ndarray  # (n,) int64: index into ORIGINS (0 at arrival: nothing observed; 1 running)
 
     def take(self, idx: np.ndarray) -> _Examples:
         return _Examples(
@@ -477,7 +485,18 @@ class _Examples:
             self.scale[idx],
             self.request[idx],
             self.workload[idx],
+            self.origin[idx],
         )
+
+
+ORIGINS = ("arrival", "running")
+"""The origins calibrated apart (`ForecastConfig.calibrate_by_origin`): a job with nothing observed yet, one that
+has run at least a step."""
+
+
+def origin_index(n_observed: np.ndarray) -> np.ndarray:
+    """(N,) index into ORIGINS of jobs with `n_observed` steps observed."""
+    return (np.asarray(n_observed) > 0).astype(np.int64)
 
 
 def _workload_of(jobs: JobBatch, env: np.ndarray, job: np.ndarray) -> np.ndarray:
@@ -522,7 +541,8 @@ def build_examples(
             scale = np.maximum(view.request.astype(np.float64), 1.0)
             x, anchors = view_features(view, cfg, ec)
             req = view.request.astype(np.float64)
-            parts.append(_Examples(x, anchors, y, alive, scale, req, _workload_of(jobs, e, j)))
+            origin = origin_index(view.n_observed)
+            parts.append(_Examples(x, anchors, y, alive, scale, req, _workload_of(jobs, e, j), origin))
     ex = _Examples(*(np.concatenate([getattr(p, f) for p in parts]) for f in _Examples.__dataclass_fields__))
     has_target = ex.alive.any(axis=1)
     if not has_target.any():
@@ -649,15 +669,28 @@ def _train_network(
     return net, {"epochs_run": epoch, "best_val_pinball_frac": best, "val_history": history}
 
 
-def conformal_shifts(q_frac: np.ndarray, ex: _Examples, levels: tuple[float, ...]) -> np.ndarray:
+def conformal_shifts(
+    q_frac: np.ndarray, ex: _Examples, levels: tuple[float, ...], by_origin: bool = False
+) -> np.ndarray:
     """(L, H, D) additive shifts, fractions of s: per level tau, horizon step and resource, the k-th smallest
     score y / s - q over the n alive calibration steps, k = ceil((n + 1) tau) (the largest when k > n; 0 where
-    n = 0): split-conformal, so at least a share tau of exchangeable new steps is covered."""
+    n = 0): split-conformal, so at least a share tau of exchangeable new steps is covered. `by_origin`: (O, L, H,
+    D), the same per origin (`ORIGINS`) over that origin's examples (Mondrian), the pooled shift where an origin
+    has no alive example at a step."""
+    pooled = _shifts_over(q_frac, ex, levels, np.ones(len(ex.y), dtype=bool), np.zeros(q_frac.shape[1:]))
+    if not by_origin:
+        return pooled
+    return np.stack([_shifts_over(q_frac, ex, levels, ex.origin == o, pooled) for o in range(len(ORIGINS))])
+
+
+def _shifts_over(
+    q_frac: np.ndarray, ex: _Examples, levels: tuple[float, ...], among: np.ndarray, empty: np.ndarray
+) -> np.ndarray:
+    """`conformal_shifts` over the examples `among` (n,) bool; `empty`'s value (L, H, D) at a step with none."""
     score = ex.y[:, None] / ex.scale[:, None, None, :] - q_frac  # (n, L, H, D)
-    n_l, n_h, n_d = q_frac.shape[1:]
-    shifts = np.zeros((n_l, n_h, n_d))
-    for h in range(n_h):
-        rows = ex.alive[:, h]
+    shifts = empty.copy()
+    for h in range(q_frac.shape[2]):
+        rows = ex.alive[:, h] & among
         n = int(rows.sum())
         if n == 0:
             continue
@@ -665,6 +698,12 @@ def conformal_shifts(q_frac: np.ndarray, ex: _Examples, levels: tuple[float, ...
         for li, tau in enumerate(levels):
             shifts[li, h] = ordered[min(math.ceil((n + 1) * tau), n) - 1, li]
     return shifts
+
+
+def shifts_for(shifts: np.ndarray, n_observed: np.ndarray) -> np.ndarray:
+    """(N, L, H, D) (or (1, L, H, D)) conformal shifts of jobs with `n_observed` steps observed: one set for
+    all (L, H, D), or each job its origin's ((O, L, H, D), `ForecastConfig.calibrate_by_origin`)."""
+    return shifts[None] if shifts.ndim == 3 else shifts[origin_index(n_observed)]
 
 
 def _to_units(q_frac: np.ndarray, scale: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -696,7 +735,8 @@ class QuantileUsageForecaster:
     x_mean: np.ndarray = field(repr=False)
     x_std: np.ndarray = field(repr=False)
     shifts: np.ndarray = field(repr=False)
-    """(L, H, D) conformal shifts in fractions of max(request, 1)."""
+    """Conformal shifts in fractions of max(request, 1): (O, L, H, D) per origin (`ORIGINS`), or (L, H, D) for
+    every job (`ForecastConfig.calibrate_by_origin` off)."""
     ec: _EcInputs | None = field(repr=False)
     is_capped_at_request: bool = False
     """No training step used more than its job's request (peak requests), so quantiles are capped at the request."""
@@ -724,7 +764,8 @@ class QuantileUsageForecaster:
     def forecast_view(self, view: JobView) -> np.ndarray:
         """(N, L, H, D) calibrated quantiles in units from a JobView."""
         scale = np.maximum(view.request.astype(np.float64), 1.0)
-        return _to_units(self.forecast_fraction(view) + self.shifts[None], scale, self._cap(view.request))
+        shifted = self.forecast_fraction(view) + shifts_for(self.shifts, view.n_observed)
+        return _to_units(shifted, scale, self._cap(view.request))
 
     def _cap(self, request: np.ndarray) -> np.ndarray:
         """(N, D) largest units a quantile may take: C_d, or the request where training usage never exceeded it."""
@@ -792,7 +833,8 @@ def fit_usage_forecaster(
     cal = norm.take(i_cal)
     shape = (len(cfg.levels), cfg.horizon, len(capacity))
     q_cal = _numpy_forward(weights, cal.x, cal.anchors, shape)
-    shifts = conformal_shifts(q_cal, cal, cfg.levels)
+    shifts = conformal_shifts(q_cal, cal, cfg.levels, cfg.calibrate_by_origin)
+    q_shifted = q_cal + (shifts[cal.origin] if shifts.ndim == 4 else shifts[None])
     is_capped = is_usage_within_request(train)
     cap = np.minimum(capacity, cal.request) if is_capped else np.broadcast_to(capacity, cal.request.shape)
     report |= split | {
@@ -802,7 +844,12 @@ def fit_usage_forecaster(
             for part, i in (("train", i_train), ("calibration", i_cal))
         },
         "calibration_coverage_raw": _coverage(q_cal, cal, cfg.levels, cap),
-        "calibration_coverage": _coverage(q_cal + shifts[None], cal, cfg.levels, cap),
+        "calibration_coverage": _coverage(q_shifted, cal, cfg.levels, cap),
+        "calibration_coverage_by_origin": {
+            name: _coverage(q_shifted[i], cal.take(i), cfg.levels, cap[i])
+            for o, name in enumerate(ORIGINS)
+            if (i := np.flatnonzero(cal.origin == o)).size
+        },
         "fit_s": time.perf_counter() - t0,
     }
     return QuantileUsageForecaster(cfg, capacity, weights, mean, std, shifts, ec, is_capped, report)

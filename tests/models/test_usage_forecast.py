@@ -13,6 +13,7 @@ from models.usage_forecast import (
     SeasonalNaiveForecaster,
     _Examples,
     _train_network,
+    conformal_shifts,
     fit_usage_forecaster,
     forecast_table,
     origin_state,
@@ -108,6 +109,48 @@ def test_coverage_on_a_stationary_source_is_within_two_points_of_nominal(data):
     assert learned.report["calibration_coverage"][0.95] >= 0.95
 
 
+def test_each_origin_is_covered_on_its_own(data):
+    _, test, learned, _, _ = data
+    assert learned.shifts.shape == (2, 4, 6, 2)  # arrival, running x levels x steps x resources
+    table = forecast_table(SIM, test, {"learned": learned}, origins_per_job=3, seed=0)
+    summary = summarise_forecast_table(table, by=("origin",))
+    assert sorted(summary["origin"]) == ["arrival", "running"]
+    for row in summary.iter_rows(named=True):
+        assert row["coverage_95"] == pytest.approx(0.95, abs=0.025), row
+    by_origin = learned.report["calibration_coverage_by_origin"]
+    assert by_origin["arrival"][0.95] >= 0.95 and by_origin["running"][0.95] >= 0.95
+
+
+def test_conformal_shifts_by_origin_are_each_origins_own_quantile():
+    # scores y / s - q: arrivals spread 4x wider than running jobs; one step, one level, one resource
+    rng = np.random.default_rng(0)
+    n = 4000
+    origin = (np.arange(n) % 2).astype(np.int64)
+    y = np.where(origin == 0, 4.0, 1.0)[:, None, None] * rng.normal(size=(n, 1, 1)) + 10.0
+    ex = _Examples(
+        x=np.zeros((n, 1)),
+        anchors=np.zeros((n, 1, 1, 1)),
+        y=y,
+        alive=np.ones((n, 1), dtype=bool),
+        scale=np.ones((n, 1)),
+        request=np.ones((n, 1)),
+        workload=np.array([f"w{i}" for i in range(n)], dtype=object),
+        origin=origin,
+    )
+    q = np.full((n, 1, 1, 1), 10.0)
+    pooled = conformal_shifts(q, ex, (0.95,))
+    split = conformal_shifts(q, ex, (0.95,), by_origin=True)
+    assert pooled.shape == (1, 1, 1) and split.shape == (2, 1, 1, 1)
+    for o, sd in ((0, 4.0), (1, 1.0)):
+        hit = (y[origin == o, 0, 0] - 10.0 <= split[o, 0, 0, 0]).mean()
+        assert hit == pytest.approx(0.95, abs=0.01)
+        assert split[o, 0, 0, 0] == pytest.approx(1.645 * sd, rel=0.1)
+    assert split[1, 0, 0, 0] < pooled[0, 0, 0] < split[0, 0, 0, 0]
+    ex_one = ex.take(np.flatnonzero(origin == 1))  # no arrival example: arrivals take the pooled shift
+    one = conformal_shifts(q[origin == 1], ex_one, (0.95,), by_origin=True)
+    np.testing.assert_array_equal(one[0], conformal_shifts(q[origin == 1], ex_one, (0.95,)))
+
+
 def test_no_forecast_reads_the_future(data):
     _, test, learned, no_ec, baselines = data
     n_obs, env, job = _running_state(test, 1)
@@ -153,6 +196,7 @@ def test_a_nan_loss_names_the_forecaster_epoch_and_iteration():
         scale=np.ones((n, 2)),
         request=np.ones((n, 2)),
         workload=np.array(["w"] * n, dtype=object),
+        origin=np.zeros(n, dtype=np.int64),
     )
     with pytest.raises(ValueError, match=r"my-forecaster: training loss is nan at epoch 1, iteration 1"):
         _train_network(ex, ex, TINY, np.array([8, 8]), "my-forecaster")
