@@ -1269,7 +1269,8 @@ COVERAGE_CHECK_DOCS = {
     "q95_covers_93_to_97_pct": "The learned forecaster's 95 % quantile (with EC inputs) covers 93-97 % of the "
     "test steps of every (source, load) (WARN: usage in whole units can leave coverage above nominal, and a cell "
     "of few test workloads, `n_test_workloads` in the summary, can miss the band by chance: on the embedded "
-    "sample's 11 Bitbrains test VMs it covers 0.89-0.94, on the shared trace's 84 VMs 0.944-0.958).",
+    "sample's 11 Bitbrains test VMs it covered 0.89-0.94 with one calibration for every origin, 0.945-0.955 with "
+    "one per origin, `ForecastConfig.calibrate_by_origin`).",
 }
 """The check of `coverage_check`: name -> what passing means."""
 
