@@ -15,6 +15,10 @@ one thread) and per forecaster the mean pinball loss / C and the coverage of eac
 running origins.
 
     python benchmarks/bench_forecast.py [--traces /work/shared/traces] [--preset sample|default] [--sources bitbrains,deepplace]
+        [--calibration origin|pooled]
+
+`--calibration pooled` fits the learned forecasters with one set of conformal shifts for every origin instead of
+one per origin (`ForecastConfig.calibrate_by_origin`, the default): run both and compare the "by origin" tables.
 
 Measured (2 shared cores, load average about 8 from other processes; default preset; load 50 %, 20 training and
 10 test sequences; pinball = mean over levels 50/90/95/99, 24 steps and both resources, / C; seed 0):
@@ -47,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from models.usage_forecast import (  # noqa: E402
     FORECAST_PRESETS,
+    ForecastConfig,
     fit_forecasters,
     fit_usage_forecaster,
     forecast_table,
@@ -114,9 +119,8 @@ def forecasts_per_second(
     return n / (time.perf_counter() - t0), n / (time.process_time() - c0)
 
 
-def run_source(name: str, seqs: pl.DataFrame, preset: str) -> None:
+def run_source(name: str, seqs: pl.DataFrame, cfg: ForecastConfig) -> None:
     sim_cfg = SimConfig(n_labels=max(16, int(seqs["ec_label"].max()) + 1))
-    cfg = FORECAST_PRESETS[preset]
     train = JobBatch.from_frame(seqs.filter(pl.col("split") == "train"))
     test = JobBatch.from_frame(seqs.filter(pl.col("split") == "test"))
     n_tr = int(train.n_jobs.sum())
@@ -161,7 +165,8 @@ def run_source(name: str, seqs: pl.DataFrame, preset: str) -> None:
         print("95 % coverage of the learned forecasters per horizon step 1..H:")
         print(h95.select("forecaster", *[str(h) for h in (1, 2, 4, 8, 12, 24) if str(h) in h95.columns]))
     OUT.mkdir(parents=True, exist_ok=True)
-    table.write_parquet(OUT / f"table_{name}.parquet")
+    suffix = "" if cfg.calibrate_by_origin else "_pooled"
+    table.write_parquet(OUT / f"table_{name}{suffix}.parquet")
     ec_value_over_seeds(sim_cfg, cfg, train, test)
 
 
@@ -197,14 +202,14 @@ def main() -> None:
     ap.add_argument("--traces", type=Path, default=Path("/work/shared/traces"))
     ap.add_argument("--preset", default="default", choices=sorted(FORECAST_PRESETS))
     ap.add_argument("--sources", default="bitbrains,deepplace")
+    ap.add_argument("--calibration", default="origin", choices=("origin", "pooled"))
     args = ap.parse_args()
-    print(
-        f"load average {os.getloadavg()[0]:.1f}; preset {args.preset}: {dataclasses.asdict(FORECAST_PRESETS[args.preset])}"
-    )
+    cfg = dataclasses.replace(FORECAST_PRESETS[args.preset], calibrate_by_origin=args.calibration == "origin")
+    print(f"load average {os.getloadavg()[0]:.1f}; preset {args.preset}: {dataclasses.asdict(cfg)}")
     t0 = time.perf_counter()
     for name in args.sources.split(","):
         seqs = bitbrains_sequences(args.traces) if name == "bitbrains" else deepplace_sequences()
-        run_source(name, seqs, args.preset)
+        run_source(name, seqs, cfg)
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
 
 
