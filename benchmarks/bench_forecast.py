@@ -30,6 +30,11 @@ Measured (2 shared cores, load average about 8 from other processes; default pre
   0.02655, seasonal-naive 0.03288. 95 % coverage: without EC 0.970, with EC 0.968.
 - EC inputs over seeds 0-2 (each also redraws the workload split): Bitbrains -3.3 % pinball (3 of 3 seeds);
   DeepPlace +6.4 % (0 of 3; the per-age prior is what hurts: one-hot only 0.01300, prior only 0.01369).
+- Calibration per origin (`--calibration origin`, the default since 2026-12-01) against one set for both
+  (`pooled`), AMD EPYC 2-core machine: Bitbrains 95 % coverage with EC 0.966 / 0.974 (running 0.951 / 0.962,
+  arrival 0.998 / 0.998), pinball over seeds 0-2 with EC 0.00377 / 0.00380, without 0.00385 / 0.00387; DeepPlace
+  with EC 0.01449 / 0.01369, without 0.01387 / 0.01302, arrival coverage with EC 0.912 / 0.962 (its calibration
+  templates do not resemble the test templates at arrival). 136 s per run.
 - Fit 3-8 s per learned forecaster; about 40k job-forecasts per CPU second (20k per wall second under that load),
   job_view included; whole benchmark 86 s (Bitbrains sequences built once, 7 s, then cached).
 """
