@@ -162,6 +162,12 @@ def main() -> None:
         "sequences (as the pipeline serves them by default), the saved classifier's model trained without the "
         "test sequences' workloads, or the clustering labels computed from each workload's whole series",
     )
+    ap.add_argument(
+        "--fallbacks",
+        default=None,
+        help="TuningConfig.fallbacks: the request-based heuristics a fitted rule may fall back on, comma-separated "
+        "(default: the preset's, every request heuristic; e.g. leave out kube_default, which spreads jobs)",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
     loads = tuple(int(x) for x in args.loads.split(","))
@@ -223,6 +229,7 @@ def main() -> None:
                     cross_fit=args.cross_fit,
                     cross_fit_sequences=args.cross_fit_sequences,
                     peak_calibrated=args.peak_calibrated,
+                    **({"fallbacks": tuple(args.fallbacks.split(","))} if args.fallbacks else {}),
                 ),
                 forecaster_factory=factory,
                 choices=choices,

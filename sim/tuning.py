@@ -114,6 +114,11 @@ class TuningConfig:
             raise ValueError(
                 f"TuningConfig.overshoot_budget_pct must be >= 0 or None, got {self.overshoot_budget_pct}"
             )
+        unknown = [name for name in self.fallbacks if name not in REQUEST_HEURISTICS]
+        if not self.fallbacks or unknown:
+            raise ValueError(
+                f"TuningConfig.fallbacks must name one or more of {REQUEST_HEURISTICS}; got {self.fallbacks!r}"
+            )
         if self.cross_fit_sequences is not None and self.cross_fit_sequences < 1:
             raise ValueError(
                 f"TuningConfig.cross_fit_sequences must be >= 1 or None, got {self.cross_fit_sequences}"

@@ -116,3 +116,12 @@ def test_an_unreadable_memo_file_is_a_miss(tmp_path) -> None:
     again = FitContext(cfg=CFG, train=train, tuning=TUNING, memo=memo)
     POLICIES["n_sigma_observed"].fit(again)
     assert again.choices == ctx.choices
+
+
+def test_tuning_settings_name_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match=r"TuningConfig.fallbacks must name one or more of .*'spread_out'"):
+        TuningConfig(fallbacks=("tetris", "spread_out"))
+    with pytest.raises(ValueError, match="TuningConfig.fallbacks"):
+        TuningConfig(fallbacks=())
+    with pytest.raises(ValueError, match="overshoot_budget_pct must be >= 0"):
+        TuningConfig(overshoot_budget_pct=-1.0)
