@@ -121,6 +121,21 @@ def test_each_origin_is_covered_on_its_own(data):
     assert by_origin["arrival"][0.95] >= 0.95 and by_origin["running"][0.95] >= 0.95
 
 
+def test_a_job_is_shifted_by_its_own_origins_shifts(data):
+    _, test, learned, _, _ = data
+    n_obs, env, job = _running_state(test, 5)
+    state = origin_state(SIM, test, n_obs)
+    arriving = n_obs[env, job] == 0
+    assert arriving.any() and (~arriving).any()
+    low, high = np.full(learned.shifts.shape[1:], -100.0), np.full(learned.shifts.shape[1:], 100.0)
+    q = replace(learned, shifts=np.stack([high, low])).forecast(SIM, state, env, job)
+    assert (q[arriving] == 8).all() and (q[~arriving] == 0).all()  # clipped to [0, C]: each origin its own
+    q = replace(learned, shifts=np.stack([low, high])).forecast(SIM, state, env, job)
+    assert (q[arriving] == 0).all() and (q[~arriving] == 8).all()
+    pooled = replace(learned, shifts=high).forecast(SIM, state, env, job)  # one set (L, H, D) for every job
+    assert (pooled == 8).all()
+
+
 def test_conformal_shifts_by_origin_are_each_origins_own_quantile():
     # scores y / s - q: arrivals spread 4x wider than running jobs; one step, one level, one resource
     rng = np.random.default_rng(0)
