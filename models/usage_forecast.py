@@ -677,20 +677,23 @@ def conformal_shifts(
     n = 0): split-conformal, so at least a share tau of exchangeable new steps is covered. `by_origin`: (O, L, H,
     D), the same per origin (`ORIGINS`) over that origin's examples (Mondrian), the pooled shift where an origin
     has no alive example at a step."""
-    pooled = _shifts_over(q_frac, ex, levels, np.ones(len(ex.y), dtype=bool), np.zeros(q_frac.shape[1:]))
+    score = ex.y[:, None] / ex.scale[:, None, None, :] - q_frac  # (n, L, H, D), once for every origin
+    pooled = _shifts_over(score, ex.alive, levels, np.ones(len(score), dtype=bool), np.zeros(score.shape[1:]))
     if not by_origin:
         return pooled
-    return np.stack([_shifts_over(q_frac, ex, levels, ex.origin == o, pooled) for o in range(len(ORIGINS))])
+    return np.stack(
+        [_shifts_over(score, ex.alive, levels, ex.origin == o, pooled) for o in range(len(ORIGINS))]
+    )
 
 
 def _shifts_over(
-    q_frac: np.ndarray, ex: _Examples, levels: tuple[float, ...], among: np.ndarray, empty: np.ndarray
+    score: np.ndarray, alive: np.ndarray, levels: tuple[float, ...], among: np.ndarray, empty: np.ndarray
 ) -> np.ndarray:
-    """`conformal_shifts` over the examples `among` (n,) bool; `empty`'s value (L, H, D) at a step with none."""
-    score = ex.y[:, None] / ex.scale[:, None, None, :] - q_frac  # (n, L, H, D)
+    """`conformal_shifts` from the scores (n, L, H, D) of the alive (n, H) steps of the examples `among` (n,)
+    bool; `empty`'s value (L, H, D) at a step with none."""
     shifts = empty.copy()
-    for h in range(q_frac.shape[2]):
-        rows = ex.alive[:, h] & among
+    for h in range(score.shape[2]):
+        rows = alive[:, h] & among
         n = int(rows.sum())
         if n == 0:
             continue
