@@ -238,6 +238,9 @@ def eval__forecast(
         "n_rows": table.height,
         "summary": MetadataValue.md(markdown_preview(summary, n=summary.height)),
         "fit_s": MetadataValue.json(fit_s),
+        "conformal_shifts": MetadataValue.json(
+            {f"{k[0]} {k[1]}% {k[2]}": v.get("calibration_choice", "as configured") for k, v in reports.items()}
+        ),
     }
     yield Output(table, metadata=metadata)
     values = {"q95_covers_93_to_97_pct": coverage_check(summary)}

@@ -15,10 +15,11 @@ one thread) and per forecaster the mean pinball loss / C and the coverage of eac
 running origins.
 
     python benchmarks/bench_forecast.py [--traces /work/shared/traces] [--preset sample|default] [--sources bitbrains,deepplace]
-        [--calibration origin|pooled]
+        [--calibration choose|origin|pooled]
 
-`--calibration pooled` fits the learned forecasters with one set of conformal shifts for every origin instead of
-one per origin (`ForecastConfig.calibrate_by_origin`, the default): run both and compare the "by origin" tables.
+`--calibration origin` fits the learned forecasters with one set of conformal shifts per origin, `pooled` with one
+set for every origin, `choose` (the default) with whichever wins a cross-fit on the calibration workloads
+(`ForecastConfig.calibrate_by_origin`, `choose_calibration`): run them and compare the "by origin" tables.
 
 Measured (2 shared cores, load average about 8 from other processes; default preset; load 50 %, 20 training and
 10 test sequences; pinball = mean over levels 50/90/95/99, 24 steps and both resources, / C; seed 0):
@@ -140,7 +141,9 @@ def run_source(name: str, seqs: pl.DataFrame, cfg: ForecastConfig) -> None:
         cov = {k: round(v, 3) for k, v in rep["calibration_coverage"].items()}
         print(
             f"  {key}: fit {rep['fit_s']:.1f} s, {rep['epochs_run']} epochs, examples {rep['n_examples']}, "
-            f"workloads {rep['n_workloads']}, calibration coverage {cov}"
+            f"workloads {rep['n_workloads']}, calibration coverage {cov}, shifts "
+            f"{rep.get('calibration_choice', 'per origin' if rep['calibration_by_origin'] else 'pooled')} "
+            f"{rep.get('calibration_cross_fit', '')}"
         )
         wall, cpu = forecasts_per_second(sim_cfg, forecasters[key], test)
         print(
@@ -170,7 +173,7 @@ def run_source(name: str, seqs: pl.DataFrame, cfg: ForecastConfig) -> None:
         print("95 % coverage of the learned forecasters per horizon step 1..H:")
         print(h95.select("forecaster", *[str(h) for h in (1, 2, 4, 8, 12, 24) if str(h) in h95.columns]))
     OUT.mkdir(parents=True, exist_ok=True)
-    suffix = "" if cfg.calibrate_by_origin else "_pooled"
+    suffix = "" if cfg.choose_calibration else "_origin" if cfg.calibrate_by_origin else "_pooled"
     table.write_parquet(OUT / f"table_{name}{suffix}.parquet")
     ec_value_over_seeds(sim_cfg, cfg, train, test)
 
@@ -207,9 +210,13 @@ def main() -> None:
     ap.add_argument("--traces", type=Path, default=Path("/work/shared/traces"))
     ap.add_argument("--preset", default="default", choices=sorted(FORECAST_PRESETS))
     ap.add_argument("--sources", default="bitbrains,deepplace")
-    ap.add_argument("--calibration", default="origin", choices=("origin", "pooled"))
+    ap.add_argument("--calibration", default="choose", choices=("choose", "origin", "pooled"))
     args = ap.parse_args()
-    cfg = dataclasses.replace(FORECAST_PRESETS[args.preset], calibrate_by_origin=args.calibration == "origin")
+    cfg = dataclasses.replace(
+        FORECAST_PRESETS[args.preset],
+        calibrate_by_origin=args.calibration != "pooled",
+        choose_calibration=args.calibration == "choose",
+    )
     print(f"load average {os.getloadavg()[0]:.1f}; preset {args.preset}: {dataclasses.asdict(cfg)}")
     t0 = time.perf_counter()
     for name in args.sources.split(","):

@@ -13,7 +13,9 @@ from models.usage_forecast import (
     SeasonalNaiveForecaster,
     _Examples,
     _train_network,
+    choose_shifts,
     conformal_shifts,
+    deal_halves,
     fit_usage_forecaster,
     forecast_table,
     origin_state,
@@ -164,6 +166,53 @@ def test_conformal_shifts_by_origin_are_each_origins_own_quantile():
     ex_one = ex.take(np.flatnonzero(origin == 1))  # no arrival example: arrivals take the pooled shift
     one = conformal_shifts(q[origin == 1], ex_one, (0.95,), by_origin=True)
     np.testing.assert_array_equal(one[0], conformal_shifts(q[origin == 1], ex_one, (0.95,)))
+
+
+def _scores(y: np.ndarray, origin: np.ndarray, workload: np.ndarray) -> _Examples:
+    """Calibration examples of one step, one resource, request 1: raw quantile 0, so each score is y."""
+    n = len(y)
+    return _Examples(
+        x=np.zeros((n, 1)),
+        anchors=np.zeros((n, 1, 1, 1)),
+        y=y[:, None, None],
+        alive=np.ones((n, 1), dtype=bool),
+        scale=np.ones((n, 1)),
+        request=np.ones((n, 1)),
+        workload=workload.astype(object),
+        origin=origin,
+    )
+
+
+def _choose(ex: _Examples, seed: int = 0):
+    n = len(ex.y)
+    levels = (0.5, 0.9, 0.95, 0.99)
+    return choose_shifts(np.zeros((n, 4, 1, 1)), ex, levels, np.full((n, 1), 1e9), np.array([100]), seed)
+
+
+def test_calibration_keeps_per_origin_shifts_unless_pooled_is_significantly_better_on_unseen_workloads():
+    rng = np.random.default_rng(0)
+    n = 4000
+    workload = np.array([f"w{i % 40}" for i in range(n)])  # 40 workloads, both origins in each
+    origin = (np.arange(n) % 2).astype(np.int64)
+    # arrivals spread 4x wider than running jobs, alike in every workload: each origin's own quantile is better
+    y = 500.0 + np.where(origin == 0, 4.0, 1.0) * rng.normal(size=n)
+    by_origin, facts = _choose(_scores(y, origin, workload))
+    assert by_origin and facts["calibration_choice"] == "per origin"
+    assert facts["calibration_cross_fit"]["by_origin_minus_pooled"][1] < 0  # significantly better, too
+    # both origins alike: per origin is not shown worse, so it stays
+    y = 500.0 + rng.normal(size=n)
+    assert _choose(_scores(y, origin, workload))[0]
+    # arrivals unlike from one half of the workloads to the other (+5 in one, -5 in the other, as calibration
+    # templates unlike the held-out ones): each half's arrival shifts miss the other's arrivals, pooled
+    for seed in range(3):
+        distinct, index = np.unique(workload, return_inverse=True)
+        level = np.where(deal_halves(distinct, seed)[index] == 0, 5.0, -5.0)
+        y = 500.0 + np.where(origin == 0, level, 0.0) + rng.normal(size=n)
+        by_origin, facts = _choose(_scores(y, origin, workload), seed)
+        assert not by_origin and facts["calibration_choice"] == "pooled", (seed, facts)
+        assert facts["calibration_cross_fit"]["by_origin_minus_pooled"][0] > 0
+    # too few calibration workloads to cross-fit: per origin, as configured
+    assert _choose(_scores(y[:10], origin[:10], np.array(["a", "b", "c"] * 3 + ["a"])))[0]
 
 
 def test_no_forecast_reads_the_future(data):
