@@ -239,7 +239,10 @@ def eval__forecast(
         "summary": MetadataValue.md(markdown_preview(summary, n=summary.height)),
         "fit_s": MetadataValue.json(fit_s),
         "conformal_shifts": MetadataValue.json(
-            {f"{k[0]} {k[1]}% {k[2]}": v.get("calibration_choice", "as configured") for k, v in reports.items()}
+            {
+                f"{k[0]} {k[1]}% {k[2]}": v.get("calibration_choice", "as configured")
+                for k, v in reports.items()
+            }
         ),
     }
     yield Output(table, metadata=metadata)

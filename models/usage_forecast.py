@@ -757,7 +757,9 @@ def choose_shifts(
             loss[key] += np.bincount(workload_of[held], weights=per_example, minlength=distinct.size)
     steps = np.bincount(workload_of, weights=ex.alive.sum(axis=1), minlength=distinct.size)
     scored = steps > 0
-    per_step = {key: value[scored] / (steps[scored] * len(levels) * len(capacity)) for key, value in loss.items()}
+    per_step = {
+        key: value[scored] / (steps[scored] * len(levels) * len(capacity)) for key, value in loss.items()
+    }
     diff = per_step["by_origin"] - per_step["pooled"]
     half_width = stats.t.ppf(0.5 + confidence / 2, diff.size - 1) * diff.std(ddof=1) / np.sqrt(diff.size)
     by_origin = not diff.mean() - half_width > 0
