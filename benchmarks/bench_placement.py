@@ -168,6 +168,12 @@ def main() -> None:
         help="TuningConfig.fallbacks: the request-based heuristics a fitted rule may fall back on, comma-separated "
         "(default: the preset's, every request heuristic; e.g. leave out kube_default, which spreads jobs)",
     )
+    ap.add_argument(
+        "--machines-budget",
+        default=None,
+        help="TuningConfig.machines_budget: validation machines allowed above Tetris's (default: none, "
+        "machines are not a criterion)",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placement")
     args = ap.parse_args()
     loads = tuple(int(x) for x in args.loads.split(","))
@@ -229,6 +235,7 @@ def main() -> None:
                     cross_fit=args.cross_fit,
                     cross_fit_sequences=args.cross_fit_sequences,
                     peak_calibrated=args.peak_calibrated,
+                    machines_budget=None if args.machines_budget is None else float(args.machines_budget),
                     **({"fallbacks": tuple(args.fallbacks.split(","))} if args.fallbacks else {}),
                 ),
                 forecaster_factory=factory,

@@ -123,6 +123,16 @@ def overshoot_pct_per_episode(trace: Trace, state: State) -> np.ndarray:
     return np.where(n_steps > 0, 100.0 * per_d.sum(axis=1), 0.0)
 
 
+def machines_used_per_episode(state: State) -> np.ndarray:
+    """(B,) `machines_used` of every episode of a batch at once, from its final State: the machines that held a
+    job at some point."""
+    n_envs, n_machines = state.busy_until.shape
+    rows, cols = np.nonzero(state.job_machine >= 0)
+    hit = np.zeros((n_envs, n_machines), dtype=bool)
+    hit[rows, state.job_machine[rows, cols]] = True
+    return hit.sum(axis=1)
+
+
 def machines_used(ep: EpisodeTrace) -> int:
     """# of machines where at least one workload was placed at some point."""
     return int(ep.is_machine_placed.sum())
