@@ -87,7 +87,7 @@ class TuningConfig:
     machines_budget: float | None = None
     """An operator's machines SLO: a candidate whose mean validation machines used (`sim.metrics.machines_used`)
     exceed Tetris's on the same validation sequences by more than this many machines is not chosen, and the
-    fallback heuristic is chosen among those within it (Tetris always is). Where no candidate is within both
+    fallback heuristic is chosen among those within it (Tetris always is, when it is one). Where no candidate is within both
     budgets, the overshoot budget alone decides and the choice says so (`machines_budget_met`). None (the
     default): machines are not a criterion (the issue's bar also asks for no more machines than Tetris; on
     Google-derived with the traces' requests the return and the machines pull apart: README)."""
@@ -405,12 +405,12 @@ class FitContext:
                 scores = {
                     name: float(self.heuristic_outcomes(name)[0].mean()) for name in self.tuning.fallbacks
                 }
-                m_limit = self.machines_limit()  # within the machines budget (Tetris always is), if any
+                m_limit = self.machines_limit()  # within the machines budget (Tetris is), if any is
                 eligible = [
                     n
                     for n in scores
                     if m_limit is None or self.heuristic_outcomes(n)[2].mean() <= m_limit + 1e-12
-                ] or ["tetris"]
+                ] or list(scores)
                 best = max(eligible, key=lambda n: (scores[n], -self.tuning.fallbacks.index(n)))
                 self._cache["fallback"] = (best, scores)
                 if key is not None:
