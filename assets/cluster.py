@@ -34,6 +34,7 @@ from models.usage_forecast import (
     COVERAGE_CHECK_DOCS,
     ForecastTableSettings,
     coverage_check,
+    fit_facts,
     forecast_evaluation,
     forecaster_factory,
 )
@@ -233,17 +234,10 @@ def eval__forecast(
     table, reports, summary = forecast_evaluation(
         sim__job_sequences, config.build(), context.log.info, labels
     )
-    fit_s = {f"{k[0]} {k[1]}% {k[2]}": round(v["fit_s"], 1) for k, v in reports.items()}
     metadata = {
         "n_rows": table.height,
         "summary": MetadataValue.md(markdown_preview(summary, n=summary.height)),
-        "fit_s": MetadataValue.json(fit_s),
-        "conformal_shifts": MetadataValue.json(
-            {
-                f"{k[0]} {k[1]}% {k[2]}": v.get("calibration_choice", "as configured")
-                for k, v in reports.items()
-            }
-        ),
+        "fits": MetadataValue.json(fit_facts(reports)),
     }
     yield Output(table, metadata=metadata)
     values = {"q95_covers_93_to_97_pct": coverage_check(summary)}

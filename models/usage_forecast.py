@@ -1287,6 +1287,18 @@ def forecast_tables_by_source(
     return pl.concat(frames), reports
 
 
+def fit_facts(reports: dict) -> dict:
+    """Per learned forecaster of `forecast_tables_by_source`'s `reports` ("source load% name"): its fit seconds
+    and the conformal shifts it kept (`choose_shifts`)."""
+    return {
+        f"{source} {load}% {name}": {
+            "fit_s": round(report["fit_s"], 1),
+            "conformal_shifts": report.get("calibration_choice", "as configured"),
+        }
+        for (source, load, name), report in reports.items()
+    }
+
+
 @dataclass(frozen=True)
 class ForecastTableSettings:
     """How the forecasters are scored on the test sequences' jobs (`forecast_evaluation`)."""

@@ -38,14 +38,15 @@ def evaluated(tmp_path_factory):
         )
         assert run.success
         metadata = run.asset_materializations_for_node("eval__baselines")[0].metadata
-        assert materialize(
+        forecast = materialize(
             [eval__forecast, *sim__job_sequences.to_source_assets()],
             instance=instance,
             resources=resources,
             selection=[eval__forecast],
             run_config={"ops": {"eval__forecast": {"config": {"origins_per_job": 1}}}},
-        ).success
-    return wh, metadata
+        )
+        assert forecast.success
+    return wh, metadata | forecast.asset_materializations_for_node("eval__forecast")[0].metadata
 
 
 def test_fitted_rules_are_evaluated_and_say_what_they_are(evaluated):
@@ -66,7 +67,11 @@ def test_fitted_rules_are_evaluated_and_say_what_they_are(evaluated):
 
 
 def test_forecast_table_scores_every_forecaster_on_test_jobs(evaluated):
-    wh, _ = evaluated
+    wh, metadata = evaluated
+    # each learned forecaster's fit: its seconds and the conformal shifts it kept
+    fits = metadata["fits"].value
+    assert fits and all(k.endswith(("learned_with_ec", "learned_without_ec")) for k in fits)
+    assert all(f["conformal_shifts"].startswith(("per origin", "pooled")) for f in fits.values())
     table = wh.scan("eval__forecast").collect()
     assert set(table["forecaster"]) == {
         "learned_with_ec",
