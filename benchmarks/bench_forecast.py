@@ -36,6 +36,9 @@ Measured (2 shared cores, load average about 8 from other processes; default pre
   arrival 0.998 / 0.998), pinball over seeds 0-2 with EC 0.00377 / 0.00380, without 0.00385 / 0.00387; DeepPlace
   with EC 0.01449 / 0.01369, without 0.01387 / 0.01302, arrival coverage with EC 0.912 / 0.962 (its calibration
   templates do not resemble the test templates at arrival). 136 s per run.
+- `--calibration choose` (the default since 2026-12-02: per origin unless pooled is significantly better on
+  held-out calibration workloads): Bitbrains keeps per origin (per origin - pooled [-0.00003, +0.00006] with EC),
+  seeds 0-2 0.00377 / 0.00385 with / without EC; DeepPlace pools ([+0.0007, +0.0030]), 0.01369 / 0.01302.
 - Fit 3-8 s per learned forecaster; about 40k job-forecasts per CPU second (20k per wall second under that load),
   job_view included; whole benchmark 86 s (Bitbrains sequences built once, 7 s, then cached).
 """
