@@ -37,8 +37,8 @@ Measured (2 shared cores, load average about 8 from other processes; default pre
   with EC 0.01449 / 0.01369, without 0.01387 / 0.01302, arrival coverage with EC 0.912 / 0.962 (its calibration
   templates do not resemble the test templates at arrival). 136 s per run.
 - `--calibration choose` (the default since 2026-12-02: per origin unless pooled is significantly better on
-  held-out calibration workloads): Bitbrains keeps per origin (per origin - pooled [-0.00003, +0.00006] with EC),
-  seeds 0-2 0.00377 / 0.00385 with / without EC; DeepPlace pools ([+0.0007, +0.0030]), 0.01369 / 0.01302.
+  held-out calibration workloads): Bitbrains keeps per origin (per origin - pooled [-0.00002, +0.00004] with EC),
+  seeds 0-2 0.00377 / 0.00385 with / without EC; DeepPlace pools ([+0.0011, +0.0033]), 0.01369 / 0.01302.
 - Fit 3-8 s per learned forecaster; about 40k job-forecasts per CPU second (20k per wall second under that load),
   job_view included; whole benchmark 86 s (Bitbrains sequences built once, 7 s, then cached).
 """

@@ -170,6 +170,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--machines-budget",
+        type=float,
         default=None,
         help="TuningConfig.machines_budget: validation machines allowed above Tetris's (default: none, "
         "machines are not a criterion)",
@@ -235,7 +236,7 @@ def main() -> None:
                     cross_fit=args.cross_fit,
                     cross_fit_sequences=args.cross_fit_sequences,
                     peak_calibrated=args.peak_calibrated,
-                    machines_budget=None if args.machines_budget is None else float(args.machines_budget),
+                    machines_budget=args.machines_budget,
                     **({"fallbacks": tuple(args.fallbacks.split(","))} if args.fallbacks else {}),
                 ),
                 forecaster_factory=factory,

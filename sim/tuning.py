@@ -87,7 +87,8 @@ class TuningConfig:
     machines_budget: float | None = None
     """An operator's machines SLO: a candidate whose mean validation machines used (`sim.metrics.machines_used`)
     exceed Tetris's on the same validation sequences by more than this many machines is not chosen, and the
-    fallback heuristic is chosen among those within it (Tetris always is, when it is one). Where no candidate is within both
+    fallback heuristic is chosen among those within it (Tetris always is, when it is one; where none is, on
+    return alone). Where no candidate is within both
     budgets, the overshoot budget alone decides and the choice says so (`machines_budget_met`). None (the
     default): machines are not a criterion (the issue's bar also asks for no more machines than Tetris; on
     Google-derived with the traces' requests the return and the machines pull apart: README)."""
@@ -457,7 +458,9 @@ class FitContext:
     ) -> object:
         """The candidate policy with the best mean validation return (ties: the earlier one) among those within
         the overshoot budget (`TuningConfig.overshoot_budget_pct` above Tetris's validation overshoot; where none
-        is, the least overshooting one); records the choice under `name`. `candidates`: (knobs, policy) pairs.
+        is, the least overshooting one) and, with `TuningConfig.machines_budget`, within the machines budget too
+        where any candidate meets both (`_pick`); records the choice under `name`. `candidates`: (knobs, policy)
+        pairs.
         `build(ctx)`, given by a rule that learns from its fit part, makes the same candidates fitted in another
         context: with `TuningConfig.cross_fit` the candidates of the swapped fold (`swapped`) are validated too,
         and each candidate's returns and overshoot (and Tetris's) pool both folds' validation sequences."""

@@ -46,7 +46,10 @@ def evaluated(tmp_path_factory):
             run_config={"ops": {"eval__forecast": {"config": {"origins_per_job": 1}}}},
         )
         assert forecast.success
-    return wh, metadata | forecast.asset_materializations_for_node("eval__forecast")[0].metadata
+    return wh, {
+        **metadata,
+        "eval__forecast": forecast.asset_materializations_for_node("eval__forecast")[0].metadata,
+    }
 
 
 def test_fitted_rules_are_evaluated_and_say_what_they_are(evaluated):
@@ -69,7 +72,7 @@ def test_fitted_rules_are_evaluated_and_say_what_they_are(evaluated):
 def test_forecast_table_scores_every_forecaster_on_test_jobs(evaluated):
     wh, metadata = evaluated
     # each learned forecaster's fit: its seconds and the conformal shifts it kept
-    fits = metadata["fits"].value
+    fits = metadata["eval__forecast"]["fits"].value
     assert fits and all(k.endswith(("learned_with_ec", "learned_without_ec")) for k in fits)
     assert all(f["conformal_shifts"].startswith(("per origin", "pooled")) for f in fits.values())
     table = wh.scan("eval__forecast").collect()

@@ -183,10 +183,11 @@ def _scores(y: np.ndarray, origin: np.ndarray, workload: np.ndarray) -> _Example
     )
 
 
-def _choose(ex: _Examples, seed: int = 0):
+def _choose(ex: _Examples, seed: int = 0, n_deals: int = 5):
     n = len(ex.y)
     levels = (0.5, 0.9, 0.95, 0.99)
-    return choose_shifts(np.zeros((n, 4, 1, 1)), ex, levels, np.full((n, 1), 1e9), np.array([100]), seed)
+    cap = np.full((n, 1), 1e9)
+    return choose_shifts(np.zeros((n, 4, 1, 1)), ex, levels, cap, np.array([100]), seed, n_deals=n_deals)
 
 
 def test_calibration_keeps_per_origin_shifts_unless_pooled_is_significantly_better_on_unseen_workloads():
@@ -199,20 +200,31 @@ def test_calibration_keeps_per_origin_shifts_unless_pooled_is_significantly_bett
     by_origin, facts = _choose(_scores(y, origin, workload))
     assert by_origin and facts["calibration_choice"] == "per origin"
     assert facts["calibration_cross_fit"]["by_origin_minus_pooled"][1] < 0  # significantly better, too
+    assert facts["calibration_cross_fit"]["n_deals"] == 5
     # both origins alike: per origin is not shown worse, so it stays
     y = 500.0 + rng.normal(size=n)
     assert _choose(_scores(y, origin, workload))[0]
-    # arrivals unlike from one half of the workloads to the other (+5 in one, -5 in the other, as calibration
-    # templates unlike the held-out ones): each half's arrival shifts miss the other's arrivals, pooled
+    # one deal whose halves hold unlike arrivals (+5 in one, -5 in the other, as calibration templates unlike the
+    # held-out ones): each half's arrival shifts miss the other's arrivals, so pooled
+    distinct, index = np.unique(workload, return_inverse=True)
     for seed in range(3):
-        distinct, index = np.unique(workload, return_inverse=True)
-        level = np.where(deal_halves(distinct, seed)[index] == 0, 5.0, -5.0)
+        level = np.where(deal_halves(distinct.size, seed)[index] == 0, 5.0, -5.0)
         y = 500.0 + np.where(origin == 0, level, 0.0) + rng.normal(size=n)
-        by_origin, facts = _choose(_scores(y, origin, workload), seed)
+        by_origin, facts = _choose(_scores(y, origin, workload), seed, n_deals=1)
         assert not by_origin and facts["calibration_choice"] == "pooled", (seed, facts)
         assert facts["calibration_cross_fit"]["by_origin_minus_pooled"][0] > 0
-    # too few calibration workloads to cross-fit: per origin, as configured
-    assert _choose(_scores(y[:10], origin[:10], np.array(["a", "b", "c"] * 3 + ["a"])))[0]
+    # too few calibration workloads (with alive steps) to cross-fit: per origin, as configured, and said so
+    few = _choose(_scores(y[:10], origin[:10], np.array(["a", "b", "c"] * 3 + ["a"])))
+    assert few[0] and few[1]["calibration_choice"].startswith("per origin (too few")
+    dead = _scores(y, origin, workload)
+    dead = replace(dead, alive=np.isin(workload, ["w0", "w1", "w2"])[:, None])  # 3 of 40 workloads alive
+    assert _choose(dead)[1]["calibration_choice"].startswith("per origin (too few")
+
+
+def test_the_deal_of_workloads_into_halves_is_even_and_seeded():
+    halves = deal_halves(41, 0)
+    assert abs(int(halves.sum()) - 20) <= 1 and set(halves.tolist()) == {0, 1}
+    assert (deal_halves(41, 0) == halves).all() and (deal_halves(41, 1) != halves).any()
 
 
 def test_no_forecast_reads_the_future(data):

@@ -80,6 +80,10 @@ def test_a_machines_budget_keeps_the_best_return_within_tetris_machines(train) -
     # the fallback heuristic is chosen within the budget too
     assert free.fallback_choice()["fallback"] == "kube_default"
     assert capped.fallback_choice()["fallback"] in {t["heuristic"] for t in within}
+    # without an overshoot budget the machines budget alone decides
+    alone, _ = _choice(train, NAMES, machines_budget=0.0, overshoot_budget_pct=None)
+    assert alone["overshoot_budget_met"] is None and alone["machines_budget_met"]
+    assert alone["heuristic"] == bounded["heuristic"]  # the best return within Tetris's machines, as above
     # a budget as wide as the cluster lets the spreading rule back in
     loose, _ = _choice(train, NAMES, machines_budget=10.0)
     assert loose["heuristic"] == "kube_default" and loose["machines_budget_met"]
