@@ -65,6 +65,7 @@ from models.usage_forecast import (  # noqa: E402
     fit_usage_forecaster,
     forecast_table,
     origin_state,
+    shifts_kept,
     summarise_forecast_table,
 )
 from sim.config import SimConfig  # noqa: E402
@@ -145,7 +146,7 @@ def run_source(name: str, seqs: pl.DataFrame, cfg: ForecastConfig) -> None:
         print(
             f"  {key}: fit {rep['fit_s']:.1f} s, {rep['epochs_run']} epochs, examples {rep['n_examples']}, "
             f"workloads {rep['n_workloads']}, calibration coverage {cov}, shifts "
-            f"{rep.get('calibration_choice', 'per origin' if rep['calibration_by_origin'] else 'pooled')} "
+            f"{shifts_kept(rep)} "
             f"{rep.get('calibration_cross_fit', '')}"
         )
         wall, cpu = forecasts_per_second(sim_cfg, forecasters[key], test)

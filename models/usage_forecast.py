@@ -685,11 +685,20 @@ def conformal_shifts(
     n = 0): split-conformal, so at least a share tau of exchangeable new steps is covered. `by_origin`: (O, L, H,
     D), the same per origin (`ORIGINS`) over that origin's examples (Mondrian), the pooled shift where an origin
     has no alive example at a step."""
+    pooled, per_origin = pooled_and_per_origin_shifts(q_frac, ex, levels, by_origin)
+    return per_origin if by_origin else pooled
+
+
+def pooled_and_per_origin_shifts(
+    q_frac: np.ndarray, ex: _Examples, levels: tuple[float, ...], by_origin: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(pooled (L, H, D), per origin (O, L, H, D), or None without `by_origin`): both kinds of `conformal_shifts`
+    from one computation of the scores and of the pooled shifts (the per-origin ones fall back on them)."""
     score = ex.y[:, None] / ex.scale[:, None, None, :] - q_frac  # (n, L, H, D), once for every origin
     pooled = _shifts_over(score, ex.alive, levels, np.ones(len(score), dtype=bool), np.zeros(score.shape[1:]))
     if not by_origin:
-        return pooled
-    return np.stack(
+        return pooled, None
+    return pooled, np.stack(
         [_shifts_over(score, ex.alive, levels, ex.origin == o, pooled) for o in range(len(ORIGINS))]
     )
 
@@ -761,8 +770,8 @@ def choose_shifts(
         for f in (0, 1):
             fit, held = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
             part = ex.take(held)
-            for key, by in (("pooled", False), ("by_origin", True)):
-                shifts = conformal_shifts(q_frac[fit], ex.take(fit), levels, by)
+            pooled, per_origin = pooled_and_per_origin_shifts(q_frac[fit], ex.take(fit), levels)
+            for key, shifts in (("pooled", pooled), ("by_origin", per_origin)):
                 q = _to_units(q_frac[held] + shifts_for(shifts, part.origin), part.scale, cap[held])
                 err = (part.y[:, None] - q) / capacity  # (n, L, H, D) in units / C
                 per_example = (np.maximum(tau * err, (tau - 1.0) * err) * part.alive[:, None, :, None]).sum(

@@ -380,7 +380,7 @@ class FitContext:
             and (m_limit is None or machines[i] <= m_limit + 1e-12)
         ]
         if m_limit is not None and both:
-            best = max(both, key=lambda i: (means[i], -i))
+            best = _best_among(means, both)
             return best, None if limit is None else True, limit, means, overshoot, machines, True, m_limit
         m_met = None if m_limit is None else False
         if limit is None:
@@ -552,8 +552,13 @@ def _within_budget(means: Sequence[float], overshoot: Sequence[float], limit: fl
     one), else the least overshooting one (ties: the better return), with met False."""
     ok = [i for i, o in enumerate(overshoot) if o <= limit + 1e-12]
     if ok:
-        return max(ok, key=lambda i: (means[i], -i)), True
+        return _best_among(means, ok), True
     return min(range(len(means)), key=lambda i: (overshoot[i], -means[i], i)), False
+
+
+def _best_among(means: Sequence[float], indices: Sequence[int]) -> int:
+    """The index of `indices` with the best mean return (ties: the earlier one)."""
+    return max(indices, key=lambda i: (means[i], -i))
 
 
 def fit_rho(
