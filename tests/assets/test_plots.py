@@ -2,6 +2,7 @@
 
 import numpy as np
 import polars as pl
+from matplotlib.collections import PolyCollection
 
 from assets.plots import (
     MAX_WIDTH_PX,
@@ -42,8 +43,14 @@ def test_summary_is_one_figure_per_source_that_fits_the_dialog():
     one = summary.filter(pl.col("source") == SOURCES[1])  # the metadata renders again: one source is enough
     assert sorted(summary_plot_metadata(one)) == [f"plot_{SOURCES[1]}"]
     fig = summary_figure(summary, "google2011")
-    drawn = [ax for ax in fig.axes if ax.patches]
+    drawn = [ax for ax in fig.axes if any(isinstance(c, PolyCollection) for c in ax.collections)]
     assert len(drawn) == len(PLOT_METRICS)
+    # a bar per (policy, load) with a row: 3 loads x every policy, but one policy missing at one load
+    fewer = summary_figure(
+        summary.filter(~((pl.col("policy") == "tetris") & (pl.col("load_pct") == 50))), SOURCES[1]
+    )
+    [bars] = [c for c in fewer.axes[0].collections if isinstance(c, PolyCollection)]
+    assert len(bars.get_paths()) == 3 * len(POLICIES) - 1
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     assert len(legends) == 1
     assert sorted(t.get_text() for t in legends[0].get_texts()) == sorted(POLICIES)
