@@ -1,11 +1,19 @@
 """Shared by every test: importing `models` registers the learned schedulers in `sim.policies.POLICIES` (sim names
-no models module), so a test of sim/ that loops over the registry sees them as every entry point does."""
+no models module), so a test of sim/ that loops over the registry sees them as every entry point does.
 
+Numba's kernels run on the caller's thread (one numba thread per test process), as in each of tvw-run's workers:
+the two xdist workers share two cores, and a kernel's threaded variant compiles for tens of seconds on a fresh
+checkout, so only the tests that ask for it (`on_threads`) compile and run it, on every core."""
+
+import numba
 import numpy as np
 import pytest
 
 import models  # noqa: F401 - registers the learned policies
 from sim.jobs import JobBatch
+
+# `sim.compiled_step.on_threads` is then False unless a test's `on_threads` fixture says otherwise
+numba.set_num_threads(1)
 
 
 @pytest.fixture
@@ -34,13 +42,17 @@ def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
 
 
 @pytest.fixture
-def on_threads(monkeypatch):
+def on_threads(monkeypatch, request):
     """`on_threads(threads, module, *kernels)`: the compiled wrappers of `module` run their per-env bodies on the
     caller's thread (threads="caller") or on numba's (threads="numba", whatever the batch size); returns a dict
-    counting the calls of each named parallel kernel, so a test can assert that they ran."""
+    counting the calls of each named parallel kernel, so a test can assert that they ran. On numba's threads the
+    test gets all of them back (every core), so envs really run side by side."""
 
     def setup(threads: str, module, *kernels: str) -> dict[str, int]:
         monkeypatch.setattr(module, "on_threads", lambda n_envs: threads == "numba")
+        if threads == "numba":
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+            request.addfinalizer(lambda: numba.set_num_threads(1))
         if hasattr(module, "output_array"):  # outputs start as NaN: a skipped row fails the comparison
             monkeypatch.setattr(module, "output_array", lambda shape: np.full(shape, np.nan))
         calls = dict.fromkeys(kernels, 0)
