@@ -225,7 +225,9 @@ def _env_step(
         # core._close_window and core._push_past: shift the history first, then write each closed step's row
         if n_steps < hist:
             for r in range(hist - n_steps):
-                past[b, r] = past[b, r + n_steps]
+                for m in range(n_m):  # element by element: a row copy would compile numba's shape-error path
+                    for d in range(n_d):
+                        past[b, r, m, d] = past[b, r + n_steps, m, d]
         qlen = n_arrived[b] - next_job[b]
         for i in range(n_steps):
             ps = t0 + i
