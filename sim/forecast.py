@@ -227,22 +227,29 @@ def observed_peak(state: State, env: np.ndarray, job: np.ndarray) -> tuple[np.nd
     return n_obs, state.jobs.observed_prefix[0].peak_at(env, job, n_obs)
 
 
+def recent_usage(
+    profiles: np.ndarray, env: np.ndarray, job: np.ndarray, n_obs: np.ndarray, n_recent: int
+) -> np.ndarray:
+    """(N, n_recent, D) float64: the last `n_recent` observed steps of each job's (B, J, T, D) `profiles`, oldest
+    first, NaN before its first observed step (`job_view.recent`; `n_obs` from `n_observed`)."""
+    recent_ages = n_obs[:, None] - n_recent + np.arange(n_recent)[None, :]  # (N, R)
+    recent = profiles[env[:, None], job[:, None], np.clip(recent_ages, 0, profiles.shape[2] - 1)]
+    recent = recent.astype(np.float64)
+    recent[recent_ages < 0] = np.nan
+    return recent
+
+
 def job_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray, n_recent: int) -> JobView:
     """The `JobView` of jobs `job` (N,) of envs `env` (N,): observed usage only (see the module docstring); the
     unquantised usage (`JobBatch.usage_exact`), when the batch has it, through the same mask."""
     env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
     jobs = state.jobs
     n_obs = n_observed(state, env, job)
-    recent_ages = n_obs[:, None] - n_recent + np.arange(n_recent)[None, :]  # (N, R)
-    is_recent = recent_ages >= 0
-    recent_at = (env[:, None], job[:, None], np.clip(recent_ages, 0, jobs.max_duration - 1))
     prefix, prefix_exact = jobs.observed_prefix
 
     def observed(profiles: np.ndarray, summary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(recent, life_max, life_mean) of the (B, J, T, D) profiles over each job's observed ages only."""
-        recent = profiles[recent_at].astype(np.float64)
-        recent[~is_recent] = np.nan
-        return recent, *summary.at(env, job, n_obs)
+        return recent_usage(profiles, env, job, n_obs, n_recent), *summary.at(env, job, n_obs)
 
     recent, life_max, life_mean = observed(jobs.usage, prefix)
     exact = (None, None, None) if jobs.usage_exact is None else observed(jobs.usage_exact, prefix_exact)

@@ -72,8 +72,10 @@ from sim.forecast import (
     level_index,
     levels_of,
     measure_recall,
+    n_observed,
     observed_peak,
     point_forecast,
+    recent_usage,
     spread_flat,
     with_cache,
     with_recall,
@@ -600,14 +602,14 @@ class PeakPredictorPacking(_FollowsFallback):
     def predicted_peak(self, cfg: SimConfig, state: State) -> np.ndarray:
         """(B, M, D) predicted peak units of the jobs running on each machine (0 on an idle machine)."""
         bi, ji = np.nonzero(jobs_running(state))
-        view = job_view(cfg, state, bi, ji, n_recent=self.window)
+        recent = recent_usage(state.jobs.usage, bi, ji, n_observed(state, bi, ji), self.window)  # job_view's
         n_envs, n_m = state.batch_size, cfg.n_machines
         totals = sum_by_cell(
-            np.nan_to_num(view.recent, nan=0.0), bi * n_m + state.job_machine[bi, ji], n_envs * n_m
+            np.nan_to_num(recent, nan=0.0), bi * n_m + state.job_machine[bi, ji], n_envs * n_m
         )
         # steps before the first running job's start on that machine are all-zero rows: leave them out
         seen = np.zeros((n_envs * n_m, self.window), dtype=bool)
-        np.logical_or.at(seen, bi * n_m + state.job_machine[bi, ji], np.isfinite(view.recent).all(axis=2))
+        np.logical_or.at(seen, bi * n_m + state.job_machine[bi, ji], np.isfinite(recent).all(axis=2))
         masked = np.where(seen[..., None], totals, np.nan)
         with np.errstate(all="ignore"), warnings.catch_warnings(action="ignore", category=RuntimeWarning):
             peak = np.nanmean(masked, axis=1) + self.n_sigma * np.nanstd(masked, axis=1)

@@ -419,3 +419,32 @@ def test_choose_keeps_overshoot_within_tetris_plus_budget() -> None:
     assert chosen[0.0]["validation_overshoot_pct"] == min(t["validation_overshoot_pct"] for t in tried)
     with pytest.raises(ValueError, match="overshoot_budget_pct"):
         TuningConfig(overshoot_budget_pct=-1.0)
+
+
+def test_the_peak_predictor_sums_the_running_jobs_observed_window_per_machine() -> None:
+    """`PeakPredictorPacking.predicted_peak`: per machine, the running jobs' observed usage summed per step over
+    the last `window` steps (steps before the first of them started left out), mean + n_sigma x std; checked
+    against the same figure computed by hand from each job's `job_view` window."""
+    jobs = _square_jobs(3, 12, seed=5)
+    state, rng = core.reset(CFG, jobs, 0), np.random.default_rng(0)
+    rule = PeakPredictorPacking(mode="pack", n_sigma=2.0, window=6)
+    checked = 0
+    for _ in range(40):
+        if state.is_done.all():
+            break
+        got = rule.predicted_peak(CFG, state)
+        for b in range(jobs.batch_size):
+            for m in range(CFG.n_machines):
+                on_m = np.flatnonzero(core.jobs_running(state)[b] & (state.job_machine[b] == m))
+                if on_m.size == 0:
+                    assert (got[b, m] == 0).all()
+                    continue
+                recent = job_view(CFG, state, np.full(on_m.size, b), on_m, 6).recent  # (n, 6, D)
+                seen = np.isfinite(recent).all(axis=2).any(axis=0)
+                total = np.nan_to_num(recent).sum(axis=0)[seen]
+                want = total.mean(axis=0) + 2.0 * total.std(axis=0)
+                assert np.allclose(got[b, m], want), (b, m)
+                checked += 1
+        state, actions = decide(rule, CFG, state, rng)
+        state, *_ = core.step(CFG, state, actions)
+    assert checked > 50
