@@ -1039,7 +1039,7 @@ class DejavuPolicy:
             self._state_dict = payload["online"]
 
     def _network(self, cfg: SimConfig) -> QNetwork:
-        shape = {k: _config_dict(cfg)[k] for k in SHAPE_FIELDS}
+        shape = {k: list(v) if isinstance(v, tuple) else v for k in SHAPE_FIELDS for v in [getattr(cfg, k)]}
         if self._shape is not None and shape != self._shape:
             raise ValueError(
                 f"Dejavu checkpoint {self.checkpoint} was trained for {self._shape}, the simulator has {shape}"
@@ -1083,7 +1083,7 @@ def dejavu_episode_metrics(
         state_for, actions = decide(policy, cfg, state, rng, in_place=True)
         t_now = state_for.t.copy()
         util = utilisation_after(cfg, state_for, actions)
-        state, *_ = core.step(cfg, state_for, actions, trace)
+        state, *_ = core.step(cfg, state_for, actions, trace, in_place=True)  # state_for is not read again
         is_place = was_alive & (actions < cfg.n_machines)
         rbd1_sum += np.where(is_place, rbd1(util), 0.0)
         rbd2_sum += np.where(is_place, rbd2(util, actions), 0.0)
