@@ -622,7 +622,7 @@ def run_competitive_episodes(
         acts.append(a)
         rewards.append(competitive_reward(cfg, dcfg, state, a, a_base))
         alive.append(is_alive)
-        state, *_ = core.step(cfg, state, a)
+        state, *_ = core.step(cfg, state, a, in_place=True)  # nothing above keeps a view of the old state
     if not state.is_done.all():
         raise RuntimeError("Dejavu: episodes not finished within the decision bound")
     return EpisodeBatch(
