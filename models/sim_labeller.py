@@ -207,6 +207,11 @@ def state_at_ages(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_obs
         meta=None if jobs.meta is None else jobs.meta[rows, job_index][:, None],
         usage_exact=None if jobs.usage_exact is None else jobs.usage_exact[rows, job_index][:, None],
     )
+    # the batch's running summaries, computed once per batch and shared: a rollout asks for a few jobs at each
+    # decision, and summaries of those alone cost more over an episode than the whole batch's once
+    one.__dict__["observed_prefix"] = tuple(
+        p if p is None else p.one_job_per_row(rows, job_index) for p in jobs.observed_prefix
+    )
     t = np.full(n, jobs.max_duration, dtype=np.int64)
     is_placed = n_obs > 0
     return State(

@@ -97,6 +97,12 @@ class ObservedPrefix:
         mapped = rows if self.rows is None else self.rows[rows]
         return replace(self, order=self.order[rows], rows=mapped)
 
+    def one_job_per_row(self, rows: np.ndarray, job_index: np.ndarray) -> ObservedPrefix:
+        """The same summaries (shared) for a batch whose row i holds only job job_index[i] of row rows[i] of the
+        current one (`models.sim_labeller.state_at_ages`)."""
+        mapped = rows if self.rows is None else self.rows[rows]
+        return replace(self, order=self.order[rows, job_index][:, None], rows=mapped)
+
     def _row(self, env: np.ndarray) -> np.ndarray:
         return env if self.rows is None else self.rows[env]
 

@@ -9,6 +9,7 @@ from models.sim_labeller import (
     FEATURE_NAMES,
     SimLabellerConfig,
     SimViewLabeller,
+    features_at_ages,
     fit_sim_labeller,
     job_features,
     sample_ages,
@@ -381,3 +382,29 @@ def test_a_selection_carries_the_job_rows_its_batch_was_prepared_with(labeller):
     np.testing.assert_array_equal(kept._job_ids(CFG, selected), kept._job_ids(CFG, jobs)[rows])
     again = synthetic_jobs(seed=12, n_seqs=3, n_jobs=8).select(rows)  # the same content, no riders
     np.testing.assert_array_equal(kept._job_ids(CFG, again), kept._job_ids(CFG, selected))
+
+
+def test_features_at_ages_share_the_batchs_running_summaries_with_the_same_numbers() -> None:
+    """A batch whose running summaries are computed (and then reordered, as a job pick does) lends them to the
+    one-job states `features_at_ages` builds: the same features as a batch that computes them afresh."""
+    jobs = synthetic_jobs(seed=3, n_seqs=4, n_jobs=10)
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, jobs.batch_size, 60)
+    job_index = rng.integers(0, jobs.n_jobs[rows])
+    ages = rng.integers(0, jobs.duration[rows, job_index] + 1)
+    shared = jobs.owned_copy()
+    want = features_at_ages(CFG, shared, rows, job_index, ages, 4)  # computes the batch's summaries
+    assert "observed_prefix" in shared.__dict__
+    shared.rotate_in_place(np.array([0, 2]), np.array([1, 0]), np.array([5, 3]))  # its jobs move, and `order`
+    rotated = jobs.owned_copy()
+    rotated.rotate_in_place(np.array([0, 2]), np.array([1, 0]), np.array([5, 3]))
+    got = features_at_ages(CFG, shared, rows, job_index, ages, 4)
+    assert not np.array_equal(got, want, equal_nan=True)  # the rotation moved jobs: a different selection
+    # against the summaries of each selected job alone, computed afresh
+    state = state_at_ages(rotated, rows, job_index, ages)
+    alone = dataclasses.replace(
+        state, jobs=dataclasses.replace(state.jobs)
+    )  # a copy without cached summaries
+    assert "observed_prefix" not in alone.jobs.__dict__
+    env = np.arange(rows.size)
+    assert np.array_equal(got, job_features(job_view(CFG, alone, env, 0 * env, 4)), equal_nan=True)
