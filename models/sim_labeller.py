@@ -189,6 +189,12 @@ def job_features(view: JobView, usage_view: str = "units") -> np.ndarray:
     )
 
 
+SHARED_SUMMARIES_MAX_VALUES = 4_000_000
+"""Largest batch (B x J x T x D usage values) whose running summaries `state_at_ages` computes to share them
+(14 bytes per value and usage view: at most 56 MB, 112 MB with the unquantised view; an evaluation batch of 30
+DeepPlace 80 % sequences has 2.5 M)."""
+
+
 def state_at_ages(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_observed: np.ndarray) -> State:
     """A simulator state of N one-job envs: env i holds job (rows[i], job_index[i]) of `jobs` with n_observed[i]
     usage steps observed (0 = waiting, not placed), in `job_view`'s convention. Only what `job_view` reads is
@@ -207,11 +213,16 @@ def state_at_ages(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_obs
         meta=None if jobs.meta is None else jobs.meta[rows, job_index][:, None],
         usage_exact=None if jobs.usage_exact is None else jobs.usage_exact[rows, job_index][:, None],
     )
-    # the batch's running summaries, computed once per batch and shared: a rollout asks for a few jobs at each
-    # decision, and summaries of those alone cost more over an episode than the whole batch's once
-    one.__dict__["observed_prefix"] = tuple(
-        p if p is None else p.one_job_per_row(rows, job_index) for p in jobs.observed_prefix
-    )
+    # the batch's running summaries, shared: a rollout asks for a few jobs at each decision, and summaries of
+    # those alone cost more over an episode than the whole batch's once; computed for the batch here only up to
+    # SHARED_SUMMARIES_MAX_VALUES usage values (a larger batch, e.g. a training rollout's, keeps the selection's)
+    prefix = jobs.__dict__.get("observed_prefix")
+    if prefix is None and jobs.usage.size <= SHARED_SUMMARIES_MAX_VALUES:
+        prefix = jobs.observed_prefix
+    if prefix is not None:
+        one.__dict__["observed_prefix"] = tuple(
+            p if p is None else p.one_job_per_row(rows, job_index) for p in prefix
+        )
     t = np.full(n, jobs.max_duration, dtype=np.int64)
     is_placed = n_obs > 0
     return State(

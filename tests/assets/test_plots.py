@@ -51,6 +51,17 @@ def test_summary_is_one_figure_per_source_that_fits_the_dialog():
     )
     [bars] = [c for c in fewer.axes[0].collections if isinstance(c, PolyCollection)]
     assert len(bars.get_paths()) == 3 * len(POLICIES) - 1
+    # policy-major, loads in order, each bar as high as its row's mean
+    rows = summary.filter((pl.col("source") == SOURCES[1]) & (pl.col("metric") == PLOT_METRICS[0][0]))
+    rows = rows.filter(~((pl.col("policy") == "tetris") & (pl.col("load_pct") == 50))).sort(
+        "policy", "load_pct"
+    )
+    tops = [path.vertices[1, 1] for path in bars.get_paths()]
+    assert np.allclose(tops, rows["mean"].to_numpy())
+    lefts = [path.vertices[0, 0] for path in bars.get_paths()]
+    assert (
+        lefts[0] < lefts[1] < lefts[2] and lefts[3] < lefts[0] + 1
+    )  # policy 0 at loads 0, 1, 2, then policy 1
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     assert len(legends) == 1
     assert sorted(t.get_text() for t in legends[0].get_texts()) == sorted(POLICIES)

@@ -408,3 +408,32 @@ def test_features_at_ages_share_the_batchs_running_summaries_with_the_same_numbe
     assert "observed_prefix" not in alone.jobs.__dict__
     env = np.arange(rows.size)
     assert np.array_equal(got, job_features(job_view(CFG, alone, env, 0 * env, 4)), equal_nan=True)
+
+
+def test_a_selection_lends_its_summaries_and_a_batch_past_the_bound_keeps_its_own(monkeypatch) -> None:
+    """A selected batch (`JobBatch.select`: summaries mapped by row) lends them with the same numbers; a batch
+    larger than `SHARED_SUMMARIES_MAX_VALUES` is not summarised whole for a few jobs."""
+    import models.sim_labeller as sim_labeller
+
+    jobs = synthetic_jobs(seed=4, n_seqs=4, n_jobs=10)
+    jobs.observed_prefix  # noqa: B018 - computed on the whole batch, then shared by the selection
+    picked = jobs.select(np.array([3, 1, 1, 0]))
+    assert picked.observed_prefix[0].rows is not None
+    rng = np.random.default_rng(1)
+    rows = rng.integers(0, 4, 40)
+    job_index = rng.integers(0, picked.n_jobs[rows])
+    ages = rng.integers(0, picked.duration[rows, job_index] + 1)
+    got = features_at_ages(CFG, picked, rows, job_index, ages, 4)
+    state = state_at_ages(picked, rows, job_index, ages)
+    alone = dataclasses.replace(state, jobs=dataclasses.replace(state.jobs))
+    env = np.arange(rows.size)
+    assert np.array_equal(got, job_features(job_view(CFG, alone, env, 0 * env, 4)), equal_nan=True)
+    monkeypatch.setattr(sim_labeller, "SHARED_SUMMARIES_MAX_VALUES", jobs.usage.size - 1)
+    fresh = jobs.owned_copy()
+    fresh.__dict__.pop("observed_prefix", None)
+    assert np.array_equal(
+        features_at_ages(CFG, fresh, rows, job_index, ages, 4),
+        features_at_ages(CFG, jobs, rows, job_index, ages, 4),
+        equal_nan=True,
+    )
+    assert "observed_prefix" not in fresh.__dict__
