@@ -931,7 +931,12 @@ def _train(
 
 
 def _config_dict(cfg) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}
+    return {k: _plain(v) for k, v in asdict(cfg).items()}
+
+
+def _plain(value):
+    """A config value as a checkpoint stores it (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def save_checkpoint(tr: Trainer, path: str | Path) -> Path:
@@ -1039,7 +1044,7 @@ class DejavuPolicy:
             self._state_dict = payload["online"]
 
     def _network(self, cfg: SimConfig) -> QNetwork:
-        shape = {k: list(v) if isinstance(v, tuple) else v for k in SHAPE_FIELDS for v in [getattr(cfg, k)]}
+        shape = {k: _plain(getattr(cfg, k)) for k in SHAPE_FIELDS}  # as _config_dict stores them
         if self._shape is not None and shape != self._shape:
             raise ValueError(
                 f"Dejavu checkpoint {self.checkpoint} was trained for {self._shape}, the simulator has {shape}"

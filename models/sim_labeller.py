@@ -216,13 +216,7 @@ def state_at_ages(jobs: JobBatch, rows: np.ndarray, job_index: np.ndarray, n_obs
     # the batch's running summaries, shared: a rollout asks for a few jobs at each decision, and summaries of
     # those alone cost more over an episode than the whole batch's once; computed for the batch here only up to
     # SHARED_SUMMARIES_MAX_VALUES usage values (a larger batch, e.g. a training rollout's, keeps the selection's)
-    prefix = jobs.__dict__.get("observed_prefix")
-    if prefix is None and jobs.usage.size <= SHARED_SUMMARIES_MAX_VALUES:
-        prefix = jobs.observed_prefix
-    if prefix is not None:
-        one.__dict__["observed_prefix"] = tuple(
-            p if p is None else p.one_job_per_row(rows, job_index) for p in prefix
-        )
+    jobs.lend_summaries(one, rows, job_index, SHARED_SUMMARIES_MAX_VALUES)
     t = np.full(n, jobs.max_duration, dtype=np.int64)
     is_placed = n_obs > 0
     return State(

@@ -320,6 +320,19 @@ class JobBatch:
             out.__dict__["_riders"] = {key: value[rows] for key, value in self.__dict__["_riders"].items()}
         return out
 
+    def lend_summaries(self, one: JobBatch, rows: np.ndarray, job_index: np.ndarray, max_values: int) -> None:
+        """Give `one`, a batch whose row i holds only job job_index[i] of row rows[i] of this one, this batch's
+        running summaries (`observed_prefix`, shared as `select` shares them, not computed for `one`): computed
+        here first where they are not yet, if this batch has at most `max_values` usage values (else `one`
+        computes its own when asked)."""
+        prefix = self.__dict__.get("observed_prefix")
+        if prefix is None and self.usage.size <= max_values:
+            prefix = self.observed_prefix
+        if prefix is not None:
+            one.__dict__["observed_prefix"] = tuple(
+                p if p is None else p.one_job_per_row(rows, job_index) for p in prefix
+            )
+
     def first_jobs(self, n: int) -> JobBatch:
         """The batch with only the first n jobs (by arrival) of each row, padded to J = min(n, J) and to the
         longest kept job (TVW-RL: "a fixed number of jobs arrive" per episode). Rows with at most n jobs keep

@@ -59,9 +59,8 @@ def test_summary_is_one_figure_per_source_that_fits_the_dialog():
     tops = [path.vertices[1, 1] for path in bars.get_paths()]
     assert np.allclose(tops, rows["mean"].to_numpy())
     lefts = [path.vertices[0, 0] for path in bars.get_paths()]
-    assert (
-        lefts[0] < lefts[1] < lefts[2] and lefts[3] < lefts[0] + 1
-    )  # policy 0 at loads 0, 1, 2, then policy 1
+    # policy 0 at loads 0, 1, 2, then policy 1
+    assert lefts[0] < lefts[1] < lefts[2] and lefts[3] < lefts[0] + 1
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     assert len(legends) == 1
     assert sorted(t.get_text() for t in legends[0].get_texts()) == sorted(POLICIES)

@@ -402,9 +402,8 @@ def test_features_at_ages_share_the_batchs_running_summaries_with_the_same_numbe
     assert not np.array_equal(got, want, equal_nan=True)  # the rotation moved jobs: a different selection
     # against the summaries of each selected job alone, computed afresh
     state = state_at_ages(rotated, rows, job_index, ages)
-    alone = dataclasses.replace(
-        state, jobs=dataclasses.replace(state.jobs)
-    )  # a copy without cached summaries
+    # a copy without cached summaries
+    alone = dataclasses.replace(state, jobs=dataclasses.replace(state.jobs))
     assert "observed_prefix" not in alone.jobs.__dict__
     env = np.arange(rows.size)
     assert np.array_equal(got, job_features(job_view(CFG, alone, env, 0 * env, 4)), equal_nan=True)

@@ -424,7 +424,7 @@ def test_choose_keeps_overshoot_within_tetris_plus_budget() -> None:
 def test_the_peak_predictor_sums_the_running_jobs_observed_window_per_machine() -> None:
     """`PeakPredictorPacking.predicted_peak`: per machine, the running jobs' observed usage summed per step over
     the last `window` steps (steps before the first of them started left out), mean + n_sigma x std; checked
-    against the same figure computed by hand from each job's `job_view` window."""
+    against the same figure computed by hand from each running job's last `window` observed steps."""
     jobs = _square_jobs(3, 12, seed=5)
     state, rng = core.reset(CFG, jobs, 0), np.random.default_rng(0)
     rule = PeakPredictorPacking(mode="pack", n_sigma=2.0, window=6)
@@ -439,7 +439,10 @@ def test_the_peak_predictor_sums_the_running_jobs_observed_window_per_machine() 
                 if on_m.size == 0:
                     assert (got[b, m] == 0).all()
                     continue
-                recent = job_view(CFG, state, np.full(on_m.size, b), on_m, 6).recent  # (n, 6, D)
+                # each job's usage at its last 6 observed ages (age t - start is observed by t), NaN before its start
+                ages = state.t[b] - state.job_start[b, on_m][:, None] - 5 + np.arange(6)  # (n, 6)
+                recent = state.jobs.usage[b, on_m[:, None], ages.clip(0)].astype(float)
+                recent[ages < 0] = np.nan
                 seen = np.isfinite(recent).all(axis=2).any(axis=0)
                 total = np.nan_to_num(recent).sum(axis=0)[seen]
                 want = total.mean(axis=0) + 2.0 * total.std(axis=0)
