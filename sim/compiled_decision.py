@@ -318,7 +318,8 @@ def _pick_kernel_parallel(
     noise, has_noise, check, cap, out,
 ):  # fmt: skip
     ok = np.ones(preference.shape[0], dtype=np.bool_)
-    for b in prange(preference.shape[0]):
+    for b_ in prange(preference.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
         ok[b] = _pick_env(
             b,
@@ -513,7 +514,8 @@ def _act_kernel_parallel(
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
 ):  # fmt: skip
     ok = np.ones(t_arr.shape[0], dtype=np.bool_)
-    for b in prange(t_arr.shape[0]):
+    for b_ in prange(t_arr.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
         ok[b] = _act_env(
             b,
@@ -851,7 +853,8 @@ def placer_features_kernel_parallel(
     g,
 ):
     ok = np.ones(t_arr.shape[0], dtype=np.bool_)
-    for b in prange(t_arr.shape[0]):
+    for b_ in prange(t_arr.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         scratch = _placer_scratch(timeline.shape[2], level_rows.shape[0], timeline.shape[3])
         ok[b] = _placer_env(
             b,
@@ -931,7 +934,8 @@ def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, ma
     """`decide_kernel` on numba's threads, one env per iteration."""
     n_m = mask.shape[1] - 1
     ok = np.ones(mask.shape[0], dtype=np.bool_)
-    for b in prange(mask.shape[0]):
+    for b_ in prange(mask.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         act_scratch = _act_scratch(n_m, n_d)
         placer_scratch = _placer_scratch(n_m, n_levels, n_d)
         ok[b] = _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask)

@@ -81,7 +81,8 @@ def _kernel_parallel(
     shown, t, next_job, n_arrived, job_machine, job_start, duration, n_jobs, history_steps, ids, store, n_ages, out
 ):  # fmt: skip
     ok = np.ones(shown.shape[0], dtype=np.bool_)
-    for b in prange(shown.shape[0]):
+    for b_ in prange(shown.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         ok[b] = _env(
             b, shown, t, next_job, n_arrived, job_machine, job_start, duration, n_jobs, history_steps, ids, store,
             n_ages, out,

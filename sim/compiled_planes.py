@@ -80,7 +80,8 @@ def _sum_rows(values, sorted_cell, order, starts, ends, acc, zero):
 
 @njit(cache=True, parallel=True)
 def _sum_rows_parallel(values, sorted_cell, order, starts, ends, acc, zero):
-    for r in prange(starts.shape[0]):
+    for r_ in prange(starts.shape[0]):
+        r = np.int64(r_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         column = np.empty(PAIRWISE_BLOCK, dtype=values.dtype)
         _sum_run(r, values, sorted_cell, order, starts, ends, acc, column, zero)
 
@@ -155,7 +156,8 @@ def _flat_planes(values, source, usage, view_rows, t, start, max_duration, n_ali
 def _flat_planes_parallel(
     values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu
 ):
-    for i in prange(values.shape[0]):
+    for i_ in prange(values.shape[0]):
+        i = np.int64(i_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         _flat_planes_row(
             i, values, source, usage, view_rows, t, start, max_duration, n_alive, squares, planes, mu
         )
@@ -287,7 +289,8 @@ def _level_columns(acc, head, n_levels, rho, squares, cap, out):
 
 @njit(cache=True, parallel=True)
 def _level_columns_parallel(acc, head, n_levels, rho, squares, cap, out):
-    for b in prange(acc.shape[0]):
+    for b_ in prange(acc.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         share = np.empty(acc.shape[3] * acc.shape[4])
         frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)
         _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out)

@@ -439,7 +439,8 @@ def _kernel_parallel(
     tr_contention,
     tr_penalties,
 ):
-    for b in prange(t.shape[0]):
+    for b_ in prange(t.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         is_short = np.zeros((timeline.shape[2], timeline.shape[3]), dtype=np.bool_)
         _env_step(
             b,
