@@ -16,6 +16,7 @@ the better validation return is the policy (a measured choice, never on test seq
 
     python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150] [--out /tmp/placer]
         [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
+        [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts; default 8 x 4)
 """
 
 from __future__ import annotations
@@ -165,6 +166,18 @@ def main() -> None:
         "fitted on the training sequences (as the pipeline serves them), the warehouse's EC classifier's, or the "
         "clustering labels computed from each workload's whole series",
     )
+    ap.add_argument(
+        "--n-sequences",
+        type=int,
+        default=None,
+        help="PlacerConfig.n_sequences: training sequences per PG iteration",
+    )
+    ap.add_argument(
+        "--n-rollouts",
+        type=int,
+        default=None,
+        help="PlacerConfig.n_rollouts: rollouts of each per PG iteration",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -232,6 +245,11 @@ def main() -> None:
             **{
                 **SETTINGS[algorithm],
                 **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
+                **{
+                    key: value
+                    for key, value in (("n_sequences", args.n_sequences), ("n_rollouts", args.n_rollouts))
+                    if value is not None
+                },
             },
         )
         speed: dict = {}
