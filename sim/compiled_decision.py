@@ -3,10 +3,11 @@
 
 - `deeprm_pick`: `sim.policies._deeprm_pick` (the most preferred visible job that fits some machine by the
   simulator's placement rule and by requests; the head where none does), the preference (SJF's or Packer's)
-  computed by the caller as before.
+  computed by the caller as before; `tetris_pick`: `sim.policies.Tetris.pick_job` (the same kernel).
 - `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
   forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) over a DeepRM fallback
-  (SJF or Packer: Best-Fit by requests), deviation rows, bounds and choice as there.
+  (SJF or Packer: Best-Fit by requests) or Tetris (the first machine the head fits), deviation rows, bounds and
+  choice as there.
 - `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
 - `decide_kernel`: the two bodies above and the mask between them, one pass per env (`models.placer_kernel.decide`:
   a training rollout's decision on `forecast_peak`'s kind of rule); the bodies' arguments ride in two tuples.
@@ -57,6 +58,26 @@ def prefix_args(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndarray | None:
     """(B,) slot of the most preferred visible job (preference (B, K) float64) that fits some machine now; 0
     where none does (`sim.policies._deeprm_pick`); None when switched off (`ENABLED`)."""
+    return _pick(cfg, state, preference, False)
+
+
+def tetris_pick(cfg: SimConfig, state: State, short_job_weight: float) -> np.ndarray | None:
+    """(B,) `sim.policies.Tetris.pick_job`'s slots (its alignment score, with `short_job_weight` / duration added
+    where the weight is not 0, as there); None when switched off (`ENABLED`)."""
+    if not ENABLED:
+        return None
+    if short_job_weight:  # the numpy term, computed as there
+        from sim.policies import visible_queue
+
+        jobs_idx, _ = visible_queue(cfg, state)
+        duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
+        extra = short_job_weight / np.maximum(duration, 1)
+    else:
+        extra = np.zeros((state.batch_size, cfg.queue_size))
+    return _pick(cfg, state, extra, True)
+
+
+def _pick(cfg: SimConfig, state: State, preference: np.ndarray, tetris: bool) -> np.ndarray | None:
     if not ENABLED:
         return None
     noise, has_noise = noise_args(state)
@@ -67,7 +88,7 @@ def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndar
         np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
         state.is_done, state.job_machine, state.job_start, jobs.duration,
         jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
-        np.asarray(cfg.capacity_units, dtype=np.int64), out,
+        np.asarray(cfg.capacity_units, dtype=np.int64), tetris, out,
     )  # fmt: skip
     return out
 
@@ -86,15 +107,16 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
     """The arguments of `_act_env` after its env and scratch (the rule's actions go to `out` (B,) int64), or None
     where the kernel does not apply to `rule` (module docstring)."""
     from sim.forecast import uncached
-    from sim.policies import DeepRMPacker, DeepRMSJF
+    from sim.policies import DeepRMPacker, DeepRMSJF, Tetris
 
     if not ENABLED:
         return None
     forecaster = None if rule.forecaster is None else uncached(rule.forecaster)
     risk = rule.risk
+    fallback = type(rule._fallback())
     if (
         type(forecaster) is not PeakQuantileForecaster
-        or type(rule.fallback) not in (DeepRMSJF, DeepRMPacker)
+        or fallback not in (DeepRMSJF, DeepRMPacker, Tetris)
         or risk.mode not in ("deviate", "pack")
     ):
         return None
@@ -116,7 +138,7 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs),
         levels_last(table.values), level_row, table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
-        int(risk.min_observed), risk.mode == "pack", out,
+        int(risk.min_observed), fallback is not Tetris, risk.mode == "pack", out,
     )  # fmt: skip
 
 
@@ -249,10 +271,10 @@ def _placer_scratch(n_m, n_levels, n_d):
 @njit(cache=True)
 def _pick_env(
     b, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, out,
+    noise, has_noise, check, cap, tetris, out,
 ):  # fmt: skip
     """Env b's part of `_pick_kernel` (the body both its kernels run per env); `scratch` from
-    `_machine_scratch`, written before it is read."""
+    `_machine_scratch`, written before it is read. With `tetris`, Tetris' pick (`_tetris_pick`), else DeepRM's."""
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
     n_m = timeline.shape[2]
@@ -262,6 +284,11 @@ def _pick_env(
         b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
         used_now,
     )  # fmt: skip
+    if tetris:
+        out[b] = _tetris_pick(
+            b, preference, next_job, n_arrived, is_done, usage, request, check, cap, placed, used_now
+        )
+        return True
     best = -np.inf
     slot = -1
     for k in range(n_k):
@@ -282,9 +309,53 @@ def _pick_env(
 
 
 @njit(cache=True)
+def _tetris_pick(b, extra, next_job, n_arrived, is_done, usage, request, check, cap, placed, used_now):
+    """`sim.policies.Tetris.pick_job` for env b: the first machine some visible waiting job fits (the simulator's
+    placement rule and requests), then the job there with the best alignment dot(request / C, free / C) plus
+    `extra` (B, K) (its 1 / duration term), the first on ties; slot 0 where no job fits any machine."""
+    n_k = extra.shape[1]
+    n_j = request.shape[1]
+    n_m, n_d = placed.shape
+    machine = -1
+    for m in range(n_m):
+        for k in range(n_k):
+            job = next_job[b] + k
+            if job >= n_arrived[b] or is_done[b]:
+                continue
+            if _fits(b, min(job, n_j - 1), m, check, usage, request, cap, placed, used_now):
+                machine = m
+                break
+        if machine >= 0:
+            break
+    if machine < 0:
+        return 0
+    best = -np.inf
+    slot = -1
+    for k in range(n_k):
+        job = next_job[b] + k
+        j = min(job, n_j - 1)
+        if (
+            job >= n_arrived[b]
+            or is_done[b]
+            or not _fits(b, j, machine, check, usage, request, cap, placed, used_now)
+        ):
+            continue
+        score = 0.0  # numpy's sum over the resources, in order
+        for d in range(n_d):
+            score += (np.float64(np.int64(request[b, j, d])) / np.float64(cap[d])) * (
+                np.float64(cap[d] - placed[machine, d]) / np.float64(cap[d])
+            )
+        score += extra[b, k]
+        if slot < 0 or score > best:
+            best = score
+            slot = k
+    return slot
+
+
+@njit(cache=True)
 def _pick_kernel(
     preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, out,
+    noise, has_noise, check, cap, tetris, out,
 ):  # fmt: skip
     scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
     for b in range(preference.shape[0]):
@@ -306,6 +377,7 @@ def _pick_kernel(
             has_noise,
             check,
             cap,
+            tetris,
             out,
         ):
             return False
@@ -315,7 +387,7 @@ def _pick_kernel(
 @njit(cache=True, parallel=True)
 def _pick_kernel_parallel(
     preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, out,
+    noise, has_noise, check, cap, tetris, out,
 ):  # fmt: skip
     ok = np.ones(preference.shape[0], dtype=np.bool_)
     for b_ in prange(preference.shape[0]):
@@ -339,6 +411,7 @@ def _pick_kernel_parallel(
             has_noise,
             check,
             cap,
+            tetris,
             out,
         )
     return ok.all()
@@ -376,7 +449,7 @@ def _rule_values(
 def _act_env(
     b, scratch, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
 ):  # fmt: skip
     """Env b's part of `_act_kernel` (the body both its kernels run per env); `scratch` from `_act_scratch`,
     written before it is read."""
@@ -390,7 +463,8 @@ def _act_env(
         b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
         used_now,
     )  # fmt: skip
-    # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act)
+    # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act), or with
+    # `best_fit` off the first machine the head fits (Tetris' act: its pick has chosen the job)
     dom = 0
     best_share = -np.inf
     for d in range(n_d):
@@ -417,7 +491,7 @@ def _act_env(
             if cap[d] - placed[m, d] < req:
                 fits = False
         if fits:
-            score = np.float64(-(cap[dom] - placed[m, dom]))
+            score = np.float64(-(cap[dom] - placed[m, dom])) if best_fit else 0.0
             if base == n_m or score > best_score:
                 best_score = score
                 base = m
@@ -465,7 +539,7 @@ def _act_env(
 def _act_kernel(
     t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
 ):  # fmt: skip
     scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
     for b in range(t_arr.shape[0]):
@@ -500,6 +574,7 @@ def _act_kernel(
             n_steps,
             use_durations,
             min_observed,
+            best_fit,
             pack,
             out,
         ):
@@ -511,7 +586,7 @@ def _act_kernel(
 def _act_kernel_parallel(
     t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, pack, out,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
 ):  # fmt: skip
     ok = np.ones(t_arr.shape[0], dtype=np.bool_)
     for b_ in prange(t_arr.shape[0]):
@@ -548,6 +623,7 @@ def _act_kernel_parallel(
             n_steps,
             use_durations,
             min_observed,
+            best_fit,
             pack,
             out,
         )

@@ -333,6 +333,11 @@ class Tetris:
         return score, fits
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim import compiled_decision  # loads numba: on first use
+
+        picked = compiled_decision.tetris_pick(cfg, state, self.short_job_weight)  # the same slots
+        if picked is not None:
+            return picked
         score, fits = self._scores(cfg, state)
         machine = np.argmax(fits.any(axis=1), axis=1)  # first machine some queued job fits
         rows = np.arange(state.batch_size)

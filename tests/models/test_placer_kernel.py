@@ -161,7 +161,7 @@ def test_one_decision_kernel_steps_aside(square_jobs):
     assert decide(rho=0.5) is None
     assert decide(forecaster=PersistenceForecaster(horizon=12)) is None
     assert decide(rule=replace(rule, risk=RiskConfig(level=0.75, mode="guard"))) is None
-    assert decide(rule=replace(rule, fallback=make_policy("tetris"))) is None
+    assert decide(rule=replace(rule, fallback=make_policy("kube_default"))) is None
     assert (
         decide(forecaster=RemainingPeakQuantiles(replace(table, values=table.values - 100.0), horizon=12))
         is None

@@ -1,5 +1,5 @@
 """The compiled job pick and rule decision (`sim.compiled_decision`) decide exactly as the numpy path at every
-decision of episodes over DeepRM's SJF and Packer as fallbacks, "deviate" and "pack", tables with labels and
+decision of episodes over DeepRM's SJF and Packer and Tetris as fallbacks, "deviate" and "pack", tables with labels and
 remaining life, young jobs at their request, durations unknown, noise and every placement check; and step aside
 where they do not apply."""
 
@@ -13,7 +13,7 @@ import pytest
 from sim import compiled_decision, core
 from sim.config import SimConfig
 from sim.peak_forecast import fit_peak_quantiles
-from sim.policies import decide, make_policy
+from sim.policies import Tetris, decide, make_policy
 from sim.risk import RiskAwarePacking, RiskConfig
 
 CASES = {
@@ -23,6 +23,18 @@ CASES = {
         "deeprm_packer",
         RiskConfig(level=0.9, mode="pack"),
         dict(use_remaining=True, use_labels=False),
+    ),
+    "tetris_deviate_remaining": (
+        SimConfig(n_machines=4, max_steps=400),
+        "tetris",
+        RiskConfig(level=0.75),
+        dict(use_remaining=True),
+    ),
+    "tetris_pack_first_step_noise": (
+        SimConfig(n_machines=5, max_steps=400, noise_max_units=1, placement_check="first_step"),
+        "tetris",
+        RiskConfig(level=0.9, mode="pack"),
+        {},
     ),
     "sjf_young_no_durations_none": (
         SimConfig(n_machines=3, max_steps=400, placement_check="none", hold_rule="no_fit"),
@@ -84,7 +96,8 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs
         return RiskAwarePacking(**{**base, **kw}, name="r")
 
     assert compiled_decision.risk_act(cfg, state, rule()) is not None
-    assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("tetris"))) is None
+    assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("tetris"))) is not None
+    assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("kube_default"))) is None
     assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, mode="guard"))) is None
     assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, horizon=30))) is None
     negative = table.forecaster(0.75, horizon=12)
@@ -94,3 +107,28 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs
     monkeypatch.setattr(compiled_decision, "ENABLED", False)
     assert compiled_decision.risk_act(cfg, state, rule()) is None
     assert compiled_decision.deeprm_pick(cfg, state, np.zeros((2, cfg.queue_size))) is None
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_the_compiled_tetris_pick_is_numpys(weight, monkeypatch, square_jobs):
+    """`tetris_pick` gives `Tetris.pick_job`'s numpy slot at every decision of episodes (noise, the first-step
+    placement check, and with the 1 / duration term, which then changes some picks)."""
+    cfg = SimConfig(n_machines=3, max_steps=400, noise_max_units=1, placement_check="first_step")
+    policy = Tetris(short_job_weight=weight)
+    state = core.reset(cfg, square_jobs(6, 30, seed=4), 0)
+    rng = np.random.default_rng(0)
+    n_checked = n_passed_over = n_weighted = 0
+    while not state.is_done.all():
+        got = policy.pick_job(cfg, state, rng)
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        want = policy.pick_job(cfg, state, rng)
+        unweighted = Tetris().pick_job(cfg, state, rng)
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        assert np.array_equal(got, want)
+        n_checked += 1
+        n_passed_over += int((want > 0).sum())
+        n_weighted += int((want != unweighted).sum())
+        state, act = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, act)
+    assert n_checked > 20 and n_passed_over > 0
+    assert (n_weighted > 0) == (weight > 0)
