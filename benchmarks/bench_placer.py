@@ -176,7 +176,7 @@ def main() -> None:
         "--n-rollouts",
         type=int,
         default=None,
-        help="PlacerConfig.n_rollouts: rollouts of each per PG iteration",
+        help="PlacerConfig.n_rollouts: rollouts of each per PG iteration (REINFORCE, PPO; vine branches instead)",
     )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()

@@ -96,6 +96,13 @@ DECIDE_CASES = {
         dict(use_remaining=True, use_labels=False),
         False,
     ),
+    "tetris_deviate_first_step_served": (
+        SimConfig(n_machines=4, max_steps=400, placement_check="first_step"),
+        "tetris",
+        RiskConfig(level=0.75),
+        dict(use_remaining=True),
+        True,
+    ),
     "sjf_young_served_none": (
         SimConfig(n_machines=3, max_steps=400, placement_check="none"),
         "deeprm_sjf",

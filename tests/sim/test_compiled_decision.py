@@ -97,6 +97,11 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs
 
     assert compiled_decision.risk_act(cfg, state, rule()) is not None
     assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("tetris"))) is not None
+    by_default = compiled_decision.risk_act(
+        cfg, state, rule(fallback=None)
+    )  # no fallback: Tetris, compiled too
+    tetris = compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("tetris")))
+    assert by_default is not None and np.array_equal(by_default, tetris)
     assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("kube_default"))) is None
     assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, mode="guard"))) is None
     assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, horizon=30))) is None
