@@ -61,19 +61,9 @@ def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndar
     return _pick(cfg, state, preference, False)
 
 
-def tetris_pick(cfg: SimConfig, state: State, short_job_weight: float) -> np.ndarray | None:
-    """(B,) `sim.policies.Tetris.pick_job`'s slots (its alignment score, with `short_job_weight` / duration added
-    where the weight is not 0, as there); None when switched off (`ENABLED`)."""
-    if not ENABLED:
-        return None
-    if short_job_weight:  # the numpy term, computed as there
-        from sim.policies import visible_queue
-
-        jobs_idx, _ = visible_queue(cfg, state)
-        duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
-        extra = short_job_weight / np.maximum(duration, 1)
-    else:
-        extra = np.zeros((state.batch_size, cfg.queue_size))
+def tetris_pick(cfg: SimConfig, state: State, extra: np.ndarray) -> np.ndarray | None:
+    """(B,) `sim.policies.Tetris.pick_job`'s slots: its alignment score plus `extra` (B, K) float64 per visible
+    job (`Tetris.short_job_term`, zeros without it); None when switched off (`ENABLED`)."""
     return _pick(cfg, state, extra, True)
 
 

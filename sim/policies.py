@@ -328,14 +328,24 @@ class Tetris:
         free = free_by_requests(cfg, state)
         score = ((request[:, :, None, :] / cap) * (free[:, None] / cap)).sum(axis=3)
         if self.short_job_weight:
-            duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
-            score = score + self.short_job_weight / np.maximum(duration, 1)[..., None]
+            score = score + self.short_job_term(cfg, state)[..., None]
         return score, fits
+
+    def short_job_term(self, cfg: SimConfig, state: State) -> np.ndarray:
+        """(B, K) `short_job_weight` / duration of each visible queued job (added to its alignment score)."""
+        jobs_idx, _ = visible_queue(cfg, state)
+        duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
+        return self.short_job_weight / np.maximum(duration, 1)
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         from sim import compiled_decision  # loads numba: on first use
 
-        picked = compiled_decision.tetris_pick(cfg, state, self.short_job_weight)  # the same slots
+        extra = (
+            self.short_job_term(cfg, state)
+            if self.short_job_weight
+            else np.zeros((state.batch_size, cfg.queue_size))
+        )
+        picked = compiled_decision.tetris_pick(cfg, state, extra)  # the same slots
         if picked is not None:
             return picked
         score, fits = self._scores(cfg, state)
