@@ -1,6 +1,7 @@
 """Horizon planes (per job and per machine, over the forecast horizon) compiled with numba (issue 22, item 8): the
 general path of the learned placer's features (`models.forecast_placer._level_columns` and `_planes`) and the
-per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use. Each kernel does
+per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use, and the
+running jobs' requests per machine (`sim.core.placed_requests`, `running_requests`). Each kernel does
 the numpy expressions' float operations per element in their order, so the numbers are the numpy path's to the bit;
 where numpy reduces (a sum of rows, a mean over a contiguous block), the kernels reproduce its order: the pairwise
 sum of its loops (`_pairwise_block`, `_pairwise_sum`). Every kernel that inlines the pairwise sum lives in this
@@ -84,6 +85,47 @@ def _sum_rows_parallel(values, sorted_cell, order, starts, ends, acc, zero):
         r = np.int64(r_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         column = np.empty(PAIRWISE_BLOCK, dtype=values.dtype)
         _sum_run(r, values, sorted_cell, order, starts, ends, acc, column, zero)
+
+
+def running_requests(
+    t: np.ndarray,
+    job_machine: np.ndarray,
+    job_start: np.ndarray,
+    duration: np.ndarray,
+    request: np.ndarray,
+    n_machines: int,
+) -> np.ndarray:
+    """(B, M, D) int64: the requests of the jobs running at t (placed, started, not ended) summed per machine
+    (`sim.core.placed_requests`; integer sums, so equal to numpy's float64 bincount of them in any order). One
+    pass over each env's job rows, without the (B, J) masks and gathers numpy builds: the training rollout's
+    Packer pick asks for it every decision."""
+    out = np.zeros((t.shape[0], n_machines, request.shape[2]), dtype=np.int64)
+    kernel = _running_requests_parallel if on_threads(t.shape[0]) else _running_requests
+    kernel(t, job_machine, job_start, duration, request, out)
+    return out
+
+
+@njit(cache=True)
+def _running_requests_env(b, t, job_machine, job_start, duration, request, out):
+    for j in range(job_machine.shape[1]):
+        m = job_machine[b, j]
+        if m < 0 or job_start[b, j] > t[b] or job_start[b, j] + duration[b, j] <= t[b]:
+            continue
+        for d in range(request.shape[2]):
+            out[b, m, d] += np.int64(request[b, j, d])
+
+
+@njit(cache=True)
+def _running_requests(t, job_machine, job_start, duration, request, out):
+    for b in range(t.shape[0]):
+        _running_requests_env(b, t, job_machine, job_start, duration, request, out)
+
+
+@njit(cache=True, parallel=True)
+def _running_requests_parallel(t, job_machine, job_start, duration, request, out):
+    for b_ in prange(t.shape[0]):
+        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
+        _running_requests_env(b, t, job_machine, job_start, duration, request, out)
 
 
 def flat_planes(

@@ -847,6 +847,15 @@ def placed_requests(state: State) -> np.ndarray:
 
 
 def _placed_requests(state: State) -> np.ndarray:
+    from sim.compiled_planes import running_requests  # loads numba: on first use
+
+    jobs = state.jobs
+    m = state.busy_until.shape[1]
+    return running_requests(state.t, state.job_machine, state.job_start, jobs.duration, jobs.request, m)
+
+
+def _placed_requests_numpy(state: State) -> np.ndarray:
+    """`_placed_requests` by numpy's masks and bincount (a test compares the two)."""
     n_envs, n_m = state.batch_size, state.busy_until.shape[1]
     is_run = jobs_running(state)
     flat = (np.arange(n_envs)[:, None] * n_m + np.maximum(state.job_machine, 0))[is_run]

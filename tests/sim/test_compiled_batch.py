@@ -165,3 +165,38 @@ def test_every_segment_length_sums_as_reduceat_does(dtype, threads, on_threads) 
 def test_no_rows_sum_to_zeros() -> None:
     got = core.sum_by_cell(np.zeros((0, 3, 2)), np.zeros(0, dtype=np.int64), 4)
     assert got.shape == (4, 3, 2) and not got.any()
+
+
+@pytest.mark.parametrize("threads", ["caller", "numba"])
+def test_the_compiled_running_requests_are_numpys_at_every_step(threads, on_threads) -> None:
+    """`sim.core.placed_requests` (one compiled pass over each env's jobs) equals the numpy masks and bincount at
+    every step of random episodes, on the caller's thread and on numba's, with a job cut at each end of its life."""
+    from sim.policies import make_policy
+
+    calls = on_threads(threads, compiled_planes, "_running_requests_parallel")
+    cfg = SimConfig(n_machines=3, capacity_units=(8, 8), oversize="clip", max_steps=60)
+    rng = np.random.default_rng(3)
+    sequences = [
+        [
+            dict(
+                arrival_step=int(rng.integers(0, 12)),
+                usage=rng.integers(1, 5, size=(int(rng.integers(1, 6)), 2)).tolist(),
+                ec_label=0,
+            )
+            for _ in range(int(rng.integers(6, 15)))
+        ]
+        for _ in range(5)
+    ]
+    state = core.reset(cfg, JobBatch.from_jobs(sequences), 0)
+    policy = make_policy("random_valid")
+    n_compared = n_running = 0
+    while not state.is_done.all():
+        want = core._placed_requests_numpy(state)
+        got = core._placed_requests(state)
+        assert got.dtype == np.int64 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        n_compared += 1
+        n_running += int(core.jobs_running(state).sum())
+        state, *_ = core.step(cfg, state, policy.act(cfg, state, rng))
+    assert n_compared > 10 and n_running > 40  # the episodes placed and ran jobs
+    assert calls["_running_requests_parallel"] == (n_compared if threads == "numba" else 0)
