@@ -2,8 +2,9 @@
 8; the step itself is `sim.compiled_step`, the served labels `sim.compiled_labels`):
 
 - `deeprm_pick`: `sim.policies._deeprm_pick` (the most preferred visible job that fits some machine by the
-  simulator's placement rule and by requests; the head where none does), the preference (SJF's or Packer's)
-  computed by the caller as before; `tetris_pick`: `sim.policies.Tetris.pick_job` (the same kernel).
+  simulator's placement rule and by requests; the head where none does) on a preference the caller computes;
+  `packer_pick` and `sjf_pick`: the same with Packer's or SJF's preference computed in the kernel;
+  `tetris_pick`: `sim.policies.Tetris.pick_job` (the same kernel).
 - `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
   forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) over a DeepRM fallback
   (SJF or Packer: Best-Fit by requests) or Tetris (the first machine the head fits), deviation rows, bounds and
@@ -55,21 +56,40 @@ def prefix_args(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return prefix.peak, prefix.order, rows
 
 
+_GIVEN, _TETRIS, _PACKER, _SJF = 0, 1, 2, 3
+"""The pick kernel's kinds: DeepRM's pick on a given preference, Tetris' pick, DeepRM's pick on Packer's or SJF's
+preference computed in the kernel."""
+
+
 def deeprm_pick(cfg: SimConfig, state: State, preference: np.ndarray) -> np.ndarray | None:
     """(B,) slot of the most preferred visible job (preference (B, K) float64) that fits some machine now; 0
     where none does (`sim.policies._deeprm_pick`); None when switched off (`ENABLED`)."""
-    return _pick(cfg, state, preference, False)
+    return _pick(cfg, state, preference, _GIVEN)
+
+
+def packer_pick(cfg: SimConfig, state: State) -> np.ndarray | None:
+    """(B,) `sim.policies.DeepRMPacker.pick_job`'s slots, its preference (dot(request / total, free / total) on
+    the cluster as one pool) computed in the kernel from the requests it sums anyway; None when switched off."""
+    return _pick(cfg, state, None, _PACKER)
+
+
+def sjf_pick(cfg: SimConfig, state: State) -> np.ndarray | None:
+    """(B,) `sim.policies.DeepRMSJF.pick_job`'s slots (the shortest visible job that fits, ties to the earlier
+    slot), its preference computed in the kernel; None when switched off."""
+    return _pick(cfg, state, None, _SJF)
 
 
 def tetris_pick(cfg: SimConfig, state: State, extra: np.ndarray) -> np.ndarray | None:
     """(B,) `sim.policies.Tetris.pick_job`'s slots: its alignment score plus `extra` (B, K) float64 per visible
     job (`Tetris.short_job_term`, zeros without it); None when switched off (`ENABLED`)."""
-    return _pick(cfg, state, extra, True)
+    return _pick(cfg, state, extra, _TETRIS)
 
 
-def _pick(cfg: SimConfig, state: State, preference: np.ndarray, tetris: bool) -> np.ndarray | None:
+def _pick(cfg: SimConfig, state: State, preference: np.ndarray | None, kind: int) -> np.ndarray | None:
     if not ENABLED:
         return None
+    if preference is None:  # computed in the kernel: only its width (K) is read
+        preference = np.zeros((1, cfg.queue_size))
     noise, has_noise = noise_args(state)
     out = np.zeros(state.batch_size, dtype=np.int64)
     jobs = state.jobs
@@ -78,7 +98,7 @@ def _pick(cfg: SimConfig, state: State, preference: np.ndarray, tetris: bool) ->
         np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
         state.is_done, state.job_machine, state.job_start, jobs.duration,
         jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
-        np.asarray(cfg.capacity_units, dtype=np.int64), tetris, out,
+        np.asarray(cfg.capacity_units, dtype=np.int64), kind, out,
     )  # fmt: skip
     return out
 
@@ -261,10 +281,11 @@ def _placer_scratch(n_m, n_levels, n_d):
 @njit(cache=True)
 def _pick_env(
     b, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, tetris, out,
+    noise, has_noise, check, cap, kind, out,
 ):  # fmt: skip
     """Env b's part of `_pick_kernel` (the body both its kernels run per env); `scratch` from
-    `_machine_scratch`, written before it is read. With `tetris`, Tetris' pick (`_tetris_pick`), else DeepRM's."""
+    `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick (`_tetris_pick`), else
+    DeepRM's on `preference` or on Packer's or SJF's preference (`_preference`)."""
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
     n_m = timeline.shape[2]
@@ -274,7 +295,7 @@ def _pick_env(
         b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
         used_now,
     )  # fmt: skip
-    if tetris:
+    if kind == _TETRIS:
         out[b] = _tetris_pick(
             b, preference, next_job, n_arrived, is_done, usage, request, check, cap, placed, used_now
         )
@@ -291,11 +312,35 @@ def _pick_env(
             if _fits(b, j, m, check, usage, request, cap, placed, used_now):
                 pickable = True
                 break
-        if pickable and (slot < 0 or preference[b, k] > best):
-            best = preference[b, k]
+        if not pickable:
+            continue
+        value = (
+            preference[b, k] if kind == _GIVEN else _preference(b, j, k, kind, duration, request, cap, placed)
+        )
+        if slot < 0 or value > best:
+            best = value
             slot = k
     out[b] = slot if slot >= 0 else 0
     return True
+
+
+@njit(cache=True, inline="always")
+def _preference(b, j, k, kind, duration, request, cap, placed):
+    """Visible slot k's (job j's) preference as `sim.policies` computes it: Packer's dot(request / total,
+    free / total) with the cluster as one pool (total M * C, free the total less the running jobs' requests),
+    summed over the resources in order as numpy does; SJF's -duration - 1e-3 * k (ties to the earlier slot)."""
+    if kind == _SJF:
+        return np.float64(-np.int64(duration[b, j])) - 1e-3 * np.float64(k)
+    n_m, n_d = placed.shape
+    value = 0.0
+    for d in range(n_d):
+        total = np.int64(n_m) * cap[d]
+        running = np.int64(0)
+        for m in range(n_m):
+            running += placed[m, d]
+        share = np.float64(np.int64(request[b, j, d])) / np.float64(total)
+        value += share * (np.float64(total - running) / np.float64(total))
+    return value
 
 
 @njit(cache=True)
@@ -345,10 +390,10 @@ def _tetris_pick(b, extra, next_job, n_arrived, is_done, usage, request, check, 
 @njit(cache=True)
 def _pick_kernel(
     preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, tetris, out,
+    noise, has_noise, check, cap, kind, out,
 ):  # fmt: skip
     scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
-    for b in range(preference.shape[0]):
+    for b in range(t_arr.shape[0]):
         if not _pick_env(
             b,
             scratch,
@@ -367,7 +412,7 @@ def _pick_kernel(
             has_noise,
             check,
             cap,
-            tetris,
+            kind,
             out,
         ):
             return False
@@ -377,10 +422,10 @@ def _pick_kernel(
 @njit(cache=True, parallel=True)
 def _pick_kernel_parallel(
     preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, tetris, out,
+    noise, has_noise, check, cap, kind, out,
 ):  # fmt: skip
-    ok = np.ones(preference.shape[0], dtype=np.bool_)
-    for b_ in prange(preference.shape[0]):
+    ok = np.ones(t_arr.shape[0], dtype=np.bool_)
+    for b_ in prange(t_arr.shape[0]):
         b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
         ok[b] = _pick_env(
@@ -401,7 +446,7 @@ def _pick_kernel_parallel(
             has_noise,
             check,
             cap,
-            tetris,
+            kind,
             out,
         )
     return ok.all()

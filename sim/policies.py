@@ -433,6 +433,11 @@ class DeepRMSJF:
     name: str = "deeprm_sjf"
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim import compiled_decision  # loads numba: on first use
+
+        picked = compiled_decision.sjf_pick(cfg, state)  # the same slots, the preference computed there
+        if picked is not None:
+            return picked
         jobs_idx, _ = visible_queue(cfg, state)
         duration = state.jobs.duration[np.arange(state.batch_size)[:, None], jobs_idx]
         # ties to the earliest slot: -duration, then a tiny slot penalty
@@ -452,6 +457,11 @@ class DeepRMPacker:
     name: str = "deeprm_packer"
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim import compiled_decision  # loads numba: on first use
+
+        picked = compiled_decision.packer_pick(cfg, state)  # the same slots, the preference computed there
+        if picked is not None:
+            return picked
         jobs_idx, _ = visible_queue(cfg, state)
         request = state.jobs.request[np.arange(state.batch_size)[:, None], jobs_idx].astype(np.int64)
         total = cfg.n_machines * _capacity(cfg)

@@ -109,6 +109,7 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs
     monkeypatch.setattr(compiled_decision, "ENABLED", False)
     assert compiled_decision.risk_act(cfg, state, rule()) is None
     assert compiled_decision.deeprm_pick(cfg, state, np.zeros((2, cfg.queue_size))) is None
+    assert compiled_decision.packer_pick(cfg, state) is None and compiled_decision.sjf_pick(cfg, state) is None
 
 
 @pytest.mark.parametrize("weight", [0.0, 0.5])
