@@ -17,11 +17,11 @@ non-innermost axis), so the features are equal to the bit; from a count carried 
 Each env's inputs are one body (`_placer_env`), run on numba's threads for a large batch
 (`sim.compiled_step.on_threads`): the same numbers either way.
 
-`features` returns None where the kernel does not apply (another forecaster, rho != 1, a level the table lacks) or
-where a looked-up value is negative (the numpy path then takes its general branch, as it does itself); the caller
-then runs the numpy path. The kernel itself is `sim.compiled_decision.placer_features_kernel`, in the file of the
-table look-up it inlines (numba's cache notices changes to its own file only). Tests:
-tests/models/test_placer_kernel.py.
+`features` returns None where the kernel does not apply (another forecaster, rho != 1, a level the table lacks,
+more than `SEQUENTIAL_SUM_MAX` resources) or where a looked-up value is negative (the numpy path then takes its
+general branch, as it does itself); the caller then runs the numpy path. The kernel itself is
+`sim.compiled_decision.placer_features_kernel`, in the file of the table look-up it inlines (numba's cache notices
+changes to its own file only). Tests: tests/models/test_placer_kernel.py.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 from sim.compiled_decision import (
     AGE_EDGE_ARRAY,
     REMAINING_EDGE_ARRAY,
+    SEQUENTIAL_SUM_MAX,
     decide_kernel,
     decide_kernel_parallel,
     levels_last,
@@ -96,7 +97,7 @@ def feature_args(
     """(the arguments of `_placer_env` after its env and scratch, x, g: the new arrays they write), or None where
     the kernel does not apply (`features`)."""
     rows = level_rows(forecaster, levels) if rho == 1.0 else None
-    if rows is None:
+    if rows is None or cfg.n_resources > SEQUENTIAL_SUM_MAX:  # the inputs' means sum over the resources
         return None
     table = forecaster.table
     jobs = state.jobs

@@ -85,11 +85,21 @@ def tetris_pick(cfg: SimConfig, state: State, extra: np.ndarray) -> np.ndarray |
     return _pick(cfg, state, extra, _TETRIS)
 
 
+SEQUENTIAL_SUM_MAX = 7
+"""numpy adds up to this many elements of a float reduction one after another (from 8 on, in its pairwise
+order): the kernels' sums over the resources are numpy's only up to this many resources."""
+
+
 def _pick(cfg: SimConfig, state: State, preference: np.ndarray | None, kind: int) -> np.ndarray | None:
-    if not ENABLED:
-        return None
+    if not ENABLED or (kind in (_TETRIS, _PACKER) and cfg.n_resources > SEQUENTIAL_SUM_MAX):
+        return None  # (Tetris' and Packer's scores sum over the resources)
     if preference is None:  # computed in the kernel: only its width (K) is read
         preference = np.zeros((1, cfg.queue_size))
+    elif preference.shape != (state.batch_size, cfg.queue_size):
+        raise ValueError(
+            f"job pick: a preference of shape {preference.shape} for {state.batch_size} envs and "
+            f"{cfg.queue_size} visible slots"
+        )
     noise, has_noise = noise_args(state)
     out = np.zeros(state.batch_size, dtype=np.int64)
     jobs = state.jobs

@@ -12,6 +12,7 @@ import pytest
 
 from sim import compiled_decision, core
 from sim.config import SimConfig
+from sim.jobs import JobBatch
 from sim.peak_forecast import fit_peak_quantiles
 from sim.policies import Tetris, decide, make_policy
 from sim.risk import RiskAwarePacking, RiskConfig
@@ -109,7 +110,9 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs
     monkeypatch.setattr(compiled_decision, "ENABLED", False)
     assert compiled_decision.risk_act(cfg, state, rule()) is None
     assert compiled_decision.deeprm_pick(cfg, state, np.zeros((2, cfg.queue_size))) is None
-    assert compiled_decision.packer_pick(cfg, state) is None and compiled_decision.sjf_pick(cfg, state) is None
+    assert (
+        compiled_decision.packer_pick(cfg, state) is None and compiled_decision.sjf_pick(cfg, state) is None
+    )
 
 
 @pytest.mark.parametrize("weight", [0.0, 0.5])
@@ -135,3 +138,52 @@ def test_the_compiled_tetris_pick_is_numpys(weight, monkeypatch, square_jobs):
         state, *_ = core.step(cfg, state, act)
     assert n_checked > 20 and n_passed_over > 0
     assert (n_weighted > 0) == (weight > 0)
+
+
+@pytest.mark.parametrize("n_resources", [1, 3, 8])
+@pytest.mark.parametrize("name", ["deeprm_packer", "deeprm_sjf", "tetris"])
+def test_the_compiled_picks_are_numpys_for_any_number_of_resources(name, n_resources, monkeypatch) -> None:
+    """Packer's, SJF's and Tetris' compiled picks give the numpy path's slots at every decision with 1 and 3
+    resources; from 8 on (numpy then sums the resources in its pairwise order) Packer and Tetris step aside to it."""
+    cfg = SimConfig(n_machines=3, capacity_units=(8,) * n_resources, max_steps=200)
+    rng = np.random.default_rng(n_resources)
+    sequences = [
+        [
+            dict(
+                arrival_step=int(rng.integers(0, 6)),
+                usage=rng.integers(1, 4, size=(int(rng.integers(2, 9)), n_resources)).tolist(),
+                request=rng.integers(3, 6, size=n_resources).tolist(),
+                ec_label=0,
+            )
+            for _ in range(24)
+        ]
+        for _ in range(4)
+    ]
+    policy = make_policy(name)
+    state = core.reset(cfg, JobBatch.from_jobs(sequences, n_resources), 0)
+    compiled = {"deeprm_packer": compiled_decision.packer_pick, "deeprm_sjf": compiled_decision.sjf_pick}
+    n_checked = n_passed_over = 0
+    while not state.is_done.all():
+        got = policy.pick_job(cfg, state, rng)
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        want = policy.pick_job(cfg, state, rng)
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        assert np.array_equal(got, want)
+        kernel = (
+            compiled[name](cfg, state)
+            if name in compiled
+            else compiled_decision.tetris_pick(cfg, state, np.zeros((state.batch_size, cfg.queue_size)))
+        )
+        assert (kernel is None) == (n_resources == 8 and name != "deeprm_sjf")
+        n_checked += 1
+        n_passed_over += int((want > 0).sum())
+        state, act = decide(policy, cfg, state, rng)
+        state, *_ = core.step(cfg, state, act)
+    assert n_checked > 20 and n_passed_over > 0  # some picks passed over the head
+
+
+def test_a_given_preference_must_cover_every_env_and_slot(square_jobs) -> None:
+    cfg = SimConfig(n_machines=3, max_steps=100)
+    state = core.reset(cfg, square_jobs(2, 5, seed=0), 0)
+    with pytest.raises(ValueError, match="preference of shape"):
+        compiled_decision.deeprm_pick(cfg, state, np.zeros((1, cfg.queue_size)))
