@@ -1,8 +1,8 @@
 """Horizon planes (per job and per machine, over the forecast horizon) compiled with numba (issue 22, item 8): the
 general path of the learned placer's features (`models.forecast_placer._level_columns` and `_planes`) and the
-per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use, and the
-running jobs' requests per machine (`sim.core.placed_requests`, `running_requests`). Each kernel does
-the numpy expressions' float operations per element in their order, so the numbers are the numpy path's to the bit;
+per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use, and the running
+jobs' requests per machine (`sim.core.placed_requests`: `running_requests`). Each kernel does the numpy
+expressions' float operations per element in their order, so the numbers are the numpy path's to the bit;
 where numpy reduces (a sum of rows, a mean over a contiguous block), the kernels reproduce its order: the pairwise
 sum of its loops (`_pairwise_block`, `_pairwise_sum`). Every kernel that inlines the pairwise sum lives in this
 file, because numba's on-disk cache notices changes to a kernel's own file only (and cannot hold a recursive
@@ -97,8 +97,8 @@ def running_requests(
 ) -> np.ndarray:
     """(B, M, D) int64: the requests of the jobs running at t (placed, started, not ended) summed per machine
     (`sim.core.placed_requests`; integer sums, so equal to numpy's float64 bincount of them in any order). One
-    pass over each env's job rows, without the (B, J) masks and gathers numpy builds: the training rollout's
-    Packer pick asks for it every decision."""
+    pass over each env's job rows, without the (B, J) masks and gathers numpy builds (kube's and Dejavu's scores
+    and the request-fit masks ask for it at every decision)."""
     out = np.zeros((t.shape[0], n_machines, request.shape[2]), dtype=np.int64)
     kernel = _running_requests_parallel if on_threads(t.shape[0]) else _running_requests
     kernel(t, job_machine, job_start, duration, request, out)
