@@ -41,7 +41,7 @@ from sim.compiled_decision import (
     prefix_args,
     risk_act_args,
 )
-from sim.compiled_step import on_threads
+from sim.compiled_step import launch, on_threads
 from sim.config import SimConfig
 from sim.core import State, observed_labels
 from sim.forecast import find_level
@@ -78,8 +78,8 @@ def features(
     if made is None:
         return None
     args, x, g = made
-    kernel = placer_features_kernel_parallel if on_threads(state.batch_size) else placer_features_kernel
-    return (x, g) if kernel(*args) else None
+    ok = launch(placer_features_kernel, placer_features_kernel_parallel, on_threads(state.batch_size), *args)
+    return (x, g) if ok else None
 
 
 def feature_args(
@@ -166,6 +166,7 @@ def decide(
     if made is None:
         return None
     placer_args, x, g = made
-    kernel = decide_kernel_parallel if on_threads(n_envs) else decide_kernel
-    ok = kernel(act_args, placer_args, cfg.n_resources, len(levels), cfg.hold_rule == "always", mask)
+    hold_always = cfg.hold_rule == "always"
+    kernels = (decide_kernel, decide_kernel_parallel, on_threads(n_envs))
+    ok = launch(*kernels, act_args, placer_args, cfg.n_resources, len(levels), hold_always, mask)
     return (base, mask, x, g) if ok else None

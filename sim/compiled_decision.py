@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from sim.compiled_step import NO_NOISE, on_threads
+from sim.compiled_step import NO_NOISE, launch, on_threads
 from sim.config import SimConfig
 from sim.core import State, observed_labels
 from sim.forecast import find_level
@@ -103,8 +103,8 @@ def _pick(cfg: SimConfig, state: State, preference: np.ndarray | None, kind: int
     noise, has_noise = noise_args(state)
     out = np.zeros(state.batch_size, dtype=np.int64)
     jobs = state.jobs
-    kernel = _pick_kernel_parallel if on_threads(state.batch_size) else _pick_kernel
-    kernel(
+    launch(
+        _pick_kernel, _pick_kernel_parallel, on_threads(state.batch_size),
         np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
         state.is_done, state.job_machine, state.job_start, jobs.duration,
         jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
@@ -119,8 +119,7 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
     args = risk_act_args(cfg, state, rule, out)
     if args is None:
         return None
-    kernel = _act_kernel_parallel if on_threads(state.batch_size) else _act_kernel
-    return out if kernel(*args) else None
+    return out if launch(_act_kernel, _act_kernel_parallel, on_threads(state.batch_size), *args) else None
 
 
 def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple | None:
@@ -160,6 +159,14 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), fallback is not Tetris, risk.mode == "pack", out,
     )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def envs_of_span(c, n_envs, n_spans):
+    """[lo, hi) envs of span c of n_spans (`sim.compiled_step.launch`: each span allocates its scratch once). Its
+    own copy here: numba's cache notices a kernel's own file only."""
+    c = np.int64(c)
+    return c * n_envs // n_spans, (c + 1) * n_envs // n_spans
 
 
 @njit(cache=True, inline="always")
@@ -432,33 +439,37 @@ def _pick_kernel(
 @njit(cache=True, parallel=True)
 def _pick_kernel_parallel(
     preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, kind, out,
+    noise, has_noise, check, cap, kind, out, n_spans,
 ):  # fmt: skip
-    ok = np.ones(t_arr.shape[0], dtype=np.bool_)
-    for b_ in prange(t_arr.shape[0]):
-        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
+    n_b = t_arr.shape[0]
+    n_c = max(min(n_spans, n_b), 1)
+    ok = np.ones(n_c, dtype=np.bool_)
+    for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
+        lo, hi = envs_of_span(c_, n_b, n_c)
         scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
-        ok[b] = _pick_env(
-            b,
-            scratch,
-            preference,
-            t_arr,
-            next_job,
-            n_arrived,
-            is_done,
-            job_machine,
-            job_start,
-            duration,
-            usage,
-            request,
-            timeline,
-            noise,
-            has_noise,
-            check,
-            cap,
-            kind,
-            out,
-        )
+        for b in range(lo, hi):
+            if not _pick_env(
+                b,
+                scratch,
+                preference,
+                t_arr,
+                next_job,
+                n_arrived,
+                is_done,
+                job_machine,
+                job_start,
+                duration,
+                usage,
+                request,
+                timeline,
+                noise,
+                has_noise,
+                check,
+                cap,
+                kind,
+                out,
+            ):
+                ok[np.int64(c_)] = False
     return ok.all()
 
 
@@ -632,46 +643,51 @@ def _act_kernel_parallel(
     t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
+    n_spans,
 ):  # fmt: skip
-    ok = np.ones(t_arr.shape[0], dtype=np.bool_)
-    for b_ in prange(t_arr.shape[0]):
-        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
+    n_b = t_arr.shape[0]
+    n_c = max(min(n_spans, n_b), 1)
+    ok = np.ones(n_c, dtype=np.bool_)
+    for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
+        lo, hi = envs_of_span(c_, n_b, n_c)
         scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
-        ok[b] = _act_env(
-            b,
-            scratch,
-            t_arr,
-            next_job,
-            n_arrived,
-            is_done,
-            job_machine,
-            job_start,
-            busy_until,
-            duration,
-            usage,
-            request,
-            labels,
-            timeline,
-            noise,
-            has_noise,
-            check,
-            cap,
-            peak,
-            order,
-            prefix_rows,
-            values,
-            level_row,
-            use_labels,
-            use_remaining,
-            age_edges,
-            remaining_edges,
-            n_steps,
-            use_durations,
-            min_observed,
-            best_fit,
-            pack,
-            out,
-        )
+        for b in range(lo, hi):
+            if not _act_env(
+                b,
+                scratch,
+                t_arr,
+                next_job,
+                n_arrived,
+                is_done,
+                job_machine,
+                job_start,
+                busy_until,
+                duration,
+                usage,
+                request,
+                labels,
+                timeline,
+                noise,
+                has_noise,
+                check,
+                cap,
+                peak,
+                order,
+                prefix_rows,
+                values,
+                level_row,
+                use_labels,
+                use_remaining,
+                age_edges,
+                remaining_edges,
+                n_steps,
+                use_durations,
+                min_observed,
+                best_fit,
+                pack,
+                out,
+            ):
+                ok[np.int64(c_)] = False
     return ok.all()
 
 
@@ -972,48 +988,53 @@ def placer_features_kernel_parallel(
     skip_done,
     x,
     g,
+    n_spans,
 ):
-    ok = np.ones(t_arr.shape[0], dtype=np.bool_)
-    for b_ in prange(t_arr.shape[0]):
-        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
+    n_b = t_arr.shape[0]
+    n_c = max(min(n_spans, n_b), 1)
+    ok = np.ones(n_c, dtype=np.bool_)
+    for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
+        lo, hi = envs_of_span(c_, n_b, n_c)
         scratch = _placer_scratch(timeline.shape[2], level_rows.shape[0], timeline.shape[3])
-        ok[b] = _placer_env(
-            b,
-            scratch,
-            t_arr,
-            next_job,
-            n_arrived,
-            is_done,
-            job_machine,
-            job_start,
-            busy_until,
-            timeline,
-            noise,
-            has_noise,
-            past,
-            duration,
-            request,
-            labels,
-            peak,
-            order,
-            prefix_rows,
-            values,
-            level_rows,
-            use_labels,
-            use_remaining,
-            age_edges,
-            remaining_edges,
-            cap,
-            queue_size,
-            horizon,
-            use_durations,
-            max_duration,
-            base_actions,
-            mask,
-            skip_done,
-            x,
-            g,
-        )
+        for b in range(lo, hi):
+            if not _placer_env(
+                b,
+                scratch,
+                t_arr,
+                next_job,
+                n_arrived,
+                is_done,
+                job_machine,
+                job_start,
+                busy_until,
+                timeline,
+                noise,
+                has_noise,
+                past,
+                duration,
+                request,
+                labels,
+                peak,
+                order,
+                prefix_rows,
+                values,
+                level_rows,
+                use_labels,
+                use_remaining,
+                age_edges,
+                remaining_edges,
+                cap,
+                queue_size,
+                horizon,
+                use_durations,
+                max_duration,
+                base_actions,
+                mask,
+                skip_done,
+                x,
+                g,
+            ):
+                ok[np.int64(c_)] = False
     return ok.all()
 
 
@@ -1051,13 +1072,17 @@ def decide_kernel(act_args, placer_args, n_d, n_levels, hold_always, mask):
 
 
 @njit(cache=True, parallel=True)
-def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, mask):
+def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, mask, n_spans):
     """`decide_kernel` on numba's threads, one env per iteration."""
     n_m = mask.shape[1] - 1
-    ok = np.ones(mask.shape[0], dtype=np.bool_)
-    for b_ in prange(mask.shape[0]):
-        b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
+    n_b = mask.shape[0]
+    n_c = max(min(n_spans, n_b), 1)
+    ok = np.ones(n_c, dtype=np.bool_)
+    for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
+        lo, hi = envs_of_span(c_, n_b, n_c)
         act_scratch = _act_scratch(n_m, n_d)
         placer_scratch = _placer_scratch(n_m, n_levels, n_d)
-        ok[b] = _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask)
+        for b in range(lo, hi):
+            if not _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
+                ok[np.int64(c_)] = False
     return ok.all()
