@@ -271,7 +271,7 @@ def _fits(b, j, m, check, usage, request, cap, placed, used_now):
 @njit(cache=True)
 def _machine_scratch(n_m, n_d):
     """Per-env scratch of the pick (`_machine_state`'s placed and used-now units): allocated once per kernel
-    call on the caller's thread, once per env on numba's."""
+    call on the caller's thread, once per span of envs on numba's (`envs_of_span`)."""
     return np.zeros((n_m, n_d), dtype=np.int64), np.zeros((n_m, n_d), dtype=np.int64)
 
 
@@ -1073,7 +1073,7 @@ def decide_kernel(act_args, placer_args, n_d, n_levels, hold_always, mask):
 
 @njit(cache=True, parallel=True)
 def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, mask, n_spans):
-    """`decide_kernel` on numba's threads, one env per iteration."""
+    """`decide_kernel` on numba's threads, one span of envs per iteration (`envs_of_span`)."""
     n_m = mask.shape[1] - 1
     n_b = mask.shape[0]
     n_c = max(min(n_spans, n_b), 1)

@@ -9,6 +9,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import torch
 
 from models import checkpoint as ck
 from models import forecast_placer as fp
+from models import placer_kernel
 from models.forecast_placer import (
     ForecastCache,
     ForecastResidualPolicy,
@@ -28,7 +30,7 @@ from models.forecast_placer import (
 )
 from models.forecaster import torch_threads
 from models.usage_forecast import ForecastConfig, fit_usage_forecaster
-from sim import core
+from sim import compiled_decision, compiled_step, core
 from sim.config import SimConfig
 from sim.forecast import ExactForecaster
 from sim.jobs import JobBatch
@@ -691,9 +693,9 @@ def test_compiled_level_columns_equal_the_numpy_columns(which, learned_forecaste
     assert x1.tobytes() == x2.tobytes() and g1.tobytes() == g2.tobytes()
 
 
-def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jobs):
-    """A sampled rollout of a residual (randomised: it leaves its base) on `forecast_peak`'s kind of rule reads its
-    decisions from `placer_kernel.decide`, and records the same inputs, actions and returns as with the pieces."""
+def _kernel_rollout_case(square_jobs):
+    """(cfg, policy, jobs): a residual (randomised: it leaves its base) on `forecast_peak`'s kind of rule, whose
+    rollout runs the compiled pick, decision and step kernels, over 6 sequences."""
     cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
     rule = RiskAwarePacking(
@@ -701,7 +703,21 @@ def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jo
     )
     policy = ForecastResidualPolicy(base=rule, forecaster=RemainingPeakQuantiles(table, horizon=12))
     _randomise_residual(policy.ready(cfg))
-    jobs = square_jobs(6, 30, seed=4)
+    return cfg, policy, square_jobs(6, 30, seed=4)
+
+
+def _same_record(got, ref) -> None:
+    for key in ("x", "g", "mask", "base", "action", "logp", "reward"):
+        assert all(np.array_equal(a, b) for a, b in zip(getattr(got, key), getattr(ref, key), strict=True)), (
+            key
+        )
+    assert np.array_equal(got.returns, ref.returns)
+
+
+def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jobs):
+    """A sampled rollout of a residual (randomised: it leaves its base) on `forecast_peak`'s kind of rule reads its
+    decisions from `placer_kernel.decide`, and records the same inputs, actions and returns as with the pieces."""
+    cfg, policy, jobs = _kernel_rollout_case(square_jobs)
     fused = policy._decide
     n_fused = []  # decisions the one kernel gave (not None)
 
@@ -716,8 +732,25 @@ def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jo
     ref = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
     assert sum(n_fused) == got.n_decisions == ref.n_decisions > 20
     assert (np.concatenate(got.action) != np.concatenate(got.base)).any()
-    for key in ("x", "g", "mask", "base", "action", "logp", "reward"):
-        assert all(np.array_equal(a, b) for a, b in zip(getattr(got, key), getattr(ref, key), strict=True)), (
-            key
-        )
-    assert np.array_equal(got.returns, ref.returns)
+    _same_record(got, ref)
+
+
+@pytest.mark.parametrize("n_spans", [1, 2, 4, 9])
+def test_the_threaded_kernels_give_the_callers_rollout_for_any_number_of_spans(
+    n_spans, square_jobs, on_threads, monkeypatch
+):
+    """The parallel kernels run their envs in spans, one scratch per span (`sim.compiled_step.launch`): a rollout
+    on them (the job pick, the decision and the step) records what the caller's thread gives, whether a span holds
+    every env, several or one (9 spans for 6 envs), on however many threads numba has."""
+    cfg, policy, jobs = _kernel_rollout_case(square_jobs)
+    ref = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    counts = [  # each a dict the counted kernels update
+        on_threads("numba", compiled_step, "_kernel_parallel"),
+        on_threads("numba", compiled_decision, "_pick_kernel_parallel"),
+        on_threads("numba", placer_kernel, "decide_kernel_parallel"),
+    ]
+    monkeypatch.setattr(compiled_step, "numba", SimpleNamespace(get_num_threads=lambda: n_spans))
+    got = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    calls = {name: n for count in counts for name, n in count.items()}
+    assert all(n == got.n_decisions > 20 for n in calls.values()), calls
+    _same_record(got, ref)
