@@ -78,7 +78,9 @@ def features(
     if made is None:
         return None
     args, x, g = made
-    ok = launch(placer_features_kernel, placer_features_kernel_parallel, on_threads(state.batch_size), *args)
+    kernels = (placer_features_kernel, placer_features_kernel_parallel, on_threads(state.batch_size))
+    _, _, n_m, n_d = state.timeline.shape
+    ok = launch(*kernels, args, state.batch_size, n_m, len(levels), n_d)
     return (x, g) if ok else None
 
 

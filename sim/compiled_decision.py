@@ -103,13 +103,15 @@ def _pick(cfg: SimConfig, state: State, preference: np.ndarray | None, kind: int
     noise, has_noise = noise_args(state)
     out = np.zeros(state.batch_size, dtype=np.int64)
     jobs = state.jobs
-    launch(
-        _pick_kernel, _pick_kernel_parallel, on_threads(state.batch_size),
+    args = (
         np.ascontiguousarray(preference, dtype=np.float64), state.t, state.next_job, state.n_arrived,
         state.is_done, state.job_machine, state.job_start, jobs.duration,
         jobs.usage, jobs.request, state.timeline, noise, has_noise, _CHECKS[cfg.placement_check],
         np.asarray(cfg.capacity_units, dtype=np.int64), kind, out,
     )  # fmt: skip
+    _, _, n_m, n_d = state.timeline.shape
+    kernels = (_pick_kernel, _pick_kernel_parallel, on_threads(state.batch_size))
+    launch(*kernels, args, state.batch_size, n_m, n_d)
     return out
 
 
@@ -119,7 +121,9 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
     args = risk_act_args(cfg, state, rule, out)
     if args is None:
         return None
-    return out if launch(_act_kernel, _act_kernel_parallel, on_threads(state.batch_size), *args) else None
+    _, _, n_m, n_d = state.timeline.shape
+    kernels = (_act_kernel, _act_kernel_parallel, on_threads(state.batch_size))
+    return out if launch(*kernels, args, state.batch_size, n_m, n_d) else None
 
 
 def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple | None:
@@ -405,71 +409,28 @@ def _tetris_pick(b, extra, next_job, n_arrived, is_done, usage, request, check, 
 
 
 @njit(cache=True)
-def _pick_kernel(
-    preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, kind, out,
-):  # fmt: skip
-    scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
-    for b in range(t_arr.shape[0]):
-        if not _pick_env(
-            b,
-            scratch,
-            preference,
-            t_arr,
-            next_job,
-            n_arrived,
-            is_done,
-            job_machine,
-            job_start,
-            duration,
-            usage,
-            request,
-            timeline,
-            noise,
-            has_noise,
-            check,
-            cap,
-            kind,
-            out,
-        ):
+def _pick_span(lo, hi, args, n_m, n_d):
+    """`_pick_env` for envs lo .. hi - 1 on one scratch (its arguments after the env and the scratch ride in
+    `args`); False at the first env that fails. The body of both kernels."""
+    scratch = _machine_scratch(n_m, n_d)
+    for b in range(lo, hi):
+        if not _pick_env(b, scratch, *args):
             return False
     return True
 
 
+@njit(cache=True)
+def _pick_kernel(args, n_envs, n_m, n_d):
+    return _pick_span(0, n_envs, args, n_m, n_d)
+
+
 @njit(cache=True, parallel=True)
-def _pick_kernel_parallel(
-    preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, kind, out, n_spans,
-):  # fmt: skip
-    n_b = t_arr.shape[0]
-    n_c = max(min(n_spans, n_b), 1)
+def _pick_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
+    n_c = max(min(n_spans, n_envs), 1)
     ok = np.ones(n_c, dtype=np.bool_)
     for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
-        lo, hi = envs_of_span(c_, n_b, n_c)
-        scratch = _machine_scratch(timeline.shape[2], timeline.shape[3])
-        for b in range(lo, hi):
-            if not _pick_env(
-                b,
-                scratch,
-                preference,
-                t_arr,
-                next_job,
-                n_arrived,
-                is_done,
-                job_machine,
-                job_start,
-                duration,
-                usage,
-                request,
-                timeline,
-                noise,
-                has_noise,
-                check,
-                cap,
-                kind,
-                out,
-            ):
-                ok[np.int64(c_)] = False
+        lo, hi = envs_of_span(c_, n_envs, n_c)
+        ok[np.int64(c_)] = _pick_span(lo, hi, args, n_m, n_d)
     return ok.all()
 
 
@@ -592,102 +553,28 @@ def _act_env(
 
 
 @njit(cache=True)
-def _act_kernel(
-    t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
-    timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
-):  # fmt: skip
-    scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
-    for b in range(t_arr.shape[0]):
-        if not _act_env(
-            b,
-            scratch,
-            t_arr,
-            next_job,
-            n_arrived,
-            is_done,
-            job_machine,
-            job_start,
-            busy_until,
-            duration,
-            usage,
-            request,
-            labels,
-            timeline,
-            noise,
-            has_noise,
-            check,
-            cap,
-            peak,
-            order,
-            prefix_rows,
-            values,
-            level_row,
-            use_labels,
-            use_remaining,
-            age_edges,
-            remaining_edges,
-            n_steps,
-            use_durations,
-            min_observed,
-            best_fit,
-            pack,
-            out,
-        ):
+def _act_span(lo, hi, args, n_m, n_d):
+    """`_act_env` for envs lo .. hi - 1 on one scratch (`risk_act_args` in `args`); False at the first env that
+    fails. The body of both kernels."""
+    scratch = _act_scratch(n_m, n_d)
+    for b in range(lo, hi):
+        if not _act_env(b, scratch, *args):
             return False
     return True
 
 
+@njit(cache=True)
+def _act_kernel(args, n_envs, n_m, n_d):
+    return _act_span(0, n_envs, args, n_m, n_d)
+
+
 @njit(cache=True, parallel=True)
-def _act_kernel_parallel(
-    t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
-    timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
-    n_spans,
-):  # fmt: skip
-    n_b = t_arr.shape[0]
-    n_c = max(min(n_spans, n_b), 1)
+def _act_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
+    n_c = max(min(n_spans, n_envs), 1)
     ok = np.ones(n_c, dtype=np.bool_)
     for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
-        lo, hi = envs_of_span(c_, n_b, n_c)
-        scratch = _act_scratch(timeline.shape[2], timeline.shape[3])
-        for b in range(lo, hi):
-            if not _act_env(
-                b,
-                scratch,
-                t_arr,
-                next_job,
-                n_arrived,
-                is_done,
-                job_machine,
-                job_start,
-                busy_until,
-                duration,
-                usage,
-                request,
-                labels,
-                timeline,
-                noise,
-                has_noise,
-                check,
-                cap,
-                peak,
-                order,
-                prefix_rows,
-                values,
-                level_row,
-                use_labels,
-                use_remaining,
-                age_edges,
-                remaining_edges,
-                n_steps,
-                use_durations,
-                min_observed,
-                best_fit,
-                pack,
-                out,
-            ):
-                ok[np.int64(c_)] = False
+        lo, hi = envs_of_span(c_, n_envs, n_c)
+        ok[np.int64(c_)] = _act_span(lo, hi, args, n_m, n_d)
     return ok.all()
 
 
@@ -875,166 +762,28 @@ def _placer_env(
 
 
 @njit(cache=True)
-def placer_features_kernel(
-    t_arr,
-    next_job,
-    n_arrived,
-    is_done,
-    job_machine,
-    job_start,
-    busy_until,
-    timeline,
-    noise,
-    has_noise,
-    past,
-    duration,
-    request,
-    labels,
-    peak,
-    order,
-    prefix_rows,
-    values,
-    level_rows,
-    use_labels,
-    use_remaining,
-    age_edges,
-    remaining_edges,
-    cap,
-    queue_size,
-    horizon,
-    use_durations,
-    max_duration,
-    base_actions,
-    mask,
-    skip_done,
-    x,
-    g,
-):
-    scratch = _placer_scratch(timeline.shape[2], level_rows.shape[0], timeline.shape[3])
-    for b in range(t_arr.shape[0]):
-        if not _placer_env(
-            b,
-            scratch,
-            t_arr,
-            next_job,
-            n_arrived,
-            is_done,
-            job_machine,
-            job_start,
-            busy_until,
-            timeline,
-            noise,
-            has_noise,
-            past,
-            duration,
-            request,
-            labels,
-            peak,
-            order,
-            prefix_rows,
-            values,
-            level_rows,
-            use_labels,
-            use_remaining,
-            age_edges,
-            remaining_edges,
-            cap,
-            queue_size,
-            horizon,
-            use_durations,
-            max_duration,
-            base_actions,
-            mask,
-            skip_done,
-            x,
-            g,
-        ):
+def _placer_span(lo, hi, args, n_m, n_levels, n_d):
+    """`_placer_env` for envs lo .. hi - 1 on one scratch (`models.placer_kernel.feature_args` in `args`); False
+    at the first env that fails. The body of both kernels."""
+    scratch = _placer_scratch(n_m, n_levels, n_d)
+    for b in range(lo, hi):
+        if not _placer_env(b, scratch, *args):
             return False
     return True
 
 
+@njit(cache=True)
+def placer_features_kernel(args, n_envs, n_m, n_levels, n_d):
+    return _placer_span(0, n_envs, args, n_m, n_levels, n_d)
+
+
 @njit(cache=True, parallel=True)
-def placer_features_kernel_parallel(
-    t_arr,
-    next_job,
-    n_arrived,
-    is_done,
-    job_machine,
-    job_start,
-    busy_until,
-    timeline,
-    noise,
-    has_noise,
-    past,
-    duration,
-    request,
-    labels,
-    peak,
-    order,
-    prefix_rows,
-    values,
-    level_rows,
-    use_labels,
-    use_remaining,
-    age_edges,
-    remaining_edges,
-    cap,
-    queue_size,
-    horizon,
-    use_durations,
-    max_duration,
-    base_actions,
-    mask,
-    skip_done,
-    x,
-    g,
-    n_spans,
-):
-    n_b = t_arr.shape[0]
-    n_c = max(min(n_spans, n_b), 1)
+def placer_features_kernel_parallel(args, n_envs, n_m, n_levels, n_d, n_spans):
+    n_c = max(min(n_spans, n_envs), 1)
     ok = np.ones(n_c, dtype=np.bool_)
     for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
-        lo, hi = envs_of_span(c_, n_b, n_c)
-        scratch = _placer_scratch(timeline.shape[2], level_rows.shape[0], timeline.shape[3])
-        for b in range(lo, hi):
-            if not _placer_env(
-                b,
-                scratch,
-                t_arr,
-                next_job,
-                n_arrived,
-                is_done,
-                job_machine,
-                job_start,
-                busy_until,
-                timeline,
-                noise,
-                has_noise,
-                past,
-                duration,
-                request,
-                labels,
-                peak,
-                order,
-                prefix_rows,
-                values,
-                level_rows,
-                use_labels,
-                use_remaining,
-                age_edges,
-                remaining_edges,
-                cap,
-                queue_size,
-                horizon,
-                use_durations,
-                max_duration,
-                base_actions,
-                mask,
-                skip_done,
-                x,
-                g,
-            ):
-                ok[np.int64(c_)] = False
+        lo, hi = envs_of_span(c_, n_envs, n_c)
+        ok[np.int64(c_)] = _placer_span(lo, hi, args, n_m, n_levels, n_d)
     return ok.all()
 
 
@@ -1058,31 +807,33 @@ def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_alwa
 
 
 @njit(cache=True)
-def decide_kernel(act_args, placer_args, n_d, n_levels, hold_always, mask):
-    """`_decide_env` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
-    `models.placer_kernel.feature_args`, whose base actions and mask are `act_args`' output and `mask` (B, M + 1);
-    D resources, the placer's `n_levels`)."""
+def _decide_span(lo, hi, act_args, placer_args, n_d, n_levels, hold_always, mask):
+    """`_decide_env` for envs lo .. hi - 1 on one scratch of each part; False at the first env that fails. The body
+    of both kernels."""
     n_m = mask.shape[1] - 1
     act_scratch = _act_scratch(n_m, n_d)
     placer_scratch = _placer_scratch(n_m, n_levels, n_d)
-    for b in range(mask.shape[0]):
+    for b in range(lo, hi):
         if not _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
             return False
     return True
 
 
+@njit(cache=True)
+def decide_kernel(act_args, placer_args, n_d, n_levels, hold_always, mask):
+    """`_decide_env` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
+    `models.placer_kernel.feature_args`, whose base actions and mask are `act_args`' output and `mask` (B, M + 1);
+    D resources, the placer's `n_levels`)."""
+    return _decide_span(0, mask.shape[0], act_args, placer_args, n_d, n_levels, hold_always, mask)
+
+
 @njit(cache=True, parallel=True)
 def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, mask, n_spans):
     """`decide_kernel` on numba's threads, one span of envs per iteration (`envs_of_span`)."""
-    n_m = mask.shape[1] - 1
     n_b = mask.shape[0]
     n_c = max(min(n_spans, n_b), 1)
     ok = np.ones(n_c, dtype=np.bool_)
     for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
         lo, hi = envs_of_span(c_, n_b, n_c)
-        act_scratch = _act_scratch(n_m, n_d)
-        placer_scratch = _placer_scratch(n_m, n_levels, n_d)
-        for b in range(lo, hi):
-            if not _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
-                ok[np.int64(c_)] = False
+        ok[np.int64(c_)] = _decide_span(lo, hi, act_args, placer_args, n_d, n_levels, hold_always, mask)
     return ok.all()

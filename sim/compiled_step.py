@@ -113,10 +113,7 @@ def step_in_place(
     recorded = _NO_TRACE if trace is None else tuple(getattr(trace, name) for name in _TRACE_ROWS)
     if not fields["has_overshot"].flags.writeable:
         fields["has_overshot"] = fields["has_overshot"].copy()
-    launch(
-        _kernel,
-        _kernel_parallel,
-        on_threads(n_envs),
+    args = (
         fields["t"],
         fields["next_job"],
         fields["n_arrived"],
@@ -152,6 +149,8 @@ def step_in_place(
         trace is not None,
         *recorded,
     )
+    _, _, n_m, n_d = fields["timeline"].shape
+    launch(_kernel, _kernel_parallel, on_threads(n_envs), args, n_envs, n_m, n_d)
     return n_closed, is_cut
 
 
@@ -330,183 +329,22 @@ def _env_step(
 
 
 @njit(cache=True)
-def _kernel(
-    t,
-    next_job,
-    n_arrived,
-    timeline,
-    overlap,
-    past,
-    busy_until,
-    job_machine,
-    job_start,
-    has_overshot,
-    is_terminated,
-    is_truncated,
-    usage,
-    duration,
-    arrival_step,
-    n_jobs,
-    noise,
-    has_noise,
-    actions,
-    is_placed,
-    is_hold,
-    cap,
-    inv_cap,
-    k_c,
-    k_u,
-    k_o,
-    k_w,
-    max_steps,
-    max_window,
-    pen,
-    n_closed,
-    is_cut,
-    has_trace,
-    tr_usage,
-    tr_background,
-    tr_active,
-    tr_queue,
-    tr_contention,
-    tr_penalties,
-):
-    is_short = np.zeros((timeline.shape[2], timeline.shape[3]), dtype=np.bool_)
-    for b in range(t.shape[0]):
-        _env_step(
-            b,
-            is_short,
-            t,
-            next_job,
-            n_arrived,
-            timeline,
-            overlap,
-            past,
-            busy_until,
-            job_machine,
-            job_start,
-            has_overshot,
-            is_terminated,
-            is_truncated,
-            usage,
-            duration,
-            arrival_step,
-            n_jobs,
-            noise,
-            has_noise,
-            actions,
-            is_placed,
-            is_hold,
-            cap,
-            inv_cap,
-            k_c,
-            k_u,
-            k_o,
-            k_w,
-            max_steps,
-            max_window,
-            pen,
-            n_closed,
-            is_cut,
-            has_trace,
-            tr_usage,
-            tr_background,
-            tr_active,
-            tr_queue,
-            tr_contention,
-            tr_penalties,
-        )
+def _span(lo, hi, args, n_m, n_d):
+    """Envs lo .. hi - 1 stepped on one scratch (`is_short`, (M, D)): `_env_step`'s arguments after the env and
+    the scratch ride in `args`. The body of both kernels."""
+    is_short = np.zeros((n_m, n_d), dtype=np.bool_)
+    for b in range(lo, hi):
+        _env_step(b, is_short, *args)
+
+
+@njit(cache=True)
+def _kernel(args, n_envs, n_m, n_d):
+    _span(0, n_envs, args, n_m, n_d)
 
 
 @njit(cache=True, parallel=True)
-def _kernel_parallel(
-    t,
-    next_job,
-    n_arrived,
-    timeline,
-    overlap,
-    past,
-    busy_until,
-    job_machine,
-    job_start,
-    has_overshot,
-    is_terminated,
-    is_truncated,
-    usage,
-    duration,
-    arrival_step,
-    n_jobs,
-    noise,
-    has_noise,
-    actions,
-    is_placed,
-    is_hold,
-    cap,
-    inv_cap,
-    k_c,
-    k_u,
-    k_o,
-    k_w,
-    max_steps,
-    max_window,
-    pen,
-    n_closed,
-    is_cut,
-    has_trace,
-    tr_usage,
-    tr_background,
-    tr_active,
-    tr_queue,
-    tr_contention,
-    tr_penalties,
-    n_spans,
-):
-    n_b = t.shape[0]
-    n_c = max(min(n_spans, n_b), 1)
+def _kernel_parallel(args, n_envs, n_m, n_d, n_spans):
+    n_c = max(min(n_spans, n_envs), 1)
     for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
-        lo, hi = envs_of_span(c_, n_b, n_c)
-        is_short = np.zeros((timeline.shape[2], timeline.shape[3]), dtype=np.bool_)
-        for b in range(lo, hi):
-            _env_step(
-                b,
-                is_short,
-                t,
-                next_job,
-                n_arrived,
-                timeline,
-                overlap,
-                past,
-                busy_until,
-                job_machine,
-                job_start,
-                has_overshot,
-                is_terminated,
-                is_truncated,
-                usage,
-                duration,
-                arrival_step,
-                n_jobs,
-                noise,
-                has_noise,
-                actions,
-                is_placed,
-                is_hold,
-                cap,
-                inv_cap,
-                k_c,
-                k_u,
-                k_o,
-                k_w,
-                max_steps,
-                max_window,
-                pen,
-                n_closed,
-                is_cut,
-                has_trace,
-                tr_usage,
-                tr_background,
-                tr_active,
-                tr_queue,
-                tr_contention,
-                tr_penalties,
-            )
+        lo, hi = envs_of_span(c_, n_envs, n_c)
+        _span(lo, hi, args, n_m, n_d)
