@@ -307,6 +307,9 @@ def _pick_env(
     """Env b's part of `_pick_kernel` (the body both its kernels run per env); `scratch` from
     `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick (`_tetris_pick`), else
     DeepRM's on `preference` or on Packer's or SJF's preference (`_preference`)."""
+    if is_done[b]:  # a finished env shows no waiting job: slot 0, as both picks give it, without the walk
+        out[b] = 0
+        return True
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
     n_m = timeline.shape[2]
@@ -794,7 +797,16 @@ def placer_features_kernel_parallel(args, n_envs, n_m, n_levels, n_d, n_spans):
 def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
     """Env b's decision inputs: the rule's action (`_act_env`), the valid actions (`sim.core.action_mask`: the
     machines the rule found valid, hold always or where none is) and the placer's inputs (`_placer_env`, which reads
-    both); False where a looked-up value is negative."""
+    both); False where a looked-up value is negative. A finished env is not walked: its action is hold, its only
+    valid one, and its inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
+    n_m = mask.shape[1] - 1
+    if act_args[3][b]:  # is_done
+        act_args[30][b] = n_m  # the rule's action
+        mask[b, :n_m] = False
+        mask[b, n_m] = True
+        placer_args[31][b] = 0.0  # x
+        placer_args[32][b] = 0.0  # g
+        return True
     if not _act_env(b, act_scratch, *act_args):
         return False
     valid = act_scratch[2]
