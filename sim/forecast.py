@@ -297,6 +297,85 @@ class ExactForecaster:
         return units.astype(np.float64) * alive[..., None]
 
 
+@dataclass(frozen=True)
+class PartialTruthForecaster:
+    """ORACLE, half of one: the true future (`ExactForecaster`) of one part of the jobs, every other job at its
+    request over the steps it lives. `known="running"`: the jobs already placed are known, a job not placed yet
+    is taken at its request (what a scheduler knows of it at arrival, nothing observed); `known="arriving"`: the
+    reverse. The same rule on each splits the information gap: how much of what the true future gives comes from
+    the running jobs' futures (what a forecaster of their observed usage could learn, at best) and how much needs
+    the arriving job's own (`forecast_risk_truth_running`, `forecast_risk_truth_arriving` against
+    `forecast_risk_truth`)."""
+
+    horizon: int = 24
+    levels: tuple[float, ...] = DEFAULT_LEVELS
+    known: str = "running"
+    is_oracle: bool = True
+
+    def __post_init__(self) -> None:
+        if self.known not in ("running", "arriving"):
+            raise ValueError(
+                f"PartialTruthForecaster.known must be 'running' or 'arriving', got {self.known!r}"
+            )
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return levels_of(self.point(cfg, state, env, job), len(self.levels))
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) the true usage of the known jobs, the request while alive of the others."""
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        exact = ExactForecaster(self.horizon, self.levels).point(cfg, state, env, job)
+        is_placed = state.job_machine[env, job] >= 0
+        start = np.where(is_placed, state.job_start[env, job], state.t[env])  # a job placed now starts at t
+        ages = state.t[env, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]
+        alive = (ages >= 0) & (ages < state.jobs.duration[env, job][:, None])
+        request = state.jobs.request[env, job].astype(np.float64)[:, None, :] * alive[..., None]
+        is_known = is_placed if self.known == "running" else ~is_placed
+        return np.where(is_known[:, None, None], exact, request)
+
+
+@dataclass(frozen=True)
+class TruthOverForecaster:
+    """ORACLE, half of one: a point forecaster's forecast (`inner`, e.g. `forecast_peak`'s remaining-peak
+    quantile) with the true future (`ExactForecaster`) in place of one part of the jobs: the jobs already placed
+    (`known="running"`) or those not placed yet (`known="arriving"`). The fitted rule on it
+    (`forecast_peak_truth_running`, `forecast_peak_truth_arriving`) says how much a perfect forecast of that part
+    would add to the rule: which of the two a better forecaster should aim at."""
+
+    inner: UsageForecaster
+    known: str = "running"
+    is_oracle: bool = True
+
+    def __post_init__(self) -> None:
+        if self.known not in ("running", "arriving"):
+            raise ValueError(f"TruthOverForecaster.known must be 'running' or 'arriving', got {self.known!r}")
+        if not is_point_forecaster(self.inner):
+            raise ValueError(f"TruthOverForecaster: {type(self.inner).__name__} is not a point forecaster")
+
+    @property
+    def horizon(self) -> int:
+        return int(self.inner.horizon)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.inner.levels)
+
+    def reads_labels(self) -> bool:
+        return reads_labels(self.inner)
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return levels_of(self.point(cfg, state, env, job), len(self.levels))
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) the true usage of the known jobs, `inner`'s forecast of the others."""
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        guess = point_forecast(self.inner, cfg, state, env, job).astype(np.float64, copy=False)
+        exact = ExactForecaster(self.horizon, self.levels).point(cfg, state, env, job)
+        is_placed = state.job_machine[env, job] >= 0
+        is_known = is_placed if self.known == "running" else ~is_placed
+        return np.where(is_known[:, None, None], exact, guess)
+
+
 class ForecastCache:
     """A `UsageForecaster` that memoises another one by what it reads: the job's content (usage profile, request,
     observed label, meta, duration: two random projections, seeded) and its observed steps (`job_view`'s

@@ -77,6 +77,7 @@ from sim.risk import (
     fit_hybrid,
     fit_peak_predictor,
     fit_peak_rule,
+    fit_peak_truth,
     fit_recall_rule,
 )
 
@@ -725,6 +726,26 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "forecast_risk_truth": fitted_policy(
         lambda **kw: RiskAwarePacking(name="forecast_risk_truth", **kw),
         lambda ctx: fit_forecast_truth(ctx, "forecast_risk_truth"),
+        kind="oracle",
+    ),
+    "forecast_risk_truth_running": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="forecast_risk_truth_running", **kw),
+        lambda ctx: fit_forecast_truth(ctx, "forecast_risk_truth_running", known="running"),
+        kind="oracle",
+    ),
+    "forecast_risk_truth_arriving": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="forecast_risk_truth_arriving", **kw),
+        lambda ctx: fit_forecast_truth(ctx, "forecast_risk_truth_arriving", known="arriving"),
+        kind="oracle",
+    ),
+    "forecast_peak_truth_running": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="forecast_peak_truth_running", **kw),
+        lambda ctx: fit_peak_truth(ctx, "forecast_peak_truth_running", "running"),
+        kind="oracle",
+    ),
+    "forecast_peak_truth_arriving": fitted_policy(
+        lambda **kw: RiskAwarePacking(name="forecast_peak_truth_arriving", **kw),
+        lambda ctx: fit_peak_truth(ctx, "forecast_peak_truth_arriving", "arriving"),
         kind="oracle",
     ),
 }

@@ -77,6 +77,7 @@ from sim.forecast import (
     point_forecast,
     recent_usage,
     spread_flat,
+    uncached,
     with_cache,
     with_recall,
 )
@@ -868,13 +869,19 @@ def _peak_candidates(ctx, name: str, use_durations: bool, use_labels: bool) -> l
     return candidates
 
 
-def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:
+def fit_forecast_truth(ctx, name: str, known: str | None = None) -> RiskAwarePacking:
     """ORACLE: the forecast rule on the true future usage (`sim.forecast.ExactForecaster`), the mode chosen on
     validation among every mode (`MODES`: the forecast rules' modes, whatever the tuning grid): the information
-    gap of the forecast rule."""
-    from sim.forecast import ExactForecaster
+    gap of the forecast rule. `known` ("running" or "arriving"): the true future of that part of the jobs only,
+    the others at their requests (`sim.forecast.PartialTruthForecaster`: that part's share of the gap)."""
+    from sim.forecast import ExactForecaster, PartialTruthForecaster
 
-    forecaster = ExactForecaster(horizon=ctx.horizon())
+    horizon = ctx.horizon()
+    forecaster = (
+        ExactForecaster(horizon=horizon)
+        if known is None
+        else PartialTruthForecaster(horizon=horizon, known=known)
+    )
     fallback = ctx.best_fallback()
     candidates = [
         (
@@ -884,6 +891,20 @@ def fit_forecast_truth(ctx, name: str) -> RiskAwarePacking:
         for mode in MODES
     ]
     return ctx.choose(name, candidates)
+
+
+def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:
+    """ORACLE: `forecast_peak` as validation fits it, with the true future in place of its forecast of one part
+    of the jobs (`sim.forecast.TruthOverForecaster`, `known` "running" or "arriving"); every other choice (level,
+    mode, fallback) is the rule's own."""
+    from sim.forecast import TruthOverForecaster
+
+    rule = fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"])
+    if rule is None:
+        return None
+    forecaster = TruthOverForecaster(uncached(rule.forecaster), known=known)
+    ctx.choices[name] = {**ctx.choices["forecast_peak"], "truth_for": known}
+    return replace(rule, forecaster=forecaster, name=name)
 
 
 def fit_peak_predictor(ctx, predictor: str, name: str) -> PeakPredictorPacking:

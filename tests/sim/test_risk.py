@@ -12,7 +12,7 @@ import pytest
 from sim import core
 from sim.config import SimConfig
 from sim.evaluate import gap_table
-from sim.forecast import ExactForecaster, job_view
+from sim.forecast import ExactForecaster, PartialTruthForecaster, TruthOverForecaster, job_view
 from sim.jobs import JobBatch
 from sim.policies import POLICIES, decide, is_fitted, is_oracle, make_policy, policy_kind
 from sim.risk import (
@@ -155,6 +155,77 @@ def test_exact_forecaster_is_an_oracle_and_sees_the_future() -> None:
         ExactForecaster().is_oracle and is_oracle("forecast_risk_truth") and is_oracle("foresight_peak_aware")
     )
     assert policy_kind("forecast_risk") == "forecast" and policy_kind("hybrid_observed") == "heuristic"
+
+
+def test_partial_truth_sees_the_future_of_one_part_of_the_jobs_and_takes_the_others_at_their_request() -> (
+    None
+):
+    """`PartialTruthForecaster` (an oracle): the true future of the placed jobs ("running") or of those not placed
+    yet ("arriving"), as `ExactForecaster` gives it; every other job at its request over the steps it lives,
+    whatever its future usage."""
+    state = core.reset(CFG, _square_jobs(2, 20, seed=5), 0)
+    rng = np.random.default_rng(0)
+    tetris = make_policy("tetris")
+    for _ in range(12):  # some jobs placed, some waiting
+        state, act = decide(tetris, CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    jobs = state.jobs  # as the job picks reordered it
+    env, job = np.nonzero(
+        np.arange(jobs.max_jobs)[None, :] < np.minimum(state.n_arrived, jobs.n_jobs)[:, None]
+    )
+    placed = state.job_machine[env, job] >= 0
+    assert placed.any() and (~placed).any()
+    exact = ExactForecaster(horizon=6).point(CFG, state, env, job)
+    perturbed = _perturb_future(state, 6)
+    for known, is_known in (("running", placed), ("arriving", ~placed)):
+        half = PartialTruthForecaster(horizon=6, known=known)
+        got = half.point(CFG, state, env, job)
+        assert np.array_equal(got[is_known], exact[is_known])
+        request = jobs.request[env, job][:, None, :] * (exact > 0).any(
+            axis=2, keepdims=True
+        )  # alive: usage >= 1
+        assert np.array_equal(got[~is_known], request[~is_known]) and (got[~is_known] > 0).any()
+        again = half.point(CFG, perturbed, env, job)
+        assert np.array_equal(again[~is_known], got[~is_known])
+        assert not np.array_equal(again[is_known], got[is_known])
+        assert half.is_oracle and is_oracle(f"forecast_risk_truth_{known}")
+        assert half.forecast(CFG, state, env, job).shape == (env.size, len(half.levels), 6, CFG.n_resources)
+    with pytest.raises(ValueError, match="known"):
+        PartialTruthForecaster(known="both")
+
+
+def test_truth_over_a_forecast_replaces_one_part_of_the_jobs_and_the_fitted_rule_keeps_its_choices() -> None:
+    """`TruthOverForecaster` (an oracle): the true future of the known part, the inner point forecaster's own
+    forecast of the others; `forecast_peak_truth_*` is `forecast_peak` as fitted, on it."""
+    state = core.reset(CFG, _square_jobs(2, 20, seed=5), 0)
+    rng = np.random.default_rng(0)
+    tetris = make_policy("tetris")
+    for _ in range(12):
+        state, act = decide(tetris, CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    jobs = state.jobs
+    env, job = np.nonzero(
+        np.arange(jobs.max_jobs)[None, :] < np.minimum(state.n_arrived, jobs.n_jobs)[:, None]
+    )
+    placed = state.job_machine[env, job] >= 0
+    inner = PersistenceForecaster(horizon=6)
+    guess = inner.point(CFG, state, env, job)
+    exact = ExactForecaster(horizon=6).point(CFG, state, env, job)
+    for known, is_known in (("running", placed), ("arriving", ~placed)):
+        over = TruthOverForecaster(inner, known=known)
+        got = over.point(CFG, state, env, job)
+        assert np.array_equal(got[is_known], exact[is_known]) and np.array_equal(
+            got[~is_known], guess[~is_known]
+        )
+        assert over.is_oracle and over.horizon == 6 and is_oracle(f"forecast_peak_truth_{known}")
+    with pytest.raises(ValueError, match="known"):
+        TruthOverForecaster(inner, known="both")
+    ctx = FitContext(cfg=CFG, train=_square_jobs(4, 20, seed=9), tuning=TuningConfig(), where="toy")
+    rule = POLICIES["forecast_peak_truth_arriving"].fit(ctx)
+    peak = POLICIES["forecast_peak"].fit(ctx)
+    assert rule.name == "forecast_peak_truth_arriving" and rule.risk == peak.risk
+    assert isinstance(rule.forecaster, TruthOverForecaster) and rule.forecaster.known == "arriving"
+    assert ctx.choices["forecast_peak_truth_arriving"]["truth_for"] == "arriving"
 
 
 def test_min_observed_above_every_duration_takes_every_job_at_its_request() -> None:
