@@ -51,6 +51,10 @@ RULES = [
     "forecast_peak_nodur",
     "forecast_peak_noec",
     "forecast_risk_truth",
+    "forecast_risk_truth_running",
+    "forecast_risk_truth_arriving",
+    "forecast_peak_truth_running",
+    "forecast_peak_truth_arriving",
     "foresight_peak_aware",
 ]
 

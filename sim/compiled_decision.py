@@ -800,7 +800,7 @@ def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_alwa
     both); False where a looked-up value is negative. A finished env is not walked: its action is hold, its only
     valid one, and its inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
     n_m = mask.shape[1] - 1
-    if act_args[3][b]:  # is_done
+    if act_args[3][b] and placer_args[30]:  # is_done, and skip_done (`decide` passes it)
         act_args[30][b] = n_m  # the rule's action
         mask[b, :n_m] = False
         mask[b, n_m] = True

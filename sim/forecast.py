@@ -360,8 +360,21 @@ class TruthOverForecaster:
     def levels(self) -> tuple[float, ...]:
         return tuple(self.inner.levels)
 
+    @property
     def reads_labels(self) -> bool:
         return reads_labels(self.inner)
+
+    def _is_known(self, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        is_placed = state.job_machine[env, job] >= 0
+        return is_placed if self.known == "running" else ~is_placed
+
+    def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N,) bool: jobs whose future is known (the known part, and those `inner` knows, e.g. recalled in full),
+        so a rule that takes young jobs at their request (`RiskConfig.min_observed`) does not for them."""
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        is_known = self._is_known(state, env, job)
+        inner_known = getattr(self.inner, "known_rows", None)
+        return is_known if inner_known is None else is_known | inner_known(cfg, state, env, job)
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         return levels_of(self.point(cfg, state, env, job), len(self.levels))
@@ -371,9 +384,7 @@ class TruthOverForecaster:
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         guess = point_forecast(self.inner, cfg, state, env, job).astype(np.float64, copy=False)
         exact = ExactForecaster(self.horizon, self.levels).point(cfg, state, env, job)
-        is_placed = state.job_machine[env, job] >= 0
-        is_known = is_placed if self.known == "running" else ~is_placed
-        return np.where(is_known[:, None, None], exact, guess)
+        return np.where(self._is_known(state, env, job)[:, None, None], exact, guess)
 
 
 class ForecastCache:

@@ -50,6 +50,7 @@ sequences carved from the TRAINING split (`sim.tuning`), never on test sequences
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
@@ -896,14 +897,30 @@ def fit_forecast_truth(ctx, name: str, known: str | None = None) -> RiskAwarePac
 def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:
     """ORACLE: `forecast_peak` as validation fits it, with the true future in place of its forecast of one part
     of the jobs (`sim.forecast.TruthOverForecaster`, `known` "running" or "arriving"); every other choice (level,
-    mode, fallback) is the rule's own."""
+    mode, fallback, the young jobs it takes at their request) is the rule's own. The rule is fitted once per
+    context for both parts, and `forecast_peak`'s own entry in `ctx.choices` is left as it was. None where the
+    rule cannot be fitted or keeps a forecaster with a value per level (`TuningConfig.peak_calibrated`'s
+    candidate), which this split does not cover."""
     from sim.forecast import TruthOverForecaster
 
-    rule = fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"])
-    if rule is None:
+    def fitted():
+        before = ctx.choices.get("forecast_peak")
+        rule = fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"])
+        choice = copy.deepcopy(ctx.choices.get("forecast_peak"))
+        if before is None:
+            ctx.choices.pop("forecast_peak", None)
+        else:
+            ctx.choices["forecast_peak"] = before
+        return rule, choice
+
+    rule, choice = ctx.cached(("forecast_peak_truth", "rule"), fitted)
+    if rule is None or not is_point_forecaster(uncached(rule.forecaster)):
+        warnings.warn(
+            f"{name}: forecast_peak kept no point forecaster at {ctx.where}: not fitted", stacklevel=2
+        )
         return None
     forecaster = TruthOverForecaster(uncached(rule.forecaster), known=known)
-    ctx.choices[name] = {**ctx.choices["forecast_peak"], "truth_for": known}
+    ctx.choices[name] = {**copy.deepcopy(choice), "truth_for": known}
     return replace(rule, forecaster=forecaster, name=name)
 
 

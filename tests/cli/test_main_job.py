@@ -141,7 +141,7 @@ def test_ec_tables_on_the_derived_fixture(materialised):
 
 
 def test_every_policy_is_evaluated(materialised):
-    from sim.policies import POLICIES, is_learned
+    from sim.policies import POLICIES, is_learned, is_oracle
 
     wh, _, _, _ = materialised
     evaluated = set(wh.query("select distinct policy from eval__baselines")["policy"])
@@ -153,7 +153,8 @@ def test_every_policy_is_evaluated(materialised):
     # the fitted rules and oracles are among them, each row saying what its policy is
     assert {"forecast_risk", "hybrid_observed", "n_sigma_observed", "forecast_risk_truth"} <= evaluated
     oracles = set(wh.query("select distinct policy from eval__baselines where is_oracle")["policy"])
-    assert oracles == {"forecast_risk_truth", "foresight_peak_aware"}
+    assert oracles == {p for p in configured if is_oracle(p)}
+    assert {"forecast_risk_truth", "foresight_peak_aware", "forecast_peak_truth_arriving"} <= oracles
     sources = set(wh.query("select distinct source from sim__job_sequences")["source"])
     assert {"deepplace_synthetic", "deeprm_synthetic", "google2011_derived"} <= sources
     summary = wh.query("select count(*) as n from eval__summary where metric = 'avg_util_cpu_frac'")

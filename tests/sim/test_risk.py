@@ -21,6 +21,7 @@ from sim.risk import (
     RiskAwarePacking,
     RiskConfig,
     head_bounds,
+    job_moments,
     sum_bound,
 )
 from sim.tuning import (
@@ -218,6 +219,14 @@ def test_truth_over_a_forecast_replaces_one_part_of_the_jobs_and_the_fitted_rule
             got[~is_known], guess[~is_known]
         )
         assert over.is_oracle and over.horizon == 6 and is_oracle(f"forecast_peak_truth_{known}")
+        assert np.array_equal(over.known_rows(CFG, state, env, job), is_known)
+        # a rule that takes young jobs at their request (the hybrid's min_observed) still reads the known truth
+        mu, _ = job_moments(CFG, state, over, env, job, RiskConfig(min_observed=1000))
+        assert np.array_equal(mu[is_known], exact[is_known]) and np.array_equal(
+            mu[~is_known] > 0, exact[~is_known] > 0
+        )
+        request = jobs.request[env, job][:, None, :]
+        assert ((mu == request) | (mu == 0))[~is_known].all()  # the others, young: at their request
     with pytest.raises(ValueError, match="known"):
         TruthOverForecaster(inner, known="both")
     ctx = FitContext(cfg=CFG, train=_square_jobs(4, 20, seed=9), tuning=TuningConfig(), where="toy")
