@@ -330,8 +330,13 @@ class PartialTruthForecaster:
         ages = state.t[env, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]
         alive = (ages >= 0) & (ages < state.jobs.duration[env, job][:, None])
         request = state.jobs.request[env, job].astype(np.float64)[:, None, :] * alive[..., None]
-        is_known = is_placed if self.known == "running" else ~is_placed
-        return np.where(is_known[:, None, None], exact, request)
+        return np.where(known_part(self.known, state, env, job)[:, None, None], exact, request)
+
+
+def known_part(known: str, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+    """(N,) bool: the jobs a half-oracle knows, the placed ones (`known="running"`) or the others ("arriving")."""
+    is_placed = state.job_machine[env, job] >= 0
+    return is_placed if known == "running" else ~is_placed
 
 
 @dataclass(frozen=True)
@@ -364,15 +369,11 @@ class TruthOverForecaster:
     def reads_labels(self) -> bool:
         return reads_labels(self.inner)
 
-    def _is_known(self, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
-        is_placed = state.job_machine[env, job] >= 0
-        return is_placed if self.known == "running" else ~is_placed
-
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N,) bool: jobs whose future is known (the known part, and those `inner` knows, e.g. recalled in full),
         so a rule that takes young jobs at their request (`RiskConfig.min_observed`) does not for them."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-        is_known = self._is_known(state, env, job)
+        is_known = known_part(self.known, state, env, job)
         inner_known = getattr(self.inner, "known_rows", None)
         return is_known if inner_known is None else is_known | inner_known(cfg, state, env, job)
 
@@ -384,7 +385,7 @@ class TruthOverForecaster:
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         guess = point_forecast(self.inner, cfg, state, env, job).astype(np.float64, copy=False)
         exact = ExactForecaster(self.horizon, self.levels).point(cfg, state, env, job)
-        return np.where(self._is_known(state, env, job)[:, None, None], exact, guess)
+        return np.where(known_part(self.known, state, env, job)[:, None, None], exact, guess)
 
 
 class ForecastCache:
