@@ -15,7 +15,8 @@ machine, quantiles of their usage over the next H steps. What a forecaster may r
 
 `UsageForecaster` is the Protocol a forecaster implements (`models.usage_forecast` has the learned one);
 `ExactForecaster` reads the true future and is an oracle: a yardstick for tests and the information gap, never a
-scheduler to report as a winner. `ForecastCache` memoises a forecaster of observed usage by what it reads.
+scheduler to report as a winner; `PartialTruthForecaster` and `TruthOverForecaster` read the true future of part of
+the jobs (the running ones or the arriving one: the information gap's split) and are oracles too. `ForecastCache` memoises a forecaster of observed usage by what it reads.
 """
 
 from __future__ import annotations
