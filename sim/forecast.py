@@ -15,8 +15,9 @@ machine, quantiles of their usage over the next H steps. What a forecaster may r
 
 `UsageForecaster` is the Protocol a forecaster implements (`models.usage_forecast` has the learned one);
 `ExactForecaster` reads the true future and is an oracle: a yardstick for tests and the information gap, never a
-scheduler to report as a winner; `PartialTruthForecaster` and `TruthOverForecaster` read the true future of part of
-the jobs (the running ones or the arriving one: the information gap's split) and are oracles too. `ForecastCache` memoises a forecaster of observed usage by what it reads.
+scheduler to report as a winner; `PartialTruthForecaster` and `TruthOverForecaster` read the true future of part
+of the jobs (the running ones or the arriving one: the information gap's split) and are oracles too.
+`ForecastCache` memoises a forecaster of observed usage by what it reads.
 """
 
 from __future__ import annotations
@@ -290,12 +291,35 @@ class ExactForecaster:
         """(N, H, D) the true usage (every level's value)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         jobs = state.jobs
-        is_placed = state.job_machine[env, job] >= 0
-        start = np.where(is_placed, state.job_start[env, job], state.t[env])
-        ages = state.t[env, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]  # (N, H)
-        alive = (ages >= 0) & (ages < jobs.duration[env, job][:, None])
+        ages, alive = life_steps(state, env, job, self.horizon)
         units = jobs.usage[env[:, None], job[:, None], np.clip(ages, 0, jobs.max_duration - 1)]  # (N, H, D)
         return units.astype(np.float64) * alive[..., None]
+
+
+def life_steps(state: State, env: np.ndarray, job: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ages (N, H), alive (N, H)) of jobs `job` of envs `env` at steps t + 1 .. t + H: a placed job's age from
+    its start, a job not placed yet as if placed now (started at t)."""
+    is_placed = state.job_machine[env, job] >= 0
+    start = np.where(is_placed, state.job_start[env, job], state.t[env])
+    ages = state.t[env, None] + 1 + np.arange(horizon)[None, :] - start[:, None]
+    return ages, (ages >= 0) & (ages < state.jobs.duration[env, job][:, None])
+
+
+class OverInner:
+    """The horizon, levels and label reading of a forecaster that wraps another (`inner`): the inner one's."""
+
+    @property
+    def horizon(self) -> int:
+        return int(self.inner.horizon)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.inner.levels)
+
+    @property
+    def reads_labels(self) -> bool:
+        """The inner forecaster's (`sim.labelling.reads_labels`)."""
+        return reads_labels(self.inner)
 
 
 @dataclass(frozen=True)
@@ -326,10 +350,7 @@ class PartialTruthForecaster:
         """(N, H, D) the true usage of the known jobs, the request while alive of the others."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         exact = ExactForecaster(self.horizon, self.levels).point(cfg, state, env, job)
-        is_placed = state.job_machine[env, job] >= 0
-        start = np.where(is_placed, state.job_start[env, job], state.t[env])  # a job placed now starts at t
-        ages = state.t[env, None] + 1 + np.arange(self.horizon)[None, :] - start[:, None]
-        alive = (ages >= 0) & (ages < state.jobs.duration[env, job][:, None])
+        _, alive = life_steps(state, env, job, self.horizon)
         request = state.jobs.request[env, job].astype(np.float64)[:, None, :] * alive[..., None]
         return np.where(known_part(self.known, state, env, job)[:, None, None], exact, request)
 
@@ -341,7 +362,7 @@ def known_part(known: str, state: State, env: np.ndarray, job: np.ndarray) -> np
 
 
 @dataclass(frozen=True)
-class TruthOverForecaster:
+class TruthOverForecaster(OverInner):
     """ORACLE, half of one: a point forecaster's forecast (`inner`, e.g. `forecast_peak`'s remaining-peak
     quantile) with the true future (`ExactForecaster`) in place of one part of the jobs: the jobs already placed
     (`known="running"`) or those not placed yet (`known="arriving"`). The fitted rule on it
@@ -357,18 +378,6 @@ class TruthOverForecaster:
             raise ValueError(f"TruthOverForecaster.known must be 'running' or 'arriving', got {self.known!r}")
         if not is_point_forecaster(self.inner):
             raise ValueError(f"TruthOverForecaster: {type(self.inner).__name__} is not a point forecaster")
-
-    @property
-    def horizon(self) -> int:
-        return int(self.inner.horizon)
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return tuple(self.inner.levels)
-
-    @property
-    def reads_labels(self) -> bool:
-        return reads_labels(self.inner)
 
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N,) bool: jobs whose future is known (the known part, and those `inner` knows, e.g. recalled in full),
@@ -389,7 +398,7 @@ class TruthOverForecaster:
         return np.where(known_part(self.known, state, env, job)[:, None, None], exact, guess)
 
 
-class ForecastCache:
+class ForecastCache(OverInner):
     """A `UsageForecaster` that memoises another one by what it reads: the job's content (usage profile, request,
     observed label, meta, duration: two random projections, seeded) and its observed steps (`job_view`'s
     n_observed). Exact: a cached row is the inner forecaster's own output for a job with the same view, as it
@@ -411,19 +420,6 @@ class ForecastCache:
         self._buf: np.ndarray | None = None
         self.n_hits = 0
         self.n_computed = 0
-
-    @property
-    def reads_labels(self) -> bool:
-        """The inner forecaster's (`sim.labelling.reads_labels`)."""
-        return reads_labels(self.inner)
-
-    @property
-    def horizon(self) -> int:
-        return int(self.inner.horizon)
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return tuple(self.inner.levels)
 
     def _fingerprint(self, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, 2) int64 hashes of what a forecaster reads about each job (integer arithmetic: the same job gives
@@ -744,12 +740,13 @@ class Recalled(NamedTuple):
 
 
 @dataclass(frozen=True)
-class RecallOverlay:
+class RecallOverlay(OverInner):
     """A forecaster of observed usage, overridden by recall (`recall_view`): where an earlier run of the job's
     workload has shown the ages forecast, every quantile is that run's usage (0 after its end). Used only when
     the training sequences show that runs repeat (`fit_recall`); the inner forecaster answers everything else.
     Not cacheable by the job alone (a recall depends on the other runs observed so far): wrap the inner forecaster
-    in `ForecastCache`, never this (`with_cache` does)."""
+    in `ForecastCache`, never this (`with_cache` does). Its labels are the inner forecaster's: recall reads
+    workload runs, not labels."""
 
     inner: UsageForecaster
     reliability: float = 1.0
@@ -759,19 +756,6 @@ class RecallOverlay:
         self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray
     ) -> tuple[RecallView, np.ndarray]:
         return _recall_memo().rows(cfg, state, env, job)
-
-    @property
-    def horizon(self) -> int:
-        return int(self.inner.horizon)
-
-    @property
-    def reads_labels(self) -> bool:
-        """The inner forecaster's (`sim.labelling.reads_labels`): recall reads workload runs, not labels."""
-        return reads_labels(self.inner)
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return tuple(self.inner.levels)
 
     def known_rows(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N,) bool: jobs whose whole life is recalled from a finished earlier run (a rule need not wait to

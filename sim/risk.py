@@ -914,14 +914,14 @@ def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:
         return rule, choice
 
     rule, choice = ctx.cached(("forecast_peak_truth", "rule"), fitted)
-    if rule is None or not is_point_forecaster(uncached(rule.forecaster)):
+    inner = None if rule is None else uncached(rule.forecaster)
+    if inner is None or not is_point_forecaster(inner):
         warnings.warn(
             f"{name}: forecast_peak kept no point forecaster at {ctx.where}: not fitted", stacklevel=2
         )
         return None
-    forecaster = TruthOverForecaster(uncached(rule.forecaster), known=known)
     ctx.choices[name] = {**copy.deepcopy(choice), "truth_for": known}
-    return replace(rule, forecaster=forecaster, name=name)
+    return replace(rule, forecaster=TruthOverForecaster(inner, known=known), name=name)
 
 
 def fit_peak_predictor(ctx, predictor: str, name: str) -> PeakPredictorPacking:

@@ -158,22 +158,30 @@ def test_exact_forecaster_is_an_oracle_and_sees_the_future() -> None:
     assert policy_kind("forecast_risk") == "forecast" and policy_kind("hybrid_observed") == "heuristic"
 
 
+def _midway():
+    """(state, env, job): 12 Tetris decisions into square-wave episodes (some jobs placed, some waiting) and every
+    job that has arrived."""
+    state = core.reset(CFG, _square_jobs(2, 20, seed=5), 0)
+    rng = np.random.default_rng(0)
+    tetris = make_policy("tetris")
+    for _ in range(12):
+        state, act = decide(tetris, CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    jobs = state.jobs
+    env, job = np.nonzero(
+        np.arange(jobs.max_jobs)[None, :] < np.minimum(state.n_arrived, jobs.n_jobs)[:, None]
+    )
+    return state, env, job
+
+
 def test_partial_truth_sees_the_future_of_one_part_of_the_jobs_and_takes_the_others_at_their_request() -> (
     None
 ):
     """`PartialTruthForecaster` (an oracle): the true future of the placed jobs ("running") or of those not placed
     yet ("arriving"), as `ExactForecaster` gives it; every other job at its request over the steps it lives,
     whatever its future usage."""
-    state = core.reset(CFG, _square_jobs(2, 20, seed=5), 0)
-    rng = np.random.default_rng(0)
-    tetris = make_policy("tetris")
-    for _ in range(12):  # some jobs placed, some waiting
-        state, act = decide(tetris, CFG, state, rng)
-        state, *_ = core.step(CFG, state, act)
+    state, env, job = _midway()
     jobs = state.jobs  # as the job picks reordered it
-    env, job = np.nonzero(
-        np.arange(jobs.max_jobs)[None, :] < np.minimum(state.n_arrived, jobs.n_jobs)[:, None]
-    )
     placed = state.job_machine[env, job] >= 0
     assert placed.any() and (~placed).any()
     exact = ExactForecaster(horizon=6).point(CFG, state, env, job)
@@ -198,16 +206,8 @@ def test_partial_truth_sees_the_future_of_one_part_of_the_jobs_and_takes_the_oth
 def test_truth_over_a_forecast_replaces_one_part_of_the_jobs_and_the_fitted_rule_keeps_its_choices() -> None:
     """`TruthOverForecaster` (an oracle): the true future of the known part, the inner point forecaster's own
     forecast of the others; `forecast_peak_truth_*` is `forecast_peak` as fitted, on it."""
-    state = core.reset(CFG, _square_jobs(2, 20, seed=5), 0)
-    rng = np.random.default_rng(0)
-    tetris = make_policy("tetris")
-    for _ in range(12):
-        state, act = decide(tetris, CFG, state, rng)
-        state, *_ = core.step(CFG, state, act)
-    jobs = state.jobs
-    env, job = np.nonzero(
-        np.arange(jobs.max_jobs)[None, :] < np.minimum(state.n_arrived, jobs.n_jobs)[:, None]
-    )
+    state, env, job = _midway()
+    jobs = state.jobs  # as the job picks reordered it
     placed = state.job_machine[env, job] >= 0
     inner = PersistenceForecaster(horizon=6)
     guess = inner.point(CFG, state, env, job)
