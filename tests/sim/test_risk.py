@@ -229,6 +229,8 @@ def test_truth_over_a_forecast_replaces_one_part_of_the_jobs_and_the_fitted_rule
         assert ((mu == request) | (mu == 0))[~is_known].all()  # the others, young: at their request
     with pytest.raises(ValueError, match="known"):
         TruthOverForecaster(inner, known="both")
+    with pytest.raises(ValueError, match="object is not a point forecaster"):
+        TruthOverForecaster(object())
     ctx = FitContext(cfg=CFG, train=_square_jobs(4, 20, seed=9), tuning=TuningConfig(), where="toy")
     rule = POLICIES["forecast_peak_truth_arriving"].fit(ctx)
     peak = POLICIES["forecast_peak"].fit(ctx)
