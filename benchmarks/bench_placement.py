@@ -50,6 +50,8 @@ RULES = [
     "forecast_peak",
     "forecast_peak_nodur",
     "forecast_peak_noec",
+    "forecast_machine_peak",
+    "forecast_machine_peak_noec",
     "forecast_risk_truth",
     "forecast_risk_truth_running",
     "forecast_risk_truth_arriving",

@@ -576,6 +576,12 @@ def register_learned(name: str, factory: Callable[..., Policy]) -> None:
     POLICIES[name] = learned_policy(factory)
 
 
+def register_fitted(name: str, default: Callable[..., Policy], builder: Callable, kind: str) -> None:
+    """Add the fitted rule `name` to `POLICIES` (`fitted_policy(default, builder, kind)`) from a package above sim
+    whose learner fits it (e.g. `models.machine_forecast`): registered when that package is imported."""
+    POLICIES[name] = fitted_policy(default, builder, kind)
+
+
 POLICY_KINDS = ("heuristic", "forecast", "learned", "oracle")
 """What a registered policy is: a heuristic (request-based, or on observed usage: the hybrid and Google's peak
 predictors), a rule on a learned usage forecast, a learned policy, or an oracle (sees the future: a yardstick)."""

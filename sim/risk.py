@@ -54,6 +54,7 @@ import copy
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import partial, reduce
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -574,6 +575,73 @@ class RiskAwarePacking(_FollowsFallback):
         tightness = np.zeros(valid.shape)
         is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows)
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
+
+
+@runtime_checkable
+class MachinePeakBound(Protocol):
+    """A forecast of each machine's summed usage as a whole (`MachinePeakPacking`'s input; the learned one is
+    `models.machine_forecast.MachinePeakModel`): the quantile of the SUM's peak, not a sum of per-job quantiles."""
+
+    levels: tuple[float, ...]
+    """Quantile levels it gives, ascending."""
+
+    def shares(self, cfg: SimConfig, state: State, rows: np.ndarray, level: float) -> np.ndarray:
+        """(len(rows), M, D) float64: the level-`level` quantile of the largest share of C_d that machine m's
+        summed usage takes at steps t .. t + H if env `rows[i]`'s queue head is placed there now (its running jobs
+        and the head; observed usage only)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MachinePeakPacking(_FollowsFallback):
+    """Place where the level-`level` quantile of the machine's summed peak WITH the job stays within capacity
+    (`bound`, one forecast per machine, calibrated on the sum), in `mode` (module docstring); the fallback
+    heuristic decides whatever the rule does not. Without a bound (the registry's default build) it is the
+    fallback."""
+
+    bound: MachinePeakBound | None = field(default=None, repr=False, compare=False)
+    fallback: object | None = field(default=None, repr=False, compare=False)
+    level: float = 0.95
+    mode: str = "pack"
+    name: str = "forecast_machine_peak"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"{self.name}: mode must be one of {MODES}, got {self.mode!r}")
+        if self.bound is not None:
+            level_index(self.bound.levels, self.level, type(self.bound).__name__)
+
+    @property
+    def reads_labels(self) -> bool:
+        """Whether the rule may read EC labels: its bound's (`sim.labelling.reads_labels`) or its fallback's."""
+        return (self.bound is not None and reads_labels(self.bound)) or reads_labels(self._fallback())
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim.policies import free_by_requests, valid_machines
+
+        base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
+        if self.bound is None:
+            return base
+        valid = valid_machines(cfg, state)
+        used = machines_used(state)
+        if self.mode == "deviate":
+            rows = deviation_rows(cfg, state, base, valid)
+        else:
+            rows = np.flatnonzero(queue_head(state).has_job & (valid & used).any(axis=1))
+        if rows.size == 0:
+            return base
+        # a machine is safe where the bound says so or the requests fit (the fallback's own test: the bound adds
+        # machines, it takes none away); an empty one takes the job alone (the mask fits it); the bound is capped
+        # at the requests' share, a bound in itself wherever requests are peaks
+        cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+        head = queue_head(state).request[rows].astype(np.float64)
+        by_requests = ((cap - free_by_requests(cfg, state)[rows] + head[:, None, :]) / cap).max(axis=2)
+        share = np.minimum(self.bound.shares(cfg, state, rows, self.level).max(axis=2), by_requests)  # (R, M)
+        is_safe = ~used
+        tightness = np.zeros(valid.shape)
+        is_safe[rows] = ~used[rows] | (share <= 1.0 + 1e-9)
+        tightness[rows] = share
+        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.mode)
 
 
 PREDICTORS = ("n_sigma", "max_pct_n_sigma")

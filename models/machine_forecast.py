@@ -1,0 +1,476 @@
+"""A forecast of each machine's summed usage as a whole: the quantile of the SUM's peak, learned and calibrated on
+the sum itself, for `sim.risk.MachinePeakPacking` (registered as `forecast_machine_peak`, `_noec` without EC
+labels).
+
+Why: the per-job forecasts and their co-peaking-aware sum (`sim.risk.RiskAwarePacking`) calibrate each job, then
+correct the sum by one inflation for all machines (kappa 2.4 on Bitbrains), which packs no further than requests
+do. The information split (README "Where the headroom lies") says that with TVW-RL's requests most of the headroom
+is in the running jobs' futures as they add up on one machine. This model reads, for one machine and the job about
+to be placed, what a scheduler observes of the jobs running there (their requests, usage now, recent mean, peak
+so far, largest usage over the last period, the same hours one period ago, how long each still runs, which ones
+have not reached their request yet) and of the job (its request, duration, EC label), and predicts the quantiles
+of the machine's largest share of capacity over the steps t .. t + H that those jobs will take together.
+
+Fitting (`fit_machine_peak`, training sequences only):
+- cases: at every decision of rollouts on the fit sequences, every machine in use that the mask lets take the
+  queue head, with its features and, for calibration and training only, the realised largest share of the running
+  jobs' usage plus the head's own (`machine_targets`, read from the batch's true usage; never a scheduler input);
+- round 0 rolls the fallback heuristic; each later round rolls the rule on the model so far (its own states: it
+  packs tighter than any heuristic) and adds its cases;
+- one gradient-boosted quantile regressor per level (scikit-learn's `HistGradientBoostingRegressor`, pinball loss:
+  fast on a few hundred thousand rows, monotone-free, handles the label as a category), fitted on the sequences of
+  the fit part but a calibration share, then shifted split-conformally on that share so that the bound covers the
+  realised peak of EVERY resource of a case at least at its level (the score is the case's largest excess over
+  its resources).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim import core
+from sim.config import SimConfig
+from sim.core import State, jobs_running, machines_used, observed_labels, queue_head, relabel, sum_by_cell
+from sim.forecast import n_observed, recent_usage
+from sim.jobs import JobBatch
+
+PER_JOB = (
+    "request",
+    "usage_now",
+    "recent_mean",
+    "peak_so_far",
+    "last_period_max",
+    "period_ago_max",
+    "request_not_reached",
+    "request_young",
+    "request_ending",
+    "request_x_remaining",
+)
+"""Per-job values (units of one resource) a machine sums over its running jobs (`machine_features`)."""
+FEATURES = (
+    "resource",
+    "n_jobs",
+    *(f"sum_{name}" for name in PER_JOB),
+    "min_remaining",
+    "max_remaining",
+    "head_request",
+    "head_duration",
+    "sum_request_with_head",
+    "other_usage_now",
+    "seasonal_sum_max",
+    "seasonal_sum_max_unreached_at_request",
+    "head_label",
+)
+"""Columns of a case, per (machine, resource): shares of C_d, remaining lives and the duration as shares of the
+horizon; `head_label` only with EC labels (the last column, categorical)."""
+
+
+@dataclass(frozen=True)
+class MachinePeakConfig:
+    levels: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99)
+    """Quantile levels fitted (ascending); the rule's level is chosen among them on validation."""
+    period_steps: int = 48
+    """A period of usage in steps (48: a day of the sample profile's 30-minute steps) for the last-period and
+    period-ago features."""
+    n_recent: int = 6
+    """Steps of the recent mean, and of the window one period ago ("the same hours yesterday")."""
+    young_steps: int = 4
+    """A running job observed for fewer steps counts as young (its request summed apart)."""
+    ending_steps: int = 2
+    """A running job with at most this many steps left counts as ending (its request summed apart)."""
+    rounds: int = 2
+    """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
+    calibration_share: float = 0.25
+    """Share of the fit sequences (the last ones) held out of the regressors for the conformal shift."""
+    max_cases: int = 400_000
+    """Cases kept per round at most (evenly spaced): bounds the fit's time and memory."""
+    max_iter: int = 150
+    learning_rate: float = 0.1
+    max_leaf_nodes: int = 31
+    min_samples_leaf: int = 40
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.levels or any(not 0.0 < q < 1.0 for q in self.levels):
+            raise ValueError(f"MachinePeakConfig.levels must be in (0, 1), got {self.levels}")
+        if tuple(sorted(self.levels)) != tuple(self.levels):
+            raise ValueError(f"MachinePeakConfig.levels must be ascending, got {self.levels}")
+        if self.period_steps < self.n_recent or self.n_recent < 1:
+            raise ValueError(
+                f"MachinePeakConfig: need 1 <= n_recent ({self.n_recent}) <= period_steps ({self.period_steps})"
+            )
+        if not 0.0 < self.calibration_share < 1.0:
+            raise ValueError(
+                f"MachinePeakConfig.calibration_share must be in (0, 1), got {self.calibration_share}"
+            )
+        if self.rounds < 1:
+            raise ValueError(f"MachinePeakConfig.rounds must be >= 1, got {self.rounds}")
+
+
+def machine_features(
+    cfg: SimConfig, state: State, rows: np.ndarray, horizon: int, mcfg: MachinePeakConfig, use_labels: bool
+) -> np.ndarray:
+    """(len(rows), M, D, F) float64 features of every machine of envs `rows` with each env's queue head placed
+    there (`FEATURES`, without `head_label` unless `use_labels`). Observed usage only: each running job's usage
+    up to t (`sim.forecast.n_observed`), requests, durations and the labels the state shows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    jobs = state.jobs
+    n_r, n_m, n_d = rows.size, cfg.n_machines, cfg.n_resources
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    position = np.full(state.batch_size, -1, dtype=np.int64)
+    position[rows] = np.arange(n_r)
+    bi, ji = np.nonzero(jobs_running(state) & (position >= 0)[:, None])
+    n_obs = n_observed(state, bi, ji)
+    request = jobs.request[bi, ji].astype(np.float64)  # (N, D)
+    window = recent_usage(jobs.usage, bi, ji, n_obs, mcfg.period_steps)  # (N, P, D), NaN before the start
+    seen = ~np.isnan(window)
+    filled = np.where(seen, window, -np.inf)
+    usage_now = np.where(seen[:, -1], window[:, -1], 0.0)
+    recent = window[:, -mcfg.n_recent :]
+    recent_seen = seen[:, -mcfg.n_recent :]
+    recent_mean = np.where(recent_seen, recent, 0.0).sum(axis=1) / np.maximum(recent_seen.sum(axis=1), 1)
+    last_period_max = np.maximum(filled.max(axis=1), 0.0)
+    peak = np.maximum(jobs.observed_prefix[0].peak_at(bi, ji, n_obs), last_period_max)
+    # ages a - P .. a - P + n_recent - 1: the next hours, one period ago
+    ago = filled[:, : mcfg.n_recent].max(axis=1)
+    period_ago_max = np.where(n_obs[:, None] >= mcfg.period_steps, ago, last_period_max)
+    remaining = (state.job_start[bi, ji] + jobs.duration[bi, ji] - state.t[bi]).astype(np.float64)
+    young = (n_obs < mcfg.young_steps)[:, None]
+    ending = (remaining <= mcfg.ending_steps)[:, None]
+    per_job = np.stack(
+        [
+            request,
+            usage_now,
+            recent_mean,
+            peak,
+            last_period_max,
+            period_ago_max,
+            request * (peak < request),
+            request * young,
+            request * ending,
+            request * (np.minimum(remaining, horizon) / horizon)[:, None],
+        ],
+        axis=1,
+    )  # (N, len(PER_JOB), D)
+    cell = position[bi] * n_m + state.job_machine[bi, ji]
+    n_cells = n_r * n_m
+    sums = sum_by_cell(per_job.reshape(bi.size, -1), cell, n_cells).reshape(n_r, n_m, len(PER_JOB), n_d)
+    n_jobs = np.bincount(cell, minlength=n_cells).reshape(n_r, n_m).astype(np.float64)
+    rem = remaining / horizon
+    min_rem = np.full(n_cells, np.inf)
+    max_rem = np.zeros(n_cells)
+    np.minimum.at(min_rem, cell, rem)
+    np.maximum.at(max_rem, cell, rem)
+    min_rem = np.where(np.isfinite(min_rem), min_rem, 0.0).reshape(n_r, n_m)
+    max_rem = max_rem.reshape(n_r, n_m)
+    head = queue_head(state)
+    head_request = head.request[rows].astype(np.float64)  # (R, D), 0 without a head
+    head_duration = np.minimum(head.duration[rows], horizon) / horizon
+    shares = sums / cap  # (R, M, PER_JOB, D)
+    columns = [
+        np.broadcast_to(np.arange(n_d, dtype=np.float64), (n_r, n_m, n_d)),
+        np.broadcast_to(n_jobs[:, :, None], (n_r, n_m, n_d)),
+        *(shares[:, :, k, :] for k in range(len(PER_JOB))),
+        np.broadcast_to(min_rem[:, :, None], (n_r, n_m, n_d)),
+        np.broadcast_to(max_rem[:, :, None], (n_r, n_m, n_d)),
+        np.broadcast_to((head_request / cap)[:, None, :], (n_r, n_m, n_d)),
+        np.broadcast_to(head_duration[:, None, None], (n_r, n_m, n_d)),
+        shares[:, :, 0, :] + (head_request / cap)[:, None, :],
+        # the other resources' usage now (D = 2: the other one; summed where D > 2)
+        shares[:, :, 1, :].sum(axis=2, keepdims=True) - shares[:, :, 1, :],
+    ]
+    # seasonal naive, per machine: each running job repeats its last observed period (its peak so far where a
+    # phase was not observed), summed over the machine's jobs phase by phase; its largest share, and the same
+    # with every job that has not reached its request yet at its request (it will reach it at a phase unknown)
+    season = np.where(seen, window, peak[:, None, :])  # (N, P, D)
+    unreached = (peak < request)[:, None, :]
+    per_phase = np.stack([season, np.where(unreached, request[:, None, :], season)], axis=1)  # (N, 2, P, D)
+    phase_sums = sum_by_cell(per_phase.reshape(bi.size, -1), cell, n_cells).reshape(n_r, n_m, 2, -1, n_d)
+    seasonal = phase_sums.max(axis=3) / cap  # (R, M, 2, D)
+    columns += [seasonal[:, :, 0, :], seasonal[:, :, 1, :]]
+    if use_labels:
+        idx = np.minimum(state.next_job[rows], jobs.max_jobs - 1)
+        label = observed_labels(state)[rows, idx].astype(np.float64)
+        columns.append(np.broadcast_to(label[:, None, None], (n_r, n_m, n_d)))
+    return np.stack(columns, axis=3)
+
+
+def machine_targets(cfg: SimConfig, state: State, rows: np.ndarray, horizon: int) -> np.ndarray:
+    """(len(rows), M, D) float64 TRAINING TARGET, never a scheduler input: the largest share of C_d that each
+    machine's running jobs and env `rows[i]`'s queue head, placed there now, take together at steps t .. t + H
+    (their true usage)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    jobs = state.jobs
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    committed = core.committed_future_usage(state, horizon + 1)[rows].astype(np.float64)  # (R, M, D, H + 1)
+    head = queue_head(state)
+    idx = np.minimum(state.next_job[rows], jobs.max_jobs - 1)
+    ages = np.arange(horizon + 1)
+    alive = (ages[None, :] < jobs.duration[rows, idx][:, None]) & head.has_job[rows][:, None]
+    usage = jobs.usage[rows[:, None], idx[:, None], np.minimum(ages, jobs.max_duration - 1)[None, :]]
+    usage = usage.astype(np.float64) * alive[..., None]  # (R, H + 1, D)
+    total = committed + usage.transpose(0, 2, 1)[:, None]
+    return total.max(axis=3) / cap
+
+
+@dataclass
+class Cases:
+    """Cases of `collect_cases`: features (N, D, F), targets (N, D), the sequence of each case (N,)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    sequence: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    @staticmethod
+    def join(parts: list[Cases]) -> Cases:
+        return Cases(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "y", "sequence")))
+
+    def thinned(self, max_cases: int) -> Cases:
+        if len(self) <= max_cases:
+            return self
+        keep = np.unique(np.linspace(0, len(self) - 1, max_cases).round().astype(np.int64))
+        return Cases(self.x[keep], self.y[keep], self.sequence[keep])
+
+
+def collect_cases(
+    cfg: SimConfig,
+    jobs: JobBatch,
+    policy,
+    horizon: int,
+    mcfg: MachinePeakConfig,
+    use_labels: bool,
+    labeller=None,
+    seed: int = 0,
+) -> Cases:
+    """Every (decision, machine in use the mask lets take the head) of one rollout of `policy` on `jobs`, with
+    `machine_features` and the realised `machine_targets` (TRAINING sequences only). `labeller`: the labels the
+    rule is served (`sim.labelling.ServedLabels`), so the features see what they will see at test."""
+    from sim.labelling import ServedLabels
+    from sim.policies import decide, own_jobs, valid_machines
+
+    if labeller is not None:
+        policy = ServedLabels(policy, labeller)
+    rng = np.random.default_rng(seed)
+    state = own_jobs(core.reset(cfg, jobs, seed))
+    parts: list[Cases] = []
+    n_d = cfg.n_resources
+    while not state.is_done.all():
+        candidate = valid_machines(cfg, state) & machines_used(state)
+        rows = np.flatnonzero(queue_head(state).has_job & candidate.any(axis=1))
+        if rows.size:
+            view = (
+                state
+                if labeller is None or not use_labels
+                else relabel(cfg, state, labeller.labels(cfg, state))
+            )
+            x = machine_features(cfg, view, rows, horizon, mcfg, use_labels)
+            y = machine_targets(cfg, state, rows, horizon)
+            r, m = np.nonzero(candidate[rows])
+            parts.append(Cases(x[r, m], y[r, m], rows[r]))
+        state, actions = decide(policy, cfg, state, rng, in_place=True)
+        state, *_ = core.step(cfg, state, actions, in_place=True)
+    if not parts:
+        n_f = len(FEATURES) - (0 if use_labels else 1)
+        return Cases(np.zeros((0, n_d, n_f)), np.zeros((0, n_d)), np.zeros(0, dtype=np.int64))
+    return Cases.join(parts)
+
+
+def pinball(y: np.ndarray, pred: np.ndarray, level: float) -> float:
+    diff = y - pred
+    return float(np.mean(np.maximum(level * diff, (level - 1.0) * diff)))
+
+
+@dataclass
+class MachinePeakModel:
+    """Fitted quantile regressors of a machine's peak share (one per level) with their split-conformal shifts;
+    `shares` is `sim.risk.MachinePeakBound`'s."""
+
+    regressors: dict[float, object]
+    shift: dict[float, float]
+    horizon: int
+    config: MachinePeakConfig
+    use_labels: bool
+    report: dict = field(default_factory=dict)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(sorted(self.regressors))
+
+    @property
+    def reads_labels(self) -> bool:
+        return self.use_labels
+
+    def predict(self, x: np.ndarray, level: float) -> np.ndarray:
+        """(...) calibrated level-`level` bound of cases x (..., F)."""
+        from threadpoolctl import threadpool_limits
+
+        flat = x.reshape(-1, x.shape[-1])
+        if not flat.shape[0]:
+            return np.zeros(x.shape[:-1])
+        # a decision's few hundred rows: OpenMP's threads cost more than they save (100x on a loaded machine)
+        with threadpool_limits(1, user_api="openmp"):
+            out = self.regressors[level].predict(flat) + self.shift[level]
+        return out.reshape(x.shape[:-1])
+
+    def shares(self, cfg: SimConfig, state: State, rows: np.ndarray, level: float) -> np.ndarray:
+        if level not in self.regressors:
+            raise ValueError(f"MachinePeakModel: level {level} not fitted (levels {self.levels})")
+        x = machine_features(cfg, state, rows, self.horizon, self.config, self.use_labels)
+        return self.predict(x, level)
+
+
+def _regressor(mcfg: MachinePeakConfig, level: float, use_labels: bool, n_features: int):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    categorical = np.zeros(n_features, dtype=bool)
+    categorical[0] = True  # the resource
+    if use_labels:
+        categorical[-1] = True
+    return HistGradientBoostingRegressor(
+        loss="quantile",
+        quantile=level,
+        max_iter=mcfg.max_iter,
+        learning_rate=mcfg.learning_rate,
+        max_leaf_nodes=mcfg.max_leaf_nodes,
+        min_samples_leaf=mcfg.min_samples_leaf,
+        categorical_features=categorical,
+        early_stopping=False,
+        random_state=mcfg.seed,
+    )
+
+
+def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: bool) -> MachinePeakModel:
+    """Regressors on the cases of all but the last `calibration_share` of the sequences, each shifted
+    split-conformally on those last ones (the ceil((n + 1) q)-th smallest case score, a case's score its largest
+    excess over the resources); a report of coverage and pinball loss before and after the shift."""
+    from threadpoolctl import threadpool_limits
+
+    if len(cases) == 0:
+        raise ValueError("fit_machine_peak: no cases (no decision with a machine in use): nothing to fit")
+    sequences = np.unique(cases.sequence)
+    n_cal = max(1, int(round(mcfg.calibration_share * sequences.size)))
+    if sequences.size < 2:
+        raise ValueError(
+            f"fit_machine_peak: cases from {sequences.size} sequence(s); calibration needs at least 2"
+        )
+    is_cal = np.isin(cases.sequence, sequences[-n_cal:])
+    n_f = cases.x.shape[2]
+    x_fit, y_fit = cases.x[~is_cal].reshape(-1, n_f), cases.y[~is_cal].reshape(-1)
+    x_cal, y_cal = cases.x[is_cal], cases.y[is_cal]
+    regressors, shift, per_level = {}, {}, {}
+    for level in mcfg.levels:
+        t0 = time.perf_counter()
+        with threadpool_limits(1, user_api="openmp"):  # see MachinePeakModel.predict; measured in the note
+            reg = _regressor(mcfg, level, use_labels, n_f).fit(x_fit, y_fit)
+            pred = reg.predict(x_cal.reshape(-1, n_f)).reshape(y_cal.shape)
+        score = np.sort((y_cal - pred).max(axis=1))
+        k = min(int(np.ceil((score.size + 1) * level)), score.size)
+        shift[level] = float(score[k - 1]) if score.size else 0.0
+        regressors[level] = reg
+        per_level[f"{level:g}"] = {
+            "coverage_before": float((y_cal <= pred + 1e-9).all(axis=1).mean()),
+            "shift": shift[level],
+            "pinball_before": pinball(y_cal, pred, level),
+            "pinball_after": pinball(y_cal, pred + shift[level], level),
+            "seconds": time.perf_counter() - t0,
+        }
+    report = {
+        "n_cases": len(cases),
+        "n_fit_cases": int((~is_cal).sum()),
+        "n_calibration_cases": int(is_cal.sum()),
+        "n_calibration_sequences": int(n_cal),
+        "levels": per_level,
+    }
+    return MachinePeakModel(regressors, shift, horizon, mcfg, use_labels, report)
+
+
+def fit_machine_peak(
+    cfg: SimConfig,
+    jobs: JobBatch,
+    fallback,
+    horizon: int,
+    mcfg: MachinePeakConfig = MachinePeakConfig(),
+    use_labels: bool = True,
+    labeller=None,
+    seed: int = 0,
+    log=None,
+) -> MachinePeakModel:
+    """The model fitted on training sequences `jobs` in `mcfg.rounds` rounds of cases (module docstring); each
+    round's report in `report["rounds"]`."""
+    from sim.risk import MachinePeakPacking
+
+    parts: list[Cases] = []
+    rounds = []
+    model = None
+    for r in range(mcfg.rounds):
+        t0 = time.perf_counter()
+        policy = (
+            fallback
+            if model is None
+            else MachinePeakPacking(model, fallback, level=0.95 if 0.95 in model.levels else model.levels[-1])
+        )
+        parts.append(
+            collect_cases(cfg, jobs, policy, horizon, mcfg, use_labels, labeller, seed + r).thinned(
+                mcfg.max_cases
+            )
+        )
+        t1 = time.perf_counter()
+        model = fit_model(Cases.join(parts), horizon, mcfg, use_labels)
+        rounds.append(
+            {
+                "round": r,
+                "policy": getattr(policy, "name", type(policy).__name__),
+                "cases": len(parts[-1]),
+                "collect_seconds": t1 - t0,
+                "fit_seconds": time.perf_counter() - t1,
+                "levels": model.report["levels"],
+            }
+        )
+        if log is not None:
+            log(
+                f"machine peak round {r}: {len(parts[-1])} cases in {t1 - t0:.1f} s, fitted in "
+                f"{time.perf_counter() - t1:.1f} s"
+            )
+    model.report["rounds"] = rounds
+    return model
+
+
+def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: MachinePeakConfig | None = None):
+    """`sim.risk.MachinePeakPacking` fitted in a `sim.tuning.FitContext`: the model on the context's fit part (on
+    the labels its labeller serves), then the level and the mode chosen on validation among the candidates with
+    the best fallback heuristic (`FitContext.choose`); the model's report joins the choice."""
+    from sim.risk import MachinePeakPacking
+
+    mcfg = mcfg or MachinePeakConfig(seed=ctx.tuning.seed)
+    fallback = ctx.best_fallback()
+    model = ctx.cached(
+        ("machine_peak", use_labels),
+        lambda: fit_machine_peak(
+            ctx.cfg,
+            ctx.split()[0],
+            fallback,
+            ctx.horizon(),
+            mcfg,
+            use_labels,
+            ctx.labeller if use_labels else None,
+            ctx.tuning.seed,
+        ),
+    )
+    candidates = [
+        (
+            {"level": level, "mode": mode, "use_labels": use_labels},
+            MachinePeakPacking(model, fallback, level, mode, name),
+        )
+        for level in model.levels
+        if level >= 0.8
+        for mode in ("deviate", "pack", "guard")
+    ]
+    policy = ctx.choose(name, candidates)
+    ctx.choices[name]["machine_peak_model"] = model.report
+    return policy

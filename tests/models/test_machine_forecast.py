@@ -1,0 +1,229 @@
+"""The machine's summed-peak forecast (`models.machine_forecast`) and the rule on it (`sim.risk.MachinePeakPacking`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pytest
+
+import models  # noqa: F401  (registers the rules)
+from models.machine_forecast import (
+    FEATURES,
+    Cases,
+    MachinePeakConfig,
+    collect_cases,
+    fit_machine_peak_rule,
+    fit_model,
+    machine_features,
+    machine_targets,
+)
+from sim import core
+from sim.config import SimConfig
+from sim.core import action_mask, queue_head
+from sim.jobs import JobBatch
+from sim.policies import POLICIES, decide, make_policy, policy_kind
+from sim.risk import MachinePeakPacking
+from sim.tuning import FitContext, TuningConfig
+
+CFG = SimConfig(n_machines=4, max_steps=400)
+SMALL = MachinePeakConfig(
+    levels=(0.5, 0.9), period_steps=8, n_recent=3, rounds=2, max_iter=20, min_samples_leaf=5
+)
+
+
+def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Square-wave jobs (high 3-4 units a quarter of each period, low 1), peaks at random phases; request = peak."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for j in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, period, phase = int(rng.integers(8, 30)), int(rng.integers(4, 9)), int(rng.integers(0, 8))
+            hi = int(rng.integers(3, 5))
+            usage = [[hi if (a + phase) % period < max(period // 4, 1) else 1] * 2 for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": j % 3, "workload_id": f"w{j % 7}"})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def _midway(n_decisions: int = 14):
+    state = core.reset(CFG, _square_jobs(3, 24, seed=5), 0)
+    rng = np.random.default_rng(0)
+    tetris = make_policy("tetris")
+    for _ in range(n_decisions):
+        state, act = decide(tetris, CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    return state
+
+
+def _perturb_future(state, seed: int, keep_head_first_step: bool = False):
+    """The same state with every job's usage at ages not yet observed replaced by noise (the head's included;
+    with `keep_head_first_step`, all but the head's first step, which the simulator's mask reads for every
+    policy)."""
+    jobs = state.jobs
+    rng = np.random.default_rng(seed)
+    is_placed = state.job_machine >= 0
+    n_obs = np.where(is_placed, np.clip(state.t[:, None] - state.job_start + 1, 0, None), 0)
+    future = np.arange(jobs.max_duration)[None, None, :] >= n_obs[:, :, None]
+    noise = rng.integers(0, 9, size=jobs.usage.shape).astype(jobs.usage.dtype)
+    usage = np.where(future[..., None], noise, jobs.usage)
+    if keep_head_first_step:
+        rows, head = np.arange(state.batch_size), np.minimum(state.next_job, jobs.max_jobs - 1)
+        usage[rows, head, 0] = jobs.usage[rows, head, 0]
+    return replace(state, jobs=replace(jobs, usage=usage))
+
+
+@dataclass(frozen=True)
+class _ExactBound:
+    """ORACLE, for the tests only: the realised peak share (`machine_targets`) as every level's bound."""
+
+    horizon: int
+    levels: tuple[float, ...] = (0.9, 0.95)
+
+    def shares(self, cfg, state, rows, level):
+        return machine_targets(cfg, state, rows, self.horizon)
+
+
+def _rollout(policy, jobs: JobBatch, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    state = core.reset(CFG, jobs, seed)
+    while not state.is_done.all():
+        state, act = decide(policy, CFG, state, rng)
+        mask = action_mask(CFG, state)
+        assert mask[np.arange(state.batch_size), act].all(), "an invalid action"
+        state, *_ = core.step(CFG, state, act)
+    return state
+
+
+def test_features_never_read_the_future() -> None:
+    """No feature of a machine moves when every job's unobserved usage (the head's whole life included) does."""
+    state = _midway()
+    rows = np.arange(state.batch_size)
+    assert (state.job_machine >= 0).any(axis=1).all() and queue_head(state).has_job.any()
+    for use_labels in (False, True):
+        a = machine_features(CFG, state, rows, 30, SMALL, use_labels)
+        b = machine_features(CFG, _perturb_future(state, 7), rows, 30, SMALL, use_labels)
+        assert a.shape == (3, CFG.n_machines, CFG.n_resources, len(FEATURES) - (0 if use_labels else 1))
+        assert np.array_equal(a, b)
+        assert np.isfinite(a).all()
+    # the target is the future: perturbing it moves the target (the test above could fail)
+    moved = machine_targets(CFG, _perturb_future(state, 7), rows, 30)
+    assert not np.array_equal(machine_targets(CFG, state, rows, 30), moved)
+
+
+def test_targets_are_the_realised_peak_share_of_the_running_jobs_and_the_head() -> None:
+    state = _midway()
+    jobs, horizon = state.jobs, 12
+    got = machine_targets(CFG, state, np.arange(state.batch_size), horizon)
+    cap = np.asarray(CFG.capacity_units, dtype=float)
+    head = queue_head(state)
+    for b in range(state.batch_size):
+        for m in range(CFG.n_machines):
+            total = np.zeros((horizon + 1, CFG.n_resources))
+            for j in range(jobs.max_jobs):
+                if state.job_machine[b, j] != m:
+                    continue
+                for k in range(horizon + 1):
+                    age = state.t[b] + k - state.job_start[b, j]
+                    if 0 <= age < jobs.duration[b, j]:
+                        total[k] += jobs.usage[b, j, age]
+            if head.has_job[b]:
+                idx = state.next_job[b]
+                for k in range(min(horizon + 1, jobs.duration[b, idx])):
+                    total[k] += jobs.usage[b, idx, k]
+            np.testing.assert_allclose(got[b, m], total.max(axis=0) / cap)
+
+
+def test_the_rule_on_an_exact_bound_never_overshoots_and_packs_beyond_requests() -> None:
+    """A synthetic source whose machine forecast is exact: no overshoot at any level (risk 0 <= epsilon), valid
+    actions only, and fewer unused units than request-based Tetris."""
+    jobs = _square_jobs(3, 30, seed=1)
+    tetris = _rollout(make_policy("tetris"), jobs)
+    for mode in ("deviate", "pack", "guard"):
+        rule = MachinePeakPacking(_ExactBound(jobs.max_duration), level=0.9, mode=mode, name="t")
+        state = _rollout(rule, jobs)
+        assert state.is_terminated.all()
+        assert (state.penalty_totals[:, 2] == 0).all()  # overshoot component
+        if mode == "pack":
+            # the underutilisation component (negative)
+            assert state.penalty_totals[:, 1].sum() > tetris.penalty_totals[:, 1].sum()
+
+
+def _stationary_cases(n_sequences: int, per_sequence: int, seed: int) -> Cases:
+    rng = np.random.default_rng(seed)
+    n = n_sequences * per_sequence
+    x = rng.uniform(0, 1, size=(n, 2, len(FEATURES) - 1))
+    x[:, :, 0] = [0, 1]  # the resource column
+    y = 0.5 * x[:, :, 2] + 0.2 * x[:, :, 3] + rng.normal(0, 0.05, size=(n, 2)) * (1 + x[:, :, 4])
+    return Cases(x, y, np.repeat(np.arange(n_sequences), per_sequence))
+
+
+def test_conformal_shift_covers_the_nominal_share_of_fresh_stationary_cases() -> None:
+    """Quantile coverage on a synthetic stationary source within 2 points of nominal, jointly over resources."""
+    mcfg = MachinePeakConfig(levels=(0.8, 0.9, 0.95), max_iter=40)
+    model = fit_model(_stationary_cases(40, 200, seed=0), horizon=10, mcfg=mcfg, use_labels=False)
+    fresh = _stationary_cases(20, 400, seed=1)
+    for level in model.levels:
+        covered = (fresh.y <= model.predict(fresh.x, level) + 1e-12).all(axis=1).mean()
+        assert abs(covered - level) <= 0.02, (level, covered)
+        assert model.report["levels"][f"{level:g}"]["shift"] == model.shift[level]
+
+
+def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validly() -> None:
+    train = _square_jobs(8, 20, seed=2)
+    ctx = FitContext(CFG, train, TuningConfig(fallbacks=("tetris", "first_fit"), seed=0), where="toy")
+    rule = fit_machine_peak_rule(ctx, "forecast_machine_peak_noec", use_labels=False, mcfg=SMALL)
+    assert callable(POLICIES["forecast_machine_peak_noec"].fit)
+    assert (
+        policy_kind("forecast_machine_peak") == "forecast"
+        and policy_kind("forecast_machine_peak_noec") == "forecast"
+    )
+    assert isinstance(rule, MachinePeakPacking) and rule.bound is not None and not rule.reads_labels
+    choice = ctx.choices["forecast_machine_peak_noec"]
+    assert choice["mode"] in ("deviate", "pack", "guard") and choice["level"] in rule.bound.levels
+    assert len(choice["tried"]) == 3 * sum(q >= 0.8 for q in rule.bound.levels)
+    report = choice["machine_peak_model"]
+    assert [r["round"] for r in report["rounds"]] == [0, 1] and report["n_cases"] > 0
+    _rollout(rule, _square_jobs(2, 25, seed=3))
+    # the fitted rule reads only the observed past: the same decision on a perturbed future
+    state = _midway()
+    assert np.array_equal(
+        rule.act(CFG, state, np.random.default_rng(0)),
+        rule.act(CFG, _perturb_future(state, 3, keep_head_first_step=True), np.random.default_rng(0)),
+    )
+    # with labels, the model reads the head's label and says so
+    labelled = fit_machine_peak_rule(ctx, "forecast_machine_peak", mcfg=SMALL)
+    assert labelled.reads_labels and labelled.bound.use_labels
+
+
+def test_collect_cases_counts_one_case_per_decision_and_machine_in_use() -> None:
+    jobs = _square_jobs(2, 15, seed=4)
+    cases = collect_cases(CFG, jobs, make_policy("tetris"), jobs.max_duration, SMALL, use_labels=False)
+    assert cases.x.shape == (len(cases), CFG.n_resources, len(FEATURES) - 1)
+    assert cases.y.shape == (len(cases), CFG.n_resources) and set(np.unique(cases.sequence)) <= {0, 1}
+    assert (cases.y > 0).all()  # a machine in use with the head on it uses something
+    assert len(cases.thinned(10)) == 10
+
+
+def test_the_default_build_is_its_fallback() -> None:
+    jobs = _square_jobs(2, 20, seed=6)
+    a = _rollout(make_policy("forecast_machine_peak"), jobs)
+    b = _rollout(make_policy("tetris"), jobs)
+    assert np.array_equal(a.job_machine, b.job_machine)
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="levels must be ascending"):
+        MachinePeakConfig(levels=(0.9, 0.5))
+    with pytest.raises(ValueError, match="n_recent"):
+        MachinePeakConfig(period_steps=4, n_recent=6)
+    with pytest.raises(ValueError, match="no cases"):
+        fit_model(Cases(np.zeros((0, 2, 5)), np.zeros((0, 2)), np.zeros(0, dtype=np.int64)), 10, SMALL, False)
+    with pytest.raises(ValueError, match="at least 2"):
+        fit_model(_stationary_cases(1, 50, seed=0), 10, SMALL, False)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        MachinePeakPacking(mode="squeeze")
+    with pytest.raises(ValueError, match="_ExactBound"):
+        MachinePeakPacking(_ExactBound(10), level=0.5)
