@@ -62,6 +62,10 @@ FEATURES = (
     "other_usage_now",
     "seasonal_sum_max",
     "seasonal_sum_max_unreached_at_request",
+    "exceed_probability_step",
+    "exceed_probability_life",
+    "exceed_probability_step_unreached_at_request",
+    "exceed_probability_life_unreached_at_request",
     "head_label",
 )
 """Columns of a case, per (machine, resource): shares of C_d, remaining lives and the duration as shares of the
@@ -81,6 +85,8 @@ class MachinePeakConfig:
     """A running job observed for fewer steps counts as young (its request summed apart)."""
     ending_steps: int = 2
     """A running job with at most this many steps left counts as ending (its request summed apart)."""
+    epsilons: tuple[float, ...] = (0.01, 0.03, 0.1, 0.2)
+    """Chances of exceeding capacity the probability rule may accept (chosen on validation)."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
     calibration_share: float = 0.25
@@ -191,11 +197,60 @@ def machine_features(
     phase_sums = sum_by_cell(per_phase.reshape(bi.size, -1), cell, n_cells).reshape(n_r, n_m, 2, -1, n_d)
     seasonal = phase_sums.max(axis=3) / cap  # (R, M, 2, D)
     columns += [seasonal[:, :, 0, :], seasonal[:, :, 1, :]]
+    # the chance that the machine exceeds C_d at one step, each running job drawing its usage independently from
+    # its observed window and the head at its request; over the steps they share (at most the horizon); and the
+    # same with every job that has not reached its request yet at its request
+    start = np.repeat(head.request[rows], n_m, axis=0).astype(np.int64)  # (R * M, D)
+    shared = np.minimum(max_rem * horizon, np.minimum(head.duration[rows], horizon)[:, None])  # (R, M) steps
+    for view in (window, np.where(unreached, request[:, None, :], window)):
+        p_step = exceed_probability(view, seen, cell, n_cells, start, cfg.capacity_units)
+        p_step = np.clip(p_step, 0.0, 1.0).reshape(n_r, n_m, n_d)
+        columns += [p_step, 1.0 - (1.0 - p_step) ** np.maximum(shared, 1.0)[:, :, None]]
     if use_labels:
         idx = np.minimum(state.next_job[rows], jobs.max_jobs - 1)
         label = observed_labels(state)[rows, idx].astype(np.float64)
         columns.append(np.broadcast_to(label[:, None, None], (n_r, n_m, n_d)))
     return np.stack(columns, axis=3)
+
+
+def exceed_probability(
+    window: np.ndarray,
+    seen: np.ndarray,
+    cell: np.ndarray,
+    n_cells: int,
+    start: np.ndarray,
+    capacity_units,
+) -> np.ndarray:
+    """(n_cells, D) float64: P(the units of a cell's jobs at one step sum above C_d), `start` (n_cells, D) units
+    there for sure (the head at its request) and each job i (cell `cell[i]`) drawing its units independently
+    from its observed `window` (N, P, D) where `seen`: the exact distribution of the sum (a convolution of the
+    jobs' histograms, sums above C_d pooled in one bin), job by job within each cell."""
+    n_jobs, _, n_d = window.shape
+    out = np.zeros((n_cells, n_d))
+    order = np.argsort(cell, kind="stable")
+    first = np.searchsorted(cell[order], cell[order], side="left")
+    rank = np.empty(n_jobs, dtype=np.int64)
+    rank[order] = np.arange(n_jobs) - first
+    n_seen = np.maximum(seen.sum(axis=1), 1)  # (N, D)
+    for d in range(n_d):
+        over = int(capacity_units[d]) + 1  # the bin of every sum above C_d
+        values = np.clip(np.where(seen[:, :, d], window[:, :, d], -1), -1, over).astype(np.int64)
+        pmf = np.stack([(values == u).sum(axis=1) for u in range(over + 1)], axis=1) / n_seen[:, d, None]
+        dist = np.zeros((n_cells, over + 1))
+        dist[np.arange(n_cells), np.clip(start[:, d], 0, over)] = 1.0
+        for r in range(int(rank.max(initial=-1)) + 1):
+            at = rank == r  # one job per cell: no two rows below write the same cell
+            cur, p = dist[cell[at]], pmf[at]
+            new = np.zeros_like(cur)
+            for u in range(over + 1):
+                pu = p[:, u : u + 1]
+                if not pu.any():
+                    continue
+                new[:, u:over] += cur[:, : over - u] * pu
+                new[:, over] += cur[:, over - u :].sum(axis=1) * pu[:, 0]
+            dist[cell[at]] = new
+        out[:, d] = dist[:, over]
+    return out
 
 
 def machine_targets(cfg: SimConfig, state: State, rows: np.ndarray, horizon: int) -> np.ndarray:
@@ -288,14 +343,19 @@ def pinball(y: np.ndarray, pred: np.ndarray, level: float) -> float:
 
 @dataclass
 class MachinePeakModel:
-    """Fitted quantile regressors of a machine's peak share (one per level) with their split-conformal shifts;
-    `shares` is `sim.risk.MachinePeakBound`'s."""
+    """Fitted quantile regressors of a machine's peak share (one per level) with their split-conformal shifts,
+    and a classifier of the chance that the machine exceeds capacity (isotonic-calibrated on the same held-out
+    sequences); `assess` is `sim.risk.MachinePeakBound`'s."""
 
     regressors: dict[float, object]
     shift: dict[float, float]
     horizon: int
     config: MachinePeakConfig
     use_labels: bool
+    classifier: object | None = None
+    """P(the machine's peak with the job exceeds C_d for some d) from a case's features (both resources' side by
+    side); None where the fit cases never (or always) exceeded."""
+    isotonic: object | None = None
     report: dict = field(default_factory=dict)
 
     @property
@@ -318,11 +378,25 @@ class MachinePeakModel:
             out = self.regressors[level].predict(flat) + self.shift[level]
         return out.reshape(x.shape[:-1])
 
-    def shares(self, cfg: SimConfig, state: State, rows: np.ndarray, level: float) -> np.ndarray:
+    def exceed(self, x: np.ndarray) -> np.ndarray:
+        """(...) calibrated chance that cases x (..., D, F) exceed capacity (0 without a classifier: nothing
+        exceeded in the fit)."""
+        from threadpoolctl import threadpool_limits
+
+        flat = x.reshape(-1, x.shape[-2] * x.shape[-1])
+        if self.classifier is None or not flat.shape[0]:
+            return np.zeros(x.shape[:-2])
+        with threadpool_limits(1, user_api="openmp"):
+            raw = self.classifier.predict_proba(flat)[:, 1]
+        return self.isotonic.predict(raw).reshape(x.shape[:-2])
+
+    def assess(
+        self, cfg: SimConfig, state: State, rows: np.ndarray, level: float, with_exceed: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         if level not in self.regressors:
             raise ValueError(f"MachinePeakModel: level {level} not fitted (levels {self.levels})")
         x = machine_features(cfg, state, rows, self.horizon, self.config, self.use_labels)
-        return self.predict(x, level)
+        return self.predict(x, level), (self.exceed(x) if with_exceed else None)
 
 
 def _regressor(mcfg: MachinePeakConfig, level: float, use_labels: bool, n_features: int):
@@ -380,14 +454,62 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
             "pinball_after": pinball(y_cal, pred + shift[level], level),
             "seconds": time.perf_counter() - t0,
         }
+    classifier, isotonic, exceed_report = _fit_exceed(cases, is_cal, mcfg, use_labels)
     report = {
+        "exceed": exceed_report,
         "n_cases": len(cases),
         "n_fit_cases": int((~is_cal).sum()),
         "n_calibration_cases": int(is_cal.sum()),
         "n_calibration_sequences": int(n_cal),
         "levels": per_level,
     }
-    return MachinePeakModel(regressors, shift, horizon, mcfg, use_labels, report)
+    return MachinePeakModel(regressors, shift, horizon, mcfg, use_labels, classifier, isotonic, report)
+
+
+def _fit_exceed(cases: Cases, is_cal: np.ndarray, mcfg: MachinePeakConfig, use_labels: bool):
+    """(classifier, isotonic calibration, report): P(a case's peak exceeds C_d for some d), fitted on the fit
+    sequences' cases, calibrated isotonically on the calibration sequences'; (None, None, report) where either
+    part has one outcome only."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.isotonic import IsotonicRegression
+    from threadpoolctl import threadpool_limits
+
+    n, n_d, n_f = cases.x.shape
+    flat = cases.x.reshape(n, n_d * n_f)
+    exceeded = (cases.y > 1.0 + 1e-9).any(axis=1)
+    report = {
+        "exceed_rate_fit": float(exceeded[~is_cal].mean()),
+        "exceed_rate_calibration": float(exceeded[is_cal].mean()),
+    }
+    if np.unique(exceeded[~is_cal]).size < 2 or np.unique(exceeded[is_cal]).size < 2:
+        return None, None, {**report, "fitted": False}
+    categorical = np.zeros(n_d * n_f, dtype=bool)
+    if use_labels:
+        categorical[n_f - 1 :: n_f] = True
+    clf = HistGradientBoostingClassifier(
+        max_iter=mcfg.max_iter,
+        learning_rate=mcfg.learning_rate,
+        max_leaf_nodes=mcfg.max_leaf_nodes,
+        min_samples_leaf=mcfg.min_samples_leaf,
+        categorical_features=categorical,
+        early_stopping=False,
+        random_state=mcfg.seed,
+    )
+    with threadpool_limits(1, user_api="openmp"):
+        clf.fit(flat[~is_cal], exceeded[~is_cal])
+        raw = clf.predict_proba(flat[is_cal])[:, 1]
+    isotonic = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(raw, exceeded[is_cal])
+    calibrated = isotonic.predict(raw)
+    outcome = exceeded[is_cal].astype(np.float64)
+    report.update(
+        {
+            "fitted": True,
+            "brier_raw": float(np.mean((raw - outcome) ** 2)),
+            "brier_calibrated": float(np.mean((calibrated - outcome) ** 2)),
+            "brier_base_rate": float(np.mean((outcome.mean() - outcome) ** 2)),
+        }
+    )
+    return clf, isotonic, report
 
 
 def fit_machine_peak(
@@ -462,15 +584,26 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
             ctx.tuning.seed,
         ),
     )
+    modes = ("deviate", "pack")  # "guard" is "pack" here: a request fit is always safe
     candidates = [
         (
-            {"level": level, "mode": mode, "use_labels": use_labels},
+            {"rule": "quantile", "level": level, "mode": mode, "use_labels": use_labels},
             MachinePeakPacking(model, fallback, level, mode, name),
         )
         for level in model.levels
         if level >= 0.8
-        for mode in ("deviate", "pack", "guard")
+        for mode in modes
     ]
+    if model.classifier is not None:
+        order_by = 0.5 if 0.5 in model.levels else model.levels[0]
+        candidates += [
+            (
+                {"rule": "exceed", "epsilon": eps, "level": order_by, "mode": mode, "use_labels": use_labels},
+                MachinePeakPacking(model, fallback, order_by, mode, name, epsilon=eps),
+            )
+            for eps in mcfg.epsilons
+            for mode in modes
+        ]
     policy = ctx.choose(name, candidates)
     ctx.choices[name]["machine_peak_model"] = model.report
     return policy

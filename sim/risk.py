@@ -580,15 +580,19 @@ class RiskAwarePacking(_FollowsFallback):
 @runtime_checkable
 class MachinePeakBound(Protocol):
     """A forecast of each machine's summed usage as a whole (`MachinePeakPacking`'s input; the learned one is
-    `models.machine_forecast.MachinePeakModel`): the quantile of the SUM's peak, not a sum of per-job quantiles."""
+    `models.machine_forecast.MachinePeakModel`): the quantile of the SUM's peak, not a sum of per-job quantiles,
+    and the chance that the sum exceeds capacity."""
 
     levels: tuple[float, ...]
     """Quantile levels it gives, ascending."""
 
-    def shares(self, cfg: SimConfig, state: State, rows: np.ndarray, level: float) -> np.ndarray:
-        """(len(rows), M, D) float64: the level-`level` quantile of the largest share of C_d that machine m's
+    def assess(
+        self, cfg: SimConfig, state: State, rows: np.ndarray, level: float, with_exceed: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """((len(rows), M, D) float64 the level-`level` quantile of the largest share of C_d that machine m's
         summed usage takes at steps t .. t + H if env `rows[i]`'s queue head is placed there now (its running jobs
-        and the head; observed usage only)."""
+        and the head; observed usage only), (len(rows), M) the chance that it exceeds C_d for some d over those
+        steps, or None unless `with_exceed`)."""
         ...
 
 
@@ -604,12 +608,17 @@ class MachinePeakPacking(_FollowsFallback):
     level: float = 0.95
     mode: str = "pack"
     name: str = "forecast_machine_peak"
+    epsilon: float | None = None
+    """Where given, a machine in use is safe when the chance that it exceeds capacity with the job stays at most
+    epsilon (the bound at `level` then only orders the safe machines); None: when the bound is within capacity."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"{self.name}: mode must be one of {MODES}, got {self.mode!r}")
         if self.bound is not None:
             level_index(self.bound.levels, self.level, type(self.bound).__name__)
+        if self.epsilon is not None and not 0.0 <= self.epsilon < 1.0:
+            raise ValueError(f"{self.name}: epsilon must be in [0, 1), got {self.epsilon}")
 
     @property
     def reads_labels(self) -> bool:
@@ -636,10 +645,14 @@ class MachinePeakPacking(_FollowsFallback):
         cap = np.asarray(cfg.capacity_units, dtype=np.float64)
         head = queue_head(state).request[rows].astype(np.float64)
         by_requests = ((cap - free_by_requests(cfg, state)[rows] + head[:, None, :]) / cap).max(axis=2)
-        share = np.minimum(self.bound.shares(cfg, state, rows, self.level).max(axis=2), by_requests)  # (R, M)
+        bound, exceed = self.bound.assess(cfg, state, rows, self.level, self.epsilon is not None)
+        share = np.minimum(bound.max(axis=2), by_requests)  # (R, M)
+        within = (
+            share <= 1.0 + 1e-9 if self.epsilon is None else (exceed <= self.epsilon) | (by_requests <= 1.0)
+        )
         is_safe = ~used
         tightness = np.zeros(valid.shape)
-        is_safe[rows] = ~used[rows] | (share <= 1.0 + 1e-9)
+        is_safe[rows] = ~used[rows] | within
         tightness[rows] = share
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.mode)
 

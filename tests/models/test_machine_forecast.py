@@ -13,6 +13,7 @@ from models.machine_forecast import (
     Cases,
     MachinePeakConfig,
     collect_cases,
+    exceed_probability,
     fit_machine_peak_rule,
     fit_model,
     machine_features,
@@ -82,8 +83,9 @@ class _ExactBound:
     horizon: int
     levels: tuple[float, ...] = (0.9, 0.95)
 
-    def shares(self, cfg, state, rows, level):
-        return machine_targets(cfg, state, rows, self.horizon)
+    def assess(self, cfg, state, rows, level, with_exceed=False):
+        peak = machine_targets(cfg, state, rows, self.horizon)
+        return peak, ((peak > 1.0).any(axis=2).astype(float) if with_exceed else None)
 
 
 def _rollout(policy, jobs: JobBatch, seed: int = 0):
@@ -141,14 +143,26 @@ def test_the_rule_on_an_exact_bound_never_overshoots_and_packs_beyond_requests()
     actions only, and fewer unused units than request-based Tetris."""
     jobs = _square_jobs(3, 30, seed=1)
     tetris = _rollout(make_policy("tetris"), jobs)
-    for mode in ("deviate", "pack", "guard"):
-        rule = MachinePeakPacking(_ExactBound(jobs.max_duration), level=0.9, mode=mode, name="t")
+    for mode, epsilon in (("deviate", None), ("pack", None), ("guard", None), ("pack", 0.0)):
+        rule = MachinePeakPacking(
+            _ExactBound(jobs.max_duration), level=0.9, mode=mode, name="t", epsilon=epsilon
+        )
         state = _rollout(rule, jobs)
         assert state.is_terminated.all()
         assert (state.penalty_totals[:, 2] == 0).all()  # overshoot component
         if mode == "pack":
             # the underutilisation component (negative)
             assert state.penalty_totals[:, 1].sum() > tetris.penalty_totals[:, 1].sum()
+
+
+def test_exceed_probability_is_the_convolution_of_the_jobs_observed_histograms() -> None:
+    """Against enumeration: two cells, one with two jobs (observed values {1, 3} and {2, 2, 4}) and the head's
+    request 2, one with one job (never observed above 1) and no head; capacity 6."""
+    window = np.array([[np.nan, 1, 3], [2, 2, 4], [np.nan, np.nan, 1]])[:, :, None]
+    seen = ~np.isnan(window)
+    got = exceed_probability(window, seen, np.array([0, 0, 1]), 2, np.array([[2], [0]]), (6,))
+    # cell 0: 2 + {1, 3} + {2, 2, 4} > 6 for (1, 4), (3, 2), (3, 2), (3, 4): 1/2 * 1/3 + 1/2 * 1 = 2/3
+    np.testing.assert_allclose(got[:, 0], [2 / 3, 0.0])
 
 
 def _stationary_cases(n_sequences: int, per_sequence: int, seed: int) -> Cases:
@@ -183,9 +197,11 @@ def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validl
     assert isinstance(rule, MachinePeakPacking) and rule.bound is not None and not rule.reads_labels
     choice = ctx.choices["forecast_machine_peak_noec"]
     assert choice["mode"] in ("deviate", "pack", "guard") and choice["level"] in rule.bound.levels
-    assert len(choice["tried"]) == 3 * sum(q >= 0.8 for q in rule.bound.levels)
+    n_exceed = len(SMALL.epsilons) if rule.bound.classifier is not None else 0
+    assert len(choice["tried"]) == 2 * (sum(q >= 0.8 for q in rule.bound.levels) + n_exceed)
     report = choice["machine_peak_model"]
     assert [r["round"] for r in report["rounds"]] == [0, 1] and report["n_cases"] > 0
+    assert set(report["exceed"]) >= {"exceed_rate_fit", "exceed_rate_calibration", "fitted"}
     _rollout(rule, _square_jobs(2, 25, seed=3))
     # the fitted rule reads only the observed past: the same decision on a perturbed future
     state = _midway()
@@ -227,3 +243,5 @@ def test_bad_input_is_named() -> None:
         MachinePeakPacking(mode="squeeze")
     with pytest.raises(ValueError, match="_ExactBound"):
         MachinePeakPacking(_ExactBound(10), level=0.5)
+    with pytest.raises(ValueError, match="epsilon must be in"):
+        MachinePeakPacking(_ExactBound(10), level=0.9, epsilon=1.5)
