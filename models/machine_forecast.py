@@ -27,6 +27,7 @@ Fitting (`fit_machine_peak`, training sequences only):
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -271,6 +272,10 @@ def machine_targets(cfg: SimConfig, state: State, rows: np.ndarray, horizon: int
     return total.max(axis=3) / cap
 
 
+class TooFewCases(ValueError):
+    """The training sequences give too few cases to fit and calibrate the model (named in the message)."""
+
+
 @dataclass
 class Cases:
     """Cases of `collect_cases`: features (N, D, F), targets (N, D), the sequence of each case (N,)."""
@@ -426,11 +431,11 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
     from threadpoolctl import threadpool_limits
 
     if len(cases) == 0:
-        raise ValueError("fit_machine_peak: no cases (no decision with a machine in use): nothing to fit")
+        raise TooFewCases("fit_machine_peak: no cases (no decision with a machine in use): nothing to fit")
     sequences = np.unique(cases.sequence)
     n_cal = max(1, int(round(mcfg.calibration_share * sequences.size)))
     if sequences.size < 2:
-        raise ValueError(
+        raise TooFewCases(
             f"fit_machine_peak: cases from {sequences.size} sequence(s); calibration needs at least 2"
         )
     is_cal = np.isin(cases.sequence, sequences[-n_cal:])
@@ -566,24 +571,35 @@ def fit_machine_peak(
 def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: MachinePeakConfig | None = None):
     """`sim.risk.MachinePeakPacking` fitted in a `sim.tuning.FitContext`: the model on the context's fit part (on
     the labels its labeller serves), then the level and the mode chosen on validation among the candidates with
-    the best fallback heuristic (`FitContext.choose`); the model's report joins the choice."""
+    the best fallback heuristic (`FitContext.choose`): the quantile bound at each level >= 0.8 and, where the
+    classifier was fitted, the chance of exceeding at each of `MachinePeakConfig.epsilons`, in "deviate" and
+    "pack" modes; the model's report joins the choice. Where the fit part gives too few cases to fit and
+    calibrate (`TooFewCases`), the rule is its fallback heuristic, with a warning and the reason in the choice."""
     from sim.risk import MachinePeakPacking
 
     mcfg = mcfg or MachinePeakConfig(seed=ctx.tuning.seed)
     fallback = ctx.best_fallback()
-    model = ctx.cached(
-        ("machine_peak", use_labels),
-        lambda: fit_machine_peak(
-            ctx.cfg,
-            ctx.split()[0],
-            fallback,
-            ctx.horizon(),
-            mcfg,
-            use_labels,
-            ctx.labeller if use_labels else None,
-            ctx.tuning.seed,
-        ),
-    )
+
+    def fitted():
+        try:
+            return fit_machine_peak(
+                ctx.cfg,
+                ctx.split()[0],
+                fallback,
+                ctx.horizon(),
+                mcfg,
+                use_labels,
+                ctx.labeller if use_labels else None,
+                ctx.tuning.seed,
+            )
+        except TooFewCases as err:
+            return err
+
+    model = ctx.cached(("machine_peak", use_labels), fitted)
+    if isinstance(model, TooFewCases):  # nothing to learn from: the rule is its fallback, and says so
+        warnings.warn(f"{name} ({ctx.where}): {model}: the rule is its fallback heuristic", stacklevel=2)
+        ctx.choices[name] = {"model": None, "reason": str(model), **ctx.fallback_choice()}
+        return MachinePeakPacking(None, fallback, name=name)
     modes = ("deviate", "pack")  # "guard" is "pack" here: a request fit is always safe
     candidates = [
         (

@@ -578,7 +578,7 @@ def register_learned(name: str, factory: Callable[..., Policy]) -> None:
 
 def register_fitted(name: str, default: Callable[..., Policy], builder: Callable, kind: str) -> None:
     """Add the fitted rule `name` to `POLICIES` (`fitted_policy(default, builder, kind)`) from a package above sim
-    whose learner fits it (e.g. `models.machine_forecast`): registered when that package is imported."""
+    whose learner fits it (the machine-peak forecast's rules): registered when that package is imported."""
     POLICIES[name] = fitted_policy(default, builder, kind)
 
 

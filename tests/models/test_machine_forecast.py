@@ -214,6 +214,16 @@ def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validl
     assert labelled.reads_labels and labelled.bound.use_labels
 
 
+def test_a_fit_part_too_small_to_calibrate_leaves_the_fallback_with_a_warning() -> None:
+    ctx = FitContext(
+        CFG, _square_jobs(1, 20, seed=7), TuningConfig(fallbacks=("tetris",), seed=0), where="one"
+    )
+    with pytest.warns(UserWarning, match="calibration needs at least 2.*the rule is its fallback"):
+        rule = fit_machine_peak_rule(ctx, "forecast_machine_peak", mcfg=SMALL)
+    assert rule.bound is None and ctx.choices["forecast_machine_peak"]["model"] is None
+    assert ctx.choices["forecast_machine_peak"]["fallback"] == "tetris"
+
+
 def test_collect_cases_counts_one_case_per_decision_and_machine_in_use() -> None:
     jobs = _square_jobs(2, 15, seed=4)
     cases = collect_cases(CFG, jobs, make_policy("tetris"), jobs.max_duration, SMALL, use_labels=False)
