@@ -412,16 +412,20 @@ def _regressor(mcfg: MachinePeakConfig, level: float, use_labels: bool, n_featur
     if use_labels:
         categorical[-1] = True
     return HistGradientBoostingRegressor(
-        loss="quantile",
-        quantile=level,
-        max_iter=mcfg.max_iter,
-        learning_rate=mcfg.learning_rate,
-        max_leaf_nodes=mcfg.max_leaf_nodes,
-        min_samples_leaf=mcfg.min_samples_leaf,
-        categorical_features=categorical,
-        early_stopping=False,
-        random_state=mcfg.seed,
+        loss="quantile", quantile=level, categorical_features=categorical, **_boosting(mcfg)
     )
+
+
+def _boosting(mcfg: MachinePeakConfig) -> dict:
+    """The boosted trees' settings the regressors and the classifier share."""
+    return {
+        "max_iter": mcfg.max_iter,
+        "learning_rate": mcfg.learning_rate,
+        "max_leaf_nodes": mcfg.max_leaf_nodes,
+        "min_samples_leaf": mcfg.min_samples_leaf,
+        "early_stopping": False,
+        "random_state": mcfg.seed,
+    }
 
 
 def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: bool) -> MachinePeakModel:
@@ -491,15 +495,7 @@ def _fit_exceed(cases: Cases, is_cal: np.ndarray, mcfg: MachinePeakConfig, use_l
     categorical = np.zeros(n_d * n_f, dtype=bool)
     if use_labels:
         categorical[n_f - 1 :: n_f] = True
-    clf = HistGradientBoostingClassifier(
-        max_iter=mcfg.max_iter,
-        learning_rate=mcfg.learning_rate,
-        max_leaf_nodes=mcfg.max_leaf_nodes,
-        min_samples_leaf=mcfg.min_samples_leaf,
-        categorical_features=categorical,
-        early_stopping=False,
-        random_state=mcfg.seed,
-    )
+    clf = HistGradientBoostingClassifier(categorical_features=categorical, **_boosting(mcfg))
     with threadpool_limits(1, user_api="openmp"):
         clf.fit(flat[~is_cal], exceeded[~is_cal])
         raw = clf.predict_proba(flat[is_cal])[:, 1]

@@ -34,19 +34,25 @@ SMALL = MachinePeakConfig(
 
 
 def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
-    """Square-wave jobs (high 3-4 units a quarter of each period, low 1), peaks at random phases; request = peak."""
+    """Sequences of jobs whose usage follows a rounded sine around a level (1-5 units, both resources in phase
+    opposition), each at its own period and phase: peaks that co-occur only now and then; request = peak."""
     rng = np.random.default_rng(seed)
-    rows = []
+    sequences = []
     for _ in range(n_rows):
-        seq, t = [], 0
-        for j in range(n_jobs):
-            t += int(rng.integers(0, 3))
-            dur, period, phase = int(rng.integers(8, 30)), int(rng.integers(4, 9)), int(rng.integers(0, 8))
-            hi = int(rng.integers(3, 5))
-            usage = [[hi if (a + phase) % period < max(period // 4, 1) else 1] * 2 for a in range(dur)]
-            seq.append({"arrival_step": t, "usage": usage, "ec_label": j % 3, "workload_id": f"w{j % 7}"})
-        rows.append(seq)
-    return JobBatch.from_jobs(rows)
+        arrivals = np.cumsum(rng.integers(0, 3, size=n_jobs))
+        jobs = []
+        for j, arrival in enumerate(arrivals):
+            ages = np.arange(int(rng.integers(8, 30)))
+            wave = np.sin(2 * np.pi * (ages / rng.integers(4, 9) + rng.uniform()))
+            level, swing = rng.integers(1, 3), rng.integers(1, 3)
+            cpu = np.clip(np.rint(level + swing * wave), 1, 5).astype(int)
+            mem = np.clip(np.rint(level - swing * wave), 1, 5).astype(int)
+            usage = np.stack([cpu, mem], axis=1).tolist()
+            jobs.append(
+                {"arrival_step": int(arrival), "usage": usage, "ec_label": j % 3, "workload_id": f"w{j % 7}"}
+            )
+        sequences.append(jobs)
+    return JobBatch.from_jobs(sequences)
 
 
 def _midway(n_decisions: int = 14):
