@@ -69,8 +69,9 @@ FEATURES = (
     "exceed_probability_life_unreached_at_request",
     "head_label",
 )
-"""Columns of a case, per (machine, resource): shares of C_d, remaining lives and the duration as shares of the
-horizon; `head_label` only with EC labels (the last column, categorical)."""
+"""Columns of a case, per (machine, resource): shares of C_d; remaining lives in units of the horizon (not capped:
+a job may outlive it) and the head's duration as a share of the horizon (capped at 1); `head_label` only with EC
+labels (the last column, categorical)."""
 
 
 @dataclass(frozen=True)
@@ -359,8 +360,11 @@ class MachinePeakModel:
     use_labels: bool
     classifier: object | None = None
     """P(the machine's peak with the job exceeds C_d for some d) from a case's features (both resources' side by
-    side); None where the fit cases never (or always) exceeded."""
+    side); None where the fit or the calibration cases all had one outcome: then `exceed` is the fit cases'
+    exceed rate for every case."""
     isotonic: object | None = None
+    exceed_rate: float = 0.0
+    """The share of fit cases that exceeded (what `exceed` gives without a classifier)."""
     report: dict = field(default_factory=dict)
 
     @property
@@ -384,13 +388,13 @@ class MachinePeakModel:
         return out.reshape(x.shape[:-1])
 
     def exceed(self, x: np.ndarray) -> np.ndarray:
-        """(...) calibrated chance that cases x (..., D, F) exceed capacity (0 without a classifier: nothing
-        exceeded in the fit)."""
+        """(...) calibrated chance that cases x (..., D, F) exceed capacity (without a classifier, the fit
+        cases' exceed rate for every case)."""
         from threadpoolctl import threadpool_limits
 
         flat = x.reshape(-1, x.shape[-2] * x.shape[-1])
         if self.classifier is None or not flat.shape[0]:
-            return np.zeros(x.shape[:-2])
+            return np.full(x.shape[:-2], self.exceed_rate)
         with threadpool_limits(1, user_api="openmp"):
             raw = self.classifier.predict_proba(flat)[:, 1]
         return self.isotonic.predict(raw).reshape(x.shape[:-2])
@@ -453,8 +457,10 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
             reg = _regressor(mcfg, level, use_labels, n_f).fit(x_fit, y_fit)
             pred = reg.predict(x_cal.reshape(-1, n_f)).reshape(y_cal.shape)
         score = np.sort((y_cal - pred).max(axis=1))
-        k = min(int(np.ceil((score.size + 1) * level)), score.size)
-        shift[level] = float(score[k - 1]) if score.size else 0.0
+        # too few calibration cases for the level (ceil((n + 1) q) > n): no finite shift covers, so the bound is
+        # infinite and the rule never packs beyond requests at that level
+        k = int(np.ceil((score.size + 1) * level))
+        shift[level] = float(score[k - 1]) if k <= score.size else float("inf")
         regressors[level] = reg
         per_level[f"{level:g}"] = {
             "coverage_before": float((y_cal <= pred + 1e-9).all(axis=1).mean()),
@@ -472,7 +478,8 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
         "n_calibration_sequences": int(n_cal),
         "levels": per_level,
     }
-    return MachinePeakModel(regressors, shift, horizon, mcfg, use_labels, classifier, isotonic, report)
+    rate = exceed_report["exceed_rate_fit"]
+    return MachinePeakModel(regressors, shift, horizon, mcfg, use_labels, classifier, isotonic, rate, report)
 
 
 def _fit_exceed(cases: Cases, is_cal: np.ndarray, mcfg: MachinePeakConfig, use_labels: bool):
@@ -591,7 +598,7 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
         except TooFewCases as err:
             return err
 
-    model = ctx.cached(("machine_peak", use_labels), fitted)
+    model = ctx.cached(("machine_peak", use_labels, mcfg), fitted)
     if isinstance(model, TooFewCases):  # nothing to learn from: the rule is its fallback, and says so
         warnings.warn(f"{name} ({ctx.where}): {model}: the rule is its fallback heuristic", stacklevel=2)
         ctx.choices[name] = {"model": None, "reason": str(model), **ctx.fallback_choice()}

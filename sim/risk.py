@@ -599,9 +599,9 @@ class MachinePeakBound(Protocol):
 @dataclass(frozen=True)
 class MachinePeakPacking(_FollowsFallback):
     """Place where the level-`level` quantile of the machine's summed peak WITH the job stays within capacity
-    (`bound`, one forecast per machine, calibrated on the sum), in `mode` (module docstring); the fallback
-    heuristic decides whatever the rule does not. Without a bound (the registry's default build) it is the
-    fallback."""
+    (`bound`, one forecast per machine, calibrated on the sum), or where the requests fit (the fallback's own
+    test), in `mode` (module docstring); the fallback heuristic decides whatever the rule does not. Without a
+    bound (the registry's default build) it is the fallback."""
 
     bound: MachinePeakBound | None = field(default=None, repr=False, compare=False)
     fallback: object | None = field(default=None, repr=False, compare=False)
@@ -610,7 +610,8 @@ class MachinePeakPacking(_FollowsFallback):
     name: str = "forecast_machine_peak"
     epsilon: float | None = None
     """Where given, a machine in use is safe when the chance that it exceeds capacity with the job stays at most
-    epsilon (the bound at `level` then only orders the safe machines); None: when the bound is within capacity."""
+    epsilon (the bound at `level` then only orders the safe machines); None: when the bound is within capacity.
+    Either way a machine whose requests fit with the job's is safe."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
