@@ -26,6 +26,7 @@ Fitting (`fit_machine_peak`, training sequences only):
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -377,25 +378,21 @@ class MachinePeakModel:
 
     def predict(self, x: np.ndarray, level: float) -> np.ndarray:
         """(...) calibrated level-`level` bound of cases x (..., F)."""
-        from threadpoolctl import threadpool_limits
-
         flat = x.reshape(-1, x.shape[-1])
         if not flat.shape[0]:
             return np.zeros(x.shape[:-1])
         # a decision's few hundred rows: OpenMP's threads cost more than they save (100x on a loaded machine)
-        with threadpool_limits(1, user_api="openmp"):
+        with _one_thread():
             out = self.regressors[level].predict(flat) + self.shift[level]
         return out.reshape(x.shape[:-1])
 
     def exceed(self, x: np.ndarray) -> np.ndarray:
         """(...) calibrated chance that cases x (..., D, F) exceed capacity (without a classifier, the fit
         cases' exceed rate for every case)."""
-        from threadpoolctl import threadpool_limits
-
         flat = x.reshape(-1, x.shape[-2] * x.shape[-1])
         if self.classifier is None or not flat.shape[0]:
             return np.full(x.shape[:-2], self.exceed_rate)
-        with threadpool_limits(1, user_api="openmp"):
+        with _one_thread():
             raw = self.classifier.predict_proba(flat)[:, 1]
         return self.isotonic.predict(raw).reshape(x.shape[:-2])
 
@@ -406,6 +403,21 @@ class MachinePeakModel:
             raise ValueError(f"MachinePeakModel: level {level} not fitted (levels {self.levels})")
         x = machine_features(cfg, state, rows, self.horizon, self.config, self.use_labels)
         return self.predict(x, level), (self.exceed(x) if with_exceed else None)
+
+
+@functools.cache
+def _threadpools():
+    """scikit-learn's thread pools, found once: `threadpoolctl.threadpool_limits` looks them up anew at every
+    call (4 ms here), which `MachinePeakModel.assess` would pay at every decision."""
+    import sklearn.ensemble  # noqa: F401  (loads the OpenMP runtime the controller must find)
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _one_thread():
+    """A context in which scikit-learn's OpenMP runs on one thread."""
+    return _threadpools().limit(limits=1, user_api="openmp")
 
 
 def _regressor(mcfg: MachinePeakConfig, level: float, use_labels: bool, n_features: int):
@@ -436,8 +448,6 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
     """Regressors on the cases of all but the last `calibration_share` of the sequences, each shifted
     split-conformally on those last ones (the ceil((n + 1) q)-th smallest case score, a case's score its largest
     excess over the resources); a report of coverage and pinball loss before and after the shift."""
-    from threadpoolctl import threadpool_limits
-
     if len(cases) == 0:
         raise TooFewCases("fit_machine_peak: no cases (no decision with a machine in use): nothing to fit")
     sequences = np.unique(cases.sequence)
@@ -453,7 +463,7 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
     regressors, shift, per_level = {}, {}, {}
     for level in mcfg.levels:
         t0 = time.perf_counter()
-        with threadpool_limits(1, user_api="openmp"):  # see MachinePeakModel.predict; measured in the note
+        with _one_thread():  # see MachinePeakModel.predict
             reg = _regressor(mcfg, level, use_labels, n_f).fit(x_fit, y_fit)
             pred = reg.predict(x_cal.reshape(-1, n_f)).reshape(y_cal.shape)
         score = np.sort((y_cal - pred).max(axis=1))
@@ -488,7 +498,6 @@ def _fit_exceed(cases: Cases, is_cal: np.ndarray, mcfg: MachinePeakConfig, use_l
     part has one outcome only."""
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.isotonic import IsotonicRegression
-    from threadpoolctl import threadpool_limits
 
     n, n_d, n_f = cases.x.shape
     flat = cases.x.reshape(n, n_d * n_f)
@@ -503,7 +512,7 @@ def _fit_exceed(cases: Cases, is_cal: np.ndarray, mcfg: MachinePeakConfig, use_l
     if use_labels:
         categorical[n_f - 1 :: n_f] = True
     clf = HistGradientBoostingClassifier(categorical_features=categorical, **_boosting(mcfg))
-    with threadpool_limits(1, user_api="openmp"):
+    with _one_thread():
         clf.fit(flat[~is_cal], exceeded[~is_cal])
         raw = clf.predict_proba(flat[is_cal])[:, 1]
     isotonic = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(raw, exceeded[is_cal])

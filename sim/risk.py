@@ -634,18 +634,19 @@ class MachinePeakPacking(_FollowsFallback):
             return base
         valid = valid_machines(cfg, state)
         used = machines_used(state)
+        head = queue_head(state)
         if self.mode == "deviate":
             rows = deviation_rows(cfg, state, base, valid)
         else:
-            rows = np.flatnonzero(queue_head(state).has_job & (valid & used).any(axis=1))
+            rows = np.flatnonzero(head.has_job & (valid & used).any(axis=1))
         if rows.size == 0:
             return base
         # a machine is safe where the bound says so or the requests fit (the fallback's own test: the bound adds
         # machines, it takes none away); an empty one takes the job alone (the mask fits it); the bound is capped
         # at the requests' share, a bound in itself wherever requests are peaks
         cap = np.asarray(cfg.capacity_units, dtype=np.float64)
-        head = queue_head(state).request[rows].astype(np.float64)
-        by_requests = ((cap - free_by_requests(cfg, state)[rows] + head[:, None, :]) / cap).max(axis=2)
+        request = head.request[rows].astype(np.float64)
+        by_requests = ((cap - free_by_requests(cfg, state)[rows] + request[:, None, :]) / cap).max(axis=2)
         bound, exceed = self.bound.assess(cfg, state, rows, self.level, self.epsilon is not None)
         share = np.minimum(bound.max(axis=2), by_requests)  # (R, M)
         within = (
