@@ -90,6 +90,9 @@ class MachinePeakConfig:
     """A running job with at most this many steps left counts as ending (its request summed apart)."""
     epsilons: tuple[float, ...] = (0.01, 0.03, 0.1, 0.2)
     """Chances of exceeding capacity the probability rule may accept (chosen on validation)."""
+    cost_scales: tuple[float, ...] = (0.5, 1.0, 2.0)
+    """Weights of the saved under-utilisation against the expected overshoot charge that the expected-value rule
+    may use (`sim.risk.MachinePeakPacking.cost_scale`; 1: the reward's own break-even; chosen on validation)."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
     calibration_share: float = 0.25
@@ -117,6 +120,8 @@ class MachinePeakConfig:
             )
         if self.rounds < 1:
             raise ValueError(f"MachinePeakConfig.rounds must be >= 1, got {self.rounds}")
+        if any(not c > 0.0 for c in self.cost_scales):
+            raise ValueError(f"MachinePeakConfig.cost_scales must be positive, got {self.cost_scales}")
 
 
 def machine_features(
@@ -584,8 +589,8 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
     """`sim.risk.MachinePeakPacking` fitted in a `sim.tuning.FitContext`: the model on the context's fit part (on
     the labels its labeller serves), then the level and the mode chosen on validation among the candidates with
     the best fallback heuristic (`FitContext.choose`): the quantile bound at each level >= 0.8 and, where the
-    classifier was fitted, the chance of exceeding at each of `MachinePeakConfig.epsilons`, in "deviate" and
-    "pack" modes; the model's report joins the choice. Where the fit part gives too few cases to fit and
+    classifier was fitted, the chance of exceeding at each of `MachinePeakConfig.epsilons` and the expected-value
+    rule at each of `MachinePeakConfig.cost_scales`, in "deviate" and "pack" modes; the model's report joins the choice. Where the fit part gives too few cases to fit and
     calibrate (`TooFewCases`), the rule is its fallback heuristic, with a warning and the reason in the choice."""
     from sim.risk import MachinePeakPacking
 
@@ -630,6 +635,20 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
                 MachinePeakPacking(model, fallback, order_by, mode, name, epsilon=eps),
             )
             for eps in mcfg.epsilons
+            for mode in modes
+        ]
+        candidates += [
+            (
+                {
+                    "rule": "expected_cost",
+                    "cost_scale": c,
+                    "level": order_by,
+                    "mode": mode,
+                    "use_labels": use_labels,
+                },
+                MachinePeakPacking(model, fallback, order_by, mode, name, cost_scale=c),
+            )
+            for c in mcfg.cost_scales
             for mode in modes
         ]
     policy = ctx.choose(name, candidates)

@@ -612,6 +612,11 @@ class MachinePeakPacking(_FollowsFallback):
     """Where given, a machine in use is safe when the chance that it exceeds capacity with the job stays at most
     epsilon (the bound at `level` then only orders the safe machines); None: when the bound is within capacity.
     Either way a machine whose requests fit with the job's is safe."""
+    cost_scale: float | None = None
+    """Where given (instead of `epsilon`), a machine in use is safe when the expected overshoot charge of placing
+    the job there, P(exceed) x K_o x (its running jobs + 1), is at most cost_scale x the under-utilisation it
+    saves (`packing_gain`): the expected-value rule of the paper's reward, whose threshold on P(exceed) falls
+    with the jobs a wrong guess would charge and rises with the waste an empty machine would cost."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -620,6 +625,10 @@ class MachinePeakPacking(_FollowsFallback):
             level_index(self.bound.levels, self.level, type(self.bound).__name__)
         if self.epsilon is not None and not 0.0 <= self.epsilon < 1.0:
             raise ValueError(f"{self.name}: epsilon must be in [0, 1), got {self.epsilon}")
+        if self.cost_scale is not None and not (np.isfinite(self.cost_scale) and self.cost_scale > 0.0):
+            raise ValueError(f"{self.name}: cost_scale must be a positive number, got {self.cost_scale}")
+        if self.cost_scale is not None and self.epsilon is not None:
+            raise ValueError(f"{self.name}: give epsilon or cost_scale, not both")
 
     @property
     def reads_labels(self) -> bool:
@@ -647,16 +656,55 @@ class MachinePeakPacking(_FollowsFallback):
         cap = np.asarray(cfg.capacity_units, dtype=np.float64)
         request = head.request[rows].astype(np.float64)
         by_requests = ((cap - free_by_requests(cfg, state)[rows] + request[:, None, :]) / cap).max(axis=2)
-        bound, exceed = self.bound.assess(cfg, state, rows, self.level, self.epsilon is not None)
+        by_chance = self.epsilon is not None or self.cost_scale is not None
+        bound, exceed = self.bound.assess(cfg, state, rows, self.level, by_chance)
         share = np.minimum(bound.max(axis=2), by_requests)  # (R, M)
-        within = (
-            share <= 1.0 + 1e-9 if self.epsilon is None else (exceed <= self.epsilon) | (by_requests <= 1.0)
-        )
+        if self.epsilon is not None:
+            within = (exceed <= self.epsilon) | (by_requests <= 1.0)
+        elif self.cost_scale is not None:
+            charge = exceed * cfg.k_overshoot * (jobs_per_machine(state)[rows] + 1)
+            within = (charge <= self.cost_scale * packing_gain(cfg, state, rows)) | (by_requests <= 1.0)
+        else:
+            within = share <= 1.0 + 1e-9
         is_safe = ~used
         tightness = np.zeros(valid.shape)
         is_safe[rows] = ~used[rows] | within
         tightness[rows] = share
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.mode)
+
+
+def jobs_per_machine(state: State) -> np.ndarray:
+    """(B, M) int64 jobs running on each machine now."""
+    bi, ji = np.nonzero(jobs_running(state))
+    n_m = state.busy_until.shape[1]
+    cells = bi * n_m + state.job_machine[bi, ji]
+    return np.bincount(cells, minlength=state.batch_size * n_m).reshape(state.batch_size, n_m)
+
+
+def packing_gain(cfg: SimConfig, state: State, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), M) float64 the under-utilisation charge (P_U, K_u > 0) that placing env `rows[i]`'s queue head
+    on machine m in use saves against opening an empty machine for it, estimated from what is known now: per step
+    sum_d (C_d - r_d)^K_u + U_d^K_u - max(U_d - r_d, 0)^K_u, with r the head's request (its usage is not
+    observed yet; a request at or above its usage makes this an underestimate) and U the machine's unused units
+    now, over the steps that the head and the machine's jobs still share (the head's duration, capped at the
+    machine's last known end: after it the head would be alone either way). 0 on an idle machine and with
+    K_u = 0 (no packing pressure). What deviating from an empty machine to m gains; where the fallback would
+    instead hold the job, it gains the wait as well, which this leaves out."""
+    rows = np.asarray(rows, dtype=np.int64)
+    k_u = float(cfg.k_underutil)
+    if k_u == 0.0 or not rows.size:
+        return np.zeros((rows.size, cfg.n_machines))
+    from sim.core import current_usage
+
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    head = queue_head(state)
+    request = np.minimum(head.request[rows].astype(np.float64), cap)[:, None, :]  # (R, 1, D)
+    unused = np.maximum(cap - current_usage(cfg, state)[rows], 0.0)  # (R, M, D)
+    saved = (cap - request) ** k_u + unused**k_u - np.maximum(unused - request, 0.0) ** k_u  # (R, M, D)
+    per_step = saved.sum(axis=2)
+    left = np.maximum(state.busy_until[rows] - state.t[rows, None], 0)
+    shared = np.minimum(head.duration[rows, None], left)
+    return np.where(machines_used(state)[rows], per_step * shared, 0.0)
 
 
 PREDICTORS = ("n_sigma", "max_pct_n_sigma")

@@ -24,7 +24,7 @@ from sim.config import SimConfig
 from sim.core import action_mask, queue_head
 from sim.jobs import JobBatch
 from sim.policies import POLICIES, decide, make_policy, policy_kind
-from sim.risk import MachinePeakPacking
+from sim.risk import MachinePeakPacking, jobs_per_machine, packing_gain
 from sim.tuning import FitContext, TuningConfig
 
 CFG = SimConfig(n_machines=4, max_steps=400)
@@ -162,6 +162,86 @@ def test_the_rule_on_an_exact_bound_never_overshoots_and_packs_beyond_requests()
             assert state.penalty_totals[:, 1].sum() > tetris.penalty_totals[:, 1].sum()
 
 
+@dataclass(frozen=True)
+class _ConstantChance:
+    """A bound that calls every machine beyond capacity (share 2) with the same chance of exceeding."""
+
+    chance: float
+    levels: tuple[float, ...] = (0.5,)
+
+    def assess(self, cfg, state, rows, level, with_exceed=False):
+        shape = (len(rows), cfg.n_machines)
+        return np.full((*shape, cfg.n_resources), 2.0), (np.full(shape, self.chance) if with_exceed else None)
+
+
+@pytest.mark.parametrize("n_decisions", [2, 14])  # some machines idle, all in use
+def test_packing_gain_is_the_underutilisation_saved_against_an_empty_machine(n_decisions: int) -> None:
+    state = _midway(n_decisions)
+    rows = np.arange(state.batch_size)
+    got = packing_gain(CFG, state, rows)
+    cap = np.asarray(CFG.capacity_units, dtype=float)
+    head = queue_head(state)
+    usage = core.current_usage(CFG, state)
+    n_jobs = jobs_per_machine(state)
+    assert (got > 0).any() and ((got == 0).any() == (n_decisions == 2))
+    for b in rows:
+        for m in range(CFG.n_machines):
+            running = [
+                j
+                for j in range(state.jobs.max_jobs)
+                if state.job_machine[b, j] == m
+                and state.job_start[b, j] <= state.t[b] < state.job_start[b, j] + state.jobs.duration[b, j]
+            ]
+            assert n_jobs[b, m] == len(running)
+            if not running:
+                assert got[b, m] == 0.0
+                continue
+            last_end = max(state.job_start[b, j] + state.jobs.duration[b, j] for j in running)
+            steps = min(int(head.duration[b]), int(last_end - state.t[b]))
+            per_step = 0.0
+            for d in range(CFG.n_resources):
+                r, unused = float(head.request[b, d]), cap[d] - usage[b, m, d]
+                per_step += (cap[d] - r) ** 3 + unused**3 - max(unused - r, 0.0) ** 3
+            assert got[b, m] == pytest.approx(per_step * steps)
+    # no packing pressure, no gain
+    np.testing.assert_array_equal(packing_gain(replace(CFG, k_underutil=0.0), state, rows), 0.0)
+
+
+def test_the_expected_cost_rule_admits_a_machine_while_the_charge_stays_within_the_gain() -> None:
+    state = _midway()
+    rng = np.random.default_rng(0)
+    bound = _ConstantChance(0.02)
+
+    def act(**knobs):
+        return MachinePeakPacking(bound, level=0.5, mode="pack", name="t", **knobs).act(CFG, state, rng)
+
+    # a tiny scale admits only what the requests admit; a huge one every machine in use
+    assert np.array_equal(act(cost_scale=1e-12), act(epsilon=0.0))
+    assert np.array_equal(act(cost_scale=1e12), act(epsilon=0.5))
+    assert not np.array_equal(act(epsilon=0.0), act(epsilon=0.5))  # the state tells the two apart
+    # in between: the tightest machine in use (by requests' share) whose requests fit or whose expected charge
+    # stays within cost_scale x its gain; Tetris where there is none
+    from sim.policies import free_by_requests, valid_machines
+
+    rows = np.arange(state.batch_size)
+    cap = np.asarray(CFG.capacity_units, dtype=float)
+    charge = 0.02 * CFG.k_overshoot * (jobs_per_machine(state) + 1)
+    gain = packing_gain(CFG, state, rows)
+    head = queue_head(state).request[:, None, :]
+    by_requests = ((cap - free_by_requests(CFG, state) + head) / cap).max(axis=2)
+    base = make_policy("tetris").act(CFG, state, rng)
+    admitted_counts = []
+    for scale in (0.3, 1.0, 3.0):
+        admitted = valid_machines(CFG, state) & core.machines_used(state)
+        admitted &= (by_requests <= 1.0) | (charge <= scale * gain)
+        expected = np.where(
+            admitted.any(axis=1), np.argmax(np.where(admitted, by_requests, -np.inf), axis=1), base
+        )
+        assert np.array_equal(act(cost_scale=scale), expected)
+        admitted_counts.append(int(admitted.sum()))
+    assert admitted_counts[0] < admitted_counts[-1]  # the scales admit different machines here
+
+
 def test_exceed_probability_is_the_convolution_of_the_jobs_observed_histograms() -> None:
     """Against enumeration: two cells, one with two jobs (observed values {1, 3} and {2, 2, 4}) and the head's
     request 2, one with one job (never observed above 1) and no head; capacity 6."""
@@ -203,7 +283,7 @@ def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validl
     assert isinstance(rule, MachinePeakPacking) and rule.bound is not None and not rule.reads_labels
     choice = ctx.choices["forecast_machine_peak_noec"]
     assert choice["mode"] in ("deviate", "pack", "guard") and choice["level"] in rule.bound.levels
-    n_exceed = len(SMALL.epsilons) if rule.bound.classifier is not None else 0
+    n_exceed = len(SMALL.epsilons) + len(SMALL.cost_scales) if rule.bound.classifier is not None else 0
     assert len(choice["tried"]) == 2 * (sum(q >= 0.8 for q in rule.bound.levels) + n_exceed)
     report = choice["machine_peak_model"]
     assert [r["round"] for r in report["rounds"]] == [0, 1] and report["n_cases"] > 0
@@ -270,3 +350,9 @@ def test_bad_input_is_named() -> None:
         MachinePeakPacking(_ExactBound(10), level=0.5)
     with pytest.raises(ValueError, match="epsilon must be in"):
         MachinePeakPacking(_ExactBound(10), level=0.9, epsilon=1.5)
+    with pytest.raises(ValueError, match="cost_scale must be a positive"):
+        MachinePeakPacking(_ExactBound(10), level=0.9, cost_scale=0.0)
+    with pytest.raises(ValueError, match="not both"):
+        MachinePeakPacking(_ExactBound(10), level=0.9, epsilon=0.1, cost_scale=1.0)
+    with pytest.raises(ValueError, match="cost_scales must be positive"):
+        MachinePeakConfig(cost_scales=(1.0, -2.0))
