@@ -42,6 +42,30 @@ def _square_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
 
 
 @pytest.fixture
+def perturb_committed():
+    """A maker of the same state with the committed future of the placed jobs scrambled: (state, seed) -> state.
+    Every slot of the usage ring (`State.timeline`) but step t's, and of the future-overlap ring (`State.overlap`)
+    but step t's, gets random units added. A leak test that perturbs only `JobBatch.usage` leaves these as they
+    were, so a scheduler input reading the timeline beyond step t would pass it unseen; compose the two."""
+    return _perturb_committed
+
+
+def _perturb_committed(state, seed: int):
+    from dataclasses import replace
+
+    rng = np.random.default_rng(seed)
+    n_envs, width = state.timeline.shape[:2]
+    later = np.arange(width)[None, :] != (state.t % width)[:, None]  # (B, W): every slot but step t's
+    noise = rng.integers(1, 9, size=state.timeline.shape) * later[:, :, None, None]
+    overlap_noise = rng.integers(1, 99, size=state.overlap.shape) * later
+    return replace(
+        state,
+        timeline=(state.timeline + noise).astype(state.timeline.dtype),
+        overlap=(state.overlap + overlap_noise).astype(state.overlap.dtype),
+    )
+
+
+@pytest.fixture
 def on_threads(monkeypatch, request):
     """`on_threads(threads, module, *kernels)`: the compiled wrappers of `module` run their per-env bodies on the
     caller's thread (threads="caller") or on numba's (threads="numba", whatever the batch size); returns a dict

@@ -222,14 +222,14 @@ def _perturb_future(state, seed: int):
 
 
 @pytest.mark.parametrize("which", ["persistence", "learned"])
-def test_no_input_reads_the_true_future(which, learned_forecaster) -> None:
+def test_no_input_reads_the_true_future(which, learned_forecaster, perturb_committed) -> None:
     jobs = _square_jobs(2, 40, seed=3)
     state = core.reset(CFG, jobs, 0)
     rng = np.random.default_rng(0)
     for _ in range(45):
         state, act = decide(make_policy("tetris"), CFG, state, rng)
         state, *_ = core.step(CFG, state, act)
-    other = _perturb_future(state, seed=4)
+    other = perturb_committed(_perturb_future(state, seed=4), seed=5)
     assert not np.array_equal(other.jobs.usage, state.jobs.usage)
     inner = learned_forecaster if which == "learned" else PersistenceForecaster(horizon=12)
     pcfg = PlacerConfig()

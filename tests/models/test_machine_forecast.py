@@ -105,19 +105,25 @@ def _rollout(policy, jobs: JobBatch, seed: int = 0):
     return state
 
 
-def test_features_never_read_the_future() -> None:
-    """No feature of a machine moves when every job's unobserved usage (the head's whole life included) does."""
+def test_features_never_read_the_future(perturb_committed) -> None:
+    """No feature of a machine, and not the gain of the expected-value rule, moves when every job's unobserved
+    usage (the head's whole life included) and the placed jobs' committed future in the state do."""
     state = _midway()
     rows = np.arange(state.batch_size)
     assert (state.job_machine >= 0).any(axis=1).all() and queue_head(state).has_job.any()
     for use_labels in (False, True):
         a = machine_features(CFG, state, rows, 30, SMALL, use_labels)
-        b = machine_features(CFG, _perturb_future(state, 7), rows, 30, SMALL, use_labels)
+        b = machine_features(
+            CFG, perturb_committed(_perturb_future(state, 7), 8), rows, 30, SMALL, use_labels
+        )
         assert a.shape == (3, CFG.n_machines, CFG.n_resources, len(FEATURES) - (0 if use_labels else 1))
         assert np.array_equal(a, b)
         assert np.isfinite(a).all()
-    # the target reads the head's future: perturbing it moves it. (The perturbation leaves the state's timeline,
-    # the running jobs' committed future, as it was: a feature reading it would pass unseen here.)
+    np.testing.assert_array_equal(
+        packing_gain(CFG, state, rows),
+        packing_gain(CFG, perturb_committed(_perturb_future(state, 7), 8), rows),
+    )
+    # the target reads the head's future: perturbing it moves it
     moved = machine_targets(CFG, _perturb_future(state, 7), rows, 30)
     assert not np.array_equal(machine_targets(CFG, state, rows, 30), moved)
 
@@ -271,7 +277,7 @@ def test_conformal_shift_covers_the_nominal_share_of_fresh_stationary_cases() ->
         assert abs(covered - level) <= 0.02, (level, covered)
 
 
-def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validly() -> None:
+def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validly(perturb_committed) -> None:
     train = _square_jobs(8, 20, seed=2)
     ctx = FitContext(CFG, train, TuningConfig(fallbacks=("tetris", "first_fit"), seed=0), where="toy")
     rule = fit_machine_peak_rule(ctx, "forecast_machine_peak_noec", use_labels=False, mcfg=SMALL)
@@ -293,7 +299,11 @@ def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validl
     state = _midway()
     assert np.array_equal(
         rule.act(CFG, state, np.random.default_rng(0)),
-        rule.act(CFG, _perturb_future(state, 3, keep_head_first_step=True), np.random.default_rng(0)),
+        rule.act(
+            CFG,
+            perturb_committed(_perturb_future(state, 3, keep_head_first_step=True), 4),
+            np.random.default_rng(0),
+        ),
     )
     # with labels, the model reads the head's label and says so
     labelled = fit_machine_peak_rule(ctx, "forecast_machine_peak", mcfg=SMALL)

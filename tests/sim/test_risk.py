@@ -105,7 +105,7 @@ def _perturb_future(state, seed: int):
     return replace(state, jobs=replace(jobs, usage=usage))
 
 
-def test_views_and_deployable_rules_never_read_the_future() -> None:
+def test_views_and_deployable_rules_never_read_the_future(perturb_committed) -> None:
     jobs = _square_jobs(2, 25, seed=3)
     state = core.reset(CFG, jobs, 0)
     rng = np.random.default_rng(0)
@@ -113,7 +113,7 @@ def test_views_and_deployable_rules_never_read_the_future() -> None:
     for _ in range(40):  # advance into the episode with a deterministic policy
         state, act = decide(tetris, CFG, state, rng)
         state, *_ = core.step(CFG, state, act)
-    other = _perturb_future(state, seed=4)
+    other = perturb_committed(_perturb_future(state, seed=4), seed=5)
     env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
     a, b = job_view(CFG, state, env, job, 8), job_view(CFG, other, env, job, 8)
     for name in ("request", "label", "n_observed"):
