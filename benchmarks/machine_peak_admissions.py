@@ -6,9 +6,11 @@ on validation; without EC labels, so `forecast_machine_peak_noec`'s model); each
 the validation part, and at every decision where it places the head on a machine in use whose requests do NOT fit
 (a placement beyond requests) the script records the model's chance of exceeding for that machine, the expected
 charge and the saving `sim.risk.packing_gain` estimates, and the truth: whether the machine's summed usage with
-the head exceeded capacity before the head or its running jobs ended (`machine_targets`, read only here, for
-scoring). Prints, per setting: admissions beyond requests, mean predicted chance, realised exceed rate, and the
-validation return and overshoot.
+the head exceeded capacity within the horizon while the head or a running job lived (`machine_targets`, read only
+here, for scoring: the classifier's own target event, background noise aside). The sequences are those of
+`bench_placement.py` (the same step, sizes and seed). Prints, per setting: placements beyond requests (a total
+over the validation sequences), mean predicted chance, realised exceed rate, mean charge and estimated saving,
+and the mean validation return and overshoot penalty per sequence.
 
     python benchmarks/machine_peak_admissions.py --warehouse warehouse [--source bitbrains] [--load 50]
 """
@@ -99,11 +101,17 @@ def main() -> None:
     ap.add_argument("--source", default="bitbrains")
     ap.add_argument("--load", type=int, default=50)
     ap.add_argument("--n-train", type=int, default=100)
+    ap.add_argument(
+        "--step-bins", type=int, default=6, help="5-minute bins per step (bench_placement.py's 6)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tuning", default="quick")
     args = ap.parse_args()
     seq_cfg = SequenceConfig(
-        loads_pct=(args.load,), n_train_sequences=args.n_train, n_test_sequences=2, seed=args.seed
+        loads_pct=(args.load,),
+        step_bins=args.step_bins,
+        n_train_sequences=args.n_train,
+        seed=args.seed,
     )
     frame = _real_sequences()(Path(args.warehouse), args.source, seq_cfg)
     cell = frame.filter(pl.col("load_pct") == args.load)

@@ -204,10 +204,10 @@ def test_packing_gain_is_the_underutilisation_saved_against_an_empty_machine(n_d
                 continue
             last_end = max(state.job_start[b, j] + state.jobs.duration[b, j] for j in running)
             steps = min(int(head.duration[b]), int(last_end - state.t[b]))
-            per_step = 0.0
+            per_step, k_u = 0.0, CFG.k_underutil
             for d in range(CFG.n_resources):
-                r, unused = float(head.request[b, d]), cap[d] - usage[b, m, d]
-                per_step += (cap[d] - r) ** 3 + unused**3 - max(unused - r, 0.0) ** 3
+                r, unused = float(head.request[b, d]), max(cap[d] - usage[b, m, d], 0.0)
+                per_step += (cap[d] - r) ** k_u + unused**k_u - max(unused - r, 0.0) ** k_u
             assert got[b, m] == pytest.approx(per_step * steps)
     # no packing pressure, no gain
     np.testing.assert_array_equal(packing_gain(replace(CFG, k_underutil=0.0), state, rows), 0.0)
