@@ -590,8 +590,9 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
     the labels its labeller serves), then the level and the mode chosen on validation among the candidates with
     the best fallback heuristic (`FitContext.choose`): the quantile bound at each level >= 0.8 and, where the
     classifier was fitted, the chance of exceeding at each of `MachinePeakConfig.epsilons` and the expected-value
-    rule at each of `MachinePeakConfig.cost_scales`, in "deviate" and "pack" modes; the model's report joins the choice. Where the fit part gives too few cases to fit and
-    calibrate (`TooFewCases`), the rule is its fallback heuristic, with a warning and the reason in the choice."""
+    rule at each of `MachinePeakConfig.cost_scales`, in "deviate" and "pack" modes; the model's report joins the
+    choice. Where the fit part gives too few cases to fit and calibrate (`TooFewCases`), the rule is its fallback
+    heuristic, with a warning and the reason in the choice."""
     from sim.risk import MachinePeakPacking
 
     mcfg = mcfg or MachinePeakConfig(seed=ctx.tuning.seed)

@@ -60,7 +60,15 @@ import numpy as np
 
 from sim import running_sums
 from sim.config import SimConfig
-from sim.core import State, action_mask, jobs_running, machines_used, queue_head, sum_by_cell
+from sim.core import (
+    State,
+    action_mask,
+    current_usage,
+    jobs_running,
+    machines_used,
+    queue_head,
+    sum_by_cell,
+)
 from sim.forecast import (
     DEFAULT_LEVELS,
     UsageForecaster,
@@ -689,13 +697,13 @@ def packing_gain(cfg: SimConfig, state: State, rows: np.ndarray) -> np.ndarray:
     now, over the steps that the head and the machine's jobs still share (the head's duration, capped at the
     machine's last known end: after it the head would be alone either way). 0 on an idle machine and with
     K_u = 0 (no packing pressure). What deviating from an empty machine to m gains; where the fallback would
-    instead hold the job, it gains the wait as well, which this leaves out."""
+    instead hold the job, it gains the wait as well, which this leaves out. Measured on Bitbrains (README, "Each
+    machine's summed peak"), the realised saving per placement beyond requests is about a third of this: a
+    machine opened now fills with the next arrivals."""
     rows = np.asarray(rows, dtype=np.int64)
     k_u = float(cfg.k_underutil)
     if k_u == 0.0 or not rows.size:
         return np.zeros((rows.size, cfg.n_machines))
-    from sim.core import current_usage
-
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
     head = queue_head(state)
     request = np.minimum(head.request[rows].astype(np.float64), cap)[:, None, :]  # (R, 1, D)
