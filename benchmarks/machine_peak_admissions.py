@@ -18,7 +18,6 @@ and the mean validation return and overshoot penalty per sequence.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from benchmarks.bench_placement import real_sequences
 from models.machine_forecast import MachinePeakConfig, fit_machine_peak, machine_features, machine_targets
 from pipelines.job_sequences import SequenceConfig
 from sim import core
@@ -44,15 +44,6 @@ SETTINGS = (
     ("cost_scale 0.5", {"level": 0.5, "cost_scale": 0.5}),
     ("cost_scale 1", {"level": 0.5, "cost_scale": 1.0}),
 )
-
-
-def _real_sequences():
-    spec = importlib.util.spec_from_file_location(
-        "bench_placement", Path(__file__).resolve().parent / "bench_placement.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.real_sequences
 
 
 def admissions(cfg: SimConfig, jobs, rule: MachinePeakPacking, model, horizon: int, seed: int) -> dict:
@@ -113,7 +104,7 @@ def main() -> None:
         n_train_sequences=args.n_train,
         seed=args.seed,
     )
-    frame = _real_sequences()(Path(args.warehouse), args.source, seq_cfg)
+    frame = real_sequences(Path(args.warehouse), args.source, seq_cfg)
     cell = frame.filter(pl.col("load_pct") == args.load)
     if cell.filter(pl.col("split") == "train").height == 0:
         raise SystemExit(f"{args.source} {args.load} %: no training rows in {args.warehouse}")

@@ -124,6 +124,7 @@ from sim.risk import (
     RiskAwarePacking,
     RiskConfig,
     deviate_or_pack,
+    jobs_per_machine,
 )
 from sim.running_sums import RunningSums, reads_other_runs
 from sim.tuning import ChoiceMemo, FitContext, TuningConfig, split_validation, tuning_preset
@@ -422,7 +423,6 @@ def placement_features(
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
     jobs = state.jobs
     head = queue_head(state)
-    bi, ji = np.nonzero(jobs_running(state))
     heads = (np.arange(n_envs), np.minimum(state.next_job, jobs.max_jobs - 1))
     memo = RunningSums() if memo is None else memo  # a fresh one counts every running job
 
@@ -471,7 +471,7 @@ def placement_features(
     past = state.past  # (B, h, M, D)
     used = core.machines_used(state)
     free = free_by_requests(cfg, state) / cap
-    n_running = np.bincount(bi * n_m + state.job_machine[bi, ji], minlength=n_envs * n_m).reshape(n_envs, n_m)
+    n_running = jobs_per_machine(state)
     time_left = (
         np.maximum(state.busy_until - state.t[:, None], 0) / max(jobs.max_duration, 1)
         if pcfg.use_durations

@@ -54,7 +54,7 @@ def _perturb_committed(state, seed: int):
     from dataclasses import replace
 
     rng = np.random.default_rng(seed)
-    n_envs, width = state.timeline.shape[:2]
+    width = state.timeline.shape[1]
     later = np.arange(width)[None, :] != (state.t % width)[:, None]  # (B, W): every slot but step t's
     noise = rng.integers(1, 9, size=state.timeline.shape) * later[:, :, None, None]
     overlap_noise = rng.integers(1, 99, size=state.overlap.shape) * later
