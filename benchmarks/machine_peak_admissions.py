@@ -26,7 +26,13 @@ import numpy as np
 import polars as pl
 
 from benchmarks.bench_placement import real_sequences
-from models.machine_forecast import MachinePeakConfig, fit_machine_peak, machine_features, machine_targets
+from models.machine_forecast import (
+    FIT_CASES,
+    MachinePeakConfig,
+    fit_machine_peak,
+    machine_features,
+    machine_targets,
+)
 from pipelines.job_sequences import SequenceConfig
 from sim import core
 from sim.config import SimConfig
@@ -38,9 +44,12 @@ from sim.tuning import TUNING_PRESETS
 
 SETTINGS = (
     ("quantile 0.95", {"level": 0.95}),
+    ("quantile 0.9", {"level": 0.9}),
     ("quantile 0.8", {"level": 0.8}),
     ("epsilon 0.01", {"level": 0.5, "epsilon": 0.01}),
+    ("epsilon 0.03", {"level": 0.5, "epsilon": 0.03}),
     ("epsilon 0.1", {"level": 0.5, "epsilon": 0.1}),
+    ("cost_scale 0.25", {"level": 0.5, "cost_scale": 0.25}),
     ("cost_scale 0.5", {"level": 0.5, "cost_scale": 0.5}),
     ("cost_scale 1", {"level": 0.5, "cost_scale": 1.0}),
 )
@@ -97,6 +106,13 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tuning", default="quick")
+    ap.add_argument(
+        "--fit-cases",
+        default="beyond_requests",
+        choices=FIT_CASES,
+        help="the cases the model is fitted and calibrated on (MachinePeakConfig.fit_cases)",
+    )
+    ap.add_argument("--modes", default="deviate,pack", help="comma-separated modes to roll")
     args = ap.parse_args()
     seq_cfg = SequenceConfig(
         loads_pct=(args.load,),
@@ -116,16 +132,17 @@ def main() -> None:
     fit, validation = ctx.split()
     t0 = time.perf_counter()
     fallback = ctx.best_fallback()
-    mcfg = MachinePeakConfig(seed=args.seed)
+    mcfg = MachinePeakConfig(seed=args.seed, fit_cases=args.fit_cases)
     model = fit_machine_peak(cfg, fit, fallback, ctx.horizon(), mcfg, False, None, args.seed)
     print(
-        f"{args.source} {args.load} %: fallback {ctx.fallback_choice()['fallback']}, model fitted in "
+        f"{args.source} {args.load} %: fallback {ctx.fallback_choice()['fallback']}, model fitted on "
+        f"{args.fit_cases} cases ({model.report['n_cases']}; exceed {model.report['exceed']}) in "
         f"{time.perf_counter() - t0:.0f} s on {fit.batch_size} sequences; {validation.batch_size} validate",
         flush=True,
     )
     rows = []
     for name, knobs in SETTINGS:
-        for mode in ("deviate", "pack"):
+        for mode in args.modes.split(","):
             rule = MachinePeakPacking(model, fallback, mode=mode, name="forecast_machine_peak_noec", **knobs)
             rows.append(
                 {

@@ -15,6 +15,8 @@ Fitting (`fit_machine_peak`, training sequences only):
 - cases: at every decision of rollouts on the fit sequences, every machine in use that the mask lets take the
   queue head, with its features and, for calibration and training only, the realised largest share of the running
   jobs' usage plus the head's own (`machine_targets`, read from the batch's true usage; never a scheduler input);
+- only the cases where the requests do not fit are kept (`MachinePeakConfig.fit_cases`): the rule consults the
+  model nowhere else, and with the window's peak as the request the others never exceed;
 - round 0 rolls the fallback heuristic; each later round rolls the rule on the model so far (its own states: it
   packs tighter than any heuristic) and adds its cases;
 - one gradient-boosted quantile regressor per level (scikit-learn's `HistGradientBoostingRegressor`, pinball loss:
@@ -74,6 +76,8 @@ FEATURES = (
 a job may outlive it) and the head's duration as a share of the horizon (capped at 1); `head_label` only with EC
 labels (the last column, categorical)."""
 
+FIT_CASES = ("beyond_requests", "all")
+
 
 @dataclass(frozen=True)
 class MachinePeakConfig:
@@ -93,6 +97,12 @@ class MachinePeakConfig:
     cost_scales: tuple[float, ...] = (0.5, 1.0, 2.0)
     """Weights of the saved under-utilisation against the expected overshoot charge that the expected-value rule
     may use (`sim.risk.MachinePeakPacking.cost_scale`; 1: the reward's own break-even; chosen on validation)."""
+    fit_cases: str = "beyond_requests"
+    """The cases the regressors, their conformal shifts and the classifier are fitted and calibrated on:
+    "beyond_requests", only those where the machine's requests with the head's exceed C_d in some resource (the
+    only ones where the rule consults the model: a machine whose requests fit is always allowed), or "all". With
+    the window's peak as the request, a case whose requests fit can never exceed, and mixed in they make the
+    chance look small exactly where the rule acts (README "Each machine's summed peak": 2.6-43x optimistic)."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
     calibration_share: float = 0.25
@@ -120,6 +130,10 @@ class MachinePeakConfig:
             )
         if self.rounds < 1:
             raise ValueError(f"MachinePeakConfig.rounds must be >= 1, got {self.rounds}")
+        if self.fit_cases not in FIT_CASES:
+            raise ValueError(
+                f"MachinePeakConfig.fit_cases must be one of {FIT_CASES}, got {self.fit_cases!r}"
+            )
         if any(not c > 0.0 for c in self.cost_scales):
             raise ValueError(f"MachinePeakConfig.cost_scales must be positive, got {self.cost_scales}")
 
@@ -297,6 +311,11 @@ class Cases:
     @staticmethod
     def join(parts: list[Cases]) -> Cases:
         return Cases(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "y", "sequence")))
+
+    def beyond_requests(self) -> Cases:
+        """The cases whose running jobs' requests and the head's exceed C_d in some resource."""
+        keep = (self.x[:, :, FEATURES.index("sum_request_with_head")] > 1.0 + 1e-9).any(axis=1)
+        return Cases(self.x[keep], self.y[keep], self.sequence[keep])
 
     def thinned(self, max_cases: int) -> Cases:
         if len(self) <= max_cases:
@@ -545,8 +564,8 @@ def fit_machine_peak(
     seed: int = 0,
     log=None,
 ) -> MachinePeakModel:
-    """The model fitted on training sequences `jobs` in `mcfg.rounds` rounds of cases (module docstring); each
-    round's report in `report["rounds"]`."""
+    """The model fitted on training sequences `jobs` in `mcfg.rounds` rounds of cases (module docstring), each
+    round's cases those `mcfg.fit_cases` names; each round's report in `report["rounds"]`."""
     from sim.risk import MachinePeakPacking
 
     parts: list[Cases] = []
@@ -559,11 +578,9 @@ def fit_machine_peak(
             if model is None
             else MachinePeakPacking(model, fallback, level=0.95 if 0.95 in model.levels else model.levels[-1])
         )
-        parts.append(
-            collect_cases(cfg, jobs, policy, horizon, mcfg, use_labels, labeller, seed + r).thinned(
-                mcfg.max_cases
-            )
-        )
+        collected = collect_cases(cfg, jobs, policy, horizon, mcfg, use_labels, labeller, seed + r)
+        kept = collected.beyond_requests() if mcfg.fit_cases == "beyond_requests" else collected
+        parts.append(kept.thinned(mcfg.max_cases))
         t1 = time.perf_counter()
         model = fit_model(Cases.join(parts), horizon, mcfg, use_labels)
         rounds.append(
@@ -571,6 +588,8 @@ def fit_machine_peak(
                 "round": r,
                 "policy": getattr(policy, "name", type(policy).__name__),
                 "cases": len(parts[-1]),
+                "cases_collected": len(collected),
+                "cases_beyond_requests": len(kept),
                 "collect_seconds": t1 - t0,
                 "fit_seconds": time.perf_counter() - t1,
                 "levels": model.report["levels"],

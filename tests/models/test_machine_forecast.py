@@ -338,6 +338,29 @@ def test_collect_cases_counts_one_case_per_decision_and_machine_in_use() -> None
     assert len(cases.thinned(10)) == 10
 
 
+def test_only_cases_beyond_requests_are_fitted_and_those_whose_requests_fit_never_exceed() -> None:
+    """Requests = peaks here: a case whose requests fit never exceeds, so the default keeps the others only."""
+    jobs = _square_jobs(4, 30, seed=8)
+    cases = collect_cases(CFG, jobs, make_policy("first_fit"), jobs.max_duration, SMALL, use_labels=False)
+    by_requests = cases.x[:, :, FEATURES.index("sum_request_with_head")]
+    fits = (by_requests <= 1.0 + 1e-9).all(axis=1)
+    assert fits.any() and (~fits).any()
+    assert (cases.y[fits] <= 1.0 + 1e-9).all() and (cases.y[~fits] > 1.0 + 1e-9).any()
+    beyond = cases.beyond_requests()
+    assert len(beyond) == int((~fits).sum()) and np.array_equal(beyond.y, cases.y[~fits])
+    ctx = FitContext(
+        CFG, _square_jobs(8, 20, seed=2), TuningConfig(fallbacks=("tetris",), seed=0), where="toy"
+    )
+    rounds = {}
+    for fit_cases in ("beyond_requests", "all"):
+        fit_machine_peak_rule(ctx, fit_cases, use_labels=False, mcfg=replace(SMALL, fit_cases=fit_cases))
+        rounds[fit_cases] = ctx.choices[fit_cases]["machine_peak_model"]["rounds"]
+    for a, b in zip(rounds["beyond_requests"], rounds["all"], strict=True):
+        assert a["cases"] == a["cases_beyond_requests"] < a["cases_collected"]
+        assert b["cases"] == b["cases_collected"]
+    assert rounds["beyond_requests"][0]["cases_collected"] == rounds["all"][0]["cases_collected"]
+
+
 def test_the_default_build_is_its_fallback() -> None:
     jobs = _square_jobs(2, 20, seed=6)
     a = _rollout(make_policy("forecast_machine_peak"), jobs)
@@ -348,6 +371,8 @@ def test_the_default_build_is_its_fallback() -> None:
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="levels must be ascending"):
         MachinePeakConfig(levels=(0.9, 0.5))
+    with pytest.raises(ValueError, match="fit_cases must be one of"):
+        MachinePeakConfig(fit_cases="some")
     with pytest.raises(ValueError, match="n_recent"):
         MachinePeakConfig(period_steps=4, n_recent=6)
     with pytest.raises(ValueError, match="no cases"):
