@@ -334,11 +334,12 @@ def collect_cases(
     labeller=None,
     seed: int = 0,
 ) -> Cases:
-    """Every (decision, machine in use the mask lets take the head) of one rollout of `policy` on `jobs`, with
-    `machine_features` and the realised `machine_targets` (TRAINING sequences only). `labeller`: the labels the
-    rule is served (`sim.labelling.ServedLabels`), so the features see what they will see at test."""
+    """Every (decision, machine in use the mask lets take the head) of one rollout of `policy` on `jobs`, the head
+    being the job the policy places (a job picker's choice), with `machine_features` and the realised
+    `machine_targets` (TRAINING sequences only). `labeller`: the labels the rule is served
+    (`sim.labelling.ServedLabels`), so the features see what they will see at test."""
     from sim.labelling import ServedLabels
-    from sim.policies import decide, own_jobs, valid_machines
+    from sim.policies import own_jobs, pick, place, valid_machines
 
     if labeller is not None:
         policy = ServedLabels(policy, labeller)
@@ -347,6 +348,8 @@ def collect_cases(
     parts: list[Cases] = []
     n_d = cfg.n_resources
     while not state.is_done.all():
+        # the cases are of the job the policy places: a job picker (DeepRM's SJF, Packer) moves it to the head
+        state = pick(policy, cfg, state, rng, in_place=True)
         candidate = valid_machines(cfg, state) & machines_used(state)
         rows = np.flatnonzero(queue_head(state).has_job & candidate.any(axis=1))
         if rows.size:
@@ -359,8 +362,7 @@ def collect_cases(
             y = machine_targets(cfg, state, rows, horizon)
             r, m = np.nonzero(candidate[rows])
             parts.append(Cases(x[r, m], y[r, m], rows[r]))
-        state, actions = decide(policy, cfg, state, rng, in_place=True)
-        state, *_ = core.step(cfg, state, actions, in_place=True)
+        state, *_ = core.step(cfg, state, place(policy, cfg, state, rng), in_place=True)
     if not parts:
         n_f = len(FEATURES) - (0 if use_labels else 1)
         return Cases(np.zeros((0, n_d, n_f)), np.zeros((0, n_d)), np.zeros(0, dtype=np.int64))

@@ -255,8 +255,22 @@ def decide(
 ) -> tuple[State, np.ndarray]:
     """(state to step from, actions): applies a JobPicker's choice of queued job, then asks for the machine.
     `in_place`: the pick reorders the state's own batch (`own_jobs`) instead of a copy."""
+    state = pick(policy, cfg, state, rng, in_place)
+    return state, place(policy, cfg, state, rng)
+
+
+def pick(
+    policy: Policy, cfg: SimConfig, state: State, rng: np.random.Generator, in_place: bool = False
+) -> State:
+    """`decide`'s first half: the state with a JobPicker's choice of queued job at the head (as it was for a FIFO
+    policy); what a caller that reads the head the policy will place needs before `place`."""
     if isinstance(policy, JobPicker):
-        state = promote_queued_job(state, policy.pick_job(cfg, state, rng), in_place)
+        return promote_queued_job(state, policy.pick_job(cfg, state, rng), in_place)
+    return state
+
+
+def place(policy: Policy, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+    """`decide`'s second half: (B,) the policy's machine for the head `pick` left, under the hold rule."""
     actions = np.asarray(policy.act(cfg, state, rng), dtype=np.int64)
     if cfg.hold_rule == "no_fit":
         # TVW-RL's rule forbids holding while some machine can take the head: a heuristic whose own rule (its
@@ -265,7 +279,7 @@ def decide(
         is_forbidden = ~mask[np.arange(state.batch_size), actions]
         first_allowed = np.argmax(mask, axis=1)
         actions = np.where(is_forbidden, first_allowed, actions)
-    return state, actions
+    return actions
 
 
 # --- the heuristics -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from sim import core
 from sim.config import SimConfig
 from sim.core import action_mask, queue_head
 from sim.jobs import JobBatch
-from sim.policies import POLICIES, decide, make_policy, policy_kind
+from sim.policies import POLICIES, decide, make_policy, policy_kind, valid_machines
 from sim.risk import MachinePeakPacking, jobs_per_machine, packing_gain
 from sim.tuning import FitContext, TuningConfig
 
@@ -336,6 +336,29 @@ def test_collect_cases_counts_one_case_per_decision_and_machine_in_use() -> None
     assert cases.y.shape == (len(cases), CFG.n_resources) and set(np.unique(cases.sequence)) <= {0, 1}
     assert (cases.y > 0).all()  # a machine in use with the head on it uses something
     assert len(cases.thinned(10)) == 10
+
+
+def test_a_job_pickers_cases_are_of_the_job_it_places() -> None:
+    """DeepRM's SJF moves the shortest visible job to the head: the cases describe that job, not the FIFO head."""
+    jobs = _square_jobs(3, 30, seed=9)
+    sjf = make_policy("deeprm_sjf")
+    cases = collect_cases(CFG, jobs, sjf, jobs.max_duration, SMALL, use_labels=False)
+    got = cases.x[:, 0, FEATURES.index("head_duration")]
+    expected, fifo = [], []
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, jobs, 0)
+    while not state.is_done.all():
+        before = queue_head(state).duration.copy()
+        state, act = decide(sjf, CFG, state, rng)
+        candidate = valid_machines(CFG, state) & core.machines_used(state)
+        r, _ = np.nonzero(candidate & queue_head(state).has_job[:, None])
+        expected.append(queue_head(state).duration[r])
+        fifo.append(before[r])
+        state, *_ = core.step(CFG, state, act)
+    horizon = jobs.max_duration
+    expected, fifo = (np.minimum(np.concatenate(v), horizon) / horizon for v in (expected, fifo))
+    np.testing.assert_allclose(got, expected)
+    assert not np.allclose(got, fifo)  # the pick did move other jobs to the head
 
 
 def test_only_cases_beyond_requests_are_fitted_and_those_whose_requests_fit_never_exceed() -> None:
