@@ -112,6 +112,7 @@ def main() -> None:
         choices=FIT_CASES,
         help="the cases the model is fitted and calibrated on (MachinePeakConfig.fit_cases)",
     )
+    ap.add_argument("--round-level", type=float, default=0.95, help="MachinePeakConfig.round_level")
     ap.add_argument("--modes", default="deviate,pack", help="comma-separated modes to roll")
     args = ap.parse_args()
     seq_cfg = SequenceConfig(
@@ -132,7 +133,7 @@ def main() -> None:
     fit, validation = ctx.split()
     t0 = time.perf_counter()
     fallback = ctx.best_fallback()
-    mcfg = MachinePeakConfig(seed=args.seed, fit_cases=args.fit_cases)
+    mcfg = MachinePeakConfig(seed=args.seed, fit_cases=args.fit_cases, round_level=args.round_level)
     model = fit_machine_peak(cfg, fit, fallback, ctx.horizon(), mcfg, False, None, args.seed)
     print(
         f"{args.source} {args.load} %: fallback {ctx.fallback_choice()['fallback']}, model fitted on "

@@ -105,6 +105,10 @@ class MachinePeakConfig:
     chance look small exactly where the rule acts (README "Each machine's summed peak": 2.6-43x optimistic)."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
+    round_level: float = 0.95
+    """The quantile level of the rule ("pack" mode) that rolls the rounds after the first: a lower level packs
+    further, so the cases cover more of the states a rule that packs beyond requests leads to (the nearest
+    fitted level is used)."""
     calibration_share: float = 0.25
     """Share of the fit sequences (the last ones) held out of the regressors for the conformal shift."""
     max_cases: int = 400_000
@@ -128,6 +132,8 @@ class MachinePeakConfig:
             raise ValueError(
                 f"MachinePeakConfig.calibration_share must be in (0, 1), got {self.calibration_share}"
             )
+        if not 0.0 < self.round_level < 1.0:
+            raise ValueError(f"MachinePeakConfig.round_level must be in (0, 1), got {self.round_level}")
         if self.rounds < 1:
             raise ValueError(f"MachinePeakConfig.rounds must be >= 1, got {self.rounds}")
         if self.fit_cases not in FIT_CASES:
@@ -578,7 +584,7 @@ def fit_machine_peak(
         policy = (
             fallback
             if model is None
-            else MachinePeakPacking(model, fallback, level=0.95 if 0.95 in model.levels else model.levels[-1])
+            else MachinePeakPacking(model, fallback, level=_nearest(model.levels, mcfg.round_level))
         )
         collected = collect_cases(cfg, jobs, policy, horizon, mcfg, use_labels, labeller, seed + r)
         kept = collected.beyond_requests() if mcfg.fit_cases == "beyond_requests" else collected
@@ -589,6 +595,7 @@ def fit_machine_peak(
             {
                 "round": r,
                 "policy": getattr(policy, "name", type(policy).__name__),
+                "rule_level": None if policy is fallback else policy.level,
                 "cases": len(parts[-1]),
                 "cases_collected": len(collected),
                 "cases_beyond_requests": len(kept),
@@ -604,6 +611,10 @@ def fit_machine_peak(
             )
     model.report["rounds"] = rounds
     return model
+
+
+def _nearest(levels: tuple[float, ...], level: float) -> float:
+    return min(levels, key=lambda q: (abs(q - level), -q))
 
 
 def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: MachinePeakConfig | None = None):

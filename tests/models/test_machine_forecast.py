@@ -382,6 +382,9 @@ def test_only_cases_beyond_requests_are_fitted_and_those_whose_requests_fit_neve
         assert a["cases"] == a["cases_beyond_requests"] < a["cases_collected"]
         assert b["cases"] == b["cases_collected"]
     assert rounds["beyond_requests"][0]["cases_collected"] == rounds["all"][0]["cases_collected"]
+    assert [r["rule_level"] for r in rounds["all"]] == [None, 0.9]  # SMALL's levels: 0.9 nearest to 0.95
+    fit_machine_peak_rule(ctx, "low", use_labels=False, mcfg=replace(SMALL, round_level=0.6))
+    assert [r["rule_level"] for r in ctx.choices["low"]["machine_peak_model"]["rounds"]] == [None, 0.5]
 
 
 def test_the_default_build_is_its_fallback() -> None:
@@ -394,6 +397,8 @@ def test_the_default_build_is_its_fallback() -> None:
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="levels must be ascending"):
         MachinePeakConfig(levels=(0.9, 0.5))
+    with pytest.raises(ValueError, match="round_level must be in"):
+        MachinePeakConfig(round_level=1.0)
     with pytest.raises(ValueError, match="fit_cases must be one of"):
         MachinePeakConfig(fit_cases="some")
     with pytest.raises(ValueError, match="n_recent"):
