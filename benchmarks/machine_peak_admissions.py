@@ -1,9 +1,11 @@
 """What `forecast_machine_peak` admits beyond requests, and how often it was right: the predicted chance of
 exceeding capacity against the realised rate, per setting, on the validation sequences of one (source, load).
 
-The model is fitted as `fit_machine_peak_rule` fits it (the fit part of the training split, the fallback chosen
-on validation; without EC labels, so `forecast_machine_peak_noec`'s model); each setting's rule is then rolled on
-the validation part, and at every decision where it places the head on a machine in use whose requests do NOT fit
+The model is fitted as `fit_machine_peak_rule` fits it (the fit part of the training split, calibrated on the
+validation part unless `--calibrate-on fit`, the fallback chosen on validation; without EC labels, so
+`forecast_machine_peak_noec`'s model); each setting's rule is then rolled on the validation part (so, calibrated
+there, its chance is scored in-sample: `--calibrate-on fit` shows how the fit part's calibration carries to the
+validation workloads), and at every decision where it places the head on a machine in use whose requests do NOT fit
 (a placement beyond requests) the script records the model's chance of exceeding for that machine, the expected
 charge and the saving `sim.risk.packing_gain` estimates, and the truth: whether the machine's summed usage with
 the head exceeded capacity within the horizon while the head or a running job lived (`machine_targets`, read only
@@ -27,6 +29,7 @@ import polars as pl
 
 from benchmarks.bench_placement import real_sequences
 from models.machine_forecast import (
+    CALIBRATE_ON,
     FIT_CASES,
     MachinePeakConfig,
     fit_machine_peak,
@@ -112,6 +115,12 @@ def main() -> None:
         choices=FIT_CASES,
         help="the cases the model is fitted and calibrated on (MachinePeakConfig.fit_cases)",
     )
+    ap.add_argument(
+        "--calibrate-on",
+        default="validation",
+        choices=CALIBRATE_ON,
+        help="MachinePeakConfig.calibrate_on (validation: the figures below are then in-sample for calibration)",
+    )
     ap.add_argument("--round-level", type=float, default=0.95, help="MachinePeakConfig.round_level")
     ap.add_argument("--modes", default="deviate,pack", help="comma-separated modes to roll")
     args = ap.parse_args()
@@ -133,8 +142,20 @@ def main() -> None:
     fit, validation = ctx.split()
     t0 = time.perf_counter()
     fallback = ctx.best_fallback()
-    mcfg = MachinePeakConfig(seed=args.seed, fit_cases=args.fit_cases, round_level=args.round_level)
-    model = fit_machine_peak(cfg, fit, fallback, ctx.horizon(), mcfg, False, None, args.seed)
+    mcfg = MachinePeakConfig(
+        seed=args.seed, fit_cases=args.fit_cases, round_level=args.round_level, calibrate_on=args.calibrate_on
+    )
+    model = fit_machine_peak(
+        cfg,
+        fit,
+        fallback,
+        ctx.horizon(),
+        mcfg,
+        False,
+        None,
+        args.seed,
+        calibration_jobs=validation if args.calibrate_on == "validation" else None,
+    )
     print(
         f"{args.source} {args.load} %: fallback {ctx.fallback_choice()['fallback']}, model fitted on "
         f"{args.fit_cases} cases ({model.report['n_cases']}; exceed {model.report['exceed']}) in "

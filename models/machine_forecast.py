@@ -21,9 +21,12 @@ Fitting (`fit_machine_peak`, training sequences only):
   packs tighter than any heuristic) and adds its cases;
 - one gradient-boosted quantile regressor per level (scikit-learn's `HistGradientBoostingRegressor`, pinball loss:
   fast on a few hundred thousand rows, monotone-free, handles the label as a category), fitted on the sequences of
-  the fit part but a calibration share, then shifted split-conformally on that share so that the bound covers the
+  the fit part, then shifted split-conformally on the same rounds' cases on the validation sequences (cut from
+  training workloads the fit part never uses; `MachinePeakConfig.calibrate_on`) so that the bound covers the
   realised peak of EVERY resource of a case at least at its level (the score is the case's largest excess over
-  its resources).
+  its resources); the classifier of the chance of exceeding is calibrated there too (isotonic). Calibrated on
+  the fit part's own last sequences instead, which share its workloads, the chance was 3-5x optimistic on
+  unseen VMs (README "Each machine's summed peak").
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ a job may outlive it) and the head's duration as a share of the horizon (capped 
 labels (the last column, categorical)."""
 
 FIT_CASES = ("beyond_requests", "all")
+CALIBRATE_ON = ("validation", "fit")
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,13 @@ class MachinePeakConfig:
     only ones where the rule consults the model: a machine whose requests fit is always allowed), or "all". With
     the window's peak as the request, a case whose requests fit can never exceed, and mixed in they make the
     chance look small exactly where the rule acts (README "Each machine's summed peak": 2.6-43x optimistic)."""
+    calibrate_on: str = "validation"
+    """Where the conformal shifts and the classifier's isotonic map are calibrated: "validation", on cases of
+    the same rollouts on the fitting context's validation sequences (cut from training workloads the fit part
+    never uses, so calibrated for workloads the model has not seen, as test workloads are), the regressors and
+    the classifier then fitted on every fit-part case; or "fit", on the last `calibration_share` of the fit
+    sequences, which share the fit part's workloads (measured: calibrated there, 3-5x optimistic on unseen
+    VMs). With a single training sequence (the validation part is the fit part) "fit" is used."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
     round_level: float = 0.95
@@ -110,7 +121,8 @@ class MachinePeakConfig:
     further, so the cases cover more of the states a rule that packs beyond requests leads to (the nearest
     fitted level is used)."""
     calibration_share: float = 0.25
-    """Share of the fit sequences (the last ones) held out of the regressors for the conformal shift."""
+    """Share of the fit sequences (the last ones) held out of the regressors for the conformal shift where
+    `calibrate_on` is "fit" or no calibration sequences are given."""
     max_cases: int = 400_000
     """Cases kept per round at most (evenly spaced): bounds the fit's time and memory."""
     max_iter: int = 150
@@ -136,6 +148,10 @@ class MachinePeakConfig:
             raise ValueError(f"MachinePeakConfig.round_level must be in (0, 1), got {self.round_level}")
         if self.rounds < 1:
             raise ValueError(f"MachinePeakConfig.rounds must be >= 1, got {self.rounds}")
+        if self.calibrate_on not in CALIBRATE_ON:
+            raise ValueError(
+                f"MachinePeakConfig.calibrate_on must be one of {CALIBRATE_ON}, got {self.calibrate_on!r}"
+            )
         if self.fit_cases not in FIT_CASES:
             raise ValueError(
                 f"MachinePeakConfig.fit_cases must be one of {FIT_CASES}, got {self.fit_cases!r}"
@@ -476,19 +492,29 @@ def _boosting(mcfg: MachinePeakConfig) -> dict:
     }
 
 
-def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: bool) -> MachinePeakModel:
-    """Regressors on the cases of all but the last `calibration_share` of the sequences, each shifted
-    split-conformally on those last ones (the ceil((n + 1) q)-th smallest case score, a case's score its largest
-    excess over the resources); a report of coverage and pinball loss before and after the shift."""
+def fit_model(
+    cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: bool, calibration: Cases | None = None
+) -> MachinePeakModel:
+    """Regressors on `cases`, each shifted split-conformally on the `calibration` cases (the ceil((n + 1) q)-th
+    smallest case score, a case's score its largest excess over the resources); without `calibration`, on the
+    cases of the last `calibration_share` of the sequences, the regressors on the others. A report of coverage
+    and pinball loss before and after the shift."""
     if len(cases) == 0:
         raise TooFewCases("fit_machine_peak: no cases (no decision with a machine in use): nothing to fit")
-    sequences = np.unique(cases.sequence)
-    n_cal = max(1, int(round(mcfg.calibration_share * sequences.size)))
-    if sequences.size < 2:
-        raise TooFewCases(
-            f"fit_machine_peak: cases from {sequences.size} sequence(s); calibration needs at least 2"
-        )
-    is_cal = np.isin(cases.sequence, sequences[-n_cal:])
+    if calibration is not None:
+        if len(calibration) == 0:
+            raise TooFewCases("fit_machine_peak: no calibration cases (no decision with a machine in use)")
+        n_cal = int(np.unique(calibration.sequence).size)
+        is_cal = np.repeat([False, True], [len(cases), len(calibration)])
+        cases = Cases.join([cases, calibration])
+    else:
+        sequences = np.unique(cases.sequence)
+        n_cal = max(1, int(round(mcfg.calibration_share * sequences.size)))
+        if sequences.size < 2:
+            raise TooFewCases(
+                f"fit_machine_peak: cases from {sequences.size} sequence(s); calibration needs at least 2"
+            )
+        is_cal = np.isin(cases.sequence, sequences[-n_cal:])
     n_f = cases.x.shape[2]
     x_fit, y_fit = cases.x[~is_cal].reshape(-1, n_f), cases.y[~is_cal].reshape(-1)
     x_cal, y_cal = cases.x[is_cal], cases.y[is_cal]
@@ -518,6 +544,7 @@ def fit_model(cases: Cases, horizon: int, mcfg: MachinePeakConfig, use_labels: b
         "n_fit_cases": int((~is_cal).sum()),
         "n_calibration_cases": int(is_cal.sum()),
         "n_calibration_sequences": int(n_cal),
+        "calibration": "held-out sequences" if calibration is not None else "last fit sequences",
         "levels": per_level,
     }
     rate = exceed_report["exceed_rate_fit"]
@@ -571,12 +598,21 @@ def fit_machine_peak(
     labeller=None,
     seed: int = 0,
     log=None,
+    calibration_jobs: JobBatch | None = None,
 ) -> MachinePeakModel:
     """The model fitted on training sequences `jobs` in `mcfg.rounds` rounds of cases (module docstring), each
-    round's cases those `mcfg.fit_cases` names; each round's report in `report["rounds"]`."""
+    round's cases those `mcfg.fit_cases` names, and calibrated on the same rounds' cases on `calibration_jobs`
+    (training sequences of other workloads: `MachinePeakConfig.calibrate_on`), or on the last fit sequences
+    without them; each round's report in `report["rounds"]`."""
     from sim.risk import MachinePeakPacking
 
+    def cases_of(batch: JobBatch, policy, r: int) -> tuple[Cases, int]:
+        collected = collect_cases(cfg, batch, policy, horizon, mcfg, use_labels, labeller, seed + r)
+        kept = collected.beyond_requests() if mcfg.fit_cases == "beyond_requests" else collected
+        return kept.thinned(mcfg.max_cases), len(collected)
+
     parts: list[Cases] = []
+    cal_parts: list[Cases] = []
     rounds = []
     model = None
     for r in range(mcfg.rounds):
@@ -586,19 +622,21 @@ def fit_machine_peak(
             if model is None
             else MachinePeakPacking(model, fallback, level=_nearest(model.levels, mcfg.round_level))
         )
-        collected = collect_cases(cfg, jobs, policy, horizon, mcfg, use_labels, labeller, seed + r)
-        kept = collected.beyond_requests() if mcfg.fit_cases == "beyond_requests" else collected
-        parts.append(kept.thinned(mcfg.max_cases))
+        kept, n_collected = cases_of(jobs, policy, r)
+        parts.append(kept)
+        if calibration_jobs is not None:
+            cal_parts.append(cases_of(calibration_jobs, policy, r)[0])
         t1 = time.perf_counter()
-        model = fit_model(Cases.join(parts), horizon, mcfg, use_labels)
+        calibration = Cases.join(cal_parts) if cal_parts else None
+        model = fit_model(Cases.join(parts), horizon, mcfg, use_labels, calibration)
         rounds.append(
             {
                 "round": r,
                 "policy": getattr(policy, "name", type(policy).__name__),
                 "rule_level": None if policy is fallback else policy.level,
-                "cases": len(parts[-1]),
-                "cases_collected": len(collected),
-                "cases_beyond_requests": len(kept),
+                "cases": len(kept),
+                "cases_collected": n_collected,
+                "calibration_cases": len(cal_parts[-1]) if cal_parts else None,
                 "collect_seconds": t1 - t0,
                 "fit_seconds": time.perf_counter() - t1,
                 "levels": model.report["levels"],
@@ -606,7 +644,7 @@ def fit_machine_peak(
         )
         if log is not None:
             log(
-                f"machine peak round {r}: {len(parts[-1])} cases in {t1 - t0:.1f} s, fitted in "
+                f"machine peak round {r}: {len(kept)} cases in {t1 - t0:.1f} s, fitted in "
                 f"{time.perf_counter() - t1:.1f} s"
             )
     model.report["rounds"] = rounds
@@ -619,7 +657,7 @@ def _nearest(levels: tuple[float, ...], level: float) -> float:
 
 def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: MachinePeakConfig | None = None):
     """`sim.risk.MachinePeakPacking` fitted in a `sim.tuning.FitContext`: the model on the context's fit part (on
-    the labels its labeller serves), then the level and the mode chosen on validation among the candidates with
+    the labels its labeller serves), calibrated on its validation part (`MachinePeakConfig.calibrate_on`), then the level and the mode chosen on validation among the candidates with
     the best fallback heuristic (`FitContext.choose`): the quantile bound at each level >= 0.8 and, where the
     classifier was fitted, the chance of exceeding at each of `MachinePeakConfig.epsilons` and the expected-value
     rule at each of `MachinePeakConfig.cost_scales`, in "deviate" and "pack" modes; the model's report joins the
@@ -631,16 +669,21 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
     fallback = ctx.best_fallback()
 
     def fitted():
+        fit, validation = ctx.split()
         try:
             return fit_machine_peak(
                 ctx.cfg,
-                ctx.split()[0],
+                fit,
                 fallback,
                 ctx.horizon(),
                 mcfg,
                 use_labels,
                 ctx.labeller if use_labels else None,
                 ctx.tuning.seed,
+                # a single training sequence is both parts: calibrated on its own cases' last share instead
+                calibration_jobs=validation
+                if mcfg.calibrate_on == "validation" and validation is not fit
+                else None,
             )
         except TooFewCases as err:
             return err

@@ -258,12 +258,12 @@ def test_exceed_probability_is_the_convolution_of_the_jobs_observed_histograms()
     np.testing.assert_allclose(got[:, 0], [2 / 3, 0.0])
 
 
-def _stationary_cases(n_sequences: int, per_sequence: int, seed: int) -> Cases:
+def _stationary_cases(n_sequences: int, per_sequence: int, seed: int, noise: float = 0.05) -> Cases:
     rng = np.random.default_rng(seed)
     n = n_sequences * per_sequence
     x = rng.uniform(0, 1, size=(n, 2, len(FEATURES) - 1))
     x[:, :, 0] = [0, 1]  # the resource column
-    y = 0.5 * x[:, :, 2] + 0.2 * x[:, :, 3] + rng.normal(0, 0.05, size=(n, 2)) * (1 + x[:, :, 4])
+    y = 0.5 * x[:, :, 2] + 0.2 * x[:, :, 3] + rng.normal(0, noise, size=(n, 2)) * (1 + x[:, :, 4])
     return Cases(x, y, np.repeat(np.arange(n_sequences), per_sequence))
 
 
@@ -275,6 +275,26 @@ def test_conformal_shift_covers_the_nominal_share_of_fresh_stationary_cases() ->
     for level in model.levels:
         covered = (fresh.y <= model.predict(fresh.x, level) + 1e-12).all(axis=1).mean()
         assert abs(covered - level) <= 0.02, (level, covered)
+
+
+def test_held_out_calibration_cases_set_the_shift_for_workloads_unlike_the_fit_ones() -> None:
+    """Cases of other workloads (here: three times the noise) calibrate the bound for them; the fit cases' own
+    last sequences do not."""
+    mcfg = MachinePeakConfig(levels=(0.8, 0.9), max_iter=40)
+    seen = _stationary_cases(40, 200, seed=0)
+    unseen = dict(n_sequences=20, per_sequence=200, noise=0.15)
+    held_out = fit_model(seen, 10, mcfg, False, calibration=_stationary_cases(seed=1, **unseen))
+    in_sample = fit_model(seen, 10, mcfg, False)
+    assert held_out.report["calibration"] == "held-out sequences"
+    assert held_out.report["n_calibration_sequences"] == 20
+    assert held_out.report["n_fit_cases"] == len(seen) and in_sample.report["n_fit_cases"] < len(seen)
+    fresh = _stationary_cases(seed=2, **unseen)
+    for level in mcfg.levels:
+        covered = (fresh.y <= held_out.predict(fresh.x, level) + 1e-12).all(axis=1).mean()
+        short = (fresh.y <= in_sample.predict(fresh.x, level) + 1e-12).all(axis=1).mean()
+        assert abs(covered - level) <= 0.02 and short < level - 0.05, (level, covered, short)
+    with pytest.raises(ValueError, match="no calibration cases"):
+        fit_model(seen, 10, mcfg, False, calibration=Cases(seen.x[:0], seen.y[:0], seen.sequence[:0]))
 
 
 def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validly(perturb_committed) -> None:
@@ -293,6 +313,10 @@ def test_the_fitted_rule_chooses_on_validation_reports_its_model_and_acts_validl
     assert len(choice["tried"]) == 2 * (sum(q >= 0.8 for q in rule.bound.levels) + n_exceed)
     report = choice["machine_peak_model"]
     assert [r["round"] for r in report["rounds"]] == [0, 1] and report["n_cases"] > 0
+    # calibrated on the validation part's cases (workloads the fit part never uses)
+    assert report["calibration"] == "held-out sequences"
+    assert all(r["calibration_cases"] > 0 for r in report["rounds"])
+    assert report["n_calibration_cases"] == sum(r["calibration_cases"] for r in report["rounds"])
     assert set(report["exceed"]) >= {"exceed_rate_fit", "exceed_rate_calibration", "fitted"}
     _rollout(rule, _square_jobs(2, 25, seed=3))
     # the fitted rule reads only the observed past: the same decision on a perturbed future
@@ -379,7 +403,7 @@ def test_only_cases_beyond_requests_are_fitted_and_those_whose_requests_fit_neve
         fit_machine_peak_rule(ctx, fit_cases, use_labels=False, mcfg=replace(SMALL, fit_cases=fit_cases))
         rounds[fit_cases] = ctx.choices[fit_cases]["machine_peak_model"]["rounds"]
     for a, b in zip(rounds["beyond_requests"], rounds["all"], strict=True):
-        assert a["cases"] == a["cases_beyond_requests"] < a["cases_collected"]
+        assert a["cases"] < a["cases_collected"]
         assert b["cases"] == b["cases_collected"]
     assert rounds["beyond_requests"][0]["cases_collected"] == rounds["all"][0]["cases_collected"]
     assert [r["rule_level"] for r in rounds["all"]] == [None, 0.9]  # SMALL's levels: 0.9 nearest to 0.95
@@ -399,6 +423,8 @@ def test_bad_input_is_named() -> None:
         MachinePeakConfig(levels=(0.9, 0.5))
     with pytest.raises(ValueError, match="round_level must be in"):
         MachinePeakConfig(round_level=1.0)
+    with pytest.raises(ValueError, match="calibrate_on must be one of"):
+        MachinePeakConfig(calibrate_on="test")
     with pytest.raises(ValueError, match="fit_cases must be one of"):
         MachinePeakConfig(fit_cases="some")
     with pytest.raises(ValueError, match="n_recent"):
