@@ -25,7 +25,7 @@ Fitting (`fit_machine_peak`, training sequences only):
   training workloads the fit part never uses; `MachinePeakConfig.calibrate_on`) so that the bound covers the
   realised peak of EVERY resource of a case at least at its level (the score is the case's largest excess over
   its resources); the classifier of the chance of exceeding is calibrated there too (isotonic). Calibrated on
-  the fit part's own last sequences instead, which share its workloads, the chance was 3-5x optimistic on
+  the fit part's own last sequences instead, which share its workloads, the chance was 2-40x optimistic on
   unseen VMs (README "Each machine's summed peak").
 """
 
@@ -112,7 +112,7 @@ class MachinePeakConfig:
     the same rollouts on the fitting context's validation sequences (cut from training workloads the fit part
     never uses, so calibrated for workloads the model has not seen, as test workloads are), the regressors and
     the classifier then fitted on every fit-part case; or "fit", on the last `calibration_share` of the fit
-    sequences, which share the fit part's workloads (measured: calibrated there, 3-5x optimistic on unseen
+    sequences, which share the fit part's workloads (measured: calibrated there, 2-40x optimistic on unseen
     VMs). With a single training sequence (the validation part is the fit part) "fit" is used."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
