@@ -15,8 +15,10 @@ Fitting (`fit_machine_peak`, training sequences only):
 - cases: at every decision of rollouts on the fit sequences, every machine in use that the mask lets take the
   queue head, with its features and, for calibration and training only, the realised largest share of the running
   jobs' usage plus the head's own (`machine_targets`, read from the batch's true usage; never a scheduler input);
-- only the cases where the requests do not fit are kept (`MachinePeakConfig.fit_cases`): the rule consults the
-  model nowhere else, and with the window's peak as the request the others never exceed;
+- only the cases where the requests do not fit are kept (`MachinePeakConfig.fit_cases`): only there does the
+  rule ask the model whether a machine is safe (it still orders the allowed machines by min(bound, the requests'
+  share), a request-fit machine's bound an extrapolation), and with the window's peak as the request the others
+  never exceed;
 - round 0 rolls the fallback heuristic; each later round rolls the rule on the model so far (its own states: it
   packs tighter than any heuristic) and adds its cases;
 - one gradient-boosted quantile regressor per level (scikit-learn's `HistGradientBoostingRegressor`, pinball loss:
@@ -104,7 +106,8 @@ class MachinePeakConfig:
     fit_cases: str = "beyond_requests"
     """The cases the regressors, their conformal shifts and the classifier are fitted and calibrated on:
     "beyond_requests", only those where the machine's requests with the head's exceed C_d in some resource (the
-    only ones where the rule consults the model: a machine whose requests fit is always allowed), or "all". With
+    only ones where the rule asks the model whether a machine is safe: a machine whose requests fit is always
+    allowed), or "all". With
     the window's peak as the request, a case whose requests fit can never exceed, and mixed in they make the
     chance look small exactly where the rule acts (README "Each machine's summed peak": 2.6-43x optimistic)."""
     calibrate_on: str = "validation"
@@ -113,7 +116,9 @@ class MachinePeakConfig:
     never uses, so calibrated for workloads the model has not seen, as test workloads are), the regressors and
     the classifier then fitted on every fit-part case; or "fit", on the last `calibration_share` of the fit
     sequences, which share the fit part's workloads (measured: calibrated there, 2-40x optimistic on unseen
-    VMs). With a single training sequence (the validation part is the fit part) "fit" is used."""
+    VMs). With a single training sequence (the validation part is the fit part) "fit" is used, which needs two
+    sequences: the rule is then its fallback, with a warning. The validation part is workload-disjoint where the
+    sequence builders cut it so (`validation_workload_disjoint` in the choice)."""
     rounds: int = 2
     """Rollouts to collect cases: the fallback's, then the rule's on the model so far."""
     round_level: float = 0.95
@@ -657,12 +662,14 @@ def _nearest(levels: tuple[float, ...], level: float) -> float:
 
 def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: MachinePeakConfig | None = None):
     """`sim.risk.MachinePeakPacking` fitted in a `sim.tuning.FitContext`: the model on the context's fit part (on
-    the labels its labeller serves), calibrated on its validation part (`MachinePeakConfig.calibrate_on`), then the level and the mode chosen on validation among the candidates with
-    the best fallback heuristic (`FitContext.choose`): the quantile bound at each level >= 0.8 and, where the
-    classifier was fitted, the chance of exceeding at each of `MachinePeakConfig.epsilons` and the expected-value
-    rule at each of `MachinePeakConfig.cost_scales`, in "deviate" and "pack" modes; the model's report joins the
-    choice. Where the fit part gives too few cases to fit and calibrate (`TooFewCases`), the rule is its fallback
-    heuristic, with a warning and the reason in the choice."""
+    the labels its labeller serves), calibrated on its validation part (`MachinePeakConfig.calibrate_on`), then
+    the level and the mode chosen on validation among the candidates with the best fallback heuristic
+    (`FitContext.choose`): the quantile bound at each level >= 0.8 and, where the classifier was fitted, the
+    chance of exceeding at each of `MachinePeakConfig.epsilons` and the expected-value rule at each of
+    `MachinePeakConfig.cost_scales`, in "deviate" and "pack" modes; the model's report joins the choice (the
+    validation return of a candidate is in-sample for the calibration). Where the fit part gives too few cases to
+    fit and calibrate (`TooFewCases`), the rule is its fallback heuristic, with a warning and the reason in the
+    choice."""
     from sim.risk import MachinePeakPacking
 
     mcfg = mcfg or MachinePeakConfig(seed=ctx.tuning.seed)
@@ -680,7 +687,8 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
                 use_labels,
                 ctx.labeller if use_labels else None,
                 ctx.tuning.seed,
-                # a single training sequence is both parts: calibrated on its own cases' last share instead
+                # a single training sequence is both parts: not calibrated on itself (the fit part's own split
+                # then needs two sequences, so the rule is its fallback, with a warning)
                 calibration_jobs=validation
                 if mcfg.calibrate_on == "validation" and validation is not fit
                 else None,
