@@ -154,7 +154,7 @@ def main() -> None:
         False,
         None,
         args.seed,
-        calibration_jobs=validation if args.calibrate_on == "validation" else None,
+        calibration_jobs=validation,
     )
     print(
         f"{args.source} {args.load} %: fallback {ctx.fallback_choice()['fallback']}, model fitted on "

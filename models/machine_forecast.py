@@ -107,9 +107,9 @@ class MachinePeakConfig:
     """The cases the regressors, their conformal shifts and the classifier are fitted and calibrated on:
     "beyond_requests", only those where the machine's requests with the head's exceed C_d in some resource (the
     only ones where the rule asks the model whether a machine is safe: a machine whose requests fit is always
-    allowed), or "all". With
-    the window's peak as the request, a case whose requests fit can never exceed, and mixed in they make the
-    chance look small exactly where the rule acts (README "Each machine's summed peak": 2.6-43x optimistic)."""
+    allowed), or "all". With the window's peak as the request, a case whose requests fit can never exceed, and
+    mixed in they make the chance look small exactly where the rule acts (README "Each machine's summed peak":
+    2.6-43x optimistic)."""
     calibrate_on: str = "validation"
     """Where the conformal shifts and the classifier's isotonic map are calibrated: "validation", on cases of
     the same rollouts on the fitting context's validation sequences (cut from training workloads the fit part
@@ -607,9 +607,14 @@ def fit_machine_peak(
 ) -> MachinePeakModel:
     """The model fitted on training sequences `jobs` in `mcfg.rounds` rounds of cases (module docstring), each
     round's cases those `mcfg.fit_cases` names, and calibrated on the same rounds' cases on `calibration_jobs`
-    (training sequences of other workloads: `MachinePeakConfig.calibrate_on`), or on the last fit sequences
-    without them; each round's report in `report["rounds"]`."""
+    (training sequences of other workloads) where `MachinePeakConfig.calibrate_on` is "validation", or on the
+    last fit sequences without them, with "fit", or where they are `jobs` itself (a single training sequence is
+    both parts: the fit part's own split then needs two sequences, so the caller's rule is its fallback); each
+    round's report in `report["rounds"]`."""
     from sim.risk import MachinePeakPacking
+
+    if mcfg.calibrate_on == "fit" or calibration_jobs is jobs:
+        calibration_jobs = None
 
     def cases_of(batch: JobBatch, policy, r: int) -> tuple[Cases, int]:
         collected = collect_cases(cfg, batch, policy, horizon, mcfg, use_labels, labeller, seed + r)
@@ -687,11 +692,7 @@ def fit_machine_peak_rule(ctx, name: str, use_labels: bool = True, mcfg: Machine
                 use_labels,
                 ctx.labeller if use_labels else None,
                 ctx.tuning.seed,
-                # a single training sequence is both parts: not calibrated on itself (the fit part's own split
-                # then needs two sequences, so the rule is its fallback, with a warning)
-                calibration_jobs=validation
-                if mcfg.calibrate_on == "validation" and validation is not fit
-                else None,
+                calibration_jobs=validation,
             )
         except TooFewCases as err:
             return err
