@@ -149,6 +149,13 @@ def main() -> None:
         "(default: all; the validation part's size caps cross-fitting at about twice the plain choice's cost)",
     )
     ap.add_argument(
+        "--choice-z",
+        type=float,
+        default=0.0,
+        help="TuningConfig.choice_z: choose each rule's setting by the lower bound mean - z x se of its paired "
+        "validation gain over the fallback (0: the best mean return)",
+    )
+    ap.add_argument(
         "--peak-calibrated",
         action="store_true",
         help="TuningConfig.peak_calibrated: forecast_peak also tries each level's bound calibrated for co-peaking "
@@ -241,6 +248,7 @@ def main() -> None:
                     else float(args.overshoot_budget),
                     cross_fit=args.cross_fit,
                     cross_fit_sequences=args.cross_fit_sequences,
+                    choice_z=args.choice_z,
                     peak_calibrated=args.peak_calibrated,
                     machines_budget=args.machines_budget,
                     **({"fallbacks": tuple(args.fallbacks.split(","))} if args.fallbacks else {}),

@@ -1729,6 +1729,9 @@ class PlacerTrainConfig:
     cross_fit_sequences: int | None = None
     """With `cross_fit`: at most this many fit-part sequences validate the second fold
     (`TuningConfig.cross_fit_sequences`); set it as eval__baselines' is set."""
+    choice_z: float = TuningConfig.choice_z
+    """How cautiously validation chooses the base rule's setting (`TuningConfig.choice_z`); set it as
+    eval__baselines' is set."""
     placer: PlacerConfig = PlacerConfig()
     """Features, network and training budget (its seed is the partition's training seed)."""
     n_machines: int = 10
@@ -1851,7 +1854,10 @@ def train_and_publish(
     t0 = time.perf_counter()
     args = (settings.tuning_preset, pcfg.validation_share, seed, settings.overshoot_budget_pct)
     tuning = tuning_preset(
-        *args, cross_fit=settings.cross_fit, cross_fit_sequences=settings.cross_fit_sequences
+        *args,
+        cross_fit=settings.cross_fit,
+        cross_fit_sequences=settings.cross_fit_sequences,
+        choice_z=settings.choice_z,
     )
     base, forecaster, _ = fit_base_rule(
         sim_cfg,

@@ -538,6 +538,9 @@ class EvalSettings:
     cross_fit_sequences: int | None = None
     """With `cross_fit`: at most this many fit-part sequences validate the second fold
     (`sim.tuning.TuningConfig.cross_fit_sequences`; None: all)."""
+    choice_z: float = TuningConfig.choice_z
+    """How cautiously validation chooses a fitted rule's setting (`sim.tuning.TuningConfig.choice_z`: the lower
+    bound mean - z x se of its paired gain over the fallback; 0: the best mean return)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -545,10 +548,15 @@ class EvalSettings:
         self.tuning()  # an unknown preset fails here, naming it
 
     def tuning(self) -> TuningConfig:
-        """The fitted rules' TuningConfig: the preset's grid, this validation share, overshoot budget and
-        cross-fitting, the first seed."""
+        """The fitted rules' TuningConfig: the preset's grid, this validation share, overshoot budget,
+        cross-fitting and caution of the choice, the first seed."""
         args = (self.tuning_preset, self.validation_share, self.seeds[0], self.overshoot_budget_pct)
-        return tuning_preset(*args, cross_fit=self.cross_fit, cross_fit_sequences=self.cross_fit_sequences)
+        return tuning_preset(
+            *args,
+            cross_fit=self.cross_fit,
+            cross_fit_sequences=self.cross_fit_sequences,
+            choice_z=self.choice_z,
+        )
 
 
 def eval_sim_config(asset: str, settings: Any, jobs: pl.DataFrame) -> SimConfig:

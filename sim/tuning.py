@@ -114,6 +114,14 @@ class TuningConfig:
     """With `cross_fit`: at most this many of the fit part's sequences (evenly spaced) validate the swapped fold
     (None: all of them). Caps cross-fitting's cost where the fit part is long (DeepPlace's 70 sequences of 400+
     jobs at 80 %): set to the validation part's size, it is about twice the plain choice's."""
+    choice_z: float = 0.0
+    """How cautiously validation chooses: each candidate is scored by the lower confidence bound of its paired
+    gain over the fallback heuristic on the same validation sequences, mean - z x standard error of the
+    per-sequence differences (each fold against its own fallback), and the best bound within the budgets is
+    kept. 0 (the default): the best mean return, as before. With z > 0 a setting whose validation gain is small
+    beside its spread (an aggressive level that a few validation VMs happen not to punish) loses to one that
+    deviates rarely and safely; it picks a candidate still, never the bare fallback. 1.645 is a one-sided 95 %
+    bound; with one validation sequence the error is taken as 0."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.validation_share < 1.0:
@@ -129,6 +137,8 @@ class TuningConfig:
             raise ValueError(
                 f"TuningConfig.fallbacks must name one or more of {REQUEST_HEURISTICS}; got {self.fallbacks!r}"
             )
+        if not (np.isfinite(self.choice_z) and self.choice_z >= 0.0):
+            raise ValueError(f"TuningConfig.choice_z must be a finite number >= 0, got {self.choice_z}")
         if self.cross_fit_sequences is not None and self.cross_fit_sequences < 1:
             raise ValueError(
                 f"TuningConfig.cross_fit_sequences must be >= 1 or None, got {self.cross_fit_sequences}"
@@ -151,9 +161,10 @@ def tuning_preset(
     overshoot_budget_pct: float | None = TuningConfig.overshoot_budget_pct,
     cross_fit: bool = False,
     cross_fit_sequences: int | None = None,
+    choice_z: float = TuningConfig.choice_z,
 ) -> TuningConfig:
-    """The TUNING_PRESETS grid `name` with the run's validation share, seed, overshoot budget and cross-fitting
-    (ValueError naming an unknown preset)."""
+    """The TUNING_PRESETS grid `name` with the run's validation share, seed, overshoot budget, cross-fitting and
+    caution of the choice (ValueError naming an unknown preset)."""
     if name not in TUNING_PRESETS:
         raise ValueError(f"unknown tuning_preset {name!r}; known: {sorted(TUNING_PRESETS)}")
     return replace(
@@ -163,6 +174,7 @@ def tuning_preset(
         overshoot_budget_pct=overshoot_budget_pct,
         cross_fit=cross_fit,
         cross_fit_sequences=cross_fit_sequences,
+        choice_z=choice_z,
     )
 
 
@@ -359,11 +371,14 @@ class FitContext:
         return None if budget is None else self._tetris_mean(contexts or [self], 2) + budget
 
     def _pick(self, pooled: list[list[tuple]], contexts: list[FitContext]):
-        """(index, met, limit, means, overshoot, machines, machines met, machines limit) of `choose` from each
-        candidate's (returns, overshoot, machines) per fold of `contexts`: the best mean return among candidates
-        within both budgets over Tetris's outcomes on the same sequences; where none is, the machines budget is
-        dropped: within the overshoot budget by `_within_budget`, else the best mean."""
+        """(index, met, limit, means, overshoot, machines, machines met, machines limit, gains) of `choose` from
+        each candidate's (returns, overshoot, machines) per fold of `contexts`: the best mean return (with
+        `TuningConfig.choice_z` > 0 the best lower bound of the gain over the fallback, `_gain_bounds`) among
+        candidates within both budgets over Tetris's outcomes on the same sequences; where none is, the machines
+        budget is dropped: within the overshoot budget by `_within_budget`, else the best score."""
         means = [float(np.concatenate([r for r, _, _ in per_fold]).mean()) for per_fold in pooled]
+        gains = self._gain_bounds(pooled, contexts)
+        score = means if self.tuning.choice_z == 0.0 else [lo for _, lo in gains]
         machines = [float(np.concatenate([m for _, _, m in per_fold]).mean()) for per_fold in pooled]
         budget = self.tuning.overshoot_budget_pct
         overshoot = (
@@ -380,13 +395,27 @@ class FitContext:
             and (m_limit is None or machines[i] <= m_limit + 1e-12)
         ]
         if m_limit is not None and both:
-            best = _best_among(means, both)
-            return best, None if limit is None else True, limit, means, overshoot, machines, True, m_limit
+            best = _best_among(score, both)
+            return best, None if limit is None else True, limit, means, overshoot, machines, True, m_limit, gains
         m_met = None if m_limit is None else False
         if limit is None:
-            return int(np.argmax(means)), None, None, means, overshoot, machines, m_met, m_limit
-        best, met = _within_budget(means, overshoot, limit)
-        return best, met, limit, means, overshoot, machines, m_met, m_limit
+            best = _best_among(score, range(len(score)))
+            return best, None, None, means, overshoot, machines, m_met, m_limit, gains
+        best, met = _within_budget(score, overshoot, limit)
+        return best, met, limit, means, overshoot, machines, m_met, m_limit, gains
+
+    def _gain_bounds(self, pooled: list[list[tuple]], contexts: list[FitContext]) -> list[tuple[float, float]]:
+        """(mean, lower bound) per candidate of its paired validation gain over the fallback heuristic: the
+        per-sequence return minus the fallback's on the same sequence, each fold against its own fallback
+        (`best_fallback`), pooled over the folds; the bound is mean - `TuningConfig.choice_z` x standard error
+        (the error 0 with one sequence)."""
+        reference = [ctx.heuristic_outcomes(ctx.fallback_choice()["fallback"])[0] for ctx in contexts]
+        bounds = []
+        for per_fold in pooled:
+            d = np.concatenate([r - ref for (r, _, _), ref in zip(per_fold, reference, strict=True)])
+            se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else 0.0
+            bounds.append((float(d.mean()), float(d.mean()) - self.tuning.choice_z * se))
+        return bounds
 
     def labels_by_age(self, jobs: JobBatch) -> np.ndarray | None:
         """(B, J, A) label the labeller serves each job of `jobs` after a = 0 .. A - 1 observed steps (None
@@ -483,7 +512,7 @@ class FitContext:
                 )
             folds.append((other, other_candidates))
         pooled = [[ctx.validation_outcomes(c[i][1]) for ctx, c in folds] for i in range(len(candidates))]
-        best, met, limit, means, overshoot, machines, m_met, m_limit = self._pick(
+        best, met, limit, means, overshoot, machines, m_met, m_limit, gains = self._pick(
             pooled, [ctx for ctx, _ in folds]
         )
         self.choices[name] = {
@@ -491,6 +520,9 @@ class FitContext:
             **self.fallback_choice(),
             **self._forecaster_choice(),
             "validation_return": means[best],
+            "validation_gain": gains[best][0],
+            "validation_gain_bound": gains[best][1],
+            "choice_z": self.tuning.choice_z,
             "validation_overshoot_pct": overshoot[best],
             "overshoot_limit_pct": limit,
             "overshoot_budget_met": met,
@@ -501,8 +533,15 @@ class FitContext:
             "validation_folds": len(folds),
             "validation_workload_disjoint": self.validation_disjoint(),
             "tried": [
-                {**knobs, "validation_return": m, "validation_overshoot_pct": o, "validation_machines": n}
-                for (knobs, _), m, o, n in zip(candidates, means, overshoot, machines, strict=True)
+                {
+                    **knobs,
+                    "validation_return": m,
+                    "validation_gain": g,
+                    "validation_gain_bound": lo,
+                    "validation_overshoot_pct": o,
+                    "validation_machines": n,
+                }
+                for (knobs, _), m, (g, lo), o, n in zip(candidates, means, gains, overshoot, machines, strict=True)
             ],
         }
         if len(folds) > 1:  # what the first fold alone would keep, and the second fold's own fallback
