@@ -396,7 +396,17 @@ class FitContext:
         ]
         if m_limit is not None and both:
             best = _best_among(score, both)
-            return best, None if limit is None else True, limit, means, overshoot, machines, True, m_limit, gains
+            return (
+                best,
+                None if limit is None else True,
+                limit,
+                means,
+                overshoot,
+                machines,
+                True,
+                m_limit,
+                gains,
+            )
         m_met = None if m_limit is None else False
         if limit is None:
             best = _best_among(score, range(len(score)))
@@ -404,7 +414,9 @@ class FitContext:
         best, met = _within_budget(score, overshoot, limit)
         return best, met, limit, means, overshoot, machines, m_met, m_limit, gains
 
-    def _gain_bounds(self, pooled: list[list[tuple]], contexts: list[FitContext]) -> list[tuple[float, float]]:
+    def _gain_bounds(
+        self, pooled: list[list[tuple]], contexts: list[FitContext]
+    ) -> list[tuple[float, float]]:
         """(mean, lower bound) per candidate of its paired validation gain over the fallback heuristic: the
         per-sequence return minus the fallback's on the same sequence, each fold against its own fallback
         (`best_fallback`), pooled over the folds; the bound is mean - `TuningConfig.choice_z` x standard error
@@ -541,7 +553,9 @@ class FitContext:
                     "validation_overshoot_pct": o,
                     "validation_machines": n,
                 }
-                for (knobs, _), m, (g, lo), o, n in zip(candidates, means, gains, overshoot, machines, strict=True)
+                for (knobs, _), m, (g, lo), o, n in zip(
+                    candidates, means, gains, overshoot, machines, strict=True
+                )
             ],
         }
         if len(folds) > 1:  # what the first fold alone would keep, and the second fold's own fallback
