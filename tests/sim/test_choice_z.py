@@ -82,3 +82,15 @@ def test_a_bad_choice_z_is_refused_by_name(z) -> None:
         TuningConfig(choice_z=z)
     with pytest.raises(ValueError, match="choice_z"):
         tuning_preset("quick", 0.3, 0, choice_z=z)
+
+
+def test_the_evaluation_and_the_residual_pass_their_choice_z_to_the_tuning() -> None:
+    from models.forecast_placer import PlacerTrainConfig
+    from sim.evaluate import EvalSettings
+
+    assert EvalSettings(choice_z=1.5).tuning().choice_z == 1.5
+    assert EvalSettings().tuning().choice_z == 0.0
+    assert PlacerTrainConfig(choice_z=1.5).choice_z == 1.5
+    for bad in (EvalSettings, PlacerTrainConfig):
+        with pytest.raises(ValueError, match="choice_z"):
+            bad(choice_z=-1.0)
