@@ -36,7 +36,11 @@ class Interrupted(Exception):
 
 
 def ensure_dagster_home() -> Path:
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / ".dagster_home"))).resolve()
+    """DAGSTER_HOME, the project's `.dagster_home` where it is unset or empty (an empty value is Dagster's "not
+    set" too), created with telemetry off."""
+    if not os.environ.get("DAGSTER_HOME", "").strip():
+        os.environ["DAGSTER_HOME"] = str(PROJECT_ROOT / ".dagster_home")
+    home = Path(os.environ["DAGSTER_HOME"]).resolve()
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
     if not cfg.exists():
