@@ -10,8 +10,9 @@ from cli import run
 @pytest.mark.parametrize("value", [None, "", "  "])
 def test_an_unset_or_empty_dagster_home_is_the_projects(monkeypatch, tmp_path, value) -> None:
     monkeypatch.setattr(run, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", "set")  # recorded, so teardown restores what was there before
     if value is None:
-        monkeypatch.delenv("DAGSTER_HOME", raising=False)
+        monkeypatch.delenv("DAGSTER_HOME")
     else:
         monkeypatch.setenv("DAGSTER_HOME", value)
     home = run.ensure_dagster_home()
