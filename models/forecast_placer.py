@@ -1751,8 +1751,7 @@ class PlacerTrainConfig:
 
         if self.inputs not in INPUTS:
             raise ValueError(f"PlacerTrainConfig.inputs must be one of {INPUTS}, got {self.inputs!r}")
-        if not (np.isfinite(self.choice_z) and self.choice_z >= 0.0):
-            raise ValueError(f"PlacerTrainConfig.choice_z must be a finite number >= 0, got {self.choice_z}")
+        TuningConfig(choice_z=self.choice_z)  # a bad choice_z fails here, by TuningConfig's own check
         if self.inputs == "rule" and self.base not in PEAK_RULES:
             raise ValueError(
                 f"PlacerTrainConfig.inputs 'rule' reads the base rule's remaining-peak table: base must be one of "
