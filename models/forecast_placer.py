@@ -749,6 +749,7 @@ def _table_spec(table: PeakQuantileTable) -> dict:
         "table_levels": list(table.levels),
         "use_labels": table.use_labels,
         "use_remaining": table.use_remaining,
+        "use_at_peak": table.use_at_peak,
         "n_cases": table.n_cases,
         "share_own_cell": table.share_own_cell,
     }
@@ -762,6 +763,7 @@ def _table_from_spec(spec: dict) -> PeakQuantileTable:
         n_cases=int(spec["n_cases"]),
         share_own_cell=float(spec["share_own_cell"]),
         use_remaining=bool(spec.get("use_remaining", False)),  # saved before the axis: none
+        use_at_peak=bool(spec.get("use_at_peak", False)),  # saved before the key: none
     )
 
 

@@ -121,6 +121,7 @@ def feature_args(
         state.past,
         jobs.duration,
         jobs.request,
+        jobs.usage,
         observed_labels(state),
         *prefix_args(jobs),
         levels_last(table.values),

@@ -1142,7 +1142,13 @@ def fit_forecasters(
         def fitted(jobs: JobBatch, keyed: bool):
             labels = labels_by_age(labeller, sim_cfg, jobs) if use_labels else None
             return fit_peak_quantiles(
-                jobs, sim_cfg, lv, use_labels, labels_by_age=labels, use_remaining=keyed
+                jobs,
+                sim_cfg,
+                lv,
+                use_labels,
+                labels_by_age=labels,
+                use_remaining=keyed,
+                use_at_peak=TuningConfig.peak_at_peak_key,
             )
 
         held_out = labels_by_age(labeller, sim_cfg, validation) if use_labels else None

@@ -220,16 +220,20 @@ def job_cell(
 
 
 @njit(cache=True, inline="always")
-def resource_cell(b, j, d, request, peak, row, job_row, last, values):
-    """The rest of the cell in resource d: (request, peak so far + 1), as `PeakQuantileTable.lookup_levels`, from
-    `job_cell`'s row, job and age of the peak so far."""
-    n_r, n_p = values.shape[1], values.shape[2]
+def resource_cell(b, j, d, request, peak, row, job_row, last, values, usage):
+    """The rest of the cell in resource d: (request, peak so far + 1, plus C + 2 where the table is keyed by being
+    at the peak now and the job's usage at its last observed step is its peak so far), as
+    `PeakQuantileTable.lookup_levels`, from `job_cell`'s row, job and age of the peak so far. A table keyed so has a
+    fourth axis twice (requests + 1) long (`PeakQuantileTable.use_at_peak`)."""
+    n_r = values.shape[1]
+    n_p = n_r + 1
     p_idx = 0
     if last >= 0:
         p = np.float64(peak[row, job_row, last, d])
         if np.isfinite(p) and p >= 0:
             p_idx = np.int64(min(max(p, 0.0), np.float64(n_p - 2)) + 1.0)
-    p_idx = min(max(p_idx, 0), n_p - 1)
+            if values.shape[2] > n_p and np.float64(usage[b, j, min(last, usage.shape[2] - 1), d]) >= p:
+                p_idx += n_p
     r_idx = min(max(np.int64(request[b, j, d]), 0), n_r - 1)
     return r_idx, p_idx
 
@@ -439,7 +443,7 @@ def _pick_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
 
 @njit(cache=True, inline="always")
 def _rule_values(
-    b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values, level_row,
+    b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values, level_row,
     use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, counts, out,
 ):  # fmt: skip
     """out (D,): job j's quantile (its request while young) where it lives past t and `counts`, else 0
@@ -455,7 +459,7 @@ def _rule_values(
         remaining_edges,
     )  # fmt: skip
     for d in range(out.shape[0]):
-        r, p = resource_cell(b, j, d, request, peak, row, job_row, last, values)
+        r, p = resource_cell(b, j, d, request, peak, row, job_row, last, values, usage)
         v = values[d, r, p, a, e, rem, level_row]
         if v < 0:
             return False
@@ -527,7 +531,7 @@ def _act_env(
         if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
             continue
         if not _rule_values(
-            b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
+            b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values,
             level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
             min_observed, True, job_value,
         ):  # fmt: skip
@@ -535,7 +539,7 @@ def _act_env(
         for d in range(n_d):
             sums[m, d] += job_value[d]
     if not _rule_values(
-        b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values,
+        b, head, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values,
         level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
         has_job, head_value,
     ):  # fmt: skip
@@ -586,7 +590,7 @@ def _act_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
 
 @njit(cache=True, inline="always")
 def _placer_lookup(
-    b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows, values, level_rows,
+    b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values, level_rows,
     use_labels, use_remaining, age_edges, remaining_edges, out,
 ):  # fmt: skip
     """out (L, D): the levels of job j of env b (`RemainingPeakQuantiles.flat_levels`); False if one is negative."""
@@ -598,7 +602,7 @@ def _placer_lookup(
         remaining_edges,
     )  # fmt: skip
     for d in range(out.shape[1]):
-        r, p = resource_cell(b, j, d, request, peak, row, job_row, last, values)
+        r, p = resource_cell(b, j, d, request, peak, row, job_row, last, values, usage)
         for li in range(level_rows.shape[0]):
             v = values[d, r, p, a, e, rem, level_rows[li]]
             out[li, d] = v
@@ -624,6 +628,7 @@ def _placer_env(
     past,
     duration,
     request,
+    usage,
     labels,
     peak,
     order,
@@ -665,7 +670,7 @@ def _placer_env(
         if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
             continue
         if not _placer_lookup(
-            b, j, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
+            b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows,
             values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
         ):  # fmt: skip
             return False
@@ -684,7 +689,7 @@ def _placer_env(
     head = min(next_job[b], n_j - 1)
     has_job = n_arrived[b] > next_job[b] and not is_done[b]
     if not _placer_lookup(
-        b, head, t, job_machine, job_start, duration, request, labels, peak, order, prefix_rows,
+        b, head, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows,
         values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
     ):  # fmt: skip
         return False
@@ -800,12 +805,12 @@ def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_alwa
     both); False where a looked-up value is negative. A finished env is not walked: its action is hold, its only
     valid one, and its inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
     n_m = mask.shape[1] - 1
-    if act_args[3][b] and placer_args[30]:  # is_done, and skip_done (`decide` passes it)
+    if act_args[3][b] and placer_args[31]:  # is_done, and skip_done (`decide` passes it)
         act_args[30][b] = n_m  # the rule's action
         mask[b, :n_m] = False
         mask[b, n_m] = True
-        placer_args[31][b] = 0.0  # x
-        placer_args[32][b] = 0.0  # g
+        placer_args[32][b] = 0.0  # x
+        placer_args[33][b] = 0.0  # g
         return True
     if not _act_env(b, act_scratch, *act_args):
         return False

@@ -20,6 +20,17 @@ Quantiles are the empirical "higher" quantile of each cell with at least `min_co
 backs off to the cell without its label, then without its age bucket, then to (request, peak so far), then to
 (request); a cell with none of those is forecast at max(request, peak so far) (request-based packing).
 
+With `use_at_peak` (the peak rules' default, `sim.tuning.TuningConfig.peak_at_peak_key`) every cell, down to the
+coarsest, is also keyed by whether the job's usage at its last observed step equals its peak so far, so the two
+halves never pool. Why: with the window's peak as the request, a job that has reached its request either touched
+it once (a spike; it will use less for a while) or sits at it (it will stay there), and the peak so far cannot
+tell them apart. On the sample's Bitbrains, seed 2, 80 %, every training VM with a 2-unit CPU request touched it
+and went back to 1, so the cell (request 2, peak so far 2, long remaining life) had a 0.99 quantile of 1 unit,
+while one test VM sat at 2 units for the whole of every job: 1.6-3.2 % of the test cases past their peak were
+forecast below it at the 0.99 level and every one of them was exceeded. Keyed, none were (seeds 0-1: the key
+moves the slack and the exceedances by at most 0.01 unit and 0.001; with the traces' requests by at most 0.17
+unit and 0.003: `benchmarks/at_peak_key.py`; README, "At its peak now").
+
 With `use_remaining` (a rule that knows each job's end time: `forecast_peak`, not `_nodur`) every cell is also
 keyed by the job's remaining life in steps (`REMAINING_EDGES`): a peak over the next 3 steps is smaller than one
 over the next 60, and the known end says which. Cells back off to (request, remaining life), then (request).
@@ -57,12 +68,14 @@ REMAINING_EDGES = (1, 2, 3, 5, 9, 17, 33, 65)
 
 @dataclass(frozen=True)
 class PeakQuantileTable:
-    """Quantiles of a job's remaining peak per (level, resource, request, peak so far + 1, age bucket, label,
-    remaining life)."""
+    """Quantiles of a job's remaining peak per (level, resource, request, peak so far + 1 and whether the job is at
+    it now, age bucket, label, remaining life)."""
 
     values: np.ndarray = field(repr=False)
-    """(L, D, C + 1, C + 2, len(AGE_EDGES), E, M) float64 units; peak-so-far index 0 = nothing observed yet; label
-    index E - 1 = unknown (E = 1 when labels are not used); M = len(REMAINING_EDGES) with `use_remaining`, else 1."""
+    """(L, D, C + 1, F x (C + 2), len(AGE_EDGES), E, M) float64 units; peak-so-far index 0 = nothing observed yet,
+    plus C + 2 where the job's usage at its last observed step is its peak so far (F = 2 with `use_at_peak`, else
+    F = 1); label index E - 1 = unknown (E = 1 when labels are not used); M = len(REMAINING_EDGES) with
+    `use_remaining`, else 1."""
     levels: tuple[float, ...]
     use_labels: bool
     n_cases: int
@@ -71,10 +84,19 @@ class PeakQuantileTable:
     """Share of the training cases whose finest cell had at least `min_count` cases (the rest backed off)."""
     use_remaining: bool = False
     """Whether cells are keyed by the job's remaining life too (its end time known)."""
+    use_at_peak: bool = False
+    """Whether cells are keyed by whether the job's usage at its last observed step equals its peak so far (module
+    docstring: a job sitting at its peak against one that touched it once)."""
 
     def __post_init__(self) -> None:
         if self.values.ndim == 6:  # a table saved before the remaining-life axis: one remaining-life cell
             object.__setattr__(self, "values", self.values[..., None])
+        n_f = 2 if self.use_at_peak else 1
+        if self.values.ndim != 7 or self.values.shape[3] != n_f * (self.values.shape[2] + 1):
+            raise ValueError(
+                f"PeakQuantileTable: values of shape {self.values.shape} do not fit use_at_peak={self.use_at_peak} "
+                f"(the fourth axis must be {n_f} x (requests + 1))"
+            )
 
     def lookup(
         self,
@@ -84,11 +106,14 @@ class PeakQuantileTable:
         age: np.ndarray,
         label: np.ndarray,
         remaining: np.ndarray | None = None,
+        at_peak: np.ndarray | None = None,
     ):
         """(N, D) the level's quantile for N jobs: request (N, D) units, peak so far (N, D) units (NaN or < 0 when
         nothing is observed), age (N,) observed steps, label (N,) EC label (any value: out of range = unknown),
-        remaining (N,) steps to each job's end (needed exactly when the table `use_remaining`: ValueError)."""
-        return self.lookup_levels((level,), request, peak, age, label, remaining)[:, 0]
+        remaining (N,) steps to each job's end (needed exactly when the table `use_remaining`: ValueError),
+        at_peak (N, D) whether the usage at the last observed step is the peak so far (needed exactly when the
+        table `use_at_peak`, `observed_at_peak`: ValueError)."""
+        return self.lookup_levels((level,), request, peak, age, label, remaining, at_peak)[:, 0]
 
     def lookup_levels(
         self,
@@ -98,13 +123,18 @@ class PeakQuantileTable:
         age: np.ndarray,
         label: np.ndarray,
         remaining: np.ndarray | None = None,
+        at_peak: np.ndarray | None = None,
     ) -> np.ndarray:
         """(N, L, D) the quantiles of `levels` (each a fitted level) for N jobs, from one cell look-up (`lookup`'s
         arguments)."""
         i_levels = np.array([_level_index(self.levels, lv) for lv in levels], dtype=np.int64)
         if self.use_remaining and remaining is None:
             raise ValueError("PeakQuantileTable.lookup: the table is keyed by remaining life; pass remaining")
-        n_d, _, n_p = self.values.shape[1:4]
+        if self.use_at_peak and at_peak is None:
+            raise ValueError(
+                "PeakQuantileTable.lookup: the table is keyed by whether each job is at its peak now; pass at_peak"
+            )
+        n_d, n_p = self.values.shape[1], self.n_peak
         peak = np.asarray(peak, dtype=np.float64)
         p_idx = np.where(np.isfinite(peak) & (peak >= 0), np.clip(np.nan_to_num(peak), 0, n_p - 2) + 1, 0)
         cell = self._cell(
@@ -113,6 +143,7 @@ class PeakQuantileTable:
             age_bucket(np.asarray(age))[:, None],
             np.asarray(label, dtype=np.int64)[:, None],
             None if remaining is None else np.asarray(remaining)[:, None],
+            None if at_peak is None else np.asarray(at_peak, dtype=bool),
         )
         return self.values[
             (i_levels[None, :, None], np.arange(n_d)[None, None, :], *(c[:, None] for c in cell))
@@ -124,21 +155,36 @@ class PeakQuantileTable:
         `labels_by_age` serves where it uses labels)."""
         cases = peak_cases(jobs, labels_by_age if self.use_labels else None)
         cell = self._cell(
-            cases["request"], cases["peak_idx"], cases["bucket"], cases["label"], cases["remaining"]
+            cases["request"],
+            cases["peak_idx"],
+            cases["bucket"],
+            cases["label"],
+            cases["remaining"],
+            cases["at_peak"],
         )
         q = self.values[(slice(None), cases["resource"], *cell)]  # (L, N)
         err = cases["target"][None, :] - q
         tau = np.asarray(self.levels)[:, None]
         return float(np.maximum(tau * err, (tau - 1) * err).mean())
 
-    def _cell(self, request, peak_idx, bucket, label, remaining) -> tuple[np.ndarray, ...]:
-        """The (request, peak so far, age bucket, label, remaining life) indices of `values` for jobs or cases, in
-        their shapes: request and peak-so-far index clipped, an unknown or out-of-range label to the unknown
-        cell, label and remaining life index 0 where the table is not keyed by them."""
-        n_r, n_p, _, n_e, _ = self.values.shape[2:]
+    @property
+    def n_peak(self) -> int:
+        """C + 2: the peak-so-far indices of one at-peak half of the values' fourth axis."""
+        return self.values.shape[2] + 1
+
+    def _cell(self, request, peak_idx, bucket, label, remaining, at_peak=None) -> tuple[np.ndarray, ...]:
+        """The (request, peak so far and at peak now, age bucket, label, remaining life) indices of `values` for
+        jobs or cases, in their shapes: request and peak-so-far index clipped, an unknown or out-of-range label
+        to the unknown cell, label, remaining life and at-peak index 0 where the table is not keyed by them (a
+        job with nothing observed is never at its peak)."""
+        n_r, _, _, n_e, _ = self.values.shape[2:]
+        n_p = self.n_peak
         e_idx = np.where((label >= 0) & (label < n_e - 1), label, n_e - 1) if self.use_labels else 0 * label
         m_idx = remaining_bucket(remaining) if self.use_remaining else 0 * bucket
-        return np.clip(request, 0, n_r - 1), np.clip(peak_idx, 0, n_p - 1), bucket, e_idx, m_idx
+        p_idx = np.clip(peak_idx, 0, n_p - 1)
+        if self.use_at_peak:
+            p_idx = p_idx + n_p * ((p_idx > 0) & np.asarray(at_peak, dtype=bool))
+        return np.clip(request, 0, n_r - 1), p_idx, bucket, e_idx, m_idx
 
     def forecaster(self, level: float, horizon: int) -> PeakQuantileForecaster:
         _level_index(self.levels, level)
@@ -172,7 +218,8 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
     a case takes the label the scheduler sees beside that case's peak so far, so the table is fitted on the view
     it is served. The two counts differ by one: a forecast reads steps start .. t (`sim.forecast.n_observed`),
     the labeller steps start .. t - 1 (`sim.labelling.observed_steps`), so a case at age a >= 1 takes the label
-    of age a - 1 (at a = 0, arrival, the meta-only label). None: every case takes the job's clustering label."""
+    of age a - 1 (at a = 0, arrival, the meta-only label). None: every case takes the job's clustering label.
+    Column at_peak: 1 where the job's usage at its last observed step (age a - 1) is its peak so far (0 at a = 0)."""
     is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
     b_idx, j_idx = np.nonzero(is_real & (train.duration > 0))
     if b_idx.size == 0:
@@ -189,7 +236,8 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
     served = None if labels_by_age is None else labels_by_age[b_idx, j_idx].astype(np.int64)  # (N, A)
     label = train.ec_label[b_idx, j_idx].astype(np.int64)
     cols: dict[str, list] = {
-        k: [] for k in ("resource", "request", "peak_idx", "bucket", "label", "target", "remaining")
+        k: []
+        for k in ("resource", "request", "peak_idx", "bucket", "label", "target", "remaining", "at_peak")
     }
     n_d = u.shape[2]
     for a in AGE_GRID:
@@ -198,6 +246,7 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
             break
         target = suffix[rows, a]  # (n, D)
         peak_idx = prefix[rows, a - 1] + 1 if a > 0 else np.zeros_like(target)
+        at_peak = u[rows, a - 1] >= prefix[rows, a - 1] if a > 0 else np.zeros(target.shape, dtype=bool)
         bucket = int(age_bucket(np.array([a]))[0])
         for d in range(n_d):
             cols["resource"].append(np.full(rows.size, d))
@@ -208,10 +257,11 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
             cols["label"].append(label[rows] if served is None else served[rows, label_age])
             cols["target"].append(target[:, d])
             cols["remaining"].append(dur[rows] - a)
+            cols["at_peak"].append(at_peak[:, d])
     return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
 
 
-def _group_quantiles(keys: np.ndarray, target: np.ndarray, levels, min_count: int):
+def _group_quantiles(keys: np.ndarray, target: np.ndarray, levels):
     """(unique keys, counts, (L, G) "higher" quantiles of `target` per key group); keys (N,) int64."""
     order = np.lexsort((target, keys))
     k_sorted, t_sorted = keys[order], target[order]
@@ -234,11 +284,14 @@ def fit_peak_quantiles(
     min_count: int = 30,
     labels_by_age: np.ndarray | None = None,
     use_remaining: bool = False,
+    use_at_peak: bool = False,
 ) -> PeakQuantileTable:
     """The table of remaining-peak quantiles (module docstring) fitted on the sequences `train` (TRAINING ones:
     nothing of a test sequence may reach it), keyed by the clustering labels or, given `labels_by_age`, by the
     labels a labeller serves at each age (`peak_cases`); with `use_remaining`, by each case's remaining life too
-    (module docstring). ValueError on an empty split or a level outside (0, 1]."""
+    (module docstring); with `use_at_peak`, by whether the job is at its peak so far now, at every level of the
+    back-off (module docstring). ValueError on an empty split, a level outside (0, 1] or
+    min_count below 1."""
     if any(not 0.0 < lv <= 1.0 for lv in levels):
         raise ValueError(f"fit_peak_quantiles: levels must be in (0, 1], got {levels}")
     if min_count < 1:
@@ -249,43 +302,50 @@ def fit_peak_quantiles(
     n_r, n_p, n_b = cap + 1, cap + 2, len(AGE_EDGES)
     n_e = (int(cfg.n_labels) + 1) if use_labels else 1
     n_m = len(REMAINING_EDGES) if use_remaining else 1
-    shape = (n_d, n_r, n_p, n_b, n_e, n_m)
+    n_f = 2 if use_at_peak else 1
+    shape = (n_d, n_r, n_p, n_f, n_b, n_e, n_m)
     r = np.clip(cases["request"], 0, n_r - 1)
     p = np.clip(cases["peak_idx"], 0, n_p - 1)
     e = np.clip(cases["label"], 0, n_e - 1) if use_labels else np.zeros_like(r)
     m = remaining_bucket(cases["remaining"]) if use_remaining else np.zeros_like(r)
-    idx = {"d": cases["resource"], "r": r, "p": p, "b": cases["bucket"], "e": e, "m": m}
-    dims = {"d": n_d, "r": n_r, "p": n_p, "b": n_b, "e": n_e, "m": n_m}
+    f = (cases["at_peak"] > 0).astype(np.int64) if use_at_peak else np.zeros_like(r)
+    idx = {"d": cases["resource"], "r": r, "p": p, "f": f, "b": cases["bucket"], "e": e, "m": m}
+    dims = {"d": n_d, "r": n_r, "p": n_p, "f": n_f, "b": n_b, "e": n_e, "m": n_m}
     # the prior of an empty cell: max(request, peak so far), i.e. request-based packing
     req_grid = np.arange(n_r)[:, None]
     peak_grid = np.r_[0, np.arange(n_p - 1)][None, :]  # index 0 (none) -> 0, index i -> i - 1
     prior = np.maximum(req_grid, peak_grid).astype(np.float64)  # (R, P)
-    values = np.broadcast_to(prior[None, None, :, :, None, None, None], (len(levels), *shape)).copy()
+    values = np.broadcast_to(prior[None, None, :, :, None, None, None, None], (len(levels), *shape)).copy()
     hierarchy = [("d", "r"), ("d", "r", "p"), ("d", "r", "p", "b")]
     if use_remaining:  # every cell but the coarsest knows how long the job has left
         hierarchy = [("d", "r"), ("d", "r", "m"), ("d", "r", "p", "m"), ("d", "r", "p", "b", "m")]
     if use_labels:
         hierarchy.append((*hierarchy[-1], "e"))
+    if use_at_peak:  # never pooled with the other half: a thin cell backs off within its own half
+        hierarchy = [(*names, "f") for names in hierarchy]
     own_cell = np.zeros(r.size, dtype=bool)
     for names in hierarchy:
-        names = tuple(n for n in "drpbem" if n in names)  # the values' axis order
+        names = tuple(n for n in "drpfbem" if n in names)  # the values' axis order
         sub_shape = tuple(dims[n] for n in names)
         keys = np.ravel_multi_index(tuple(idx[n] for n in names), sub_shape)
-        uniq, counts, quant = _group_quantiles(keys, cases["target"], levels, min_count)
+        uniq, counts, quant = _group_quantiles(keys, cases["target"], levels)
         ok = counts >= min_count
         dense = np.full((len(levels), int(np.prod(sub_shape))), np.nan)
         dense[:, uniq[ok]] = quant[:, ok]
-        expand = [slice(None)] + [slice(None) if n in names else None for n in "drpbem"]
+        expand = [slice(None)] + [slice(None) if n in names else None for n in "drpfbem"]
         dense = dense.reshape(len(levels), *sub_shape)[tuple(expand)]
         values = np.where(np.isnan(dense), values, dense)
         own_cell = np.isin(keys, uniq[ok])
+    # the at-peak axis folded into the peak-so-far axis: index f x (C + 2) + peak index (the kernels' layout)
+    folded = np.moveaxis(values, 4, 3).reshape(len(levels), n_d, n_r, n_f * n_p, n_b, n_e, n_m)
     return PeakQuantileTable(
-        values=values,
+        values=np.ascontiguousarray(folded),
         levels=tuple(float(lv) for lv in levels),
         use_labels=use_labels,
         n_cases=int(r.size),
         share_own_cell=float(own_cell.mean()),
         use_remaining=use_remaining,
+        use_at_peak=use_at_peak,
     )
 
 
@@ -324,7 +384,13 @@ class PeakQuantileForecaster:
         request = state.jobs.request[env, job].astype(np.int64)
         labels = observed_labels(state)[env, job]
         return self.table.lookup(
-            self.level, request, peak, n_obs, labels, _remaining(self.table, state, env, job, n_obs)
+            self.level,
+            request,
+            peak,
+            n_obs,
+            labels,
+            _remaining(self.table, state, env, job, n_obs),
+            observed_at_peak(self.table, state, env, job, n_obs, peak),
         )
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
@@ -359,7 +425,10 @@ class RemainingPeakQuantiles:
         request = state.jobs.request[env, job].astype(np.int64)
         labels = observed_labels(state)[env, job]
         remaining = _remaining(self.table, state, env, job, n_obs)
-        return self.table.lookup_levels(levels, request, peak, n_obs, labels, remaining).astype(np.float64)
+        at_peak = observed_at_peak(self.table, state, env, job, n_obs, peak)
+        return self.table.lookup_levels(levels, request, peak, n_obs, labels, remaining, at_peak).astype(
+            np.float64
+        )
 
     def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, L, H, D) each level's quantile at every step."""
@@ -375,3 +444,22 @@ def _remaining(table: PeakQuantileTable, state: State, env: np.ndarray, job: np.
     if not table.use_remaining:
         return None
     return state.jobs.duration[env, job].astype(np.int64) - n_obs
+
+
+def observed_at_peak(
+    table: PeakQuantileTable,
+    state: State,
+    env: np.ndarray,
+    job: np.ndarray,
+    n_obs: np.ndarray,
+    peak: np.ndarray,
+) -> np.ndarray | None:
+    """(N, D) whether each job's usage at its last observed step is its peak so far (`peak`, NaN where nothing is
+    observed: False there), for a table keyed by it; None for one that is not (observed usage only: step n_obs - 1
+    of the job's life, as the peak so far reads)."""
+    if not table.use_at_peak:
+        return None
+    last = np.clip(n_obs - 1, 0, state.jobs.usage.shape[2] - 1)
+    now = state.jobs.usage[env, job, last].astype(np.float64)  # (N, D)
+    with np.errstate(invalid="ignore"):
+        return (n_obs[:, None] > 0) & (now >= peak)

@@ -935,8 +935,8 @@ def _peak_table(ctx, use_labels: bool, know_ends: bool):
 
 def _fit_part_table(ctx, use_labels: bool, use_remaining: bool, levels: tuple[float, ...] | None = None):
     """The remaining-peak quantile table fitted on the context's fit part (cached), on the labels the context
-    serves where `use_labels`, keyed by remaining life where `use_remaining`, at `levels` (None: the rule's,
-    0.5 and the tuning grid's peak levels)."""
+    serves where `use_labels`, keyed by remaining life where `use_remaining` and by being at the peak now where
+    `TuningConfig.peak_at_peak_key`, at `levels` (None: the rule's, 0.5 and the tuning grid's peak levels)."""
     from sim.peak_forecast import fit_peak_quantiles
 
     fit_part = ctx.split()[0]
@@ -951,6 +951,7 @@ def _fit_part_table(ctx, use_labels: bool, use_remaining: bool, levels: tuple[fl
             use_labels=use_labels,
             labels_by_age=ctx.labels_by_age(fit_part) if use_labels else None,
             use_remaining=use_remaining,
+            use_at_peak=ctx.tuning.peak_at_peak_key,
         ),
     )
 

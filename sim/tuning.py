@@ -74,6 +74,13 @@ class TuningConfig:
     quantiles (rho = 1, kappa = 1), which the plain candidate already is. Off: measured on the traces' requests
     (README, "Co-peaking calibrated"), validation kept it in 9 of 18 cells and the test returns moved both ways
     (84 VMs -0.161 at 50 %, sample +0.125 at 80 %, x1e6, against the plain choice)."""
+    peak_at_peak_key: bool = True
+    """The peak rules' remaining-peak table is keyed by whether each job's usage at its last observed step is its
+    peak so far, at every level of its back-off (`sim.peak_forecast.fit_peak_quantiles`' `use_at_peak`): a job that
+    sits at its peak is not forecast from jobs that touched theirs once. Measured (README, "At its peak now"):
+    with the window's peak as the request one test VM of the sample's seed 2 sits at its request for its whole
+    life while every training VM with that request touched it once, and the table without the key packed one unit
+    beyond it. False: the table before the key."""
     n_sigmas: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
     """N of Google's N-sigma predictor tried on validation."""
     fallbacks: tuple[str, ...] = REQUEST_HEURISTICS

@@ -28,6 +28,11 @@ CASES = {
         False,
     ),
     "served_labels_no_durations": (SimConfig(n_machines=4, max_steps=400), dict(use_labels=True), True),
+    "at_peak_remaining_served": (
+        SimConfig(n_machines=5, max_steps=400, noise_max_units=1),
+        dict(use_labels=True, use_remaining=True, use_at_peak=True),
+        True,
+    ),
 }
 
 
@@ -101,6 +106,13 @@ DECIDE_CASES = {
         "tetris",
         RiskConfig(level=0.75),
         dict(use_remaining=True),
+        True,
+    ),
+    "sjf_pack_at_peak_served": (
+        SimConfig(n_machines=4, max_steps=400),
+        "deeprm_sjf",
+        RiskConfig(level=0.9, mode="pack"),
+        dict(use_remaining=True, use_at_peak=True),
         True,
     ),
     "sjf_young_served_none": (

@@ -1,6 +1,6 @@
 """The compiled job pick and rule decision (`sim.compiled_decision`) decide exactly as the numpy path at every
-decision of episodes over DeepRM's SJF, Packer and Tetris as fallbacks, "deviate" and "pack", tables with labels and
-remaining life, young jobs at their request, durations unknown, noise and every placement check; and step aside
+decision of episodes over DeepRM's SJF, Packer and Tetris as fallbacks, "deviate" and "pack", tables with labels,
+remaining life and the at-peak key, young jobs at their request, durations unknown, noise and every placement check; and step aside
 where they do not apply."""
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ CASES = {
         "tetris",
         RiskConfig(level=0.75),
         dict(use_remaining=True),
+    ),
+    "sjf_pack_at_peak_remaining_noise": (
+        SimConfig(n_machines=4, max_steps=400, noise_max_units=1),
+        "deeprm_sjf",
+        RiskConfig(level=0.9, mode="pack"),
+        dict(use_remaining=True, use_at_peak=True),
     ),
     "tetris_pack_first_step_noise": (
         SimConfig(n_machines=5, max_steps=400, noise_max_units=1, placement_check="first_step"),

@@ -100,6 +100,46 @@ def test_labels_sharpen_the_forecast_and_backoff_fills_thin_cells() -> None:
         with_ec.lookup(0.42, req, none, age0, labels)
 
 
+def _once_or_flat(n_rows: int, n_jobs: int, seed: int, share_flat: float) -> JobBatch:
+    """Jobs whose request is their peak, 2 units (TVW-RL's requests): most touch it at their first step and use 1
+    after; a `share_flat` of them sit at 2 for their whole life."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, flat = int(rng.integers(12, 30)), bool(rng.random() < share_flat)
+            usage = [[2 if flat or a == 0 else 1] * 2 for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [2, 2]})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def test_the_at_peak_key_keeps_a_job_sitting_at_its_peak_at_its_request() -> None:
+    """A job that sits at its peak is not forecast from the many that touched theirs once: without the key the 0.9
+    quantile of a flat job's remaining peak is 1 (below its request: it overshoots on every step), with the key it
+    is 2, and a job that has left its peak keeps the low quantile; the key's cases are the last observed step's."""
+    train = _once_or_flat(30, 30, seed=1, share_flat=0.05)
+    cases = peak_cases(train)
+    age1 = (cases["bucket"] == 1) & (cases["peak_idx"] > 0)  # one observed step: every job is at its peak
+    assert cases["at_peak"][age1].all() and not cases["at_peak"][cases["peak_idx"] == 0].any()
+    plain = fit_peak_quantiles(train, CFG, (0.5, 0.9), use_labels=False, min_count=5)
+    keyed = fit_peak_quantiles(train, CFG, (0.5, 0.9), use_labels=False, min_count=5, use_at_peak=True)
+    assert keyed.values.shape[3] == 2 * plain.values.shape[3]
+    req, peak, age, label = np.full((2, 2), 2), np.full((2, 2), 2.0), np.full(2, 8), np.zeros(2, dtype=int)
+    now = np.array([[True, True], [False, False]])  # a flat job at its peak, a job that touched it once
+    assert (plain.lookup(0.9, req, peak, age, label) == 1).all()
+    np.testing.assert_array_equal(keyed.lookup(0.9, req, peak, age, label, at_peak=now), [[2, 2], [1, 1]])
+    # the table's own loss on held-out jobs of the same kind falls with the key
+    held_out = _once_or_flat(10, 30, seed=2, share_flat=0.05)
+    assert keyed.pinball_loss(held_out) < plain.pinball_loss(held_out)
+    with pytest.raises(ValueError, match="at its peak now; pass at_peak"):
+        keyed.lookup(0.9, req, peak, age, label)
+    with pytest.raises(ValueError, match="use_at_peak=False"):
+        replace(keyed, use_at_peak=False)  # e.g. a checkpoint's values with the wrong flag
+
+
 def test_age_buckets() -> None:
     assert age_bucket(np.array([0, 1, 2, 3, 4, 63, 64, 10_000])).tolist() == [0, 1, 2, 2, 3, 6, 7, 7]
     assert len(AGE_EDGES) == 8
@@ -187,10 +227,12 @@ def test_every_level_of_the_table_as_a_usage_forecaster() -> None:
     assert (np.diff(q, axis=1) >= 0).all() and (np.diff(q, axis=1) > 0).any()
 
 
-def test_forecast_reads_no_future_usage() -> None:
-    """Changing a running job's usage after now changes neither its forecast nor the rule's bounds."""
+@pytest.mark.parametrize("at_peak", [False, True])
+def test_forecast_reads_no_future_usage(at_peak: bool) -> None:
+    """Changing a running job's usage after now changes neither its forecast nor the rule's bounds (with the
+    at-peak key too: it reads the last observed step)."""
     jobs = _jobs(2, 20, seed=4)
-    table = fit_peak_quantiles(_jobs(4, 40, seed=5), CFG, min_count=5)
+    table = fit_peak_quantiles(_jobs(4, 40, seed=5), CFG, min_count=5, use_at_peak=at_peak)
     forecaster = table.forecaster(0.9, horizon=30)
     state = core.reset(CFG, jobs, 0)
     rng = np.random.default_rng(0)
@@ -387,11 +429,12 @@ def test_a_fit_context_with_a_labeller_validates_and_fits_on_its_labels() -> Non
         np.full(3, 20),
     )  # fresh jobs, 20 steps to go
     # every fresh job was label 0 in training: any label reads the all-class quantile (the spike is possible)
-    assert (table.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]), left) == 5).all()
+    fresh = np.zeros((3, 2), dtype=bool)  # nothing observed: not at a peak
+    assert (table.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]), left, fresh) == 5).all()
     plain = FitContext(CFG, train, tuning, where="toy")
     POLICIES["forecast_peak"].fit(plain)
     own = plain.cached(("peak_table", True, True), lambda: None)
-    assert (own.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]), left)[:2] == 1).all()
+    assert (own.lookup(0.9, req, none, np.zeros(3), np.array([0, 1, 2]), left, fresh)[:2] == 1).all()
 
 
 def test_policies_that_say_they_read_no_labels_decide_the_same_on_any_labels() -> None:
