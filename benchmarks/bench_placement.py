@@ -162,6 +162,12 @@ def main() -> None:
         "(the quantile of the machine's sum, fit_rho) beside the sum of quantiles",
     )
     ap.add_argument(
+        "--no-at-peak-key",
+        action="store_true",
+        help="TuningConfig.peak_at_peak_key off: the peak rules' remaining-peak table without the at-peak key (the "
+        "table before 2026-12-03, for comparison)",
+    )
+    ap.add_argument(
         "--request-mode",
         default="peak",
         choices=["peak", "trace"],
@@ -250,6 +256,7 @@ def main() -> None:
                     cross_fit_sequences=args.cross_fit_sequences,
                     choice_z=args.choice_z,
                     peak_calibrated=args.peak_calibrated,
+                    peak_at_peak_key=not args.no_at_peak_key,
                     machines_budget=args.machines_budget,
                     **({"fallbacks": tuple(args.fallbacks.split(","))} if args.fallbacks else {}),
                 ),
