@@ -37,15 +37,7 @@ def key_rows(train: JobBatch, test: JobBatch, cfg: SimConfig) -> list[dict]:
         table = fit_peak_quantiles(
             train, cfg, LEVELS, use_labels=False, use_remaining=True, use_at_peak=keyed
         )
-        cell = table._cell(
-            cases["request"],
-            cases["peak_idx"],
-            cases["bucket"],
-            cases["label"],
-            cases["remaining"],
-            cases["at_peak"],
-        )
-        q = table.values[(slice(None), cases["resource"], *cell)]  # (L, N)
+        q = table.case_quantiles(cases)  # (L, N)
         for d in range(len(cfg.capacity_units)):
             m = observed & (cases["resource"] == d)
             for li, level in enumerate(LEVELS):

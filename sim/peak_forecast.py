@@ -155,6 +155,12 @@ class PeakQuantileTable:
         the jobs of `jobs` (held-out sequences: validation, never test), keyed as the table is (the labels
         `labels_by_age` serves where it uses labels)."""
         cases = peak_cases(jobs, labels_by_age if self.use_labels else None)
+        err = cases["target"][None, :] - self.case_quantiles(cases)
+        tau = np.asarray(self.levels)[:, None]
+        return float(np.maximum(tau * err, (tau - 1) * err).mean())
+
+    def case_quantiles(self, cases: dict[str, np.ndarray]) -> np.ndarray:
+        """(L, N) every level's quantile for N cases of `peak_cases` (each case's cell, keyed as the table is)."""
         cell = self._cell(
             cases["request"],
             cases["peak_idx"],
@@ -163,10 +169,7 @@ class PeakQuantileTable:
             cases["remaining"],
             cases["at_peak"],
         )
-        q = self.values[(slice(None), cases["resource"], *cell)]  # (L, N)
-        err = cases["target"][None, :] - q
-        tau = np.asarray(self.levels)[:, None]
-        return float(np.maximum(tau * err, (tau - 1) * err).mean())
+        return self.values[(slice(None), cases["resource"], *cell)]
 
     @property
     def n_peak(self) -> int:

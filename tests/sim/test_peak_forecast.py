@@ -25,20 +25,29 @@ from sim.tuning import FitContext, TuningConfig
 CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
 
 
-def _jobs(n_rows: int, n_jobs: int, seed: int, request: int = 6) -> JobBatch:
-    """Jobs requesting `request` units that use 1 unit, except label-2 jobs that spike to 5 in their second half:
-    a request far above usage (as a trace's own requests are), and a class that tells who spikes."""
+def _sequences(n_rows: int, n_jobs: int, seed: int, job) -> JobBatch:
+    """`n_rows` sequences of `n_jobs` jobs arriving 0-2 steps apart, each job's other fields from `job(rng)`."""
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n_rows):
         seq, t = [], 0
         for _ in range(n_jobs):
             t += int(rng.integers(0, 3))
-            dur, label = int(rng.integers(6, 24)), int(rng.integers(0, 3))
-            usage = [[5 if label == 2 and a >= dur // 2 else 1] * 2 for a in range(dur)]
-            seq.append({"arrival_step": t, "usage": usage, "ec_label": label, "request": [request, request]})
+            seq.append({"arrival_step": t, **job(rng)})
         rows.append(seq)
     return JobBatch.from_jobs(rows)
+
+
+def _jobs(n_rows: int, n_jobs: int, seed: int, request: int = 6) -> JobBatch:
+    """Jobs requesting `request` units that use 1 unit, except label-2 jobs that spike to 5 in their second half:
+    a request far above usage (as a trace's own requests are), and a class that tells who spikes."""
+
+    def job(rng) -> dict:
+        dur, label = int(rng.integers(6, 24)), int(rng.integers(0, 3))
+        usage = [[5 if label == 2 and a >= dur // 2 else 1] * 2 for a in range(dur)]
+        return {"usage": usage, "ec_label": label, "request": [request, request]}
+
+    return _sequences(n_rows, n_jobs, seed, job)
 
 
 def test_cases_count_every_job_at_every_age_below_its_duration() -> None:
@@ -103,17 +112,16 @@ def test_labels_sharpen_the_forecast_and_backoff_fills_thin_cells() -> None:
 def _once_or_flat(n_rows: int, n_jobs: int, seed: int, share_flat: float) -> JobBatch:
     """Jobs whose request is their peak, 2 units (TVW-RL's requests): most touch it at their first step and use 1
     after; a `share_flat` of them sit at 2 for their whole life."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(n_rows):
-        seq, t = [], 0
-        for _ in range(n_jobs):
-            t += int(rng.integers(0, 3))
-            dur, flat = int(rng.integers(12, 30)), bool(rng.random() < share_flat)
-            usage = [[2 if flat or a == 0 else 1] * 2 for a in range(dur)]
-            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [2, 2]})
-        rows.append(seq)
-    return JobBatch.from_jobs(rows)
+
+    def job(rng) -> dict:
+        dur, flat = int(rng.integers(12, 30)), bool(rng.random() < share_flat)
+        return {
+            "usage": [[2 if flat or a == 0 else 1] * 2 for a in range(dur)],
+            "ec_label": 0,
+            "request": [2, 2],
+        }
+
+    return _sequences(n_rows, n_jobs, seed, job)
 
 
 def test_the_at_peak_key_keeps_a_job_sitting_at_its_peak_at_its_request() -> None:
