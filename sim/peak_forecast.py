@@ -24,8 +24,8 @@ With `use_at_peak` (the peak rules' default, `sim.tuning.TuningConfig.peak_at_pe
 coarsest, is also keyed by whether the job's usage at its last observed step equals its peak so far, so the two
 halves never pool. Why: with the window's peak as the request, a job that has reached its request either touched
 it once (a spike; it will use less for a while) or sits at it (it will stay there), and the peak so far cannot
-tell them apart. On the sample's Bitbrains, seed 2, 80 %, every training VM with a 2-unit CPU request touched it
-and went back to 1, so the cell (request 2, peak so far 2, long remaining life) had a 0.99 quantile of 1 unit,
+tell them apart. On the sample's Bitbrains, seed 2, 80 %, the training VMs with a 2-unit CPU request mostly touched
+it and went back to 1, so the cells (request 2, peak so far 2, long remaining life) had a 0.99 quantile of 1 unit,
 while one test VM sat at 2 units for the whole of every job: at 50 and 80 % load 2.1 and 3.2 % of the test CPU
 cases were forecast below the request at the 0.99 level and every one of them was exceeded. Keyed, none were; in
 seeds 0 and 1 the key adds up to 0.012 unit of slack and 0.0014 of exceedances, and with the traces' requests it

@@ -905,6 +905,7 @@ def fit_peak_rule(ctx, name: str, use_durations: bool = True, use_labels: bool =
             "peak_table_cases": table.n_cases,
             "peak_table_share_own_cell": table.share_own_cell,
             "peak_table_remaining_life": table.use_remaining,
+            "peak_table_at_peak_key": table.use_at_peak,
             "peak_table_validation_pinball": {
                 ("remaining_life" if k else "without"): v
                 for k, v in structure.get("validation_pinball", {}).items()

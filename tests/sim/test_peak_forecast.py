@@ -207,6 +207,7 @@ def test_the_remaining_life_key_is_kept_where_validation_loss_says_so_and_only_w
         loss = chosen["peak_table_validation_pinball"]
         assert chosen["peak_table_remaining_life"] is (loss["remaining_life"] < loss["without"])
         assert nodur["peak_table_remaining_life"] is False and nodur["peak_table_validation_pinball"] == {}
+        assert chosen["peak_table_at_peak_key"] is True  # TuningConfig.peak_at_peak_key's default
         if keyed is not None:
             assert chosen["peak_table_remaining_life"] is keyed
         if chosen["forecaster"] == "peak_quantile":
