@@ -79,8 +79,8 @@ class TuningConfig:
     peak so far, at every level of its back-off (`sim.peak_forecast.fit_peak_quantiles`' `use_at_peak`): a job that
     sits at its peak is not forecast from jobs that touched theirs once. Measured (README, "At its peak now"):
     with the window's peak as the request one test VM of the sample's seed 2 sits at its request for its whole
-    life while every training VM with that request touched it once, and the table without the key packed one unit
-    beyond it. False: the table before the key."""
+    life while the training VMs with that request mostly touched it once, and the table without the key packed one
+    unit beyond it. False: the table before the key."""
     n_sigmas: tuple[float, ...] = (1.0, 2.0, 3.0, 5.0)
     """N of Google's N-sigma predictor tried on validation."""
     fallbacks: tuple[str, ...] = REQUEST_HEURISTICS
