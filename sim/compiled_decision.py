@@ -25,6 +25,8 @@ tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import njit, prange
 
@@ -48,12 +50,45 @@ def noise_args(state: State) -> tuple[np.ndarray, bool]:
     return (NO_NOISE, False) if state.noise is None else (state.noise, True)
 
 
-def prefix_args(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(peak so far, job order, row map) of the batch's running summaries (`ObservedPrefix`) as the kernels
-    take them: the row map is the identity where the batch is not a selection."""
+def prefix_args(jobs: JobBatch, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(peak cells, job order, row map) of the batch's running summaries (`ObservedPrefix`) as the kernels take them
+    for a remaining-peak table's `values` in `levels_last` layout (`peak_cells`); the row map is the identity where the batch is not a
+    selection."""
     prefix = jobs.observed_prefix[0]
     rows = np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
-    return prefix.peak, prefix.order, rows
+    return peak_cells(prefix, values), prefix.order, rows
+
+
+def peak_cells(prefix, values: np.ndarray) -> np.ndarray:
+    """(B, J, T, D) int16 over the summaries' own rows and jobs: the index on a remaining-peak table's peak axis of
+    each job at each age of its peak so far, as `PeakQuantileTable.lookup_levels` finds it (0 where nothing valid
+    is observed, else peak so far + 1 capped at requests + 1; plus requests + 2 where the table is keyed by being at
+    the peak now and the value at that age is the peak so far, `ObservedPrefix.at_peak`), for a table's values in
+    the kernels' layout (`levels_last`: D, R, P, A, E, M, L). The kernels read one int16 per job
+    and resource here, both resources in one cache line, instead of the float32 peak and the batch's profile (random
+    reads that missed the cache: a third of the placer's inputs kernel, item 8). Kept per summaries and table
+    shape while the summaries live (a weak reference: the cache does not keep a batch's summaries alive)."""
+    n_r = values.shape[1]
+    n_p = n_r + 1
+    keyed = values.shape[2] > n_p
+    key = (id(prefix.peak), n_r, keyed)
+    hit = _PEAK_CELLS.get(key)
+    if hit is None or hit[0]() is not prefix.peak:
+        if keyed and prefix.at_peak is None:
+            raise ValueError(
+                "peak_cells: the table is keyed by being at the peak now, the summaries lack at_peak"
+            )
+        peak = prefix.peak.astype(np.float64)
+        valid = np.isfinite(peak) & (peak >= 0)
+        cells = np.where(valid, np.minimum(np.where(valid, peak, 0.0), n_p - 2) + 1.0, 0.0).astype(np.int16)
+        if keyed:
+            cells += (valid & prefix.at_peak).astype(np.int16) * np.int16(n_p)
+        hit = _PEAK_CELLS[key] = (weakref.ref(prefix.peak), cells)
+        weakref.finalize(prefix.peak, _PEAK_CELLS.pop, key, None)
+    return hit[1]
+
+
+_PEAK_CELLS: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 
 
 _GIVEN, _TETRIS, _PACKER, _SJF = 0, 1, 2, 3
@@ -158,7 +193,7 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine,
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
         observed_labels(state), state.timeline, noise, has_noise,
-        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs),
+        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs, levels_last(table.values)),
         levels_last(table.values), level_row, table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), fallback is not Tetris, risk.mode == "pack", out,
@@ -198,7 +233,7 @@ _LEVELS_LAST: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 @njit(cache=True, inline="always")
 def job_cell(
-    b, j, n_obs, duration, labels, order, prefix_rows, peak, values, use_labels, use_remaining, age_edges,
+    b, j, n_obs, duration, labels, order, prefix_rows, cells, values, use_labels, use_remaining, age_edges,
     remaining_edges,
 ):  # fmt: skip
     """The part of job j's remaining-peak table cell that every resource shares (age bucket, label, remaining
@@ -215,25 +250,16 @@ def job_cell(
     rem = 0
     if use_remaining:
         rem = bucket_of(remaining_edges, max(duration[b, j] - n_obs, 1))
-    last = min(max(n_obs - 1, 0), peak.shape[2] - 1) if n_obs > 0 else -1
+    last = min(max(n_obs - 1, 0), cells.shape[2] - 1) if n_obs > 0 else -1
     return bucket, e, rem, prefix_rows[b], order[b, j], last
 
 
 @njit(cache=True, inline="always")
-def resource_cell(b, j, d, request, peak, row, job_row, last, values, usage):
-    """The rest of the cell in resource d: (request, peak so far + 1, plus C + 2 where the table is keyed by being
-    at the peak now and the job's usage at its last observed step is its peak so far), as
-    `PeakQuantileTable.lookup_levels`, from `job_cell`'s row, job and age of the peak so far. A table keyed so has a
-    fourth axis twice (requests + 1) long (`PeakQuantileTable.use_at_peak`)."""
-    n_r = values.shape[1]
-    n_p = n_r + 1
-    p_idx = 0
-    if last >= 0:
-        p = np.float64(peak[row, job_row, last, d])
-        if np.isfinite(p) and p >= 0:
-            p_idx = np.int64(min(max(p, 0.0), np.float64(n_p - 2)) + 1.0)
-            if values.shape[2] > n_p and np.float64(usage[b, j, min(last, usage.shape[2] - 1), d]) >= p:
-                p_idx += n_p
+def resource_cell(b, j, d, request, cells, row, job_row, last, n_r):
+    """The rest of the cell in resource d: (request, peak axis index), as `PeakQuantileTable.lookup_levels`, from
+    `job_cell`'s row, job and age of the peak so far and the batch's `peak_cells` (the peak so far + 1, folded with
+    being at the peak now where the table is keyed so); n_r the table's request values."""
+    p_idx = np.int64(cells[row, job_row, last, d]) if last >= 0 else 0
     r_idx = min(max(np.int64(request[b, j, d]), 0), n_r - 1)
     return r_idx, p_idx
 
@@ -443,7 +469,7 @@ def _pick_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
 
 @njit(cache=True, inline="always")
 def _rule_values(
-    b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values, level_row,
+    b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_row,
     use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, counts, out,
 ):  # fmt: skip
     """out (D,): job j's quantile (its request while young) where it lives past t and `counts`, else 0
@@ -455,11 +481,11 @@ def _rule_values(
     is_young = min_observed > 0 and t - start + 1 < min_observed
     n_obs = min(max(t - start + 1, 0), duration[b, j])
     a, e, rem, row, job_row, last = job_cell(
-        b, j, n_obs, duration, labels, order, prefix_rows, peak, values, use_labels, use_remaining, age_edges,
+        b, j, n_obs, duration, labels, order, prefix_rows, cells, values, use_labels, use_remaining, age_edges,
         remaining_edges,
     )  # fmt: skip
     for d in range(out.shape[0]):
-        r, p = resource_cell(b, j, d, request, peak, row, job_row, last, values, usage)
+        r, p = resource_cell(b, j, d, request, cells, row, job_row, last, values.shape[1])
         v = values[d, r, p, a, e, rem, level_row]
         if v < 0:
             return False
@@ -472,7 +498,7 @@ def _rule_values(
 @njit(cache=True)
 def _act_env(
     b, scratch, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
-    timeline, noise, has_noise, check, cap, peak, order, prefix_rows, values, level_row, use_labels,
+    timeline, noise, has_noise, check, cap, cells, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
 ):  # fmt: skip
     """Env b's part of `_act_kernel` (the body both its kernels run per env); `scratch` from `_act_scratch`,
@@ -531,7 +557,7 @@ def _act_env(
         if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
             continue
         if not _rule_values(
-            b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values,
+            b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
             level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
             min_observed, True, job_value,
         ):  # fmt: skip
@@ -539,7 +565,7 @@ def _act_env(
         for d in range(n_d):
             sums[m, d] += job_value[d]
     if not _rule_values(
-        b, head, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values,
+        b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
         level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
         has_job, head_value,
     ):  # fmt: skip
@@ -590,7 +616,7 @@ def _act_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
 
 @njit(cache=True, inline="always")
 def _placer_lookup(
-    b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows, values, level_rows,
+    b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
     use_labels, use_remaining, age_edges, remaining_edges, out,
 ):  # fmt: skip
     """out (L, D): the levels of job j of env b (`RemainingPeakQuantiles.flat_levels`); False if one is negative."""
@@ -598,11 +624,11 @@ def _placer_lookup(
     n_obs = min(max(t - start + 1, 0), duration[b, j])
     ok = True
     a, e, rem, row, job_row, last = job_cell(
-        b, j, n_obs, duration, labels, order, prefix_rows, peak, values, use_labels, use_remaining, age_edges,
+        b, j, n_obs, duration, labels, order, prefix_rows, cells, values, use_labels, use_remaining, age_edges,
         remaining_edges,
     )  # fmt: skip
     for d in range(out.shape[1]):
-        r, p = resource_cell(b, j, d, request, peak, row, job_row, last, values, usage)
+        r, p = resource_cell(b, j, d, request, cells, row, job_row, last, values.shape[1])
         for li in range(level_rows.shape[0]):
             v = values[d, r, p, a, e, rem, level_rows[li]]
             out[li, d] = v
@@ -628,9 +654,8 @@ def _placer_env(
     past,
     duration,
     request,
-    usage,
     labels,
-    peak,
+    cells,
     order,
     prefix_rows,
     values,
@@ -670,7 +695,7 @@ def _placer_env(
         if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
             continue
         if not _placer_lookup(
-            b, j, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows,
+            b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
             values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
         ):  # fmt: skip
             return False
@@ -689,7 +714,7 @@ def _placer_env(
     head = min(next_job[b], n_j - 1)
     has_job = n_arrived[b] > next_job[b] and not is_done[b]
     if not _placer_lookup(
-        b, head, t, job_machine, job_start, duration, request, usage, labels, peak, order, prefix_rows,
+        b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
         values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
     ):  # fmt: skip
         return False
@@ -805,12 +830,12 @@ def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_alwa
     both); False where a looked-up value is negative. A finished env is not walked: its action is hold, its only
     valid one, and its inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
     n_m = mask.shape[1] - 1
-    if act_args[3][b] and placer_args[31]:  # is_done, and skip_done (`decide` passes it)
+    if act_args[3][b] and placer_args[30]:  # is_done, and skip_done (`decide` passes it)
         act_args[30][b] = n_m  # the rule's action
         mask[b, :n_m] = False
         mask[b, n_m] = True
-        placer_args[32][b] = 0.0  # x
-        placer_args[33][b] = 0.0  # g
+        placer_args[31][b] = 0.0  # x
+        placer_args[32][b] = 0.0  # g
         return True
     if not _act_env(b, act_scratch, *act_args):
         return False

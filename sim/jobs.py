@@ -75,6 +75,9 @@ class ObservedPrefix:
     """(B, J) int64: job j of row b of the current batch is job order[b, j] of the arrays above."""
     rows: np.ndarray | None = None
     """(B,) int64: row b of the current batch is row rows[b] of the arrays above (None: the same row)."""
+    at_peak: np.ndarray | None = None
+    """bool: the value at age a is the largest so far (False where it is NaN): the remaining-peak table's at-peak
+    key, read by the compiled look-ups (`sim.compiled_decision.peak_cells`) instead of the profile itself."""
 
     @staticmethod
     def of(profiles: np.ndarray) -> ObservedPrefix:
@@ -86,7 +89,8 @@ class ObservedPrefix:
         total = np.cumsum(np.where(is_value, values, 0.0), axis=2)
         count = np.cumsum(is_value, axis=2, dtype=np.int16 if profiles.shape[2] < 32767 else np.int32)
         order = np.broadcast_to(np.arange(profiles.shape[1]), profiles.shape[:2]).copy()
-        return ObservedPrefix(peak=peak, total=total, count=count, order=order)
+        at_peak = values >= peak  # exact: peak is one of the values; NaN compares False
+        return ObservedPrefix(peak=peak, total=total, count=count, order=order, at_peak=at_peak)
 
     def reordered(self) -> ObservedPrefix:
         """The same summaries with a copy of `order` (to reorder in place)."""

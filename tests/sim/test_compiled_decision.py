@@ -193,3 +193,43 @@ def test_a_given_preference_must_cover_every_env_and_slot(square_jobs) -> None:
     state = core.reset(cfg, square_jobs(2, 5, seed=0), 0)
     with pytest.raises(ValueError, match="preference of shape"):
         compiled_decision.deeprm_pick(cfg, state, np.zeros((1, cfg.queue_size)))
+
+
+def test_peak_cells_are_the_tables_own_peak_index_and_do_not_keep_the_summaries_alive(square_jobs):
+    """`peak_cells` (what the kernels read in place of the peak so far and the profile) is the index the numpy
+    look-up finds for every job, age and resource, both at-peak halves used; a keyed table on summaries without the
+    at-peak flag is refused by name; the cache lets a batch's summaries go."""
+    import gc
+    import weakref
+
+    from sim.jobs import ObservedPrefix
+
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    train = square_jobs(12, 30, seed=1)
+    keyed = fit_peak_quantiles(train, cfg, levels=(0.5, 0.9), min_count=3, use_at_peak=True)
+    plain = fit_peak_quantiles(train, cfg, levels=(0.5, 0.9), min_count=3)
+    jobs = square_jobs(6, 30, seed=2)
+    prefix = jobs.observed_prefix[0]
+    peak = prefix.peak.astype(np.float64)
+    n_p = keyed.n_peak
+    p_idx = np.where(np.isfinite(peak) & (peak >= 0), np.clip(np.nan_to_num(peak), 0, n_p - 2) + 1, 0)
+    p_idx = p_idx.astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        at_peak = jobs.usage.astype(np.float64) >= peak  # the numpy path's `observed_at_peak`, at every age
+    zero = np.zeros_like(p_idx)
+    for table, flags in ((keyed, at_peak), (plain, None)):
+        _, want, *_ = table._cell(zero, p_idx, zero, zero, zero + 1, flags)
+        got = compiled_decision.peak_cells(prefix, compiled_decision.levels_last(table.values))
+        assert got.dtype == np.int16 and np.array_equal(got, want)
+    got = compiled_decision.peak_cells(prefix, compiled_decision.levels_last(keyed.values))
+    assert (got >= n_p).any() and ((got > 0) & (got < n_p)).any()  # jobs at their peak and jobs below it
+    assert np.array_equal(prefix.at_peak, at_peak)
+
+    bare = replace(ObservedPrefix.of(jobs.usage), at_peak=None)
+    with pytest.raises(ValueError, match="at_peak"):
+        compiled_decision.peak_cells(bare, compiled_decision.levels_last(keyed.values))
+    ref = weakref.ref(prefix.peak)
+    n_cached = len(compiled_decision._PEAK_CELLS)
+    del jobs, prefix, got
+    gc.collect()
+    assert ref() is None and len(compiled_decision._PEAK_CELLS) == n_cached - 2
