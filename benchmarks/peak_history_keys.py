@@ -1,0 +1,146 @@
+"""Is there more in a running job's own history than the remaining-peak table's keys already use? With the window's
+peak as the request (TVW-RL's setting) a job whose peak so far is below its request is certain to reach it, so
+the only cases where a flat remaining-peak bound may sit below the request are those of jobs that have reached it.
+For those cases of the test sequences' jobs this prints, per (seed, load) and level, the slack (mean units the
+bound sits below the request: what a rule may pack beyond requests) and the exceeded share of bounds fitted on
+the training sequences' cases with the table's keys (resource, request, peak so far, at its peak now, age bucket,
+remaining-life bucket) and with two more keys from the job's own history: how often it has sat at its peak so far
+(the share of its observed steps, buckets 0 / 5 / 15 / 40 %) and how many steps ago it last did (0 / 1 / 3 / 8 /
+24 or more). A cell below 30 training cases backs off to the table's keys, then to the request. It also prints
+the slack the true remaining peak would give (the ceiling of any flat bound). Empirical quantiles per cell, as
+`sim.peak_forecast.fit_peak_quantiles` fits them, without EC labels; test sequences are read for scoring only.
+
+    python benchmarks/peak_history_keys.py --warehouse warehouse [--source bitbrains] [--loads 50,80]
+        [--seeds 0,1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from benchmarks.bench_placement import real_sequences
+from pipelines.job_sequences import SequenceConfig
+from sim.jobs import JobBatch
+from sim.peak_forecast import AGE_GRID, REMAINING_EDGES, age_bucket
+
+TABLE_KEYS = ["d", "req", "peak", "at_peak", "age_b", "rem_b"]
+"""The keys `forecast_peak`'s table uses (labels aside), with durations known."""
+HISTORY_KEYS = {
+    "+ share at peak": ["share_b"],
+    "+ steps since": ["since_b"],
+    "+ both": ["share_b", "since_b"],
+}
+SHARE_EDGES = np.array([0.0, 0.05, 0.15, 0.4])
+SINCE_EDGES = np.array([0, 1, 3, 8, 24])
+MIN_CASES = 30
+
+
+def history_cases(jobs: JobBatch) -> pl.DataFrame:
+    """One row per (job, age in `AGE_GRID` past 0, resource): the table's keys, the two history keys and the
+    remaining peak (`target`), from the usage observed before that age."""
+    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    b_idx, j_idx = np.nonzero(is_real & (jobs.duration > 0))
+    u = jobs.usage[b_idx, j_idx].astype(np.int64)  # (N, T, D)
+    prefix = np.maximum.accumulate(u, axis=1)
+    suffix = np.maximum.accumulate(u[:, ::-1], axis=1)[:, ::-1]
+    n_at = np.ones_like(u)  # steps so far at the current peak so far
+    since = np.zeros_like(u)  # steps since the last one at it
+    for a in range(1, u.shape[1]):
+        up, eq = u[:, a] > prefix[:, a - 1], u[:, a] == prefix[:, a - 1]
+        n_at[:, a] = np.where(up, 1, np.where(eq, n_at[:, a - 1] + 1, n_at[:, a - 1]))
+        since[:, a] = np.where(up | eq, 0, since[:, a - 1] + 1)
+    dur, req = jobs.duration[b_idx, j_idx], jobs.request[b_idx, j_idx].astype(np.int64)
+    frames = []
+    for a in AGE_GRID[1:]:
+        rows = np.flatnonzero(dur > a)
+        if rows.size == 0:
+            break
+        for d in range(u.shape[2]):
+            last = u[rows, a - 1, d]
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "d": np.full(rows.size, d),
+                        "req": req[rows, d],
+                        "peak": prefix[rows, a - 1, d],
+                        "at_peak": (last >= prefix[rows, a - 1, d]).astype(np.int64),
+                        "age_b": np.full(rows.size, int(age_bucket(np.array([a]))[0])),
+                        "rem_b": np.searchsorted(REMAINING_EDGES, np.maximum(dur[rows] - a, 1), side="right")
+                        - 1,
+                        "share_b": np.searchsorted(SHARE_EDGES, n_at[rows, a - 1, d] / a, side="right") - 1,
+                        "since_b": np.searchsorted(SINCE_EDGES, since[rows, a - 1, d], side="right") - 1,
+                        "target": suffix[rows, a, d],
+                    }
+                )
+            )
+    return pl.concat(frames)
+
+
+def quantiles(train: pl.DataFrame, keys: list[str], level: float, name: str) -> pl.DataFrame:
+    return (
+        train.group_by(keys)
+        .agg(pl.col("target").quantile(level, "higher").alias(name), pl.len().alias(f"n_{name}"))
+        .filter(pl.col(f"n_{name}") >= MIN_CASES)
+    )
+
+
+def score(train: pl.DataFrame, test: pl.DataFrame, extra: list[str], level: float) -> tuple[float, float]:
+    """(slack, exceeded share) of the bound on the test cases that have reached their request."""
+    scored = test.join(quantiles(train, TABLE_KEYS, level, "q_table"), on=TABLE_KEYS, how="left")
+    if extra:
+        scored = scored.join(
+            quantiles(train, TABLE_KEYS + extra, level, "q"), on=TABLE_KEYS + extra, how="left"
+        )
+    bound = pl.coalesce(*(["q"] if extra else []), "q_table", pl.max_horizontal("req", "peak"))
+    scored = scored.with_columns(bound=bound).filter(pl.col("peak") >= pl.col("req"))
+    slack = scored.select((pl.col("req") - pl.col("bound")).clip(0).mean()).item()
+    exceeded = scored.select((pl.col("target") > pl.col("bound")).mean()).item()
+    return float(slack), float(exceeded)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warehouse", default="warehouse")
+    ap.add_argument("--source", default="bitbrains")
+    ap.add_argument("--loads", default="50,80")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--n-train", type=int, default=100)
+    ap.add_argument("--n-test", type=int, default=30)
+    args = ap.parse_args()
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        seq_cfg = SequenceConfig(
+            loads_pct=tuple(int(x) for x in args.loads.split(",")),
+            step_bins=6,
+            n_train_sequences=args.n_train,
+            n_test_sequences=args.n_test,
+            seed=seed,
+            request_mode="peak",
+        )
+        jobs = real_sequences(Path(args.warehouse), args.source, seq_cfg)
+        for (load,), cell in jobs.group_by("load_pct", maintain_order=True):
+            train, test = (
+                history_cases(JobBatch.from_frame(cell.filter(pl.col("split") == s)))
+                for s in ("train", "test")
+            )
+            if train.is_empty() or test.is_empty():
+                raise SystemExit(f"{args.source} {load} % seed {seed}: no cases in a split")
+            reached = test.filter(pl.col("peak") >= pl.col("req"))
+            truth = reached.select((pl.col("req") - pl.col("target")).mean()).item()
+            for level in (0.95, 0.99):
+                row = {"seed": seed, "load_pct": load, "level": level, "n_reached": reached.height}
+                for name, extra in {"table": [], **HISTORY_KEYS}.items():
+                    row[f"slack {name}"], row[f"exceeded {name}"] = score(train, test, extra, level)
+                row["slack of the truth"] = truth
+                rows.append(row)
+            print(f"seed {seed}, {load} %: {reached.height:,} test cases at their request", flush=True)
+    with pl.Config(tbl_rows=100, tbl_cols=20, tbl_width_chars=250, float_precision=4):
+        print(pl.DataFrame(rows))
+
+
+if __name__ == "__main__":
+    main()
