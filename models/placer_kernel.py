@@ -6,7 +6,8 @@ loop, after `sim.compiled_step`).
 Per env the kernel walks the jobs in index order: a running job's levels are looked up in the table from its
 request, its peak so far (the batch's `ObservedPrefix`), its age bucket, the label the state shows and, where the
 table is keyed by them, its remaining life and whether its usage at its last observed step is its peak so far,
-exactly as `RemainingPeakQuantiles.flat_levels` looks them up; each level's
+exactly as `RemainingPeakQuantiles.flat_levels` looks them up (the peak so far and the at-peak flag folded into
+one index per job, age and resource beforehand: `sim.compiled_decision.peak_cells`); each level's
 bound (the level's value, at least the median) is added to its machine's sums at t + 1 and over the steps it is
 alive, in job order (the order `np.bincount` adds them in); then the queue head's row, the other per-machine inputs
 (usage now, the history's mean and max, requests, time left, the head's request and median) and the global ones,
