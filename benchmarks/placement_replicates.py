@@ -70,8 +70,8 @@ def pooled(paths: list[str], policies: list[str] | None) -> pl.DataFrame:
                 "n_pairs": int(d.size),
                 "replicates_above": int(mine["is_significantly_better"].sum()),
                 "replicates_below": int(mine["is_significantly_worse"].sum()),
-                "gap_closed": float(mine["gap_closed_frac"].mean()),
-                "oracle_minus_best": float((mine["oracle_return"] - mine["best_heuristic_return"]).mean()),
+                "gap_closed": _mean_or_none(mine["gap_closed_frac"]),  # None: the replicates ran no oracle
+                "oracle_minus_best": _mean_or_none(mine["oracle_return"] - mine["best_heuristic_return"]),
                 "overshoot_pct": float(mine["avg_overshoot_pct"].mean()),
                 "tetris_overshoot_pct": float(mine["tetris_overshoot_pct"].mean()),
                 "machines": float(mine["machines_used"].mean()),
@@ -79,6 +79,11 @@ def pooled(paths: list[str], policies: list[str] | None) -> pl.DataFrame:
             }
         )
     return pl.DataFrame(out).sort("source", "load_pct", "policy")
+
+
+def _mean_or_none(values: pl.Series) -> float | None:
+    mean = values.mean()
+    return None if mean is None else float(mean)
 
 
 def main() -> None:
