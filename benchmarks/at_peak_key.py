@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -54,33 +55,44 @@ def key_rows(train: JobBatch, test: JobBatch, cfg: SimConfig) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def sequence_args(ap: argparse.ArgumentParser, loads: str) -> None:
+    """The arguments both peak-table benchmarks take to cut `bench_placement.py`'s sequences."""
     ap.add_argument("--warehouse", default="warehouse")
     ap.add_argument("--source", default="bitbrains")
-    ap.add_argument("--modes", default="peak,trace")
-    ap.add_argument("--loads", default="80")
+    ap.add_argument("--loads", default=loads)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--n-train", type=int, default=100)
     ap.add_argument("--n-test", type=int, default=30)
+
+
+def splits(args: argparse.Namespace, seed: int, mode: str) -> Iterator[tuple[int, JobBatch, JobBatch]]:
+    """(load, training, test) batches per load of `bench_placement.py`'s sequences (the same step, sizes and seed)."""
+    seq_cfg = SequenceConfig(
+        loads_pct=tuple(int(x) for x in args.loads.split(",")),
+        step_bins=6,
+        n_train_sequences=args.n_train,
+        n_test_sequences=args.n_test,
+        seed=seed,
+        request_mode=mode,
+    )
+    jobs = real_sequences(Path(args.warehouse), args.source, seq_cfg)
+    for (load,), cell in jobs.group_by("load_pct", maintain_order=True):
+        train, test = (JobBatch.from_frame(cell.filter(pl.col("split") == s)) for s in ("train", "test"))
+        yield int(load), train, test
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sequence_args(ap, loads="80")
+    ap.add_argument("--modes", default="peak,trace")
     args = ap.parse_args()
     cfg = SimConfig(n_machines=10, max_steps=1000, oversize="clip")
     frames = []
     for mode in args.modes.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             t0 = time.perf_counter()
-            seq_cfg = SequenceConfig(
-                loads_pct=tuple(int(x) for x in args.loads.split(",")),
-                step_bins=6,
-                n_train_sequences=args.n_train,
-                n_test_sequences=args.n_test,
-                seed=seed,
-                request_mode=mode,
-            )
-            jobs = real_sequences(Path(args.warehouse), args.source, seq_cfg)
-            for (load,), cell in jobs.group_by("load_pct", maintain_order=True):
-                split = {s: JobBatch.from_frame(cell.filter(pl.col("split") == s)) for s in ("train", "test")}
-                rows = key_rows(split["train"], split["test"], cfg)
+            for load, train, test in splits(args, seed, mode):
+                rows = key_rows(train, test, cfg)
                 frames.append(pl.DataFrame(rows).with_columns(mode=pl.lit(mode), load_pct=load, seed=seed))
             print(f"{mode} requests, seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
     table = pl.concat(frames)

@@ -17,13 +17,11 @@ the slack the true remaining peak would give (the ceiling of any flat bound). Em
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from benchmarks.bench_placement import real_sequences
-from pipelines.job_sequences import SequenceConfig
+from benchmarks.at_peak_key import sequence_args, splits
 from sim.jobs import JobBatch
 from sim.peak_forecast import AGE_GRID, REMAINING_EDGES, age_bucket
 
@@ -109,12 +107,7 @@ def score(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warehouse", default="warehouse")
-    ap.add_argument("--source", default="bitbrains")
-    ap.add_argument("--loads", default="50,80")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--n-train", type=int, default=100)
-    ap.add_argument("--n-test", type=int, default=30)
+    sequence_args(ap, loads="50,80")
     ap.add_argument(
         "--request-mode",
         default="peak",
@@ -124,20 +117,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        seq_cfg = SequenceConfig(
-            loads_pct=tuple(int(x) for x in args.loads.split(",")),
-            step_bins=6,
-            n_train_sequences=args.n_train,
-            n_test_sequences=args.n_test,
-            seed=seed,
-            request_mode=args.request_mode,
-        )
-        jobs = real_sequences(Path(args.warehouse), args.source, seq_cfg)
-        for (load,), cell in jobs.group_by("load_pct", maintain_order=True):
-            train, test = (
-                history_cases(JobBatch.from_frame(cell.filter(pl.col("split") == s)))
-                for s in ("train", "test")
-            )
+        for load, train_jobs, test_jobs in splits(args, seed, args.request_mode):
+            train, test = history_cases(train_jobs), history_cases(test_jobs)
             if train.is_empty() or test.is_empty():
                 raise SystemExit(f"{args.source} {load} % seed {seed}: no cases in a split")
             reached_only = args.request_mode == "peak"
