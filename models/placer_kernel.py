@@ -104,6 +104,7 @@ def feature_args(
     if rows is None or cfg.n_resources > SEQUENTIAL_SUM_MAX:  # the inputs' means sum over the resources
         return None
     table = forecaster.table
+    values = levels_last(table.values)
     jobs = state.jobs
     n_envs = state.batch_size
     n_m, n_d, n_levels = cfg.n_machines, cfg.n_resources, len(levels)
@@ -124,8 +125,8 @@ def feature_args(
         jobs.duration,
         jobs.request,
         observed_labels(state),
-        *prefix_args(jobs, levels_last(table.values)),
-        levels_last(table.values),
+        *prefix_args(jobs, values),
+        values,
         rows,
         table.use_labels,
         table.use_remaining,

@@ -51,9 +51,9 @@ def noise_args(state: State) -> tuple[np.ndarray, bool]:
 
 
 def prefix_args(jobs: JobBatch, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(peak cells, job order, row map) of the batch's running summaries (`ObservedPrefix`) as the kernels take them
-    for a remaining-peak table's `values` in `levels_last` layout (`peak_cells`); the row map is the identity where the batch is not a
-    selection."""
+    """(peak cells, job order, row map) of the batch's running summaries (`ObservedPrefix`) as the kernels take
+    them for a remaining-peak table's `values` in `levels_last` layout (`peak_cells`); the row map is the identity
+    where the batch is not a selection."""
     prefix = jobs.observed_prefix[0]
     rows = np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
     return peak_cells(prefix, values), prefix.order, rows
@@ -64,10 +64,11 @@ def peak_cells(prefix, values: np.ndarray) -> np.ndarray:
     each job at each age of its peak so far, as `PeakQuantileTable.lookup_levels` finds it (0 where nothing valid
     is observed, else peak so far + 1 capped at requests + 1; plus requests + 2 where the table is keyed by being at
     the peak now and the value at that age is the peak so far, `ObservedPrefix.at_peak`), for a table's values in
-    the kernels' layout (`levels_last`: D, R, P, A, E, M, L). The kernels read one int16 per job
-    and resource here, both resources in one cache line, instead of the float32 peak and the batch's profile (random
-    reads that missed the cache: a third of the placer's inputs kernel, item 8). Kept per summaries and table
-    shape while the summaries live (a weak reference: the cache does not keep a batch's summaries alive)."""
+    the kernels' layout (`levels_last`: D, R, P, A, E, M, L). The kernels read one int16 per job and resource
+    here, both resources in one cache line, instead of the float32 peak and the batch's profile (random reads that
+    missed the cache: the placer's inputs kernel took about a third less time for it, item 8). Kept per summaries
+    and table shape while the summaries live (a weak reference: the cache does not keep a batch's summaries
+    alive)."""
     n_r = values.shape[1]
     n_p = n_r + 1
     keyed = values.shape[2] > n_p
@@ -189,12 +190,13 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         return None
     noise, has_noise = noise_args(state)
     jobs = state.jobs
+    values = levels_last(table.values)
     return (
         state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine,
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
         observed_labels(state), state.timeline, noise, has_noise,
-        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs, levels_last(table.values)),
-        levels_last(table.values), level_row, table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
+        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs, values),
+        values, level_row, table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), fallback is not Tetris, risk.mode == "pack", out,
     )  # fmt: skip
