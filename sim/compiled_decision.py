@@ -25,8 +25,6 @@ tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 from numba import njit, prange
 
@@ -66,15 +64,14 @@ def peak_cells(prefix, values: np.ndarray) -> np.ndarray:
     the peak now and the value at that age is the peak so far, `ObservedPrefix.at_peak`), for a table's values in
     the kernels' layout (`levels_last`: D, R, P, A, E, M, L). The kernels read one int16 per job and resource
     here, both resources in one cache line, instead of the float32 peak and the batch's profile (random reads that
-    missed the cache: the placer's inputs kernel took about a third less time for it, item 8). Kept per summaries
-    and table shape while the summaries live (a weak reference: the cache does not keep a batch's summaries
-    alive)."""
+    missed the cache: the placer's inputs kernel took about a third less time for it, item 8). Kept with the
+    summaries per table shape (`ObservedPrefix.derived`), so every batch sharing them reads the same array."""
     n_r = values.shape[1]
     n_p = n_r + 1
     keyed = values.shape[2] > n_p
-    key = (id(prefix.peak), n_r, keyed)
-    hit = _PEAK_CELLS.get(key)
-    if hit is None or hit[0]() is not prefix.peak:
+    key = ("peak_cells", n_r, keyed)
+    cells = prefix.derived.get(key)
+    if cells is None:
         if keyed and prefix.at_peak is None:
             raise ValueError(
                 "peak_cells: the table is keyed by being at the peak now, the summaries lack at_peak"
@@ -84,12 +81,8 @@ def peak_cells(prefix, values: np.ndarray) -> np.ndarray:
         cells = np.where(valid, np.minimum(np.where(valid, peak, 0.0), n_p - 2) + 1.0, 0.0).astype(np.int16)
         if keyed:
             cells += (valid & prefix.at_peak).astype(np.int16) * np.int16(n_p)
-        hit = _PEAK_CELLS[key] = (weakref.ref(prefix.peak), cells)
-        weakref.finalize(prefix.peak, _PEAK_CELLS.pop, key, None)
-    return hit[1]
-
-
-_PEAK_CELLS: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
+        prefix.derived[key] = cells
+    return cells
 
 
 _GIVEN, _TETRIS, _PACKER, _SJF = 0, 1, 2, 3

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -78,6 +78,9 @@ class ObservedPrefix:
     at_peak: np.ndarray | None = None
     """bool: the value at age a is the largest so far (False where it is NaN): the remaining-peak table's at-peak
     key, read by the compiled look-ups (`sim.compiled_decision.peak_cells`) instead of the profile itself."""
+    derived: dict = field(default_factory=dict, compare=False, repr=False)
+    """Arrays a reader derives from these summaries, kept with them (`sim.compiled_decision.peak_cells`): a batch
+    that shares the summaries (a selection, a reordering) shares these too, and they go when the summaries go."""
 
     @staticmethod
     def of(profiles: np.ndarray) -> ObservedPrefix:

@@ -195,13 +195,10 @@ def test_a_given_preference_must_cover_every_env_and_slot(square_jobs) -> None:
         compiled_decision.deeprm_pick(cfg, state, np.zeros((1, cfg.queue_size)))
 
 
-def test_peak_cells_are_the_tables_own_peak_index_and_do_not_keep_the_summaries_alive(square_jobs):
+def test_peak_cells_are_the_tables_own_peak_index_and_kept_with_the_summaries(square_jobs):
     """`peak_cells` (what the kernels read in place of the peak so far and the profile) is the index the numpy
     look-up finds for every job, age and resource, both at-peak halves used; a keyed table on summaries without the
-    at-peak flag is refused by name; the cache lets a batch's summaries go."""
-    import gc
-    import weakref
-
+    at-peak flag is refused by name; a selection of the batch reads the same cells."""
     from sim.jobs import ObservedPrefix
 
     cfg = SimConfig(n_machines=4, max_steps=400)
@@ -228,9 +225,9 @@ def test_peak_cells_are_the_tables_own_peak_index_and_do_not_keep_the_summaries_
     bare = replace(ObservedPrefix.of(jobs.usage), at_peak=None)
     with pytest.raises(ValueError, match="at_peak"):
         compiled_decision.peak_cells(bare, compiled_decision.levels_last(keyed.values))
-    ref = weakref.ref(prefix.peak)
-    mine = [k for k, (r, _) in compiled_decision._PEAK_CELLS.items() if r() is prefix.peak]
-    assert len(mine) == 2  # one per table shape
-    del jobs, prefix, got
-    gc.collect()
-    assert ref() is None and not any(k in compiled_decision._PEAK_CELLS for k in mine)
+    chosen = jobs.select(np.array([2, 0]))  # shares the summaries, so the cells built for them
+    assert (
+        compiled_decision.peak_cells(chosen.observed_prefix[0], compiled_decision.levels_last(keyed.values))
+        is got
+    )
+    assert len(prefix.derived) == 2  # one per table shape
