@@ -23,7 +23,7 @@ import polars as pl
 
 from benchmarks.at_peak_key import sequence_args, splits
 from sim.jobs import JobBatch
-from sim.peak_forecast import AGE_GRID, REMAINING_EDGES, age_bucket
+from sim.peak_forecast import AGE_GRID, peak_cases, remaining_bucket
 
 TABLE_KEYS = ["d", "req", "peak", "at_peak", "age_b", "rem_b"]
 """The keys `forecast_peak`'s table uses (labels aside), with durations known."""
@@ -38,44 +38,41 @@ MIN_CASES = 30
 
 
 def history_cases(jobs: JobBatch) -> pl.DataFrame:
-    """One row per (job, age in `AGE_GRID` past 0, resource): the table's keys, the two history keys and the
-    remaining peak (`target`), from the usage observed before that age."""
+    """The remaining-peak table's training cases (`peak_cases`) past age 0, with the two history keys: per case,
+    from the usage observed before its age."""
+    cases = peak_cases(jobs)
     is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
-    b_idx, j_idx = np.nonzero(is_real & (jobs.duration > 0))
+    b_idx, j_idx = np.nonzero(is_real & (jobs.duration > 0))  # peak_cases' jobs, in its order
     u = jobs.usage[b_idx, j_idx].astype(np.int64)  # (N, T, D)
     prefix = np.maximum.accumulate(u, axis=1)
-    suffix = np.maximum.accumulate(u[:, ::-1], axis=1)[:, ::-1]
     n_at = np.ones_like(u)  # steps so far at the current peak so far
     since = np.zeros_like(u)  # steps since the last one at it
     for a in range(1, u.shape[1]):
         up, eq = u[:, a] > prefix[:, a - 1], u[:, a] == prefix[:, a - 1]
         n_at[:, a] = np.where(up, 1, np.where(eq, n_at[:, a - 1] + 1, n_at[:, a - 1]))
         since[:, a] = np.where(up | eq, 0, since[:, a - 1] + 1)
-    dur, req = jobs.duration[b_idx, j_idx], jobs.request[b_idx, j_idx].astype(np.int64)
-    frames = []
-    for a in AGE_GRID[1:]:
+    dur = jobs.duration[b_idx, j_idx]
+    share, steps_since = [], []  # in peak_cases' order: by age, then resource
+    for a in AGE_GRID:
         rows = np.flatnonzero(dur > a)
         if rows.size == 0:
             break
         for d in range(u.shape[2]):
-            last = u[rows, a - 1, d]
-            frames.append(
-                pl.DataFrame(
-                    {
-                        "d": np.full(rows.size, d),
-                        "req": req[rows, d],
-                        "peak": prefix[rows, a - 1, d],
-                        "at_peak": (last >= prefix[rows, a - 1, d]).astype(np.int64),
-                        "age_b": np.full(rows.size, int(age_bucket(np.array([a]))[0])),
-                        "rem_b": np.searchsorted(REMAINING_EDGES, np.maximum(dur[rows] - a, 1), side="right")
-                        - 1,
-                        "share_b": np.searchsorted(SHARE_EDGES, n_at[rows, a - 1, d] / a, side="right") - 1,
-                        "since_b": np.searchsorted(SINCE_EDGES, since[rows, a - 1, d], side="right") - 1,
-                        "target": suffix[rows, a, d],
-                    }
-                )
-            )
-    return pl.concat(frames)
+            share.append(n_at[rows, max(a - 1, 0), d] / max(a, 1))
+            steps_since.append(since[rows, max(a - 1, 0), d])
+    return pl.DataFrame(
+        {
+            "d": cases["resource"],
+            "req": cases["request"],
+            "peak": cases["peak_idx"] - 1,
+            "at_peak": cases["at_peak"],
+            "age_b": cases["bucket"],
+            "rem_b": remaining_bucket(cases["remaining"]),
+            "share_b": np.searchsorted(SHARE_EDGES, np.concatenate(share), side="right") - 1,
+            "since_b": np.searchsorted(SINCE_EDGES, np.concatenate(steps_since), side="right") - 1,
+            "target": cases["target"],
+        }
+    ).filter(pl.col("peak") >= 0)  # age 0: nothing observed
 
 
 def quantiles(train: pl.DataFrame, keys: list[str], level: float, name: str) -> pl.DataFrame:
