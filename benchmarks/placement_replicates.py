@@ -95,9 +95,26 @@ def main() -> None:
     table = pooled(args.results, [p for p in args.policies.split(",") if p] or None)
     if args.out:
         table.write_parquet(args.out)
-    scaled = table.with_columns((pl.col(c) / 1e6).round(3) for c in ("diff", "lo", "hi", "oracle_minus_best"))
-    with pl.Config(tbl_rows=200, tbl_cols=20, tbl_width_chars=250, float_precision=3, fmt_str_lengths=40):
-        print(scaled)
+    for line in report_lines(table):
+        print(line)
+
+
+def report_lines(table: pl.DataFrame) -> list[str]:
+    """One line per pooled row, as the README quotes them (x1e6): the paired difference with its interval, the
+    sequences better and worse, the replicates above and below, the gap closed, overshoot and machines beside
+    Tetris's."""
+    lines = []
+    for r in table.iter_rows(named=True):
+        gap = "-" if r["gap_closed"] is None else f"{r['gap_closed']:.2f}"
+        lines.append(
+            f"{r['source']} {r['load_pct']} % {r['policy']} - best ({r['best_heuristics']}): "
+            f"{r['diff'] / 1e6:+.3f} [{r['lo'] / 1e6:+.3f}, {r['hi'] / 1e6:+.3f}] x1e6, "
+            f"{r['n_better']} / {r['n_worse']} of {r['n_pairs']} better / worse, replicates above / below "
+            f"{r['replicates_above']} / {r['replicates_below']} of {r['n_replicates']}, gap closed {gap}, "
+            f"overshoot {r['overshoot_pct']:.3f} % (Tetris {r['tetris_overshoot_pct']:.3f} %), machines "
+            f"{r['machines']:.2f} (Tetris {r['tetris_machines']:.2f})"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""benchmarks/placement_replicates.py: replicates pooled by sequence against each replicate's own best heuristic."""
+
+import importlib.util
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS = {"tetris": "heuristic", "sjf": "heuristic", "rule": "forecast", "truth": "oracle"}
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location(
+        "placement_replicates", ROOT / "benchmarks" / "placement_replicates.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _replicate(path: Path, returns: dict[str, list[float]], machines: dict[str, float]) -> str:
+    rows = [
+        {
+            "source": "s",
+            "load_pct": 50,
+            "policy": policy,
+            "sequence_id": seq,
+            "seed": 0,
+            "n_machines": 10,
+            "policy_kind": KINDS[policy],
+            "is_oracle": KINDS[policy] == "oracle",
+            "is_learned": False,
+            "episode_return": ret,
+            "avg_overshoot_pct": 0.5 if policy == "tetris" else 0.0,
+            "machines_used": machines[policy],
+        }
+        for policy, rets in returns.items()
+        for seq, ret in enumerate(rets)
+    ]
+    pl.DataFrame(rows).write_parquet(path)
+    return str(path)
+
+
+def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_oracle(tmp_path) -> None:
+    m = {"tetris": 7.0, "sjf": 8.0, "rule": 6.0, "truth": 9.0}
+    # replicate 0: SJF is the best heuristic; replicate 1: Tetris is; the oracle is far above both
+    a = _replicate(
+        tmp_path / "a.parquet",
+        {"tetris": [-10, -11, -12], "sjf": [-9, -10, -11], "rule": [-8, -9, -12], "truth": [-1, -1, -1]},
+        m,
+    )
+    b = _replicate(
+        tmp_path / "b.parquet",
+        {"tetris": [-5, -6, -7], "sjf": [-6, -7, -8], "rule": [-4, -5, -6], "truth": [-2, -2, -2]},
+        m,
+    )
+    mod = _module()
+    table = mod.pooled([a, b], ["rule"])
+    row = table.row(0, named=True)
+    # differences: replicate 0 against SJF +1, +1, -1; replicate 1 against Tetris +1, +1, +1
+    assert row["n_pairs"] == 6 and row["n_replicates"] == 2
+    assert row["diff"] == pytest.approx(4 / 6)
+    assert row["lo"] < row["diff"] < row["hi"]
+    assert (row["n_better"], row["n_worse"]) == (5, 1)
+    assert row["best_heuristics"] == "sjf,tetris"
+    assert row["replicates_above"] == 1  # replicate 1: three identical +1 differences, a zero-width interval
+    # gap closed: replicate 0 (−9.67 − −10) / (−1 − −10), replicate 1 (−5 − −6) / (−2 − −6); their mean
+    assert row["gap_closed"] == pytest.approx(((1 / 3) / 9 + 1 / 4) / 2)
+    assert row["tetris_overshoot_pct"] == pytest.approx(0.5) and row["machines"] == pytest.approx(6.0)
+    line = mod.report_lines(table)[0]
+    assert line.startswith("s 50 % rule - best (sjf,tetris): +0.000 [")  # x1e6: these toy returns round to 0
+    assert "5 / 1 of 6 better / worse" in line and "replicates above / below 1 / 0 of 2" in line
+    assert "machines 6.00 (Tetris 7.00)" in line
