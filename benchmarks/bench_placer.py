@@ -119,6 +119,18 @@ def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
     )
 
 
+def served_labeller(cfg: SimConfig, train: JobBatch):
+    """The simulator-view EC labeller fitted on the training jobs, as the pipeline serves one
+    (`models.sim_labeller.fit_source_labeller`), or None where they hold a single EC label (a warehouse whose EC
+    stage chose no mapping, e.g. the shared trace's 84 VMs): there is nothing to serve, and the sequences' one
+    label is what every policy sees."""
+    real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]  # the padding's label is no job's
+    if np.unique(train.ec_label[real]).size < 2:
+        print("EC labels: the training jobs hold one label (no EC mapping chosen): none served")
+        return None
+    return fit_sim_labeller(cfg, train, SimLabellerConfig())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -210,7 +222,7 @@ def main() -> None:
     stage_s["data"] = time.perf_counter() - t0
     labeller = None
     if not is_deepplace and args.labels == "served":  # as the pipeline serves: fitted on the training jobs
-        labeller = fit_sim_labeller(cfg10, train, SimLabellerConfig())
+        labeller = served_labeller(cfg10, train)
     elif not is_deepplace and args.labels == "classifier":
         from benchmarks.bench_placement import warehouse_labellers
 
