@@ -7,6 +7,7 @@ checkout, so only the tests that ask for it (`on_threads`) compile and run it, o
 
 import numba
 import numpy as np
+import polars as pl
 import pytest
 
 import models  # noqa: F401 - registers the learned policies
@@ -91,3 +92,34 @@ def on_threads(monkeypatch, request):
         return calls
 
     return setup
+
+
+@pytest.fixture
+def results_frame():
+    """A maker of `eval__results`-shaped rows for the gap table's tests: (rows of (policy, sequence_id, return),
+    policy -> kind, optional policy -> overshoot % and policy -> machines used) -> DataFrame (source "s", 50 %)."""
+    return _results_frame
+
+
+def _results_frame(
+    rows: list[tuple], kinds: dict[str, str], overshoot: dict | None = None, machines: dict | None = None
+) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {
+                "source": "s",
+                "load_pct": 50,
+                "policy": policy,
+                "sequence_id": seq,
+                "seed": 0,
+                "n_machines": 10,
+                "policy_kind": kinds[policy],
+                "is_oracle": kinds[policy] == "oracle",
+                "is_learned": kinds[policy] == "learned",
+                "episode_return": float(ret),
+                "avg_overshoot_pct": (overshoot or {}).get(policy, 0.0),
+                "machines_used": (machines or {}).get(policy, 5.0),
+            }
+            for policy, seq, ret in rows
+        ]
+    )

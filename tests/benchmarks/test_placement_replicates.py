@@ -3,7 +3,6 @@
 import importlib.util
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,41 +18,26 @@ def _module():
     return module
 
 
-def _replicate(path: Path, returns: dict[str, list[float]], machines: dict[str, float]) -> str:
-    rows = [
-        {
-            "source": "s",
-            "load_pct": 50,
-            "policy": policy,
-            "sequence_id": seq,
-            "seed": 0,
-            "n_machines": 10,
-            "policy_kind": KINDS[policy],
-            "is_oracle": KINDS[policy] == "oracle",
-            "is_learned": False,
-            "episode_return": ret,
-            "avg_overshoot_pct": 0.5 if policy == "tetris" else 0.0,
-            "machines_used": machines[policy],
-        }
-        for policy, rets in returns.items()
-        for seq, ret in enumerate(rets)
-    ]
-    pl.DataFrame(rows).write_parquet(path)
+def _replicate(path: Path, results_frame, returns: dict[str, list[float]]) -> str:
+    rows = [(policy, seq, ret) for policy, rets in returns.items() for seq, ret in enumerate(rets)]
+    machines = {"tetris": 7.0, "sjf": 8.0, "rule": 6.0, "truth": 9.0}
+    results_frame(rows, KINDS, overshoot={"tetris": 0.5}, machines=machines).write_parquet(path)
     return str(path)
 
 
-def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_oracle(tmp_path) -> None:
-    m = {"tetris": 7.0, "sjf": 8.0, "rule": 6.0, "truth": 9.0}
+def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_oracle(
+    tmp_path, results_frame
+) -> None:
     # replicate 0: SJF is the best heuristic; replicate 1: Tetris is; the oracle is far above both
     a = _replicate(
         tmp_path / "a.parquet",
+        results_frame,
         {"tetris": [-10, -11, -12], "sjf": [-9, -10, -11], "rule": [-8, -9, -12], "truth": [-1, -1, -1]},
-        m,
     )
     b = _replicate(
         tmp_path / "b.parquet",
+        results_frame,
         {"tetris": [-5, -6, -7], "sjf": [-6, -7, -8], "rule": [-4, -5, -6], "truth": [-2, -2, -2]},
-        m,
     )
     mod = _module()
     table = mod.pooled([a, b], ["rule"])

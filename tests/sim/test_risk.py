@@ -359,40 +359,20 @@ def test_fit_rho_inflates_the_deviation_where_no_rho_covers() -> None:
         RiskConfig(inflation=0.5)
 
 
-def _results(rows: list[tuple]) -> pl.DataFrame:
-    kinds = {
-        "tetris": "heuristic",
-        "sjf": "heuristic",
-        "rule": "forecast",
-        "truth": "oracle",
-        "noop": "heuristic",
-    }
-    out = []
-    for policy, seq, ret in rows:
-        out.append(
-            {
-                "source": "s",
-                "load_pct": 50,
-                "policy": policy,
-                "sequence_id": seq,
-                "seed": 0,
-                "n_machines": 10,
-                "policy_kind": kinds[policy],
-                "is_oracle": kinds[policy] == "oracle",
-                "is_learned": False,
-                "episode_return": ret,
-                "avg_overshoot_pct": 0.0,
-                "machines_used": 5.0,
-            }
-        )
-    return pl.DataFrame(out)
+KINDS = {
+    "tetris": "heuristic",
+    "sjf": "heuristic",
+    "rule": "forecast",
+    "truth": "oracle",
+    "noop": "heuristic",
+}
 
 
-def test_gap_table_never_calls_an_oracle_best_and_pairs_by_sequence() -> None:
+def test_gap_table_never_calls_an_oracle_best_and_pairs_by_sequence(results_frame) -> None:
     rows = [("tetris", s, -10.0 - s) for s in range(4)] + [("sjf", s, -9.0 - s) for s in range(4)]
     rows += [("rule", s, -8.0 - s) for s in range(4)] + [("truth", s, -5.0 - s) for s in range(4)]
     rows += [("noop", s, -100.0) for s in range(4)]
-    gaps = gap_table(_results(rows))
+    gaps = gap_table(results_frame(rows, KINDS))
     assert set(gaps["best_heuristic"].to_list()) == {"sjf"}
     assert set(gaps["oracle"].to_list()) == {"truth"}
     assert "noop" not in gaps["policy"].to_list()
@@ -403,12 +383,12 @@ def test_gap_table_never_calls_an_oracle_best_and_pairs_by_sequence() -> None:
     assert rule["gap_closed_frac"] == pytest.approx(1.0 / 4.0)  # (-8.5 - -9.5) / (-6.5 - -9.5)
 
 
-def test_gap_table_names_the_first_of_tied_heuristics_whatever_the_row_order() -> None:
+def test_gap_table_names_the_first_of_tied_heuristics_whatever_the_row_order(results_frame) -> None:
     """Two heuristics with the same mean (DeepRM's SJF and Packer often decide alike): the best is the first name,
     for any order of the results' rows (group_by's order once named either)."""
     rows = [("tetris", s, -9.0 - s) for s in range(4)] + [("sjf", s, -9.0 - s) for s in range(4)]
     rows += [("rule", s, -8.0 - s) for s in range(4)] + [("truth", s, -5.0 - s) for s in range(4)]
-    results = _results(rows)
+    results = results_frame(rows, KINDS)
     for seed in range(6):
         shuffled = results.sample(fraction=1.0, shuffle=True, seed=seed)
         assert set(gap_table(shuffled)["best_heuristic"].to_list()) == {"sjf"}
