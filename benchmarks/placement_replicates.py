@@ -101,16 +101,17 @@ def main() -> None:
 
 def report_lines(table: pl.DataFrame) -> list[str]:
     """One line per pooled row, as the README quotes them (x1e6): the paired difference with its interval, the
-    sequences better and worse, the replicates above and below, the gap closed, overshoot and machines beside
-    Tetris's."""
+    sequences better and worse, the replicates above and below, the gap closed and the oracle's lead (means over
+    the replicates), overshoot and machines beside Tetris's."""
     lines = []
     for r in table.iter_rows(named=True):
         gap = "-" if r["gap_closed"] is None else f"{r['gap_closed']:.2f}"
+        oracle = "-" if r["oracle_minus_best"] is None else f"{r['oracle_minus_best'] / 1e6:+.3f}"
         lines.append(
             f"{r['source']} {r['load_pct']} % {r['policy']} - best ({r['best_heuristics']}): "
             f"{r['diff'] / 1e6:+.3f} [{r['lo'] / 1e6:+.3f}, {r['hi'] / 1e6:+.3f}] x1e6, "
             f"{r['n_better']} / {r['n_worse']} of {r['n_pairs']} better / worse, replicates above / below "
-            f"{r['replicates_above']} / {r['replicates_below']} of {r['n_replicates']}, gap closed {gap}, "
+            f"{r['replicates_above']} / {r['replicates_below']} of {r['n_replicates']}, gap closed {gap} (oracle - best {oracle}), "
             f"overshoot {r['overshoot_pct']:.3f} % (Tetris {r['tetris_overshoot_pct']:.3f} %), machines "
             f"{r['machines']:.2f} (Tetris {r['tetris_machines']:.2f})"
         )

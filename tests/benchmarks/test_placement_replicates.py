@@ -55,4 +55,4 @@ def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_o
     line = mod.report_lines(table)[0]
     assert line.startswith("s 50 % rule - best (sjf,tetris): +0.000 [")  # x1e6: these toy returns round to 0
     assert "5 / 1 of 6 better / worse" in line and "replicates above / below 1 / 0 of 2" in line
-    assert "machines 6.00 (Tetris 7.00)" in line
+    assert "machines 6.00 (Tetris 7.00)" in line and "(oracle - best +0.000)" in line
