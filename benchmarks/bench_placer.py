@@ -120,13 +120,13 @@ def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
 
 
 def served_labeller(cfg: SimConfig, train: JobBatch):
-    """The simulator-view EC labeller fitted on the training jobs, as the pipeline serves one
-    (`models.sim_labeller.fit_source_labeller`), or None where they hold a single EC label (a warehouse whose EC
-    stage chose no mapping, e.g. the shared trace's 84 VMs): there is nothing to serve, and the sequences' one
-    label is what every policy sees."""
-    real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]  # the padding's label is no job's
+    """The simulator-view EC labeller fitted on the training jobs, or None where the real jobs (not the padding)
+    hold a single EC label, as `models.sim_labeller.fit_source_labeller` fits none there (a warehouse whose EC
+    stage chose no mapping, e.g. the shared trace's 84 VMs). The pipeline would then serve its saved classifier's
+    labels where it has one (`--labels classifier` here); without a labeller every policy sees the sequences'
+    own label."""
+    real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
     if np.unique(train.ec_label[real]).size < 2:
-        print("EC labels: the training jobs hold one label (no EC mapping chosen): none served")
         return None
     return fit_sim_labeller(cfg, train, SimLabellerConfig())
 

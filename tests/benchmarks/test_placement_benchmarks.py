@@ -1,4 +1,5 @@
-"""benchmarks/placement_replicates.py: replicates pooled by sequence against each replicate's own best heuristic."""
+"""benchmarks/placement_replicates.py: replicates pooled by sequence against each replicate's own best heuristic;
+bench_placer's served labeller on a one-label warehouse."""
 
 import importlib.util
 from pathlib import Path
@@ -9,10 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"tetris": "heuristic", "sjf": "heuristic", "rule": "forecast", "truth": "oracle"}
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location(
-        "placement_replicates", ROOT / "benchmarks" / "placement_replicates.py"
-    )
+def _module(name: str = "placement_replicates"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,19 +31,29 @@ def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_o
     a = _replicate(
         tmp_path / "a.parquet",
         results_frame,
-        {"tetris": [-10, -11, -12], "sjf": [-9, -10, -11], "rule": [-8, -9, -12], "truth": [-1, -1, -1]},
+        {
+            "tetris": [-10e6, -11e6, -12e6],
+            "sjf": [-9e6, -10e6, -11e6],
+            "rule": [-8e6, -9e6, -12e6],
+            "truth": [-1e6] * 3,
+        },
     )
     b = _replicate(
         tmp_path / "b.parquet",
         results_frame,
-        {"tetris": [-5, -6, -7], "sjf": [-6, -7, -8], "rule": [-4, -5, -6], "truth": [-2, -2, -2]},
+        {
+            "tetris": [-5e6, -6e6, -7e6],
+            "sjf": [-6e6, -7e6, -8e6],
+            "rule": [-4e6, -5e6, -6e6],
+            "truth": [-2e6] * 3,
+        },
     )
     mod = _module()
     table = mod.pooled([a, b], ["rule"])
     row = table.row(0, named=True)
     # differences: replicate 0 against SJF +1, +1, -1; replicate 1 against Tetris +1, +1, +1
     assert row["n_pairs"] == 6 and row["n_replicates"] == 2
-    assert row["diff"] == pytest.approx(4 / 6)
+    assert row["diff"] == pytest.approx(4e6 / 6)
     assert row["lo"] < row["diff"] < row["hi"]
     assert (row["n_better"], row["n_worse"]) == (5, 1)
     assert row["best_heuristics"] == "sjf,tetris"
@@ -53,6 +62,25 @@ def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_o
     assert row["gap_closed"] == pytest.approx(((1 / 3) / 9 + 1 / 4) / 2)
     assert row["tetris_overshoot_pct"] == pytest.approx(0.5) and row["machines"] == pytest.approx(6.0)
     line = mod.report_lines(table)[0]
-    assert line.startswith("s 50 % rule - best (sjf,tetris): +0.000 [")  # x1e6: these toy returns round to 0
+    assert line.startswith("s 50 % rule - best (sjf,tetris): +0.667 [")  # x1e6
     assert "5 / 1 of 6 better / worse" in line and "replicates above / below 1 / 0 of 2" in line
-    assert "machines 6.00 (Tetris 7.00)" in line and "(oracle - best +0.000)" in line
+    assert "machines 6.00 (Tetris 7.00)" in line and "(oracle - best +6.500)" in line  # (9 + 4) / 2
+
+
+def test_served_labeller_reads_the_real_jobs_labels_not_the_padding() -> None:
+    """Sequences of unequal length (the shorter padded): one real label is nothing to serve, whatever label the
+    padding holds; two real labels fit the simulator-view labeller."""
+    from sim.config import SimConfig
+    from sim.jobs import JobBatch
+
+    def job(label: int, t: int) -> dict:
+        usage = [[1 + (a + t) % 3, 1] for a in range(6)]
+        return {"arrival_step": t, "usage": usage, "ec_label": label, "request": [3, 2]}
+
+    served_labeller = _module("bench_placer").served_labeller
+    cfg = SimConfig(n_labels=4)
+    one = JobBatch.from_jobs([[job(3, 0), job(3, 1), job(3, 2)], [job(3, 0)]])
+    assert one.n_jobs.tolist() == [3, 1] and int(one.ec_label[1, 2]) != 3  # the padding holds another label
+    assert served_labeller(cfg, one) is None
+    two = JobBatch.from_jobs([[job(1, 0), job(3, 1), job(1, 2)], [job(3, 0)]])
+    assert served_labeller(cfg, two) is not None
