@@ -38,7 +38,7 @@ from models.forecast_placer import (
     paired_interval,
     train_forecast_placer,
 )
-from models.sim_labeller import SimLabellerConfig, fit_sim_labeller
+from models.sim_labeller import SimLabellerConfig, fit_labeller_if_labelled
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
 from sim.forecast import uncached
@@ -117,18 +117,6 @@ def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
         f"    vs {name:<16} {mean / 1e6:+.4f} [{lo / 1e6:+.4f}, {hi / 1e6:+.4f}] x1e6, "
         f"better on {better}/{ours.size}, worse on {int((ours < other).sum())}/{ours.size}"
     )
-
-
-def served_labeller(cfg: SimConfig, train: JobBatch):
-    """The simulator-view EC labeller fitted on the training jobs, or None where the real jobs (not the padding)
-    hold a single EC label, as `models.sim_labeller.fit_source_labeller` fits none there (a warehouse whose EC
-    stage chose no mapping, e.g. the shared trace's 84 VMs). The pipeline would then serve its saved classifier's
-    labels where it has one (`--labels classifier` here); without a labeller every policy sees the sequences'
-    own label."""
-    real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
-    if np.unique(train.ec_label[real]).size < 2:
-        return None
-    return fit_sim_labeller(cfg, train, SimLabellerConfig())
 
 
 def main() -> None:
@@ -221,8 +209,10 @@ def main() -> None:
     )
     stage_s["data"] = time.perf_counter() - t0
     labeller = None
-    if not is_deepplace and args.labels == "served":  # as the pipeline serves: fitted on the training jobs
-        labeller = served_labeller(cfg10, train)
+    if not is_deepplace and args.labels == "served":
+        # as the pipeline serves: fitted on the training jobs (none where they hold one label; the pipeline
+        # would then serve its saved classifier's labels, `--labels classifier` here)
+        labeller = fit_labeller_if_labelled(cfg10, train, SimLabellerConfig())
     elif not is_deepplace and args.labels == "classifier":
         from benchmarks.bench_placement import warehouse_labellers
 

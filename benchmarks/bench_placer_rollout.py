@@ -28,7 +28,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from benchmarks.bench_placer import deepplace, real_source, served_labeller, sim_config
+from benchmarks.bench_placer import deepplace, real_source, sim_config
 from models.forecast_placer import (
     INPUTS,
     ForecastResidualPolicy,
@@ -38,6 +38,7 @@ from models.forecast_placer import (
     run_rollout,
 )
 from models.forecaster import torch_threads
+from models.sim_labeller import SimLabellerConfig, fit_labeller_if_labelled
 from sim.risk import PEAK_RULES
 from sim.tuning import TUNING_PRESETS
 
@@ -79,7 +80,7 @@ def main() -> None:
         where = f"deepplace {args.load} %"
     n_labels = int(train.ec_label.max()) + 1
     cfg = sim_config(10, n_labels)
-    labeller = served_labeller(cfg, train) if args.warehouse else None
+    labeller = fit_labeller_if_labelled(cfg, train, SimLabellerConfig()) if args.warehouse else None
     inputs = args.inputs or ("rule" if args.base in PEAK_RULES else "learned")
     tuning = replace(TUNING_PRESETS["smoke"], seed=args.seed)
     base, forecaster, ctx = fit_base_rule(

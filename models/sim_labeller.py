@@ -409,9 +409,21 @@ def fit_source_labeller(
     train = rows.filter(pl.col("split") == "train")
     top = int(rows["ec_label"].max() or 0) if rows.height else 0
     cfg = SimConfig(n_labels=max(n_labels, top + 1), oversize="clip")
-    if train.height == 0 or train["ec_label"].n_unique() < 2:
+    if train.height == 0 or train["ec_label"].n_unique() < 2:  # checked on the rows: no batch built for none
         return None, cfg, train.height
     return fit_sim_labeller(cfg, JobBatch.from_frame(train), config), cfg, train.height
+
+
+def fit_labeller_if_labelled(
+    cfg: SimConfig, train_jobs: JobBatch, config: SimLabellerConfig
+) -> SimViewLabeller | None:
+    """`fit_sim_labeller` on training jobs already in a batch, or None where its real jobs (not the padding) hold
+    fewer than 2 EC labels, as `fit_source_labeller` decides on the rows (a source whose EC stage chose no
+    mapping, e.g. the shared trace's 84 Bitbrains VMs): there is no label to serve."""
+    real = np.arange(train_jobs.max_jobs)[None, :] < train_jobs.n_jobs[:, None]
+    if np.unique(train_jobs.ec_label[real]).size < 2:
+        return None
+    return fit_sim_labeller(cfg, train_jobs, config)
 
 
 def fit_sim_labeller(cfg: SimConfig, train_jobs: JobBatch, config: SimLabellerConfig) -> SimViewLabeller:

@@ -192,6 +192,23 @@ def test_fitting_needs_two_labels():
         fit_sim_labeller(CFG, one, SMALL)
 
 
+def test_fit_if_labelled_reads_the_real_jobs_labels_not_the_padding():
+    """Sequences of unequal length (the shorter padded): one real label is nothing to serve, whatever label the
+    padding holds; two real labels fit the labeller."""
+    from models.sim_labeller import fit_labeller_if_labelled
+
+    def job(label: int, t: int) -> dict:
+        return dict(
+            arrival_step=t, usage=[[1 + (a + t) % 3, 1] for a in range(6)], ec_label=label, request=[3, 2]
+        )
+
+    one = JobBatch.from_jobs([[job(3, 0), job(3, 1), job(3, 2)], [job(3, 0)]])
+    assert one.n_jobs.tolist() == [3, 1] and int(one.ec_label[1, 2]) != 3  # the padding holds another label
+    assert fit_labeller_if_labelled(CFG, one, SMALL) is None
+    two = JobBatch.from_jobs([[job(1, 0), job(3, 1), job(1, 2)], [job(3, 0)]])
+    assert fit_labeller_if_labelled(CFG, two, SMALL) is not None
+
+
 def test_labelling_accuracy_scores_every_labeller_per_load_and_age() -> None:
     import polars as pl
 

@@ -1,5 +1,4 @@
-"""benchmarks/placement_replicates.py: replicates pooled by sequence against each replicate's own best heuristic;
-bench_placer's served labeller on a one-label warehouse."""
+"""benchmarks/placement_replicates.py: replicates pooled by sequence against each replicate's own best heuristic."""
 
 import importlib.util
 from pathlib import Path
@@ -10,8 +9,10 @@ ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"tetris": "heuristic", "sjf": "heuristic", "rule": "forecast", "truth": "oracle"}
 
 
-def _module(name: str = "placement_replicates"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+def _module():
+    spec = importlib.util.spec_from_file_location(
+        "placement_replicates", ROOT / "benchmarks" / "placement_replicates.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -65,22 +66,3 @@ def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_o
     assert line.startswith("s 50 % rule - best (sjf,tetris): +0.667 [")  # x1e6
     assert "5 / 1 of 6 better / worse" in line and "replicates above / below 1 / 0 of 2" in line
     assert "machines 6.00 (Tetris 7.00)" in line and "(oracle - best +6.500)" in line  # (9 + 4) / 2
-
-
-def test_served_labeller_reads_the_real_jobs_labels_not_the_padding() -> None:
-    """Sequences of unequal length (the shorter padded): one real label is nothing to serve, whatever label the
-    padding holds; two real labels fit the simulator-view labeller."""
-    from sim.config import SimConfig
-    from sim.jobs import JobBatch
-
-    def job(label: int, t: int) -> dict:
-        usage = [[1 + (a + t) % 3, 1] for a in range(6)]
-        return {"arrival_step": t, "usage": usage, "ec_label": label, "request": [3, 2]}
-
-    served_labeller = _module("bench_placer").served_labeller
-    cfg = SimConfig(n_labels=4)
-    one = JobBatch.from_jobs([[job(3, 0), job(3, 1), job(3, 2)], [job(3, 0)]])
-    assert one.n_jobs.tolist() == [3, 1] and int(one.ec_label[1, 2]) != 3  # the padding holds another label
-    assert served_labeller(cfg, one) is None
-    two = JobBatch.from_jobs([[job(1, 0), job(3, 1), job(1, 2)], [job(3, 0)]])
-    assert served_labeller(cfg, two) is not None
