@@ -61,6 +61,7 @@ SETTINGS = {
         "vine_epochs": 30,
         "vine_temperature": 0.25,
     },
+    "pgpe": {"base_bonus": 2.0, "learning_rate": 0.2, "patience": 100, "pgpe_pairs": 8, "pgpe_sigma": 1.0},
 }
 """Per algorithm: a larger base bonus for the sampling algorithms (their exploration costs overshoots: at 3.0 the
 sampled training return was twice the base rule's cost), a smaller one for vine (its trunk is greedy; the bonus is
@@ -134,7 +135,7 @@ def main() -> None:
     ap.add_argument("--n-train", type=int, default=40)
     ap.add_argument("--n-test", type=int, default=30)
     ap.add_argument("--budget", type=float, default=150.0, help="training seconds per algorithm")
-    ap.add_argument("--algorithms", default="reinforce,ppo,vine")
+    ap.add_argument("--algorithms", default="reinforce,ppo,vine,pgpe")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-m50", action="store_true")
     ap.add_argument(
@@ -176,7 +177,8 @@ def main() -> None:
         "--n-rollouts",
         type=int,
         default=None,
-        help="PlacerConfig.n_rollouts: rollouts of each per PG iteration (REINFORCE, PPO; vine branches instead)",
+        help="PlacerConfig.n_rollouts: rollouts of each per PG iteration (REINFORCE, PPO; vine branches instead, "
+        "PGPE runs pgpe_pairs perturbed pairs)",
     )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()

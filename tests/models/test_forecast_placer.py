@@ -361,6 +361,55 @@ def test_the_cache_key_is_the_whole_projection_and_follows_the_job_not_its_slot(
     assert np.array_equal(cache._fingerprint(moved, np.array([1]), np.array([2])), before)
 
 
+def test_a_population_of_the_networks_own_head_gives_its_logits_and_actions(learned_forecaster) -> None:
+    jobs = _square_jobs(3, 30, seed=13)
+    policy = ForecastResidualPolicy(base=_hybrid(), forecaster=learned_forecaster, config=PlacerConfig(base_bonus=0.5))
+    net = policy.ready(CFG)
+    _randomise_residual(net)
+    own = fp.head_vector(net)
+    other = own + torch.randn(own.shape, generator=torch.Generator().manual_seed(5))
+    # envs 0-2 carry the network's head, envs 3-5 another one
+    population = fp.PopulationPolicy(policy, fp.head_tensors(net, torch.stack([own, other])), np.repeat([0, 1], 3))
+    both = jobs.select(np.tile(np.arange(3), 2))
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, both, 0)
+    state = fp.promote_queued_job(state, policy.pick_job(CFG, state, rng))
+    inputs = population.decision_inputs(CFG, state, rng)
+    with torch.no_grad():
+        got = population.logits(CFG, inputs)
+        mine = policy.logits(CFG, {k: v for k, v in inputs.items() if k != "member"})
+        fp.set_head(net, other)
+        theirs = policy.logits(CFG, {k: v for k, v in inputs.items() if k != "member"})
+        fp.set_head(net, own)
+    assert torch.allclose(got[:3], mine[:3], atol=1e-5) and torch.allclose(got[3:], theirs[3:], atol=1e-5)
+    assert not torch.allclose(got[3:], mine[3:], atol=1e-3)  # the second head does score differently
+    # a greedy rollout of the population is each member's own greedy rollout
+    rec = run_rollout(population, CFG, both, 0, "greedy", np.random.default_rng(1))
+    alone = run_rollout(policy, CFG, jobs, 0, "greedy", np.random.default_rng(1))
+    assert np.array_equal(rec.returns[:3], alone.returns)
+
+
+def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
+    """On one direction whose + side returns more, the step moves the head along it (and a head written back
+    reads back the same)."""
+    jobs = _square_jobs(4, 25, seed=14)
+    pcfg = PlacerConfig(algorithm="pgpe", pgpe_pairs=1, pgpe_sigma=2.0, learning_rate=0.5, base_bonus=0.5, hidden=8)
+    policy = ForecastResidualPolicy(base=_hybrid(), config=pcfg)
+    net = policy.ready(CFG)
+    anchor = fp.head_vector(net)
+    z = torch.zeros_like(anchor, requires_grad=True)
+    opt = torch.optim.Adam([z], lr=pcfg.learning_rate)
+    rng = np.random.default_rng(4)
+    eps = torch.from_numpy(np.random.default_rng(4).standard_normal((1, z.numel())).astype(np.float32))
+    rec = fp.pgpe_step(policy, CFG, jobs, np.arange(4), z, anchor, torch.ones_like(anchor), opt, rng, 1)
+    plus, minus = rec.returns[:4].mean(), rec.returns[4:].mean()
+    assert plus != minus  # the direction changes decisions at this sigma
+    moved = float((z.detach() * eps[0]).sum())
+    assert np.sign(moved) == np.sign(plus - minus)
+    fp.set_head(net, anchor + z.detach())
+    assert torch.allclose(fp.head_vector(net), anchor + z.detach())
+
+
 def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
     jobs = _square_jobs(3, 30, seed=12)
     rule = _hybrid(min_observed=2)
@@ -380,7 +429,7 @@ def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
     assert np.array_equal(got, full[[0, 2, 2, 0, 2, 2]])
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "vine"])  # REINFORCE runs in the bad-input test
+@pytest.mark.parametrize("algorithm", ["ppo", "vine", "pgpe"])  # REINFORCE runs in the bad-input test
 def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algorithm) -> None:
     jobs = _square_jobs(4, 20, seed=8)
     pcfg = PlacerConfig(
