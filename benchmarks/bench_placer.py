@@ -44,7 +44,7 @@ from sim.config import SimConfig
 from sim.forecast import uncached
 from sim.jobs import JobBatch
 from sim.labelling import ServedLabels
-from sim.policies import make_policy
+from sim.policies import make_policy, policy_kind
 from sim.risk import PEAK_RULES
 from sim.tuning import TuningConfig, sequence_returns
 
@@ -61,7 +61,13 @@ SETTINGS = {
         "vine_epochs": 30,
         "vine_temperature": 0.25,
     },
-    "pgpe": {"base_bonus": 2.0, "learning_rate": 0.2, "patience": 100, "pgpe_pairs": 8, "pgpe_sigma": 1.0},
+    "pgpe": {
+        "base_bonus": 2.0,
+        "patience": 100,
+        "pgpe_pairs": 8,
+        "pgpe_sigma": 1.0,
+        "pgpe_learning_rate": 0.2,
+    },
 }
 """Per algorithm: a larger base bonus for the sampling algorithms (their exploration costs overshoots: at 3.0 the
 sampled training return was twice the base rule's cost), a smaller one for vine (its trunk is greedy; the bonus is
@@ -111,6 +117,42 @@ def sim_config(n_machines: int, n_labels: int) -> SimConfig:
     return SimConfig(n_machines=n_machines, max_steps=1000, oversize="clip", n_labels=max(16, n_labels))
 
 
+COMPARE = (
+    "best_fit",
+    "first_fit",
+    "tetris",
+    "kube_default",
+    "deeprm_sjf",
+    "deeprm_packer",
+    "hybrid_observed",
+    "n_sigma_observed",
+    "max_pct_n_sigma_observed",
+    "forecast_peak",
+)
+"""The rules `--compare` runs by default: every non-oracle heuristic of `eval__results` (request-based, the hybrid,
+Google's predictors) and the forecast rule that meets the bar (its knobs fitted on the same training split)."""
+
+
+def compared_rules(names: list[str], base_name: str, base, ctx) -> dict:
+    """{name: policy} of `names`: the base rule as fitted, the other fitted rules fitted on `ctx` (the base's
+    FitContext: the same fit and validation split), the rest as registered."""
+    from sim.policies import POLICIES, is_fitted
+
+    rules = {}
+    for name in names:
+        if name == base_name:
+            rules[name] = base
+        elif is_fitted(name):
+            fitted = POLICIES[name].fit(ctx)
+            if fitted is None:
+                print(f"    {name}: cannot be fitted here; left out")
+                continue
+            rules[name] = fitted
+        else:
+            rules[name] = make_policy(name)
+    return rules
+
+
 def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
     mean, lo, hi = paired_interval(ours - other)
     better = int((ours > other).sum())
@@ -146,6 +188,13 @@ def main() -> None:
     )
     ap.add_argument("--base-bonus", type=float, default=None, help="override each algorithm's base bonus")
     ap.add_argument(
+        "--choice-z",
+        type=float,
+        default=PlacerConfig.choice_z,
+        help="PlacerConfig.choice_z: keep the iteration with the best lower bound of its paired validation gain "
+        "over the base rule (0: the best mean validation return)",
+    )
+    ap.add_argument(
         "--base",
         default="hybrid_observed",
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
@@ -154,9 +203,9 @@ def main() -> None:
     ap.add_argument(
         "--inputs",
         default=None,
-        choices=("rule", "learned"),
-        help="PlacerTrainConfig.inputs: the base rule's remaining-peak table (bases on it) or the learned "
-        "forecaster (default: rule where the base is on the table, else learned)",
+        choices=("rule", "table", "learned"),
+        help="PlacerTrainConfig.inputs: the base rule's remaining-peak table (bases on it), forecast_peak's table "
+        "(any base) or the learned forecaster (default: rule where the base is on the table, else learned)",
     )
     ap.add_argument("--device", default="cpu", help="where the PG updates run (cuda where a GPU is lent)")
     ap.add_argument(
@@ -179,6 +228,12 @@ def main() -> None:
         default=None,
         help="PlacerConfig.n_rollouts: rollouts of each per PG iteration (REINFORCE, PPO; vine branches instead, "
         "PGPE runs pgpe_pairs perturbed pairs)",
+    )
+    ap.add_argument(
+        "--compare",
+        default=",".join(COMPARE),
+        help="rules run on the M = 10 test sequences beside ours (fitted ones on the same training split; '' for "
+        "none): ours is printed against the best heuristic among them (by test mean) and each forecast rule",
     )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
@@ -246,6 +301,7 @@ def main() -> None:
             n_iterations=200,
             seed=args.seed,
             action_set=args.action_set,
+            choice_z=args.choice_z,
             **{
                 **SETTINGS[algorithm],
                 **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
@@ -304,6 +360,10 @@ def main() -> None:
     if not args.skip_m50 and is_deepplace:  # real sources: sequences are cut for 10 machines
         _, test50 = deepplace(args.load, 0, args.n_test, 50, args.seed)
         cells.append((50, sim_config(50, n_labels), test50))
+    t0 = time.perf_counter()
+    names = [n for n in args.compare.split(",") if n]
+    rules = compared_rules(names, args.base, base, ctx)
+    stage_s["fit_compared_rules"] = time.perf_counter() - t0
     for n_m, cfg, test in cells:
         t0 = time.perf_counter()
         loaded = ForecastResidualPolicy(checkpoint=path, labeller=labeller)
@@ -319,6 +379,22 @@ def main() -> None:
         show_pairs("base rule", ours, base_ret)
         show_pairs("tetris", ours, tetris)
         show_pairs("base vs tetris", base_ret, tetris)
+        if n_m != 10 or not rules:  # fitted at M = 10 on sequences cut for it
+            continue
+        returns = {
+            name: sequence_returns(
+                rule if labeller is None else ServedLabels(rule, labeller), cfg, test, args.seed
+            )
+            for name, rule in rules.items()
+        }
+        for name, ret in sorted(returns.items(), key=lambda kv: -kv[1].mean()):
+            print(f"    {name:<26} {ret.mean() / 1e6:.4f} ({policy_kind(name)})")
+        heuristics = {n: r for n, r in returns.items() if policy_kind(n) == "heuristic"}
+        if heuristics:
+            best = max(heuristics, key=lambda n: heuristics[n].mean())
+            show_pairs(f"best heuristic ({best})", ours, heuristics[best])
+        for name in (n for n in returns if policy_kind(n) == "forecast"):
+            show_pairs(name, ours, returns[name])
 
 
 if __name__ == "__main__":

@@ -363,13 +363,17 @@ def test_the_cache_key_is_the_whole_projection_and_follows_the_job_not_its_slot(
 
 def test_a_population_of_the_networks_own_head_gives_its_logits_and_actions(learned_forecaster) -> None:
     jobs = _square_jobs(3, 30, seed=13)
-    policy = ForecastResidualPolicy(base=_hybrid(), forecaster=learned_forecaster, config=PlacerConfig(base_bonus=0.5))
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=learned_forecaster, config=PlacerConfig(base_bonus=0.5)
+    )
     net = policy.ready(CFG)
     _randomise_residual(net)
     own = fp.head_vector(net)
     other = own + torch.randn(own.shape, generator=torch.Generator().manual_seed(5))
     # envs 0-2 carry the network's head, envs 3-5 another one
-    population = fp.PopulationPolicy(policy, fp.head_tensors(net, torch.stack([own, other])), np.repeat([0, 1], 3))
+    population = fp.PopulationPolicy(
+        policy, fp.head_tensors(net, torch.stack([own, other])), np.repeat([0, 1], 3)
+    )
     both = jobs.select(np.tile(np.arange(3), 2))
     rng = np.random.default_rng(0)
     state = core.reset(CFG, both, 0)
@@ -393,12 +397,14 @@ def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
     """On one direction whose + side returns more, the step moves the head along it (and a head written back
     reads back the same)."""
     jobs = _square_jobs(4, 25, seed=14)
-    pcfg = PlacerConfig(algorithm="pgpe", pgpe_pairs=1, pgpe_sigma=2.0, learning_rate=0.5, base_bonus=0.5, hidden=8)
+    pcfg = PlacerConfig(
+        algorithm="pgpe", pgpe_pairs=1, pgpe_sigma=2.0, pgpe_learning_rate=0.5, base_bonus=0.5, hidden=8
+    )
     policy = ForecastResidualPolicy(base=_hybrid(), config=pcfg)
     net = policy.ready(CFG)
     anchor = fp.head_vector(net)
     z = torch.zeros_like(anchor, requires_grad=True)
-    opt = torch.optim.Adam([z], lr=pcfg.learning_rate)
+    opt = torch.optim.Adam([z], lr=pcfg.pgpe_learning_rate)
     rng = np.random.default_rng(4)
     eps = torch.from_numpy(np.random.default_rng(4).standard_normal((1, z.numel())).astype(np.float32))
     rec = fp.pgpe_step(policy, CFG, jobs, np.arange(4), z, anchor, torch.ones_like(anchor), opt, rng, 1)
@@ -408,6 +414,29 @@ def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
     assert np.sign(moved) == np.sign(plus - minus)
     fp.set_head(net, anchor + z.detach())
     assert torch.allclose(fp.head_vector(net), anchor + z.detach())
+
+
+def test_a_cautious_choice_keeps_an_iteration_only_where_its_gain_stands_out() -> None:
+    assert fp.gain_bound(np.array([1.0, 1.0, 1.0]), 1.645) == 1.0  # no spread: the mean
+    assert fp.gain_bound(np.array([3.0, -1.0]), 1.0) == pytest.approx(1.0 - 2.0)  # sd 2.83 / sqrt(2)
+    assert fp.gain_bound(np.array([0.5]), 9.0) == 0.5
+    jobs = _square_jobs(6, 25, seed=15)
+    pcfg = PlacerConfig(
+        algorithm="pgpe",
+        n_iterations=4,
+        n_sequences=2,
+        pgpe_pairs=2,
+        pgpe_sigma=3.0,
+        pgpe_learning_rate=1.0,
+        base_bonus=0.5,
+        hidden=8,
+    )
+    bold, table = train_forecast_placer(CFG, jobs, _hybrid(), None, pcfg)
+    assert (table["imitation_accuracy"][1:] < 1.0).any()  # the iterations do deviate from the base
+    cautious, _ = train_forecast_placer(CFG, jobs, _hybrid(), None, replace(pcfg, choice_z=1e6))
+    assert cautious.trained_iteration == 0  # no gain stands out by a million standard errors
+    with pytest.raises(ValueError, match="choice_z"):
+        PlacerConfig(choice_z=-1.0)
 
 
 def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
@@ -551,7 +580,9 @@ def test_bad_input_names_the_file_teacher_or_iteration(tmp_path, monkeypatch) ->
         fp, "_advantages", lambda rec, seq, d: np.full(sum(len(a) for a in rec.action), np.nan)
     )
     with pytest.raises(FloatingPointError, match="pg iteration 1"):
-        train_forecast_placer(CFG, jobs, config=PlacerConfig(n_iterations=2, n_sequences=1, n_rollouts=2))
+        train_forecast_placer(
+            CFG, jobs, config=PlacerConfig(algorithm="ppo", n_iterations=2, n_sequences=1, n_rollouts=2)
+        )
 
 
 def test_a_peak_quantile_base_is_its_rule_and_survives_the_checkpoint_format() -> None:
@@ -638,7 +669,7 @@ def test_a_placer_with_a_labeller_is_its_base_rule_served_those_labels() -> None
 def test_the_base_rules_own_table_as_inputs_trains_saves_and_reloads(tmp_path) -> None:
     """`PlacerTrainConfig.inputs` "rule": the residual reads forecast_peak's remaining-peak quantiles at its levels
     (no learned forecaster is fitted), trains, and its checkpoint gives back the same forecaster and decisions; a
-    base that is not on the table is refused for these inputs."""
+    base that is not on the table is refused for these inputs, and takes forecast_peak's table with "table"."""
     from sim.forecast import uncached
     from sim.peak_forecast import RemainingPeakQuantiles
     from sim.tuning import TuningConfig
@@ -666,6 +697,14 @@ def test_the_base_rules_own_table_as_inputs_trains_saves_and_reloads(tmp_path) -
     with pytest.raises(ValueError, match="inputs 'rule'.*hybrid_observed"):
         fp.PlacerTrainConfig(base="hybrid_observed", inputs="rule")
     assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="learned").inputs == "learned"
+    # "table": forecast_peak's table as the inputs of another base (the hybrid), no learned forecaster fitted
+    hybrid, on_table, ctx = fp.fit_base_rule(
+        CFG, train, "hybrid_observed", "sample", tuning, "square", inputs="table", levels=pcfg.levels
+    )
+    assert hybrid.name == "hybrid_observed" and "forecaster" not in ctx._cache
+    inner = on_table.inner if hasattr(on_table, "reliability") else on_table
+    assert isinstance(inner, RemainingPeakQuantiles) and set(pcfg.levels) <= set(inner.levels)
+    assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="table").inputs == "table"
 
 
 def _recurring_state(n_steps: int):
