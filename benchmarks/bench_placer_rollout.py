@@ -1,6 +1,5 @@
 """Issue 22, item 8: decisions/s of the rollout the learned placer trains with (`models.forecast_placer.run_rollout`:
-its base rule, the job pick, served EC labels, the per-machine forecast features and the network; sampled and
-recorded, as a PG iteration runs it) at M = 10 with B x N = 400 envs (the fit part's sequences repeated over
+its base rule, the job pick, served EC labels, the per-machine forecast features and the network) at M = 10 with B x N = 400 envs (the fit part's sequences repeated over
 rollouts), printed beside the bare simulator's step rate on the same batch (`bare_step_rate`: a valid-action
 policy, no observations), with the numpy step and with the compiled in-place step the rollout now uses
 (`sim.compiled_step`). The rollout and the bare loop alternate in one process over `--repeats` (the machine is
@@ -8,6 +7,10 @@ shared: compare within a run); every repeat must give the same returns.
 
     PYTHONPATH=. python benchmarks/bench_placer_rollout.py --warehouse warehouse [--source bitbrains] [--load 50]
         [--base forecast_peak] [--inputs rule] [--envs 400] [--repeats 3] [--profile 25] [--threads 1,2] [--pieces]
+
+`--learner pgpe` (the default, as `PlacerConfig.algorithm`): the rollout a PGPE iteration runs, greedy and not
+recorded, each env scored by one of 2 x `pgpe_pairs` perturbed heads (`PopulationPolicy`); `--learner sampled`:
+the sampled, recorded rollout of REINFORCE and PPO.
 
 `--pieces` alternates each rollout with one whose decisions run as separate pieces (the base rule, the mask and
 the inputs one by one, as before `models.placer_kernel.decide`) and prints the paired ratio: on a shared machine
@@ -27,14 +30,19 @@ from pathlib import Path
 
 import numba
 import numpy as np
+import torch
 
 from benchmarks.bench_placer import deepplace, real_source, sim_config
 from models.forecast_placer import (
     INPUTS,
     ForecastResidualPolicy,
     PlacerConfig,
+    PopulationPolicy,
     bare_step_rate,
     fit_base_rule,
+    head_scales,
+    head_tensors,
+    head_vector,
     run_rollout,
 )
 from models.forecaster import torch_threads
@@ -56,6 +64,12 @@ def main() -> None:
     parser.add_argument("--inputs", default=None, choices=INPUTS, help="default: rule on a peak rule")
     parser.add_argument("--envs", type=int, default=400, help="B x N")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--learner",
+        default="pgpe" if PlacerConfig.algorithm == "pgpe" else "sampled",
+        choices=("pgpe", "sampled"),
+        help="the rollout of a PGPE iteration (greedy, perturbed heads) or of REINFORCE / PPO (sampled, recorded)",
+    )
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument(
         "--threads",
@@ -92,15 +106,35 @@ def main() -> None:
     fit = ctx.split()[0]
     fit.observed_prefix  # noqa: B018  as training: computed once, shared by every selection of the fit part
     batch = fit.select(np.resize(np.arange(fit.batch_size), args.envs))
+    trained, mode, keep = policy, "sample", True  # REINFORCE / PPO: sampled and recorded
+    if args.learner == "pgpe":  # PGPE: greedy, unrecorded, each env on one of the iteration's perturbed heads
+        pcfg = policy.config
+        net = policy.ready(cfg)
+        with torch_threads(1):
+            seen = run_rollout(
+                policy,
+                cfg,
+                fit.select(np.arange(min(8, fit.batch_size))),
+                args.seed,
+                "greedy",
+                np.random.default_rng(0),
+                keep=True,
+            )
+        anchor, scales = head_vector(net), head_scales(net, seen)
+        n_heads = 2 * pcfg.pgpe_pairs
+        eps = np.random.default_rng(args.seed).standard_normal((n_heads, anchor.numel())).astype(np.float32)
+        heads = head_tensors(net, anchor[None] + scales[None] * pcfg.pgpe_sigma * torch.from_numpy(eps))
+        trained = PopulationPolicy(policy, heads, np.arange(batch.batch_size) % n_heads)
+        mode, keep = "greedy", False
     print(
         f"{where}, base {args.base}, inputs {inputs}: B x N = {batch.batch_size} envs ({fit.batch_size} fit "
-        f"sequences repeated), M = 10; set-up {time.perf_counter() - t0:.0f} s"
+        f"sequences repeated), M = 10, the {args.learner} learner's rollout; set-up {time.perf_counter() - t0:.0f} s"
     )
 
     bares, compiled = [], []
     with torch_threads(1):
         t = time.perf_counter()  # numba compiles each kernel on its first call (cached on disk afterwards)
-        run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=True)
+        run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=keep)
         bare_step_rate(cfg, batch, args.seed, in_place=True)
         print(
             f"  warm-up rollout (not counted; numba compiles on a first run): {time.perf_counter() - t:.1f} s; "
@@ -115,9 +149,7 @@ def main() -> None:
             for n in counts:  # alternated within the repeat: the machine is shared
                 numba.set_num_threads(n)
                 t = time.perf_counter()
-                rec = run_rollout(
-                    policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True
-                )
+                rec = run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(r), keep=keep)
                 dt = time.perf_counter() - t
                 by_count[n].append(rec.n_env_decisions / dt)
                 first_returns.setdefault(n, rec.returns)
@@ -125,7 +157,7 @@ def main() -> None:
                     fused, policy._decide = policy._decide, lambda cfg, seen: None
                     t = time.perf_counter()
                     rec_p = run_rollout(
-                        policy, cfg, batch, args.seed, "sample", np.random.default_rng(r), keep=True
+                        trained, cfg, batch, args.seed, mode, np.random.default_rng(r), keep=keep
                     )
                     pieces.append(
                         (rec.n_env_decisions / dt, rec_p.n_env_decisions / (time.perf_counter() - t))
@@ -145,7 +177,7 @@ def main() -> None:
                 f"decisions in {dt:.1f} s); bare simulator {bares[-1]:,.0f} decisions/s (numpy step), "
                 f"{compiled[-1]:,.0f} (compiled in-place step)"
             )
-        again = run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=False)
+        again = run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=False)
         if any(not np.array_equal(again.returns, ret) for ret in first_returns.values()):
             raise SystemExit(
                 "the same seed gave other returns (again, or on another thread count): the rollout is not "
@@ -178,7 +210,7 @@ def main() -> None:
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            run_rollout(policy, cfg, batch, args.seed, "sample", np.random.default_rng(0), keep=True)
+            run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=keep)
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
 
