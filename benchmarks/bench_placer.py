@@ -153,6 +153,16 @@ def compared_rules(names: list[str], base_name: str, base, ctx) -> dict:
     return rules
 
 
+def kept_return(table: pl.DataFrame, best_iteration: int) -> float:
+    """The validation return of the iteration training kept: PG iteration `best_iteration`, or for 0 the last
+    row before the PG stage (the base rule, or the end of behaviour cloning)."""
+    if best_iteration > 0:
+        row = table.filter((pl.col("stage") == "pg") & (pl.col("iteration") == best_iteration))
+    else:
+        row = table.filter(pl.col("stage") != "pg").tail(1)
+    return float(row["validation_return"][0])
+
+
 def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
     mean, lo, hi = paired_interval(ours - other)
     better = int((ours > other).sum())
@@ -331,15 +341,17 @@ def main() -> None:
         pg = table.filter(pl.col("stage") == "pg")
         rate = speed["pg_env_decisions"] / max(speed["pg_rollout_s"], 1e-9)
         print(
-            f"{algorithm}: best validation return {table['validation_return'].max() / 1e6:.4f}e6 at iteration "
-            f"{speed['best_iteration']} (base {table['validation_return'][0] / 1e6:.4f}e6); {pg.height} iterations, "
+            f"{algorithm}: kept iteration {speed['best_iteration']}, validation return "
+            f"{kept_return(table, speed['best_iteration']) / 1e6:.4f}e6 (base "
+            f"{table['validation_return'][0] / 1e6:.4f}e6, best of any iteration "
+            f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
             f"{pg['seconds'].mean():.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
             f"{speed['pg_update_s'] / max(pg.height, 1):.2f}, validation "
             f"{speed['validation_s'] / max(table.height, 1):.1f}); training rollout {rate:.0f} decisions/s"
         )
         with pl.Config(tbl_rows=60, tbl_width_chars=160, float_precision=4):
             print(table.with_columns(pl.col("validation_return", "train_return") / 1e6))
-    best_alg = max(runs, key=lambda a: runs[a][1]["validation_return"].max())
+    best_alg = max(runs, key=lambda a: kept_return(runs[a][1], runs[a][2]["best_iteration"]))
     policy, table, speed = runs[best_alg]
     print(f"chosen on validation: {best_alg}")
     path = policy.save(out / "forecast_residual_rl.pt")

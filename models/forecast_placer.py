@@ -42,16 +42,17 @@ decisions (`PlacerConfig.bc_teacher`: "base" or a registered, unfitted policy). 
   exploration in the weights, not in the actions. Each iteration draws `pgpe_pairs` directions eps over the head
   (the machine and hold scores' last layers and the base bonus, `HEAD_PARAMETERS`; the encoder keeps its seeded
   weights as a fixed feature map), and runs the GREEDY policy at head + eps and head - eps on the same drawn fit
-  sequences in one batched rollout (`PopulationPolicy`: one head per env; the simulator is deterministic, so the
-  pair's difference is the effect of the direction alone). The gradient estimate sum_k eps_k (R+_k - R-_k) / 2,
+  sequences in one batched rollout (`PopulationPolicy`: one head per env, and one simulator seed per sequence
+  under every head, so a pair's difference is the effect of its direction alone). The gradient estimate sum_k eps_k (R+_k - R-_k) / 2,
   over the spread of the returns, takes an Adam step. Sampling actions costs an overshoot on every co-located
   job at each wrong draw, which swamped REINFORCE and PPO (measured, README); a perturbed greedy policy deviates
   only where its scores say so, the same way at every similar state, so a direction is judged by what a
   consistent change of the rule does. Sigma is in logit units (`pgpe_sigma`): each head coordinate's step is
   scaled by the spread of its input on the base rule's decisions (`head_scales`).
-Greedy decoding on validation after every iteration; the best iteration by validation return is kept (iteration 0,
-the base rule, included, so training never returns a policy worse than its base on validation); training stops after
-`patience` evaluations without a gain or when `time_budget_s` is spent. `stage_table` rows: stage, iteration,
+Greedy decoding on validation after every iteration; the best iteration is kept, by validation return or, with
+`PlacerConfig.choice_z` > 0 (the default), by the lower bound of its paired validation gain over the base rule
+(iteration 0, the base rule, included, so without a BC stage training never returns a policy worse than its base on
+validation); training stops after `patience` evaluations without a better score or when `time_budget_s` is spent. `stage_table` rows: stage, iteration,
 validation return, imitation accuracy (greedy action == base action), entropy, seconds.
 
 Trained policy (`ForecastResidualPolicy.save` / `ForecastResidualPolicy(checkpoint=path)`): the one format of every
@@ -248,7 +249,7 @@ class PlacerConfig:
     `sim.tuning.TuningConfig`'s). Measured (bench_placer.py, the 84 VMs at 50 %, `forecast_peak` base): with 0,
     PGPE kept an iteration 0.20e6 above the base on validation that tied it on test (-0.028 [-0.073, +0.016])."""
     patience: int = 6
-    """PG evaluations without a better validation return before training stops."""
+    """PG evaluations without a better validation score (`choice_z`) before training stops."""
     time_budget_s: float = 180.0
     """Wall seconds of training (BC and PG) before it stops after the current iteration."""
     validation_share: float = 0.3
@@ -1131,14 +1132,15 @@ def run_rollout(
     policy: ForecastResidualPolicy,
     cfg: SimConfig,
     jobs: JobBatch,
-    seed: int,
+    seed: int | np.ndarray,
     mode: str,
     rng: np.random.Generator,
     teacher=None,
     keep: bool = False,
     on_decision: Callable[[State, dict, np.ndarray], None] | None = None,
 ) -> RolloutRecord:
-    """One batched episode per sequence of `jobs`. mode: "greedy" (the policy's argmax), "sample" (its masked
+    """One batched episode per sequence of `jobs` (`seed`: the simulator's, an int or one per env as
+    `sim.core.reset` takes it). mode: "greedy" (the policy's argmax), "sample" (its masked
     softmax) or "teacher" (the teacher's actions on the states the base rule's job picks lead to). With `keep`,
     the decisions' inputs, actions, log-probabilities and rewards are recorded for training; `on_decision(state,
     inputs, active)` sees every decision's state (after the job pick) and inputs. The network runs on one torch
@@ -1565,7 +1567,11 @@ def pgpe_step(
     member_of_env = np.repeat(np.arange(members.shape[0]), drawn.size)
     population = PopulationPolicy(policy, heads, member_of_env)
     batch = fit.select(np.tile(drawn, members.shape[0]))
-    rec = run_rollout(population, cfg, batch, int(rng.integers(2**31)), "greedy", rng)
+    # one simulator seed per drawn sequence, the same under every head: with noise or perturbed shapes on, a
+    # pair's runs of a sequence still see the same randomness
+    one = int(rng.integers(2**31))
+    seeds = np.tile(np.random.SeedSequence(one).generate_state(drawn.size).astype(np.int64), members.shape[0])
+    rec = run_rollout(population, cfg, batch, seeds, "greedy", rng)
     per_member = torch.from_numpy(rec.returns.reshape(members.shape[0], drawn.size).mean(axis=1))
     spread = float(per_member.std()) if per_member.numel() > 1 else 0.0
     diff = (per_member[0::2] - per_member[1::2]).float()  # (K,) R+ - R-
@@ -1716,7 +1722,8 @@ def train_forecast_placer(
     (None: observed-peak persistence). Returns (the policy at its best validation iteration, the stage table).
     `speed`, when given, receives the PG rollouts' decisions and seconds. `device`: where the PG updates run
     ('cuda' where a GPU is lent): a learner copy of the network and its optimiser live there and the weights are
-    copied back to the CPU actor after each update (one decision's forward pass is too small for a GPU).
+    copied back to the CPU actor after each update (one decision's forward pass is too small for a GPU); PGPE's
+    update (one Adam step on the head's vector) stays on the CPU.
     `labeller`: the EC labels the policy is served at evaluation (`sim.labelling.ServedLabels`; None: the
     sequences' own), served in every training and validation rollout too (`BaseRule`).
     ValueError on an empty training split or an unregistered teacher; FloatingPointError naming the iteration on a
@@ -1808,6 +1815,7 @@ def train_forecast_placer(
             if c.algorithm == "pgpe":
                 if z is None:  # the head's coordinates, scaled on the base rule's decisions on fit sequences
                     kept = run_rollout(policy, sim_cfg, fit.select(drawn), c.seed, "greedy", rng, keep=True)
+                    speed["pg_env_decisions"] += kept.n_env_decisions
                     anchor, scales = head_vector(net), head_scales(net, kept)
                     z = torch.zeros_like(anchor, requires_grad=True)
                     opt = torch.optim.Adam([z], lr=c.pgpe_learning_rate)

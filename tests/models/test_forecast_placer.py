@@ -416,6 +416,32 @@ def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
     assert torch.allclose(fp.head_vector(net), anchor + z.detach())
 
 
+def test_each_pgpe_member_returns_what_its_head_alone_returns() -> None:
+    """Two pairs over three sequences: member m's returns on each sequence are those of the network with m's head
+    written in, run alone (the population's env layout and the per-sequence seeds line up)."""
+    jobs = _square_jobs(3, 25, seed=16)
+    pcfg = PlacerConfig(
+        algorithm="pgpe", pgpe_pairs=2, pgpe_sigma=2.0, pgpe_learning_rate=0.5, base_bonus=0.5, hidden=8
+    )
+    policy = ForecastResidualPolicy(base=_hybrid(), config=pcfg)
+    net = policy.ready(CFG)
+    anchor = fp.head_vector(net)
+    z = torch.zeros_like(anchor, requires_grad=True)
+    opt = torch.optim.Adam([z], lr=pcfg.pgpe_learning_rate)
+    rng = np.random.default_rng(6)
+    drawn = np.array([2, 0, 1])
+    replay = np.random.default_rng(6)  # the step's draws, in its order: directions, then the seeds
+    eps = replay.standard_normal((2, anchor.numel())).astype(np.float32)
+    seeds = np.random.SeedSequence(int(replay.integers(2**31))).generate_state(drawn.size).astype(np.int64)
+    rec = fp.pgpe_step(policy, CFG, jobs, drawn, z, anchor, torch.ones_like(anchor), opt, rng, 1)
+    per_member = rec.returns.reshape(4, drawn.size)
+    for m, sign in enumerate([1.0, -1.0, 1.0, -1.0]):
+        fp.set_head(net, anchor + pcfg.pgpe_sigma * sign * torch.from_numpy(eps[m // 2]))
+        alone = run_rollout(policy, CFG, jobs.select(drawn), seeds, "greedy", np.random.default_rng(0))
+        assert np.array_equal(per_member[m], alone.returns), m
+    assert len({tuple(r) for r in per_member}) > 1  # the heads do decide differently
+
+
 def test_a_cautious_choice_keeps_an_iteration_only_where_its_gain_stands_out() -> None:
     assert fp.gain_bound(np.array([1.0, 1.0, 1.0]), 1.645) == 1.0  # no spread: the mean
     assert fp.gain_bound(np.array([3.0, -1.0]), 1.0) == pytest.approx(1.0 - 2.0)  # sd 2.83 / sqrt(2)
@@ -431,8 +457,10 @@ def test_a_cautious_choice_keeps_an_iteration_only_where_its_gain_stands_out() -
         base_bonus=0.5,
         hidden=8,
     )
-    bold, table = train_forecast_placer(CFG, jobs, _hybrid(), None, pcfg)
+    bold, table = train_forecast_placer(CFG, jobs, _hybrid(), None, replace(pcfg, choice_z=0.0))
     assert (table["imitation_accuracy"][1:] < 1.0).any()  # the iterations do deviate from the base
+    returns = table["validation_return"].to_list()  # with z = 0: the first iteration of the best mean is kept
+    assert bold.trained_iteration == returns.index(max(returns))
     cautious, _ = train_forecast_placer(CFG, jobs, _hybrid(), None, replace(pcfg, choice_z=1e6))
     assert cautious.trained_iteration == 0  # no gain stands out by a million standard errors
     with pytest.raises(ValueError, match="choice_z"):
