@@ -393,18 +393,23 @@ def test_a_population_of_the_networks_own_head_gives_its_logits_and_actions(lear
     assert np.array_equal(rec.returns[:3], alone.returns)
 
 
-def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
-    """On one direction whose + side returns more, the step moves the head along it (and a head written back
-    reads back the same)."""
-    jobs = _square_jobs(4, 25, seed=14)
+def _pgpe_start(n_pairs: int):
+    """(policy, network, its head's vector, z = 0, Adam on z) of a small PGPE learner on the hybrid (sigma 2)."""
     pcfg = PlacerConfig(
-        algorithm="pgpe", pgpe_pairs=1, pgpe_sigma=2.0, pgpe_learning_rate=0.5, base_bonus=0.5, hidden=8
+        algorithm="pgpe", pgpe_pairs=n_pairs, pgpe_sigma=2.0, pgpe_learning_rate=0.5, base_bonus=0.5, hidden=8
     )
     policy = ForecastResidualPolicy(base=_hybrid(), config=pcfg)
     net = policy.ready(CFG)
     anchor = fp.head_vector(net)
     z = torch.zeros_like(anchor, requires_grad=True)
-    opt = torch.optim.Adam([z], lr=pcfg.pgpe_learning_rate)
+    return policy, net, anchor, z, torch.optim.Adam([z], lr=pcfg.pgpe_learning_rate)
+
+
+def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
+    """On one direction whose + side returns more, the step moves the head along it (and a head written back
+    reads back the same)."""
+    jobs = _square_jobs(4, 25, seed=14)
+    policy, net, anchor, z, opt = _pgpe_start(n_pairs=1)
     rng = np.random.default_rng(4)
     eps = torch.from_numpy(np.random.default_rng(4).standard_normal((1, z.numel())).astype(np.float32))
     rec = fp.pgpe_step(policy, CFG, jobs, np.arange(4), z, anchor, torch.ones_like(anchor), opt, rng, 1)
@@ -420,14 +425,7 @@ def test_each_pgpe_member_returns_what_its_head_alone_returns() -> None:
     """Two pairs over three sequences: member m's returns on each sequence are those of the network with m's head
     written in, run alone (the population's env layout and the per-sequence seeds line up)."""
     jobs = _square_jobs(3, 25, seed=16)
-    pcfg = PlacerConfig(
-        algorithm="pgpe", pgpe_pairs=2, pgpe_sigma=2.0, pgpe_learning_rate=0.5, base_bonus=0.5, hidden=8
-    )
-    policy = ForecastResidualPolicy(base=_hybrid(), config=pcfg)
-    net = policy.ready(CFG)
-    anchor = fp.head_vector(net)
-    z = torch.zeros_like(anchor, requires_grad=True)
-    opt = torch.optim.Adam([z], lr=pcfg.pgpe_learning_rate)
+    policy, net, anchor, z, opt = _pgpe_start(n_pairs=2)
     rng = np.random.default_rng(6)
     drawn = np.array([2, 0, 1])
     replay = np.random.default_rng(6)  # the step's draws, in its order: directions, then the seeds
@@ -436,7 +434,7 @@ def test_each_pgpe_member_returns_what_its_head_alone_returns() -> None:
     rec = fp.pgpe_step(policy, CFG, jobs, drawn, z, anchor, torch.ones_like(anchor), opt, rng, 1)
     per_member = rec.returns.reshape(4, drawn.size)
     for m, sign in enumerate([1.0, -1.0, 1.0, -1.0]):
-        fp.set_head(net, anchor + pcfg.pgpe_sigma * sign * torch.from_numpy(eps[m // 2]))
+        fp.set_head(net, anchor + policy.config.pgpe_sigma * sign * torch.from_numpy(eps[m // 2]))
         alone = run_rollout(policy, CFG, jobs.select(drawn), seeds, "greedy", np.random.default_rng(0))
         assert np.array_equal(per_member[m], alone.returns), m
     assert len({tuple(r) for r in per_member}) > 1  # the heads do decide differently
