@@ -12,11 +12,14 @@ the better validation return is the policy (a measured choice, never on test seq
   accuracy, entropy, seconds);
 - the test return of the policy against its base rule and Tetris, paired by sequence with a 95 % interval, at
   M = 10 and at M = 50 (the same weights; M = 50 sequences are DeepPlace's test templates at the same load of a
-  50-machine cluster).
+  50-machine cluster); at M = 10 also against the best non-oracle heuristic and `forecast_peak` (`--compare`);
+  every policy's return per test sequence goes to OUT/test_returns_m{M}.parquet.
 
     python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150] [--out /tmp/placer]
         [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
-        [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts; default 8 x 4)
+        [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts, default 8 x 4;
+        PGPE: sequences x 2 x pgpe_pairs)
+        [--algorithms pgpe --base hybrid_observed --inputs table --choice-z 1.645 --compare '']
 """
 
 from __future__ import annotations
@@ -345,7 +348,7 @@ def main() -> None:
             f"{kept_return(table, speed['best_iteration']) / 1e6:.4f}e6 (base "
             f"{table['validation_return'][0] / 1e6:.4f}e6, best of any iteration "
             f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
-            f"{pg['seconds'].mean():.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
+            f"{pg['seconds'].mean() or 0.0:.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
             f"{speed['pg_update_s'] / max(pg.height, 1):.2f}, validation "
             f"{speed['validation_s'] / max(table.height, 1):.1f}); training rollout {rate:.0f} decisions/s"
         )
@@ -391,14 +394,25 @@ def main() -> None:
         show_pairs("base rule", ours, base_ret)
         show_pairs("tetris", ours, tetris)
         show_pairs("base vs tetris", base_ret, tetris)
-        if n_m != 10 or not rules:  # fitted at M = 10 on sequences cut for it
+        returns = {"forecast_residual_rl": ours, f"base:{args.base}": base_ret, "tetris": tetris}
+        if n_m == 10:  # the compared rules are fitted at M = 10 on sequences cut for it
+            returns |= {
+                name: sequence_returns(
+                    rule if labeller is None else ServedLabels(rule, labeller), cfg, test, args.seed
+                )
+                for name, rule in rules.items()
+            }
+        # per test sequence, for pooling replicates by sequence (seeds of the same cell share the test split)
+        pl.DataFrame(
+            [
+                {"n_machines": n_m, "seed": args.seed, "policy": name, "sequence": i, "return": float(r)}
+                for name, ret in returns.items()
+                for i, r in enumerate(ret)
+            ]
+        ).write_parquet(out / f"test_returns_m{n_m}.parquet")
+        if n_m != 10 or not rules:
             continue
-        returns = {
-            name: sequence_returns(
-                rule if labeller is None else ServedLabels(rule, labeller), cfg, test, args.seed
-            )
-            for name, rule in rules.items()
-        }
+        returns = {name: returns[name] for name in rules}
         for name, ret in sorted(returns.items(), key=lambda kv: -kv[1].mean()):
             print(f"    {name:<26} {ret.mean() / 1e6:.4f} ({policy_kind(name)})")
         heuristics = {n: r for n, r in returns.items() if policy_kind(n) == "heuristic"}
