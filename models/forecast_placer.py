@@ -1561,7 +1561,7 @@ def pgpe_step(
     c = policy.config
     eps = torch.from_numpy(rng.standard_normal((c.pgpe_pairs, z.numel())).astype(np.float32))
     signs = torch.tensor([1.0, -1.0]).repeat(c.pgpe_pairs)  # +, -, +, - ...
-    members = z[None] + c.pgpe_sigma * signs[:, None] * eps.repeat_interleave(2, dim=0)  # (2K, D)
+    members = z.detach()[None] + c.pgpe_sigma * signs[:, None] * eps.repeat_interleave(2, dim=0)  # (2K, D)
     net = policy.ready(cfg)
     heads = head_tensors(net, anchor[None] + scales[None] * members)
     member_of_env = np.repeat(np.arange(members.shape[0]), drawn.size)
