@@ -38,11 +38,10 @@ from models.forecast_placer import (
     ForecastResidualPolicy,
     PlacerConfig,
     PopulationPolicy,
+    antithetic_heads,
     bare_step_rate,
     fit_base_rule,
-    head_scales,
-    head_tensors,
-    head_vector,
+    head_coordinates,
     run_rollout,
 )
 from models.forecaster import torch_threads
@@ -107,24 +106,21 @@ def main() -> None:
     fit.observed_prefix  # noqa: B018  as training: computed once, shared by every selection of the fit part
     batch = fit.select(np.resize(np.arange(fit.batch_size), args.envs))
     trained, mode, keep = policy, "sample", True  # REINFORCE / PPO: sampled and recorded
-    if args.learner == "pgpe":  # PGPE: greedy, unrecorded, each env on one of the iteration's perturbed heads
+    if args.learner == "pgpe":  # PGPE: greedy, unrecorded, each env on one of an iteration's perturbed heads
         pcfg = policy.config
-        net = policy.ready(cfg)
         with torch_threads(1):
-            seen = run_rollout(
-                policy,
-                cfg,
-                fit.select(np.arange(min(8, fit.batch_size))),
-                args.seed,
-                "greedy",
-                np.random.default_rng(0),
-                keep=True,
-            )
-        anchor, scales = head_vector(net), head_scales(net, seen)
-        n_heads = 2 * pcfg.pgpe_pairs
-        eps = np.random.default_rng(args.seed).standard_normal((n_heads, anchor.numel())).astype(np.float32)
-        heads = head_tensors(net, anchor[None] + scales[None] * pcfg.pgpe_sigma * torch.from_numpy(eps))
-        trained = PopulationPolicy(policy, heads, np.arange(batch.batch_size) % n_heads)
+            start = fit.select(np.arange(min(pcfg.n_sequences, fit.batch_size)))
+            anchor, scales, _ = head_coordinates(policy, cfg, start, args.seed, np.random.default_rng(0))
+        eps = np.random.default_rng(args.seed).standard_normal((pcfg.pgpe_pairs, anchor.numel()))
+        heads = antithetic_heads(
+            policy.ready(cfg),
+            anchor,
+            scales,
+            torch.zeros_like(anchor),
+            torch.from_numpy(eps.astype(np.float32)),
+            pcfg.pgpe_sigma,
+        )
+        trained = PopulationPolicy(policy, heads, np.arange(batch.batch_size) % (2 * pcfg.pgpe_pairs))
         mode, keep = "greedy", False
     print(
         f"{where}, base {args.base}, inputs {inputs}: B x N = {batch.batch_size} envs ({fit.batch_size} fit "

@@ -1499,30 +1499,29 @@ class PopulationPolicy:
         return logits.masked_fill(~mask, _NEG)
 
 
-def head_vector(net: ResidualPlacerNet) -> torch.Tensor:
-    """The head's parameters (`HEAD_PARAMETERS`) as one flat vector."""
+def _head_parameters(net: ResidualPlacerNet) -> list[nn.Parameter]:
     params = dict(net.named_parameters())
-    return torch.cat([params[name].detach().reshape(-1) for name in HEAD_PARAMETERS])
+    return [params[name] for name in HEAD_PARAMETERS]
+
+
+def head_vector(net: ResidualPlacerNet) -> torch.Tensor:
+    """The head's parameters (`HEAD_PARAMETERS`) as one flat vector (a copy)."""
+    return nn.utils.parameters_to_vector(_head_parameters(net)).detach()
 
 
 def head_tensors(net: ResidualPlacerNet, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     """(P, D) flat head vectors as {name: (P, *shape)} of `HEAD_PARAMETERS`."""
-    params = dict(net.named_parameters())
     out, pos = {}, 0
-    for name in HEAD_PARAMETERS:
-        shape = params[name].shape
-        n = int(np.prod(shape, dtype=np.int64))
-        out[name] = flat[:, pos : pos + n].reshape(flat.shape[0], *shape)
-        pos += n
+    for name, param in zip(HEAD_PARAMETERS, _head_parameters(net), strict=True):
+        out[name] = flat[:, pos : pos + param.numel()].reshape(flat.shape[0], *param.shape)
+        pos += param.numel()
     return out
 
 
 def set_head(net: ResidualPlacerNet, flat: torch.Tensor) -> None:
-    """Write the flat head vector `flat` (D,) into the network."""
-    params = dict(net.named_parameters())
+    """Write the flat head vector `flat` (D,) into the network (the parameters view a copy of it)."""
     with torch.no_grad():
-        for name, value in head_tensors(net, flat[None]).items():
-            params[name].copy_(value[0])
+        nn.utils.vector_to_parameters(flat.detach().clone(), _head_parameters(net))
 
 
 def head_scales(net: ResidualPlacerNet, rec: RolloutRecord) -> torch.Tensor:
@@ -1534,13 +1533,38 @@ def head_scales(net: ResidualPlacerNet, rec: RolloutRecord) -> torch.Tensor:
         emb = net.encoder(x)
         rms_machine = float(emb.pow(2).sum(dim=-1).mean().sqrt())
         rms_hold = float(_hold_hidden(net, emb, g).pow(2).sum(dim=-1).mean().sqrt())
-    parts = []
-    params = dict(net.named_parameters())
-    for name in HEAD_PARAMETERS:
-        n = params[name].numel()
-        rms = {"machine_head.weight": rms_machine, "hold_head.2.weight": rms_hold}.get(name)
-        parts.append(torch.full((n,), 1.0 if rms is None else 1.0 / max(rms, 1e-6)))
-    return torch.cat(parts)
+    rms_of = {"machine_head.weight": rms_machine, "hold_head.2.weight": rms_hold}
+    return torch.cat(
+        [
+            torch.full((param.numel(),), 1.0 / max(rms_of[name], 1e-6) if name in rms_of else 1.0)
+            for name, param in zip(HEAD_PARAMETERS, _head_parameters(net), strict=True)
+        ]
+    )
+
+
+def head_coordinates(
+    policy: ForecastResidualPolicy, cfg: SimConfig, jobs: JobBatch, seed: int, rng: np.random.Generator
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """PGPE's start: (the network's head vector, `head_scales` on a greedy rollout of `jobs` kept with its
+    inputs, that rollout's env-decisions)."""
+    net = policy.ready(cfg)
+    seen = run_rollout(policy, cfg, jobs, seed, "greedy", rng, keep=True)
+    return head_vector(net), head_scales(net, seen), seen.n_env_decisions
+
+
+def antithetic_heads(
+    net: ResidualPlacerNet,
+    anchor: torch.Tensor,
+    scales: torch.Tensor,
+    z: torch.Tensor,
+    eps: torch.Tensor,
+    sigma: float,
+) -> dict[str, torch.Tensor]:
+    """The 2K heads of one PGPE iteration (`head_tensors`): anchor + scales * (z + sigma eps_k) and
+    anchor + scales * (z - sigma eps_k) for each of the K directions `eps` (K, D), ordered +, -, +, - ..."""
+    signs = torch.tensor([1.0, -1.0]).repeat(eps.shape[0])
+    members = z.detach()[None] + sigma * signs[:, None] * eps.repeat_interleave(2, dim=0)  # (2K, D)
+    return head_tensors(net, anchor[None] + scales[None] * members)
 
 
 def pgpe_step(
@@ -1560,19 +1584,16 @@ def pgpe_step(
     estimate. Returns the rollout (its returns are the iteration's training returns)."""
     c = policy.config
     eps = torch.from_numpy(rng.standard_normal((c.pgpe_pairs, z.numel())).astype(np.float32))
-    signs = torch.tensor([1.0, -1.0]).repeat(c.pgpe_pairs)  # +, -, +, - ...
-    members = z.detach()[None] + c.pgpe_sigma * signs[:, None] * eps.repeat_interleave(2, dim=0)  # (2K, D)
-    net = policy.ready(cfg)
-    heads = head_tensors(net, anchor[None] + scales[None] * members)
-    member_of_env = np.repeat(np.arange(members.shape[0]), drawn.size)
-    population = PopulationPolicy(policy, heads, member_of_env)
-    batch = fit.select(np.tile(drawn, members.shape[0]))
+    heads = antithetic_heads(policy.ready(cfg), anchor, scales, z, eps, c.pgpe_sigma)
+    n_members = 2 * c.pgpe_pairs
+    population = PopulationPolicy(policy, heads, np.repeat(np.arange(n_members), drawn.size))
+    batch = fit.select(np.tile(drawn, n_members))
     # one simulator seed per drawn sequence, the same under every head: with noise or perturbed shapes on, a
     # pair's runs of a sequence still see the same randomness
     one = int(rng.integers(2**31))
-    seeds = np.tile(np.random.SeedSequence(one).generate_state(drawn.size).astype(np.int64), members.shape[0])
+    seeds = np.tile(np.random.SeedSequence(one).generate_state(drawn.size).astype(np.int64), n_members)
     rec = run_rollout(population, cfg, batch, seeds, "greedy", rng)
-    per_member = torch.from_numpy(rec.returns.reshape(members.shape[0], drawn.size).mean(axis=1))
+    per_member = torch.from_numpy(rec.returns.reshape(n_members, drawn.size).mean(axis=1))
     spread = float(per_member.std()) if per_member.numel() > 1 else 0.0
     diff = (per_member[0::2] - per_member[1::2]).float()  # (K,) R+ - R-
     grad = (diff[:, None] * eps).sum(dim=0) / (2.0 * c.pgpe_pairs * max(spread, 1e-8))
@@ -1814,9 +1835,8 @@ def train_forecast_placer(
             pool = pool[drawn.size :]
             if c.algorithm == "pgpe":
                 if z is None:  # the head's coordinates, scaled on the base rule's decisions on fit sequences
-                    kept = run_rollout(policy, sim_cfg, fit.select(drawn), c.seed, "greedy", rng, keep=True)
-                    speed["pg_env_decisions"] += kept.n_env_decisions
-                    anchor, scales = head_vector(net), head_scales(net, kept)
+                    anchor, scales, n_seen = head_coordinates(policy, sim_cfg, fit.select(drawn), c.seed, rng)
+                    speed["pg_env_decisions"] += n_seen
                     z = torch.zeros_like(anchor, requires_grad=True)
                     opt = torch.optim.Adam([z], lr=c.pgpe_learning_rate)
                 rec = pgpe_step(policy, sim_cfg, fit, drawn, z, anchor, scales, opt, rng, iteration)
