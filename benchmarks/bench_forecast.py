@@ -115,7 +115,7 @@ def forecasts_per_second(
 ) -> float:
     """Job-forecasts per second of `forecaster.forecast` on running test jobs, `batch` jobs per call."""
     rng = np.random.default_rng(0)
-    is_real = np.arange(test.max_jobs)[None, :] < test.n_jobs[:, None]
+    is_real = test.is_real
     n_obs = np.where(test.duration >= 2, rng.integers(1, np.maximum(test.duration, 2)), 0)
     state = origin_state(sim_cfg, test, n_obs)
     env, job = np.nonzero(is_real)

@@ -15,7 +15,7 @@ the better validation return is the policy (a measured choice, never on test seq
   50-machine cluster); at M = 10 also against the best non-oracle heuristic and `forecast_peak` (`--compare`);
   every policy's return per test sequence goes to OUT/test_returns_m{M}.parquet.
 
-    python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150] [--out /tmp/placer]
+    python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150 | --iterations 30] [--out /tmp/placer]
         [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
         [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts, default 8 x 4;
         PGPE: sequences x 2 x pgpe_pairs)
@@ -190,6 +190,13 @@ def main() -> None:
     ap.add_argument("--n-train", type=int, default=40)
     ap.add_argument("--n-test", type=int, default=30)
     ap.add_argument("--budget", type=float, default=150.0, help="training seconds per algorithm")
+    ap.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="run exactly this many PG iterations (patience aside) with no time budget: replicates then do not "
+        "depend on how busy the machine is (default: 200, cut by --budget)",
+    )
     ap.add_argument("--algorithms", default="reinforce,ppo,vine,pgpe")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-m50", action="store_true")
@@ -310,8 +317,8 @@ def main() -> None:
     for algorithm in args.algorithms.split(","):
         pcfg = PlacerConfig(
             algorithm=algorithm,
-            time_budget_s=args.budget,
-            n_iterations=200,
+            time_budget_s=args.budget if args.iterations is None else 1e9,
+            n_iterations=200 if args.iterations is None else args.iterations,
             seed=args.seed,
             action_set=args.action_set,
             choice_z=args.choice_z,

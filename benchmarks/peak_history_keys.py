@@ -41,7 +41,7 @@ def history_cases(jobs: JobBatch) -> pl.DataFrame:
     """The remaining-peak table's training cases (`peak_cases`) past age 0, with the two history keys: per case,
     from the usage observed before its age."""
     cases = peak_cases(jobs)
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     b_idx, j_idx = np.nonzero(is_real & (jobs.duration > 0))  # peak_cases' jobs, in its order
     u = jobs.usage[b_idx, j_idx].astype(np.int64)  # (N, T, D)
     prefix = np.maximum.accumulate(u, axis=1)

@@ -327,7 +327,7 @@ def slowdown_accrued(state: State) -> np.ndarray:
     arrival until it finishes (start + T_j; never for a job not placed yet). Its increase over a simulator call is
     minus DeepRM's reward of the steps that call closed; at the end of an episode it is the sum of slowdowns."""
     jobs = state.jobs
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     finish = np.where(state.job_start >= 0, state.job_start + jobs.duration, np.iinfo(np.int64).max)
     steps = np.clip(np.minimum(state.t[:, None], finish) - jobs.arrival_step, 0, None) * is_real
     return (steps / np.maximum(jobs.duration, 1)).sum(axis=1)
@@ -343,7 +343,7 @@ def decision_rewards(
     is_cut = after.is_truncated & ~before.is_truncated
     if is_cut.any():
         jobs = after.jobs
-        is_left = (np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]) & (after.job_start < 0)
+        is_left = jobs.is_real & (after.job_start < 0)
         unused_bound = unplaced_charge(
             jobs.duration, cfg.sim.capacity_units, 0.0, cfg.sim.k_underutil, 0.0, 0.0
         )
@@ -643,7 +643,7 @@ def _run_slowdowns(policy, cfg: SimConfig, jobs: JobBatch, seed: int) -> tuple[n
     if not state.is_done.all():
         raise RuntimeError(f"policy {policy.name!r}: episodes not finished after {limit} decisions")
     j = state.jobs
-    is_real = np.arange(j.max_jobs)[None, :] < j.n_jobs[:, None]
+    is_real = j.is_real
     is_placed = is_real & (state.job_start >= 0)
     finish = state.job_start + j.duration
     slowdown = (finish - j.arrival_step)[is_placed] / j.duration[is_placed]

@@ -420,7 +420,7 @@ def fit_labeller_if_labelled(
     """`fit_sim_labeller` on training jobs already in a batch, or None where its real jobs (not the padding) hold
     fewer than 2 EC labels, as `fit_source_labeller` decides on the rows (a source whose EC stage chose no
     mapping, e.g. the shared trace's 84 Bitbrains VMs): there is no label to serve."""
-    real = np.arange(train_jobs.max_jobs)[None, :] < train_jobs.n_jobs[:, None]
+    real = train_jobs.is_real
     if np.unique(train_jobs.ec_label[real]).size < 2:
         return None
     return fit_sim_labeller(cfg, train_jobs, config)
@@ -432,7 +432,7 @@ def fit_sim_labeller(cfg: SimConfig, train_jobs: JobBatch, config: SimLabellerCo
     the usage view `resolve_usage_view` picks. ValueError when the jobs hold fewer than two labels, or when the
     "exact" view is asked of jobs without unquantised usage."""
     view = resolve_usage_view(config.usage_view, train_jobs)
-    rows, job_index = np.nonzero(np.arange(train_jobs.max_jobs)[None, :] < train_jobs.n_jobs[:, None])
+    rows, job_index = np.nonzero(train_jobs.is_real)
     y = train_jobs.ec_label[rows, job_index]
     classes, y_idx = np.unique(y, return_inverse=True)
     if classes.size < 2:

@@ -525,7 +525,7 @@ def build_examples(
     seeded draw): features of `job_view` of an `origin_state`, true targets, alive mask, scale, workload. With a
     `labeller` the origin state shows the labels it serves (`served_origin_state`), as the rules' states do."""
     rng = np.random.default_rng([cfg.seed, 1])
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     if not is_real.any():
         raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
     rounds = _origins(jobs, cfg.origins_per_job, rng)
@@ -566,7 +566,7 @@ def split_workloads(
     `pipelines.workloads.workload_groups`; elsewhere a workload is its own). With fewer than 3 groups but 3 or
     more workloads (a tiny source: a few jobs' days) the split is by workload, the parts then sharing jobs; the
     unit used goes into `report["split_unit"]`. ValueError naming the forecaster with fewer than 3 workloads."""
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     ids = sorted(set(_workload_of(jobs, *np.nonzero(is_real)).astype(str).tolist()))
     groups, group_of = np.unique(workload_groups(ids), return_inverse=True)
     unit = "workload group"
@@ -600,7 +600,7 @@ def profiles_of_part(
     workloads must not see their own usage through the prior); a label none of whose jobs is in that part uses
     the all-jobs profile, as `learn_profiles` does for a label without jobs. `labels_by_age`: the labels a
     labeller serves by age (`sim.profiles.learn_profiles`), None for the clustering labels."""
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     b, j = np.nonzero(is_real)
     in_part = np.zeros(jobs.duration.shape, dtype=bool)
     in_part[b, j] = np.array([parts[w] == 0 for w in _workload_of(jobs, b, j).astype(str)], dtype=bool)
@@ -900,7 +900,7 @@ def fit_usage_forecaster(
     who = f"QuantileUsageForecaster(use_ec={cfg.use_ec}, horizon={cfg.horizon})"
     t0 = time.perf_counter()
     capacity = np.asarray(sim_cfg.capacity_units, dtype=np.int64)
-    if not (np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]).any():
+    if not train.is_real.any():
         raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
     split: dict = {}
     parts = split_workloads(train, cfg, who, split)
@@ -964,7 +964,7 @@ def _standardised(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarra
 
 def is_usage_within_request(jobs: JobBatch) -> bool:
     """True when no step of any real job of `jobs` uses more units than the job's request (peak requests)."""
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     return bool((jobs.usage <= jobs.request[:, :, None, :])[is_real].all())
 
 
@@ -1063,7 +1063,7 @@ class EcAgeQuantileForecaster:
         keep the last); a job's usage at age a then counts for the label it is served at that age. None: its
         clustering label at every age."""
         who = "EcAgeQuantileForecaster"
-        is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
+        is_real = train.is_real
         if not is_real.any():
             raise ValueError(f"{who}: empty training split: the job batch has no jobs to learn from")
         n_age = train.max_duration
@@ -1201,7 +1201,7 @@ def forecast_table(
         }
         for name, f in forecasters.items()
     }
-    is_real = np.arange(test.max_jobs)[None, :] < test.n_jobs[:, None]
+    is_real = test.is_real
     for r, n_obs in enumerate(_origins(test, origins_per_job, np.random.default_rng([seed, 3]))):
         kind = 0 if r == 0 else 1
         env, job = np.nonzero(is_real & (n_obs >= 0))

@@ -171,7 +171,7 @@ def validate_jobs(cfg: SimConfig, jobs: JobBatch) -> tuple[JobBatch, np.ndarray]
     cap = np.asarray(cfg.capacity_units, dtype=np.int64)
     if _compiled_batch().jobs_fit(jobs.usage, jobs.request, jobs.ec_label, jobs.n_jobs, cap, cfg.n_labels):
         return jobs, np.zeros(jobs.batch_size, dtype=np.int64)  # one pass finds nothing to name or clip
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     bad_label = is_real & ((jobs.ec_label < 0) | (jobs.ec_label >= cfg.n_labels))
     if bad_label.any():
         b, j = np.argwhere(bad_label)[0]

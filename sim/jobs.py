@@ -178,6 +178,11 @@ class JobBatch:
     def n_resources(self) -> int:
         return int(self.usage.shape[3])
 
+    @property
+    def is_real(self) -> np.ndarray:
+        """(B, J) bool: True for each row's real jobs, False for padding (job index < n_jobs)."""
+        return np.arange(self.max_jobs)[None, :] < self.n_jobs[:, None]
+
     @cached_property
     def content_digest(self) -> str:
         """A hex digest of everything the batch holds (every array with its shape and dtype, the sequence keys and

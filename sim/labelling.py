@@ -200,7 +200,7 @@ class AgeTableLabeller:
         `n_ages(jobs)`; 0 for padding and ages past a job's end)."""
         n_ages = self.n_ages(jobs)
         table = np.zeros((jobs.batch_size, jobs.max_jobs, n_ages), dtype=np.int64)
-        real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+        real = jobs.is_real
         rows, job_index, age = np.nonzero(real[..., None] & (np.arange(n_ages) <= jobs.duration[..., None]))
         table[rows, job_index, age] = self._labels_at(cfg, jobs, rows, job_index, age)
         return table
@@ -330,7 +330,7 @@ def label_accuracy_by_age(
     At age a a job has a usage steps observed (a = 0: on arrival, meta only); it counts at age a while it still
     runs (duration > a). One predict call per age; the result is what a rollout would see, whatever the policy,
     since a prediction depends only on the job and its age."""
-    rows, job_index = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    rows, job_index = np.nonzero(jobs.is_real)
     out = []
     for age in ages:
         if age < 0:

@@ -224,7 +224,7 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
     the labeller steps start .. t - 1 (`sim.labelling.observed_steps`), so a case at age a >= 1 takes the label
     of age a - 1 (at a = 0, arrival, the meta-only label). None: every case takes the job's clustering label.
     Column at_peak: 1 where the job's usage at its last observed step (age a - 1) is its peak so far (0 at a = 0)."""
-    is_real = np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None]
+    is_real = train.is_real
     b_idx, j_idx = np.nonzero(is_real & (train.duration > 0))
     if b_idx.size == 0:
         raise ValueError("fit_peak_quantiles: the training sequences hold no real job (empty training split)")

@@ -105,7 +105,7 @@ def learn_profiles(
     0..n_labels-1 (naming the job), on horizon < 1, or on a batch without any real job."""
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
-    is_real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    is_real = jobs.is_real
     if not is_real.any():
         raise ValueError("learn_profiles: the job batch has no jobs to learn from")
     bad = is_real & ((jobs.ec_label < 0) | (jobs.ec_label >= n_labels))

@@ -775,7 +775,7 @@ def test_compiled_planes_equal_the_numpy_planes(recall, squares, threads, on_thr
     calls = on_threads(threads, compiled_planes, "_flat_planes_parallel")
     state, forecaster = _recurring_state(40), _peak_forecaster(recall)
     jobs = state.jobs
-    env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    env, job = np.nonzero(jobs.is_real)
     n_alive = np.clip(
         jobs.duration[env, job] - (state.t[env] - np.maximum(state.job_start[env, job], 0)), 0, 25
     )

@@ -105,7 +105,7 @@ def test_labels_never_read_usage_not_yet_observed(labeller):
     assert np.array_equal(before, labeller.labels(CFG, state))
     assert np.array_equal(labeller.labels(CFG, noisy_state), fresh(labeller).labels(CFG, noisy_state))
     # predict_jobs at age a reads ages < a only
-    rows, job_index = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    rows, job_index = np.nonzero(jobs.is_real)
     for age in (0, 1, 3):
         later = dataclasses.replace(jobs, usage=jobs.usage.copy())
         later.usage[:, :, age:] = noise[:, :, age:]
@@ -118,7 +118,7 @@ def test_labels_never_read_usage_not_yet_observed(labeller):
 
 def test_accuracy_after_a_few_steps_beats_the_best_constant_label(labeller):
     train, test = synthetic_jobs(seed=0), synthetic_jobs(seed=11)
-    rows, job_index = np.nonzero(np.arange(train.max_jobs)[None, :] < train.n_jobs[:, None])
+    rows, job_index = np.nonzero(train.is_real)
     constant = most_frequent_label(train.ec_label[rows, job_index])
     assert constant == LOW
     table = label_accuracy_by_age(labeller, CFG, test, [0, 1, 4, 8], constant_label=constant)
@@ -177,7 +177,7 @@ def test_served_labels_are_its_label_table_at_the_steps_before_now(labeller):
     assert n_checked > 20  # jobs with usage observed were among them
     table = labels_by_age(labeller, CFG, jobs)
     assert table.shape == (*jobs.ec_label.shape, jobs.max_duration + 1)
-    b, j = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    b, j = np.nonzero(jobs.is_real)
     for age in (0, 1, 5):
         alive = jobs.duration[b, j] >= age
         got = table[b[alive], j[alive], age]

@@ -85,7 +85,7 @@ def data():
 def _running_state(jobs: JobBatch, seed: int):
     rng = np.random.default_rng(seed)
     n_obs = np.where(rng.random(jobs.duration.shape) < 0.3, 0, rng.integers(0, np.maximum(jobs.duration, 1)))
-    env, job = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    env, job = np.nonzero(jobs.is_real)
     return n_obs, env, job
 
 

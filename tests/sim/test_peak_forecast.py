@@ -227,7 +227,7 @@ def test_every_level_of_the_table_as_a_usage_forecaster() -> None:
     for _ in range(20):
         state, act = decide(make_policy("tetris"), CFG, state, rng)
         state, *_ = core.step(CFG, state, act)
-    bi, ji = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    bi, ji = np.nonzero(jobs.is_real)
     q = RemainingPeakQuantiles(table, horizon=7).forecast(CFG, state, bi, ji)
     assert q.shape == (bi.size, 3, 7, 2)
     for i, level in enumerate(table.levels):
@@ -249,7 +249,7 @@ def test_forecast_reads_no_future_usage(at_peak: bool) -> None:
     for _ in range(25):
         state, act = decide(policy, CFG, state, rng)
         state, *_ = core.step(CFG, state, act)
-    bi, ji = np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    bi, ji = np.nonzero(jobs.is_real)
     assert core.jobs_running(state).any()
     before = forecaster.point(CFG, state, bi, ji)
     bounds = head_bounds(CFG, state, forecaster, RiskConfig(level=0.9))
@@ -359,7 +359,7 @@ def _case_ages(jobs: JobBatch) -> list[tuple[int, int]]:
     """(age, number of cases) in `peak_cases`' order: per age of AGE_GRID, its jobs x 2 resources."""
     from sim.peak_forecast import AGE_GRID
 
-    dur = jobs.duration[np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]]
+    dur = jobs.duration[jobs.is_real]
     dur = dur[dur > 0]
     return [(a, 2 * int((dur > a).sum())) for a in AGE_GRID if (dur > a).any()]
 

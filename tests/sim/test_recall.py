@@ -66,7 +66,7 @@ def _advance(jobs: JobBatch, n_steps: int):
 
 
 def _all_jobs(jobs: JobBatch) -> tuple[np.ndarray, np.ndarray]:
-    return np.nonzero(np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None])
+    return np.nonzero(jobs.is_real)
 
 
 def test_workload_code_is_equal_exactly_where_ids_are() -> None:
