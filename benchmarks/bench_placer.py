@@ -412,7 +412,8 @@ def main() -> None:
                 )
                 for name, rule in rules.items()
             }
-        # per test sequence, for pooling replicates by sequence (seeds of the same cell share the test split)
+        # per test sequence, for pooling replicates by sequence (benchmarks/placer_replicates.py; each seed draws
+        # its own sequences, so a replicate is paired within itself)
         pl.DataFrame(
             [
                 {"n_machines": n_m, "seed": args.seed, "policy": name, "sequence": i, "return": float(r)}

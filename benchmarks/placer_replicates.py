@@ -1,0 +1,111 @@
+"""Pool `bench_placer.py` replicates of one cell: each `--out` folder holds one seed's OUT/test_returns_m10.parquet
+(every policy's return per test sequence; a seed draws its own sequences, fits and training). Prints, for the
+learned policy (`forecast_residual_rl`) against its base rule, each replicate's best non-oracle heuristic (chosen
+by that replicate's test mean among the request-based heuristics, the hybrid and Google's predictors) and each
+forecast rule: the paired difference per replicate and pooled over every test sequence of every replicate, with
+its 95 % t-interval and how many sequences are better and worse. `--out` writes the pooled rows.
+
+    python benchmarks/placer_replicates.py /tmp/placer_s0 /tmp/placer_s1 /tmp/placer_s2 [--machines 10]
+        [--out pooled.parquet]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from models.forecast_placer import paired_interval
+from sim.policies import policy_kind
+
+OURS = "forecast_residual_rl"
+
+
+def comparisons(returns: pl.DataFrame) -> tuple[dict[str, np.ndarray], str | None]:
+    """({label: ours - other per test sequence}, the best heuristic's name) of one replicate's returns (sequence
+    order): the base rule, the best heuristic (by this replicate's mean; label "best heuristic") and every forecast
+    rule it holds."""
+    by_policy = {
+        name: part.sort("sequence")["return"].to_numpy()
+        for (name,), part in returns.group_by("policy", maintain_order=True)
+    }
+    if OURS not in by_policy:
+        raise ValueError(f"no {OURS!r} rows (policies: {sorted(by_policy)})")
+    ours = by_policy[OURS]
+    sizes = {name: r.size for name, r in by_policy.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"policies ran different numbers of test sequences: {sizes}")
+    out, best = {}, None
+    bases = [n for n in by_policy if n.startswith("base:")]
+    if bases:
+        out["base rule"] = ours - by_policy[bases[0]]
+    named = [n for n in by_policy if n != OURS and not n.startswith("base:")]
+    heuristics = [n for n in named if policy_kind(n) == "heuristic"]
+    if heuristics:
+        best = max(heuristics, key=lambda n: by_policy[n].mean())
+        out["best heuristic"] = ours - by_policy[best]
+    for name in (n for n in named if policy_kind(n) == "forecast"):
+        out[name] = ours - by_policy[name]
+    return out, best
+
+
+def pooled(folders: list[Path], n_machines: int) -> pl.DataFrame:
+    """One row per (replicate or "pooled", comparison): mean, 95 % interval, sequences better and worse."""
+    rows, pooled_diffs = [], {}
+    for folder in folders:
+        path = folder / f"test_returns_m{n_machines}.parquet"
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path}: no per-sequence test returns (run bench_placer.py --out {folder})"
+            )
+        returns = pl.read_parquet(path)
+        seeds = returns["seed"].unique().to_list()
+        if len(seeds) != 1:
+            raise ValueError(f"{path}: one replicate per file expected, found seeds {seeds}")
+        diffs, best = comparisons(returns)
+        for label, diff in diffs.items():
+            pooled_diffs.setdefault(label, []).append(diff)
+            rows.append(
+                _row(str(folder), seeds[0], label if label != "best heuristic" else f"{label} ({best})", diff)
+            )
+    if not rows:
+        raise ValueError(f"no replicates in {folders}")
+    for label, diffs in pooled_diffs.items():
+        if len(diffs) != len(folders):
+            print(f"WARN: {label!r} is in {len(diffs)} of {len(folders)} replicates; pooled over those")
+        rows.append(_row("pooled", None, label, np.concatenate(diffs)))
+    return pl.DataFrame(rows)
+
+
+def _row(replicate: str, seed, label: str, diff: np.ndarray) -> dict:
+    mean, lo, hi = paired_interval(diff)
+    return {
+        "replicate": replicate,
+        "seed": seed,
+        "comparison": label,
+        "n_sequences": int(diff.size),
+        "mean_x1e6": mean / 1e6,
+        "low_x1e6": lo / 1e6,
+        "high_x1e6": hi / 1e6,
+        "n_better": int((diff > 0).sum()),
+        "n_worse": int((diff < 0).sum()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folders", nargs="+", type=Path, help="bench_placer.py --out folders, one per seed")
+    ap.add_argument("--machines", type=int, default=10, help="M of the test returns (10, or 50 on DeepPlace)")
+    ap.add_argument("--out", default=None, help="write the rows to this parquet file")
+    args = ap.parse_args()
+    table = pooled(args.folders, args.machines)
+    with pl.Config(tbl_rows=200, tbl_width_chars=200, float_precision=3, fmt_str_lengths=60):
+        print(table)
+    if args.out:
+        table.write_parquet(args.out)
+
+
+if __name__ == "__main__":
+    main()
