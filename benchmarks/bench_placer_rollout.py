@@ -105,7 +105,7 @@ def main() -> None:
     fit = ctx.split()[0]
     fit.observed_prefix  # noqa: B018  as training: computed once, shared by every selection of the fit part
     batch = fit.select(np.resize(np.arange(fit.batch_size), args.envs))
-    trained, mode, keep = policy, "sample", True  # REINFORCE / PPO: sampled and recorded
+    trained, mode, keep, entropy = policy, "sample", True, True  # REINFORCE / PPO: sampled and recorded
     if args.learner == "pgpe":  # PGPE: greedy, unrecorded, each env on one of an iteration's perturbed heads
         pcfg = policy.config
         with torch_threads(1):
@@ -121,7 +121,7 @@ def main() -> None:
             pcfg.pgpe_sigma,
         )
         trained = PopulationPolicy(policy, heads, np.arange(batch.batch_size) % (2 * pcfg.pgpe_pairs))
-        mode, keep = "greedy", False
+        mode, keep, entropy = "greedy", False, False  # as `pgpe_step`: no softmax, returns only
     print(
         f"{where}, base {args.base}, inputs {inputs}: B x N = {batch.batch_size} envs ({fit.batch_size} fit "
         f"sequences repeated), M = 10, the {args.learner} learner's rollout; set-up {time.perf_counter() - t0:.0f} s"
@@ -130,7 +130,9 @@ def main() -> None:
     bares, compiled = [], []
     with torch_threads(1):
         t = time.perf_counter()  # numba compiles each kernel on its first call (cached on disk afterwards)
-        run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=keep)
+        run_rollout(
+            trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=keep, entropy=entropy
+        )
         bare_step_rate(cfg, batch, args.seed, in_place=True)
         print(
             f"  warm-up rollout (not counted; numba compiles on a first run): {time.perf_counter() - t:.1f} s; "
@@ -145,7 +147,9 @@ def main() -> None:
             for n in counts:  # alternated within the repeat: the machine is shared
                 numba.set_num_threads(n)
                 t = time.perf_counter()
-                rec = run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(r), keep=keep)
+                rec = run_rollout(
+                    trained, cfg, batch, args.seed, mode, np.random.default_rng(r), keep=keep, entropy=entropy
+                )
                 dt = time.perf_counter() - t
                 by_count[n].append(rec.n_env_decisions / dt)
                 first_returns.setdefault(n, rec.returns)
@@ -153,7 +157,14 @@ def main() -> None:
                     fused, policy._decide = policy._decide, lambda cfg, seen: None
                     t = time.perf_counter()
                     rec_p = run_rollout(
-                        trained, cfg, batch, args.seed, mode, np.random.default_rng(r), keep=keep
+                        trained,
+                        cfg,
+                        batch,
+                        args.seed,
+                        mode,
+                        np.random.default_rng(r),
+                        keep=keep,
+                        entropy=entropy,
                     )
                     pieces.append(
                         (rec.n_env_decisions / dt, rec_p.n_env_decisions / (time.perf_counter() - t))
@@ -206,7 +217,9 @@ def main() -> None:
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            run_rollout(trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=keep)
+            run_rollout(
+                trained, cfg, batch, args.seed, mode, np.random.default_rng(0), keep=keep, entropy=entropy
+            )
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
 

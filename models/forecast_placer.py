@@ -322,7 +322,9 @@ def persistence_rule_act(base: RiskAwarePacking, cfg: SimConfig, state: State, r
     bi, ji = np.nonzero(jobs_running(state))
     start = state.job_start[bi, ji]
     n_obs = np.clip(state.t[bi] - start + 1, 0, jobs.duration[bi, ji])
-    if fc.statistic == "peak":  # the running peak by age (`JobBatch.observed_prefix`), not a reduction per call
+    if (
+        fc.statistic == "peak"
+    ):  # the running peak by age (`JobBatch.observed_prefix`), not a reduction per call
         value = jobs.observed_prefix[0].peak_at(bi, ji, n_obs)  # NaN where n_obs is 0: replaced below
     else:
         value = jobs.usage[bi, ji, np.maximum(n_obs - 1, 0)].astype(np.float64)
@@ -1136,15 +1138,18 @@ def run_rollout(
     teacher=None,
     keep: bool = False,
     on_decision: Callable[[State, dict, np.ndarray], None] | None = None,
+    entropy: bool = True,
 ) -> RolloutRecord:
     """One batched episode per sequence of `jobs` (`seed`: the simulator's, an int or one per env as
     `sim.core.reset` takes it). mode: "greedy" (the policy's argmax), "sample" (its masked
     softmax) or "teacher" (the teacher's actions on the states the base rule's job picks lead to). With `keep`,
     the decisions' inputs, actions, log-probabilities and rewards are recorded for training; `on_decision(state,
-    inputs, active)` sees every decision's state (after the job pick) and inputs. The network runs on one torch
-    thread, or on as many as numba's where the batch's kernels use numba's threads (`rollout_torch_threads`)."""
+    inputs, active)` sees every decision's state (after the job pick) and inputs. `entropy=False` skips the
+    softmax of a greedy rollout that keeps nothing (the record's `mean_entropy` is then NaN): PGPE's training
+    rollouts read only returns. The network runs on one torch thread, or on as many as numba's where the batch's
+    kernels use numba's threads (`rollout_torch_threads`)."""
     with torch_threads(rollout_torch_threads(jobs.batch_size)):
-        return _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
+        return _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy)
 
 
 def rollout_torch_threads(n_envs: int) -> int:
@@ -1156,8 +1161,13 @@ def rollout_torch_threads(n_envs: int) -> int:
     return numba.get_num_threads() if on_threads(n_envs) else 1
 
 
-def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision) -> RolloutRecord:
+def _run_rollout(
+    policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy=True
+) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
+    softmax = entropy or keep or mode != "greedy"
+    if not softmax:
+        rec.entropy_sum = float("nan")
     prepare = getattr(policy.base.labeller, "prepare", None)
     if prepare is not None:  # once per batch: every rollout's own copy of it carries the labeller's job rows
         prepare(cfg, jobs)
@@ -1184,8 +1194,9 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
         live = inputs if every else {key: value[active] for key, value in inputs.items()}
         with torch.no_grad():
             logits = policy.logits(cfg, live)
-            logp = _log_probs(logits)
-            ent = _entropy(logp, torch.from_numpy(live["mask"])).numpy()
+            if softmax:
+                logp = _log_probs(logits)
+                rec.entropy_sum += float(_entropy(logp, torch.from_numpy(live["mask"])).sum())
         greedy = logits.argmax(dim=1).numpy()
         actions = inputs["base"].copy()
         if mode == "greedy":
@@ -1202,7 +1213,6 @@ def _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision)
         rec.n_decisions += 1
         rec.n_env_decisions += active.size
         rec.n_agree += int((greedy == live["base"]).sum())
-        rec.entropy_sum += float(ent.sum())
         state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"], in_place=in_place)
         if keep:  # features and mask are new arrays each decision: kept as they are where every env decided
             rec.x.append(inputs["x"] if every else inputs["x"][active])
@@ -1590,7 +1600,7 @@ def pgpe_step(
     # pair's runs of a sequence still see the same randomness
     one = int(rng.integers(2**31))
     seeds = np.tile(np.random.SeedSequence(one).generate_state(drawn.size).astype(np.int64), n_members)
-    rec = run_rollout(population, cfg, batch, seeds, "greedy", rng)
+    rec = run_rollout(population, cfg, batch, seeds, "greedy", rng, entropy=False)
     per_member = torch.from_numpy(rec.returns.reshape(n_members, drawn.size).mean(axis=1))
     spread = float(per_member.std()) if per_member.numel() > 1 else 0.0
     diff = (per_member[0::2] - per_member[1::2]).float()  # (K,) R+ - R-

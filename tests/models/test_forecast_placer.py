@@ -391,6 +391,10 @@ def test_a_population_of_the_networks_own_head_gives_its_logits_and_actions(lear
     rec = run_rollout(population, CFG, both, 0, "greedy", np.random.default_rng(1))
     alone = run_rollout(policy, CFG, jobs, 0, "greedy", np.random.default_rng(1))
     assert np.array_equal(rec.returns[:3], alone.returns)
+    # without the softmax (PGPE's training rollouts) the same decisions, and no entropy claimed
+    quiet = run_rollout(population, CFG, both, 0, "greedy", np.random.default_rng(1), entropy=False)
+    assert np.array_equal(quiet.returns, rec.returns) and quiet.n_agree == rec.n_agree
+    assert np.isnan(quiet.mean_entropy) and np.isfinite(rec.mean_entropy)
 
 
 def _pgpe_start(n_pairs: int):
