@@ -1,21 +1,10 @@
 """benchmarks/placement_replicates.py: replicates pooled by sequence against each replicate's own best heuristic."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"tetris": "heuristic", "sjf": "heuristic", "rule": "forecast", "truth": "oracle"}
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location(
-        "placement_replicates", ROOT / "benchmarks" / "placement_replicates.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _replicate(path: Path, results_frame, returns: dict[str, list[float]]) -> str:
@@ -26,7 +15,7 @@ def _replicate(path: Path, results_frame, returns: dict[str, list[float]]) -> st
 
 
 def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_oracle(
-    tmp_path, results_frame
+    tmp_path, results_frame, benchmark_module
 ) -> None:
     # replicate 0: SJF is the best heuristic; replicate 1: Tetris is; the oracle is far above both
     a = _replicate(
@@ -49,7 +38,7 @@ def test_pooled_pairs_each_replicate_with_its_own_best_heuristic_and_never_the_o
             "truth": [-2e6] * 3,
         },
     )
-    mod = _module()
+    mod = benchmark_module("placement_replicates")
     table = mod.pooled([a, b], ["rule"])
     row = table.row(0, named=True)
     # differences: replicate 0 against SJF +1, +1, -1; replicate 1 against Tetris +1, +1, +1

@@ -1,22 +1,10 @@
 """benchmarks/placer_replicates.py: bench_placer replicates pooled by sequence, each against its own best heuristic."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location(
-        "placer_replicates", ROOT / "benchmarks" / "placer_replicates.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _replicate(folder: Path, seed: int, returns: dict[str, list[float]]) -> Path:
@@ -30,7 +18,9 @@ def _replicate(folder: Path, seed: int, returns: dict[str, list[float]]) -> Path
     return folder
 
 
-def test_each_replicate_is_paired_with_its_own_best_heuristic_and_pooled_over_all_sequences(tmp_path) -> None:
+def test_each_replicate_is_paired_with_its_own_best_heuristic_and_pooled_over_all_sequences(
+    tmp_path, benchmark_module
+) -> None:
     # replicate 0: SJF is the best heuristic; replicate 1: Tetris is; forecast_peak is a forecast rule, not a
     # heuristic, and beats both
     a = _replicate(
@@ -55,7 +45,7 @@ def test_each_replicate_is_paired_with_its_own_best_heuristic_and_pooled_over_al
             "forecast_peak": [-2.0e6, -2.0e6],
         },
     )
-    table = _module().pooled([a, b], 10)
+    table = benchmark_module("placer_replicates").pooled([a, b], 10)
     rows = {(r["replicate"], r["comparison"]): r for r in table.iter_rows(named=True)}
     assert rows[(str(a), "best heuristic (deeprm_sjf)")]["mean_x1e6"] == pytest.approx((1.5 + 0.5 - 0.5) / 3)
     assert rows[(str(b), "best heuristic (tetris)")]["mean_x1e6"] == pytest.approx(-0.75)
@@ -68,8 +58,10 @@ def test_each_replicate_is_paired_with_its_own_best_heuristic_and_pooled_over_al
     assert rows[("pooled", "base rule")]["n_sequences"] == 5
 
 
-def test_a_replicate_without_the_learned_policy_or_with_unequal_sequences_is_refused(tmp_path) -> None:
-    module = _module()
+def test_a_replicate_without_the_learned_policy_or_with_unequal_sequences_is_refused(
+    tmp_path, benchmark_module
+) -> None:
+    module = benchmark_module("placer_replicates")
     missing = _replicate(tmp_path / "m", 0, {"tetris": [-1.0, -2.0]})
     with pytest.raises(ValueError, match="forecast_residual_rl"):
         module.pooled([missing], 10)

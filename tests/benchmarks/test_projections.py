@@ -1,23 +1,12 @@
 """The benchmarks' projections: the arithmetic, and (slow) the projection against a measured run."""
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_project_fit_recovers_a_linear_stage_and_keeps_a_noisy_one_fixed():
-    fit = _load("bench_ec").project_fit(
+def test_project_fit_recovers_a_linear_stage_and_keeps_a_noisy_one_fixed(benchmark_module):
+    fit = benchmark_module("bench_ec").project_fit(
         {
             100: {("dtw", "sweep"): 12.0, ("aggregate", "table1"): 5.0},
             200: {("dtw", "sweep"): 22.0, ("aggregate", "table1"): 4.0},
@@ -28,8 +17,8 @@ def test_project_fit_recovers_a_linear_stage_and_keeps_a_noisy_one_fixed():
     assert fit[("aggregate", "table1")] == (5.0, 0.0)  # shrank between the sizes: noise, taken as fixed
 
 
-def test_profile_settings_read_the_profile_yaml():
-    bench = _load("bench_ec")
+def test_profile_settings_read_the_profile_yaml(benchmark_module):
+    bench = benchmark_module("bench_ec")
     settings = bench.profile_settings("sample")
     assert (settings.ec.k_min, settings.ec.k_max, settings.gain.n_seeds) == (3, 5, 8)
     quick = bench.profile_settings("quick")  # extends sample: its own n_init, the sample's k range and seeds
@@ -39,13 +28,13 @@ def test_profile_settings_read_the_profile_yaml():
 
 
 @pytest.mark.slow
-def test_ec_stage_projection_within_20_percent_of_a_measured_run():
+def test_ec_stage_projection_within_20_percent_of_a_measured_run(benchmark_module):
     from models.ec_mapping import EcRunSettings
     from models.forecaster import ForecasterConfig
     from models.prediction_gain import GainConfig
     from pipelines.equivalence import DtwConfig, EcConfig
 
-    bench = _load("bench_ec")
+    bench = benchmark_module("bench_ec")
     fc = ForecasterConfig(
         window=12, conv_channels=4, hidden_size=4, epochs=1, min_steps=4, max_train_windows=64
     )
