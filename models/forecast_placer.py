@@ -322,10 +322,10 @@ def persistence_rule_act(base: RiskAwarePacking, cfg: SimConfig, state: State, r
     bi, ji = np.nonzero(jobs_running(state))
     start = state.job_start[bi, ji]
     n_obs = np.clip(state.t[bi] - start + 1, 0, jobs.duration[bi, ji])
-    if (
-        fc.statistic == "peak"
-    ):  # the running peak by age (`JobBatch.observed_prefix`), not a reduction per call
-        value = jobs.observed_prefix[0].peak_at(bi, ji, n_obs)  # NaN where n_obs is 0: replaced below
+    if fc.statistic == "peak":
+        # the running peak by age (`JobBatch.observed_prefix`), not a reduction of each profile per call; NaN
+        # where nothing is observed yet, replaced by the request below
+        value = jobs.observed_prefix[0].peak_at(bi, ji, n_obs)
     else:
         value = jobs.usage[bi, ji, np.maximum(n_obs - 1, 0)].astype(np.float64)
     request = jobs.request[bi, ji].astype(np.float64)
