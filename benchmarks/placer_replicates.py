@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the rows to this parquet file")
     args = ap.parse_args()
     table = pooled(args.folders, args.machines)
-    with pl.Config(tbl_rows=200, tbl_width_chars=200, float_precision=3, fmt_str_lengths=60):
+    with pl.Config(tbl_rows=200, tbl_cols=-1, tbl_width_chars=250, float_precision=3, fmt_str_lengths=60):
         print(table)
     if args.out:
         table.write_parquet(args.out)
