@@ -3,7 +3,9 @@
 learned policy (`forecast_residual_rl`) against its base rule, each replicate's best non-oracle heuristic (chosen
 by that replicate's test mean among the request-based heuristics, the hybrid and Google's predictors) and each
 forecast rule: the paired difference per replicate and pooled over every test sequence of every replicate, with
-its 95 % t-interval and how many sequences are better and worse. `--out` writes the pooled rows.
+its 95 % t-interval and how many sequences are better and worse; the pooled row also counts the replicates whose
+own interval is above 0 and below 0 (the pooled interval alone hides seeds that disagree). `--out` writes the
+rows.
 
     python benchmarks/placer_replicates.py /tmp/placer_s0 /tmp/placer_s1 /tmp/placer_s2 [--machines 10]
         [--out pooled.parquet]
@@ -75,7 +77,13 @@ def pooled(folders: list[Path], n_machines: int) -> pl.DataFrame:
     for label, diffs in pooled_diffs.items():
         if len(diffs) != len(folders):
             print(f"WARN: {label!r} is in {len(diffs)} of {len(folders)} replicates; pooled over those")
-        rows.append(_row("pooled", None, label, np.concatenate(diffs)))
+        row = _row("pooled", None, label, np.concatenate(diffs))
+        # the replicates' own verdicts: the pooled interval treats 3 x 30 sequences as one sample and so hides
+        # how far the seeds disagree (a seed far above can carry the pooled mean over one below)
+        verdicts = [paired_interval(d) for d in diffs]
+        row["n_replicates_above"] = sum(lo > 0 for _, lo, _ in verdicts)
+        row["n_replicates_below"] = sum(hi < 0 for _, _, hi in verdicts)
+        rows.append(row)
     return pl.DataFrame(rows)
 
 

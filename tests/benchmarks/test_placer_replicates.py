@@ -38,7 +38,7 @@ def test_each_replicate_is_paired_with_its_own_best_heuristic_and_pooled_over_al
         tmp_path / "s1",
         1,
         {
-            "forecast_residual_rl": [-4.0e6, -4.0e6],
+            "forecast_residual_rl": [-4.0e6, -4.5e6],
             "base:hybrid_observed": [-4.0e6, -4.5e6],
             "tetris": [-3.0e6, -3.5e6],
             "deeprm_sjf": [-8.0e6, -8.0e6],
@@ -48,14 +48,16 @@ def test_each_replicate_is_paired_with_its_own_best_heuristic_and_pooled_over_al
     table = benchmark_module("placer_replicates").pooled([a, b], 10)
     rows = {(r["replicate"], r["comparison"]): r for r in table.iter_rows(named=True)}
     assert rows[(str(a), "best heuristic (deeprm_sjf)")]["mean_x1e6"] == pytest.approx((1.5 + 0.5 - 0.5) / 3)
-    assert rows[(str(b), "best heuristic (tetris)")]["mean_x1e6"] == pytest.approx(-0.75)
+    assert rows[(str(b), "best heuristic (tetris)")]["mean_x1e6"] == pytest.approx(-1.0)
     pooled = rows[("pooled", "best heuristic")]
-    diffs = np.array([1.5, 0.5, -0.5, -1.0, -0.5])
+    diffs = np.array([1.5, 0.5, -0.5, -1.0, -1.0])
     assert pooled["n_sequences"] == 5 and pooled["mean_x1e6"] == pytest.approx(diffs.mean())
     assert (pooled["n_better"], pooled["n_worse"]) == (2, 3)
     assert pooled["low_x1e6"] < diffs.mean() < pooled["high_x1e6"]
-    assert rows[("pooled", "forecast_peak")]["mean_x1e6"] == pytest.approx((-4 - 5 - 6 - 2 - 2) / 5)
+    assert rows[("pooled", "forecast_peak")]["mean_x1e6"] == pytest.approx((-4 - 5 - 6 - 2 - 2.5) / 5)
     assert rows[("pooled", "base rule")]["n_sequences"] == 5
+    # replicate 0 ties SJF (its interval spans 0), replicate 1 is 1e6 below Tetris on both sequences
+    assert (pooled["n_replicates_above"], pooled["n_replicates_below"]) == (0, 1)
 
 
 def test_a_replicate_without_the_learned_policy_or_with_unequal_sequences_is_refused(
