@@ -1491,20 +1491,28 @@ class PopulationPolicy:
         inputs["member"] = self.member  # sliced with the other inputs to the envs still deciding
         return inputs
 
+    @torch.no_grad()
     def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:
+        """(B, M + 1) masked logits, each env's from its member's head. Never differentiated (PGPE needs no
+        gradient), so the layers run as fused matrix products with in-place ReLUs: the network's own numbers
+        (tests compare them), at about two thirds of the module calls' cost."""
         net = self.inner.ready(cfg)
         x, g = torch.from_numpy(inputs["x"]), torch.from_numpy(inputs["g"])
         base, mask = torch.from_numpy(inputs["base"]), torch.from_numpy(inputs["mask"])
         m = torch.from_numpy(inputs["member"])
         h = self.heads
-        emb = net.encoder(x)  # (B, M, h)
-        machine = torch.einsum("bmh,bh->bm", emb, h["machine_head.weight"][m, 0]) + h["machine_head.bias"][m]
-        hidden = _hold_hidden(net, emb, g)
+        n_envs, n_m, n_f = x.shape
+        first, second, hold_in = net.encoder[0], net.encoder[2], net.hold_head[0]
+        emb = torch.addmm(first.bias, x.reshape(-1, n_f), first.weight.t()).clamp_min_(0.0)
+        emb = torch.addmm(second.bias, emb, second.weight.t()).clamp_min_(0.0).reshape(n_envs, n_m, -1)
+        weight = h["machine_head.weight"][m, 0].unsqueeze(2)  # (B, h, 1)
+        machine = torch.bmm(emb, weight).squeeze(2) + h["machine_head.bias"][m]
+        pooled = torch.cat([emb.mean(dim=1), torch.amax(emb, dim=1), g], dim=1)
+        hidden = torch.addmm(hold_in.bias, pooled, hold_in.weight.t()).clamp_min_(0.0)
         hold = (hidden * h["hold_head.2.weight"][m, 0]).sum(dim=1, keepdim=True) + h["hold_head.2.bias"][m]
         logits = torch.cat([machine, hold], dim=1)
-        onehot = torch.nn.functional.one_hot(base, logits.shape[1]).to(logits.dtype)
-        logits = logits + h["base_bonus"][m][:, None] * onehot
-        return logits.masked_fill(~mask, _NEG)
+        logits[torch.arange(n_envs), base] += h["base_bonus"][m]
+        return logits.masked_fill_(~mask, _NEG)
 
 
 def _head_parameters(net: ResidualPlacerNet) -> list[nn.Parameter]:
