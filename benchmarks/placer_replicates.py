@@ -39,6 +39,9 @@ def comparisons(returns: pl.DataFrame) -> tuple[dict[str, np.ndarray], str | Non
     sizes = {name: r.size for name, r in by_policy.items()}
     if len(set(sizes.values())) != 1:
         raise ValueError(f"policies ran different numbers of test sequences: {sizes}")
+    ids = {name: tuple(sorted(part["sequence"].to_list())) for (name,), part in returns.group_by("policy")}
+    if len(set(ids.values())) != 1:
+        raise ValueError(f"policies ran different test sequences: {ids}")
     out, best = {}, None
     bases = [n for n in by_policy if n.startswith("base:")]
     if bases:

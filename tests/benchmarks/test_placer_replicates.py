@@ -70,5 +70,12 @@ def test_a_replicate_without_the_learned_policy_or_with_unequal_sequences_is_ref
     uneven = _replicate(tmp_path / "u", 0, {"forecast_residual_rl": [-1.0, -2.0], "tetris": [-1.0]})
     with pytest.raises(ValueError, match="different numbers of test sequences"):
         module.pooled([uneven], 10)
+    shifted = _replicate(tmp_path / "s", 0, {"forecast_residual_rl": [-1.0, -2.0], "tetris": [-1.0, -2.0]})
+    frame = pl.read_parquet(shifted / "test_returns_m10.parquet")
+    frame.with_columns(
+        pl.when(pl.col("policy") == "tetris").then(pl.col("sequence") + 1).otherwise(pl.col("sequence"))
+    ).write_parquet(shifted / "test_returns_m10.parquet")
+    with pytest.raises(ValueError, match="different test sequences"):
+        module.pooled([shifted], 10)
     with pytest.raises(FileNotFoundError, match="test_returns_m50"):
         module.pooled([missing], 50)
