@@ -11,9 +11,10 @@ the better validation return is the policy (a measured choice, never on test seq
 - seconds per stage and per PG iteration, and the stage table (stage, iteration, validation return, imitation
   accuracy, entropy, seconds);
 - the test return of the policy against its base rule and Tetris, paired by sequence with a 95 % interval, at
-  M = 10 and at M = 50 (the same weights; M = 50 sequences are DeepPlace's test templates at the same load of a
-  50-machine cluster); at M = 10 also against the best non-oracle heuristic and `forecast_peak` (`--compare`);
-  every policy's return per test sequence goes to OUT/test_returns_m{M}.parquet.
+  M = 10 and at M = 50 (the same weights; M = 50 sequences are DeepPlace's test templates, or a real source's same
+  test workloads, at the same load of a 50-machine cluster), and against the best non-oracle heuristic and
+  `forecast_peak` (`--compare`, fitted at M = 10); every policy's return per test sequence goes to
+  OUT/test_returns_m{M}.parquet. `--checkpoint` evaluates an earlier run's policy instead of training one.
 
     python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150 | --iterations 30] [--out /tmp/placer]
         [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
@@ -96,10 +97,18 @@ def deepplace(load: int, n_train: int, n_test: int, n_machines: int, seed: int) 
 
 
 def real_source(
-    warehouse: Path, source: str, load: int, n_train: int, n_test: int, seed: int, request_mode: str
+    warehouse: Path,
+    source: str,
+    load: int,
+    n_train: int,
+    n_test: int,
+    seed: int,
+    request_mode: str,
+    n_machines: int = 10,
 ) -> tuple[JobBatch, JobBatch]:
-    """(train, test) sequences of a real source at `load` % of a 10-machine cluster, cut from a warehouse a
-    `tvw-run` filled (its core tables and EC labels), as `bench_placement.py` cuts them."""
+    """(train, test) sequences of a real source at `load` % of an `n_machines` cluster, cut from a warehouse a
+    `tvw-run` filled (its core tables and EC labels), as `bench_placement.py` cuts them. The workload split
+    follows the seed, not M: the same seed's train and test workloads at M = 10 and 50 (`main` checks)."""
     from benchmarks.bench_placement import real_sequences
     from pipelines.job_sequences import SequenceConfig
 
@@ -110,6 +119,7 @@ def real_source(
         n_test_sequences=n_test,
         seed=seed,
         request_mode=request_mode,
+        n_machines=n_machines,
     )
     frame = real_sequences(warehouse, source, cfg).filter(pl.col("load_pct") == load)
     split = [JobBatch.from_frame(frame.filter(pl.col("split") == s)) for s in ("train", "test")]
@@ -200,6 +210,12 @@ def main() -> None:
     ap.add_argument("--algorithms", default="reinforce,ppo,vine,pgpe")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-m50", action="store_true")
+    ap.add_argument(
+        "--checkpoint",
+        default=None,
+        help="evaluate this saved policy (an earlier run's OUT/forecast_residual_rl.pt, same source, load and "
+        "seed) instead of training one: e.g. its M = 50 cell",
+    )
     ap.add_argument(
         "--action-set",
         default="valid",
@@ -312,75 +328,101 @@ def main() -> None:
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
     print(f"base rule: {knobs}")
 
-    # training: REINFORCE and PPO with the same budget; the better validation return wins
-    runs = {}
-    for algorithm in args.algorithms.split(","):
-        pcfg = PlacerConfig(
-            algorithm=algorithm,
-            time_budget_s=args.budget if args.iterations is None else 1e9,
-            n_iterations=200 if args.iterations is None else args.iterations,
-            seed=args.seed,
-            action_set=args.action_set,
-            choice_z=args.choice_z,
-            **{
-                **SETTINGS[algorithm],
-                **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
+    if args.checkpoint is None:
+        # training: REINFORCE and PPO with the same budget; the better validation return wins
+        runs = {}
+        for algorithm in args.algorithms.split(","):
+            pcfg = PlacerConfig(
+                algorithm=algorithm,
+                time_budget_s=args.budget if args.iterations is None else 1e9,
+                n_iterations=200 if args.iterations is None else args.iterations,
+                seed=args.seed,
+                action_set=args.action_set,
+                choice_z=args.choice_z,
                 **{
-                    key: value
-                    for key, value in (("n_sequences", args.n_sequences), ("n_rollouts", args.n_rollouts))
-                    if value is not None
+                    **SETTINGS[algorithm],
+                    **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
+                    **{
+                        key: value
+                        for key, value in (("n_sequences", args.n_sequences), ("n_rollouts", args.n_rollouts))
+                        if value is not None
+                    },
                 },
-            },
-        )
-        speed: dict = {}
-        t0 = time.perf_counter()
-        policy, table = train_forecast_placer(
-            cfg10,
-            train,
-            base,
-            forecaster,
-            pcfg,
-            log=lambda m: print("   ", m, flush=True),
-            speed=speed,
-            device=args.device,
-            labeller=labeller,
-        )
-        stage_s[f"train_{algorithm}"] = time.perf_counter() - t0
-        runs[algorithm] = (policy, table, speed)
-        table.write_parquet(out / f"stages_{algorithm}.parquet")
-        pg = table.filter(pl.col("stage") == "pg")
+            )
+            speed: dict = {}
+            t0 = time.perf_counter()
+            policy, table = train_forecast_placer(
+                cfg10,
+                train,
+                base,
+                forecaster,
+                pcfg,
+                log=lambda m: print("   ", m, flush=True),
+                speed=speed,
+                device=args.device,
+                labeller=labeller,
+            )
+            stage_s[f"train_{algorithm}"] = time.perf_counter() - t0
+            runs[algorithm] = (policy, table, speed)
+            table.write_parquet(out / f"stages_{algorithm}.parquet")
+            pg = table.filter(pl.col("stage") == "pg")
+            rate = speed["pg_env_decisions"] / max(speed["pg_rollout_s"], 1e-9)
+            print(
+                f"{algorithm}: kept iteration {speed['best_iteration']}, validation return "
+                f"{kept_return(table, speed['best_iteration']) / 1e6:.4f}e6 (base "
+                f"{table['validation_return'][0] / 1e6:.4f}e6, best of any iteration "
+                f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
+                f"{pg['seconds'].mean() or 0.0:.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
+                f"{speed['pg_update_s'] / max(pg.height, 1):.2f}, validation "
+                f"{speed['validation_s'] / max(table.height, 1):.1f}); training rollout {rate:.0f} decisions/s"
+            )
+            with pl.Config(tbl_rows=60, tbl_width_chars=160, float_precision=4):
+                print(table.with_columns(pl.col("validation_return", "train_return") / 1e6))
+        best_alg = max(runs, key=lambda a: kept_return(runs[a][1], runs[a][2]["best_iteration"]))
+        policy, table, speed = runs[best_alg]
+        print(f"chosen on validation: {best_alg}")
+        path = policy.save(out / "forecast_residual_rl.pt")
+        print(f"saved {path}")
+
+        # speed beside the bare simulator, on the training rollout's batch shape
+        fit_part = ctx.split()[0]
+        batch = fit_part.select(np.repeat(np.arange(min(8, fit_part.batch_size)), 4))
+        bare = bare_step_rate(cfg10, batch, args.seed)
         rate = speed["pg_env_decisions"] / max(speed["pg_rollout_s"], 1e-9)
         print(
-            f"{algorithm}: kept iteration {speed['best_iteration']}, validation return "
-            f"{kept_return(table, speed['best_iteration']) / 1e6:.4f}e6 (base "
-            f"{table['validation_return'][0] / 1e6:.4f}e6, best of any iteration "
-            f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
-            f"{pg['seconds'].mean() or 0.0:.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
-            f"{speed['pg_update_s'] / max(pg.height, 1):.2f}, validation "
-            f"{speed['validation_s'] / max(table.height, 1):.1f}); training rollout {rate:.0f} decisions/s"
+            f"\ntraining rollout: {rate:.0f} decisions/s; bare step rate on the same batch: {bare:.0f} decisions/s"
         )
-        with pl.Config(tbl_rows=60, tbl_width_chars=160, float_precision=4):
-            print(table.with_columns(pl.col("validation_return", "train_return") / 1e6))
-    best_alg = max(runs, key=lambda a: kept_return(runs[a][1], runs[a][2]["best_iteration"]))
-    policy, table, speed = runs[best_alg]
-    print(f"chosen on validation: {best_alg}")
-    path = policy.save(out / "forecast_residual_rl.pt")
-    print(f"saved {path}")
+        print("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in stage_s.items()))
 
-    # speed beside the bare simulator, on the training rollout's batch shape
-    fit_part = ctx.split()[0]
-    batch = fit_part.select(np.repeat(np.arange(min(8, fit_part.batch_size)), 4))
-    bare = bare_step_rate(cfg10, batch, args.seed)
-    rate = speed["pg_env_decisions"] / max(speed["pg_rollout_s"], 1e-9)
-    print(
-        f"\ntraining rollout: {rate:.0f} decisions/s; bare step rate on the same batch: {bare:.0f} decisions/s"
-    )
-    print("seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in stage_s.items()))
+    else:  # an earlier run's policy: no training here
+        path = Path(args.checkpoint)
+        if not path.exists():
+            raise SystemExit(f"--checkpoint {path}: no such file")
+        print(f"evaluating {path} (no training)")
 
     # test: the same weights at M = 10 and M = 50
     cells = [(10, cfg10, test10)]
-    if not args.skip_m50 and is_deepplace:  # real sources: sequences are cut for 10 machines
+    if not args.skip_m50 and is_deepplace:
         _, test50 = deepplace(args.load, 0, args.n_test, 50, args.seed)
+        cells.append((50, sim_config(50, n_labels), test50))
+    elif not args.skip_m50:  # the same seed's test workloads, cut for 50 machines at the same load
+        _, test50 = real_source(
+            Path(args.warehouse),
+            args.source,
+            args.load,
+            args.n_train,
+            args.n_test,
+            args.seed,
+            args.request_mode,
+            n_machines=50,
+        )
+        trained_on = {w for ids in train.workload_ids for w in ids}
+        leaked = trained_on & {w for ids in test50.workload_ids for w in ids}
+        if leaked:
+            raise SystemExit(
+                f"M = 50 test sequences hold {len(leaked)} training workloads, e.g. {sorted(leaked)[:3]}"
+            )
+        n_labels = max(n_labels, int(test50.ec_label.max()) + 1)
         cells.append((50, sim_config(50, n_labels), test50))
     t0 = time.perf_counter()
     names = [n for n in args.compare.split(",") if n]
@@ -402,16 +444,16 @@ def main() -> None:
         show_pairs("tetris", ours, tetris)
         show_pairs("base vs tetris", base_ret, tetris)
         returns = {"forecast_residual_rl": ours, f"base:{args.base}": base_ret, "tetris": tetris}
-        if n_m == 10:  # the compared rules are fitted at M = 10 on sequences cut for it
-            ran = {args.base: base_ret, "tetris": tetris}  # run above already (Tetris reads no label)
-            returns |= {
-                name: ran[name]
-                if name in ran
-                else sequence_returns(
-                    rule if labeller is None else ServedLabels(rule, labeller), cfg, test, args.seed
-                )
-                for name, rule in rules.items()
-            }
+        # the compared rules as fitted at M = 10, at either M (their knobs carry over as our weights do)
+        ran = {args.base: base_ret, "tetris": tetris}  # run above already (Tetris reads no label)
+        returns |= {
+            name: ran[name]
+            if name in ran
+            else sequence_returns(
+                rule if labeller is None else ServedLabels(rule, labeller), cfg, test, args.seed
+            )
+            for name, rule in rules.items()
+        }
         # per test sequence, for pooling replicates by sequence (benchmarks/placer_replicates.py; each seed draws
         # its own sequences, so a replicate is paired within itself)
         pl.DataFrame(
@@ -421,7 +463,7 @@ def main() -> None:
                 for i, r in enumerate(ret)
             ]
         ).write_parquet(out / f"test_returns_m{n_m}.parquet")
-        if n_m != 10 or not rules:
+        if not rules:
             continue
         returns = {name: returns[name] for name in rules}
         for name, ret in sorted(returns.items(), key=lambda kv: -kv[1].mean()):

@@ -21,7 +21,9 @@ def test_a_second_tvw_run_on_the_same_warehouse_exits_at_once_naming_the_first(t
     t0 = time.perf_counter()
     second = tvw.run(cmd, home, timeout=120)
     took = time.perf_counter() - t0
-    assert first.poll() is None, "the first tvw-run ended before the second was refused"
+    # refused (2), naming the first's pid: the first held the lock when the second checked. Whether the first is
+    # still running when the second has exited depends on how busy the machine is (on 2 busy cores the first's
+    # two layers have finished before the second's imports), so that is not asserted.
     assert second.returncode == 2, second.stdout + second.stderr
     err = second.stderr.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in second.stderr, second.stderr
