@@ -281,18 +281,23 @@ def main() -> None:
     # data
     t0 = time.perf_counter()
     is_deepplace = args.source == "deepplace_synthetic"
-    if is_deepplace:
-        train, test10 = deepplace(args.load, args.n_train, args.n_test, 10, args.seed)
-    else:
-        train, test10 = real_source(
+
+    def cut(n_machines: int, n_train: int) -> tuple[JobBatch, JobBatch]:
+        """(train, test) sequences of the cell for an `n_machines` cluster."""
+        if is_deepplace:
+            return deepplace(args.load, n_train, args.n_test, n_machines, args.seed)
+        return real_source(
             Path(args.warehouse),
             args.source,
             args.load,
-            args.n_train,
+            n_train,
             args.n_test,
             args.seed,
             args.request_mode,
+            n_machines,
         )
+
+    train, test10 = cut(10, args.n_train)
     n_labels = int(max(train.ec_label.max(), test10.ec_label.max())) + 1
     cfg10 = sim_config(10, n_labels)
     requests = "" if is_deepplace else f", {args.request_mode} requests"
@@ -403,19 +408,10 @@ def main() -> None:
     # test: the same weights at M = 10 and M = 50
     cells = [(10, cfg10, test10)]
     if not args.skip_m50 and is_deepplace:
-        _, test50 = deepplace(args.load, 0, args.n_test, 50, args.seed)
+        _, test50 = cut(50, 0)
         cells.append((50, sim_config(50, n_labels), test50))
     elif not args.skip_m50:  # the same seed's test workloads, cut for 50 machines at the same load
-        _, test50 = real_source(
-            Path(args.warehouse),
-            args.source,
-            args.load,
-            args.n_train,
-            args.n_test,
-            args.seed,
-            args.request_mode,
-            n_machines=50,
-        )
+        _, test50 = cut(50, args.n_train)
         trained_on = {w for ids in train.workload_ids for w in ids}
         leaked = trained_on & {w for ids in test50.workload_ids for w in ids}
         if leaked:
