@@ -21,6 +21,7 @@ the better validation return is the policy (a measured choice, never on test seq
         [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts, default 8 x 4;
         PGPE: sequences x 2 x pgpe_pairs)
         [--algorithms pgpe --base hybrid_observed --inputs table --choice-z 1.645 --compare '']
+        [--advisor forecast_peak]   (a second rule whose action gets a learned bonus, 0 at the start)
 """
 
 from __future__ import annotations
@@ -146,15 +147,18 @@ COMPARE = (
 Google's predictors) and the forecast rule that meets the bar (its knobs fitted on the same training split)."""
 
 
-def compared_rules(names: list[str], base_name: str, base, ctx) -> dict:
-    """{name: policy} of `names`: the base rule as fitted, the other fitted rules fitted on `ctx` (the base's
-    FitContext: the same fit and validation split), the rest as registered."""
+def compared_rules(names: list[str], base_name: str, base, ctx, known: dict | None = None) -> dict:
+    """{name: policy} of `names`: the base rule as fitted, those of `known` ({name: policy} fitted already) as
+    they are, the other fitted rules fitted on `ctx` (the base's FitContext: the same fit and validation split),
+    the rest as registered."""
     from sim.policies import POLICIES, is_fitted
 
     rules = {}
     for name in names:
         if name == base_name:
             rules[name] = base
+        elif known and name in known:
+            rules[name] = known[name]
         elif is_fitted(name):
             fitted = POLICIES[name].fit(ctx)
             if fitted is None:
@@ -235,6 +239,12 @@ def main() -> None:
         default="hybrid_observed",
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
         "earlier runs of a recurring workload too)",
+    )
+    ap.add_argument(
+        "--advisor",
+        default="",
+        help="a second fitted rule (e.g. forecast_peak) whose action gets its own learned bonus, 0 at the start "
+        "(PGPE only; '' for none): training may learn to follow it where it does better than the base",
     )
     ap.add_argument(
         "--inputs",
@@ -332,6 +342,12 @@ def main() -> None:
     stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
     print(f"base rule: {knobs}")
+    advisor = None
+    if args.advisor:
+        advisor = compared_rules([args.advisor], args.base, base, ctx).get(args.advisor)
+        if advisor is None:
+            raise SystemExit(f"--advisor {args.advisor}: cannot be fitted on {where}")
+        print(f"advisor: {args.advisor} {ctx.choices.get(args.advisor, {}).get('level', '')}")
 
     if args.checkpoint is None:
         # training: REINFORCE and PPO with the same budget; the better validation return wins
@@ -366,6 +382,7 @@ def main() -> None:
                 speed=speed,
                 device=args.device,
                 labeller=labeller,
+                advisor=advisor,
             )
             stage_s[f"train_{algorithm}"] = time.perf_counter() - t0
             runs[algorithm] = (policy, table, speed)
@@ -422,7 +439,9 @@ def main() -> None:
         cells.append((50, sim_config(50, n_labels), test50))
     t0 = time.perf_counter()
     names = [n for n in args.compare.split(",") if n]
-    rules = compared_rules(names, args.base, base, ctx)
+    rules = compared_rules(
+        names, args.base, base, ctx, {args.advisor: advisor} if advisor is not None else None
+    )
     stage_s["fit_compared_rules"] = time.perf_counter() - t0
     for n_m, cfg, test in cells:
         t0 = time.perf_counter()

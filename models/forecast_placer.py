@@ -678,7 +678,9 @@ class ResidualPlacerNet(nn.Module):
     """Scores M machines with shared weights and the hold action from pooled machine embeddings; the base rule's
     action gets a learned bonus. Output: (B, M + 1) masked logits."""
 
-    def __init__(self, n_features: int, n_global: int, hidden: int, base_bonus: float, seed: int) -> None:
+    def __init__(
+        self, n_features: int, n_global: int, hidden: int, base_bonus: float, seed: int, advised: bool = False
+    ) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
             nn.Linear(n_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
@@ -693,9 +695,17 @@ class ResidualPlacerNet(nn.Module):
                 last.weight.zero_()
                 last.bias.zero_()
         self.base_bonus = nn.Parameter(torch.tensor(float(base_bonus)))
+        self.advised = advised
+        if advised:  # the advisor's action's bonus starts at 0: the untrained policy is still the base rule
+            self.advice_bonus = nn.Parameter(torch.tensor(0.0))
 
     def forward(
-        self, x: torch.Tensor, g: torch.Tensor, base: torch.Tensor, mask: torch.Tensor
+        self,
+        x: torch.Tensor,
+        g: torch.Tensor,
+        base: torch.Tensor,
+        mask: torch.Tensor,
+        advice: torch.Tensor | None = None,
     ) -> torch.Tensor:
         emb = self.encoder(x)  # (B, M, h)
         machine = self.machine_head(emb).squeeze(-1)  # (B, M)
@@ -706,6 +716,11 @@ class ResidualPlacerNet(nn.Module):
         logits = torch.cat([machine, hold], dim=1)
         onehot = torch.nn.functional.one_hot(base, logits.shape[1]).to(logits.dtype)
         logits = logits + self.base_bonus * onehot
+        if self.advised:
+            if advice is None:
+                raise ValueError("forecast placer: an advised network needs the advisor's actions (`advice`)")
+            advised = torch.nn.functional.one_hot(advice, logits.shape[1]).to(logits.dtype)
+            logits = logits + self.advice_bonus * advised
         return logits.masked_fill(~mask, _NEG)
 
 
@@ -903,7 +918,10 @@ class ForecastResidualPolicy:
     checkpoint: a trained policy published by `save` (`read_placer`; None: the seeded untrained network, i.e. the
     base rule). base: the base rule (None: Tetris, or the checkpoint's). forecaster: the per-job quantile
     forecaster of the inputs (None: the observed-peak `PersistenceForecaster` over 24 steps, or the checkpoint's).
-    Which job goes next is the base rule's choice (`pick_job`)."""
+    advisor: a second fitted rule (None: none, or the checkpoint's) whose action gets its own learned logit bonus,
+    0 at the start, so the untrained policy is still the base rule and training can learn to follow the advisor
+    where it does better (PGPE only: the bonus is a head parameter). Which job goes next is the base rule's choice
+    (`pick_job`); the advisor places that job too."""
 
     name = "forecast_residual_rl"
 
@@ -914,6 +932,7 @@ class ForecastResidualPolicy:
         forecaster: UsageForecaster | None = None,
         config: PlacerConfig | None = None,
         labeller: Labeller | None = None,
+        advisor=None,
     ) -> None:
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         payload = None if self.checkpoint is None else read_placer(self.checkpoint)
@@ -921,11 +940,15 @@ class ForecastResidualPolicy:
             config = placer_config(self.checkpoint, payload)
             base = base if base is not None else base_from_spec(payload["base"])
             forecaster = forecaster if forecaster is not None else forecaster_from_spec(payload["forecaster"])
+            if advisor is None and payload.get("advisor") is not None:
+                advisor = base_from_spec(payload["advisor"])
         self.config = config or PlacerConfig()
         self.base_policy = base if base is not None else Tetris()
         inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
         self.forecaster = with_cache(inner, self.config.cache_rows, self.config.seed)
         self.base = BaseRule(self.base_policy, self.forecaster, labeller)
+        self.advisor_policy = advisor
+        self.advisor = None if advisor is None else BaseRule(advisor, self.forecaster, labeller)
         self._sums = RunningSums()  # per-machine forecast sums carried between a rollout's decisions
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
@@ -942,7 +965,12 @@ class ForecastResidualPolicy:
     def _build(self, n_resources: int) -> ResidualPlacerNet:
         c = self.config
         return ResidualPlacerNet(
-            len(feature_names(c, n_resources)), len(GLOBAL_FEATURES), c.hidden, c.base_bonus, c.seed
+            len(feature_names(c, n_resources)),
+            len(GLOBAL_FEATURES),
+            c.hidden,
+            c.base_bonus,
+            c.seed,
+            advised=self.advisor is not None,
         )
 
     def ready(self, cfg: SimConfig) -> ResidualPlacerNet:
@@ -980,7 +1008,10 @@ class ForecastResidualPolicy:
             x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask, self._sums)
         if self.config.action_set == "safe":
             mask = safe_action_mask(cfg, self.config, x, base, mask)
-        return {"x": x, "g": g, "base": base, "mask": mask}
+        inputs = {"x": x, "g": g, "base": base, "mask": mask}
+        if self.advisor is not None:
+            inputs["advice"] = self.advisor.act(cfg, seen, rng, served=True)
+        return inputs
 
     def _decide(self, cfg: SimConfig, seen: State) -> tuple[np.ndarray, ...] | None:
         """(base, mask, x, g) from `models.placer_kernel.decide` (one kernel for the base rule, the mask and the
@@ -996,11 +1027,13 @@ class ForecastResidualPolicy:
 
     def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:
         net = self.ready(cfg)
+        advice = inputs.get("advice")
         return net(
             torch.from_numpy(inputs["x"]),
             torch.from_numpy(inputs["g"]),
             torch.from_numpy(inputs["base"]),
             torch.from_numpy(inputs["mask"]),
+            None if advice is None else torch.from_numpy(advice),
         )
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
@@ -1023,6 +1056,7 @@ class ForecastResidualPolicy:
             "feature_names": list(feature_names(self.config, self.n_resources)),
             "n_resources": int(self.n_resources),
             "base": base_spec(self.base_policy),
+            "advisor": None if self.advisor_policy is None else base_spec(self.advisor_policy),
             "forecaster": forecaster_spec(uncached(self.forecaster)),
             "best_iteration": int(self.trained_iteration),
             "stopped_by": self.stopped_by,
@@ -1044,6 +1078,9 @@ class ForecastResidualPolicy:
         config = payload["config"] | {
             "n_resources": payload["n_resources"],
             "base": payload["base"].get("name", payload["base"]["kind"]),
+            "advisor": None
+            if payload["advisor"] is None
+            else payload["advisor"].get("name", payload["advisor"]["kind"]),
             "forecaster": None if forecaster is None else forecaster["kind"],
         }
         revision = git_revision() if revision is None else revision
@@ -1463,7 +1500,13 @@ HEAD_PARAMETERS = (
     "hold_head.2.bias",
     "base_bonus",
 )
-"""The parameters PGPE perturbs and moves: the last layers of the machine and hold scores and the base bonus."""
+"""The parameters PGPE perturbs and moves: the last layers of the machine and hold scores and the base bonus (and
+an advised network's advice bonus: `head_names`)."""
+
+
+def head_names(net: ResidualPlacerNet) -> tuple[str, ...]:
+    """The names of the head's parameters of `net`: `HEAD_PARAMETERS`, and the advice bonus where it is advised."""
+    return HEAD_PARAMETERS + (("advice_bonus",) if net.advised else ())
 
 
 def _hold_hidden(net: ResidualPlacerNet, emb: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -1512,12 +1555,14 @@ class PopulationPolicy:
         hold = (hidden * h["hold_head.2.weight"][m, 0]).sum(dim=1, keepdim=True) + h["hold_head.2.bias"][m]
         logits = torch.cat([machine, hold], dim=1)
         logits[torch.arange(n_envs), base] += h["base_bonus"][m]
+        if "advice_bonus" in h:
+            logits[torch.arange(n_envs), torch.from_numpy(inputs["advice"])] += h["advice_bonus"][m]
         return logits.masked_fill_(~mask, _NEG)
 
 
 def _head_parameters(net: ResidualPlacerNet) -> list[nn.Parameter]:
     params = dict(net.named_parameters())
-    return [params[name] for name in HEAD_PARAMETERS]
+    return [params[name] for name in head_names(net)]
 
 
 def head_vector(net: ResidualPlacerNet) -> torch.Tensor:
@@ -1528,7 +1573,7 @@ def head_vector(net: ResidualPlacerNet) -> torch.Tensor:
 def head_tensors(net: ResidualPlacerNet, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     """(P, D) flat head vectors as {name: (P, *shape)} of `HEAD_PARAMETERS`."""
     out, pos = {}, 0
-    for name, param in zip(HEAD_PARAMETERS, _head_parameters(net), strict=True):
+    for name, param in zip(head_names(net), _head_parameters(net), strict=True):
         out[name] = flat[:, pos : pos + param.numel()].reshape(flat.shape[0], *param.shape)
         pos += param.numel()
     return out
@@ -1543,7 +1588,7 @@ def set_head(net: ResidualPlacerNet, flat: torch.Tensor) -> None:
 def head_scales(net: ResidualPlacerNet, rec: RolloutRecord) -> torch.Tensor:
     """(D,) per head coordinate, the weight change that moves its score by about one logit on the decisions of
     `rec` (a rollout kept with its inputs): 1 / the root mean square norm of the layer's input (the machine
-    embeddings, the hold head's hidden layer) for weights, 1 for biases and the base bonus."""
+    embeddings, the hold head's hidden layer) for weights, 1 for biases and the base and advice bonuses."""
     with torch.no_grad():
         x, g = torch.from_numpy(np.concatenate(rec.x)), torch.from_numpy(np.concatenate(rec.g))
         emb = net.encoder(x)
@@ -1553,7 +1598,7 @@ def head_scales(net: ResidualPlacerNet, rec: RolloutRecord) -> torch.Tensor:
     return torch.cat(
         [
             torch.full((param.numel(),), 1.0 / max(rms_of[name], 1e-6) if name in rms_of else 1.0)
-            for name, param in zip(HEAD_PARAMETERS, _head_parameters(net), strict=True)
+            for name, param in zip(head_names(net), _head_parameters(net), strict=True)
         ]
     )
 
@@ -1753,10 +1798,13 @@ def train_forecast_placer(
     speed: dict | None = None,
     device: str = "cpu",
     labeller: Labeller | None = None,
+    advisor=None,
 ) -> tuple[ForecastResidualPolicy, pl.DataFrame]:
     """Train the residual scheduler on the TRAINING sequences `train` of one (source, load) (module docstring).
     `base`: the fitted base rule (None: Tetris); `forecaster`: the fitted per-job forecaster of the inputs
-    (None: observed-peak persistence). Returns (the policy at its best validation iteration, the stage table).
+    (None: observed-peak persistence); `advisor`: a second fitted rule whose action gets a learned bonus
+    (`ForecastResidualPolicy`; PGPE without a BC stage only). Returns (the policy at its best validation
+    iteration, the stage table).
     `speed`, when given, receives the PG rollouts' decisions and seconds. `device`: where the PG updates run
     ('cuda' where a GPU is lent): a learner copy of the network and its optimiser live there and the weights are
     copied back to the CPU actor after each update (one decision's forward pass is too small for a GPU); PGPE's
@@ -1770,10 +1818,17 @@ def train_forecast_placer(
             "forecast placer: the training split has no sequences with jobs: nothing to train on"
         )
     c = config
+    if advisor is not None and (c.algorithm != "pgpe" or c.bc_epochs > 0):
+        raise ValueError(
+            f"forecast placer: an advisor ({getattr(advisor, 'name', advisor)!r}) is trained by PGPE without a "
+            f"BC stage only (its bonus is a head parameter); got algorithm {c.algorithm!r}, bc_epochs {c.bc_epochs}"
+        )
     say = log or (lambda msg: None)
     fit, val = split_validation(train, c.validation_share)
     fit.observed_prefix  # noqa: B018  once: every iteration's selection of fit sequences shares it
-    policy = ForecastResidualPolicy(base=base, forecaster=forecaster, config=c, labeller=labeller)
+    policy = ForecastResidualPolicy(
+        base=base, forecaster=forecaster, config=c, labeller=labeller, advisor=advisor
+    )
     if c.bc_epochs > 0:
         _teacher(c.bc_teacher, policy)  # an unregistered teacher fails before any work
     rng = np.random.default_rng([c.seed, 11])

@@ -872,3 +872,72 @@ def test_the_threaded_kernels_give_the_callers_rollout_for_any_number_of_spans(
     calls = {name: n for count in counts for name, n in count.items()}
     assert all(n == got.n_decisions > 20 for n in calls.values()), calls
     _same_record(got, ref)
+
+
+def _peak_rule(seed: int = 31) -> RiskAwarePacking:
+    """A remaining-peak rule (`forecast_peak`'s form) fitted on square-wave jobs, packing at the median."""
+    table = fit_peak_quantiles(_square_jobs(4, 30, seed=seed), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    return RiskAwarePacking(
+        table.forecaster(0.5, horizon=30),
+        make_policy("tetris"),
+        RiskConfig(level=0.5, mode="pack"),
+        name="forecast_peak",
+    )
+
+
+def _same_actions(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_an_advisor_starts_silent_and_its_bonus_makes_the_policy_follow_it() -> None:
+    """With an advisor the untrained policy is still its base rule; an advice bonus above the base bonus makes
+    the greedy policy the advisor's rule, decision for decision; a population of the network's own head gives
+    the network's logits, advice included."""
+    jobs = _square_jobs(3, 30, seed=51)
+    base, advisor = _hybrid(), _peak_rule()
+    assert not _same_actions(_actions(base, jobs), _actions(advisor, jobs))  # the two rules differ here
+    policy = ForecastResidualPolicy(base=base, advisor=advisor, config=PlacerConfig(hidden=8))
+    assert _same_actions(_actions(policy, jobs), _actions(base, jobs))
+    net = policy.ready(CFG)
+    assert "advice_bonus" in fp.head_names(net) and net.advice_bonus.item() == 0.0
+    with torch.no_grad():
+        net.advice_bonus.fill_(policy.config.base_bonus + 1.0)
+    assert _same_actions(_actions(policy, jobs), _actions(advisor, jobs))
+    # PGPE's population scores with the advice bonus as the network does
+    _randomise_residual(net)
+    own = fp.head_vector(net)
+    population = fp.PopulationPolicy(policy, fp.head_tensors(net, own[None]), np.zeros(3, dtype=np.int64))
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, jobs, 0)
+    state = fp.promote_queued_job(state, policy.pick_job(CFG, state, rng))
+    inputs = population.decision_inputs(CFG, state, rng)
+    assert "advice" in inputs
+    with torch.no_grad():
+        got = population.logits(CFG, inputs)
+        mine = policy.logits(CFG, {k: v for k, v in inputs.items() if k != "member"})
+    assert torch.allclose(got, mine, atol=1e-5)
+    with pytest.raises(ValueError, match="advisor's actions"):
+        net(*(torch.from_numpy(inputs[k]) for k in ("x", "g", "base", "mask")))
+
+
+def test_an_advised_placer_trains_by_pgpe_saves_and_reloads_with_its_advisor(tmp_path) -> None:
+    """A tiny PGPE run with an advisor: the checkpoint carries the advisor (its spec) and the advice bonus, and
+    the reloaded policy decides as the trained one; an advisor with a gradient algorithm or a BC stage is refused
+    by name."""
+    train = _square_jobs(6, 25, seed=52)
+    pcfg = PlacerConfig(n_iterations=2, n_sequences=2, pgpe_pairs=2, hidden=8, algorithm="pgpe")
+    policy, table = train_forecast_placer(CFG, train, _hybrid(), None, pcfg, advisor=_peak_rule())
+    assert table["imitation_accuracy"][0] == 1.0  # the untrained, advised policy is the base rule
+    net = policy.ready(CFG)
+    with torch.no_grad():  # a bonus that changes decisions, so the reload is checked on the advisor's path
+        net.advice_bonus.fill_(pcfg.base_bonus + 1.0)
+    path = policy.save(tmp_path / "advised.pt", source="square", load_pct=50, revision="abc123")
+    loaded = ForecastResidualPolicy(checkpoint=path)
+    assert loaded.advisor_policy is not None and loaded.advisor_policy.name == "forecast_peak"
+    assert loaded.ready(CFG).advice_bonus.item() == pytest.approx(pcfg.base_bonus + 1.0)
+    test_jobs = _square_jobs(2, 25, seed=53)
+    assert _same_actions(_actions(policy, test_jobs), _actions(loaded, test_jobs))
+    assert _same_actions(_actions(loaded, test_jobs), _actions(_peak_rule(), test_jobs))
+    for bad in (replace(pcfg, algorithm="reinforce"), replace(pcfg, bc_epochs=1)):
+        with pytest.raises(ValueError, match="advisor .*'forecast_peak'.* PGPE"):
+            train_forecast_placer(CFG, train, _hybrid(), None, bad, advisor=_peak_rule())
