@@ -2008,6 +2008,10 @@ class PlacerTrainConfig:
     base: str = "forecast_peak"
     """Fitted base rule (a registered rule with `.fit`: forecast_peak, the best forecast-driven rule measured
     (benchmarks/bench_placement.py); forecast_recall_hybrid, hybrid_observed)."""
+    advisor: str | None = None
+    """A second fitted rule (e.g. forecast_peak under a hybrid base) whose action gets its own learned logit bonus,
+    0 at the start (`ForecastResidualPolicy`): training may learn to follow it where it does better than the base.
+    Fitted on the same split as the base; PGPE without a BC stage only. None: no advisor."""
     inputs: str = "rule"
     """Per-job forecaster of the residual's inputs (`INPUTS`): "rule", the base rule's own remaining-peak quantiles
     (`sim.risk.peak_rule_inputs`: a base on the table, `sim.risk.PEAK_RULES`; flat forecasts, so the features
@@ -2052,6 +2056,20 @@ class PlacerTrainConfig:
 
         if self.inputs not in INPUTS:
             raise ValueError(f"PlacerTrainConfig.inputs must be one of {INPUTS}, got {self.inputs!r}")
+        if self.advisor is not None:
+            if self.advisor not in POLICIES or not is_fitted(self.advisor) or is_oracle(self.advisor):
+                fitted = sorted(p for p in POLICIES if is_fitted(p) and not is_oracle(p))
+                raise ValueError(
+                    f"PlacerTrainConfig.advisor must be a fitted rule that sees no future ({fitted}) or null; "
+                    f"got {self.advisor!r}"
+                )
+            if self.advisor == self.base:
+                raise ValueError(f"PlacerTrainConfig.advisor {self.advisor!r} is the base rule itself")
+            if self.placer.algorithm != "pgpe" or self.placer.bc_epochs > 0:
+                raise ValueError(
+                    f"PlacerTrainConfig.advisor {self.advisor!r} is trained by PGPE without a BC stage only; got "
+                    f"placer.algorithm {self.placer.algorithm!r}, bc_epochs {self.placer.bc_epochs}"
+                )
         TuningConfig(choice_z=self.choice_z)  # a bad choice_z fails here, by TuningConfig's own check
         if self.inputs == "rule" and self.base not in PEAK_RULES:
             raise ValueError(
@@ -2161,7 +2179,7 @@ def train_and_publish(
         cross_fit_sequences=settings.cross_fit_sequences,
         choice_z=settings.choice_z,
     )
-    base, forecaster, _ = fit_base_rule(
+    base, forecaster, ctx = fit_base_rule(
         sim_cfg,
         train,
         settings.base,
@@ -2173,9 +2191,19 @@ def train_and_publish(
         inputs=settings.inputs,
         levels=pcfg.levels,
     )
+    advisor = None
+    if settings.advisor is not None:
+        advisor = POLICIES[settings.advisor].fit(ctx)
+        if advisor is None:
+            raise ValueError(
+                f"forecast placer {where}: the advisor {settings.advisor} cannot be fitted there"
+            )
     if log is not None:
-        log(f"{where}: forecaster and base rule {settings.base} fitted in {time.perf_counter() - t0:.1f} s")
-    policy, table = train_forecast_placer(sim_cfg, train, base, forecaster, pcfg, log=log, labeller=labeller)
+        fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
+        log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
+    policy, table = train_forecast_placer(
+        sim_cfg, train, base, forecaster, pcfg, log=log, labeller=labeller, advisor=advisor
+    )
     policy.save(policy_file, source, load, revision)
     return table.rename({"iteration": "stage_iteration"}).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("iteration"), pl.col("train_return").fill_nan(None)

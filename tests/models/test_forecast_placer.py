@@ -941,3 +941,19 @@ def test_an_advised_placer_trains_by_pgpe_saves_and_reloads_with_its_advisor(tmp
     for bad in (replace(pcfg, algorithm="reinforce"), replace(pcfg, bc_epochs=1)):
         with pytest.raises(ValueError, match="advisor .*'forecast_peak'.* PGPE"):
             train_forecast_placer(CFG, train, _hybrid(), None, bad, advisor=_peak_rule())
+
+
+def test_the_pipelines_advisor_setting_is_checked_by_name() -> None:
+    ok = fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor="forecast_peak")
+    assert ok.advisor == "forecast_peak"
+    with pytest.raises(ValueError, match="advisor must be a fitted rule.*'tetris'"):
+        fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor="tetris")
+    with pytest.raises(ValueError, match="advisor 'forecast_peak' is the base rule itself"):
+        fp.PlacerTrainConfig(advisor="forecast_peak")
+    with pytest.raises(ValueError, match="advisor 'forecast_peak' is trained by PGPE.*'ppo'"):
+        fp.PlacerTrainConfig(
+            base="hybrid_observed",
+            inputs="table",
+            advisor="forecast_peak",
+            placer=PlacerConfig(algorithm="ppo"),
+        )
