@@ -3,8 +3,9 @@ default, or a real source's sequences cut from a warehouse a `tvw-run` filled (`
 
 Trains on the TRAINING sequences only (validation carved from them): the learned forecaster
 (`models.usage_forecast`, "sample" preset) and the base rule (the hybrid, fitted by `sim.tuning` on the same
-validation sequences) first, then the residual policy by REINFORCE and by PPO with the same budget; the one with
-the better validation return is the policy (a measured choice, never on test sequences). Prints:
+validation sequences) first, then the residual policy by each algorithm of `--algorithms` and with each advisor
+of `--advisor`, with the same budget; the variant with the best validation return is the policy (a measured
+choice, never on test sequences; OUT/variants.parquet). Prints:
 
 - decisions/s of the training rollout (base rule, forecasts, features and network) beside the bare step rate of the
   simulator on the same batch;
@@ -21,7 +22,8 @@ the better validation return is the policy (a measured choice, never on test seq
         [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts, default 8 x 4;
         PGPE: sequences x 2 x pgpe_pairs)
         [--algorithms pgpe --base hybrid_observed --inputs table --choice-z 1.645 --compare '']
-        [--advisor forecast_peak]   (a second rule whose action gets a learned bonus, 0 at the start)
+        [--advisor forecast_peak]   (a second rule whose action gets a learned bonus, 0 at the start; 'none,forecast_peak'
+        trains both and keeps the better on validation)
 """
 
 from __future__ import annotations
@@ -244,7 +246,8 @@ def main() -> None:
         "--advisor",
         default="",
         help="a second fitted rule (e.g. forecast_peak) whose action gets its own learned bonus, 0 at the start "
-        "(PGPE only; '' for none): training may learn to follow it where it does better than the base",
+        "(PGPE only; '' for none): training may learn to follow it where it does better than the base; a comma "
+        "list ('none,forecast_peak') trains each variant, and the best validation return is the policy",
     )
     ap.add_argument(
         "--inputs",
@@ -342,17 +345,22 @@ def main() -> None:
     stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
     knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
     print(f"base rule: {knobs}")
-    advisor = None
-    if args.advisor:
-        advisor = compared_rules([args.advisor], args.base, base, ctx).get(args.advisor)
-        if advisor is None:
-            raise SystemExit(f"--advisor {args.advisor}: cannot be fitted on {where}")
-        print(f"advisor: {args.advisor} {ctx.choices.get(args.advisor, {}).get('level', '')}")
+    advisors: dict[str, object] = {}  # "" = no advisor
+    for name in dict.fromkeys("" if a == "none" else a for a in args.advisor.split(",")):
+        if not name:
+            advisors[name] = None
+            continue
+        advisors[name] = compared_rules([name], args.base, base, ctx).get(name)
+        if advisors[name] is None:
+            raise SystemExit(f"--advisor {name}: cannot be fitted on {where}")
+        print(f"advisor: {name} {ctx.choices.get(name, {}).get('level', '')}")
 
     if args.checkpoint is None:
-        # training: REINFORCE and PPO with the same budget; the better validation return wins
+        # training: every (algorithm, advisor) variant with the same budget; the best validation return wins
         runs = {}
-        for algorithm in args.algorithms.split(","):
+        variants = [(a, v) for a in args.algorithms.split(",") for v in advisors]
+        for algorithm, advisor_name in variants:
+            label = algorithm + (f"+{advisor_name}" if advisor_name else "")
             pcfg = PlacerConfig(
                 algorithm=algorithm,
                 time_budget_s=args.budget if args.iterations is None else 1e9,
@@ -382,15 +390,15 @@ def main() -> None:
                 speed=speed,
                 device=args.device,
                 labeller=labeller,
-                advisor=advisor,
+                advisor=advisors[advisor_name],
             )
-            stage_s[f"train_{algorithm}"] = time.perf_counter() - t0
-            runs[algorithm] = (policy, table, speed)
-            table.write_parquet(out / f"stages_{algorithm}.parquet")
+            stage_s[f"train_{label}"] = time.perf_counter() - t0
+            runs[label] = (policy, table, speed)
+            table.write_parquet(out / f"stages_{label}.parquet")
             pg = table.filter(pl.col("stage") == "pg")
             rate = speed["pg_env_decisions"] / max(speed["pg_rollout_s"], 1e-9)
             print(
-                f"{algorithm}: kept iteration {speed['best_iteration']}, validation return "
+                f"{label}: kept iteration {speed['best_iteration']}, validation return "
                 f"{kept_return(table, speed['best_iteration']) / 1e6:.4f}e6 (base "
                 f"{table['validation_return'][0] / 1e6:.4f}e6, best of any iteration "
                 f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
@@ -400,9 +408,17 @@ def main() -> None:
             )
             with pl.Config(tbl_rows=60, tbl_width_chars=160, float_precision=4):
                 print(table.with_columns(pl.col("validation_return", "train_return") / 1e6))
-        best_alg = max(runs, key=lambda a: kept_return(runs[a][1], runs[a][2]["best_iteration"]))
+        kept = {label: kept_return(t, sp["best_iteration"]) for label, (_, t, sp) in runs.items()}
+        best_alg = max(kept, key=kept.get)
         policy, table, speed = runs[best_alg]
         print(f"chosen on validation: {best_alg}")
+        pl.DataFrame(
+            {
+                "variant": list(kept),
+                "kept_validation_return": list(kept.values()),
+                "chosen": [label == best_alg for label in kept],
+            }
+        ).write_parquet(out / "variants.parquet")
         path = policy.save(out / "forecast_residual_rl.pt")
         print(f"saved {path}")
 
@@ -439,9 +455,7 @@ def main() -> None:
         cells.append((50, sim_config(50, n_labels), test50))
     t0 = time.perf_counter()
     names = [n for n in args.compare.split(",") if n]
-    rules = compared_rules(
-        names, args.base, base, ctx, {args.advisor: advisor} if advisor is not None else None
-    )
+    rules = compared_rules(names, args.base, base, ctx, {n: a for n, a in advisors.items() if a is not None})
     stage_s["fit_compared_rules"] = time.perf_counter() - t0
     for n_m, cfg, test in cells:
         t0 = time.perf_counter()
