@@ -42,6 +42,7 @@ from models.forecast_placer import (
     PlacerConfig,
     bare_step_rate,
     fit_base_rule,
+    kept_return,
     paired_interval,
     train_forecast_placer,
 )
@@ -170,16 +171,6 @@ def compared_rules(names: list[str], base_name: str, base, ctx, known: dict | No
         else:
             rules[name] = make_policy(name)
     return rules
-
-
-def kept_return(table: pl.DataFrame, best_iteration: int) -> float:
-    """The validation return of the iteration training kept: PG iteration `best_iteration`, or for 0 the last
-    row before the PG stage (the base rule, or the end of behaviour cloning)."""
-    if best_iteration > 0:
-        row = table.filter((pl.col("stage") == "pg") & (pl.col("iteration") == best_iteration))
-    else:
-        row = table.filter(pl.col("stage") != "pg").tail(1)
-    return float(row["validation_return"][0])
 
 
 def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:

@@ -957,3 +957,27 @@ def test_the_pipelines_advisor_setting_is_checked_by_name() -> None:
             advisor="forecast_peak",
             placer=PlacerConfig(algorithm="ppo"),
         )
+
+
+def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_better(tmp_path) -> None:
+    """`PlacerTrainConfig.advisor_choice`: both variants are trained on the same split and the one with the better
+    kept validation return is published (its checkpoint carries the advisor exactly when the advised one won)."""
+    train = _square_jobs(10, 30, seed=54)
+    settings = fp.PlacerTrainConfig(
+        base="hybrid_observed",
+        inputs="table",
+        advisor="forecast_peak",
+        advisor_choice=True,
+        tuning_preset="quick",
+        placer=PlacerConfig(n_iterations=2, n_sequences=2, pgpe_pairs=2, hidden=8),
+    )
+    said: list[str] = []
+    path = tmp_path / "placer.pt"
+    table = fp.train_and_publish(settings, CFG, train, path, ("square", 50, 0), "abc123", log=said.append)
+    chosen = [m for m in said if "publishing the" in m]
+    assert len(chosen) == 1 and "without the advisor" in chosen[0]
+    loaded = ForecastResidualPolicy(checkpoint=path)
+    assert (loaded.advisor_policy is not None) == ("publishing the advised" in chosen[0])
+    assert table.height >= 1 and table["imitation_accuracy"][0] == 1.0
+    with pytest.raises(ValueError, match="advisor_choice .* set advisor"):
+        fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor_choice=True)
