@@ -1818,11 +1818,8 @@ def train_forecast_placer(
             "forecast placer: the training split has no sequences with jobs: nothing to train on"
         )
     c = config
-    if advisor is not None and (c.algorithm != "pgpe" or c.bc_epochs > 0):
-        raise ValueError(
-            f"forecast placer: an advisor ({getattr(advisor, 'name', advisor)!r}) is trained by PGPE without a "
-            f"BC stage only (its bonus is a head parameter); got algorithm {c.algorithm!r}, bc_epochs {c.bc_epochs}"
-        )
+    if advisor is not None:
+        check_advisor_training(getattr(advisor, "name", str(advisor)), c, "forecast placer: ")
     say = log or (lambda msg: None)
     fit, val = split_validation(train, c.validation_share)
     fit.observed_prefix  # noqa: B018  once: every iteration's selection of fit sequences shares it
@@ -1962,6 +1959,16 @@ def train_forecast_placer(
     return policy, pl.DataFrame(rows, schema=STAGE_TABLE)
 
 
+def check_advisor_training(advisor: str, config: PlacerConfig, where: str) -> None:
+    """ValueError (prefixed by `where`) unless `config` trains by PGPE without a BC stage: an advisor's bonus is a
+    head parameter, and the other algorithms and BC read recorded decisions that carry no advice."""
+    if config.algorithm != "pgpe" or config.bc_epochs > 0:
+        raise ValueError(
+            f"{where}advisor {advisor!r} is trained by PGPE without a BC stage only (its bonus is a head "
+            f"parameter); got algorithm {config.algorithm!r}, bc_epochs {config.bc_epochs}"
+        )
+
+
 def kept_return(table: pl.DataFrame, best_iteration: int) -> float:
     """The validation return of the iteration training kept: PG iteration `best_iteration`, or for 0 the last
     row before the PG stage (the base rule, or the end of behaviour cloning)."""
@@ -2003,6 +2010,16 @@ def paired_interval(diff: np.ndarray) -> tuple[float, float, float]:
 
 
 # --- the training runs of the pipeline (`rl__forecast_residual`) --------------------------------------------
+
+
+def _check_fitted_rule(field: str, name: str, alternative: str = "") -> None:
+    """ValueError naming `PlacerTrainConfig.<field>` unless `name` is a registered fitted rule that sees no future."""
+    if name not in POLICIES or not is_fitted(name) or is_oracle(name):
+        fitted = sorted(p for p in POLICIES if is_fitted(p) and not is_oracle(p))
+        raise ValueError(
+            f"PlacerTrainConfig.{field} must be a fitted rule that sees no future ({fitted}){alternative}; "
+            f"got {name!r}"
+        )
 
 
 INPUTS = ("rule", "table", "learned")
@@ -2060,11 +2077,7 @@ class PlacerTrainConfig:
     """Sources to train on (empty: every source with sequences on a cluster of several machines)."""
 
     def __post_init__(self) -> None:
-        if self.base not in POLICIES or not is_fitted(self.base) or is_oracle(self.base):
-            fitted = sorted(p for p in POLICIES if is_fitted(p) and not is_oracle(p))
-            raise ValueError(
-                f"PlacerTrainConfig.base must be a fitted rule that sees no future ({fitted}); got {self.base!r}"
-            )
+        _check_fitted_rule("base", self.base)
         from models.usage_forecast import FORECAST_PRESETS
         from sim.risk import PEAK_RULES
         from sim.tuning import TUNING_PRESETS
@@ -2076,19 +2089,10 @@ class PlacerTrainConfig:
                 "PlacerTrainConfig.advisor_choice chooses between no advisor and `advisor`: set advisor"
             )
         if self.advisor is not None:
-            if self.advisor not in POLICIES or not is_fitted(self.advisor) or is_oracle(self.advisor):
-                fitted = sorted(p for p in POLICIES if is_fitted(p) and not is_oracle(p))
-                raise ValueError(
-                    f"PlacerTrainConfig.advisor must be a fitted rule that sees no future ({fitted}) or null; "
-                    f"got {self.advisor!r}"
-                )
+            _check_fitted_rule("advisor", self.advisor, " or null")
             if self.advisor == self.base:
                 raise ValueError(f"PlacerTrainConfig.advisor {self.advisor!r} is the base rule itself")
-            if self.placer.algorithm != "pgpe" or self.placer.bc_epochs > 0:
-                raise ValueError(
-                    f"PlacerTrainConfig.advisor {self.advisor!r} is trained by PGPE without a BC stage only; got "
-                    f"placer.algorithm {self.placer.algorithm!r}, bc_epochs {self.placer.bc_epochs}"
-                )
+            check_advisor_training(self.advisor, self.placer, "PlacerTrainConfig.")
         TuningConfig(choice_z=self.choice_z)  # a bad choice_z fails here, by TuningConfig's own check
         if self.inputs == "rule" and self.base not in PEAK_RULES:
             raise ValueError(
