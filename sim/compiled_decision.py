@@ -6,8 +6,9 @@
   `packer_pick` and `sjf_pick`: the same with Packer's or SJF's preference computed in the kernel;
   `tetris_pick`: `sim.policies.Tetris.pick_job` (the same kernel).
 - `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
-  forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) over a DeepRM fallback
-  (SJF or Packer: Best-Fit by requests) or Tetris (the first machine the head fits), deviation rows, bounds and
+  forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) or the hybrid's
+  `PersistenceForecaster` (each job's peak so far) over a DeepRM fallback (SJF or Packer: Best-Fit by requests),
+  Tetris (the first machine the head fits), `BestFit` (by usage now) or `FirstFit`, deviation rows, bounds and
   choice as there.
 - `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
 - `decide_kernel`: the two bodies above and the mask between them, one pass per env (`models.placer_kernel.decide`:
@@ -159,16 +160,18 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
     """The arguments of `_act_env` after its env and scratch (the rule's actions go to `out` (B,) int64), or None
     where the kernel does not apply to `rule` (module docstring)."""
     from sim.forecast import uncached
-    from sim.policies import DeepRMPacker, DeepRMSJF, Tetris
+    from sim.risk import PersistenceForecaster
 
     if not ENABLED:
         return None
-    forecaster = None if rule.forecaster is None else uncached(rule.forecaster)
+    forecaster = PersistenceForecaster() if rule.forecaster is None else uncached(rule.forecaster)
     risk = rule.risk
     fallback = type(rule._fallback())
+    persist = type(forecaster) is PersistenceForecaster and forecaster.statistic == "peak"
+    kind = _fallback_kind(fallback)
     if (
-        type(forecaster) is not PeakQuantileForecaster
-        or fallback not in (DeepRMSJF, DeepRMPacker, Tetris)
+        not (persist or type(forecaster) is PeakQuantileForecaster)
+        or kind is None
         or risk.mode not in ("deviate", "pack")
     ):
         return None
@@ -177,22 +180,54 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         find_level(forecaster.levels, lv) is None for lv in (0.5, risk.level)
     ):
         return None  # the numpy path raises its own error
-    table = forecaster.table
-    level_row = find_level(table.levels, forecaster.level)
-    if level_row is None:
-        return None
-    noise, has_noise = noise_args(state)
     jobs = state.jobs
-    values = levels_last(table.values)
+    prefix = jobs.observed_prefix[0]
+    if (
+        persist
+    ):  # every quantile of a job is its peak so far: no table (the look-up's arrays are placeholders)
+        values, level_row, use_labels, use_remaining = _NO_TABLE, 0, False, False
+        rows = np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
+        cells, order = _NO_CELLS, prefix.order
+    else:
+        table = forecaster.table
+        level_row = find_level(table.levels, forecaster.level)
+        if level_row is None:
+            return None
+        values, use_labels, use_remaining = levels_last(table.values), table.use_labels, table.use_remaining
+        cells, order, rows = prefix_args(jobs, values)
+    noise, has_noise = noise_args(state)
     return (
         state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine,
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
         observed_labels(state), state.timeline, noise, has_noise,
-        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), *prefix_args(jobs, values),
-        values, level_row, table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
+        _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), cells, order, rows,
+        values, level_row, use_labels, use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
-        int(risk.min_observed), fallback is not Tetris, risk.mode == "pack", out,
+        int(risk.min_observed), kind, risk.mode == "pack", out, persist, prefix.peak,
     )  # fmt: skip
+
+
+_BEST_FIT_REQUESTS, _FIRST_FIT_REQUESTS, _BEST_FIT_USAGE, _FIRST_VALID = 0, 1, 2, 3
+"""The rule kernel's fallbacks: DeepRM's act (Best-Fit by requests: SJF, Packer), Tetris' act (the first machine
+the head fits by requests), `BestFit` (fewest free units of the head's dominant resource by usage now, among the
+valid machines) and `FirstFit` (the first valid machine)."""
+
+
+def _fallback_kind(fallback: type) -> int | None:
+    from sim.policies import BestFit, DeepRMPacker, DeepRMSJF, FirstFit, Tetris
+
+    kinds = {
+        DeepRMSJF: _BEST_FIT_REQUESTS,
+        DeepRMPacker: _BEST_FIT_REQUESTS,
+        Tetris: _FIRST_FIT_REQUESTS,
+        BestFit: _BEST_FIT_USAGE,
+        FirstFit: _FIRST_VALID,
+    }
+    return kinds.get(fallback)
+
+
+_NO_TABLE = np.zeros((1, 1, 1, 1, 1, 1, 1))
+_NO_CELLS = np.zeros((1, 1, 1, 1), dtype=np.int16)
 
 
 @njit(cache=True, inline="always")
@@ -466,15 +501,29 @@ def _pick_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
 def _rule_values(
     b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_row,
     use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, counts, out,
+    persist, peak,
 ):  # fmt: skip
     """out (D,): job j's quantile (its request while young) where it lives past t and `counts`, else 0
-    (`sim.risk.flat_values` times its being alive); False where a quantile is negative."""
+    (`sim.risk.flat_values` times its being alive); False where a quantile is negative. With `persist` every
+    quantile is the job's peak so far (`peak`, the batch's `ObservedPrefix.peak`), its request before anything is
+    observed, as `models.forecast_placer.persistence_rule_act` reads it; False where that peak is NaN."""
     start = job_start[b, j] if job_machine[b, j] >= 0 else t + 1
     steps = n_steps
     if use_durations:
         steps = min(max(min(start, t) + duration[b, j] - t - 1, 0), n_steps)
     is_young = min_observed > 0 and t - start + 1 < min_observed
     n_obs = min(max(t - start + 1, 0), duration[b, j])
+    alive = 1.0 if (steps > 0 and counts) else 0.0
+    if persist:
+        last = min(max(n_obs - 1, 0), peak.shape[2] - 1)
+        for d in range(out.shape[0]):
+            v = np.float64(request[b, j, d])
+            if n_obs > 0 and not is_young:
+                v = np.float64(peak[prefix_rows[b], order[b, j], last, d])
+                if v != v:
+                    return False
+            out[d] = v * alive
+        return True
     a, e, rem, row, job_row, last = job_cell(
         b, j, n_obs, duration, labels, order, prefix_rows, cells, values, use_labels, use_remaining, age_edges,
         remaining_edges,
@@ -486,7 +535,7 @@ def _rule_values(
             return False
         if is_young:
             v = np.float64(request[b, j, d])
-        out[d] = v * (1.0 if (steps > 0 and counts) else 0.0)
+        out[d] = v * alive
     return True
 
 
@@ -494,10 +543,11 @@ def _rule_values(
 def _act_env(
     b, scratch, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, cells, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, best_fit, pack, out,
+    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, fallback, pack, out,
+    persist, peak,
 ):  # fmt: skip
     """Env b's part of `_act_kernel` (the body both its kernels run per env); `scratch` from `_act_scratch`,
-    written before it is read."""
+    written before it is read; `fallback` one of `_fallback_kind`'s kinds."""
     n_j = job_machine.shape[1]
     n_m, n_d = timeline.shape[2], timeline.shape[3]
     placed, used_now, valid, used, sums, head_value, job_value = scratch
@@ -508,8 +558,10 @@ def _act_env(
         b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
         used_now,
     )  # fmt: skip
-    # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act), or with
-    # `best_fit` off the first machine the head fits (Tetris' act: its pick has chosen the job)
+    # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act), the first
+    # machine the head fits by requests (Tetris' act: its pick has chosen the job), Best-Fit by usage now on the
+    # valid machines (BestFit) or the first valid machine (FirstFit)
+    by_requests = fallback == _BEST_FIT_REQUESTS or fallback == _FIRST_FIT_REQUESTS
     dom = 0
     best_share = -np.inf
     for d in range(n_d):
@@ -533,10 +585,14 @@ def _act_env(
         fits = ok
         for d in range(n_d):
             req = np.int64(request[b, head, d]) if has_job else 0
-            if cap[d] - placed[m, d] < req:
+            if by_requests and cap[d] - placed[m, d] < req:
                 fits = False
         if fits:
-            score = np.float64(-(cap[dom] - placed[m, dom])) if best_fit else 0.0
+            score = 0.0
+            if fallback == _BEST_FIT_REQUESTS:
+                score = np.float64(-(cap[dom] - placed[m, dom]))
+            elif fallback == _BEST_FIT_USAGE:
+                score = np.float64(-(cap[dom] - used_now[m, dom]))
             if base == n_m or score > best_score:
                 best_score = score
                 base = m
@@ -554,7 +610,7 @@ def _act_env(
         if not _rule_values(
             b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
             level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
-            min_observed, True, job_value,
+            min_observed, True, job_value, persist, peak,
         ):  # fmt: skip
             return False
         for d in range(n_d):
@@ -562,7 +618,7 @@ def _act_env(
     if not _rule_values(
         b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
         level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
-        has_job, head_value,
+        has_job, head_value, persist, peak,
     ):  # fmt: skip
         return False
     # sim.risk.deviate_or_pack: the tightest safe used machine

@@ -15,7 +15,7 @@ from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.peak_forecast import fit_peak_quantiles
 from sim.policies import Tetris, decide, make_policy
-from sim.risk import RiskAwarePacking, RiskConfig
+from sim.risk import PersistenceForecaster, RiskAwarePacking, RiskConfig
 
 CASES = {
     "sjf_deviate_labels": (SimConfig(n_machines=4, max_steps=400), "deeprm_sjf", RiskConfig(level=0.75), {}),
@@ -92,6 +92,82 @@ def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch,
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 
+HYBRID_CASES = {
+    "packer_deviate_noise": (
+        SimConfig(n_machines=4, max_steps=400, noise_max_units=1),
+        "deeprm_packer",
+        RiskConfig(min_observed=1),
+    ),
+    "best_fit_pack_young": (
+        SimConfig(n_machines=4, max_steps=400),
+        "best_fit",
+        RiskConfig(mode="pack", min_observed=2),
+    ),
+    "first_fit_pack_no_durations": (
+        SimConfig(n_machines=4, max_steps=400, noise_max_units=1),
+        "first_fit",
+        RiskConfig(mode="pack", use_durations=False),
+    ),
+    "tetris_pack_young_first_step": (
+        SimConfig(n_machines=5, max_steps=400, placement_check="first_step"),
+        "tetris",
+        RiskConfig(mode="pack", min_observed=3),
+    ),
+    "sjf_deviate_request_check": (
+        SimConfig(n_machines=3, max_steps=400, placement_check="request", hold_rule="no_fit"),
+        "deeprm_sjf",
+        RiskConfig(min_observed=2),
+    ),
+    "table_best_fit_pack": (
+        SimConfig(n_machines=4, max_steps=400),
+        "best_fit",
+        RiskConfig(0.75, mode="pack"),
+    ),
+    "table_first_fit_pack": (
+        SimConfig(n_machines=4, max_steps=400),
+        "first_fit",
+        RiskConfig(0.9, mode="pack"),
+    ),
+}
+
+
+@pytest.mark.parametrize("threads", ["caller", "numba"])
+@pytest.mark.parametrize("name", sorted(HYBRID_CASES))
+def test_the_compiled_hybrid_and_usage_fallbacks_decide_as_numpy(
+    name, threads, monkeypatch, square_jobs, on_threads
+):
+    """The rule kernel on the hybrid's forecaster (each running job's peak so far; its request while young or
+    before anything is observed) and on the `BestFit` and `FirstFit` fallbacks gives `RiskAwarePacking.act`'s
+    numpy actions, and the placer's fast hybrid path (`persistence_rule_act`) gives them too, at every decision."""
+    from models.forecast_placer import persistence_rule_act
+
+    cfg, fallback, risk = HYBRID_CASES[name]
+    calls = on_threads(threads, compiled_decision, "_act_kernel_parallel")
+    if name.startswith("table"):
+        table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3)
+        forecaster = table.forecaster(risk.level, horizon=12)
+    else:
+        forecaster = PersistenceForecaster(horizon=12)
+    rule = RiskAwarePacking(forecaster, make_policy(fallback), risk, name="r")
+    state = core.reset(cfg, square_jobs(6, 30, seed=2), 0)
+    rng = np.random.default_rng(0)
+    n_deviated = 0
+    while not state.is_done.all():
+        got = rule.act(cfg, state, rng)
+        assert compiled_decision.risk_act(cfg, state, rule) is not None  # the kernel decided
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        assert np.array_equal(got, rule.act(cfg, state, rng))
+        if not name.startswith("table"):
+            assert np.array_equal(got, persistence_rule_act(rule, cfg, state, rng))
+        fallback_actions = rule.fallback.act(cfg, state, rng)
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        n_deviated += int((got != fallback_actions).sum())
+        state, act = decide(rule, cfg, state, rng)
+        state, *_ = core.step(cfg, state, act)
+    assert all((n > 0) == (threads == "numba") for n in calls.values())
+    assert n_deviated > 0  # the rule left its fallback
+
+
 def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs):
     cfg = SimConfig(n_machines=4, max_steps=400)
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3)
@@ -107,6 +183,10 @@ def test_the_kernels_step_aside_where_they_do_not_apply(monkeypatch, square_jobs
     by_default = compiled_decision.risk_act(cfg, state, rule(fallback=None))  # no fallback means Tetris
     assert tetris is not None and by_default is not None and np.array_equal(by_default, tetris)
     assert compiled_decision.risk_act(cfg, state, rule(fallback=make_policy("kube_default"))) is None
+    hybrid = rule(forecaster=None, risk=RiskConfig())  # the hybrid's view
+    assert compiled_decision.risk_act(cfg, state, hybrid) is not None
+    now = PersistenceForecaster(horizon=12, statistic="now")
+    assert compiled_decision.risk_act(cfg, state, rule(forecaster=now, risk=RiskConfig())) is None
     assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, mode="guard"))) is None
     assert compiled_decision.risk_act(cfg, state, rule(risk=RiskConfig(level=0.75, horizon=30))) is None
     negative = table.forecaster(0.75, horizon=12)
