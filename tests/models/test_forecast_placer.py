@@ -459,7 +459,9 @@ def test_validation_riding_a_pgpe_rollout_is_a_validation_rollout_of_its_own() -
     for ride in (False, True):
         policy, net, anchor, z, opt = _pgpe_start(n_pairs=2)
         with torch.no_grad():
-            z += 3.0 * torch.from_numpy(np.random.default_rng(1).standard_normal(z.numel()).astype(np.float32))
+            z += 3.0 * torch.from_numpy(
+                np.random.default_rng(1).standard_normal(z.numel()).astype(np.float32)
+            )
         fp.set_head(net, anchor + z.detach())
         riding = (
             fp.RidingValidation(jobs, fit_rows, val_rows, core.env_seeds(7, val_rows.size)) if ride else None
