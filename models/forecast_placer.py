@@ -99,16 +99,7 @@ from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_so
 from sim import compiled_decision, compiled_planes, core
 from sim.compiled_step import on_threads
 from sim.config import SimConfig
-from sim.core import (
-    State,
-    action_mask,
-    current_usage,
-    env_seeds,
-    jobs_running,
-    queue_head,
-    queue_length,
-    relabel,
-)
+from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length, relabel
 from sim.forecast import (
     ForecastCache,
     RecallOverlay,
@@ -148,14 +139,7 @@ from sim.risk import (
     jobs_per_machine,
 )
 from sim.running_sums import RunningSums, reads_other_runs
-from sim.tuning import (
-    ChoiceMemo,
-    FitContext,
-    TuningConfig,
-    split_validation,
-    split_validation_rows,
-    tuning_preset,
-)
+from sim.tuning import ChoiceMemo, FitContext, TuningConfig, split_validation, tuning_preset
 
 STOP_RULES = ("n_iterations", "patience", "time_budget")
 """What ended a training run: all its iterations, `PlacerConfig.patience`, `PlacerConfig.time_budget_s`."""
@@ -170,7 +154,7 @@ STAGE_TABLE = {
     "imitation_accuracy": pl.Float64,  # share of validation decisions where the greedy action is the base's
     "entropy": pl.Float64,  # mean policy entropy (nats) over the validation decisions
     "train_return": pl.Float64,  # mean return of the iteration's training rollouts: sampled, or vine's greedy trunk (NaN for base / bc)
-    "seconds": pl.Float64,  # wall seconds of this row's work (rollouts, update, validation; a PGPE iteration's own rollout carries the previous one's validation, `PlacerConfig.pgpe_riding_validation`)
+    "seconds": pl.Float64,  # wall seconds of this row's work (rollouts, update, validation)
     "elapsed_s": pl.Float64,  # wall seconds since training started
 }
 """One row per stage and iteration of `train_forecast_placer`."""
@@ -250,10 +234,6 @@ class PlacerConfig:
     """PGPE: the perturbation's standard deviation in logit units (the base bonus's scale)."""
     pgpe_learning_rate: float = 0.2
     """PGPE: Adam's step on the head, in the same logit units as `pgpe_sigma`."""
-    pgpe_riding_validation: bool = True
-    """PGPE: each iteration's validation rides along the next iteration's rollout (`pgpe_step`'s `validation`:
-    one wider batch instead of two rollouts; the same validation returns, iterations kept and stops, since each
-    env decides on its own)."""
     bc_teacher: str = "base"
     """Teacher of the BC stage: "base" or a registered policy that needs no fitting (`sim.policies.POLICIES`)."""
     bc_epochs: int = 0
@@ -1179,8 +1159,6 @@ class RolloutRecord:
     n_env_decisions: int = 0
     n_agree: int = 0
     entropy_sum: float = 0.0
-    per_env: dict[str, np.ndarray] | None = None
-    """With `run_rollout(per_env=True)`: (B,) "decisions", "agree" and "entropy" sums of each env (`envs`)."""
 
     @property
     def imitation_accuracy(self) -> float:
@@ -1189,23 +1167,6 @@ class RolloutRecord:
     @property
     def mean_entropy(self) -> float:
         return self.entropy_sum / max(self.n_env_decisions, 1)
-
-    def envs(self, rows: np.ndarray) -> RolloutRecord:
-        """The returns, decisions, imitation and entropy of envs `rows` alone, as a rollout of those envs by
-        themselves records them (the decisions' inputs are not kept); needs `per_env`."""
-        if self.per_env is None:
-            raise ValueError(
-                "RolloutRecord.envs: the rollout kept no per-env sums (run_rollout(per_env=True))"
-            )
-        sums = {key: value[rows] for key, value in self.per_env.items()}
-        return RolloutRecord(
-            [], [], [], [], [], [], [], [], self.returns[rows],
-            n_decisions=int(sums["decisions"].max(initial=0)),
-            n_env_decisions=int(sums["decisions"].sum()),
-            n_agree=int(sums["agree"].sum()),
-            entropy_sum=float(sums["entropy"].sum()),
-            per_env=sums,
-        )  # fmt: skip
 
 
 def run_rollout(
@@ -1219,11 +1180,9 @@ def run_rollout(
     keep: bool = False,
     on_decision: Callable[[State, dict, np.ndarray], None] | None = None,
     entropy: bool = True,
-    per_env: bool = False,
 ) -> RolloutRecord:
     """One batched episode per sequence of `jobs` (`seed`: the simulator's, an int or one per env as
-    `sim.core.reset` takes it). `per_env`: the record keeps each env's decisions, agreements with the base rule
-    and entropy (`RolloutRecord.envs`). mode: "greedy" (the policy's argmax), "sample" (its masked
+    `sim.core.reset` takes it). mode: "greedy" (the policy's argmax), "sample" (its masked
     softmax) or "teacher" (the teacher's actions on the states the base rule's job picks lead to). With `keep`,
     the decisions' inputs, actions, log-probabilities and rewards are recorded for training; `on_decision(state,
     inputs, active)` sees every decision's state (after the job pick) and inputs. `entropy=False` skips the
@@ -1231,7 +1190,7 @@ def run_rollout(
     rollouts read only returns. The network runs on one torch thread, or on as many as numba's where the batch's
     kernels use numba's threads (`rollout_torch_threads`)."""
     with torch_threads(rollout_torch_threads(jobs.batch_size)):
-        return _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy, per_env)
+        return _run_rollout(policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy)
 
 
 def rollout_torch_threads(n_envs: int) -> int:
@@ -1244,18 +1203,12 @@ def rollout_torch_threads(n_envs: int) -> int:
 
 
 def _run_rollout(
-    policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy=True, per_env=False
+    policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy=True
 ) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
     softmax = entropy or keep or mode != "greedy"
     if not softmax:
         rec.entropy_sum = float("nan")
-    if per_env:
-        rec.per_env = {
-            "decisions": np.zeros(jobs.batch_size, dtype=np.int64),
-            "agree": np.zeros(jobs.batch_size, dtype=np.int64),
-            "entropy": np.zeros(jobs.batch_size) if softmax else np.full(jobs.batch_size, np.nan),
-        }
     prepare = getattr(policy.base.labeller, "prepare", None)
     if prepare is not None:  # once per batch: every rollout's own copy of it carries the labeller's job rows
         prepare(cfg, jobs)
@@ -1284,8 +1237,7 @@ def _run_rollout(
             logits = policy.logits(cfg, live)
             if softmax:
                 logp = _log_probs(logits)
-                row_entropy = _entropy(logp, torch.from_numpy(live["mask"]))
-                rec.entropy_sum += float(row_entropy.sum())
+                rec.entropy_sum += float(_entropy(logp, torch.from_numpy(live["mask"])).sum())
         greedy = logits.argmax(dim=1).numpy()
         actions = inputs["base"].copy()
         if mode == "greedy":
@@ -1302,11 +1254,6 @@ def _run_rollout(
         rec.n_decisions += 1
         rec.n_env_decisions += active.size
         rec.n_agree += int((greedy == live["base"]).sum())
-        if per_env:  # active holds each env once: plain fancy-index adds
-            rec.per_env["decisions"][active] += 1
-            rec.per_env["agree"][active] += greedy == live["base"]
-            if softmax:
-                rec.per_env["entropy"][active] += row_entropy.double().numpy()
         state, reward, *_ = core.step(cfg, state, actions, mask=inputs["mask"], in_place=in_place)
         if keep:  # features and mask are new arrays each decision: kept as they are where every env decided
             rec.x.append(inputs["x"] if every else inputs["x"][active])
@@ -1696,51 +1643,22 @@ def pgpe_step(
     opt: torch.optim.Optimizer,
     rng: np.random.Generator,
     iteration: int,
-    validation: RidingValidation | None = None,
-) -> tuple[RolloutRecord, RolloutRecord | None]:
+) -> RolloutRecord:
     """One PGPE iteration (module docstring): the head is `anchor + scales * z`; `pgpe_pairs` directions eps run
     at z +- sigma eps on the sequences `drawn` of `fit`, greedy, in one batched rollout; Adam ascends the
-    estimate. Returns (the members' rollout, whose returns are the iteration's training returns; None or the
-    validation record).
-
-    `validation` (`RidingValidation`): the head as it is before this step (z itself, the network's head) also
-    runs greedy on the validation sequences in the same batched rollout, recorded per env: the previous
-    iteration's validation (`train_forecast_placer`) rides along at the cost of a wider batch instead of a
-    rollout of its own. Every env's decisions are its own, so both records equal separate rollouts' (a test
-    compares them)."""
+    estimate. Returns the rollout (its returns are the iteration's training returns)."""
     c = policy.config
     eps = torch.from_numpy(rng.standard_normal((c.pgpe_pairs, z.numel())).astype(np.float32))
-    net = policy.ready(cfg)
-    heads = antithetic_heads(net, anchor, scales, z, eps, c.pgpe_sigma)
+    heads = antithetic_heads(policy.ready(cfg), anchor, scales, z, eps, c.pgpe_sigma)
     n_members = 2 * c.pgpe_pairs
-    member = np.repeat(np.arange(n_members), drawn.size)
+    population = PopulationPolicy(policy, heads, np.repeat(np.arange(n_members), drawn.size))
     batch = fit.select(np.tile(drawn, n_members))
     # one simulator seed per drawn sequence, the same under every head: with noise or perturbed shapes on, a
     # pair's runs of a sequence still see the same randomness
     one = int(rng.integers(2**31))
     seeds = np.tile(np.random.SeedSequence(one).generate_state(drawn.size).astype(np.int64), n_members)
-    if validation is not None:
-        v = validation
-        centre = head_tensors(net, (anchor + scales * z.detach())[None])
-        heads = {name: torch.cat([heads[name], centre[name]]) for name in heads}
-        batch = v.source.select(np.concatenate([v.fit_rows[np.tile(drawn, n_members)], v.rows]))
-        member = np.concatenate([member, np.full(v.rows.size, n_members)])
-        seeds = [*seeds.tolist(), *v.seeds]
-    population = PopulationPolicy(policy, heads, member)
-    rec = run_rollout(
-        population,
-        cfg,
-        batch,
-        seeds,
-        "greedy",
-        rng,
-        entropy=validation is not None,
-        per_env=validation is not None,
-    )
-    n_fit = n_members * drawn.size
-    val_rec = None if validation is None else rec.envs(np.arange(n_fit, batch.batch_size))
-    returns = rec.returns[:n_fit]
-    per_member = torch.from_numpy(returns.reshape(n_members, drawn.size).mean(axis=1))
+    rec = run_rollout(population, cfg, batch, seeds, "greedy", rng, entropy=False)
+    per_member = torch.from_numpy(rec.returns.reshape(n_members, drawn.size).mean(axis=1))
     spread = float(per_member.std()) if per_member.numel() > 1 else 0.0
     diff = (per_member[0::2] - per_member[1::2]).float()  # (K,) R+ - R-
     grad = (diff[:, None] * eps).sum(dim=0) / (2.0 * c.pgpe_pairs * max(spread, 1e-8))
@@ -1748,22 +1666,7 @@ def pgpe_step(
     opt.zero_grad()
     z.grad = -grad  # Adam descends: ascend the return
     opt.step()
-    if validation is not None:
-        rec = rec.envs(np.arange(n_fit))
-    return rec, val_rec
-
-
-@dataclass(frozen=True)
-class RidingValidation:
-    """Validation sequences that ride along a PGPE rollout (`pgpe_step`): rows `rows` of `source`, the training
-    batch whose rows `fit_rows` are the fit part that `pgpe_step`'s `drawn` index (both selections share its
-    running summaries), run with the simulator seeds `seeds` (`sim.core.env_seeds` of the validation's own
-    seed: the randomness a validation rollout of its own gets)."""
-
-    source: JobBatch
-    fit_rows: np.ndarray
-    rows: np.ndarray
-    seeds: list
+    return rec
 
 
 # --- training -----------------------------------------------------------------------------------------------
@@ -1936,17 +1839,12 @@ def train_forecast_placer(
     speed.update({"pg_env_decisions": 0, "pg_rollout_s": 0.0, "pg_update_s": 0.0, "validation_s": 0.0})
 
     base_returns: list[np.ndarray] = []  # the base rule's per-sequence validation returns
-    val_seed_rng = lambda: np.random.default_rng([c.seed, 12])  # noqa: E731  the validation rollouts' own
 
     def validate(stage: str, iteration: int, t0: float, train_return: float = float("nan")) -> float:
         """Runs the greedy policy on validation, adds its row; returns its score (`PlacerConfig.choice_z`)."""
         t1 = time.perf_counter()
-        rec = run_rollout(policy, sim_cfg, val, c.seed, "greedy", val_seed_rng())
+        rec = run_rollout(policy, sim_cfg, val, c.seed, "greedy", np.random.default_rng([c.seed, 12]))
         speed["validation_s"] += time.perf_counter() - t1
-        return record(stage, iteration, rec, time.perf_counter() - t0, train_return)
-
-    def record(stage: str, iteration: int, rec: RolloutRecord, seconds: float, train_return: float) -> float:
-        """Adds the row of a validation record; returns its score (`PlacerConfig.choice_z`)."""
         ret = float(rec.returns.mean())
         if not base_returns:
             base_returns.append(rec.returns)
@@ -1959,21 +1857,16 @@ def train_forecast_placer(
                 "imitation_accuracy": rec.imitation_accuracy,
                 "entropy": rec.mean_entropy,
                 "train_return": train_return,
-                "seconds": seconds,
+                "seconds": time.perf_counter() - t0,
                 "elapsed_s": time.perf_counter() - t_start,
             }
         )
         say(
             f"{stage} {iteration}: validation return {ret:.4g}, imitation {rec.imitation_accuracy:.3f}, "
-            f"entropy {rec.mean_entropy:.3f}, {seconds:.1f} s"
+            f"entropy {rec.mean_entropy:.3f}, {rows[-1]['seconds']:.1f} s"
             + ("" if c.choice_z == 0.0 else f", gain bound {score:.4g}")
         )
         return score
-
-    riding = None
-    if c.algorithm == "pgpe" and c.pgpe_riding_validation:
-        fit_rows, val_rows = split_validation_rows(train.batch_size, c.validation_share)
-        riding = RidingValidation(train, fit_rows, val_rows, env_seeds(c.seed, val_rows.size))
 
     with torch_threads(1):
         net = policy.ready(sim_cfg)
@@ -2001,24 +1894,6 @@ def train_forecast_placer(
         replay: VineBatch | None = None
         z = anchor = scales = None  # PGPE's head coordinates (set on its first iteration)
         since_best, iterations_run, stopped_by = 0, 0, "n_iterations"
-        # PGPE with riding validation: (iteration, seconds, train return, the network's state) of the last
-        # iteration, validated by the next one's rollout (or on its own after the loop)
-        pending: tuple[int, float, float, dict] | None = None
-
-        def judge(score: float, iteration: int, state: dict) -> bool:
-            """Keeps the iteration if it is the best on validation so far; True where patience says stop."""
-            nonlocal best_return, best_state, best_iter, since_best, iterations_run, stopped_by
-            iterations_run = iteration
-            if score > best_return:
-                best_return, best_state, best_iter, since_best = score, state, iteration, 0
-                return False
-            since_best += 1
-            if since_best >= c.patience:
-                say(f"pg: no validation gain in {c.patience} iterations: stopping at {iteration}")
-                stopped_by = "patience"
-                return True
-            return False
-
         for iteration in range(1, c.n_iterations + 1):
             if time.perf_counter() - t_start > c.time_budget_s:
                 say(f"pg: time budget of {c.time_budget_s:.0f} s spent after {iteration - 1} iterations")
@@ -2036,12 +1911,9 @@ def train_forecast_placer(
                     speed["pg_env_decisions"] += n_seen
                     z = torch.zeros_like(anchor, requires_grad=True)
                     opt = torch.optim.Adam([z], lr=c.pgpe_learning_rate)
-                rec, val_rec = pgpe_step(
-                    policy, sim_cfg, fit, drawn, z, anchor, scales, opt, rng, iteration,
-                    riding if pending is not None else None,
-                )  # fmt: skip
+                rec = pgpe_step(policy, sim_cfg, fit, drawn, z, anchor, scales, opt, rng, iteration)
                 t1 = time.perf_counter()
-                speed["pg_env_decisions"] += rec.n_env_decisions + (val_rec.n_env_decisions if val_rec else 0)
+                speed["pg_env_decisions"] += rec.n_env_decisions
                 speed["pg_rollout_s"] += t1 - t0
                 set_head(net, anchor + scales * z.detach())
                 train_return = float(rec.returns.mean())
@@ -2069,24 +1941,21 @@ def train_forecast_placer(
             if learner is not net:
                 net.load_state_dict(learner.state_dict())
             speed["pg_update_s"] += time.perf_counter() - t1
-            if riding is None:
-                if judge(
-                    validate("pg", iteration, t0, train_return), iteration, copy.deepcopy(net.state_dict())
-                ):
+            ret = validate("pg", iteration, t0, train_return)
+            iterations_run = iteration
+            if ret > best_return:
+                best_return, best_state, best_iter, since_best = (
+                    ret,
+                    copy.deepcopy(net.state_dict()),
+                    iteration,
+                    0,
+                )
+            else:
+                since_best += 1
+                if since_best >= c.patience:
+                    say(f"pg: no validation gain in {c.patience} iterations: stopping at {iteration}")
+                    stopped_by = "patience"
                     break
-                continue
-            if pending is not None:  # the previous iteration, validated by this rollout
-                done, seconds, done_return, done_state = pending
-                pending = None
-                if judge(record("pg", done, val_rec, seconds, done_return), done, done_state):
-                    break  # this iteration's update is dropped, as training without riding never makes it
-            pending = (iteration, time.perf_counter() - t0, train_return, copy.deepcopy(net.state_dict()))
-        if pending is not None:  # the last iteration, validated on its own
-            done, seconds, done_return, done_state = pending
-            t_val = time.perf_counter()
-            score = validate("pg", done, t_val, done_return)
-            rows[-1]["seconds"] += seconds
-            judge(score, done, done_state)
         net.load_state_dict(best_state)
     policy.trained_iteration, policy.iterations_run, policy.stopped_by = best_iter, iterations_run, stopped_by
     speed["train_s"] = time.perf_counter() - t_start

@@ -201,21 +201,15 @@ def validate_jobs(cfg: SimConfig, jobs: JobBatch) -> tuple[JobBatch, np.ndarray]
     return clipped, n_clipped.astype(np.int64)
 
 
-def env_seeds(seed: int, n_envs: int) -> list[np.random.SeedSequence]:
-    """The per-env seeds `reset` spawns from an int `seed` for `n_envs` envs: passed as a list among other envs'
-    seeds, they give those envs the randomness of a batch reset with `seed` alone."""
-    return np.random.SeedSequence(int(seed)).spawn(n_envs)
-
-
 def _env_rngs(cfg: SimConfig, n_envs: int, seed) -> list[np.random.Generator]:
     if seed is None:
         seed = cfg.seed
     if np.ndim(seed) == 0:
-        return [np.random.default_rng(s) for s in env_seeds(seed, n_envs)]
-    seeds = list(seed) if isinstance(seed, list | tuple) else list(np.asarray(seed).reshape(-1))
+        return [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(n_envs)]
+    seeds = list(np.asarray(seed).reshape(-1))
     if len(seeds) != n_envs:
         raise ValueError(f"got {len(seeds)} seeds for {n_envs} envs")
-    return [np.random.default_rng(s if isinstance(s, np.random.SeedSequence) else int(s)) for s in seeds]
+    return [np.random.default_rng(int(s)) for s in seeds]
 
 
 def _perturb(cfg: SimConfig, jobs: JobBatch, rngs: list[np.random.Generator]) -> JobBatch:
@@ -230,9 +224,8 @@ def _perturb(cfg: SimConfig, jobs: JobBatch, rngs: list[np.random.Generator]) ->
 def reset(cfg: SimConfig, jobs: JobBatch, seed: int | np.ndarray | list[int] | None = None) -> State:
     """Initial state of B = jobs.batch_size envs at t = 0 (advanced to the first arrival).
 
-    seed: an int (per-env generators spawned from it with numpy SeedSequence), or one int or SeedSequence per
-    env (env b uses default_rng(seed[b]): B single envs reset with seed=[s_b] reproduce a batched reset with
-    seed=s, and the SeedSequences an int spawns, `env_seeds`, reproduce its envs inside a larger batch), or None
+    seed: an int (per-env generators spawned from it with numpy SeedSequence), or one int per env (env b uses
+    default_rng(seed[b]): B single envs reset with seed=[s_b] reproduce a batched reset with seed=s), or None
     (cfg.seed). Randomness is used only for noise and shape perturbation."""
     if cfg.jobs_per_episode is not None:
         jobs = jobs.first_jobs(cfg.jobs_per_episode)

@@ -193,19 +193,10 @@ def split_validation(train: JobBatch, share: float) -> tuple[JobBatch, JobBatch]
     n = train.batch_size
     if n == 0:
         raise ValueError("the training split has no sequences: nothing to fit or validate a rule on")
-    if n_validation_sequences(n, share) == 0:
-        return train, train
-    fit_rows, val_rows = split_validation_rows(n, share)
-    return train.select(fit_rows), train.select(val_rows)
-
-
-def split_validation_rows(n: int, share: float) -> tuple[np.ndarray, np.ndarray]:
-    """(fit rows, validation rows) that `split_validation` takes of n training sequences (both all of them where
-    no sequence can be spared)."""
     n_val = n_validation_sequences(n, share)
     if n_val == 0:
-        return np.arange(n), np.arange(n)
-    return np.arange(n - n_val), np.arange(n - n_val, n)
+        return train, train
+    return train.select(np.arange(n - n_val)), train.select(np.arange(n - n_val, n))
 
 
 def validation_is_workload_disjoint(fit: JobBatch, validation: JobBatch) -> bool:

@@ -416,10 +416,7 @@ def test_pgpe_moves_the_head_toward_the_better_direction() -> None:
     policy, net, anchor, z, opt = _pgpe_start(n_pairs=1)
     rng = np.random.default_rng(4)
     eps = torch.from_numpy(np.random.default_rng(4).standard_normal((1, z.numel())).astype(np.float32))
-    rec, riding = fp.pgpe_step(
-        policy, CFG, jobs, np.arange(4), z, anchor, torch.ones_like(anchor), opt, rng, 1
-    )
-    assert riding is None
+    rec = fp.pgpe_step(policy, CFG, jobs, np.arange(4), z, anchor, torch.ones_like(anchor), opt, rng, 1)
     plus, minus = rec.returns[:4].mean(), rec.returns[4:].mean()
     assert plus != minus  # the direction changes decisions at this sigma
     moved = float((z.detach() * eps[0]).sum())
@@ -438,71 +435,13 @@ def test_each_pgpe_member_returns_what_its_head_alone_returns() -> None:
     replay = np.random.default_rng(6)  # the step's draws, in its order: directions, then the seeds
     eps = replay.standard_normal((2, anchor.numel())).astype(np.float32)
     seeds = np.random.SeedSequence(int(replay.integers(2**31))).generate_state(drawn.size).astype(np.int64)
-    rec, _ = fp.pgpe_step(policy, CFG, jobs, drawn, z, anchor, torch.ones_like(anchor), opt, rng, 1)
+    rec = fp.pgpe_step(policy, CFG, jobs, drawn, z, anchor, torch.ones_like(anchor), opt, rng, 1)
     per_member = rec.returns.reshape(4, drawn.size)
     for m, sign in enumerate([1.0, -1.0, 1.0, -1.0]):
         fp.set_head(net, anchor + policy.config.pgpe_sigma * sign * torch.from_numpy(eps[m // 2]))
         alone = run_rollout(policy, CFG, jobs.select(drawn), seeds, "greedy", np.random.default_rng(0))
         assert np.array_equal(per_member[m], alone.returns), m
     assert len({tuple(r) for r in per_member}) > 1  # the heads do decide differently
-
-
-def test_validation_riding_a_pgpe_rollout_is_a_validation_rollout_of_its_own() -> None:
-    """The centre head's validation envs inside a PGPE rollout give the returns, imitation and entropy of the
-    network's own greedy rollout of those sequences with the validation seed, and the members' returns and the
-    step are those of the step without them; whole training runs with and without riding keep the same table."""
-    jobs = _square_jobs(8, 25, seed=17)
-    fit_rows, val_rows = np.arange(5), np.arange(5, 8)
-    fit = jobs.select(fit_rows)
-    drawn = np.array([3, 0])
-    results = {}
-    for ride in (False, True):
-        policy, net, anchor, z, opt = _pgpe_start(n_pairs=2)
-        with torch.no_grad():
-            z += 3.0 * torch.from_numpy(
-                np.random.default_rng(1).standard_normal(z.numel()).astype(np.float32)
-            )
-        fp.set_head(net, anchor + z.detach())
-        riding = (
-            fp.RidingValidation(jobs, fit_rows, val_rows, core.env_seeds(7, val_rows.size)) if ride else None
-        )
-        alone = run_rollout(policy, CFG, jobs.select(val_rows), 7, "greedy", np.random.default_rng(0))
-        rec, val_rec = fp.pgpe_step(
-            policy,
-            CFG,
-            fit,
-            drawn,
-            z,
-            anchor,
-            torch.ones_like(anchor),
-            opt,
-            np.random.default_rng(3),
-            1,
-            riding,
-        )
-        results[ride] = (rec.returns, z.detach().clone())
-        if ride:
-            assert np.array_equal(val_rec.returns, alone.returns)
-            assert val_rec.n_env_decisions == alone.n_env_decisions and val_rec.n_agree == alone.n_agree
-            assert val_rec.mean_entropy == pytest.approx(alone.mean_entropy, rel=1e-5)
-            assert alone.imitation_accuracy < 1.0  # the centre head does deviate
-    assert np.array_equal(results[False][0], results[True][0])
-    assert torch.equal(results[False][1], results[True][1])
-    pcfg = PlacerConfig(
-        algorithm="pgpe", n_iterations=4, n_sequences=2, pgpe_pairs=2, pgpe_sigma=3.0, pgpe_learning_rate=1.0,
-        base_bonus=0.5, hidden=8, patience=2,
-    )  # fmt: skip
-    tables = {}
-    for ride in (False, True):
-        trained, table = train_forecast_placer(
-            CFG, jobs, _hybrid(), None, replace(pcfg, pgpe_riding_validation=ride)
-        )
-        tables[ride] = (trained.trained_iteration, trained.iterations_run, trained.stopped_by, table)
-    (it0, run0, stop0, t0), (it1, run1, stop1, t1) = tables[False], tables[True]
-    assert (it0, run0, stop0) == (it1, run1, stop1)
-    keys = ["stage", "iteration", "validation_return", "imitation_accuracy", "train_return"]
-    assert t0.select(keys).equals(t1.select(keys))
-    assert np.allclose(t0["entropy"][1:].to_numpy(), t1["entropy"][1:].to_numpy(), rtol=1e-5)
 
 
 def test_a_cautious_choice_keeps_an_iteration_only_where_its_gain_stands_out() -> None:
