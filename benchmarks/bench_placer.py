@@ -54,7 +54,7 @@ from sim.jobs import JobBatch
 from sim.labelling import ServedLabels
 from sim.policies import make_policy, policy_kind
 from sim.risk import PEAK_RULES
-from sim.tuning import TuningConfig, sequence_returns
+from sim.tuning import TuningConfig, sequence_outcomes
 
 SETTINGS = {
     "reinforce": {"base_bonus": 4.0, "learning_rate": 1e-3, "patience": 10},
@@ -171,6 +171,12 @@ def compared_rules(names: list[str], base_name: str, base, ctx, known: dict | No
         else:
             rules[name] = make_policy(name)
     return rules
+
+
+def outcomes(rule, cfg, test, seed: int, labeller) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(return, overshoot %, machines used) per test sequence (`sim.tuning.sequence_outcomes`), the rule served
+    the labeller's EC labels where one is given."""
+    return sequence_outcomes(rule if labeller is None else ServedLabels(rule, labeller), cfg, test, seed)
 
 
 def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
@@ -451,11 +457,14 @@ def main() -> None:
     for n_m, cfg, test in cells:
         t0 = time.perf_counter()
         loaded = ForecastResidualPolicy(checkpoint=path, labeller=labeller)
-        ours = sequence_returns(loaded, cfg, test, args.seed)
-        base_ret = sequence_returns(
-            base if labeller is None else ServedLabels(base, labeller), cfg, test, args.seed
-        )
-        tetris = sequence_returns(make_policy("tetris"), cfg, test, args.seed)
+
+        ran = {
+            # the checkpoint serves its own labels; Tetris reads none
+            "forecast_residual_rl": outcomes(loaded, cfg, test, args.seed, None),
+            args.base: outcomes(base, cfg, test, args.seed, labeller),
+            "tetris": outcomes(make_policy("tetris"), cfg, test, args.seed, None),
+        }
+        ours, base_ret, tetris = (ran[n][0] for n in ("forecast_residual_rl", args.base, "tetris"))
         print(
             f"\nM = {n_m}: {test.batch_size} test sequences, mean return x1e6: ours {ours.mean() / 1e6:.4f}, "
             f"base {base_ret.mean() / 1e6:.4f}, tetris {tetris.mean() / 1e6:.4f} ({time.perf_counter() - t0:.0f} s)"
@@ -463,37 +472,57 @@ def main() -> None:
         show_pairs("base rule", ours, base_ret)
         show_pairs("tetris", ours, tetris)
         show_pairs("base vs tetris", base_ret, tetris)
-        returns = {"forecast_residual_rl": ours, f"base:{args.base}": base_ret, "tetris": tetris}
         # the compared rules as fitted at M = 10, at either M (their knobs carry over as our weights do)
-        ran = {args.base: base_ret, "tetris": tetris}  # run above already (Tetris reads no label)
-        returns |= {
-            name: ran[name]
-            if name in ran
-            else sequence_returns(
-                rule if labeller is None else ServedLabels(rule, labeller), cfg, test, args.seed
-            )
-            for name, rule in rules.items()
+        for name, rule in rules.items():
+            if name not in ran:
+                ran[name] = outcomes(rule, cfg, test, args.seed, labeller)
+        labels = {
+            "forecast_residual_rl": "forecast_residual_rl",
+            args.base: f"base:{args.base}",
+            "tetris": "tetris",
         }
+        rows = [(labels.get(name, name), out) for name, out in ran.items() if name in labels]
+        rows += [
+            (name, ran[name]) for name in rules if name not in labels.values()
+        ]  # the base by its own name
         # per test sequence, for pooling replicates by sequence (benchmarks/placer_replicates.py; each seed draws
         # its own sequences, so a replicate is paired within itself)
         pl.DataFrame(
             [
-                {"n_machines": n_m, "seed": args.seed, "policy": name, "sequence": i, "return": float(r)}
-                for name, ret in returns.items()
-                for i, r in enumerate(ret)
+                {
+                    "n_machines": n_m,
+                    "seed": args.seed,
+                    "policy": name,
+                    "sequence": i,
+                    "return": float(ret[i]),
+                    "overshoot_pct": float(over[i]),
+                    "machines": float(used[i]),
+                }
+                for name, (ret, over, used) in rows
+                for i in range(ret.size)
             ]
         ).write_parquet(out / f"test_returns_m{n_m}.parquet")
         if not rules:
             continue
-        returns = {name: returns[name] for name in rules}
+        returns = {name: ran[name][0] for name in rules}
         for name, ret in sorted(returns.items(), key=lambda kv: -kv[1].mean()):
-            print(f"    {name:<26} {ret.mean() / 1e6:.4f} ({policy_kind(name)})")
+            print(
+                f"    {name:<26} {ret.mean() / 1e6:.4f} ({policy_kind(name)}); overshoot "
+                f"{ran[name][1].mean():.3f} %, machines {ran[name][2].mean():.2f}"
+            )
         heuristics = {n: r for n, r in returns.items() if policy_kind(n) == "heuristic"}
         if heuristics:
             best = max(heuristics, key=lambda n: heuristics[n].mean())
             show_pairs(f"best heuristic ({best})", ours, heuristics[best])
         for name in (n for n in returns if policy_kind(n) == "forecast"):
             show_pairs(name, ours, returns[name])
+        over, used = ran["forecast_residual_rl"][1].mean(), ran["forecast_residual_rl"][2].mean()
+        t_over, t_used = ran["tetris"][1].mean(), ran["tetris"][2].mean()
+        print(
+            f"    ours: overshoot {over:.3f} % (Tetris {t_over:.3f} %: {'within' if over <= t_over + 0.5 else 'ABOVE'} "
+            f"its + 0.5 point), machines {used:.2f} (Tetris {t_used:.2f}: "
+            f"{'no more' if used <= t_used + 1e-9 else 'MORE'})"
+        )
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ learned policy (`forecast_residual_rl`) against its base rule, each replicate's 
 by that replicate's test mean among the request-based heuristics, the hybrid and Google's predictors) and each
 forecast rule: the paired difference per replicate and pooled over every test sequence of every replicate, with
 its 95 % t-interval and how many sequences are better and worse; the pooled row also counts the replicates whose
-own interval is above 0 and below 0 (the pooled interval alone hides seeds that disagree). `--out` writes the
-rows.
+own interval is above 0 and below 0 (the pooled interval alone hides seeds that disagree). Then the bar's other
+clauses: each policy's mean overshoot and machines used (`footprint`). `--out` writes the comparison rows.
 
     python benchmarks/placer_replicates.py /tmp/placer_s0 /tmp/placer_s1 /tmp/placer_s2 [--machines 10]
         [--out pooled.parquet]
@@ -90,6 +90,55 @@ def pooled(folders: list[Path], n_machines: int) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def footprint(folders: list[Path], n_machines: int) -> pl.DataFrame | None:
+    """The bar's other two clauses, per replicate and pooled: the mean overshoot (%) and machines used of the
+    learned policy, Tetris, the replicate's best heuristic and each forecast rule, and whether ours is within
+    Tetris's overshoot + 0.5 point and uses no more machines than Tetris. None where a file predates those columns
+    (`bench_placer.py` wrote returns only before 2026-12-05)."""
+    rows = []
+    for folder in folders:
+        returns = pl.read_parquet(folder / f"test_returns_m{n_machines}.parquet")
+        if "overshoot_pct" not in returns.columns:
+            return None
+        _, best = comparisons(returns)
+        means = {
+            name: part.select(pl.col("overshoot_pct", "machines").mean()).row(0)
+            for (name,), part in returns.group_by("policy")
+        }
+        shown = [OURS, "tetris", *([best] if best else [])]
+        shown += sorted(n for n in means if n not in shown and policy_kind(n) == "forecast")
+        for name in shown:
+            over, used = means[name]
+            rows.append(
+                {
+                    "replicate": str(folder),
+                    "policy": name if name != best else f"{name} (best heuristic)",
+                    "overshoot_pct": over,
+                    "machines": used,
+                    "within_tetris_overshoot_0_5": over <= means["tetris"][0] + 0.5,
+                    "no_more_machines_than_tetris": used <= means["tetris"][1] + 1e-9,
+                }
+            )
+    table = pl.DataFrame(rows)
+    ours = table.filter(pl.col("policy") == OURS)
+    tetris = table.filter(pl.col("policy") == "tetris")
+    pooled_rows = pl.DataFrame(
+        {
+            "replicate": ["pooled"],
+            "policy": [OURS],
+            "overshoot_pct": [float(ours["overshoot_pct"].mean())],
+            "machines": [float(ours["machines"].mean())],
+            "within_tetris_overshoot_0_5": [
+                float(ours["overshoot_pct"].mean()) <= float(tetris["overshoot_pct"].mean()) + 0.5
+            ],
+            "no_more_machines_than_tetris": [
+                float(ours["machines"].mean()) <= float(tetris["machines"].mean()) + 1e-9
+            ],
+        }
+    )
+    return pl.concat([table, pooled_rows])
+
+
 def _row(replicate: str, seed, label: str, diff: np.ndarray) -> dict:
     mean, lo, hi = paired_interval(diff)
     return {
@@ -112,8 +161,13 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the rows to this parquet file")
     args = ap.parse_args()
     table = pooled(args.folders, args.machines)
+    feet = footprint(args.folders, args.machines)
     with pl.Config(tbl_rows=200, tbl_cols=-1, tbl_width_chars=250, float_precision=3, fmt_str_lengths=60):
         print(table)
+        if feet is None:
+            print("overshoot and machines: not in these files (bench_placer.py before 2026-12-05)")
+        else:
+            print(feet)
     if args.out:
         table.write_parquet(args.out)
 

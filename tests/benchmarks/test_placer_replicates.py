@@ -79,3 +79,38 @@ def test_a_replicate_without_the_learned_policy_or_with_unequal_sequences_is_ref
         module.pooled([shifted], 10)
     with pytest.raises(FileNotFoundError, match="test_returns_m50"):
         module.pooled([missing], 50)
+
+
+def test_the_footprint_checks_ours_against_tetris_overshoot_and_machines(tmp_path, benchmark_module) -> None:
+    """Per replicate and pooled: ours within Tetris's overshoot + 0.5 point and no more machines, the best
+    heuristic named; files without the columns give None."""
+    module = benchmark_module("placer_replicates")
+    folders = []
+    for seed, (ours_over, ours_used) in enumerate([(0.4, 9.0), (1.2, 10.5)]):
+        folder = _replicate(
+            tmp_path / f"f{seed}",
+            seed,
+            {"forecast_residual_rl": [-1.0, -2.0], "tetris": [-3.0, -3.0], "deeprm_sjf": [-2.5, -2.5]},
+        )
+        frame = pl.read_parquet(folder / "test_returns_m10.parquet")
+        over = {"forecast_residual_rl": ours_over, "tetris": 0.5, "deeprm_sjf": 0.1}
+        used = {"forecast_residual_rl": ours_used, "tetris": 10.0, "deeprm_sjf": 10.0}
+        frame.with_columns(
+            pl.col("policy").replace_strict(over, return_dtype=pl.Float64).alias("overshoot_pct"),
+            pl.col("policy").replace_strict(used, return_dtype=pl.Float64).alias("machines"),
+        ).write_parquet(folder / "test_returns_m10.parquet")
+        folders.append(folder)
+    table = module.footprint(folders, 10)
+    rows = {(r["replicate"], r["policy"]): r for r in table.iter_rows(named=True)}
+    first, second = (
+        rows[(str(folders[0]), "forecast_residual_rl")],
+        rows[(str(folders[1]), "forecast_residual_rl")],
+    )
+    assert first["within_tetris_overshoot_0_5"] and first["no_more_machines_than_tetris"]
+    assert not second["within_tetris_overshoot_0_5"] and not second["no_more_machines_than_tetris"]
+    assert (str(folders[0]), "deeprm_sjf (best heuristic)") in rows
+    pooled = rows[("pooled", "forecast_residual_rl")]
+    assert pooled["overshoot_pct"] == pytest.approx(0.8) and pooled["machines"] == pytest.approx(9.75)
+    assert pooled["within_tetris_overshoot_0_5"] and pooled["no_more_machines_than_tetris"]
+    old = _replicate(tmp_path / "old", 0, {"forecast_residual_rl": [-1.0], "tetris": [-2.0]})
+    assert module.footprint([old], 10) is None
