@@ -1004,8 +1004,9 @@ class ForecastResidualPolicy:
         labels the labeller serves when the policy has one."""
         seen = self.base.served(cfg, state)
         fused = self._decide(cfg, seen)
+        advice = None
         if fused is not None:
-            base, mask, x, g = fused
+            base, mask, x, g, advice = fused
         else:
             base = self.base.act(cfg, seen, rng, served=True)
             mask = action_mask(cfg, state)
@@ -1014,19 +1015,21 @@ class ForecastResidualPolicy:
             mask = safe_action_mask(cfg, self.config, x, base, mask)
         inputs = {"x": x, "g": g, "base": base, "mask": mask}
         if self.advisor is not None:
-            inputs["advice"] = self.advisor.act(cfg, seen, rng, served=True)
+            inputs["advice"] = advice if advice is not None else self.advisor.act(cfg, seen, rng, served=True)
         return inputs
 
     def _decide(self, cfg: SimConfig, seen: State) -> tuple[np.ndarray, ...] | None:
-        """(base, mask, x, g) from `models.placer_kernel.decide` (one kernel for the base rule, the mask and the
-        inputs; the state `seen` differs from the env's in its labels only, which the mask does not read), or
-        None where it does not apply."""
+        """(base, mask, x, g, advice) from `models.placer_kernel.decide` (one kernel for the base rule, the mask,
+        the inputs and the advisor's action, None where it has none or its rule is not the kernel's; the state
+        `seen` differs from the env's in its labels only, which the mask does not read), or None where it does
+        not apply. The advisor decides on `seen`, as `decision_inputs` asks it where the kernel does not."""
         rule = self.base.risk_rule
         if rule is None:
             return None
+        advisor = None if self.advisor is None else self.advisor.risk_rule
         pcfg, fc = self.config, self.forecaster
         return placer_kernel.decide(
-            cfg, seen, rule, fc, pcfg.levels, pcfg.rho, pcfg.use_durations, input_horizon(fc, pcfg)
+            cfg, seen, rule, fc, pcfg.levels, pcfg.rho, pcfg.use_durations, input_horizon(fc, pcfg), advisor
         )
 
     def logits(self, cfg: SimConfig, inputs: dict[str, np.ndarray]) -> torch.Tensor:

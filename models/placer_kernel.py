@@ -155,12 +155,15 @@ def decide(
     rho: float,
     use_durations: bool,
     horizon: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(base (B,) int64, mask (B, M + 1) bool, x, g) of one rollout decision in one kernel over the envs: the base
-    rule's actions (`rule`, a `sim.risk.RiskAwarePacking` as `sim.compiled_decision.risk_act` runs it), the valid
-    actions (`sim.core.action_mask`) and the inputs `features(skip_done=True)` gives for them. None where either
-    kernel does not apply, or where a looked-up value is negative: the caller then runs the pieces one by one,
-    which give the same arrays. Tests: tests/models/test_placer_kernel.py."""
+    advisor=None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(base (B,) int64, mask (B, M + 1) bool, x, g, advice) of one rollout decision in one kernel over the envs:
+    the base rule's actions (`rule`, a `sim.risk.RiskAwarePacking` as `sim.compiled_decision.risk_act` runs it),
+    the valid actions (`sim.core.action_mask`), the inputs `features(skip_done=True)` gives for them and, with an
+    `advisor` (another `RiskAwarePacking`), its actions (B,) int64, or None where it has none or the rule kernel
+    does not apply to it (the caller then asks the advisor itself). None where either kernel does not apply to the
+    base, or where a looked-up value is negative: the caller then runs the pieces one by one, which give the same
+    arrays. Tests: tests/models/test_placer_kernel.py."""
     n_envs = state.batch_size
     base = np.zeros(n_envs, dtype=np.int64)
     act_args = risk_act_args(cfg, state, rule, base)
@@ -171,7 +174,14 @@ def decide(
     if made is None:
         return None
     placer_args, x, g = made
+    advice = None if advisor is None else np.zeros(n_envs, dtype=np.int64)
+    advice_args = None if advisor is None else risk_act_args(cfg, state, advisor, advice)
+    if advice_args is None:
+        advice = None
     hold_always = cfg.hold_rule == "always"
     kernels = (decide_kernel, decide_kernel_parallel, on_threads(n_envs))
-    ok = launch(*kernels, act_args, placer_args, cfg.n_resources, len(levels), hold_always, mask)
-    return (base, mask, x, g) if ok else None
+    ok = launch(
+        *kernels, act_args, placer_args, act_args if advice_args is None else advice_args, advice is not None,
+        cfg.n_resources, len(levels), hold_always, mask,
+    )  # fmt: skip
+    return (base, mask, x, g, advice) if ok else None

@@ -12,7 +12,8 @@
   choice as there.
 - `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
 - `decide_kernel`: the two bodies above and the mask between them, one pass per env (`models.placer_kernel.decide`:
-  a training rollout's decision on `forecast_peak`'s kind of rule); the bodies' arguments ride in two tuples.
+  a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid, and an advisor's action by the
+  rule body again where one is given); the bodies' arguments ride in tuples.
 
 Each runs one body per env (`_pick_env`, `_act_env`, `_placer_env`), on numba's threads for a large batch
 (`sim.compiled_step.on_threads`), else on the caller's: the same numbers either way. Each body walks an env
@@ -875,20 +876,28 @@ def placer_features_kernel_parallel(args, n_envs, n_m, n_levels, n_d, n_spans):
 
 
 @njit(cache=True)
-def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
-    """Env b's decision inputs: the rule's action (`_act_env`), the valid actions (`sim.core.action_mask`: the
-    machines the rule found valid, hold always or where none is) and the placer's inputs (`_placer_env`, which reads
-    both); False where a looked-up value is negative. A finished env is not walked: its action is hold, its only
-    valid one, and its inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
+def _decide_env(
+    b, act_scratch, advice_scratch, placer_scratch, act_args, placer_args, advice_args, has_advice, hold_always,
+    mask,
+):  # fmt: skip
+    """Env b's decision inputs: the rule's action (`_act_env`), the advisor's (a second `_act_env` on
+    `advice_args`, where `has_advice`), the valid actions (`sim.core.action_mask`: the machines the rule found
+    valid, hold always or where none is) and the placer's inputs (`_placer_env`, which reads both); False where a
+    looked-up value is negative. A finished env is not walked: its action is hold, its only valid one, and its
+    inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
     n_m = mask.shape[1] - 1
     if act_args[3][b] and placer_args[30]:  # is_done, and skip_done (`decide` passes it)
         act_args[30][b] = n_m  # the rule's action
+        if has_advice:
+            advice_args[30][b] = n_m
         mask[b, :n_m] = False
         mask[b, n_m] = True
         placer_args[31][b] = 0.0  # x
         placer_args[32][b] = 0.0  # g
         return True
     if not _act_env(b, act_scratch, *act_args):
+        return False
+    if has_advice and not _act_env(b, advice_scratch, *advice_args):
         return False
     valid = act_scratch[2]
     any_valid = False
@@ -900,33 +909,44 @@ def _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_alwa
 
 
 @njit(cache=True)
-def _decide_span(lo, hi, act_args, placer_args, n_d, n_levels, hold_always, mask):
+def _decide_span(lo, hi, act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask):
     """`_decide_env` for envs lo .. hi - 1 on one scratch of each part; False at the first env that fails. The body
     of both kernels."""
     n_m = mask.shape[1] - 1
     act_scratch = _act_scratch(n_m, n_d)
+    advice_scratch = _act_scratch(n_m, n_d)
     placer_scratch = _placer_scratch(n_m, n_levels, n_d)
     for b in range(lo, hi):
-        if not _decide_env(b, act_scratch, placer_scratch, act_args, placer_args, hold_always, mask):
+        if not _decide_env(
+            b, act_scratch, advice_scratch, placer_scratch, act_args, placer_args, advice_args, has_advice,
+            hold_always, mask,
+        ):  # fmt: skip
             return False
     return True
 
 
 @njit(cache=True)
-def decide_kernel(act_args, placer_args, n_d, n_levels, hold_always, mask):
+def decide_kernel(act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask):
     """`_decide_env` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
     `models.placer_kernel.feature_args`, whose base actions and mask are `act_args`' output and `mask` (B, M + 1);
-    D resources, the placer's `n_levels`)."""
-    return _decide_span(0, mask.shape[0], act_args, placer_args, n_d, n_levels, hold_always, mask)
+    `advice_args`: the advisor's `risk_act_args`, read where `has_advice`; D resources, the placer's
+    `n_levels`)."""
+    return _decide_span(
+        0, mask.shape[0], act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask
+    )
 
 
 @njit(cache=True, parallel=True)
-def decide_kernel_parallel(act_args, placer_args, n_d, n_levels, hold_always, mask, n_spans):
+def decide_kernel_parallel(
+    act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask, n_spans
+):  # fmt: skip
     """`decide_kernel` on numba's threads, one span of envs per iteration (`envs_of_span`)."""
     n_b = mask.shape[0]
     n_c = max(min(n_spans, n_b), 1)
     ok = np.ones(n_c, dtype=np.bool_)
     for c_ in prange(n_c):  # spans of envs, each with its scratch allocated once (envs_of_span)
         lo, hi = envs_of_span(c_, n_b, n_c)
-        ok[np.int64(c_)] = _decide_span(lo, hi, act_args, placer_args, n_d, n_levels, hold_always, mask)
+        ok[np.int64(c_)] = _decide_span(
+            lo, hi, act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask
+        )
     return ok.all()

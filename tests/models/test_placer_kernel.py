@@ -136,14 +136,19 @@ def test_one_decision_kernel_equals_its_pieces(name, threads, square_jobs, on_th
         square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3, **table_kw
     )
     rule = RiskAwarePacking(table.forecaster(risk.level, horizon=12), make_policy(fallback), risk, name="r")
+    # an advisor decided by the same kernel: the hybrid over another fallback
+    advisor = RiskAwarePacking(
+        PersistenceForecaster(horizon=12), make_policy("best_fit"), RiskConfig(), name="a"
+    )
     forecaster = RemainingPeakQuantiles(table, horizon=12)
     levels = (0.5, 0.9, 0.99)
     n_checked = n_invalid = 0
     holds = set()
     for seen, _, _ in decisions(cfg, square_jobs(5, 25, seed=2), serve):
-        base, mask, x, g = placer_kernel.decide(
-            cfg, seen, rule, forecaster, levels, 1.0, risk.use_durations, 8
+        base, mask, x, g, advice = placer_kernel.decide(
+            cfg, seen, rule, forecaster, levels, 1.0, risk.use_durations, 8, advisor
         )
+        assert np.array_equal(advice, advisor.act(cfg, seen, np.random.default_rng(0)))
         ref_base = rule.act(cfg, seen, np.random.default_rng(0))
         ref_mask = core.action_mask(cfg, seen)
         ref_x, ref_g = placement_features(
@@ -176,7 +181,10 @@ def test_one_decision_kernel_steps_aside(square_jobs):
     def decide(rule=rule, forecaster=inputs, rho=1.0):
         return placer_kernel.decide(cfg, state, rule, forecaster, (0.5, 0.9), rho, True, 12)
 
-    assert decide() is not None
+    assert decide() is not None and decide()[4] is None  # no advisor, no advice
+    now = RiskAwarePacking(PersistenceForecaster(horizon=12, statistic="now"), None, RiskConfig(), name="a")
+    with_now = placer_kernel.decide(cfg, state, rule, inputs, (0.5, 0.9), 1.0, True, 12, now)
+    assert with_now is not None and with_now[4] is None  # an advisor the kernel cannot run: asked on its own
     assert decide(rho=0.5) is None
     assert decide(forecaster=PersistenceForecaster(horizon=12)) is None
     assert decide(rule=replace(rule, risk=RiskConfig(level=0.75, mode="guard"))) is None
