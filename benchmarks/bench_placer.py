@@ -14,8 +14,10 @@ choice, never on test sequences; OUT/variants.parquet). Prints:
 - the test return of the policy against its base rule and Tetris, paired by sequence with a 95 % interval, at
   M = 10 and at M = 50 (the same weights; M = 50 sequences are DeepPlace's test templates, or a real source's same
   test workloads, at the same load of a 50-machine cluster), and against the best non-oracle heuristic and
-  `forecast_peak` (`--compare`, fitted at M = 10); every policy's return per test sequence goes to
-  OUT/test_returns_m{M}.parquet. `--checkpoint` evaluates an earlier run's policy instead of training one.
+  `forecast_peak` (`--compare`, fitted at M = 10), with every policy's mean overshoot and machines used and
+  the bar's check of ours against Tetris (overshoot at most Tetris's + 0.5 point, no more machines); every
+  policy's return, overshoot % and machines per test sequence go to OUT/test_returns_m{M}.parquet.
+  `--checkpoint` evaluates an earlier run's policy instead of training one.
 
     python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150 | --iterations 30] [--out /tmp/placer]
         [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
