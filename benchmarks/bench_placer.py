@@ -236,6 +236,13 @@ def main() -> None:
         "over the base rule (0: the best mean validation return)",
     )
     ap.add_argument(
+        "--overshoot-budget",
+        type=float,
+        default=None,
+        help="PlacerConfig.overshoot_budget_pct: a kept iteration's validation overshoot at most Tetris's + this "
+        "many points (the bar's 0.5; default off)",
+    )
+    ap.add_argument(
         "--base",
         default="hybrid_observed",
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
@@ -367,6 +374,7 @@ def main() -> None:
                 seed=args.seed,
                 action_set=args.action_set,
                 choice_z=args.choice_z,
+                overshoot_budget_pct=args.overshoot_budget,
                 **{
                     **SETTINGS[algorithm],
                     **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),

@@ -35,9 +35,9 @@ from sim.config import SimConfig
 from sim.forecast import ExactForecaster
 from sim.jobs import JobBatch
 from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
-from sim.policies import decide, make_policy
+from sim.policies import Tetris, decide, make_policy
 from sim.risk import PersistenceForecaster, RequestForecaster, RiskAwarePacking, RiskConfig
-from sim.tuning import sequence_returns
+from sim.tuning import sequence_outcomes, sequence_returns, split_validation
 
 CFG = SimConfig(n_machines=4, max_steps=400)
 TINY_FORECAST = ForecastConfig(
@@ -467,6 +467,55 @@ def test_a_cautious_choice_keeps_an_iteration_only_where_its_gain_stands_out() -
     assert cautious.trained_iteration == 0  # no gain stands out by a million standard errors
     with pytest.raises(ValueError, match="choice_z"):
         PlacerConfig(choice_z=-1.0)
+
+
+def test_an_overshoot_budget_keeps_only_iterations_within_it() -> None:
+    """With a budget the kept policy's validation overshoot is within Tetris's + the budget wherever an iteration
+    (or the base) was, every kept candidate's overshoot is measured and logged; an unbounded budget keeps what no
+    budget keeps; a negative budget is refused."""
+    jobs = _square_jobs(6, 25, seed=15)
+    pcfg = PlacerConfig(
+        algorithm="pgpe", n_iterations=4, n_sequences=2, pgpe_pairs=2, pgpe_sigma=3.0, pgpe_learning_rate=1.0,
+        base_bonus=0.5, hidden=8, choice_z=0.0,
+    )  # fmt: skip
+    free, free_table = train_forecast_placer(CFG, jobs, _hybrid(), None, pcfg)
+    loose, loose_table = train_forecast_placer(
+        CFG, jobs, _hybrid(), None, replace(pcfg, overshoot_budget_pct=1e9)
+    )
+    assert loose.trained_iteration == free.trained_iteration and loose_table.drop(
+        "seconds", "elapsed_s"
+    ).equals(free_table.drop("seconds", "elapsed_s"))
+    logs: list[str] = []
+    tight, _ = train_forecast_placer(
+        CFG, jobs, _hybrid(), None, replace(pcfg, overshoot_budget_pct=0.0), log=logs.append
+    )
+    measured = [m for m in logs if "validation overshoot" in m]
+    assert measured and measured[0].startswith("base 0:")
+    val = split_validation(jobs, pcfg.validation_share)[1]
+    limit = float(sequence_outcomes(Tetris(), CFG, val, pcfg.seed)[1].mean())
+    kept = float(sequence_outcomes(tight, CFG, val, pcfg.seed)[1].mean())
+    if any("(within" in m for m in measured):
+        assert kept <= limit + 1e-12
+    with pytest.raises(ValueError, match="overshoot_budget_pct"):
+        PlacerConfig(overshoot_budget_pct=-0.1)
+    # the rule itself: within beats beyond, the score decides on the same side, overshoot measured only if needed
+    calls = []
+
+    def measured(answer: bool):
+        return lambda: calls.append(answer) or answer
+
+    assert (
+        fp.budget_keeps(False, True, measured(True)) == (False, False) and calls == []
+    )  # not better: unmeasured
+    assert fp.budget_keeps(True, True, measured(False)) == (
+        False,
+        False,
+    )  # better but beyond: the kept one stays
+    assert fp.budget_keeps(True, True, measured(True)) == (True, True)
+    assert fp.budget_keeps(False, False, measured(True)) == (True, True)  # worse, but the first within
+    assert fp.budget_keeps(True, False, measured(False)) == (True, False)  # both beyond: the better score
+    assert fp.budget_keeps(False, False, measured(False)) == (False, False)
+    assert calls == [False, True, True, False, False]
 
 
 def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
