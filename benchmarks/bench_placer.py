@@ -237,10 +237,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--overshoot-budget",
-        type=float,
-        default=None,
+        type=lambda v: None if v.lower() == "none" else float(v),
+        default=PlacerConfig.overshoot_budget_pct,
         help="PlacerConfig.overshoot_budget_pct: a kept iteration's validation overshoot at most Tetris's + this "
-        "many points (the bar's 0.5; default off)",
+        "many points where any is (default: the bar's 0.5); 'none': the best validation score alone",
     )
     ap.add_argument(
         "--base",

@@ -478,7 +478,9 @@ def test_an_overshoot_budget_keeps_only_iterations_within_it() -> None:
         algorithm="pgpe", n_iterations=4, n_sequences=2, pgpe_pairs=2, pgpe_sigma=3.0, pgpe_learning_rate=1.0,
         base_bonus=0.5, hidden=8, choice_z=0.0,
     )  # fmt: skip
-    free, free_table = train_forecast_placer(CFG, jobs, _hybrid(), None, pcfg)
+    free, free_table = train_forecast_placer(
+        CFG, jobs, _hybrid(), None, replace(pcfg, overshoot_budget_pct=None)
+    )
     loose, loose_table = train_forecast_placer(
         CFG, jobs, _hybrid(), None, replace(pcfg, overshoot_budget_pct=1e9)
     )
