@@ -491,7 +491,7 @@ def main() -> None:
             args.base: f"base:{args.base}",
             "tetris": "tetris",
         }
-        rows = [(labels.get(name, name), out) for name, out in ran.items() if name in labels]
+        rows = [(label, ran[name]) for name, label in labels.items()]
         rows += [
             (name, ran[name]) for name in rules if name not in labels.values()
         ]  # the base by its own name

@@ -60,15 +60,8 @@ def pooled(folders: list[Path], n_machines: int) -> pl.DataFrame:
     """One row per (replicate or "pooled", comparison): mean, 95 % interval, sequences better and worse."""
     rows, pooled_diffs = [], {}
     for folder in folders:
-        path = folder / f"test_returns_m{n_machines}.parquet"
-        if not path.exists():
-            raise FileNotFoundError(
-                f"{path}: no per-sequence test returns (run bench_placer.py --out {folder})"
-            )
-        returns = pl.read_parquet(path)
+        returns = replicate_returns(folder, n_machines)
         seeds = returns["seed"].unique().to_list()
-        if len(seeds) != 1:
-            raise ValueError(f"{path}: one replicate per file expected, found seeds {seeds}")
         diffs, best = comparisons(returns)
         for label, diff in diffs.items():
             pooled_diffs.setdefault(label, []).append(diff)
@@ -90,6 +83,19 @@ def pooled(folders: list[Path], n_machines: int) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def replicate_returns(folder: Path, n_machines: int) -> pl.DataFrame:
+    """One replicate's OUT/test_returns_m{M}.parquet; FileNotFoundError naming it where it is missing, ValueError
+    where it holds more than one seed."""
+    path = folder / f"test_returns_m{n_machines}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no per-sequence test returns (run bench_placer.py --out {folder})")
+    returns = pl.read_parquet(path)
+    seeds = returns["seed"].unique().to_list()
+    if len(seeds) != 1:
+        raise ValueError(f"{path}: one replicate per file expected, found seeds {seeds}")
+    return returns
+
+
 def footprint(folders: list[Path], n_machines: int) -> pl.DataFrame | None:
     """The bar's other two clauses, per replicate and pooled: the mean overshoot (%) and machines used of the
     learned policy, Tetris, the replicate's best heuristic and each forecast rule, and whether ours is within
@@ -97,7 +103,7 @@ def footprint(folders: list[Path], n_machines: int) -> pl.DataFrame | None:
     (`bench_placer.py` wrote returns only before 2026-12-05)."""
     rows = []
     for folder in folders:
-        returns = pl.read_parquet(folder / f"test_returns_m{n_machines}.parquet")
+        returns = replicate_returns(folder, n_machines)
         if "overshoot_pct" not in returns.columns:
             return None
         _, best = comparisons(returns)

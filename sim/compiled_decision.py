@@ -55,8 +55,14 @@ def prefix_args(jobs: JobBatch, values: np.ndarray) -> tuple[np.ndarray, np.ndar
     them for a remaining-peak table's `values` in `levels_last` layout (`peak_cells`); the row map is the identity
     where the batch is not a selection."""
     prefix = jobs.observed_prefix[0]
-    rows = np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
-    return peak_cells(prefix, values), prefix.order, rows
+    return peak_cells(prefix, values), prefix.order, prefix_rows(jobs)
+
+
+def prefix_rows(jobs: JobBatch) -> np.ndarray:
+    """(B,) int64 the row of the batch's running summaries (`ObservedPrefix`) each row reads: the identity where
+    the batch is not a selection."""
+    prefix = jobs.observed_prefix[0]
+    return np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
 
 
 def peak_cells(prefix, values: np.ndarray) -> np.ndarray:
@@ -183,12 +189,10 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         return None  # the numpy path raises its own error
     jobs = state.jobs
     prefix = jobs.observed_prefix[0]
-    if (
-        persist
-    ):  # every quantile of a job is its peak so far: no table (the look-up's arrays are placeholders)
+    # with `persist` every quantile of a job is its peak so far: no table (the look-up's arrays are placeholders)
+    if persist:
         values, level_row, use_labels, use_remaining = _NO_TABLE, 0, False, False
-        rows = np.arange(jobs.batch_size, dtype=np.int64) if prefix.rows is None else prefix.rows
-        cells, order = _NO_CELLS, prefix.order
+        cells, order, rows = _NO_CELLS, prefix.order, prefix_rows(jobs)
     else:
         table = forecaster.table
         level_row = find_level(table.levels, forecaster.level)
