@@ -243,6 +243,13 @@ def main() -> None:
         "many points where any is (default: the bar's 0.5); 'none': the best validation score alone",
     )
     ap.add_argument(
+        "--generalise-factor",
+        type=lambda v: None if v.lower() == "none" else int(v),
+        default=PlacerConfig.generalise_factor,
+        help="PlacerConfig.generalise_factor: a kept iteration is not significantly below the base rule on the "
+        "validation sequences superposed this many at a time (default 5: M = 50); 'none': M = 10 alone",
+    )
+    ap.add_argument(
         "--base",
         default="hybrid_observed",
         help="fitted base rule: hybrid_observed or forecast_recall_hybrid (then the features' forecaster recalls "
@@ -375,6 +382,7 @@ def main() -> None:
                 action_set=args.action_set,
                 choice_z=args.choice_z,
                 overshoot_budget_pct=args.overshoot_budget,
+                generalise_factor=args.generalise_factor,
                 **{
                     **SETTINGS[algorithm],
                     **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),

@@ -618,3 +618,47 @@ def _trim(jobs: JobBatch, max_jobs: int, max_duration: int) -> JobBatch:
         meta=None if jobs.meta is None else jobs.meta[:, :max_jobs],
         usage_exact=None if jobs.usage_exact is None else jobs.usage_exact[:, :max_jobs, :max_duration],
     )
+
+
+def superpose(jobs: JobBatch, k: int) -> JobBatch:
+    """Each k consecutive sequences of `jobs` merged into one sequence: every real job of the k rows, in one
+    arrival order (ties: the earlier row first, then the row's own order). Sequences are Poisson arrivals at a
+    rate proportional to the cluster's size (`pipelines.job_sequences.arrival_rate_per_step`), so k of them
+    superposed are sequences of a k-times larger cluster at the same offered load: what
+    `models.forecast_placer.train_forecast_placer` validates the larger M on (`PlacerConfig.generalise_factor`)
+    without drawing new workloads. The last B mod k sequences are left out; ValueError when B < k or k < 1."""
+    if k < 1 or jobs.batch_size < k:
+        raise ValueError(
+            f"superpose: {jobs.batch_size} sequences cannot be merged {k} at a time (need k >= 1 and B >= k)"
+        )
+    n_out = jobs.batch_size // k
+    groups = np.arange(n_out * k).reshape(n_out, k)
+    n_jobs = jobs.n_jobs[groups].sum(axis=1)
+    n_max = int(n_jobs.max(initial=0))
+    t_max, d = jobs.max_duration, jobs.n_resources
+    out = _empty(n_out, n_max, t_max, d)
+    meta = None if jobs.meta is None else np.full((n_out, n_max, jobs.meta.shape[2]), np.nan)
+    exact = None if jobs.usage_exact is None else np.full((n_out, n_max, t_max, d), np.nan, np.float32)
+    keys, wids = [], []
+    for g, rows in enumerate(groups):
+        row = np.concatenate([np.full(int(jobs.n_jobs[r]), r) for r in rows])
+        job = np.concatenate([np.arange(int(jobs.n_jobs[r])) for r in rows])
+        order = np.lexsort((job, row, jobs.arrival_step[row, job]))
+        row, job = row[order], job[order]
+        n = row.size
+        out["arrival_step"][g, :n] = jobs.arrival_step[row, job]
+        out["duration"][g, :n] = jobs.duration[row, job]
+        out["usage"][g, :n] = jobs.usage[row, job]
+        out["request"][g, :n] = jobs.request[row, job]
+        out["ec_label"][g, :n] = jobs.ec_label[row, job]
+        out["n_jobs"][g] = n
+        if meta is not None:
+            meta[g, :n] = jobs.meta[row, job]
+        if exact is not None:
+            exact[g, :n] = jobs.usage_exact[row, job]
+        if jobs.sequence_keys:
+            first = tuple(jobs.sequence_keys[rows[0]])
+            keys.append((*first[:-1], "+".join(str(jobs.sequence_keys[r][-1]) for r in rows)))
+        if jobs.workload_ids:
+            wids.append(tuple(jobs.workload_ids[r][j] for r, j in zip(row, job, strict=True)))
+    return JobBatch(**out, sequence_keys=tuple(keys), workload_ids=tuple(wids), meta=meta, usage_exact=exact)

@@ -520,6 +520,48 @@ def test_an_overshoot_budget_keeps_only_iterations_within_it() -> None:
     assert calls == [False, True, True, False, False]
 
 
+def test_a_larger_cluster_check_sets_aside_iterations_that_lose_there() -> None:
+    """`PlacerConfig.generalise_factor`: the base's returns on the superposed validation sequences are measured
+    once, a candidate is checked only where it would be kept and not kept where it loses there; too few
+    validation sequences for one larger sequence is said, not silently skipped; a factor below 1 is refused."""
+    calls = []
+
+    def answer(value: bool):
+        return lambda: calls.append(value) or value
+
+    assert fp.keeps(False, True, None, answer(True)) == (False, True) and calls == []  # not better: not asked
+    assert fp.keeps(True, True, None, answer(False)) == (False, True)  # better at M, loses at k x M
+    assert fp.keeps(True, True, None, answer(True)) == (True, True)
+    assert fp.keeps(True, True, answer(False), answer(True)) == (False, False)  # beyond the budget: not asked
+    assert fp.keeps(False, False, answer(True), answer(False)) == (
+        False,
+        True,
+    )  # first within, loses at k x M
+    assert fp.keeps(True, False, None, None) == (True, True)
+    assert calls == [False, True, False, True, False]
+    jobs = _square_jobs(6, 25, seed=15)  # 2 validation sequences
+    pcfg = PlacerConfig(
+        algorithm="pgpe", n_iterations=2, n_sequences=2, pgpe_pairs=2, hidden=8, overshoot_budget_pct=None
+    )
+    logs: list[str] = []
+    _, table = train_forecast_placer(
+        CFG, jobs, _hybrid(), None, replace(pcfg, generalise_factor=2), log=logs.append
+    )
+    larger = [m for m in logs if "validation at M = 8" in m]
+    assert larger and larger[0].startswith("base 0:") and "gain over the base 0 " in larger[0]
+    _, off_table = train_forecast_placer(CFG, jobs, _hybrid(), None, replace(pcfg, generalise_factor=None))
+    assert table["validation_return"].equals(off_table["validation_return"])  # the check runs apart
+    logs.clear()
+    train_forecast_placer(CFG, jobs, _hybrid(), None, replace(pcfg, generalise_factor=3), log=logs.append)
+    assert any("2 validation sequences, 3 needed for one: not checked" in m for m in logs)
+    val = split_validation(jobs, pcfg.validation_share)[1]
+    cfg_l, val_l = fp.larger_validation(CFG, val, replace(pcfg, generalise_factor=2), print)
+    assert cfg_l.n_machines == 8 and val_l.batch_size == 1 and int(val_l.n_jobs[0]) == int(val.n_jobs.sum())
+    assert fp.larger_validation(CFG, val, replace(pcfg, generalise_factor=1), print) is None
+    with pytest.raises(ValueError, match="generalise_factor"):
+        PlacerConfig(generalise_factor=0)
+
+
 def test_a_branch_that_takes_the_base_action_replays_the_base_rollout() -> None:
     jobs = _square_jobs(3, 30, seed=12)
     rule = _hybrid(min_observed=2)
