@@ -520,6 +520,22 @@ def test_an_overshoot_budget_keeps_only_iterations_within_it() -> None:
     assert calls == [False, True, True, False, False]
 
 
+def test_a_rollouts_recorded_overshoot_is_what_the_episodes_measure_apart() -> None:
+    """The validation rollout's trace (`run_rollout(overshoot=True)`) gives each episode's overshoot % and return as
+    `sim.tuning.sequence_outcomes` measures them on the same policy and sequences: the budget reads it instead of
+    playing the episodes again."""
+    jobs = _square_jobs(4, 25, seed=21)
+    policy = ForecastResidualPolicy(base=_hybrid(), config=PlacerConfig(hidden=8, base_bonus=0.5))
+    _randomise_residual(policy.ready(CFG), seed=5)  # a residual that deviates onto machines that overshoot
+    rec = run_rollout(policy, CFG, jobs, 0, "greedy", np.random.default_rng(0), overshoot=True)
+    returns, over, _ = sequence_outcomes(policy, CFG, jobs, 0)
+    np.testing.assert_allclose(rec.returns, returns)
+    np.testing.assert_allclose(rec.overshoot_pct, over)
+    assert (over > 0).any()  # the case does overshoot
+    plain = run_rollout(policy, CFG, jobs, 0, "greedy", np.random.default_rng(0))
+    assert plain.overshoot_pct is None and np.array_equal(plain.returns, rec.returns)
+
+
 def test_a_larger_cluster_check_sets_aside_iterations_that_lose_there() -> None:
     """`PlacerConfig.generalise_factor`: the base's returns on the superposed validation sequences are measured
     once, a candidate is checked only where it would be kept and not kept where it loses there; too few
