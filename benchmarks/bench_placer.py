@@ -247,7 +247,7 @@ def main() -> None:
         type=lambda v: None if v.lower() == "none" else int(v),
         default=PlacerConfig.generalise_factor,
         help="PlacerConfig.generalise_factor: a kept iteration is not significantly below the base rule on the "
-        "validation sequences superposed this many at a time (default 5: M = 50); 'none': M = 10 alone",
+        "validation sequences superposed this many at a time (5: M = 50); 'none' (the default): M = 10 alone",
     )
     ap.add_argument(
         "--base",
