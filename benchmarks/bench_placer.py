@@ -265,9 +265,9 @@ def main() -> None:
     ap.add_argument(
         "--inputs",
         default=None,
-        choices=("rule", "table", "learned"),
+        choices=("rule", "table", "table_no_recall", "learned"),
         help="PlacerTrainConfig.inputs: the base rule's remaining-peak table (bases on it), forecast_peak's table "
-        "(any base) or the learned forecaster (default: rule where the base is on the table, else learned)",
+        "(any base; 'table_no_recall': without recall over it) or the learned forecaster (default: rule where the base is on the table, else learned)",
     )
     ap.add_argument("--device", default="cpu", help="where the PG updates run (cuda where a GPU is lent)")
     ap.add_argument(

@@ -2180,7 +2180,7 @@ def _check_fitted_rule(field: str, name: str, alternative: str = "") -> None:
         )
 
 
-INPUTS = ("rule", "table", "learned")
+INPUTS = ("rule", "table", "table_no_recall", "learned")
 """`PlacerTrainConfig.inputs`: where the residual's per-job forecasts come from."""
 
 
@@ -2206,7 +2206,9 @@ class PlacerTrainConfig:
     """Per-job forecaster of the residual's inputs (`INPUTS`): "rule", the base rule's own remaining-peak quantiles
     (`sim.risk.peak_rule_inputs`: a base on the table, `sim.risk.PEAK_RULES`; flat forecasts, so the features
     need no horizon axis); "table", `forecast_peak`'s remaining-peak quantiles for any base (fitted on the same
-    fit part: a hybrid base gets the table's inputs and their speed); or "learned", the learned usage forecaster
+    fit part: a hybrid base gets the table's inputs and their speed); "table_no_recall", the same table without
+    the recall of earlier runs over it where `forecast_peak` recalls them (DeepPlace: flat forecasts, so the
+    compiled decision applies); or "learned", the learned usage forecaster
     of `forecaster_preset` (any base; its features cost a forecast over the horizon per decision: README,
     "Training rollout speed")."""
     forecaster_preset: str = "sample"
@@ -2312,7 +2314,8 @@ def fit_base_rule(
     FitContext (its split and what validation chose). The forecaster (`PlacerTrainConfig.inputs`): "learned", the
     learned one with recall where the rule's validation chose it and without the periodic overlay (which has no
     saved form); "rule", the base rule's own remaining-peak table at its levels and `levels`
-    (`sim.risk.peak_rule_inputs`); "table", `forecast_peak`'s, for any base. With `labeller`, the rule is fitted and validated on the labels it serves
+    (`sim.risk.peak_rule_inputs`); "table", `forecast_peak`'s, for any base ("table_no_recall": without recall
+    over it). With `labeller`, the rule is fitted and validated on the labels it serves
     (`FitContext.labeller`). ValueError naming `where` when the rule cannot be fitted there. `memo`: choices
     remembered on disk (`sim.tuning.ChoiceMemo`; the rule is fitted before the forecaster, so a rule that needs
     none shares eval__baselines' remembered choice)."""
@@ -2325,8 +2328,11 @@ def fit_base_rule(
     rule = POLICIES[base].fit(ctx)
     if rule is None:
         raise ValueError(f"forecast placer {where}: the base rule {base} cannot be fitted there")
-    if inputs in ("rule", "table"):
-        return rule, peak_rule_inputs(ctx, base if inputs == "rule" else "forecast_peak", tuple(levels)), ctx
+    if inputs in ("rule", "table", "table_no_recall"):
+        fc = peak_rule_inputs(ctx, base if inputs == "rule" else "forecast_peak", tuple(levels))
+        if inputs == "table_no_recall" and isinstance(fc, RecallOverlay):
+            fc = fc.inner
+        return rule, fc, ctx
     forecaster = ctx.forecaster()
     if ctx.choices.get(base, {}).get("recall_used"):
         forecaster, _ = fit_recall(forecaster, ctx.split()[0])

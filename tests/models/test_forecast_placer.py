@@ -846,6 +846,39 @@ def test_the_base_rules_own_table_as_inputs_trains_saves_and_reloads(tmp_path) -
     assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="table").inputs == "table"
 
 
+def test_table_inputs_without_recall_are_the_same_table_on_a_recurring_workload() -> None:
+    """`PlacerTrainConfig.inputs` "table_no_recall": where `forecast_peak` recalls earlier runs (exact repeats of
+    three templates), "table" is the table with recall over it, "table_no_recall" the same table alone."""
+    from sim.forecast import RecallOverlay, uncached
+    from sim.peak_forecast import RemainingPeakQuantiles
+    from sim.tuning import TuningConfig
+
+    rng = np.random.default_rng(7)
+    templates = [[[int(v), 1] for v in rng.integers(1, 5, size=int(d))] for d in (12, 18, 25)]
+    rows = []
+    for _ in range(10):
+        t, seq = 0, []
+        for _ in range(30):
+            t += int(rng.integers(0, 3))
+            k = int(rng.integers(0, 3))
+            seq.append({"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"tpl{k}"})
+        rows.append(seq)
+    train = JobBatch.from_jobs(rows)
+    tuning = TuningConfig(seed=0, peak_levels=(0.9,))
+    got = {
+        inputs: uncached(
+            fp.fit_base_rule(CFG, train, "hybrid_observed", "sample", tuning, "tpl", inputs=inputs)[1]
+        )
+        for inputs in ("table", "table_no_recall")
+    }
+    assert isinstance(got["table"], RecallOverlay)
+    assert isinstance(got["table_no_recall"], RemainingPeakQuantiles)
+    assert (
+        got["table_no_recall"].table.values.tobytes() == uncached(got["table"].inner).table.values.tobytes()
+    )
+    assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="table_no_recall").inputs == "table_no_recall"
+
+
 def _recurring_state(n_steps: int):
     """Three sequences of exact repeats of 3 workloads, `n_steps` Tetris decisions in (earlier runs recallable)."""
     rng = np.random.default_rng(40)
