@@ -269,6 +269,13 @@ def main() -> None:
         help="PlacerTrainConfig.inputs: the base rule's remaining-peak table (bases on it), forecast_peak's table "
         "(any base; 'table_no_recall': without recall over it) or the learned forecaster (default: rule where the base is on the table, else learned)",
     )
+    ap.add_argument(
+        "--horizon",
+        type=int,
+        default=PlacerConfig.horizon,
+        help="PlacerConfig.horizon: forecast steps the inputs read (default: the forecaster's, the longest "
+        "training job)",
+    )
     ap.add_argument("--device", default="cpu", help="where the PG updates run (cuda where a GPU is lent)")
     ap.add_argument(
         "--labels",
@@ -383,6 +390,7 @@ def main() -> None:
                 choice_z=args.choice_z,
                 overshoot_budget_pct=args.overshoot_budget,
                 generalise_factor=args.generalise_factor,
+                horizon=args.horizon,
                 **{
                     **SETTINGS[algorithm],
                     **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
