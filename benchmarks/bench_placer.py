@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -190,6 +191,11 @@ def show_pairs(name: str, ours: np.ndarray, other: np.ndarray) -> None:
     )
 
 
+def none_or(kind: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse type: 'none' (any case) is None, anything else `kind(value)`."""
+    return lambda value: None if value.lower() == "none" else kind(value)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -237,14 +243,14 @@ def main() -> None:
     )
     ap.add_argument(
         "--overshoot-budget",
-        type=lambda v: None if v.lower() == "none" else float(v),
+        type=none_or(float),
         default=PlacerConfig.overshoot_budget_pct,
         help="PlacerConfig.overshoot_budget_pct: a kept iteration's validation overshoot at most Tetris's + this "
         "many points where any is (default: the bar's 0.5); 'none': the best validation score alone",
     )
     ap.add_argument(
         "--generalise-factor",
-        type=lambda v: None if v.lower() == "none" else int(v),
+        type=none_or(int),
         default=PlacerConfig.generalise_factor,
         help="PlacerConfig.generalise_factor: a kept iteration is not significantly below the base rule on the "
         "validation sequences superposed this many at a time (5: M = 50); 'none' (the default): M = 10 alone",

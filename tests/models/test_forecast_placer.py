@@ -855,15 +855,7 @@ def test_table_inputs_without_recall_are_the_same_table_on_a_recurring_workload(
 
     rng = np.random.default_rng(7)
     templates = [[[int(v), 1] for v in rng.integers(1, 5, size=int(d))] for d in (12, 18, 25)]
-    rows = []
-    for _ in range(10):
-        t, seq = 0, []
-        for _ in range(30):
-            t += int(rng.integers(0, 3))
-            k = int(rng.integers(0, 3))
-            seq.append({"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"tpl{k}"})
-        rows.append(seq)
-    train = JobBatch.from_jobs(rows)
+    train = _repeats(rng, templates, 10)
     tuning = TuningConfig(seed=0, peak_levels=(0.9,))
     got = {
         inputs: uncached(
@@ -879,21 +871,26 @@ def test_table_inputs_without_recall_are_the_same_table_on_a_recurring_workload(
     assert fp.PlacerTrainConfig(base="hybrid_observed", inputs="table_no_recall").inputs == "table_no_recall"
 
 
-def _recurring_state(n_steps: int):
-    """Three sequences of exact repeats of 3 workloads, `n_steps` Tetris decisions in (earlier runs recallable)."""
-    rng = np.random.default_rng(40)
-    templates = [
-        [[int(v), int(v)] for v in rng.integers(1, 5, size=int(rng.integers(6, 20)))] for _ in range(3)
-    ]
+def _repeats(rng: np.random.Generator, templates: list, n_rows: int) -> JobBatch:
+    """`n_rows` sequences of 30 exact repeats of the `templates` (usage per step), drawn from `rng`."""
     rows = []
-    for _ in range(3):
+    for _ in range(n_rows):
         t, seq = 0, []
         for _ in range(30):
             t += int(rng.integers(0, 3))
             k = int(rng.integers(0, 3))
             seq.append({"arrival_step": t, "usage": templates[k], "ec_label": k, "workload_id": f"tpl{k}"})
         rows.append(seq)
-    state = core.reset(CFG, JobBatch.from_jobs(rows), 0)
+    return JobBatch.from_jobs(rows)
+
+
+def _recurring_state(n_steps: int):
+    """Three sequences of exact repeats of 3 workloads, `n_steps` Tetris decisions in (earlier runs recallable)."""
+    rng = np.random.default_rng(40)
+    templates = [
+        [[int(v), int(v)] for v in rng.integers(1, 5, size=int(rng.integers(6, 20)))] for _ in range(3)
+    ]
+    state = core.reset(CFG, _repeats(rng, templates, 3), 0)
     tetris, pick_rng = make_policy("tetris"), np.random.default_rng(0)
     for _ in range(n_steps):
         state, act = decide(tetris, CFG, state, pick_rng)
