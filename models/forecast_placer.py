@@ -273,7 +273,7 @@ class PlacerConfig:
     it. Checked only where an iteration would be kept, and not where validation has fewer than k sequences (said).
     None or 1: off, the default: measured on the 84 VMs at 30 % (seeds 3-5, README "Validated at M = 50 too"), it
     kept the same iterations as without it, and the M = 50 test losses it was built for do not show on the
-    training VMs at M = 50 (there the kept iterations gain 0.1-1.1e6 over the base): they come from the test VMs."""
+    training VMs at M = 50 (there the kept iterations gain 0.1-2.2e6 over the base): they come from the test VMs."""
     time_budget_s: float = 180.0
     """Wall seconds of training (BC and PG) before it stops after the current iteration."""
     validation_share: float = 0.3
