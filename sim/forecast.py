@@ -573,10 +573,11 @@ class RecallView:
     """(N,) bool the recalled run has finished: every age of the job's life is recalled."""
 
 
-def _best_runs(state: State, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+def _best_runs(state: State, rows: np.ndarray, compiled: bool = True) -> tuple[np.ndarray, ...]:
     """Per (env of `rows`, workload code): the two started runs observed longest (job index, -1 if none; ties: the
     earlier job) and how many runs have started; and the observed steps of every job of those envs (-1 when not
-    started). Groups are r * n_codes + code for env rows[r]."""
+    started). Groups are r * n_codes + code for env rows[r]. `compiled`: one pass over the jobs
+    (`sim.compiled_batch.best_runs`) instead of the sort below, the same arrays."""
     jobs = state.jobs
     codes = jobs.workload_code[rows]  # (R, J)
     n_rows, n_jobs = codes.shape
@@ -585,6 +586,10 @@ def _best_runs(state: State, rows: np.ndarray) -> tuple[np.ndarray, ...]:
         started, np.clip(state.t[rows, None] - state.job_start[rows] + 1, 0, jobs.duration[rows]), -1
     )
     n_codes = int(codes.max(initial=-1)) + 1
+    if compiled:
+        from sim.compiled_batch import best_runs  # loads numba: on first use
+
+        return (*best_runs(codes, started, n_obs, n_codes), n_codes, n_obs)
     group = np.where(started & (codes >= 0), np.arange(n_rows)[:, None] * n_codes + codes, -1).ravel()
     order = np.lexsort((-n_obs.ravel(), group))  # by group, then longest observed first (stable: earlier job)
     order = order[group[order] >= 0]

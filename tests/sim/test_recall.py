@@ -299,6 +299,22 @@ def test_compiled_recall_views_equal_the_numpy_views(exact) -> None:
     assert np.array_equal(fast.n_runs, slow.n_runs) and np.array_equal(fast.complete, slow.complete)
 
 
+@pytest.mark.parametrize("n_steps", [0, 20, 60, 150])
+def test_the_compiled_best_runs_equal_the_sorted_ones(n_steps) -> None:
+    """`sim.forecast._best_runs`: one pass over the jobs (`sim.compiled_batch.best_runs`) gives the two longest-
+    observed started runs per (env, workload) (ties: the earlier job) and the started counts the sort gives, at
+    every stage of the episodes (none started, some running, some finished), for some of the envs or all."""
+    from sim.forecast import _best_runs
+
+    state = _advance(_recurring_jobs(4, 40, seed=12), n_steps)
+    for rows in (np.arange(4), np.array([2, 0])):
+        fast, slow = _best_runs(state, rows), _best_runs(state, rows, compiled=False)
+        for a, b in zip(fast, slow, strict=True):
+            assert np.array_equal(a, b)
+    if n_steps >= 20:
+        assert (fast[1] >= 0).any()  # a second run to fall back on somewhere
+
+
 def test_a_flat_forecasters_recalled_point_forecast_is_its_spread_values_overlaid() -> None:
     """`RecallOverlay.point` over a flat forecaster comes from one kernel: the inner forecast spread over the
     horizon with the recalled usage written over it, as the numpy overlay of the spread values gives."""
