@@ -67,7 +67,8 @@ class RunningSums:
         reads_runs: bool = False,
         extra: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, int]:
-        """(sums (R, M, ...) over the running jobs of envs `rows` (all when None), in that order; the values of
+        """(sums (R, M, ...) over the running jobs of envs `rows` (all when None), in that order (for every env in
+        order, the memo's own array: read it before the next call, never write it); the values of
         the `extra` (env, job) queries (e.g. the queue heads) or None; how many running jobs were computed).
         `compute(env, job)` gives one array per job (N, ...), the same trailing shape for one `key`; it is
         called once per decision, with the running jobs to add and then the extra queries. `reads_runs`: the
@@ -108,10 +109,13 @@ class RunningSums:
         added = sum_by_cell(
             values[:n_run], ri * n_machines + state.job_machine[env[:n_run], ji], rows.size * n_machines
         )
-        acc = self._acc[rows]  # a copy (fancy index): zero the recounted envs, add, write back
+        every = rows.size == n_envs and bool((rows == np.arange(n_envs)).all())
+        # every env in order (a rollout's features): the sums in place; else a copy (fancy index) written back
+        acc = self._acc if every else self._acc[rows]
         acc[~kept] = 0.0
         acc += added.reshape(acc.shape)
-        self._acc[rows] = acc
+        if not every:
+            self._acc[rows] = acc
         self.n_computed += n_run
         self.n_carried += int(now.sum()) - n_run
         self._counted[rows] = now
