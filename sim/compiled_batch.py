@@ -7,8 +7,9 @@ are the numpy path's. Moves, copies and comparisons only: the results are the nu
 tests/sim/test_compiled_batch.py, tests/sim/test_recall.py.
 
 The kernels are serial: the bookkeeping moves or reads a few bytes per job, below what starting numba's threads
-costs; recall's view and overlay kernels (about 1.5 s each of DeepPlace's 40 s per 125k decisions) could take threads. `best_runs` replaced
-a sort of every job of the rows per decision: 0.30-0.38 against 1.7-3.3 ms per call (DeepPlace 50 %, 128 envs).
+costs; recall's view and overlay kernels (about 1.5 s each of DeepPlace's 40 s per 125k decisions) could take
+threads. `best_runs` replaced a sort of every job of the rows per decision: 0.30-0.38 against 1.7-3.3 ms per call
+(DeepPlace 50 %, 128 envs).
 """
 
 from __future__ import annotations
