@@ -19,7 +19,7 @@ from pipelines.profiles import DEFAULT_PROFILE, ProfileError, environment, read_
 __all__ = ["DEFAULT_PROFILE", "ProfileError", "load_profile"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-_NAMED = ("quick", "sample", "paper", "trace_requests")
+_NAMED = ("quick", "sample", "paper", "trace_requests", "placer")
 PROFILES = {name: Path(__file__).with_name(f"{name}_config.yaml") for name in _NAMED}
 """Named configurations; any other profile value is a path to a YAML file of the same shape."""
 CODE_LOCATION = "tvw"
