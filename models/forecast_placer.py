@@ -468,6 +468,7 @@ def placement_features(
     mask: np.ndarray,
     memo: RunningSums | None = None,
     compiled: bool = True,
+    skip_done: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(x (B, M, F) float32 per machine, g (B, G) float32 global) inputs of the network (`feature_names`,
     GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it. `memo`
@@ -475,7 +476,8 @@ def placement_features(
     of a rollout (recall included); without one, every running job is counted. `compiled`: where
     `models.placer_kernel` applies (the base rule's remaining-peak table at rho = 1, the default inputs), one numba
     kernel computes the same features (equal to the bit to a fresh count; `memo` is then not used), zeros for envs
-    whose episode has ended (no decision reads them)."""
+    whose episode has ended (no decision reads them); elsewhere `skip_done` leaves those envs' horizon columns
+    zeros instead of computing them (a rollout's setting)."""
     horizon = input_horizon(forecaster, pcfg)
     if compiled:
         fast = placer_kernel.features(
@@ -537,8 +539,9 @@ def placement_features(
             cols, head_mean = _flat_level_columns(sums, head_rows, horizon, cap)
             cols = cols * (len(pcfg.levels) if point else 1)
     if cols is None:  # the general path (a negative flat value included: every sum must be non-increasing)
+        skip = state.is_done if skip_done else None
         cols, head_mean = _level_columns(
-            cfg, state, forecaster, pcfg, horizon, cap, memo, heads, steps_alive, compiled
+            cfg, state, forecaster, pcfg, horizon, cap, memo, heads, steps_alive, compiled, skip
         )
     usage_now = current_usage(cfg, state) / cap  # (B, M, D)
     past = state.past  # (B, h, M, D)
@@ -595,13 +598,15 @@ def _level_columns(
     heads: tuple[np.ndarray, np.ndarray],
     steps_alive: Callable[[np.ndarray, np.ndarray], np.ndarray],
     compiled: bool = True,
+    skip: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """The LEVEL_FEATURES columns (each (B, M)) of every level, from the forecast quantiles of the running jobs
     and of the queue heads `heads` (env, job) over the horizon; and the heads' mean median forecast (B, D). The
     running jobs' per-machine sums are carried by `memo` (`sim.running_sums.RunningSums`) from the rollout's
     previous decision wherever that is exact: only the jobs placed since and the heads are forecast (one call).
     `compiled`: the planes and the columns come from kernels (`sim.compiled_planes.flat_planes` where the
-    forecaster applies, `level_columns`): the same numbers."""
+    forecaster applies, `level_columns`): the same numbers; `skip` (B,) bool: envs whose compiled columns are
+    zeros, not computed."""
     # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
     squares = pcfg.rho != 1.0
 
@@ -614,7 +619,7 @@ def _level_columns(
         state, cfg.n_machines, key, planes, None, reads_other_runs(forecaster), heads
     )
     if compiled:
-        cols = compiled_planes.level_columns(acc, per_head, len(pcfg.levels), pcfg.rho, cap)
+        cols = compiled_planes.level_columns(acc, per_head, len(pcfg.levels), pcfg.rho, cap, skip)
         return list(cols), per_head[:, 0].mean(axis=1)
     with_head = acc + per_head[:, None]
     n_up = len(pcfg.levels) - 1
@@ -1042,7 +1047,9 @@ class ForecastResidualPolicy:
         else:
             base = self.base.act(cfg, seen, rng, served=True)
             mask = action_mask(cfg, state)
-            x, g = placement_features(cfg, seen, self.forecaster, self.config, base, mask, self._sums)
+            x, g = placement_features(
+                cfg, seen, self.forecaster, self.config, base, mask, self._sums, skip_done=True
+            )
         if self.config.action_set == "safe":
             mask = safe_action_mask(cfg, self.config, x, base, mask)
         inputs = {"x": x, "g": g, "base": base, "mask": mask}

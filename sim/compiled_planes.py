@@ -206,19 +206,26 @@ def _flat_planes_parallel(
 
 
 def level_columns(
-    acc: np.ndarray, per_head: np.ndarray, n_levels: int, rho: float, cap: np.ndarray
+    acc: np.ndarray,
+    per_head: np.ndarray,
+    n_levels: int,
+    rho: float,
+    cap: np.ndarray,
+    skip: np.ndarray | None = None,
 ) -> np.ndarray:
     """(5 L, B, M) `models.forecast_placer._level_columns`' LEVEL_FEATURES columns from the per-machine sums
     `acc` (B, M, P, H, D) and the heads' planes `per_head` (B, P, H, D), in its order (per level: peak and mean
     share without the head, with it, and whether the peak with it fits), without its (B, M, H, D) arrays: the
     same float operations per element, the maximum as numpy's (NaN kept) and the mean as numpy sums a
-    contiguous block (its pairwise sum, `_pairwise_sum`, over the H x D shares, divided by H x D)."""
+    contiguous block (its pairwise sum, `_pairwise_sum`, over the H x D shares, divided by H x D). `skip` (B,)
+    bool: envs whose columns are zeros, not computed (a rollout's finished episodes, which no decision reads)."""
     n_envs, n_m = acc.shape[0], acc.shape[1]
     out = output_array((5 * n_levels, n_envs, n_m))
+    skip = np.zeros(n_envs, dtype=np.bool_) if skip is None else np.asarray(skip, dtype=np.bool_)
     kernel = _level_columns_parallel if on_threads(n_envs) else _level_columns
     kernel(
         np.ascontiguousarray(acc, dtype=np.float64), np.ascontiguousarray(per_head, dtype=np.float64),
-        int(n_levels), float(rho), rho != 1.0, np.asarray(cap, dtype=np.float64), out,
+        int(n_levels), float(rho), rho != 1.0, np.asarray(cap, dtype=np.float64), skip, out,
     )  # fmt: skip
     return out
 
@@ -283,9 +290,15 @@ def _pairwise_sum(a, lo, n, frames, values):
 
 
 @njit(cache=True)
-def _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out):
-    """Env b's columns (the body both kernels run per env); `share`, `frames` and `values` its scratch."""
+def _level_columns_env(b, acc, head, n_levels, rho, squares, cap, skip, share, frames, values, out):
+    """Env b's columns (the body both kernels run per env; zeros where `skip[b]`); `share`, `frames` and
+    `values` its scratch."""
     n_m, n_h, n_d = acc.shape[1], acc.shape[3], acc.shape[4]
+    if skip[b]:
+        for c in range(out.shape[0]):
+            for m in range(n_m):
+                out[c, b, m] = 0.0
+        return
     p2_base = n_levels - 1  # plane of level li's squared deviation: p2_base + li
     for m in range(n_m):
         for li in range(n_levels):
@@ -322,17 +335,17 @@ def _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames,
 
 
 @njit(cache=True)
-def _level_columns(acc, head, n_levels, rho, squares, cap, out):
+def _level_columns(acc, head, n_levels, rho, squares, cap, skip, out):
     share = np.empty(acc.shape[3] * acc.shape[4])
     frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
     for b in range(acc.shape[0]):
-        _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out)
+        _level_columns_env(b, acc, head, n_levels, rho, squares, cap, skip, share, frames, values, out)
 
 
 @njit(cache=True, parallel=True)
-def _level_columns_parallel(acc, head, n_levels, rho, squares, cap, out):
+def _level_columns_parallel(acc, head, n_levels, rho, squares, cap, skip, out):
     for b_ in prange(acc.shape[0]):
         b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
         share = np.empty(acc.shape[3] * acc.shape[4])
         frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)
-        _level_columns_env(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out)
+        _level_columns_env(b, acc, head, n_levels, rho, squares, cap, skip, share, frames, values, out)

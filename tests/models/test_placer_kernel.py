@@ -253,3 +253,7 @@ def test_level_columns_are_numpys_max_and_mean_to_the_bit(horizon, rho, threads,
     assert np.isnan(got[0, 0, 0])
     assert got.tobytes() == np.stack(want).tobytes()
     assert calls["_level_columns_parallel"] == (1 if threads == "numba" else 0)
+    skip = np.array([False, True, False, True])  # finished envs: zeros, the others' columns unchanged
+    skipped = level_columns(acc, head, n_levels, rho, cap, skip)
+    assert not skipped[:, skip].any()
+    assert skipped[:, ~skip].tobytes() == got[:, ~skip].tobytes()
