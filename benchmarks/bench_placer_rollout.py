@@ -192,7 +192,9 @@ def main() -> None:
                 "reproducible"
             )
         digest = hashlib.sha1(np.ascontiguousarray(again.returns).tobytes()).hexdigest()[:12]
-        print(f"returns: mean {again.returns.mean():.6e}, digest {digest} (the same digest: the same decisions)")
+        print(
+            f"returns: mean {again.returns.mean():.6e}, digest {digest} (the same digest: the same decisions)"
+        )
         sums = policy._sums
         if sums.n_carried + sums.n_computed:
             share = sums.n_carried / (sums.n_carried + sums.n_computed)
