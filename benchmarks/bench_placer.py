@@ -308,6 +308,13 @@ def main() -> None:
         "PGPE runs pgpe_pairs perturbed pairs)",
     )
     ap.add_argument(
+        "--pgpe-pairs",
+        type=int,
+        default=None,
+        help="PlacerConfig.pgpe_pairs: antithetic pairs of perturbed heads per PGPE iteration, each run on every "
+        "training sequence of the iteration",
+    )
+    ap.add_argument(
         "--compare",
         default=",".join(COMPARE),
         help="rules run on the M = 10 test sequences beside ours (fitted ones on the same training split; '' for "
@@ -405,7 +412,11 @@ def main() -> None:
                     **({} if args.base_bonus is None else {"base_bonus": args.base_bonus}),
                     **{
                         key: value
-                        for key, value in (("n_sequences", args.n_sequences), ("n_rollouts", args.n_rollouts))
+                        for key, value in (
+                            ("n_sequences", args.n_sequences),
+                            ("n_rollouts", args.n_rollouts),
+                            ("pgpe_pairs", args.pgpe_pairs),
+                        )
                         if value is not None
                     },
                 },
