@@ -447,7 +447,8 @@ def main() -> None:
                 f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
                 f"{pg['seconds'].mean() or 0.0:.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
                 f"{speed['pg_update_s'] / max(pg.height, 1):.2f}, validation "
-                f"{speed['validation_s'] / max(table.height, 1):.1f}); training rollout {rate:.0f} decisions/s"
+                f"{speed['validation_s'] / max(table.height, 1):.1f}, {speed['validations_replayed']} of "
+                f"{table.height} validations the last one's episodes); training rollout {rate:.0f} decisions/s"
             )
             with pl.Config(tbl_rows=60, tbl_width_chars=160, float_precision=4):
                 print(table.with_columns(pl.col("validation_return", "train_return") / 1e6))

@@ -1226,6 +1226,7 @@ def run_rollout(
     on_decision: Callable[[State, dict, np.ndarray], None] | None = None,
     entropy: bool = True,
     overshoot: bool = False,
+    greedy_log: list | None = None,
 ) -> RolloutRecord:
     """One batched episode per sequence of `jobs` (`seed`: the simulator's, an int or one per env as
     `sim.core.reset` takes it). mode: "greedy" (the policy's argmax), "sample" (its masked
@@ -1234,12 +1235,14 @@ def run_rollout(
     inputs, active)` sees every decision's state (after the job pick) and inputs. `entropy=False` skips the
     softmax of a greedy rollout that keeps nothing (the record's `mean_entropy` is then NaN): PGPE's training
     rollouts read only returns. `overshoot`: the step records a trace and the record gets each episode's
-    overshoot % (what `sim.tuning.sequence_outcomes` measures, from the same episodes). The network runs on one
+    overshoot % (what `sim.tuning.sequence_outcomes` measures, from the same episodes). `greedy_log`: a list that
+    gets, per decision of a greedy rollout, the network's inputs of the envs deciding and their argmax actions
+    (what `replay_greedy` checks a changed network against). The network runs on one
     torch thread, or on as many as numba's where the batch's kernels use numba's threads
     (`rollout_torch_threads`)."""
     with torch_threads(rollout_torch_threads(jobs.batch_size)):
         return _run_rollout(
-            policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy, overshoot
+            policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy, overshoot, greedy_log
         )
 
 
@@ -1253,7 +1256,18 @@ def rollout_torch_threads(n_envs: int) -> int:
 
 
 def _run_rollout(
-    policy, cfg, jobs, seed, mode, rng, teacher, keep, on_decision, entropy=True, overshoot=False
+    policy,
+    cfg,
+    jobs,
+    seed,
+    mode,
+    rng,
+    teacher,
+    keep,
+    on_decision,
+    entropy=True,
+    overshoot=False,
+    greedy_log=None,
 ) -> RolloutRecord:
     rec = RolloutRecord([], [], [], [], [], [], [], [], np.zeros(jobs.batch_size))
     softmax = entropy or keep or mode != "greedy"
@@ -1290,6 +1304,9 @@ def _run_rollout(
                 logp = _log_probs(logits)
                 rec.entropy_sum += float(_entropy(logp, torch.from_numpy(live["mask"])).sum())
         greedy = logits.argmax(dim=1).numpy()
+        if greedy_log is not None:  # features and mask are new arrays each decision; the others copied
+            kept = {k: v if k in ("x", "g", "mask") else np.array(v, copy=True) for k, v in live.items()}
+            greedy_log.append((kept, greedy))
         actions = inputs["base"].copy()
         if mode == "greedy":
             actions[active] = greedy
@@ -1321,6 +1338,24 @@ def _run_rollout(
     if trace is not None:
         rec.overshoot_pct = overshoot_pct_per_episode(trace, state)
     return rec
+
+
+def replay_greedy(policy: ForecastResidualPolicy, cfg: SimConfig, log: list, n_envs: int) -> float | None:
+    """The softmax entropy summed over the decisions of a greedy rollout of `n_envs` envs that `log` recorded
+    (`run_rollout(greedy_log=...)`), where the policy's network as it is now takes the same action at every one
+    of them, else None. A greedy rollout's job picks, random draws and steps depend on the network only through
+    its actions, so by induction over the decisions it would run the same episodes again: the same returns,
+    imitation and overshoot, and this entropy, computed as the rollout computes it (the same inputs, batch and
+    torch threads). Validation runs a network whose greedy actions did not move (PGPE's early and late
+    iterations) at the cost of its forward passes instead of the episodes."""
+    entropy_sum = 0.0
+    with torch_threads(rollout_torch_threads(n_envs)), torch.no_grad():
+        for live, greedy in log:
+            logits = policy.logits(cfg, live)
+            if not np.array_equal(logits.argmax(dim=1).numpy(), greedy):
+                return None
+            entropy_sum += float(_entropy(_log_probs(logits), torch.from_numpy(live["mask"])).sum())
+    return entropy_sum
 
 
 def _advantages(rec: RolloutRecord, seq_of_env: np.ndarray, discount: float) -> np.ndarray:
@@ -1889,23 +1924,45 @@ def train_forecast_placer(
     rows: list[dict] = []
     t_start = time.perf_counter()
     speed = speed if speed is not None else {}
-    speed.update({"pg_env_decisions": 0, "pg_rollout_s": 0.0, "pg_update_s": 0.0, "validation_s": 0.0})
+    speed.update(
+        {
+            "pg_env_decisions": 0,
+            "pg_rollout_s": 0.0,
+            "pg_update_s": 0.0,
+            "validation_s": 0.0,
+            "validations_replayed": 0,
+        }
+    )
 
     base_returns: list[np.ndarray] = []  # the base rule's per-sequence validation returns
     last_overshoot: list[float] = []  # the last validation rollout's mean overshoot % (with a budget)
 
+    last_validation: list = []  # (record, greedy log) of the last validation rollout run
+
     def validate(stage: str, iteration: int, t0: float, train_return: float = float("nan")) -> float:
-        """Runs the greedy policy on validation, adds its row; returns its score (`PlacerConfig.choice_z`)."""
+        """Runs the greedy policy on validation, adds its row; returns its score (`PlacerConfig.choice_z`). Where
+        the network takes the last validation rollout's action at each of its decisions, that rollout stands
+        for it (`replay_greedy`: the same episodes), with the entropy of the network as it is now."""
         t1 = time.perf_counter()
-        rec = run_rollout(
-            policy,
-            sim_cfg,
-            val,
-            c.seed,
-            "greedy",
-            np.random.default_rng([c.seed, 12]),
-            overshoot=c.overshoot_budget_pct is not None,
-        )
+        entropy_sum = None
+        if last_validation:
+            entropy_sum = replay_greedy(policy, sim_cfg, last_validation[1], val.batch_size)
+        if entropy_sum is not None:
+            rec = replace(last_validation[0], entropy_sum=entropy_sum)
+            speed["validations_replayed"] += 1
+        else:
+            greedy_log: list = []
+            rec = run_rollout(
+                policy,
+                sim_cfg,
+                val,
+                c.seed,
+                "greedy",
+                np.random.default_rng([c.seed, 12]),
+                overshoot=c.overshoot_budget_pct is not None,
+                greedy_log=greedy_log,
+            )
+            last_validation[:] = [rec, greedy_log]
         speed["validation_s"] += time.perf_counter() - t1
         if rec.overshoot_pct is not None:
             last_overshoot[:] = [float(rec.overshoot_pct.mean())]

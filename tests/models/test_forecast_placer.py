@@ -1120,3 +1120,29 @@ def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_bett
     assert table.height >= 1 and table["imitation_accuracy"][0] == 1.0
     with pytest.raises(ValueError, match="advisor_choice .* set advisor"):
         fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor_choice=True)
+
+
+def test_a_validation_whose_actions_did_not_move_is_the_last_ones_episodes(monkeypatch) -> None:
+    """`replay_greedy` gives the recorded rollout's entropy for the same network, None once an action moves; and
+    training with it keeps the stage table of training that runs every validation's episodes (seconds aside),
+    having replayed some of them."""
+    train = _square_jobs(6, 25, seed=52)
+    policy = ForecastResidualPolicy(base=_hybrid(), config=PlacerConfig(hidden=8), advisor=_peak_rule())
+    log: list = []
+    rec = fp.run_rollout(policy, CFG, train, 0, "greedy", np.random.default_rng(0), greedy_log=log)
+    assert len(log) == rec.n_decisions
+    assert fp.replay_greedy(policy, CFG, log, train.batch_size) == rec.entropy_sum
+    with torch.no_grad():  # the advisor's bonus above the base's: the advisor's actions where they differ
+        policy.ready(CFG).advice_bonus.fill_(PlacerConfig().base_bonus + 1.0)
+    moved = fp.run_rollout(policy, CFG, train, 0, "greedy", np.random.default_rng(0))
+    assert moved.imitation_accuracy < 1.0  # the check below can fail
+    assert fp.replay_greedy(policy, CFG, log, train.batch_size) is None
+
+    pcfg = PlacerConfig(n_iterations=4, n_sequences=2, pgpe_pairs=2, hidden=8, algorithm="pgpe", patience=10)
+    speed: dict = {}
+    _, replayed = train_forecast_placer(CFG, train, _hybrid(), None, pcfg, advisor=_peak_rule(), speed=speed)
+    monkeypatch.setattr(fp, "replay_greedy", lambda *args: None)
+    _, rerun = train_forecast_placer(CFG, train, _hybrid(), None, pcfg, advisor=_peak_rule())
+    timing = ["seconds", "elapsed_s"]
+    assert replayed.drop(timing).equals(rerun.drop(timing))
+    assert speed["validations_replayed"] > 0
