@@ -1935,9 +1935,9 @@ def train_forecast_placer(
     )
 
     base_returns: list[np.ndarray] = []  # the base rule's per-sequence validation returns
-    last_overshoot: list[float] = []  # the last validation rollout's mean overshoot % (with a budget)
-
-    last_validation: list = []  # (record, greedy log) of the last validation rollout run
+    # (record, greedy log) of the last validation rollout run: a replayed validation ran the same episodes, so
+    # its record's overshoot (with a budget) is the network's as it is now
+    last_validation: list = []
 
     def validate(stage: str, iteration: int, t0: float, train_return: float = float("nan")) -> float:
         """Runs the greedy policy on validation, adds its row; returns its score (`PlacerConfig.choice_z`). Where
@@ -1964,8 +1964,6 @@ def train_forecast_placer(
             )
             last_validation[:] = [rec, greedy_log]
         speed["validation_s"] += time.perf_counter() - t1
-        if rec.overshoot_pct is not None:
-            last_overshoot[:] = [float(rec.overshoot_pct.mean())]
         ret = float(rec.returns.mean())
         if not base_returns:
             base_returns.append(rec.returns)
@@ -1996,8 +1994,8 @@ def train_forecast_placer(
 
     def within_budget(stage: str, iteration: int) -> bool:
         """Whether the network as it is now overshoots on validation within the budget (logged): from the trace
-        of its validation rollout, which `validate` ran just before."""
-        over = last_overshoot[0]
+        of its validation rollout, which `validate` ran (or replayed) just before."""
+        over = float(last_validation[0].overshoot_pct.mean())
         ok = over <= limit + 1e-12
         say(
             f"{stage} {iteration}: validation overshoot {over:.3f} % ({'within' if ok else 'above'} {limit:.3f} %)"
