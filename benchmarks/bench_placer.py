@@ -441,8 +441,8 @@ def main() -> None:
             pg = table.filter(pl.col("stage") == "pg")
             rate = speed["pg_env_decisions"] / max(speed["pg_rollout_s"], 1e-9)
             print(
-                f"{label}: kept iteration {speed['best_iteration']}, validation return "
-                f"{kept_return(table, speed['best_iteration']) / 1e6:.4f}e6 (base "
+                f"{label}: kept iteration {speed['best_iteration']} (PG began at the {speed['start_stage']} start), validation return "
+                f"{kept_return(table, speed['best_iteration'], speed['start_stage']) / 1e6:.4f}e6 (base "
                 f"{table['validation_return'][0] / 1e6:.4f}e6, best of any iteration "
                 f"{table['validation_return'].max() / 1e6:.4f}e6); {pg.height} iterations, "
                 f"{pg['seconds'].mean() or 0.0:.1f} s each (rollout {speed['pg_rollout_s'] / max(pg.height, 1):.1f}, update "
@@ -452,7 +452,10 @@ def main() -> None:
             )
             with pl.Config(tbl_rows=60, tbl_width_chars=160, float_precision=4):
                 print(table.with_columns(pl.col("validation_return", "train_return") / 1e6))
-        kept = {label: kept_return(t, sp["best_iteration"]) for label, (_, t, sp) in runs.items()}
+        kept = {
+            label: kept_return(t, sp["best_iteration"], sp["start_stage"])
+            for label, (_, t, sp) in runs.items()
+        }
         best_alg = max(kept, key=kept.get)
         policy, table, speed = runs[best_alg]
         print(f"chosen on validation: {best_alg}")

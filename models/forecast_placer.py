@@ -156,7 +156,7 @@ RETRAIN = "train it with train_forecast_placer and save it again"
 ALGORITHMS = ("reinforce", "ppo", "vine", "pgpe")
 ACTION_SETS = ("valid", "safe")
 STAGE_TABLE = {
-    "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "pg"
+    "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "probe" (`advisor_probe`), "pg"
     "iteration": pl.Int64,  # BC epoch or PG iteration (0 = before any update)
     "validation_return": pl.Float64,  # mean greedy episode return on the validation sequences
     "imitation_accuracy": pl.Float64,  # share of validation decisions where the greedy action is the base's
@@ -274,6 +274,13 @@ class PlacerConfig:
     None or 1: off, the default: measured on the 84 VMs at 30 % (seeds 3-5, README "Validated at M = 50 too"), it
     kept the same iterations as without it, and the M = 50 test losses it was built for do not show on the
     training VMs at M = 50 (there the kept iterations gain 0.1-2.2e6 over the base): they come from the test VMs."""
+    advisor_probe: bool = True
+    """An advised network only: before PG, validate a second start, the advisor's action preferred over the base's
+    everywhere (advice bonus = 2 x the base bonus, the residual still 0: greedily, the advisor rule wherever its
+    action is valid), and start PG from whichever the same keep rule (score, overshoot budget, larger cluster)
+    prefers; a row of stage "probe", iteration 0. PGPE reaches the advisor alone only once Adam's steps of
+    `pgpe_learning_rate` have carried the advice bonus past the base's (7-39 iterations on DeepPlace 80 %, more
+    than 3 minutes there); one validation settles it. False: the advice bonus starts at 0 only."""
     time_budget_s: float = 180.0
     """Wall seconds of training (BC and PG) before it stops after the current iteration."""
     validation_share: float = 0.3
@@ -994,6 +1001,7 @@ class ForecastResidualPolicy:
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
         self.trained_iteration = 0 if payload is None else int(payload["best_iteration"])
+        self.start_stage = "base"  # where training's PG stage began (`PlacerConfig.advisor_probe`); not saved
         """The iteration whose weights the network holds (0: the base rule's)."""
         self.iterations_run = 0 if payload is None else int(payload["iteration"])
         """PG iterations training ran."""
@@ -2045,6 +2053,26 @@ def train_forecast_placer(
             best_return = last_score[0]
             best_state = copy.deepcopy(net.state_dict())
             best_within = True if limit is None else within_budget("bc", c.bc_epochs)
+        start_stage = "bc" if c.bc_epochs > 0 else "base"
+        if net.advised and c.advisor_probe:
+            # the second start: the advisor's action preferred over the base's (`PlacerConfig.advisor_probe`)
+            kept_state, kept_validation = copy.deepcopy(net.state_dict()), list(last_validation)
+            with torch.no_grad():
+                net.advice_bonus.fill_(2.0 * float(net.base_bonus))
+            score = validate("probe", 0, time.perf_counter())
+            better, within = keeps(
+                score > best_return,
+                best_within,
+                None if limit is None else functools.partial(within_budget, "probe", 0),
+                None if larger is None else functools.partial(generalises, "probe", 0),
+            )
+            say(f"probe: the advisor's start {'kept' if better else 'set aside'}")
+            if better:
+                best_return, best_within, start_stage = score, within, "probe"
+                best_state = copy.deepcopy(net.state_dict())
+            else:  # back to the base, whose validation episodes the next replay may reuse
+                net.load_state_dict(kept_state)
+                last_validation[:] = kept_validation
         # policy gradient: the learner (on `device`) and the actor (the policy's CPU network); PGPE's update is
         # a step on the head's vector, on the CPU
         learner = net if device == "cpu" or c.algorithm == "pgpe" else copy.deepcopy(net).to(device)
@@ -2125,8 +2153,10 @@ def train_forecast_placer(
                     break
         net.load_state_dict(best_state)
     policy.trained_iteration, policy.iterations_run, policy.stopped_by = best_iter, iterations_run, stopped_by
+    policy.start_stage = start_stage
     speed["train_s"] = time.perf_counter() - t_start
     speed["best_iteration"] = best_iter
+    speed["start_stage"] = start_stage
     return policy, pl.DataFrame(rows, schema=STAGE_TABLE)
 
 
@@ -2189,13 +2219,18 @@ def check_advisor_training(advisor: str, config: PlacerConfig, where: str) -> No
         )
 
 
-def kept_return(table: pl.DataFrame, best_iteration: int) -> float:
+def kept_return(table: pl.DataFrame, best_iteration: int, start_stage: str | None = None) -> float:
     """The validation return of the iteration training kept: PG iteration `best_iteration`, or for 0 the last
-    row before the PG stage (the base rule, or the end of behaviour cloning)."""
+    row of the start PG began from, `start_stage` ("base", "bc" or "probe": `speed["start_stage"]`,
+    `ForecastResidualPolicy.start_stage`; None: the last row before the PG stage)."""
     if best_iteration > 0:
         row = table.filter((pl.col("stage") == "pg") & (pl.col("iteration") == best_iteration))
-    else:
+    elif start_stage is None:
         row = table.filter(pl.col("stage") != "pg").tail(1)
+    else:
+        row = table.filter(pl.col("stage") == start_stage).tail(1)
+        if row.height == 0:
+            raise ValueError(f"kept_return: the stage table has no {start_stage!r} row")
     return float(row["validation_return"][0])
 
 
@@ -2457,8 +2492,8 @@ def train_and_publish(
         plain, plain_table = train_forecast_placer(
             sim_cfg, train, base, forecaster, pcfg, log=log, labeller=labeller
         )
-        advised_return = kept_return(table, policy.trained_iteration)
-        plain_return = kept_return(plain_table, plain.trained_iteration)
+        advised_return = kept_return(table, policy.trained_iteration, policy.start_stage)
+        plain_return = kept_return(plain_table, plain.trained_iteration, plain.start_stage)
         if log is not None:
             log(
                 f"{where}: kept validation return {plain_return:.4g} without the advisor, {advised_return:.4g} with "

@@ -1146,3 +1146,40 @@ def test_a_validation_whose_actions_did_not_move_is_the_last_ones_episodes(monke
     timing = ["seconds", "elapsed_s"]
     assert replayed.drop(timing).equals(rerun.drop(timing))
     assert speed["validations_replayed"] > 0
+
+
+@pytest.mark.parametrize(("advisor", "kept"), [(_peak_rule, True), (lambda: make_policy("first_fit"), False)])
+def test_the_advisors_start_is_probed_once_and_kept_only_where_validation_prefers_it(
+    advisor, kept: bool
+) -> None:
+    """`PlacerConfig.advisor_probe`: an advised run validates the advisor's start (a "probe" row whose greedy
+    actions are the advisor's where the two rules differ) and begins PG there exactly when its validation return
+    beats the base's (no budget, `choice_z` 0): here the remaining-peak rule beats the hybrid and First-Fit does
+    not. With the probe off there is no such row. The kept return names the start it came from."""
+    train = _square_jobs(8, 25, seed=52)
+    pcfg = PlacerConfig(
+        n_iterations=1, n_sequences=2, pgpe_pairs=2, hidden=8, choice_z=0.0, overshoot_budget_pct=None
+    )
+    speed: dict = {}
+    policy, table = train_forecast_placer(CFG, train, _hybrid(), None, pcfg, advisor=advisor(), speed=speed)
+    assert table["stage"].to_list()[:2] == ["base", "probe"]
+    base_row, probe_row = table.row(0, named=True), table.row(1, named=True)
+    assert (
+        probe_row["imitation_accuracy"] < 1.0
+    )  # the probe follows the advisor where it differs from the base
+    probed = probe_row["validation_return"] > base_row["validation_return"]
+    assert probed == kept
+    assert speed["start_stage"] == policy.start_stage == ("probe" if probed else "base")
+    if policy.trained_iteration == 0:
+        assert (
+            fp.kept_return(table, 0, policy.start_stage)
+            == (probe_row if probed else base_row)["validation_return"]
+        )
+        bonus = policy.ready(CFG).advice_bonus.item()
+        assert bonus == (pytest.approx(2.0 * pcfg.base_bonus) if probed else 0.0)
+    _, plain = train_forecast_placer(
+        CFG, train, _hybrid(), None, replace(pcfg, advisor_probe=False), advisor=advisor()
+    )
+    assert "probe" not in plain["stage"].to_list()
+    with pytest.raises(ValueError, match="no 'probe' row"):
+        fp.kept_return(plain, 0, "probe")
