@@ -49,6 +49,8 @@ decisions (`PlacerConfig.bc_teacher`: "base" or a registered, unfitted policy). 
   only where its scores say so, the same way at every similar state, so a direction is judged by what a
   consistent change of the rule does. Sigma is in logit units (`pgpe_sigma`): each head coordinate's step is
   scaled by the spread of its input on the base rule's decisions (`head_scales`).
+With an advisor, one validation before PG probes a second start, the advisor's rule (`PlacerConfig.advisor_probe`),
+and PG begins from whichever start the keep rule below prefers.
 Greedy decoding on validation after every iteration; the best iteration is kept, by validation return or, with
 `PlacerConfig.choice_z` > 0 (the default), by the lower bound of its paired validation gain over the base rule
 (iteration 0, the base rule, included, so without a BC stage training never returns a policy worse than its base on
