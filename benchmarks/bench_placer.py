@@ -251,6 +251,14 @@ def main() -> None:
         "many points where any is (default: the bar's 0.5); 'none': the best validation score alone",
     )
     ap.add_argument(
+        "--advisor-probe",
+        action=argparse.BooleanOptionalAction,
+        default=PlacerConfig.advisor_probe,
+        help="PlacerConfig.advisor_probe: an advised variant validates the advisor's start before PG and begins "
+        "there where the keep rule prefers it (--no-advisor-probe: the advice bonus starts at 0 only, as every "
+        "run before 2026-12-05's eighth session)",
+    )
+    ap.add_argument(
         "--generalise-factor",
         type=none_or(int),
         default=PlacerConfig.generalise_factor,
@@ -406,6 +414,7 @@ def main() -> None:
                 choice_z=args.choice_z,
                 overshoot_budget_pct=args.overshoot_budget,
                 generalise_factor=args.generalise_factor,
+                advisor_probe=args.advisor_probe,
                 horizon=args.horizon,
                 **{
                     **SETTINGS[algorithm],
