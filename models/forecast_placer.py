@@ -1003,8 +1003,9 @@ class ForecastResidualPolicy:
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
         self.trained_iteration = 0 if payload is None else int(payload["best_iteration"])
-        self.start_stage = "base"  # where training's PG stage began (`PlacerConfig.advisor_probe`); not saved
-        """The iteration whose weights the network holds (0: the base rule's)."""
+        """The iteration whose weights the network holds (0: the base rule's, or the probed advisor's start)."""
+        self.start_stage = "base"
+        """Where training's PG stage began: "base", "bc" or "probe" (`PlacerConfig.advisor_probe`); not saved."""
         self.iterations_run = 0 if payload is None else int(payload["iteration"])
         """PG iterations training ran."""
         self.stopped_by: str | None = None if payload is None else payload["stopped_by"]
