@@ -46,6 +46,7 @@ from models.forecast_placer import (
     ForecastResidualPolicy,
     PlacerConfig,
     bare_step_rate,
+    choose_variant,
     fit_base_rule,
     kept_return,
     paired_interval,
@@ -465,13 +466,16 @@ def main() -> None:
             label: kept_return(t, sp["best_iteration"], sp["start_stage"])
             for label, (_, t, sp) in runs.items()
         }
-        best_alg = max(kept, key=kept.get)
+        within = {label: sp["kept_within_budget"] for label, (_, _, sp) in runs.items()}
+        # as within one run: a variant within the overshoot budget beats any beyond it (`choose_variant`)
+        best_alg = choose_variant({label: (within[label], kept[label]) for label in kept})
         policy, table, speed = runs[best_alg]
-        print(f"chosen on validation: {best_alg}")
+        print(f"chosen on validation: {best_alg} (within the overshoot budget: {within})")
         pl.DataFrame(
             {
                 "variant": list(kept),
                 "kept_validation_return": list(kept.values()),
+                "kept_within_budget": [within[label] for label in kept],
                 "chosen": [label == best_alg for label in kept],
             }
         ).write_parquet(out / "variants.parquet")

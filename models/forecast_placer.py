@@ -1006,6 +1006,9 @@ class ForecastResidualPolicy:
         """The iteration whose weights the network holds (0: the base rule's, or the probed advisor's start)."""
         self.start_stage = "base"
         """Where training's PG stage began: "base", "bc" or "probe" (`PlacerConfig.advisor_probe`); not saved."""
+        self.kept_within_budget = True
+        """Whether the kept iteration's validation overshoot is within `PlacerConfig.overshoot_budget_pct` (True
+        without a budget); what `choose_variant` ranks first; not saved."""
         self.iterations_run = 0 if payload is None else int(payload["iteration"])
         """PG iterations training ran."""
         self.stopped_by: str | None = None if payload is None else payload["stopped_by"]
@@ -2156,8 +2159,9 @@ def train_forecast_placer(
                     break
         net.load_state_dict(best_state)
     policy.trained_iteration, policy.iterations_run, policy.stopped_by = best_iter, iterations_run, stopped_by
-    policy.start_stage = start_stage
+    policy.start_stage, policy.kept_within_budget = start_stage, best_within
     speed["train_s"] = time.perf_counter() - t_start
+    speed["kept_within_budget"] = best_within
     speed["best_iteration"] = best_iter
     speed["start_stage"] = start_stage
     return policy, pl.DataFrame(rows, schema=STAGE_TABLE)
@@ -2235,6 +2239,19 @@ def kept_return(table: pl.DataFrame, best_iteration: int, start_stage: str | Non
         if row.height == 0:
             raise ValueError(f"kept_return: the stage table has no {start_stage!r} row")
     return float(row["validation_return"][0])
+
+
+def choose_variant(kept: dict[str, tuple[bool, float]]) -> str:
+    """The variant to publish among trained ones, {label: (kept iteration within the overshoot budget, its kept
+    validation return)}: as the keep rule of one run (`budget_keeps`), one within the budget beats any beyond it,
+    and on the same side the better return wins; ties go to the first listed (the simpler one, listed first)."""
+    if not kept:
+        raise ValueError("choose_variant: no variants")
+    best = next(iter(kept))
+    for label, (within, ret) in kept.items():
+        if (within, ret) > kept[best]:
+            best = label
+    return best
 
 
 def gain_bound(diff: np.ndarray, z: float) -> float:
@@ -2497,12 +2514,19 @@ def train_and_publish(
         )
         advised_return = kept_return(table, policy.trained_iteration, policy.start_stage)
         plain_return = kept_return(plain_table, plain.trained_iteration, plain.start_stage)
+        chosen = choose_variant(  # ties: the simpler policy, listed first
+            {
+                "unadvised": (plain.kept_within_budget, plain_return),
+                "advised": (policy.kept_within_budget, advised_return),
+            }
+        )
         if log is not None:
             log(
                 f"{where}: kept validation return {plain_return:.4g} without the advisor, {advised_return:.4g} with "
-                f"{settings.advisor}: publishing the {'advised' if advised_return > plain_return else 'unadvised'} one"
+                f"{settings.advisor} (within the overshoot budget: {plain.kept_within_budget} / "
+                f"{policy.kept_within_budget}): publishing the {chosen} one"
             )
-        if not advised_return > plain_return:  # ties: the simpler policy
+        if chosen == "unadvised":
             policy, table = plain, plain_table
     policy.save(policy_file, source, load, revision)
     return table.rename({"iteration": "stage_iteration"}).with_columns(

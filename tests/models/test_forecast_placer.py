@@ -1183,3 +1183,29 @@ def test_the_advisors_start_is_probed_once_and_kept_only_where_validation_prefer
     assert "probe" not in plain["stage"].to_list()
     with pytest.raises(ValueError, match="no 'probe' row"):
         fp.kept_return(plain, 0, "probe")
+
+
+def test_a_variant_within_the_overshoot_budget_beats_any_beyond_it() -> None:
+    """`choose_variant` ranks variants as one run's keep rule ranks iterations: within the overshoot budget first,
+    then the better kept validation return; a tie goes to the variant listed first; none is refused."""
+    assert fp.choose_variant({"unadvised": (False, -5.7), "advised": (True, -6.3)}) == "advised"
+    assert fp.choose_variant({"unadvised": (True, -5.7), "advised": (True, -6.3)}) == "unadvised"
+    assert fp.choose_variant({"unadvised": (False, -5.7), "advised": (False, -6.3)}) == "unadvised"
+    assert fp.choose_variant({"unadvised": (True, -1.0), "advised": (True, -1.0)}) == "unadvised"
+    with pytest.raises(ValueError, match="no variants"):
+        fp.choose_variant({})
+
+
+def test_training_reports_whether_its_kept_iteration_is_within_the_budget() -> None:
+    """The kept iteration's budget status reaches the policy and `speed`: True without a budget or where the base
+    rule (the hybrid) stays within Tetris's overshoot, False where First-Fit as the base overshoots some 8 % on
+    these square waves and one iteration does not bring it within Tetris's + 0 points."""
+    train = _square_jobs(6, 25, seed=52)
+    pcfg = PlacerConfig(n_iterations=1, n_sequences=2, pgpe_pairs=2, hidden=8)
+    cases = ((_hybrid, None, True), (_hybrid, 0.0, True), (lambda: make_policy("first_fit"), 0.0, False))
+    for base, budget, expected in cases:
+        speed: dict = {}
+        policy, _ = train_forecast_placer(
+            CFG, train, base(), None, replace(pcfg, overshoot_budget_pct=budget), speed=speed
+        )
+        assert policy.kept_within_budget is expected and speed["kept_within_budget"] is expected
