@@ -2037,6 +2037,18 @@ def train_forecast_placer(
         )
         return ok
 
+    def judged(
+        stage: str, iteration: int, score: float, best_score: float, best_within: bool
+    ) -> tuple[bool, bool]:
+        """`keeps` for the network as it is now, whose validation `score` ran just before: (keep it, within the
+        overshoot budget), against the kept score and budget status."""
+        return keeps(
+            score > best_score,
+            best_within,
+            None if limit is None else functools.partial(within_budget, stage, iteration),
+            None if larger is None else functools.partial(generalises, stage, iteration),
+        )
+
     with torch_threads(1):
         net = policy.ready(sim_cfg)
         best_return = validate("base", 0, time.perf_counter())
@@ -2066,12 +2078,7 @@ def train_forecast_placer(
             with torch.no_grad():
                 net.advice_bonus.fill_(2.0 * float(net.base_bonus))
             score = validate("probe", 0, time.perf_counter())
-            better, within = keeps(
-                score > best_return,
-                best_within,
-                None if limit is None else functools.partial(within_budget, "probe", 0),
-                None if larger is None else functools.partial(generalises, "probe", 0),
-            )
+            better, within = judged("probe", 0, score, best_return, best_within)
             say(f"probe: the advisor's start {'kept' if better else 'set aside'}")
             if better:
                 best_return, best_within, start_stage = score, within, "probe"
@@ -2137,12 +2144,7 @@ def train_forecast_placer(
             speed["pg_update_s"] += time.perf_counter() - t1
             ret = validate("pg", iteration, t0, train_return)
             iterations_run = iteration
-            better, within = keeps(
-                ret > best_return,
-                best_within,
-                None if limit is None else functools.partial(within_budget, "pg", iteration),
-                None if larger is None else functools.partial(generalises, "pg", iteration),
-            )
+            better, within = judged("pg", iteration, ret, best_return, best_within)
             if better:
                 best_within = within
                 best_return, best_state, best_iter, since_best = (
@@ -2226,14 +2228,12 @@ def check_advisor_training(advisor: str, config: PlacerConfig, where: str) -> No
         )
 
 
-def kept_return(table: pl.DataFrame, best_iteration: int, start_stage: str | None = None) -> float:
+def kept_return(table: pl.DataFrame, best_iteration: int, start_stage: str) -> float:
     """The validation return of the iteration training kept: PG iteration `best_iteration`, or for 0 the last
     row of the start PG began from, `start_stage` ("base", "bc" or "probe": `speed["start_stage"]`,
-    `ForecastResidualPolicy.start_stage`; None: the last row before the PG stage)."""
+    `ForecastResidualPolicy.start_stage`)."""
     if best_iteration > 0:
         row = table.filter((pl.col("stage") == "pg") & (pl.col("iteration") == best_iteration))
-    elif start_stage is None:
-        row = table.filter(pl.col("stage") != "pg").tail(1)
     else:
         row = table.filter(pl.col("stage") == start_stage).tail(1)
         if row.height == 0:
