@@ -34,7 +34,7 @@ from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, gap_table
-from sim.tuning import TUNING_PRESETS
+from sim.tuning import TUNING_PRESETS, TuningConfig
 
 HEURISTICS = ["tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer", "noop"]
 RULES = [
@@ -131,7 +131,7 @@ def main() -> None:
     ap.add_argument("--tuning", default="full", help=f"sim.tuning preset {sorted(TUNING_PRESETS)}")
     ap.add_argument(
         "--overshoot-budget",
-        default="0.5",
+        default=str(TuningConfig.overshoot_budget_pct),
         help="TuningConfig.overshoot_budget_pct: validation overshoot allowed above Tetris's, in points "
         "('none' = choose on return alone)",
     )
