@@ -1,0 +1,125 @@
+"""Does a fitted rule's validation carry to test workloads it never saw? Per seed of one real-source cell, fits
+`forecast_peak` and the hybrid as `bench_placer.py` fits them (validation carved from the training split, the
+`TuningConfig` defaults, with `--tuning KEY=VALUE` overrides), then prints the choice (fallback heuristic, level,
+mode) and, for the rules and the request-based heuristics, the mean return and overshoot on the validation
+sequences beside the same on the 30 test sequences. No training: about 30 s per seed on the 84 VMs at 80 %.
+The last lines count the seeds where `forecast_peak` is above the best of the rolled heuristics on test (the
+hybrid included; Google's predictors are not rolled here, `bench_placer.py` rolls them) and where its test
+overshoot tops Tetris's by more than the bar's 0.5 point.
+
+    python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 3-14
+    python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 9 --tuning overshoot_budget_pct=0.5
+
+README, "The fallback, within the budget", came from these runs (seeds 3-14; the code before, at 22872cb, and
+`overshoot_budget_pct=0.5` as the middle variant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bench_placer import outcomes, real_source, sim_config
+from benchmarks.placer_replicates import OVERSHOOT_POINTS
+from models.usage_forecast import forecaster_factory
+from sim.policies import POLICIES, make_policy
+from sim.tuning import FitContext, TuningConfig
+
+HEURISTICS = ("first_fit", "best_fit", "tetris", "deeprm_packer")
+RULES = ("hybrid_observed", "forecast_peak")
+
+
+def seed_list(text: str) -> list[int]:
+    """'3-5,9' -> [3, 4, 5, 9]."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def tuning_overrides(pairs: list[str]) -> dict:
+    """{'overshoot_budget_pct': 0.5, ...} from KEY=VALUE strings (values as Python literals); SystemExit naming
+    an unknown key or a value that is not a literal."""
+    known = {f.name for f in fields(TuningConfig)}
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in known:
+            raise SystemExit(f"--tuning {pair}: TuningConfig has no field {key!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError) as err:
+            raise SystemExit(f"--tuning {pair}: {value!r} is not a Python literal ({err})") from None
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--warehouse", required=True, help="a warehouse a tvw-run filled (core tables, EC labels)"
+    )
+    ap.add_argument("--source", default="bitbrains")
+    ap.add_argument("--load", type=int, default=80)
+    ap.add_argument("--seeds", default="3-14", help="e.g. 3-14 or 6,9")
+    ap.add_argument("--request-mode", default="trace")
+    ap.add_argument("--tuning", nargs="*", default=[], help="TuningConfig overrides, KEY=VALUE")
+    args = ap.parse_args()
+    overrides = tuning_overrides(args.tuning)
+    above = beyond = 0
+    seeds = seed_list(args.seeds)
+    for seed in seeds:
+        t0 = time.perf_counter()
+        train, test = real_source(
+            Path(args.warehouse), args.source, args.load, 100, 30, seed, args.request_mode
+        )
+        n_labels = int(max(train.ec_label.max(), test.ec_label.max())) + 1
+        cfg = sim_config(10, n_labels)
+        ctx = FitContext(
+            cfg,
+            train,
+            TuningConfig(seed=seed, **overrides),
+            forecaster_factory("sample", periodic=False),
+            where=f"{args.source} {args.load} % seed {seed}",
+        )
+        rules = {name: make_policy(name) for name in HEURISTICS}
+        for name in RULES:
+            rules[name] = POLICIES[name].fit(ctx)
+        fp = ctx.choices["forecast_peak"]
+        print(
+            f"== seed {seed}: fallback {ctx.fallback_choice()['fallback']}, forecast_peak "
+            f"{fp.get('forecaster')} level {fp.get('level')} mode {fp.get('mode')}"
+        )
+        test_means = {}
+        for name, rule in rules.items():
+            val = ctx.validation_outcomes(rule)
+            tst = outcomes(rule, cfg, test, seed, None)
+            test_means[name] = (float(tst[0].mean()), float(tst[1].mean()))
+            print(
+                f"  {name:16s} validation {val[0].mean() / 1e6:8.3f} overshoot {val[1].mean():6.3f} %"
+                f"  | test {tst[0].mean() / 1e6:8.3f} overshoot {tst[1].mean():6.3f} % "
+                f"(worst sequence {np.max(tst[1]):5.2f} %)"
+            )
+        best = max((n for n in test_means if n != "forecast_peak"), key=lambda n: test_means[n][0])
+        diff = (test_means["forecast_peak"][0] - test_means[best][0]) / 1e6
+        over = test_means["forecast_peak"][1] - test_means["tetris"][1]
+        above += diff > 0
+        beyond += over > OVERSHOOT_POINTS
+        print(
+            f"  forecast_peak - best ({best}) {diff:+.3f} x1e6; overshoot {over:+.3f} points over Tetris "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+    print(
+        f"forecast_peak above the best rolled heuristic at {above} of {len(seeds)} seeds; "
+        f"beyond Tetris's + {OVERSHOOT_POINTS} point at {beyond}"
+    )
+
+
+if __name__ == "__main__":
+    main()
