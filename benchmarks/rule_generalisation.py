@@ -24,10 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_placer import outcomes, real_source, sim_config
-from benchmarks.placer_replicates import OVERSHOOT_POINTS
-from models.usage_forecast import forecaster_factory
-from sim.policies import POLICIES, make_policy
 from sim.tuning import FitContext, TuningConfig
 
 HEURISTICS = ("first_fit", "best_fit", "tetris", "deeprm_packer")
@@ -60,6 +56,12 @@ def tuning_overrides(pairs: list[str]) -> dict:
 
 
 def main() -> None:
+    # run as a script from the repository root (PYTHONPATH=.), as the other benchmarks that import benchmarks
+    from benchmarks.bench_placer import outcomes, real_source, sim_config
+    from benchmarks.placer_replicates import OVERSHOOT_POINTS
+    from models.usage_forecast import forecaster_factory
+    from sim.policies import POLICIES, make_policy
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--warehouse", required=True, help="a warehouse a tvw-run filled (core tables, EC labels)"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.rule_generalisation import seed_list, tuning_overrides
 
-
-def test_seed_ranges_and_lists_expand_in_order() -> None:
+def test_seed_ranges_and_lists_expand_in_order(benchmark_module) -> None:
+    seed_list = benchmark_module("rule_generalisation").seed_list
     assert seed_list("3-5,9") == [3, 4, 5, 9]
     assert seed_list("7") == [7]
 
 
-def test_tuning_overrides_are_literals_of_known_fields() -> None:
+def test_tuning_overrides_are_literals_of_known_fields(benchmark_module) -> None:
+    tuning_overrides = benchmark_module("rule_generalisation").tuning_overrides
     assert tuning_overrides(["overshoot_budget_pct=0.5", "peak_levels=(0.9, 0.99)"]) == {
         "overshoot_budget_pct": 0.5,
         "peak_levels": (0.9, 0.99),
