@@ -291,7 +291,11 @@ def main() -> None:
                     )
                 )
             for name, choice in choices.get((source, load), {}).items():
-                knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
+                knobs = {
+                    k: v
+                    for k, v in choice.items()
+                    if k not in ("tried", "fallback_returns", "fallback_overshoot_pct")
+                }
                 print(f"   {name}: {knobs}")
     (out / "choices.json").write_text(json.dumps(all_choices, default=str))
     results = pl.concat(frames, how="diagonal_relaxed")

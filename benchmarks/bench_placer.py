@@ -249,7 +249,7 @@ def main() -> None:
         type=none_or(float),
         default=PlacerConfig.overshoot_budget_pct,
         help="PlacerConfig.overshoot_budget_pct: a kept iteration's validation overshoot at most Tetris's + this "
-        "many points where any is (default: the bar's 0.5); 'none': the best validation score alone",
+        "many points where any is (default: half the bar's 0.5); 'none': the best validation score alone",
     )
     ap.add_argument(
         "--advisor-probe",
@@ -388,7 +388,9 @@ def main() -> None:
     print(f"residual's inputs: {inputs} ({type(uncached(forecaster)).__name__})")
     choice = ctx.choices[args.base]
     stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
-    knobs = {k: v for k, v in choice.items() if k not in ("tried", "fallback_validation_returns")}
+    knobs = {
+        k: v for k, v in choice.items() if k not in ("tried", "fallback_returns", "fallback_overshoot_pct")
+    }
     print(f"base rule: {knobs}")
     advisors: dict[str, object] = {}  # "" = no advisor
     for name in dict.fromkeys("" if a == "none" else a for a in args.advisor.split(",")):

@@ -375,9 +375,13 @@ class FitContext:
     def validation_outcomes(self, policy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(returns, overshoot %, machines used) per validation sequence (`sequence_outcomes`), served the context's labeller's
         labels when it has one (as the rule is served at test)."""
+        return self._outcomes(policy, self.split()[1])
+
+    def _outcomes(self, policy, jobs: JobBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`sequence_outcomes` of `policy` on `jobs`, served the context's labeller's labels when it has one."""
         if self.labeller is not None:
             policy = ServedLabels(policy, self.labeller)
-        return sequence_outcomes(policy, self.cfg, self.split()[1], self.tuning.seed)
+        return sequence_outcomes(policy, self.cfg, jobs, self.tuning.seed)
 
     def heuristic_outcomes(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`validation_outcomes` of the registered heuristic `name` (cached: the fallback's choice and the
@@ -468,49 +472,44 @@ class FitContext:
 
         if self.tuning.fallback_sequences == "validation":
             return self.heuristic_outcomes(name)
-
-        def roll():
-            policy = make_policy(name)
-            if self.labeller is not None:
-                policy = ServedLabels(policy, self.labeller)
-            return sequence_outcomes(policy, self.cfg, self.train, self.tuning.seed)
-
-        return self.cached(("fallback_outcomes", name), roll)
+        return self.cached(("fallback_outcomes", name), lambda: self._outcomes(make_policy(name), self.train))
 
     def best_fallback(self):
-        """The request-based heuristic with the best mean return on the fallback's sequences
-        (`fallback_outcomes`) among those within the overshoot budget over Tetris's on the same sequences (and
-        within the machines budget where one is set); where none is, the least overshooting one (cached). A rule
-        falls back on it wherever it finds no safe machine, and so inherits its overshoot: a fallback beyond the
-        budget would carry its overshoot into every rule that packs beyond requests."""
+        """The request-based heuristic chosen as `choose` chooses a candidate (`_pick`), on the fallback's sequences
+        (`fallback_outcomes`) against Tetris's outcomes there: the best mean return within the overshoot budget
+        and, where one is set and any heuristic meets both, the machines budget; where none is within the
+        overshoot budget, the least overshooting one; without an overshoot budget, the best return within the
+        machines budget where any is, else of all (cached). A rule falls back on it wherever it finds no safe
+        machine, and so inherits its overshoot: a fallback beyond the budget would carry its overshoot into every
+        rule that packs beyond requests."""
         from sim.policies import make_policy
 
         if "fallback" not in self._cache:
             key = self.memo_key("fallback")
             hit = None if key is None else self.memo.get(key)
             if hit is not None:
-                self._cache["fallback"] = (hit["fallback"], hit["scores"], hit.get("overshoot", {}))
+                self._cache["fallback"] = (hit["fallback"], hit["scores"], hit["overshoot"])
             else:
-                rolled = {name: self.fallback_outcomes(name) for name in self.tuning.fallbacks}
-                scores = {name: float(r.mean()) for name, (r, _, _) in rolled.items()}
-                overshoot = {name: float(o.mean()) for name, (_, o, _) in rolled.items()}
-                # the budgets over Tetris's outcomes on the same sequences (Tetris is within both)
-                tetris = rolled.get("tetris") or self.fallback_outcomes("tetris")
+                names = list(self.tuning.fallbacks)
+                rolled = [self.fallback_outcomes(name) for name in names]
+                means = [float(r.mean()) for r, _, _ in rolled]
+                over = [float(o.mean()) for _, o, _ in rolled]
+                machines = [float(m.mean()) for _, _, m in rolled]
+                # the budgets over Tetris's outcomes on the same sequences (cached: Tetris rolls once)
+                tetris = self.fallback_outcomes("tetris")
                 m_budget, budget = self.tuning.machines_budget, self.tuning.overshoot_budget_pct
                 m_limit = None if m_budget is None else float(tetris[2].mean()) + m_budget
                 limit = None if budget is None else float(tetris[1].mean()) + budget
-                eligible = [
-                    n
-                    for n in scores
-                    if (m_limit is None or rolled[n][2].mean() <= m_limit + 1e-12)
-                    and (limit is None or overshoot[n] <= limit + 1e-12)
-                ]
-                if eligible:
-                    best = max(eligible, key=lambda n: (scores[n], -self.tuning.fallbacks.index(n)))
-                else:  # none within the budgets: the least overshooting one
-                    best = min(
-                        scores, key=lambda n: (overshoot[n], -scores[n], self.tuning.fallbacks.index(n))
-                    )
+                in_m = [i for i in range(len(names)) if m_limit is None or machines[i] <= m_limit + 1e-12]
+                both = [i for i in in_m if limit is None or over[i] <= limit + 1e-12]
+                if m_limit is not None and both:
+                    index = _best_among(means, both)
+                elif limit is None:
+                    index = _best_among(means, in_m or range(len(names)))
+                else:
+                    index, _ = _within_budget(means, over, limit)
+                best = names[index]
+                scores, overshoot = dict(zip(names, means, strict=True)), dict(zip(names, over, strict=True))
                 self._cache["fallback"] = (best, scores, overshoot)
                 if key is not None:
                     self.memo.put(key, {"fallback": best, "scores": scores, "overshoot": overshoot})
@@ -522,7 +521,7 @@ class FitContext:
         name, scores, overshoot = self._cache["fallback"]
         return {
             "fallback": name,
-            "fallback_validation_returns": scores,
+            "fallback_returns": scores,
             "fallback_overshoot_pct": overshoot,
             "fallback_sequences": self.tuning.fallback_sequences,
         }

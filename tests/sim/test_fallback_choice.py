@@ -50,7 +50,7 @@ def _fallback(train: JobBatch, **knobs) -> tuple[dict, FitContext]:
 def test_the_fallback_is_the_best_return_within_the_overshoot_budget(train) -> None:
     free, _ = _fallback(train, overshoot_budget_pct=None)
     bounded, _ = _fallback(train, overshoot_budget_pct=0.0)
-    overshoot, returns = bounded["fallback_overshoot_pct"], bounded["fallback_validation_returns"]
+    overshoot, returns = bounded["fallback_overshoot_pct"], bounded["fallback_returns"]
     limit = overshoot["tetris"]
     # the case the budget is for: the best return overshoots beyond it
     assert free["fallback"] == max(returns, key=returns.get)
@@ -78,6 +78,6 @@ def test_the_fallback_is_judged_on_every_training_sequence_unless_told_the_valid
         assert returns.shape == (train.batch_size,)
         assert np.array_equal(part_ctx.fallback_outcomes(name)[0], part_ctx.heuristic_outcomes(name)[0])
         assert part_ctx.fallback_outcomes(name)[0].shape == (ctx.split()[1].batch_size,)
-        assert all_["fallback_validation_returns"][name] == pytest.approx(float(returns.mean()))
+        assert all_["fallback_returns"][name] == pytest.approx(float(returns.mean()))
     with pytest.raises(ValueError, match="fallback_sequences"):
         TuningConfig(fallback_sequences="test")
