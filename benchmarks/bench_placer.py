@@ -50,7 +50,9 @@ from models.forecast_placer import (
     fit_base_rule,
     kept_return,
     paired_interval,
+    rule_level,
     train_forecast_placer,
+    with_rule_level,
 )
 from models.sim_labeller import SimLabellerConfig, fit_labeller_if_labelled
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
@@ -233,8 +235,9 @@ def main() -> None:
     ap.add_argument(
         "--action-set",
         default="valid",
-        choices=("valid", "safe"),
-        help="PlacerConfig.action_set: every valid action, or the base's and the forecast-safe machines",
+        choices=("valid", "safe", "rule"),
+        help="PlacerConfig.action_set: every valid action; the base's and advisor's actions and the machines safe "
+        "at the top input level (safe) or at the level the fitted forecast_peak packs at (rule)",
     )
     ap.add_argument("--base-bonus", type=float, default=None, help="override each algorithm's base bonus")
     ap.add_argument(
@@ -402,6 +405,14 @@ def main() -> None:
             raise SystemExit(f"--advisor {name}: cannot be fitted on {where}")
         print(f"advisor: {name} {ctx.choices.get(name, {}).get('level', '')}")
 
+    safe_level = None  # --action-set rule: the level forecast_peak packs at, for every variant alike
+    if args.action_set == "rule":
+        peak = base if args.base == "forecast_peak" else advisors.get("forecast_peak")
+        if peak is None:
+            peak = compared_rules(["forecast_peak"], args.base, base, ctx).get("forecast_peak")
+        safe_level = rule_level(peak)
+        print(f"action set 'rule': safe at forecast_peak's level {safe_level} (None: the top level)")
+
     if args.checkpoint is None:
         # training: every (algorithm, advisor) variant with the same budget; the best validation return wins
         runs = {}
@@ -433,6 +444,7 @@ def main() -> None:
                     },
                 },
             )
+            pcfg = with_rule_level(pcfg, safe_level)
             speed: dict = {}
             t0 = time.perf_counter()
             policy, table = train_forecast_placer(

@@ -156,7 +156,7 @@ STOP_RULES = ("n_iterations", "patience", "time_budget")
 RETRAIN = "train it with train_forecast_placer and save it again"
 """What to do about a placer file the loader refuses (in its errors)."""
 ALGORITHMS = ("reinforce", "ppo", "vine", "pgpe")
-ACTION_SETS = ("valid", "safe")
+ACTION_SETS = ("valid", "safe", "rule")
 STAGE_TABLE = {
     "stage": pl.String,  # "base" (the untrained policy = the base rule), "bc", "probe" (`advisor_probe`), "pg"
     "iteration": pl.Int64,  # BC epoch or PG iteration (0 = before any update)
@@ -193,7 +193,15 @@ class PlacerConfig:
     the horizon: the "is_safe_with" input; hold only where the base holds). "safe" keeps exploration off the
     placements the forecast already says overshoot, which cost every co-located job. Measured (bench_placer,
     DeepPlace 50 %, recall-hybrid base): sampled training returns 2.5x less costly, yet no greedy decision changed
-    under REINFORCE or PPO, and vine's changed decisions lost on validation, as with "valid"."""
+    under REINFORCE or PPO, and vine's changed decisions lost on validation, as with "valid". "rule": the same set
+    at the level the fitted `forecast_peak` chose on validation (`safe_level`, set at fit time by
+    `with_rule_level`): the policy may pack as far beyond requests as the validated rule's uncertainty allows, and
+    no further; it chooses among those machines, the base's action and the advisor's. Both sets keep the
+    advisor's action (since 2026-12-06; before, "safe" did not, and the advised variant could not follow its
+    advisor)."""
+    safe_level: float | None = None
+    """The level of `levels` whose "is_safe_with" input defines the "safe" and "rule" action sets' machines; None:
+    the top level. `with_rule_level` sets it (and adds it to `levels`) for "rule"."""
     base_bonus: float = 2.0
     """Initial logit bonus of the base rule's action (learned). Greedy at init is the base rule for any value > 0;
     the value sets how often sampling explores other valid actions (about (M - 1) e^-b / (1 + (M - 1) e^-b)), and
@@ -297,6 +305,11 @@ class PlacerConfig:
             raise ValueError(f"PlacerConfig.levels must be ascending and start at 0.5, got {self.levels}")
         if self.action_set not in ACTION_SETS:
             raise ValueError(f"PlacerConfig.action_set must be one of {ACTION_SETS}, got {self.action_set!r}")
+        if self.safe_level is not None and not any(abs(self.safe_level - lv) < 1e-9 for lv in self.levels):
+            raise ValueError(
+                f"PlacerConfig.safe_level {self.safe_level} must be one of levels {self.levels} (with_rule_level "
+                "adds it)"
+            )
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"PlacerConfig.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if not 0.0 <= self.rho <= 1.0 or not 0.0 < self.discount <= 1.0:
@@ -710,15 +723,50 @@ def _flat_level_columns(
 
 
 def safe_action_mask(
-    cfg: SimConfig, pcfg: PlacerConfig, x: np.ndarray, base: np.ndarray, mask: np.ndarray
+    cfg: SimConfig,
+    pcfg: PlacerConfig,
+    x: np.ndarray,
+    base: np.ndarray,
+    mask: np.ndarray,
+    advice: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(B, M + 1) `PlacerConfig.action_set` "safe": of the valid actions `mask`, the base rule's `base` (B,) and
-    every machine whose "is_safe_with" input at the top level is set in `x` (B, M, F)."""
-    column = feature_names(pcfg, cfg.n_resources).index(f"is_safe_with_q{round(pcfg.levels[-1] * 100)}")
+    """(B, M + 1) `PlacerConfig.action_set` "safe" or "rule": of the valid actions `mask`, the base rule's `base`
+    (B,), the advisor's `advice` (B,; None: no advisor) and every machine whose "is_safe_with" input at
+    `PlacerConfig.safe_level` (None: the top level) is set in `x` (B, M, F)."""
+    level = pcfg.levels[-1] if pcfg.safe_level is None else pcfg.safe_level
+    column = feature_names(pcfg, cfg.n_resources).index(f"is_safe_with_q{round(level * 100)}")
     keep = np.zeros_like(mask)
     keep[:, : cfg.n_machines] = x[:, :, column] > 0.5
-    keep[np.arange(base.size), base] = True
+    rows = np.arange(base.size)
+    keep[rows, base] = True
+    if advice is not None:
+        keep[rows, advice] = True
     return mask & keep
+
+
+def rule_level(rule) -> float | None:
+    """The quantile level a fitted risk rule packs at (`RiskAwarePacking.risk.level`), or None where it packs on
+    observed peaks (the hybrid, which validation may keep for `forecast_peak`) or is no risk rule."""
+    if not isinstance(rule, RiskAwarePacking):
+        return None
+    inner = rule.forecaster
+    while isinstance(inner, (RecallOverlay, ForecastCache)):
+        inner = inner.inner
+    if not isinstance(inner, (PeakQuantileForecaster, RemainingPeakQuantiles)):
+        return None
+    return float(rule.risk.level)
+
+
+def with_rule_level(pcfg: PlacerConfig, level: float | None) -> PlacerConfig:
+    """`pcfg` with action set "rule" bound to the level `level` the fitted `forecast_peak` packs at (`rule_level`;
+    None, where validation kept the hybrid for it: the top level, the most cautious) as its `safe_level`, added to
+    `levels` (the forecaster has every level of the rule's grid); other action sets, or one already bound, as
+    they are."""
+    if pcfg.action_set != "rule" or pcfg.safe_level is not None:
+        return pcfg
+    level = pcfg.levels[-1] if level is None else float(level)
+    levels = tuple(sorted({*pcfg.levels, level}))
+    return replace(pcfg, levels=levels, safe_level=level)
 
 
 # --- the network --------------------------------------------------------------------------------------------
@@ -1064,11 +1112,13 @@ class ForecastResidualPolicy:
             x, g = placement_features(
                 cfg, seen, self.forecaster, self.config, base, mask, self._sums, skip_done=True
             )
-        if self.config.action_set == "safe":
-            mask = safe_action_mask(cfg, self.config, x, base, mask)
+        if self.advisor is not None and advice is None:
+            advice = self.advisor.act(cfg, seen, rng, served=True)
+        if self.config.action_set != "valid":
+            mask = safe_action_mask(cfg, self.config, x, base, mask, advice)
         inputs = {"x": x, "g": g, "base": base, "mask": mask}
         if self.advisor is not None:
-            inputs["advice"] = advice if advice is not None else self.advisor.act(cfg, seen, rng, served=True)
+            inputs["advice"] = advice
         return inputs
 
     def _decide(self, cfg: SimConfig, seen: State) -> tuple[np.ndarray, ...] | None:
@@ -1927,6 +1977,11 @@ def train_forecast_placer(
     if advisor is not None:
         check_advisor_training(getattr(advisor, "name", str(advisor)), c, "forecast placer: ")
     say = log or (lambda msg: None)
+    if c.action_set == "rule" and c.safe_level is None:  # unbound: the advisor's level, else the base's
+        level = rule_level(advisor)
+        c = with_rule_level(c, level if level is not None else rule_level(base))
+    if c.action_set == "rule":
+        say(f"action set 'rule': the base's and advisor's actions and the machines safe at q{c.safe_level:g}")
     fit, val = split_validation(train, c.validation_share)
     fit.observed_prefix  # noqa: B018  once: every iteration's selection of fit sequences shares it
     policy = ForecastResidualPolicy(
@@ -2502,6 +2557,10 @@ def train_and_publish(
             raise ValueError(
                 f"forecast placer {where}: the advisor {settings.advisor} cannot be fitted there"
             )
+    if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
+        rules = {settings.base: base, settings.advisor: advisor}
+        peak = rules["forecast_peak"] if "forecast_peak" in rules else POLICIES["forecast_peak"].fit(ctx)
+        pcfg = with_rule_level(pcfg, rule_level(peak))
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
