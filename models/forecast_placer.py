@@ -732,15 +732,16 @@ def safe_action_mask(
 ) -> np.ndarray:
     """(B, M + 1) `PlacerConfig.action_set` "safe" or "rule": of the valid actions `mask`, the base rule's `base`
     (B,), the advisor's `advice` (B,; None: no advisor) and every machine whose "is_safe_with" input at
-    `PlacerConfig.safe_level` (None: the top level) is set in `x` (B, M, F)."""
+    `PlacerConfig.safe_level` (None: the top level) is set in `x` (B, M, F). A base or advice the mask forbids
+    (a hold under the hold rule "no_fit") stands for the lowest valid action, which the simulator would take."""
     level = pcfg.levels[-1] if pcfg.safe_level is None else pcfg.safe_level
     column = feature_names(pcfg, cfg.n_resources).index(f"is_safe_with_q{round(level * 100)}")
     keep = np.zeros_like(mask)
     keep[:, : cfg.n_machines] = x[:, :, column] > 0.5
-    rows = np.arange(base.size)
-    keep[rows, base] = True
-    if advice is not None:
-        keep[rows, advice] = True
+    rows, first_allowed = np.arange(base.size), np.argmax(mask, axis=1)
+    for chosen in (base, advice):
+        if chosen is not None:  # a forbidden hold (hold rule "no_fit") places as `sim.policies.place` does
+            keep[rows, np.where(mask[rows, chosen], chosen, first_allowed)] = True
     return mask & keep
 
 

@@ -198,6 +198,47 @@ def test_the_safe_action_set_keeps_only_the_base_and_forecast_safe_machines(lear
         PlacerConfig(action_set="all")
 
 
+def test_the_rule_action_set_packs_no_further_than_the_rules_level(square_jobs) -> None:
+    """Action set "rule": bound to the level a fitted peak rule packs at (added to the inputs' levels), its mask
+    holds the base's and the advisor's actions and the machines safe at that level, no other; a rule on observed
+    peaks has no level (the top one is used); an unbound level is refused, and so is one outside `levels`."""
+    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    peak = RiskAwarePacking(
+        table.forecaster(0.75, horizon=12), make_policy("tetris"), RiskConfig(0.75), name="p"
+    )
+    assert fp.rule_level(peak) == 0.75
+    assert fp.rule_level(_hybrid()) is None and fp.rule_level(make_policy("tetris")) is None
+    config = fp.with_rule_level(PlacerConfig(base_bonus=0.5, action_set="rule"), fp.rule_level(peak))
+    assert config.safe_level == 0.75 and config.levels == (0.5, 0.75, 0.9, 0.99)
+    assert fp.with_rule_level(PlacerConfig(action_set="rule"), None).safe_level == 0.99
+    assert fp.with_rule_level(PlacerConfig(), 0.75) == PlacerConfig()  # "valid": unbound
+    with pytest.raises(ValueError, match="safe_level"):
+        PlacerConfig(safe_level=0.8)
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, horizon=12), config=config, advisor=peak
+    )
+    _randomise_residual(policy.ready(cfg))
+    names = fp.feature_names(config, 2)
+    beyond_q99: list[int] = []
+
+    def check(state, inputs, active) -> None:
+        x, base, advice = inputs["x"], inputs["base"], inputs["advice"]
+        keep = np.zeros_like(inputs["mask"])
+        keep[:, : cfg.n_machines] = x[:, :, names.index("is_safe_with_q75")] > 0.5
+        valid, rows = core.action_mask(cfg, state), np.arange(base.size)
+        for chosen in (base, advice):  # a forbidden hold ("no_fit") stands for the lowest valid action
+            keep[rows, np.where(valid[rows, chosen], chosen, np.argmax(valid, axis=1))] = True
+        assert np.array_equal(inputs["mask"], valid & keep)
+        assert inputs["mask"][~state.is_done].any(axis=1).all()
+        unsafe99 = x[:, :, names.index("is_safe_with_q99")] < 0.5
+        beyond_q99.append(int((inputs["mask"][:, : cfg.n_machines] & unsafe99).sum()))
+
+    jobs = square_jobs(4, 30, seed=4)
+    run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(0), on_decision=check)
+    assert len(beyond_q99) > 20 and sum(beyond_q99) > 0  # it packs beyond the q99 set, as the rule does
+
+
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
     jobs = _square_jobs(4, 30, seed=5)
     policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))
