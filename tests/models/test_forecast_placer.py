@@ -1163,6 +1163,25 @@ def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_bett
         fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor_choice=True)
 
 
+def test_the_pipeline_binds_the_rule_action_set_to_forecast_peaks_level(tmp_path) -> None:
+    """`train_and_publish` with action set "rule" and no advisor: `forecast_peak` is fitted to read its level,
+    which the published checkpoint's config carries as `safe_level`, among its input levels."""
+    settings = fp.PlacerTrainConfig(
+        base="hybrid_observed",
+        inputs="table",
+        tuning_preset="quick",
+        placer=PlacerConfig(n_iterations=1, n_sequences=2, pgpe_pairs=2, hidden=8, action_set="rule"),
+    )
+    said: list[str] = []
+    path = tmp_path / "placer.pt"
+    fp.train_and_publish(
+        settings, CFG, _square_jobs(8, 25, seed=54), path, ("square", 50, 0), "abc", log=said.append
+    )
+    config = ForecastResidualPolicy(checkpoint=path).config
+    assert config.action_set == "rule" and config.safe_level in config.levels
+    assert any(f"machines safe at q{config.safe_level:g}" in m for m in said)
+
+
 def test_a_validation_whose_actions_did_not_move_is_the_last_ones_episodes(monkeypatch) -> None:
     """`replay_greedy` gives the recorded rollout's entropy for the same network, None once an action moves; and
     training with it keeps the stage table of training that runs every validation's episodes (seconds aside),
