@@ -239,6 +239,13 @@ def main() -> None:
         help="PlacerConfig.action_set: every valid action; the base's and advisor's actions and the machines safe "
         "at the top input level (safe) or at the level the fitted forecast_peak packs at (rule)",
     )
+    ap.add_argument(
+        "--safe-level",
+        type=float,
+        default=None,
+        help="PlacerConfig.safe_level for --action-set safe: the input level whose bound defines a safe machine "
+        "(default: the top one, 0.99; 0.5, 0.9 and 0.99 are the inputs' levels)",
+    )
     ap.add_argument("--base-bonus", type=float, default=None, help="override each algorithm's base bonus")
     ap.add_argument(
         "--choice-z",
@@ -425,6 +432,7 @@ def main() -> None:
                 n_iterations=200 if args.iterations is None else args.iterations,
                 seed=args.seed,
                 action_set=args.action_set,
+                safe_level=args.safe_level if args.action_set == "safe" else None,
                 choice_z=args.choice_z,
                 overshoot_budget_pct=args.overshoot_budget,
                 generalise_factor=args.generalise_factor,
