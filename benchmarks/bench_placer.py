@@ -234,10 +234,10 @@ def main() -> None:
     )
     ap.add_argument(
         "--action-set",
-        default="valid",
+        default=PlacerConfig.action_set,
         choices=("valid", "safe", "rule"),
         help="PlacerConfig.action_set: every valid action; the base's and advisor's actions and the machines safe "
-        "at the top input level (safe) or at the level the fitted forecast_peak packs at (rule)",
+        "at the top input level (safe) or at the level the fitted forecast_peak packs at (rule, the default)",
     )
     ap.add_argument(
         "--safe-level",

@@ -212,7 +212,8 @@ def test_the_rule_action_set_packs_no_further_than_the_rules_level(square_jobs) 
     config = fp.with_rule_level(PlacerConfig(base_bonus=0.5, action_set="rule"), fp.rule_level(peak))
     assert config.safe_level == 0.75 and config.levels == (0.5, 0.75, 0.9, 0.99)
     assert fp.with_rule_level(PlacerConfig(action_set="rule"), None).safe_level == 0.99
-    assert fp.with_rule_level(PlacerConfig(), 0.75) == PlacerConfig()  # "valid": unbound
+    unbound = PlacerConfig(action_set="valid")
+    assert fp.with_rule_level(unbound, 0.75) == unbound
     with pytest.raises(ValueError, match="safe_level"):
         PlacerConfig(safe_level=0.8)
     policy = ForecastResidualPolicy(
@@ -649,6 +650,7 @@ def test_tiny_training_run_saves_and_reloads(tmp_path, learned_forecaster, algor
         hidden=16,
         algorithm=algorithm,
         vine_window=20,
+        action_set="valid",  # every valid action: the randomised residual below leaves its base somewhere
     )
     policy, table = train_forecast_placer(CFG, jobs, _hybrid(min_observed=2), learned_forecaster, pcfg)
     assert table.columns == list(fp.STAGE_TABLE)
