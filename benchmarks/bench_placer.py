@@ -26,6 +26,8 @@ choice, never on test sequences; OUT/variants.parquet). Prints:
         [--algorithms pgpe --base hybrid_observed --inputs table --choice-z 1.645 --compare '']
         [--advisor forecast_peak]   (a second rule whose action gets a learned bonus, 0 at the start; 'none,forecast_peak'
         trains both and keeps the better on validation)
+        [--action-set rule | valid | safe --safe-level 0.5]   (which machines the policy may take: by default the
+        base's and advisor's actions and those safe at the level the fitted forecast_peak packs at)
 """
 
 from __future__ import annotations
