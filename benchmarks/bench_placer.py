@@ -454,7 +454,7 @@ def main() -> None:
                     },
                 },
             )
-            pcfg = with_rule_level(pcfg, safe_level)
+            pcfg = with_rule_level(pcfg, safe_level, tuple(getattr(forecaster, "levels", ())) or None)
             speed: dict = {}
             t0 = time.perf_counter()
             policy, table = train_forecast_placer(

@@ -762,14 +762,19 @@ def rule_level(rule) -> float | None:
     return float(rule.risk.level)
 
 
-def with_rule_level(pcfg: PlacerConfig, level: float | None) -> PlacerConfig:
+def with_rule_level(
+    pcfg: PlacerConfig, level: float | None, available: tuple[float, ...] | None = None
+) -> PlacerConfig:
     """`pcfg` with action set "rule" bound to the level `level` the fitted `forecast_peak` packs at (`rule_level`;
     None, where validation kept the hybrid for it: the top level, the most cautious) as its `safe_level`, added to
-    `levels` (the forecaster has every level of the rule's grid); other action sets, or one already bound, as
-    they are."""
+    `levels`; other action sets, or one already bound, as they are. `available`: the levels the inputs'
+    forecaster has (the remaining-peak table has every level of the rule's grid; a learned forecaster may not):
+    a level it lacks binds the next higher one it has, more cautious, or the top input level."""
     if pcfg.action_set != "rule" or pcfg.safe_level is not None:
         return pcfg
     level = pcfg.levels[-1] if level is None else float(level)
+    if available is not None and not any(abs(level - lv) < 1e-9 for lv in available):
+        level = min((lv for lv in available if lv > level), default=pcfg.levels[-1])
     levels = tuple(sorted({*pcfg.levels, level}))
     return replace(pcfg, levels=levels, safe_level=level)
 
@@ -2565,7 +2570,7 @@ def train_and_publish(
     if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
         rules = {settings.base: base, settings.advisor: advisor}
         peak = rules["forecast_peak"] if "forecast_peak" in rules else POLICIES["forecast_peak"].fit(ctx)
-        pcfg = with_rule_level(pcfg, rule_level(peak))
+        pcfg = with_rule_level(pcfg, rule_level(peak), tuple(getattr(forecaster, "levels", ())) or None)
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")

@@ -212,6 +212,8 @@ def test_the_rule_action_set_packs_no_further_than_the_rules_level(square_jobs) 
     config = fp.with_rule_level(PlacerConfig(base_bonus=0.5, action_set="rule"), fp.rule_level(peak))
     assert config.safe_level == 0.75 and config.levels == (0.5, 0.75, 0.9, 0.99)
     assert fp.with_rule_level(PlacerConfig(action_set="rule"), None).safe_level == 0.99
+    learned_levels = (0.5, 0.9, 0.95, 0.99)  # a forecaster without 0.75: the next more cautious level it has
+    assert fp.with_rule_level(PlacerConfig(action_set="rule"), 0.75, learned_levels).safe_level == 0.9
     unbound = PlacerConfig(action_set="valid")
     assert fp.with_rule_level(unbound, 0.75) == unbound
     with pytest.raises(ValueError, match="safe_level"):
