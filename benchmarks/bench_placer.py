@@ -50,6 +50,7 @@ from models.forecast_placer import (
     bare_step_rate,
     choose_variant,
     fit_base_rule,
+    forecaster_levels,
     kept_return,
     paired_interval,
     rule_level,
@@ -454,7 +455,7 @@ def main() -> None:
                     },
                 },
             )
-            pcfg = with_rule_level(pcfg, safe_level, tuple(getattr(forecaster, "levels", ())) or None)
+            pcfg = with_rule_level(pcfg, safe_level, forecaster_levels(forecaster))
             speed: dict = {}
             t0 = time.perf_counter()
             policy, table = train_forecast_placer(

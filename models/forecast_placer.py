@@ -762,6 +762,11 @@ def rule_level(rule) -> float | None:
     return float(rule.risk.level)
 
 
+def forecaster_levels(forecaster) -> tuple[float, ...] | None:
+    """The quantile levels `forecaster` has (`with_rule_level`'s `available`), or None where it does not say."""
+    return tuple(getattr(forecaster, "levels", ())) or None
+
+
 def with_rule_level(
     pcfg: PlacerConfig, level: float | None, available: tuple[float, ...] | None = None
 ) -> PlacerConfig:
@@ -1989,7 +1994,9 @@ def train_forecast_placer(
     say = log or (lambda msg: None)
     if c.action_set == "rule" and c.safe_level is None:  # unbound: the advisor's level, else the base's
         level = rule_level(advisor)
-        c = with_rule_level(c, level if level is not None else rule_level(base))
+        c = with_rule_level(
+            c, level if level is not None else rule_level(base), forecaster_levels(forecaster)
+        )
     if c.action_set == "rule":
         say(f"action set 'rule': the base's and advisor's actions and the machines safe at q{c.safe_level:g}")
     fit, val = split_validation(train, c.validation_share)
@@ -2570,7 +2577,7 @@ def train_and_publish(
     if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
         rules = {settings.base: base, settings.advisor: advisor}
         peak = rules["forecast_peak"] if "forecast_peak" in rules else POLICIES["forecast_peak"].fit(ctx)
-        pcfg = with_rule_level(pcfg, rule_level(peak), tuple(getattr(forecaster, "levels", ())) or None)
+        pcfg = with_rule_level(pcfg, rule_level(peak), forecaster_levels(forecaster))
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
