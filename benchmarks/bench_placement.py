@@ -34,7 +34,7 @@ from pipelines.job_sequences import SequenceConfig, build_job_sequences
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
 from sim.config import SimConfig
 from sim.evaluate import evaluate_policies, gap_table
-from sim.tuning import TUNING_PRESETS, TuningConfig
+from sim.tuning import CHOICE_DETAILS, TUNING_PRESETS, TuningConfig
 
 HEURISTICS = ["tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer", "noop"]
 RULES = [
@@ -291,11 +291,7 @@ def main() -> None:
                     )
                 )
             for name, choice in choices.get((source, load), {}).items():
-                knobs = {
-                    k: v
-                    for k, v in choice.items()
-                    if k not in ("tried", "fallback_returns", "fallback_overshoot_pct")
-                }
+                knobs = {k: v for k, v in choice.items() if k not in CHOICE_DETAILS}
                 print(f"   {name}: {knobs}")
     (out / "choices.json").write_text(json.dumps(all_choices, default=str))
     results = pl.concat(frames, how="diagonal_relaxed")

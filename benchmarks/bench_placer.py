@@ -65,7 +65,7 @@ from sim.jobs import JobBatch
 from sim.labelling import ServedLabels
 from sim.policies import make_policy, policy_kind
 from sim.risk import PEAK_RULES
-from sim.tuning import TuningConfig, sequence_outcomes
+from sim.tuning import CHOICE_DETAILS, TuningConfig, sequence_outcomes
 
 SETTINGS = {
     "reinforce": {"base_bonus": 4.0, "learning_rate": 1e-3, "patience": 10},
@@ -401,9 +401,7 @@ def main() -> None:
     print(f"residual's inputs: {inputs} ({type(uncached(forecaster)).__name__})")
     choice = ctx.choices[args.base]
     stage_s["forecaster_and_base_rule"] = time.perf_counter() - t0
-    knobs = {
-        k: v for k, v in choice.items() if k not in ("tried", "fallback_returns", "fallback_overshoot_pct")
-    }
+    knobs = {k: v for k, v in choice.items() if k not in CHOICE_DETAILS}
     print(f"base rule: {knobs}")
     advisors: dict[str, object] = {}  # "" = no advisor
     for name in dict.fromkeys("" if a == "none" else a for a in args.advisor.split(",")):
