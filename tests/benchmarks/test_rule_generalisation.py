@@ -1,8 +1,11 @@
-"""The argument parsing of `benchmarks/rule_generalisation.py`: seed ranges and TuningConfig overrides."""
+"""`benchmarks/rule_generalisation.py`: seed ranges, TuningConfig overrides, and how much a split's jobs rise."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+
+from sim.jobs import JobBatch
 
 
 def test_seed_ranges_and_lists_expand_in_order(benchmark_module) -> None:
@@ -21,3 +24,25 @@ def test_tuning_overrides_are_literals_of_known_fields(benchmark_module) -> None
         tuning_overrides(["nope=1"])
     with pytest.raises(SystemExit, match="not a Python literal"):
         tuning_overrides(["overshoot_budget_pct=half"])
+
+
+def test_usage_rises_counts_real_live_steps_only(benchmark_module) -> None:
+    """Two real jobs and a padding slot: one rises by 2 units on its CPU, the other is flat while alive and
+    'rises' only after its end and in its padding, which must not count."""
+    usage_rises = benchmark_module("rule_generalisation").usage_rises
+    usage = np.zeros((1, 3, 4, 2), dtype=np.int16)
+    usage[0, 0, :, 0] = [1, 3, 2, 0]  # rises by 2 on CPU; memory flat at 0
+    usage[0, 1, :, :] = 2
+    usage[0, 1, 3, :] = 7  # after its end (duration 3)
+    usage[0, 2, :, :] = 9  # the padding slot (n_jobs = 2)
+    jobs = JobBatch(
+        arrival_step=np.zeros((1, 3), dtype=np.int64),
+        duration=np.array([[4, 3, 4]]),
+        usage=usage,
+        request=np.full((1, 3, 2), 4, dtype=np.int16),
+        ec_label=np.zeros((1, 3), dtype=np.int64),
+        n_jobs=np.array([2]),
+    )
+    share, mean_rise = usage_rises(jobs)
+    assert share == 0.25  # 1 of (2 jobs x 2 resources)
+    assert mean_rise == 0.5  # (2 + 0 + 0 + 0) / 4
