@@ -14,7 +14,7 @@ overshoot tops Tetris's by more than the bar's 0.5 point.
 Each seed's first line says how often its training and test jobs rise above their first step's usage
 (`usage_rises`): the quiet test sets, on which First-Fit wins, are the ones whose jobs seldom do.
 
-README, "The fallback, within the budget", came from these runs (seeds 3-14; the code before, at 22872cb, and
+benchmarks/RESULTS.md, "The fallback, within the budget", came from these runs (seeds 3-14; the code before, at 22872cb, and
 `overshoot_budget_pct=0.5` as the middle variant).
 """
 

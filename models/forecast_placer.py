@@ -200,7 +200,7 @@ class PlacerConfig:
     `forecast_peak` level, or validation kept the hybrid for it), the top level. Both sets keep the advisor's
     action (since the tenth session, 2026-12-05; before, "safe" did not, and the advised variant could not follow
     its advisor). "rule" is the default since then: measured (bench_placer, the 84 Bitbrains VMs, both
-    variants; README "Packing no further than the rule"), "valid" lets PGPE learn packing beyond the rule that
+    variants; benchmarks/RESULTS.md "Packing no further than the rule"), "valid" lets PGPE learn packing beyond the rule that
     pays on the training and validation VMs and overshoots on unseen ones (1.09 % and 0.58 % at seed 15), where
     "rule" keeps the overshoot clause, at the cost of the gains "valid" makes on quiet test VMs."""
     safe_level: float | None = None
@@ -214,7 +214,7 @@ class PlacerConfig:
     algorithm: str = "pgpe"
     """"reinforce" (one gradient step per iteration), "ppo" (PPO-clip epochs on the same rollouts), "vine"
     (branch rollouts: the exact advantage of each candidate action over the base rule's) or "pgpe" (exploration in
-    the head's weights, greedy rollouts; module docstring). Measured (benchmarks/bench_placer.py; README, "Exploring
+    the head's weights, greedy rollouts; module docstring). Measured (benchmarks/bench_placer.py; benchmarks/RESULTS.md, "Exploring
     in the weights"): REINFORCE and PPO never changed a greedy decision of any base on any source, and vine's
     deviations all lost on validation; PGPE is the one whose policy beat its base rule on test sequences (the
     shared trace's 84 VMs at 50 %, hybrid base), hence the default, with `choice_z` guarding its choice."""
@@ -277,7 +277,7 @@ class PlacerConfig:
     the bar's 0.5, as the rules' `sim.tuning.TuningConfig.overshoot_budget_pct`; 0.5 before 2026-12-05): an iteration within it beats any
     beyond it, and among those within, the better score wins (`budget_keeps`); each iteration's overshoot comes
     from the trace its validation rollout records (`run_rollout`'s `overshoot`). None: off (the
-    score alone, as every run before 2026-12-05). Measured on the 84 VMs at 80 % (README, "Within the overshoot
+    score alone, as every run before 2026-12-05). Measured on the 84 VMs at 80 % (benchmarks/RESULTS.md, "Within the overshoot
     budget")."""
     generalise_factor: int | None = None
     """A cluster this many times larger that the kept iteration must not lose on: an iteration is kept only where,
@@ -285,7 +285,7 @@ class PlacerConfig:
     k-times larger cluster at the same load), its paired gain over the base rule is not significantly below 0
     (mean + `choice_z` x standard error >= 0); 5 checks M = 50 for a policy trained at M = 10, as the bar evaluates
     it. Checked only where an iteration would be kept, and not where validation has fewer than k sequences (said).
-    None or 1: off, the default: measured on the 84 VMs at 30 % (seeds 3-5, README "Validated at M = 50 too"), it
+    None or 1: off, the default: measured on the 84 VMs at 30 % (seeds 3-5, benchmarks/RESULTS.md "Validated at M = 50 too"), it
     kept the same iterations as without it, and the M = 50 test losses it was built for do not show on the
     training VMs at M = 50 (there the kept iterations gain 0.1-2.2e6 over the base): they come from the test VMs."""
     advisor_probe: bool = True
@@ -2388,7 +2388,7 @@ class PlacerTrainConfig:
     Fitted on the same split as the base; PGPE without a BC stage only. None: no advisor."""
     advisor_choice: bool = False
     """With an `advisor`: train the residual without it and with it, and publish the one with the better validation
-    return of its kept iteration (`kept_return`; the same validation sequences). Measured (README, "Both variants, the
+    return of its kept iteration (`kept_return`; the same validation sequences). Measured (benchmarks/RESULTS.md, "Both variants, the
     better on validation"): on the 84 Bitbrains VMs with the traces' requests the advisor helped some seeds and hurt
     others, and this choice picked the variant that did better on test at 8 of 9 runs. It doubles the training time."""
     inputs: str = "rule"
@@ -2398,7 +2398,7 @@ class PlacerTrainConfig:
     fit part: a hybrid base gets the table's inputs and their speed); "table_no_recall", the same table without
     the recall of earlier runs over it where `forecast_peak` recalls them (DeepPlace: flat forecasts, so the
     compiled decision applies); or "learned", the learned usage forecaster
-    of `forecaster_preset` (any base; its features cost a forecast over the horizon per decision: README,
+    of `forecaster_preset` (any base; its features cost a forecast over the horizon per decision: benchmarks/RESULTS.md,
     "Training rollout speed")."""
     forecaster_preset: str = "sample"
     """Preset of the learned usage forecaster (`models.usage_forecast.FORECAST_PRESETS`) where `inputs` is

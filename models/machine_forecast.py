@@ -4,7 +4,7 @@ labels).
 
 Why: the per-job forecasts and their co-peaking-aware sum (`sim.risk.RiskAwarePacking`) calibrate each job, then
 correct the sum by one inflation for all machines (kappa 2.4 on Bitbrains), which packs no further than requests
-do. The information split (README "Where the headroom lies") says that with TVW-RL's requests most of the headroom
+do. The information split (benchmarks/RESULTS.md "Where the headroom lies") says that with TVW-RL's requests most of the headroom
 is in the running jobs' futures as they add up on one machine. This model reads, for one machine and the job about
 to be placed, what a scheduler observes of the jobs running there (their requests, usage now, recent mean, peak
 so far, largest usage over the last period, the same hours one period ago, how long each still runs, which ones
@@ -28,7 +28,7 @@ Fitting (`fit_machine_peak`, training sequences only):
   realised peak of EVERY resource of a case at least at its level (the score is the case's largest excess over
   its resources); the classifier of the chance of exceeding is calibrated there too (isotonic). Calibrated on
   the fit part's own last sequences instead, which share its workloads, the chance was 2-40x optimistic on
-  unseen VMs (README "Each machine's summed peak").
+  unseen VMs (benchmarks/RESULTS.md "Each machine's summed peak").
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class MachinePeakConfig:
     "beyond_requests", only those where the machine's requests with the head's exceed C_d in some resource (the
     only ones where the rule asks the model whether a machine is safe: a machine whose requests fit is always
     allowed), or "all". With the window's peak as the request, a case whose requests fit can never exceed, and
-    mixed in they make the chance look small exactly where the rule acts (README "Each machine's summed peak":
+    mixed in they make the chance look small exactly where the rule acts (benchmarks/RESULTS.md "Each machine's summed peak":
     2.6-43x optimistic)."""
     calibrate_on: str = "validation"
     """Where the conformal shifts and the classifier's isotonic map are calibrated: "validation", on cases of

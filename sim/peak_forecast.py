@@ -29,7 +29,7 @@ it and went back to 1, so the cells (request 2, peak so far 2, long remaining li
 while one test VM sat at 2 units for the whole of every job: at 50 and 80 % load 2.1 and 3.2 % of the test CPU
 cases were forecast below the request at the 0.99 level and every one of them was exceeded. Keyed, none were; in
 seeds 0 and 1 the key adds up to 0.012 unit of slack and 0.0014 of exceedances, and with the traces' requests it
-moves the slack by at most 0.18 unit and the exceedances by at most 0.0033 (`benchmarks/at_peak_key.py`; README,
+moves the slack by at most 0.18 unit and the exceedances by at most 0.0033 (`benchmarks/at_peak_key.py`; benchmarks/RESULTS.md,
 "At its peak now").
 
 With `use_remaining` (a rule that knows each job's end time: `forecast_peak`, not `_nodur`) every cell is also

@@ -697,7 +697,7 @@ def packing_gain(cfg: SimConfig, state: State, rows: np.ndarray) -> np.ndarray:
     now, over the steps that the head and the machine's jobs still share (the head's duration, capped at the
     machine's last known end: after it the head would be alone either way). 0 on an idle machine and with
     K_u = 0 (no packing pressure). What deviating from an empty machine to m gains; where the fallback would
-    instead hold the job, it gains the wait as well, which this leaves out. Measured on Bitbrains (README, "Each
+    instead hold the job, it gains the wait as well, which this leaves out. Measured on Bitbrains (benchmarks/RESULTS.md, "Each
     machine's summed peak"), the realised saving per placement beyond requests is about a third of this: a
     machine opened now fills with the next arrivals."""
     rows = np.asarray(rows, dtype=np.int64)

@@ -69,7 +69,7 @@ class TuningConfig:
     forecast per level: cheap enough for every preset). Not the median (0.5, tried before 2026-12-05): half of the
     jobs exceed their median remaining peak, so packing on it is safe only where co-located peaks never align, and
     validation VMs that happen to be quiet cannot show that they do not. Measured on the 84 Bitbrains VMs at 80 %,
-    seed 7: validation overshoot 0.003 % at 0.5, test 2.08 %; at 0.75, 0.003 % and 0.42 % (README, "The fallback,
+    seed 7: validation overshoot 0.003 % at 0.5, test 2.08 %; at 0.75, 0.003 % and 0.42 % (benchmarks/RESULTS.md, "The fallback,
     within the budget"). DeepPlace chose 0.75 at every seed and load either way."""
     peak_modes: tuple[str, ...] = ("deviate", "pack", "guard")
     """Decision modes the peak rules try (`sim.risk.MODES`)."""
@@ -79,12 +79,12 @@ class TuningConfig:
     `fit_rho` fits so the bound of the sum covers the realised sum in a level share of training cases (the
     quantile of the sum, not the sum of quantiles); a candidate only where the calibration is not the sum of
     quantiles (rho = 1, kappa = 1), which the plain candidate already is. Off: measured on the traces' requests
-    (README, "Co-peaking calibrated"), validation kept it in 9 of 18 cells and the test returns moved both ways
+    (benchmarks/RESULTS.md, "Co-peaking calibrated"), validation kept it in 9 of 18 cells and the test returns moved both ways
     (84 VMs -0.161 at 50 %, sample +0.125 at 80 %, x1e6, against the plain choice)."""
     peak_at_peak_key: bool = True
     """The peak rules' remaining-peak table is keyed by whether each job's usage at its last observed step is its
     peak so far, at every level of its back-off (`sim.peak_forecast.fit_peak_quantiles`' `use_at_peak`): a job that
-    sits at its peak is not forecast from jobs that touched theirs once. Measured (README, "At its peak now"):
+    sits at its peak is not forecast from jobs that touched theirs once. Measured (benchmarks/RESULTS.md, "At its peak now"):
     with the window's peak as the request one test VM of the sample's seed 2 sits at its request for its whole
     life while the training VMs with that request mostly touched it once, and the table without the key packed one
     unit beyond it. False: the table before the key."""
@@ -96,7 +96,7 @@ class TuningConfig:
     """Which training sequences choose the fallback heuristic: "training", all of them (a request-based heuristic
     fits nothing, so the fit part's sequences judge it as fairly as the validation part's, from about 3x the
     workloads); "validation", the validation part only (as before the eighth session's fresh seeds). Measured on
-    the 84 Bitbrains VMs at 80 % (README, "The fallback, within the budget"): the validation part's 18-odd VMs
+    the 84 Bitbrains VMs at 80 % (benchmarks/RESULTS.md, "The fallback, within the budget"): the validation part's 18-odd VMs
     told First-Fit's overshoot from Tetris's at some seeds and not at others, and a rule falling back on First-Fit
     inherits its overshoot on test."""
     overshoot_budget_pct: float | None = 0.25
@@ -105,7 +105,7 @@ class TuningConfig:
     percentage points is not chosen, however high its return. Where every candidate exceeds it, the one with the
     least overshoot is chosen and the choice says so (`overshoot_budget_met`). None: choose on return alone.
     The default is half the issue's bar (at most Tetris's + 0.5 point on test): validation sees a few dozen
-    workloads, and unseen ones overshoot more than they did. Measured on the 84 Bitbrains VMs at 80 % (README,
+    workloads, and unseen ones overshoot more than they did. Measured on the 84 Bitbrains VMs at 80 % (benchmarks/RESULTS.md,
     "The fallback, within the budget"): with 0.5 the rule kept a level whose validation overshoot was 0.33 % and
     overshot 1.75 % on test (seed 4); with 0.25 it kept 0.9, 0.02 % and 0.11 %. 0.5 before 2026-12-05."""
     machines_budget: float | None = None
