@@ -41,10 +41,10 @@ from sim.jobs import JobBatch
 from sim.labelling import Labeller, ServedLabels, labels_by_age
 
 REQUEST_HEURISTICS = ("tetris", "best_fit", "first_fit", "kube_default", "deeprm_sjf", "deeprm_packer")
+"""The request-based heuristics a rule may fall back on (the best one on validation is its fallback)."""
 CHOICE_DETAILS = ("tried", "fallback_returns", "fallback_overshoot_pct")
 """Keys of a choice (`FitContext.choices`) that hold per-candidate measurements, not knobs (left out where the
 benchmarks print the knobs)."""
-"""The request-based heuristics a rule may fall back on (the best one on validation is its fallback)."""
 
 
 @dataclass(frozen=True)
