@@ -53,7 +53,7 @@ from models.forecast_placer import (
     forecaster_levels,
     kept_return,
     paired_interval,
-    rule_level,
+    peak_rule_level,
     train_forecast_placer,
     with_rule_level,
 )
@@ -415,10 +415,7 @@ def main() -> None:
 
     safe_level = None  # --action-set rule: the level forecast_peak packs at, for every variant alike
     if args.action_set == "rule":
-        peak = base if args.base == "forecast_peak" else advisors.get("forecast_peak")
-        if peak is None:
-            peak = compared_rules(["forecast_peak"], args.base, base, ctx).get("forecast_peak")
-        safe_level = rule_level(peak)
+        safe_level = peak_rule_level(ctx, {args.base: base, **advisors})
         print(f"action set 'rule': safe at forecast_peak's level {safe_level} (None: the top level)")
 
     if args.checkpoint is None:

@@ -762,6 +762,14 @@ def rule_level(rule) -> float | None:
     return float(rule.risk.level)
 
 
+def peak_rule_level(ctx, fitted: dict) -> float | None:
+    """The level the fitted `forecast_peak` packs at (`rule_level`), for action set "rule": the one among `fitted`
+    ({name: rule} already fitted on `ctx`, e.g. the base and the advisor) where it is there, else fitted on
+    `ctx`; None where it cannot be fitted or validation kept the hybrid for it."""
+    peak = fitted.get("forecast_peak")
+    return rule_level(peak if peak is not None else POLICIES["forecast_peak"].fit(ctx))
+
+
 def forecaster_levels(forecaster) -> tuple[float, ...] | None:
     """The quantile levels `forecaster` has (`with_rule_level`'s `available`), or None where it does not say."""
     return tuple(getattr(forecaster, "levels", ())) or None
@@ -2575,9 +2583,8 @@ def train_and_publish(
                 f"forecast placer {where}: the advisor {settings.advisor} cannot be fitted there"
             )
     if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
-        rules = {settings.base: base, settings.advisor: advisor}
-        peak = rules["forecast_peak"] if "forecast_peak" in rules else POLICIES["forecast_peak"].fit(ctx)
-        pcfg = with_rule_level(pcfg, rule_level(peak), forecaster_levels(forecaster))
+        level = peak_rule_level(ctx, {settings.base: base, settings.advisor: advisor})
+        pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster))
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
