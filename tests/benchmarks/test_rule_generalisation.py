@@ -46,3 +46,5 @@ def test_usage_rises_counts_real_live_steps_only(benchmark_module) -> None:
     share, mean_rise = usage_rises(jobs)
     assert share == 0.25  # 1 of (2 jobs x 2 resources)
     assert mean_rise == 0.5  # (2 + 0 + 0 + 0) / 4
+    with pytest.raises(ValueError, match="no job"):
+        usage_rises(JobBatch(**{**vars(jobs), "n_jobs": np.array([0])}))
