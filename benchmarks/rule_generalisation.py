@@ -31,7 +31,7 @@ import numpy as np
 from sim.tuning import FitContext, TuningConfig
 
 HEURISTICS = ("first_fit", "best_fit", "tetris", "deeprm_packer")
-RULES = ("hybrid_observed", "forecast_peak")
+RULES = ("hybrid_observed", "forecast_peak", "forecast_peak_adaptive")
 
 
 def seed_list(text: str) -> list[int]:
@@ -77,8 +77,10 @@ def main() -> None:
     # run as a script from the repository root (PYTHONPATH=.), as the other benchmarks that import benchmarks
     from benchmarks.bench_placer import outcomes, real_source, sim_config
     from benchmarks.placer_replicates import OVERSHOOT_POINTS
+    from models.forecast_placer import paired_interval
     from models.usage_forecast import forecaster_factory
     from sim.policies import POLICIES, make_policy
+    from sim.rise_shift import fit_rise_rate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -128,17 +130,34 @@ def main() -> None:
             f"== seed {seed}: fallback {ctx.fallback_choice()['fallback']}, forecast_peak "
             f"{fp.get('forecaster')} level {fp.get('level')} mode {fp.get('mode')}"
         )
-        test_means = {}
+        ad = ctx.choices.get("forecast_peak_adaptive", {})
+        if ad.get("rise_adapted"):
+            ratio = fit_rise_rate(test).hazard / ad["rise_rate_train"]
+            print(
+                f"   forecast_peak_adaptive: training rise rate {ad['rise_rate_train']:.4f}; test's ratio {ratio:.2f}"
+            )
+        test_means, test_returns = {}, {}
         for name, rule in rules.items():
+            if rule is None:
+                continue
             val = ctx.validation_outcomes(rule)
             tst = outcomes(rule, cfg, test, seed, None)
             test_means[name] = (float(tst[0].mean()), float(tst[1].mean()))
+            test_returns[name] = np.asarray(tst[0], dtype=np.float64)
             print(
                 f"  {name:16s} validation {val[0].mean() / 1e6:8.3f} overshoot {val[1].mean():6.3f} %"
                 f"  | test {tst[0].mean() / 1e6:8.3f} overshoot {tst[1].mean():6.3f} % "
                 f"(worst sequence {np.max(tst[1]):5.2f} %)"
             )
-        best = max((n for n in test_means if n != "forecast_peak"), key=lambda n: test_means[n][0])
+        for name in ("forecast_peak_adaptive",):
+            if name not in test_returns:
+                continue
+            for other in ("forecast_peak", "first_fit", max(HEURISTICS, key=lambda n: test_means[n][0])):
+                mean, lo, hi = paired_interval((test_returns[name] - test_returns[other]) / 1e6)
+                print(f"  {name} - {other} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 (paired by sequence)")
+        best = max(
+            (n for n in test_means if not n.startswith("forecast_peak")), key=lambda n: test_means[n][0]
+        )
         diff = (test_means["forecast_peak"][0] - test_means[best][0]) / 1e6
         over = test_means["forecast_peak"][1] - test_means["tetris"][1]
         above += diff > 0

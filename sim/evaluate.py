@@ -334,6 +334,7 @@ TRUTH_OF = {
     "forecast_recall_hybrid": "forecast_risk_truth",
     "forecast_recall_hybrid_nodur": "forecast_risk_truth",
     "forecast_peak": "forecast_risk_truth",
+    "forecast_peak_adaptive": "forecast_risk_truth",
     "forecast_peak_nodur": "forecast_risk_truth",
     "forecast_peak_noec": "forecast_risk_truth",
 }

@@ -75,6 +75,7 @@ from sim.risk import (
     fit_forecast_risk,
     fit_forecast_truth,
     fit_hybrid,
+    fit_peak_adaptive,
     fit_peak_predictor,
     fit_peak_rule,
     fit_peak_truth,
@@ -726,6 +727,11 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "forecast_peak": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak", **kw),
         lambda ctx: fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"]),
+        kind="forecast",
+    ),
+    "forecast_peak_adaptive": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_adaptive", **kw),
+        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive"),
         kind="forecast",
     ),
     "forecast_peak_nodur": fitted_policy(

@@ -71,6 +71,7 @@ from sim.core import (
 )
 from sim.forecast import (
     DEFAULT_LEVELS,
+    RecallOverlay,
     UsageForecaster,
     fit_recall,
     flat_forecast,
@@ -1035,14 +1036,9 @@ def fit_forecast_truth(ctx, name: str, known: str | None = None) -> RiskAwarePac
     return ctx.choose(name, candidates)
 
 
-def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:
-    """ORACLE: `forecast_peak` as validation fits it, with the true future in place of its forecast of one part
-    of the jobs (`sim.forecast.TruthOverForecaster`, `known` "running" or "arriving"); every other choice (level,
-    mode, fallback, the young jobs it takes at their request) is the rule's own. The rule is fitted once per
-    context for both parts, and `forecast_peak`'s own entry in `ctx.choices` is left as it was. None where the
-    rule cannot be fitted or keeps a forecaster with a value per level (`TuningConfig.peak_calibrated`'s
-    candidate), which this split does not cover."""
-    from sim.forecast import TruthOverForecaster
+def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
+    """(`forecast_peak` as validation fits it, its choices), fitted once per context for the rules built on it
+    (`fit_peak_truth`, `fit_peak_adaptive`); `forecast_peak`'s own entry in `ctx.choices` is left as it was."""
 
     def fitted():
         before = ctx.choices.get("forecast_peak")
@@ -1054,7 +1050,61 @@ def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:
             ctx.choices["forecast_peak"] = before
         return rule, choice
 
-    rule, choice = ctx.cached(("forecast_peak_truth", "rule"), fitted)
+    return ctx.cached(("forecast_peak_truth", "rule"), fitted)
+
+
+def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePacking | None:
+    """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
+    following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
+    worth `prior_events` rises, the level 1 - (1 - q) / ratio rounded up to `ADAPTED_LEVELS`). Where validation
+    kept the hybrid for `forecast_peak` (no level to adapt) it is that rule under this name; None where
+    `forecast_peak` cannot be fitted or keeps a forecaster with a value per level."""
+    from sim.peak_forecast import PeakQuantileForecaster
+    from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_rate
+
+    rule, choice = _peak_rule_once(ctx)
+    inner = None if rule is None else uncached(rule.forecaster)
+    if isinstance(inner, RecallOverlay):
+        inner = uncached(inner.inner)
+    if rule is None or not is_point_forecaster(inner):
+        warnings.warn(
+            f"{name}: forecast_peak kept no point forecaster at {ctx.where}: not fitted", stacklevel=2
+        )
+        return None
+    if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks: nothing to adapt
+        ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False}
+        return replace(rule, name=name)
+    table = inner.table
+    if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
+        wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
+        table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
+    rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(ctx.split()[0], prior_events))
+    adapted = ShiftAdaptedPeakForecaster(table, rate, level=rule.risk.level, horizon=inner.horizon)
+    _, measured = _peak_table(ctx, table.use_labels, rule.risk.use_durations)
+    ctx.choices[name] = {
+        **copy.deepcopy(choice),
+        "rise_adapted": True,
+        "rise_rate_train": rate.hazard,
+        "rise_prior_events": prior_events,
+        "adapted_levels": list(table.levels),
+    }
+    return replace(rule, forecaster=with_recall(adapted, measured), name=name)
+
+
+ADAPTED_LEVELS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99)
+"""The levels `fit_peak_adaptive`'s table has: the grid an env's adapted level is rounded up to."""
+
+
+def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:
+    """ORACLE: `forecast_peak` as validation fits it, with the true future in place of its forecast of one part
+    of the jobs (`sim.forecast.TruthOverForecaster`, `known` "running" or "arriving"); every other choice (level,
+    mode, fallback, the young jobs it takes at their request) is the rule's own. The rule is fitted once per
+    context for both parts, and `forecast_peak`'s own entry in `ctx.choices` is left as it was. None where the
+    rule cannot be fitted or keeps a forecaster with a value per level (`TuningConfig.peak_calibrated`'s
+    candidate), which this split does not cover."""
+    from sim.forecast import TruthOverForecaster
+
+    rule, choice = _peak_rule_once(ctx)
     inner = None if rule is None else uncached(rule.forecaster)
     if inner is None or not is_point_forecaster(inner):
         warnings.warn(

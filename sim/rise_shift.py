@@ -1,0 +1,186 @@
+"""How often this episode's jobs rise above their first step, against the training jobs: an online signal of
+workload shift, and the remaining-peak rule whose quantile level follows it.
+
+Why: the simulator admits a job on its first step's usage (`SimConfig.placement_check` "first_step"), so a
+policy that packs on current usage (First-Fit on the mask) overshoots only when placed jobs later rise above that
+step. `forecast_peak` packs at a level q of each job's remaining-peak quantile fitted on the training jobs, and so
+assumes the training jobs' rate of rising. On the shared trace's 84 Bitbrains VMs that rate differs from split to
+split: a job-step's chance of a first rise is 0.004-0.008 on the training splits of seeds 15-23, while the test
+splits run at 0.13-1.9 times their own training rate (0.13 at seed 18, 0.33-0.41 at seeds 17, 20 and 21, 1.89 at
+seed 23; 2026-12-05, `benchmarks/rule_generalisation.py`). Those quiet test sets are the ones where First-Fit beats
+every rule fitted on the training jobs. The rate is observable online: every job placed so far in the episode
+shows, step by step, whether it has risen yet.
+
+The estimate (observed usage only): a job's first rise is the first step k >= 1 of its life at which its usage
+exceeds its step-0 usage in some resource. A job with n observed steps has been at risk for min(first rise, n - 1)
+steps, and has risen by now when its first rise is at most n - 1. The training rate h (`fit_rise_rate`) pools
+events and exposure over the fit sequences' whole jobs; an episode's rate pools them over its jobs placed so far
+(`episode_counts`). The ratio is the posterior mean of a Gamma prior worth `prior_events` first rises at the
+training rate: (events + a) / (a + h x exposure), 1 before anything is observed, and the episode's own ratio once
+its events outnumber a (`rate_ratio`). A rate that holds the whole episode keeps its mean; computed on a training
+split's own sequences the ratio is 0.6-2.2 per sequence.
+
+The level (`adapted_level`): if a shift scales every cell's chance of a rise by the ratio rho and leaves what a
+rising job does unchanged (label shift in the rise), the chance that a job's remaining peak exceeds x (x at least
+its peak so far) is rho x the training chance, so the training quantile at level 1 - (1 - q) / rho has tail 1 - q
+under the shifted rate. The level used is the smallest level of the table at or above it (the cautious side),
+within [0.5, the table's top]: rho < 1 packs tighter than q, rho > 1 more cautiously.
+
+`ShiftAdaptedPeakForecaster` serves each env's adapted level of the remaining-peak table as a flat point forecast
+(`sim.peak_forecast.PeakQuantileForecaster` at a level per env). Its value for a job depends on the episode's
+other jobs, so it is never cached by (job, observed steps) (`sim.forecast.with_cache` leaves point forecasters
+uncached) and the compiled decision kernel does not apply (its numpy path runs).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State, observed_labels
+from sim.forecast import levels_of, n_observed, observed_peak, spread_flat
+from sim.jobs import JobBatch
+from sim.peak_forecast import PeakQuantileTable, _remaining, observed_at_peak
+
+NEVER = np.iinfo(np.int64).max // 4
+"""First-rise step of a job that never rises within its life."""
+MIN_LEVEL = 0.5
+"""The lowest level the adapted rule packs at (the median remaining peak)."""
+_FIRST_RISE: list[tuple[weakref.ref, np.ndarray]] = []
+
+
+def first_rise_steps(jobs: JobBatch) -> np.ndarray:
+    """(B, J) int64 the first step k >= 1 of each job's life at which its usage exceeds its step-0 usage in some
+    resource; `NEVER` where it never does within its duration (and for padding rows). Computed from the whole
+    usage once per batch (kept while the batch lives); readers reveal it only up to each job's observed steps
+    (`episode_counts`), so nothing of the future leaks."""
+    for ref, steps in _FIRST_RISE:
+        if ref() is jobs:
+            return steps
+    usage = jobs.usage
+    alive = np.arange(usage.shape[2])[None, None, :] < jobs.duration[..., None]
+    up = (usage > usage[:, :, :1, :]).any(axis=3) & alive
+    up[:, :, 0] = False
+    steps = np.where(up.any(axis=2), up.argmax(axis=2), NEVER).astype(np.int64)
+    _FIRST_RISE[:] = [(r, s) for r, s in _FIRST_RISE if r() is not None][-7:]
+    _FIRST_RISE.append((weakref.ref(jobs), steps))
+    return steps
+
+
+@dataclass(frozen=True)
+class RiseRate:
+    """The training jobs' rate of first rises per job-step at risk, and the prior an episode's ratio starts from."""
+
+    hazard: float
+    """First rises per job-step at risk over the fit sequences' jobs."""
+    events: int
+    """Training jobs that rose (the numerator)."""
+    exposure: int
+    """Training job-steps at risk (the denominator)."""
+    prior_events: float = 10.0
+    """Weight of the prior (ratio 1) in first rises: an episode's ratio moves halfway to its own once it has shown
+    this many."""
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.hazard) and self.hazard > 0):
+            raise ValueError(
+                f"RiseRate: the training jobs' rise rate must be > 0, got {self.hazard} ({self.events} rises in "
+                f"{self.exposure} job-steps): a training split whose jobs never rise gives no rate to shift from"
+            )
+        if not self.prior_events > 0:
+            raise ValueError(f"RiseRate.prior_events must be > 0, got {self.prior_events}")
+
+
+def fit_rise_rate(jobs: JobBatch, prior_events: float = 10.0) -> RiseRate:
+    """The `RiseRate` of every real job of `jobs` (training sequences) over its whole life. ValueError naming the
+    batch when it has no job or its jobs never rise."""
+    real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    if not real.any():
+        raise ValueError("fit_rise_rate: the training batch holds no job")
+    first = first_rise_steps(jobs)
+    events = int((real & (first < jobs.duration)).sum())
+    exposure = int(np.where(real, np.minimum(first, np.maximum(jobs.duration - 1, 0)), 0).sum())
+    hazard = events / exposure if exposure else float("nan")
+    return RiseRate(hazard=hazard, events=events, exposure=exposure, prior_events=prior_events)
+
+
+def episode_counts(state: State) -> tuple[np.ndarray, np.ndarray]:
+    """((B,) first rises, (B,) job-steps at risk) over each env's jobs placed so far (finished ones included),
+    from their observed steps only."""
+    n_envs, n_jobs = state.job_machine.shape
+    env = np.repeat(np.arange(n_envs), n_jobs)
+    job = np.tile(np.arange(n_jobs), n_envs)
+    n_obs = n_observed(state, env, job).reshape(n_envs, n_jobs)
+    first = first_rise_steps(state.jobs)
+    seen = np.maximum(n_obs - 1, 0)
+    events = ((first <= seen) & (n_obs > 0)).sum(axis=1)
+    exposure = np.minimum(first, seen).sum(axis=1)
+    return events, exposure
+
+
+def rate_ratio(rate: RiseRate, state: State) -> np.ndarray:
+    """(B,) each env's posterior mean of its rise rate over the training rate (module docstring)."""
+    events, exposure = episode_counts(state)
+    a = rate.prior_events
+    return (events + a) / (a + rate.hazard * exposure)
+
+
+def adapted_level(level: float, ratio: np.ndarray, levels: tuple[float, ...]) -> np.ndarray:
+    """(B,) indices into `levels` (ascending) of the level each env packs at: the smallest at or above
+    1 - (1 - `level`) / ratio, within [`MIN_LEVEL`, the top level]."""
+    grid = np.asarray(levels, dtype=np.float64)
+    target = 1.0 - (1.0 - level) / np.maximum(np.asarray(ratio, dtype=np.float64), 1e-12)
+    target = np.clip(target, max(MIN_LEVEL, grid[0]), grid[-1])
+    return np.minimum(np.searchsorted(grid, target - 1e-9, side="left"), grid.size - 1)
+
+
+@dataclass(frozen=True)
+class ShiftAdaptedPeakForecaster:
+    """A point forecaster: each job's remaining-peak quantile (`PeakQuantileTable`) at its env's adapted level
+    (`adapted_level` of `level` by the env's `rate_ratio`), held flat over steps t + 1 .. t + `horizon`."""
+
+    table: PeakQuantileTable = field(repr=False)
+    rate: RiseRate
+    level: float = 0.9
+    """The level fitted on validation (`forecast_peak`'s): the one used at ratio 1."""
+    horizon: int = 24
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The table's levels (a risk rule checks that its level is one of them; every level is this point)."""
+        return self.table.levels
+
+    @property
+    def reads_labels(self) -> bool:
+        return self.table.use_labels
+
+    def env_levels(self, state: State) -> np.ndarray:
+        """(B,) the level each env packs at now."""
+        grid = np.asarray(self.table.levels)
+        return grid[adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels)]
+
+    def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, D) each job's quantile at its env's level, held at every step (`sim.forecast.flat_forecast`)."""
+        env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
+        which = adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels)[env]
+        n_obs, peak = observed_peak(state, env, job)
+        values = self.table.lookup_levels(
+            self.table.levels,
+            state.jobs.request[env, job].astype(np.int64),
+            peak,
+            n_obs,
+            observed_labels(state)[env, job],
+            _remaining(self.table, state, env, job, n_obs),
+            observed_at_peak(self.table, state, env, job, n_obs, peak),
+        )  # (N, L, D)
+        return values[np.arange(env.size), which].astype(np.float64)
+
+    def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        """(N, H, D) the quantile at every step."""
+        return spread_flat(self.flat(cfg, state, env, job), self.horizon)
+
+    def forecast(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
+        return levels_of(self.point(cfg, state, env, job), len(self.table.levels))
