@@ -156,6 +156,7 @@ COMPARE = (
     "n_sigma_observed",
     "max_pct_n_sigma_observed",
     "forecast_peak",
+    "forecast_peak_adaptive",
 )
 """The rules `--compare` runs by default: every non-oracle heuristic of `eval__results` (request-based, the hybrid,
 Google's predictors) and the forecast rule that meets the bar (its knobs fitted on the same training split)."""

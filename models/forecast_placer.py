@@ -132,6 +132,7 @@ from sim.policies import (
     promote_queued_job,
     valid_machines,
 )
+from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster
 from sim.risk import (
     PeakPredictorPacking,
     PersistenceForecaster,
@@ -890,6 +891,14 @@ def forecaster_spec(forecaster) -> dict | None:
         }
     if isinstance(forecaster, RemainingPeakQuantiles):
         return {"kind": "remaining_peak", **_table_spec(forecaster.table), "horizon": forecaster.horizon}
+    if isinstance(forecaster, ShiftAdaptedPeakForecaster):
+        return {
+            "kind": "rise_adapted",
+            **_table_spec(forecaster.table),
+            "level": forecaster.level,
+            "horizon": forecaster.horizon,
+            "rate": asdict(forecaster.rate),
+        }
     from models.usage_forecast import QuantileUsageForecaster
 
     if isinstance(forecaster, QuantileUsageForecaster):
@@ -956,6 +965,10 @@ def forecaster_from_spec(spec: dict | None):
         )
     if spec["kind"] == "remaining_peak":
         return RemainingPeakQuantiles(_table_from_spec(spec), int(spec["horizon"]))
+    if spec["kind"] == "rise_adapted":
+        return ShiftAdaptedPeakForecaster(
+            _table_from_spec(spec), RiseRate(**spec["rate"]), float(spec["level"]), int(spec["horizon"])
+        )
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles
 

@@ -6,7 +6,8 @@
   `packer_pick` and `sjf_pick`: the same with Packer's or SJF's preference computed in the kernel;
   `tetris_pick`: `sim.policies.Tetris.pick_job` (the same kernel).
 - `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
-  forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut) or the hybrid's
+  forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut; or its form with a level
+  per env, `sim.rise_shift.ShiftAdaptedPeakForecaster`, whose rows `risk_act_args` computes) or the hybrid's
   `PersistenceForecaster` (each job's peak so far) over a DeepRM fallback (SJF or Packer: Best-Fit by requests),
   Tetris (the first machine the head fits), `BestFit` (by usage now) or `FirstFit`, deviation rows, bounds and
   choice as there.
@@ -36,6 +37,7 @@ from sim.core import State, observed_labels
 from sim.forecast import find_level
 from sim.jobs import JobBatch
 from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, PeakQuantileForecaster
+from sim.rise_shift import ShiftAdaptedPeakForecaster, adapted_level, rate_ratio
 
 AGE_EDGE_ARRAY = np.asarray(AGE_EDGES, dtype=np.int64)
 REMAINING_EDGE_ARRAY = np.asarray(REMAINING_EDGES, dtype=np.int64)
@@ -176,8 +178,9 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
     fallback = type(rule._fallback())
     persist = type(forecaster) is PersistenceForecaster and forecaster.statistic == "peak"
     kind = _fallback_kind(fallback)
+    adapted = type(forecaster) is ShiftAdaptedPeakForecaster  # a level per env (`sim.rise_shift`)
     if (
-        not (persist or type(forecaster) is PeakQuantileForecaster)
+        not (persist or adapted or type(forecaster) is PeakQuantileForecaster)
         or kind is None
         or risk.mode not in ("deviate", "pack")
     ):
@@ -198,6 +201,8 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         level_row = find_level(table.levels, forecaster.level)
         if level_row is None:
             return None
+        if adapted:
+            level_row = adapted_level(forecaster.level, rate_ratio(forecaster.rate, state), table.levels)
         values, use_labels, use_remaining = levels_last(table.values), table.use_labels, table.use_remaining
         cells, order, rows = prefix_args(jobs, values)
     noise, has_noise = noise_args(state)
@@ -206,7 +211,8 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         state.job_start, state.busy_until, jobs.duration, jobs.usage, jobs.request,
         observed_labels(state), state.timeline, noise, has_noise,
         _CHECKS[cfg.placement_check], np.asarray(cfg.capacity_units, dtype=np.int64), cells, order, rows,
-        values, level_row, use_labels, use_remaining, AGE_EDGE_ARRAY,
+        values, np.broadcast_to(np.asarray(level_row, dtype=np.int64), state.t.shape).copy(), use_labels,
+        use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), kind, risk.mode == "pack", out, persist, prefix.peak,
     )  # fmt: skip
@@ -508,7 +514,8 @@ def _rule_values(
     use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, counts, out,
     persist, peak,
 ):  # fmt: skip
-    """out (D,): job j's quantile (its request while young) where it lives past t and `counts`, else 0
+    """out (D,): job j's quantile at env b's level row `level_row[b]` (its request while young) where it lives
+    past t and `counts`, else 0
     (`sim.risk.flat_values` times its being alive); False where a quantile is negative. With `persist` every
     quantile is the job's peak so far (`peak`, the batch's `ObservedPrefix.peak`), its request before anything is
     observed, as `models.forecast_placer.persistence_rule_act` reads it; False where that peak is NaN."""
@@ -535,7 +542,7 @@ def _rule_values(
     )  # fmt: skip
     for d in range(out.shape[0]):
         r, p = resource_cell(b, j, d, request, cells, row, job_row, last, values.shape[1])
-        v = values[d, r, p, a, e, rem, level_row]
+        v = values[d, r, p, a, e, rem, level_row[b]]
         if v < 0:
             return False
         if is_young:

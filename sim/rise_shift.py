@@ -29,7 +29,8 @@ within [0.5, the table's top]: rho < 1 packs tighter than q, rho > 1 more cautio
 `ShiftAdaptedPeakForecaster` serves each env's adapted level of the remaining-peak table as a flat point forecast
 (`sim.peak_forecast.PeakQuantileForecaster` at a level per env). Its value for a job depends on the episode's
 other jobs, so it is never cached by (job, observed steps) (`sim.forecast.with_cache` leaves point forecasters
-uncached) and the compiled decision kernel does not apply (its numpy path runs).
+uncached). The compiled decision kernel (`sim.compiled_decision.risk_act`, and the placer's `decide` for an
+advisor of this form) reads each env's table row from `adapted_level`, as `flat` does.
 """
 
 from __future__ import annotations

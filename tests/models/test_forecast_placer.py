@@ -795,6 +795,25 @@ def test_a_peak_quantile_base_is_its_rule_and_survives_the_checkpoint_format() -
     assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
 
 
+def test_a_rise_adapted_rule_survives_the_checkpoint_format() -> None:
+    """`forecast_peak_adaptive`'s form (the remaining-peak table at a level per env, `sim.rise_shift`) as a saved
+    rule: `base_spec` / `base_from_spec` give back the same decisions, its training rate included."""
+    from sim.peak_forecast import fit_peak_quantiles
+    from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_rate
+
+    train = _square_jobs(4, 30, seed=33)
+    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    adapted = ShiftAdaptedPeakForecaster(table, fit_rise_rate(train), level=0.75, horizon=30)
+    rule = RiskAwarePacking(adapted, make_policy("tetris"), RiskConfig(level=0.75, mode="pack"), "adaptive")
+    jobs = _square_jobs(2, 30, seed=34)
+    expected = _actions(rule, jobs)
+    spec = fp.base_spec(rule)
+    assert spec["forecaster"]["kind"] == "rise_adapted"
+    back = fp.base_from_spec(torch.load(_saved(spec), weights_only=True))
+    assert back.forecaster.rate == adapted.rate and back.forecaster.level == 0.75
+    assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
+
+
 def _saved(obj) -> io.BytesIO:
     """`obj` written by torch.save, ready to read back (what a checkpoint file holds)."""
     buf = io.BytesIO()

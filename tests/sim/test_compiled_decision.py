@@ -92,6 +92,34 @@ def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch,
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 
+@pytest.mark.parametrize("mode", ["deviate", "pack"])
+def test_the_rise_adapted_rule_decides_as_the_numpy_path(mode, monkeypatch, square_jobs) -> None:
+    """`forecast_peak_adaptive`'s form (`sim.rise_shift.ShiftAdaptedPeakForecaster`): each env's table row is
+    its own adapted level; the kernel decides as the numpy path while the envs' levels differ."""
+    from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster
+
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.6, 0.75, 0.9), min_count=3)
+    rate = RiseRate(hazard=0.05, events=1, exposure=20, prior_events=2.0)  # envs drift apart quickly
+    forecaster = ShiftAdaptedPeakForecaster(table, rate, level=0.75, horizon=12)
+    rule = RiskAwarePacking(
+        forecaster, make_policy("deeprm_sjf"), RiskConfig(level=0.75, mode=mode), name="r"
+    )
+    state = core.reset(cfg, square_jobs(6, 30, seed=2), 0)
+    rng = np.random.default_rng(0)
+    n_mixed = 0
+    while not state.is_done.all():
+        got = compiled_decision.risk_act(cfg, state, rule)
+        assert got is not None
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        assert np.array_equal(got, rule.act(cfg, state, rng))
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        n_mixed += np.unique(forecaster.env_levels(state)).size > 1
+        state, act = decide(rule, cfg, state, rng)
+        state, *_ = core.step(cfg, state, act)
+    assert n_mixed > 0
+
+
 HYBRID_CASES = {
     "packer_deviate_noise": (
         SimConfig(n_machines=4, max_steps=400, noise_max_units=1),

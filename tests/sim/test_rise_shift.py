@@ -1,0 +1,158 @@
+"""The online rise-rate signal (`sim.rise_shift`) and the rule whose level follows it (`forecast_peak_adaptive`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.peak_forecast import fit_peak_quantiles
+from sim.policies import POLICIES, decide, make_policy
+from sim.rise_shift import (
+    NEVER,
+    RiseRate,
+    ShiftAdaptedPeakForecaster,
+    adapted_level,
+    episode_counts,
+    first_rise_steps,
+    fit_rise_rate,
+    rate_ratio,
+)
+from sim.tuning import FitContext, TuningConfig
+
+CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
+
+
+def _jobs(n_rows: int, n_jobs: int, seed: int, p_rise: float) -> JobBatch:
+    """Jobs requesting 6 of 8 units that use 1 unit, a share `p_rise` of them rising to 4 from their fourth step."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, rises = int(rng.integers(6, 20)), rng.random() < p_rise
+            usage = [[4 if rises and a >= 3 else 1, 1] for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [6, 6]})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def _run(jobs: JobBatch, n_steps: int) -> core.State:
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    for _ in range(n_steps):
+        state, act = decide(make_policy("tetris"), CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    return state
+
+
+def test_first_rise_is_the_first_step_above_step_zero_in_any_resource() -> None:
+    jobs = JobBatch.from_jobs(
+        [
+            [
+                {
+                    "arrival_step": 0,
+                    "usage": [[2, 2], [2, 1], [1, 3], [5, 5]],
+                    "request": [6, 6],
+                    "ec_label": 0,
+                },
+                {"arrival_step": 0, "usage": [[3, 3], [3, 3], [2, 1]], "request": [6, 6], "ec_label": 0},
+            ]
+        ]
+    )
+    np.testing.assert_array_equal(first_rise_steps(jobs)[0, :2], [2, NEVER])
+    rate = fit_rise_rate(jobs)
+    # one rise (job 0 at step 2: at risk at steps 1 and 2), job 1 at risk at steps 1 and 2 without one
+    assert (rate.events, rate.exposure) == (1, 4) and rate.hazard == pytest.approx(0.25)
+
+
+def test_a_split_that_never_rises_or_holds_no_job_is_a_clear_error() -> None:
+    flat = JobBatch.from_jobs(
+        [[{"arrival_step": 0, "usage": [[1, 1]] * 4, "request": [6, 6], "ec_label": 0}]]
+    )
+    with pytest.raises(ValueError, match="never rise"):
+        fit_rise_rate(flat)
+    with pytest.raises(ValueError, match="prior_events"):
+        RiseRate(hazard=0.1, events=1, exposure=10, prior_events=0.0)
+
+
+def test_the_episode_counts_read_no_future_usage() -> None:
+    """Changing every unobserved step (a queued job's all of them) changes neither the counts nor the ratio."""
+    jobs = _jobs(3, 30, seed=1, p_rise=0.5)
+    state = _run(jobs, 12)
+    rate = fit_rise_rate(_jobs(4, 30, seed=2, p_rise=0.5))
+    events, exposure = episode_counts(state)
+    assert events.sum() > 0 and (exposure > 0).all()
+    n_obs = np.where(state.job_machine >= 0, state.t[:, None] - state.job_start + 1, 0)
+    future = np.arange(jobs.max_duration)[None, None, :] >= n_obs[:, :, None]
+    changed = replace(state, jobs=replace(jobs, usage=np.where(future[..., None], np.int16(7), jobs.usage)))
+    assert not np.array_equal(changed.jobs.usage, jobs.usage)
+    got = episode_counts(changed)
+    np.testing.assert_array_equal(got[0], events)
+    np.testing.assert_array_equal(got[1], exposure)
+    np.testing.assert_array_equal(rate_ratio(rate, changed), rate_ratio(rate, state))
+
+
+def test_the_ratio_starts_at_one_and_tracks_a_quieter_episode() -> None:
+    rate = fit_rise_rate(_jobs(6, 40, seed=3, p_rise=0.5))
+    np.testing.assert_allclose(rate_ratio(rate, core.reset(CFG, _jobs(2, 40, seed=4, p_rise=0.05), 0)), 1.0)
+    quiet = rate_ratio(rate, _run(_jobs(2, 40, seed=4, p_rise=0.05), 60))
+    busy = rate_ratio(rate, _run(_jobs(2, 40, seed=4, p_rise=0.5), 60))
+    assert (quiet < 0.6).all() and (np.abs(busy - 1.0) < 0.4).all()
+
+
+def test_the_adapted_level_is_rounded_up_to_the_grid_within_its_floor_and_top() -> None:
+    grid = (0.5, 0.75, 0.8, 0.9, 0.95, 0.99)
+    got = adapted_level(0.9, np.array([1.0, 0.5, 0.45, 2.0, 0.1, 50.0]), grid)
+    # 1 - 0.1 / ratio: 0.9, 0.8, 0.778 (up to 0.8), 0.95, -0.0 (floor 0.5), 0.998 (the top)
+    np.testing.assert_array_equal(np.asarray(grid)[got], [0.9, 0.8, 0.8, 0.95, 0.5, 0.99])
+
+
+def test_at_the_training_rate_the_forecaster_is_the_fixed_level_one() -> None:
+    train = _jobs(6, 40, seed=5, p_rise=0.3)
+    table = fit_peak_quantiles(train, CFG, (0.5, 0.75, 0.9, 0.99), use_labels=False, min_count=5)
+    state = _run(_jobs(2, 40, seed=6, p_rise=0.3), 15)
+    bi, ji = np.nonzero(state.jobs.is_real)
+    even = RiseRate(hazard=1e9, events=1, exposure=1)  # so large a training rate that every ratio is ~0
+    adaptive = ShiftAdaptedPeakForecaster(table, even, level=0.9, horizon=5)
+    np.testing.assert_array_equal(adaptive.env_levels(state), [0.5, 0.5])
+    np.testing.assert_array_equal(
+        adaptive.flat(CFG, state, bi, ji), table.forecaster(0.5, horizon=5).flat(CFG, state, bi, ji)
+    )
+    fresh = core.reset(CFG, state.jobs, 0)  # nothing observed: ratio 1, the fitted level
+    rate = fit_rise_rate(train)
+    np.testing.assert_array_equal(
+        ShiftAdaptedPeakForecaster(table, rate, level=0.9, horizon=5).flat(CFG, fresh, bi, ji),
+        table.forecaster(0.9, horizon=5).flat(CFG, fresh, bi, ji),
+    )
+
+
+def test_the_adaptive_rule_is_fitted_on_training_only_and_takes_valid_actions() -> None:
+    """Fitted on a busy training split, the rule packs tighter than forecast_peak on a quiet test split, its
+    choices are forecast_peak's with the training rate beside them, and it never takes a masked action."""
+    train, test = _jobs(24, 40, seed=7, p_rise=0.4), _jobs(3, 40, seed=8, p_rise=0.02)
+    tuning = TuningConfig(peak_levels=(0.9,), peak_modes=("pack",), min_observed=(0,))
+    ctx = FitContext(CFG, train, tuning, where="toy")
+    rule = POLICIES["forecast_peak_adaptive"].fit(ctx)
+    peak = POLICIES["forecast_peak"].fit(ctx)
+    chosen = ctx.choices["forecast_peak_adaptive"]
+    if not chosen["rise_adapted"]:
+        pytest.skip("validation kept the hybrid for forecast_peak on this toy split")
+    assert chosen["level"] == ctx.choices["forecast_peak"]["level"]
+    assert chosen["rise_rate_train"] == pytest.approx(fit_rise_rate(ctx.split()[0]).hazard)
+    levels = []
+    state = core.reset(CFG, test, 0)
+    rng = np.random.default_rng(0)
+    while not state.is_done.all():
+        mask = core.action_mask(CFG, state)
+        levels.append(rule.forecaster.env_levels(state))
+        act = rule.act(CFG, state, rng)
+        assert mask[np.arange(state.batch_size), act][~state.is_done].all()
+        state, *_ = core.step(CFG, state, act)
+    assert min(lv.min() for lv in levels) < 0.9  # the quiet episode packs below the fitted level
+    assert peak.name == "forecast_peak" and rule.name == "forecast_peak_adaptive"
