@@ -48,6 +48,7 @@ RULES = [
     "forecast_recall_hybrid_nodur",
     "forecast_risk_recall",
     "forecast_peak",
+    "forecast_peak_adaptive",
     "forecast_peak_nodur",
     "forecast_peak_noec",
     "forecast_machine_peak",

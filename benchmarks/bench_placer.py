@@ -266,6 +266,13 @@ def main() -> None:
         "many points where any is (default: half the bar's 0.5); 'none': the best validation score alone",
     )
     ap.add_argument(
+        "--rule-shift",
+        action=argparse.BooleanOptionalAction,
+        default=PlacerConfig.rule_shift,
+        help="PlacerConfig.rule_shift: action set 'rule''s level follows each episode's rate of rising jobs "
+        "(sim.rise_shift), as forecast_peak_adaptive's does",
+    )
+    ap.add_argument(
         "--advisor-probe",
         action=argparse.BooleanOptionalAction,
         default=PlacerConfig.advisor_probe,
@@ -436,6 +443,7 @@ def main() -> None:
                 overshoot_budget_pct=args.overshoot_budget,
                 generalise_factor=args.generalise_factor,
                 advisor_probe=args.advisor_probe,
+                rule_shift=args.rule_shift,
                 horizon=args.horizon,
                 **{
                     **SETTINGS[algorithm],

@@ -132,7 +132,7 @@ from sim.policies import (
     promote_queued_job,
     valid_machines,
 )
-from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster
+from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster, adapted_level, fit_rise_rate, rate_ratio
 from sim.risk import (
     PeakPredictorPacking,
     PersistenceForecaster,
@@ -207,6 +207,16 @@ class PlacerConfig:
     safe_level: float | None = None
     """The level of `levels` whose "is_safe_with" input defines the "safe" and "rule" action sets' machines; None:
     the top level. `with_rule_level` sets it (and adds it to `levels`) for "rule"."""
+    rule_shift: bool = False
+    """Action set "rule" only: each env's level follows its episode's rate of rising jobs (`sim.rise_shift`, as
+    `forecast_peak_adaptive`'s does): `safe_level` at ratio 1, 1 - (1 - safe_level) / ratio rounded up to
+    `levels` otherwise (no extra inputs: the levels the network already reads). A quieter episode opens machines
+    safe at a lower level, a busier one closes those safe only at `safe_level`. False: `safe_level` everywhere."""
+    rise_rate: float | None = None
+    """The training fit part's first rises per job-step at risk (`sim.rise_shift.fit_rise_rate`), bound at fit
+    time where `rule_shift` is on (`train_forecast_placer`); saved with the checkpoint."""
+    rise_prior_events: float = 10.0
+    """`rule_shift`: the Gamma prior's weight in first rises (`sim.rise_shift.RiseRate.prior_events`)."""
     base_bonus: float = 2.0
     """Initial logit bonus of the base rule's action (learned). Greedy at init is the base rule for any value > 0;
     the value sets how often sampling explores other valid actions (about (M - 1) e^-b / (1 + (M - 1) e^-b)), and
@@ -310,6 +320,12 @@ class PlacerConfig:
             raise ValueError(f"PlacerConfig.levels must be ascending and start at 0.5, got {self.levels}")
         if self.action_set not in ACTION_SETS:
             raise ValueError(f"PlacerConfig.action_set must be one of {ACTION_SETS}, got {self.action_set!r}")
+        if self.rule_shift and self.action_set != "rule":
+            raise ValueError(
+                f"PlacerConfig.rule_shift moves action set 'rule''s level; action_set is {self.action_set!r}"
+            )
+        if self.rise_rate is not None and not (math.isfinite(self.rise_rate) and self.rise_rate > 0):
+            raise ValueError(f"PlacerConfig.rise_rate must be a rate > 0 or None, got {self.rise_rate}")
         if self.safe_level is not None and not any(abs(self.safe_level - lv) < 1e-9 for lv in self.levels):
             raise ValueError(
                 f"PlacerConfig.safe_level {self.safe_level} must be one of levels {self.levels} (with_rule_level "
@@ -734,20 +750,39 @@ def safe_action_mask(
     base: np.ndarray,
     mask: np.ndarray,
     advice: np.ndarray | None = None,
+    env_levels: np.ndarray | None = None,
 ) -> np.ndarray:
     """(B, M + 1) `PlacerConfig.action_set` "safe" or "rule": of the valid actions `mask`, the base rule's `base`
     (B,), the advisor's `advice` (B,; None: no advisor) and every machine whose "is_safe_with" input at
     `PlacerConfig.safe_level` (None: the top level) is set in `x` (B, M, F). A base or advice the mask forbids
-    (a hold under the hold rule "no_fit") stands for the lowest valid action, which the simulator would take."""
-    level = pcfg.levels[-1] if pcfg.safe_level is None else pcfg.safe_level
-    column = feature_names(pcfg, cfg.n_resources).index(f"is_safe_with_q{round(level * 100)}")
+    (a hold under the hold rule "no_fit") stands for the lowest valid action, which the simulator would take.
+    `env_levels` (B,) indices into `PlacerConfig.levels`: each env's own level (`rule_levels`) instead."""
+    names = feature_names(pcfg, cfg.n_resources)
     keep = np.zeros_like(mask)
-    keep[:, : cfg.n_machines] = x[:, :, column] > 0.5
+    if env_levels is None:
+        level = pcfg.levels[-1] if pcfg.safe_level is None else pcfg.safe_level
+        keep[:, : cfg.n_machines] = x[:, :, names.index(f"is_safe_with_q{round(level * 100)}")] > 0.5
+    else:
+        columns = np.array([names.index(f"is_safe_with_q{round(lv * 100)}") for lv in pcfg.levels])
+        keep[:, : cfg.n_machines] = x[np.arange(x.shape[0]), :, columns[env_levels]] > 0.5
     rows, first_allowed = np.arange(base.size), np.argmax(mask, axis=1)
     for chosen in (base, advice):
         if chosen is not None:  # a forbidden hold (hold rule "no_fit") places as `sim.policies.place` does
             keep[rows, np.where(mask[rows, chosen], chosen, first_allowed)] = True
     return mask & keep
+
+
+def rule_levels(pcfg: PlacerConfig, state: State) -> np.ndarray | None:
+    """(B,) indices into `pcfg.levels` of each env's action-set level under `PlacerConfig.rule_shift`
+    (`sim.rise_shift.adapted_level` of `safe_level` by the env's `rate_ratio`), or None where it is off."""
+    if not pcfg.rule_shift:
+        return None
+    if pcfg.rise_rate is None or pcfg.safe_level is None:
+        raise ValueError(
+            "forecast placer: rule_shift needs a bound safe_level and rise_rate (train_forecast_placer binds them)"
+        )
+    rate = RiseRate(pcfg.rise_rate, 0, 0, pcfg.rise_prior_events)
+    return adapted_level(pcfg.safe_level, rate_ratio(rate, state), pcfg.levels)
 
 
 def rule_level(rule) -> float | None:
@@ -1151,7 +1186,7 @@ class ForecastResidualPolicy:
         if self.advisor is not None and advice is None:
             advice = self.advisor.act(cfg, seen, rng, served=True)
         if self.config.action_set != "valid":
-            mask = safe_action_mask(cfg, self.config, x, base, mask, advice)
+            mask = safe_action_mask(cfg, self.config, x, base, mask, advice, rule_levels(self.config, state))
         inputs = {"x": x, "g": g, "base": base, "mask": mask}
         if self.advisor is not None:
             inputs["advice"] = advice
@@ -2018,9 +2053,18 @@ def train_forecast_placer(
         c = with_rule_level(
             c, level if level is not None else rule_level(base), forecaster_levels(forecaster)
         )
-    if c.action_set == "rule":
-        say(f"action set 'rule': the base's and advisor's actions and the machines safe at q{c.safe_level:g}")
     fit, val = split_validation(train, c.validation_share)
+    if c.rule_shift and c.rise_rate is None:  # the fit part's rate, as forecast_peak_adaptive's
+        try:
+            c = replace(c, rise_rate=fit_rise_rate(fit, c.rise_prior_events).hazard)
+        except ValueError as err:  # no fit job ever rises: nothing to move the level from
+            say(f"rule_shift off: {err}")
+            c = replace(c, rule_shift=False)
+    if c.action_set == "rule":
+        shift = f", moved by the episode's rise rate over {c.rise_rate:.4g}" if c.rule_shift else ""
+        say(
+            f"action set 'rule': the base's and advisor's actions and the machines safe at q{c.safe_level:g}{shift}"
+        )
     fit.observed_prefix  # noqa: B018  once: every iteration's selection of fit sequences shares it
     policy = ForecastResidualPolicy(
         base=base, forecaster=forecaster, config=c, labeller=labeller, advisor=advisor

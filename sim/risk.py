@@ -1074,11 +1074,16 @@ def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePa
     if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks: nothing to adapt
         ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False}
         return replace(rule, name=name)
+    try:
+        rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(ctx.split()[0], prior_events))
+    except ValueError as err:  # no training job ever rises: no rate to shift from, the rule as fitted
+        warnings.warn(f"{name} at {ctx.where}: {err}; kept at forecast_peak's level", stacklevel=2)
+        ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False, "rise_not_adapted_why": str(err)}
+        return replace(rule, name=name)
     table = inner.table
     if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
         wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
         table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
-    rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(ctx.split()[0], prior_events))
     adapted = ShiftAdaptedPeakForecaster(table, rate, level=rule.risk.level, horizon=inner.horizon)
     _, measured = _peak_table(ctx, table.use_labels, rule.risk.use_durations)
     ctx.choices[name] = {

@@ -242,6 +242,56 @@ def test_the_rule_action_set_packs_no_further_than_the_rules_level(square_jobs) 
     assert len(beyond_q99) > 20 and sum(beyond_q99) > 0  # it packs beyond the q99 set, as the rule does
 
 
+def test_the_rule_action_set_follows_each_episodes_rise_rate_with_rule_shift(square_jobs) -> None:
+    """`PlacerConfig.rule_shift`: each env's mask holds the machines safe at its own adapted level (the levels the
+    network reads), the base's and the advisor's actions; off, or unbound, as before or refused; training binds
+    the fit part's rate and the checkpoint keeps it."""
+    from sim.rise_shift import RiseRate, adapted_level, rate_ratio
+
+    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    with pytest.raises(ValueError, match="rule_shift"):
+        PlacerConfig(action_set="valid", rule_shift=True)
+    bound = fp.with_rule_level(PlacerConfig(base_bonus=0.5, action_set="rule", rule_shift=True), 0.75)
+    with pytest.raises(ValueError, match="rise_rate"):
+        fp.rule_levels(bound, core.reset(cfg, square_jobs(2, 30, seed=4), 0))
+    config = replace(bound, rise_rate=0.05, rise_prior_events=2.0)  # envs drift apart quickly
+    assert (
+        fp.rule_levels(replace(config, rule_shift=False), core.reset(cfg, square_jobs(2, 30, 4), 0)) is None
+    )
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
+    )
+    _randomise_residual(policy.ready(cfg))
+    names = fp.feature_names(config, 2)
+    seen_levels: set[float] = set()
+
+    def check(state, inputs, active) -> None:
+        x, base = inputs["x"], inputs["base"]
+        ratio = rate_ratio(RiseRate(0.05, 0, 0, 2.0), state)
+        levels = np.asarray(config.levels)[adapted_level(0.75, ratio, config.levels)]
+        seen_levels.update(levels[~state.is_done].tolist())
+        keep = np.zeros_like(inputs["mask"])
+        for b, lv in enumerate(levels):
+            keep[b, : cfg.n_machines] = x[b, :, names.index(f"is_safe_with_q{round(lv * 100)}")] > 0.5
+        valid, rows = core.action_mask(cfg, state), np.arange(base.size)
+        keep[rows, np.where(valid[rows, base], base, np.argmax(valid, axis=1))] = True
+        assert np.array_equal(inputs["mask"], valid & keep)
+
+    run_rollout(
+        policy, cfg, square_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
+    )
+    assert len(seen_levels) > 1  # the envs' levels moved
+    trained, _ = train_forecast_placer(
+        cfg,
+        square_jobs(8, 30, seed=5),
+        _hybrid(),
+        RemainingPeakQuantiles(table, 12),
+        replace(bound, algorithm="pgpe", n_iterations=1, n_sequences=2, pgpe_pairs=1),
+    )
+    assert trained.config.rule_shift and trained.config.rise_rate > 0
+
+
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
     jobs = _square_jobs(4, 30, seed=5)
     policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))

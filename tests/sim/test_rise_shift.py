@@ -156,3 +156,18 @@ def test_the_adaptive_rule_is_fitted_on_training_only_and_takes_valid_actions() 
         state, *_ = core.step(CFG, state, act)
     assert min(lv.min() for lv in levels) < 0.9  # the quiet episode packs below the fitted level
     assert peak.name == "forecast_peak" and rule.name == "forecast_peak_adaptive"
+
+
+def test_a_training_split_that_never_rises_keeps_the_fitted_level_and_says_so() -> None:
+    train = _jobs(24, 40, seed=9, p_rise=0.0)
+    ctx = FitContext(
+        CFG, train, TuningConfig(peak_levels=(0.9,), peak_modes=("pack",), min_observed=(0,)), where="toy"
+    )
+    peak = POLICIES["forecast_peak"].fit(ctx)
+    with pytest.warns(UserWarning, match="never rise"):
+        rule = POLICIES["forecast_peak_adaptive"].fit(ctx)
+    chosen = ctx.choices["forecast_peak_adaptive"]
+    assert chosen["rise_adapted"] is False
+    if chosen.get("forecaster") == "peak_quantile":
+        assert "never rise" in chosen["rise_not_adapted_why"]
+        assert rule.forecaster == peak.forecaster and rule.name == "forecast_peak_adaptive"
