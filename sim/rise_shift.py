@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State, observed_labels
-from sim.forecast import levels_of, n_observed, observed_peak, spread_flat
+from sim.core import State
+from sim.forecast import levels_of, n_observed, spread_flat
 from sim.jobs import JobBatch
-from sim.peak_forecast import PeakQuantileTable, _remaining, observed_at_peak
+from sim.peak_forecast import PeakQuantileTable, RemainingPeakQuantiles
 
 NEVER = np.iinfo(np.int64).max // 4
 """First-rise step of a job that never rises within its life."""
@@ -167,17 +167,10 @@ class ShiftAdaptedPeakForecaster:
         """(N, D) each job's quantile at its env's level, held at every step (`sim.forecast.flat_forecast`)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
         which = adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels)[env]
-        n_obs, peak = observed_peak(state, env, job)
-        values = self.table.lookup_levels(
-            self.table.levels,
-            state.jobs.request[env, job].astype(np.int64),
-            peak,
-            n_obs,
-            observed_labels(state)[env, job],
-            _remaining(self.table, state, env, job, n_obs),
-            observed_at_peak(self.table, state, env, job, n_obs, peak),
+        every = RemainingPeakQuantiles(self.table, self.horizon).flat_levels(
+            self.table.levels, cfg, state, env, job
         )  # (N, L, D)
-        return values[np.arange(env.size), which].astype(np.float64)
+        return every[np.arange(env.size), which]
 
     def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, H, D) the quantile at every step."""
