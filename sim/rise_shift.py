@@ -35,7 +35,6 @@ advisor of this form) reads each env's table row from `adapted_level`, as `flat`
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,25 +49,22 @@ NEVER = np.iinfo(np.int64).max // 4
 """First-rise step of a job that never rises within its life."""
 MIN_LEVEL = 0.5
 """The lowest level the adapted rule packs at (the median remaining peak)."""
-_FIRST_RISE: list[tuple[weakref.ref, np.ndarray]] = []
 
 
 def first_rise_steps(jobs: JobBatch) -> np.ndarray:
     """(B, J) int64 the first step k >= 1 of each job's life at which its usage exceeds its step-0 usage in some
     resource; `NEVER` where it never does within its duration (and for padding rows). Computed from the whole
-    usage once per batch (kept while the batch lives); readers reveal it only up to each job's observed steps
-    (`episode_counts`), so nothing of the future leaks."""
-    for ref, steps in _FIRST_RISE:
-        if ref() is jobs:
-            return steps
-    usage = jobs.usage
-    alive = np.arange(usage.shape[2])[None, None, :] < jobs.duration[..., None]
-    up = (usage > usage[:, :, :1, :]).any(axis=3) & alive
-    up[:, :, 0] = False
-    steps = np.where(up.any(axis=2), up.argmax(axis=2), NEVER).astype(np.int64)
-    _FIRST_RISE[:] = [(r, s) for r, s in _FIRST_RISE if r() is not None][-7:]
-    _FIRST_RISE.append((weakref.ref(jobs), steps))
-    return steps
+    usage once per batch and kept with it (`JobBatch.rider`: a queue reordering moves it with its jobs); readers
+    reveal it only up to each job's observed steps (`episode_counts`), so nothing of the future leaks."""
+
+    def make() -> np.ndarray:
+        usage = jobs.usage
+        alive = np.arange(usage.shape[2])[None, None, :] < jobs.duration[..., None]
+        up = (usage > usage[:, :, :1, :]).any(axis=3) & alive
+        up[:, :, 0] = False
+        return np.where(up.any(axis=2), up.argmax(axis=2), NEVER).astype(np.int64)
+
+    return jobs.rider("first_rise_steps", make)
 
 
 @dataclass(frozen=True)

@@ -171,3 +171,15 @@ def test_a_training_split_that_never_rises_keeps_the_fitted_level_and_says_so() 
     if chosen.get("forecaster") == "peak_quantile":
         assert "never rise" in chosen["rise_not_adapted_why"]
         assert rule.forecaster == peak.forecaster and rule.name == "forecast_peak_adaptive"
+
+
+def test_first_rises_follow_their_jobs_when_the_queue_is_reordered() -> None:
+    """A job picker reorders the queue in place (`JobBatch.rotate_in_place`): each job's first rise moves with it,
+    so a reordered batch counts what a fresh computation on it counts."""
+    jobs = _jobs(2, 12, seed=10, p_rise=0.5).owned_copy()
+    before = first_rise_steps(jobs).copy()
+    assert np.unique(before[:, 2:9]).size > 1
+    jobs.rotate_in_place(np.array([0, 1]), np.array([2, 3]), np.array([8, 6]))
+    fresh = replace(jobs, usage=jobs.usage.copy())  # the same jobs, nothing kept
+    np.testing.assert_array_equal(first_rise_steps(jobs), first_rise_steps(fresh))
+    assert not np.array_equal(first_rise_steps(jobs), before)
