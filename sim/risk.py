@@ -1063,9 +1063,8 @@ def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePa
     from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_rate
 
     rule, choice = _peak_rule_once(ctx)
-    inner = None if rule is None else uncached(rule.forecaster)
-    if isinstance(inner, RecallOverlay):
-        inner = uncached(inner.inner)
+    outer = None if rule is None else uncached(rule.forecaster)
+    inner = outer.inner if isinstance(outer, RecallOverlay) else outer  # recall over it, kept as it is below
     if rule is None or not is_point_forecaster(inner):
         warnings.warn(
             f"{name}: forecast_peak kept no point forecaster at {ctx.where}: not fitted", stacklevel=2
@@ -1085,7 +1084,6 @@ def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePa
         wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
         table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
     adapted = ShiftAdaptedPeakForecaster(table, rate, level=rule.risk.level, horizon=inner.horizon)
-    _, measured = _peak_table(ctx, table.use_labels, rule.risk.use_durations)
     ctx.choices[name] = {
         **copy.deepcopy(choice),
         "rise_adapted": True,
@@ -1093,7 +1091,9 @@ def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePa
         "rise_prior_events": prior_events,
         "adapted_levels": list(table.levels),
     }
-    return replace(rule, forecaster=with_recall(adapted, measured), name=name)
+    if isinstance(outer, RecallOverlay):
+        adapted = RecallOverlay(adapted, outer.reliability)
+    return replace(rule, forecaster=adapted, name=name)
 
 
 ADAPTED_LEVELS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99)
