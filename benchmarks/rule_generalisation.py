@@ -80,6 +80,7 @@ def main() -> None:
     from models.forecast_placer import paired_interval
     from models.usage_forecast import forecaster_factory
     from sim.policies import POLICIES, make_policy
+    from sim.risk import fit_peak_adaptive
     from sim.rise_shift import fit_rise_rate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -92,12 +93,19 @@ def main() -> None:
     ap.add_argument("--request-mode", default="trace")
     ap.add_argument("--tuning", nargs="*", default=[], help="TuningConfig overrides, KEY=VALUE")
     ap.add_argument(
+        "--floors",
+        default="",
+        help="extra floors of forecast_peak_adaptive's level (e.g. 0.1): each fitted as "
+        "forecast_peak_adaptive@FLOOR and compared with the rule at its default floor",
+    )
+    ap.add_argument(
         "--split-only",
         action="store_true",
         help="print each seed's usage_rises of train and test, fit nothing",
     )
     args = ap.parse_args()
     overrides = tuning_overrides(args.tuning)
+    floors = [float(f) for f in args.floors.split(",") if f.strip()]
     above = beyond = 0
     seeds = seed_list(args.seeds)
     for seed in seeds:
@@ -125,6 +133,10 @@ def main() -> None:
         rules = {name: make_policy(name) for name in HEURISTICS}
         for name in RULES:
             rules[name] = POLICIES[name].fit(ctx)
+        for floor in floors:
+            rules[f"forecast_peak_adaptive@{floor:g}"] = fit_peak_adaptive(
+                ctx, f"forecast_peak_adaptive@{floor:g}", floor=floor
+            )
         fp = ctx.choices["forecast_peak"]
         print(
             f"== seed {seed}: fallback {ctx.fallback_choice()['fallback']}, forecast_peak "
@@ -149,10 +161,14 @@ def main() -> None:
                 f"  | test {tst[0].mean() / 1e6:8.3f} overshoot {tst[1].mean():6.3f} % "
                 f"(worst sequence {np.max(tst[1]):5.2f} %)"
             )
-        for name in ("forecast_peak_adaptive",):
+        best_rolled = max(HEURISTICS, key=lambda n: test_means[n][0])
+        for name in ("forecast_peak_adaptive", *(f"forecast_peak_adaptive@{f:g}" for f in floors)):
             if name not in test_returns:
                 continue
-            for other in ("forecast_peak", "first_fit", max(HEURISTICS, key=lambda n: test_means[n][0])):
+            others = ("forecast_peak", "first_fit", best_rolled)
+            if "@" in name:
+                others = ("forecast_peak_adaptive", *others)
+            for other in others:
                 mean, lo, hi = paired_interval((test_returns[name] - test_returns[other]) / 1e6)
                 print(f"  {name} - {other} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 (paired by sequence)")
         best = max(

@@ -132,7 +132,14 @@ from sim.policies import (
     promote_queued_job,
     valid_machines,
 )
-from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster, adapted_level, fit_rise_rate, rate_ratio
+from sim.rise_shift import (
+    MIN_LEVEL,
+    RiseRate,
+    ShiftAdaptedPeakForecaster,
+    adapted_level,
+    fit_rise_rate,
+    rate_ratio,
+)
 from sim.risk import (
     PeakPredictorPacking,
     PersistenceForecaster,
@@ -933,6 +940,7 @@ def forecaster_spec(forecaster) -> dict | None:
             "level": forecaster.level,
             "horizon": forecaster.horizon,
             "rate": asdict(forecaster.rate),
+            "floor": forecaster.floor,
         }
     from models.usage_forecast import QuantileUsageForecaster
 
@@ -1002,7 +1010,11 @@ def forecaster_from_spec(spec: dict | None):
         return RemainingPeakQuantiles(_table_from_spec(spec), int(spec["horizon"]))
     if spec["kind"] == "rise_adapted":
         return ShiftAdaptedPeakForecaster(
-            _table_from_spec(spec), RiseRate(**spec["rate"]), float(spec["level"]), int(spec["horizon"])
+            _table_from_spec(spec),
+            RiseRate(**spec["rate"]),
+            float(spec["level"]),
+            int(spec["horizon"]),
+            float(spec.get("floor", MIN_LEVEL)),  # specs saved before the floor was a field: its default
         )
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles

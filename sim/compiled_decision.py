@@ -37,7 +37,7 @@ from sim.core import State, observed_labels
 from sim.forecast import find_level
 from sim.jobs import JobBatch
 from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, PeakQuantileForecaster
-from sim.rise_shift import ShiftAdaptedPeakForecaster, adapted_level, rate_ratio
+from sim.rise_shift import ShiftAdaptedPeakForecaster
 
 AGE_EDGE_ARRAY = np.asarray(AGE_EDGES, dtype=np.int64)
 REMAINING_EDGE_ARRAY = np.asarray(REMAINING_EDGES, dtype=np.int64)
@@ -202,7 +202,7 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         if level_row is None:
             return None
         if adapted:
-            level_row = adapted_level(forecaster.level, rate_ratio(forecaster.rate, state), table.levels)
+            level_row = forecaster.level_rows(state)
         values, use_labels, use_remaining = levels_last(table.values), table.use_labels, table.use_remaining
         cells, order, rows = prefix_args(jobs, values)
     noise, has_noise = noise_args(state)

@@ -48,7 +48,7 @@ from sim.peak_forecast import PeakQuantileTable, RemainingPeakQuantiles
 NEVER = np.iinfo(np.int64).max // 4
 """First-rise step of a job that never rises within its life."""
 MIN_LEVEL = 0.5
-"""The lowest level the adapted rule packs at (the median remaining peak)."""
+"""The lowest level the adapted rule packs at by default (the median remaining peak): `adapted_level`'s `floor`."""
 
 
 def first_rise_steps(jobs: JobBatch) -> np.ndarray:
@@ -125,12 +125,14 @@ def rate_ratio(rate: RiseRate, state: State) -> np.ndarray:
     return (events + a) / (a + rate.hazard * exposure)
 
 
-def adapted_level(level: float, ratio: np.ndarray, levels: tuple[float, ...]) -> np.ndarray:
+def adapted_level(
+    level: float, ratio: np.ndarray, levels: tuple[float, ...], floor: float = MIN_LEVEL
+) -> np.ndarray:
     """(B,) indices into `levels` (ascending) of the level each env packs at: the smallest at or above
-    1 - (1 - `level`) / ratio, within [`MIN_LEVEL`, the top level]."""
+    1 - (1 - `level`) / ratio, within [`floor` (at least the lowest level), the top level]."""
     grid = np.asarray(levels, dtype=np.float64)
     target = 1.0 - (1.0 - level) / np.maximum(np.asarray(ratio, dtype=np.float64), 1e-12)
-    target = np.clip(target, max(MIN_LEVEL, grid[0]), grid[-1])
+    target = np.clip(target, max(floor, grid[0]), grid[-1])
     return np.minimum(np.searchsorted(grid, target - 1e-9, side="left"), grid.size - 1)
 
 
@@ -144,6 +146,8 @@ class ShiftAdaptedPeakForecaster:
     level: float = 0.9
     """The level fitted on validation (`forecast_peak`'s): the one used at ratio 1."""
     horizon: int = 24
+    floor: float = MIN_LEVEL
+    """The lowest level an env packs at however quiet its episode (`adapted_level`)."""
 
     @property
     def levels(self) -> tuple[float, ...]:
@@ -157,12 +161,16 @@ class ShiftAdaptedPeakForecaster:
     def env_levels(self, state: State) -> np.ndarray:
         """(B,) the level each env packs at now."""
         grid = np.asarray(self.table.levels)
-        return grid[adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels)]
+        return grid[self.level_rows(state)]
+
+    def level_rows(self, state: State) -> np.ndarray:
+        """(B,) each env's row of the table's levels now (`adapted_level`)."""
+        return adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels, self.floor)
 
     def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, D) each job's quantile at its env's level, held at every step (`sim.forecast.flat_forecast`)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-        which = adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels)[env]
+        which = self.level_rows(state)[env]
         every = RemainingPeakQuantiles(self.table, self.horizon).flat_levels(
             self.table.levels, cfg, state, env, job
         )  # (N, L, D)

@@ -1053,15 +1053,21 @@ def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
     return ctx.cached(("forecast_peak_truth", "rule"), fitted)
 
 
-def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePacking | None:
+def fit_peak_adaptive(
+    ctx, name: str, prior_events: float = 10.0, floor: float | None = None
+) -> RiskAwarePacking | None:
     """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
-    worth `prior_events` rises, the level 1 - (1 - q) / ratio rounded up to `ADAPTED_LEVELS`). Where validation
+    worth `prior_events` rises, the level 1 - (1 - q) / ratio rounded up to `ADAPTED_LEVELS`, never below
+    `floor`: None for `sim.rise_shift.MIN_LEVEL`). Where validation
     kept the hybrid for `forecast_peak` (no level to adapt) it is that rule under this name; None where
     `forecast_peak` cannot be fitted or keeps a forecaster with a value per level."""
     from sim.peak_forecast import PeakQuantileForecaster
-    from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_rate
+    from sim.rise_shift import MIN_LEVEL, ShiftAdaptedPeakForecaster, fit_rise_rate
 
+    floor = MIN_LEVEL if floor is None else float(floor)
+    if not ADAPTED_LEVELS[0] <= floor <= ADAPTED_LEVELS[-1]:
+        raise ValueError(f"{name}: floor {floor} is outside the adapted levels {ADAPTED_LEVELS}")
     rule, choice = _peak_rule_once(ctx)
     outer = None if rule is None else uncached(rule.forecaster)
     inner = outer.inner if isinstance(outer, RecallOverlay) else outer  # recall over it, kept as it is below
@@ -1083,12 +1089,15 @@ def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePa
     if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
         wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
         table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
-    adapted = ShiftAdaptedPeakForecaster(table, rate, level=rule.risk.level, horizon=inner.horizon)
+    adapted = ShiftAdaptedPeakForecaster(
+        table, rate, level=rule.risk.level, horizon=inner.horizon, floor=floor
+    )
     ctx.choices[name] = {
         **copy.deepcopy(choice),
         "rise_adapted": True,
         "rise_rate_train": rate.hazard,
         "rise_prior_events": prior_events,
+        "rise_floor": floor,
         "adapted_levels": list(table.levels),
     }
     if isinstance(outer, RecallOverlay):
@@ -1096,8 +1105,9 @@ def fit_peak_adaptive(ctx, name: str, prior_events: float = 10.0) -> RiskAwarePa
     return replace(rule, forecaster=adapted, name=name)
 
 
-ADAPTED_LEVELS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99)
-"""The levels `fit_peak_adaptive`'s table has: the grid an env's adapted level is rounded up to."""
+ADAPTED_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99)
+"""The levels `fit_peak_adaptive`'s table has: the grid an env's adapted level is rounded up to (the levels
+below its floor are never used; the levels above 0.5 decide alone at the default floor)."""
 
 
 def fit_peak_truth(ctx, name: str, known: str) -> RiskAwarePacking | None:

@@ -852,8 +852,8 @@ def test_a_rise_adapted_rule_survives_the_checkpoint_format() -> None:
     from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_rate
 
     train = _square_jobs(4, 30, seed=33)
-    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.75, 0.9), min_count=5)
-    adapted = ShiftAdaptedPeakForecaster(table, fit_rise_rate(train), level=0.75, horizon=30)
+    table = fit_peak_quantiles(train, CFG, levels=(0.2, 0.5, 0.75, 0.9), min_count=5)
+    adapted = ShiftAdaptedPeakForecaster(table, fit_rise_rate(train), level=0.75, horizon=30, floor=0.2)
     rule = RiskAwarePacking(adapted, make_policy("tetris"), RiskConfig(level=0.75, mode="pack"), "adaptive")
     jobs = _square_jobs(2, 30, seed=34)
     expected = _actions(rule, jobs)
@@ -861,6 +861,9 @@ def test_a_rise_adapted_rule_survives_the_checkpoint_format() -> None:
     assert spec["forecaster"]["kind"] == "rise_adapted"
     back = fp.base_from_spec(torch.load(_saved(spec), weights_only=True))
     assert back.forecaster.rate == adapted.rate and back.forecaster.level == 0.75
+    assert back.forecaster.floor == 0.2
+    old = {k: v for k, v in spec["forecaster"].items() if k != "floor"}  # saved before the floor was a field
+    assert fp.forecaster_from_spec(old).floor == 0.5
     assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
 
 

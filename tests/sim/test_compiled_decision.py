@@ -92,16 +92,18 @@ def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch,
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 
-@pytest.mark.parametrize("mode", ["deviate", "pack"])
-def test_the_rise_adapted_rule_decides_as_the_numpy_path(mode, monkeypatch, square_jobs) -> None:
+@pytest.mark.parametrize(("mode", "floor"), [("deviate", 0.5), ("pack", 0.5), ("pack", 0.25)])
+def test_the_rise_adapted_rule_decides_as_the_numpy_path(mode, floor, monkeypatch, square_jobs) -> None:
     """`forecast_peak_adaptive`'s form (`sim.rise_shift.ShiftAdaptedPeakForecaster`): each env's table row is
-    its own adapted level; the kernel decides as the numpy path while the envs' levels differ."""
+    its own adapted level (a floor below the median included); the kernel decides as the numpy path while the
+    envs' levels differ."""
     from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster
 
     cfg = SimConfig(n_machines=4, max_steps=400)
-    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.6, 0.75, 0.9), min_count=3)
+    levels = (0.25, 0.5, 0.6, 0.75, 0.9)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=levels, min_count=3)
     rate = RiseRate(hazard=0.05, events=1, exposure=20, prior_events=2.0)  # envs drift apart quickly
-    forecaster = ShiftAdaptedPeakForecaster(table, rate, level=0.75, horizon=12)
+    forecaster = ShiftAdaptedPeakForecaster(table, rate, level=0.75, horizon=12, floor=floor)
     rule = RiskAwarePacking(
         forecaster, make_policy("deeprm_sjf"), RiskConfig(level=0.75, mode=mode), name="r"
     )
@@ -114,7 +116,9 @@ def test_the_rise_adapted_rule_decides_as_the_numpy_path(mode, monkeypatch, squa
         monkeypatch.setattr(compiled_decision, "ENABLED", False)
         assert np.array_equal(got, rule.act(cfg, state, rng))
         monkeypatch.setattr(compiled_decision, "ENABLED", True)
-        n_mixed += np.unique(forecaster.env_levels(state)).size > 1
+        now = forecaster.env_levels(state)
+        assert (now >= floor).all()
+        n_mixed += np.unique(now).size > 1
         state, act = decide(rule, cfg, state, rng)
         state, *_ = core.step(cfg, state, act)
     assert n_mixed > 0

@@ -111,6 +111,12 @@ def test_the_adapted_level_is_rounded_up_to_the_grid_within_its_floor_and_top() 
     got = adapted_level(0.9, np.array([1.0, 0.5, 0.45, 2.0, 0.1, 50.0]), grid)
     # 1 - 0.1 / ratio: 0.9, 0.8, 0.778 (up to 0.8), 0.95, -0.0 (floor 0.5), 0.998 (the top)
     np.testing.assert_array_equal(np.asarray(grid)[got], [0.9, 0.8, 0.8, 0.95, 0.5, 0.99])
+    low = (0.1, 0.2, 0.3, *grid)
+    got = adapted_level(0.9, np.array([1.0, 0.13, 0.1, 0.05]), low, floor=0.2)
+    # 1 - 0.1 / ratio: 0.9, 0.23 (up to 0.3), 0.0 and -1.0 (the floor 0.2, not the grid's 0.1)
+    np.testing.assert_array_equal(np.asarray(low)[got], [0.9, 0.3, 0.2, 0.2])
+    # the default floor (the median) leaves the lower levels unused
+    np.testing.assert_array_equal(np.asarray(low)[adapted_level(0.9, np.array([0.05]), low)], [0.5])
 
 
 def test_at_the_training_rate_the_forecaster_is_the_fixed_level_one() -> None:
