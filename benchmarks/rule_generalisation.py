@@ -80,8 +80,8 @@ def main() -> None:
     from models.forecast_placer import paired_interval
     from models.usage_forecast import forecaster_factory
     from sim.policies import POLICIES, make_policy
-    from sim.risk import fit_peak_adaptive
     from sim.rise_shift import fit_rise_rate
+    from sim.risk import fit_peak_adaptive
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
