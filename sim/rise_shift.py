@@ -26,6 +26,12 @@ its peak so far) is rho x the training chance, so the training quantile at level
 under the shifted rate. The level used is the smallest level of the table at or above it (the cautious side),
 within [0.5, the table's top]: rho < 1 packs tighter than q, rho > 1 more cautiously.
 
+At or below level 0 (rho at most 1 - q) the same argument says the level-q remaining peak of a job that has not
+risen yet is its usage without a rise: for the arriving job, its first step, which the simulator's admission
+mask checks on every machine. With `floor` 0 (`MASK_FLOOR`) such an env's arriving job is forecast at 0, leaving it
+to the mask as First-Fit does (nothing of its usage is read: the mask is the environment's), and its running jobs
+at the table's lowest level (`at_mask`). The default floor, 0.5, never goes there.
+
 `ShiftAdaptedPeakForecaster` serves each env's adapted level of the remaining-peak table as a flat point forecast
 (`sim.peak_forecast.PeakQuantileForecaster` at a level per env). Its value for a job depends on the episode's
 other jobs, so it is never cached by (job, observed steps) (`sim.forecast.with_cache` leaves point forecasters
@@ -49,6 +55,8 @@ NEVER = np.iinfo(np.int64).max // 4
 """First-rise step of a job that never rises within its life."""
 MIN_LEVEL = 0.5
 """The lowest level the adapted rule packs at by default (the median remaining peak): `adapted_level`'s `floor`."""
+MASK_FLOOR = 0.0
+"""The floor that lets a quiet env's arriving job be left to the admission mask (module docstring, `at_mask`)."""
 
 
 def first_rise_steps(jobs: JobBatch) -> np.ndarray:
@@ -125,14 +133,18 @@ def rate_ratio(rate: RiseRate, state: State) -> np.ndarray:
     return (events + a) / (a + rate.hazard * exposure)
 
 
+def target_level(level: float, ratio: np.ndarray) -> np.ndarray:
+    """(B,) 1 - (1 - `level`) / ratio: the training level whose tail is 1 - `level` at the shifted rate."""
+    return 1.0 - (1.0 - level) / np.maximum(np.asarray(ratio, dtype=np.float64), 1e-12)
+
+
 def adapted_level(
     level: float, ratio: np.ndarray, levels: tuple[float, ...], floor: float = MIN_LEVEL
 ) -> np.ndarray:
     """(B,) indices into `levels` (ascending) of the level each env packs at: the smallest at or above
     1 - (1 - `level`) / ratio, within [`floor` (at least the lowest level), the top level]."""
     grid = np.asarray(levels, dtype=np.float64)
-    target = 1.0 - (1.0 - level) / np.maximum(np.asarray(ratio, dtype=np.float64), 1e-12)
-    target = np.clip(target, max(floor, grid[0]), grid[-1])
+    target = np.clip(target_level(level, ratio), max(floor, grid[0]), grid[-1])
     return np.minimum(np.searchsorted(grid, target - 1e-9, side="left"), grid.size - 1)
 
 
@@ -147,7 +159,14 @@ class ShiftAdaptedPeakForecaster:
     """The level fitted on validation (`forecast_peak`'s): the one used at ratio 1."""
     horizon: int = 24
     floor: float = MIN_LEVEL
-    """The lowest level an env packs at however quiet its episode (`adapted_level`)."""
+    """The lowest level an env packs at however quiet its episode (`adapted_level`); `MASK_FLOOR` (0): below the
+    table's lowest level, the arriving job left to the admission mask (`at_mask`)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.floor <= self.table.levels[-1]:
+            raise ValueError(
+                f"ShiftAdaptedPeakForecaster.floor must be in [0, {self.table.levels[-1]}], got {self.floor}"
+            )
 
     @property
     def levels(self) -> tuple[float, ...]:
@@ -167,6 +186,13 @@ class ShiftAdaptedPeakForecaster:
         """(B,) each env's row of the table's levels now (`adapted_level`)."""
         return adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels, self.floor)
 
+    def at_mask(self, state: State) -> np.ndarray:
+        """(B,) bool: envs whose adapted level is at or below 0 under a `MASK_FLOOR` floor, whose arriving job is
+        forecast at 0 (left to the admission mask); all False at any other floor."""
+        if self.floor > MASK_FLOOR:
+            return np.zeros(state.t.shape, dtype=bool)
+        return target_level(self.level, rate_ratio(self.rate, state)) <= 0.0
+
     def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, D) each job's quantile at its env's level, held at every step (`sim.forecast.flat_forecast`)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
@@ -174,7 +200,10 @@ class ShiftAdaptedPeakForecaster:
         every = RemainingPeakQuantiles(self.table, self.horizon).flat_levels(
             self.table.levels, cfg, state, env, job
         )  # (N, L, D)
-        return every[np.arange(env.size), which]
+        flat = every[np.arange(env.size), which]
+        arriving_at_mask = self.at_mask(state)[env] & (state.job_machine[env, job] < 0)
+        flat[arriving_at_mask] = 0.0
+        return flat
 
     def point(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, H, D) the quantile at every step."""

@@ -1059,15 +1059,16 @@ def fit_peak_adaptive(
     """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
     worth `prior_events` rises, the level 1 - (1 - q) / ratio rounded up to `ADAPTED_LEVELS`, never below
-    `floor`: None for `sim.rise_shift.MIN_LEVEL`). Where validation
+    `floor`: None for `sim.rise_shift.MIN_LEVEL`; 0 lets a quiet env's arriving job be left to the admission mask,
+    `sim.rise_shift.MASK_FLOOR`). Where validation
     kept the hybrid for `forecast_peak` (no level to adapt) it is that rule under this name; None where
     `forecast_peak` cannot be fitted or keeps a forecaster with a value per level."""
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.rise_shift import MIN_LEVEL, ShiftAdaptedPeakForecaster, fit_rise_rate
 
     floor = MIN_LEVEL if floor is None else float(floor)
-    if not ADAPTED_LEVELS[0] <= floor <= ADAPTED_LEVELS[-1]:
-        raise ValueError(f"{name}: floor {floor} is outside the adapted levels {ADAPTED_LEVELS}")
+    if not (floor == 0.0 or ADAPTED_LEVELS[0] <= floor <= ADAPTED_LEVELS[-1]):
+        raise ValueError(f"{name}: floor {floor} is neither 0 nor within the adapted levels {ADAPTED_LEVELS}")
     rule, choice = _peak_rule_once(ctx)
     outer = None if rule is None else uncached(rule.forecaster)
     inner = outer.inner if isinstance(outer, RecallOverlay) else outer  # recall over it, kept as it is below

@@ -13,6 +13,7 @@ from sim.jobs import JobBatch
 from sim.peak_forecast import fit_peak_quantiles
 from sim.policies import POLICIES, decide, make_policy
 from sim.rise_shift import (
+    MASK_FLOOR,
     NEVER,
     RiseRate,
     ShiftAdaptedPeakForecaster,
@@ -136,6 +137,41 @@ def test_at_the_training_rate_the_forecaster_is_the_fixed_level_one() -> None:
         ShiftAdaptedPeakForecaster(table, rate, level=0.9, horizon=5).flat(CFG, fresh, bi, ji),
         table.forecaster(0.9, horizon=5).flat(CFG, fresh, bi, ji),
     )
+
+
+def test_at_the_mask_floor_a_quiet_env_leaves_its_arriving_job_to_the_mask() -> None:
+    """Floor 0: where an env's target level is at or below 0, its arriving (unplaced) jobs are forecast at 0 and
+    its running jobs at the table's lowest level; at a busy env, and at any other floor, nothing changes."""
+    from sim import compiled_decision
+    from sim.risk import RiskAwarePacking, RiskConfig
+
+    train = _jobs(6, 40, seed=5, p_rise=0.3)
+    table = fit_peak_quantiles(train, CFG, (0.1, 0.5, 0.75, 0.9), use_labels=False, min_count=5)
+    state = _run(_jobs(2, 40, seed=6, p_rise=0.3), 15)
+    bi, ji = np.nonzero(state.jobs.is_real)
+    placed = state.job_machine[bi, ji] >= 0
+    assert placed.any() and (~placed).any()
+    quiet = RiseRate(hazard=1e9, events=1, exposure=1)  # every ratio ~0: target level far below 0
+    at_mask = ShiftAdaptedPeakForecaster(table, quiet, level=0.9, horizon=5, floor=MASK_FLOOR)
+    assert at_mask.at_mask(state).all()
+    flat = at_mask.flat(CFG, state, bi, ji)
+    assert (flat[~placed] == 0).all()
+    np.testing.assert_array_equal(
+        flat[placed], table.forecaster(0.1, horizon=5).flat(CFG, state, bi, ji)[placed]
+    )
+    # the kernel leaves such a decision to the numpy path
+    rule = RiskAwarePacking(at_mask, make_policy("tetris"), RiskConfig(level=0.9, mode="pack"), "r")
+    out = np.zeros(state.batch_size, dtype=np.int64)
+    assert compiled_decision.risk_act_args(CFG, state, rule, out) is None
+    # the default floor never goes below the table: nothing left to the mask
+    default = ShiftAdaptedPeakForecaster(table, quiet, level=0.9, horizon=5)
+    assert not default.at_mask(state).any() and (default.flat(CFG, state, bi, ji)[~placed] > 0).any()
+    # at the training rate (ratio ~1) the mask floor changes nothing
+    busy = ShiftAdaptedPeakForecaster(table, fit_rise_rate(train), level=0.9, horizon=5, floor=MASK_FLOOR)
+    fresh = core.reset(CFG, state.jobs, 0)
+    assert not busy.at_mask(fresh).any()
+    with pytest.raises(ValueError, match="floor"):
+        ShiftAdaptedPeakForecaster(table, quiet, level=0.9, horizon=5, floor=-0.1)
 
 
 def test_the_adaptive_rule_is_fitted_on_training_only_and_takes_valid_actions() -> None:
