@@ -24,7 +24,8 @@ The level (`adapted_level`): if a shift scales every cell's chance of a rise by 
 rising job does unchanged (label shift in the rise), the chance that a job's remaining peak exceeds x (x at least
 its peak so far) is rho x the training chance, so the training quantile at level 1 - (1 - q) / rho has tail 1 - q
 under the shifted rate. The level used is the smallest level of the table at or above it (the cautious side),
-within [0.5, the table's top]: rho < 1 packs tighter than q, rho > 1 more cautiously.
+within [the floor (0.5 by default, the median), the table's top]: rho < 1 packs tighter than q, rho > 1 more
+cautiously.
 
 At or below level 0 (rho at most 1 - q) the same argument says the level-q remaining peak of a job that has not
 risen yet is its usage without a rise: for the arriving job, its first step, which the simulator's admission

@@ -1060,9 +1060,9 @@ def fit_peak_adaptive(
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
     worth `prior_events` rises, the level 1 - (1 - q) / ratio rounded up to `ADAPTED_LEVELS`, never below
     `floor`: None for `sim.rise_shift.MIN_LEVEL`; 0 lets a quiet env's arriving job be left to the admission mask,
-    `sim.rise_shift.MASK_FLOOR`). Where validation
-    kept the hybrid for `forecast_peak` (no level to adapt) it is that rule under this name; None where
-    `forecast_peak` cannot be fitted or keeps a forecaster with a value per level."""
+    `sim.rise_shift.MASK_FLOOR`). Where validation kept the hybrid for `forecast_peak` (no level to adapt) it is
+    that rule under this name; None where `forecast_peak` cannot be fitted or keeps a forecaster with a value per
+    level. ValueError naming the rule for a floor neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.rise_shift import MIN_LEVEL, ShiftAdaptedPeakForecaster, fit_rise_rate
 
