@@ -225,3 +225,11 @@ def test_first_rises_follow_their_jobs_when_the_queue_is_reordered() -> None:
     fresh = replace(jobs, usage=jobs.usage.copy())  # the same jobs, nothing kept
     np.testing.assert_array_equal(first_rise_steps(jobs), first_rise_steps(fresh))
     assert not np.array_equal(first_rise_steps(jobs), before)
+
+
+def test_a_floor_neither_0_nor_on_the_adapted_grid_is_a_clear_error() -> None:
+    from sim.risk import fit_peak_adaptive
+
+    ctx = FitContext(CFG, _jobs(4, 20, seed=11, p_rise=0.3), TuningConfig(), where="toy")
+    with pytest.raises(ValueError, match="forecast_peak_adaptive@0.05: floor 0.05"):
+        fit_peak_adaptive(ctx, "forecast_peak_adaptive@0.05", floor=0.05)
