@@ -3,9 +3,10 @@
 `TuningConfig` defaults, with `--tuning KEY=VALUE` overrides), then prints the choice (fallback heuristic, level,
 mode) and, for the rules and the request-based heuristics, the mean return and overshoot on the validation
 sequences beside the same on the 30 test sequences. No training: about 30 s per seed on the 84 VMs at 80 %.
-The last lines count the seeds where `forecast_peak` is above the best of the rolled heuristics on test (the
-hybrid included; Google's predictors are not rolled here, `bench_placer.py` rolls them) and where its test
-overshoot tops Tetris's by more than the bar's 0.5 point.
+Each seed's last line gives `forecast_peak` - the best of the rolled heuristics on test (the hybrid included;
+Google's predictors are not rolled here, `bench_placer.py` rolls them) with its paired 95 % interval; the last
+lines count the seeds where it is significantly above or below and where its test overshoot tops Tetris's by more
+than the bar's 0.5 point.
 
     python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 3-14
     python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 9 --tuning overshoot_budget_pct=0.5
@@ -106,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     overrides = tuning_overrides(args.tuning)
     floors = [float(f) for f in args.floors.split(",") if f.strip()]
-    above = beyond = 0
+    above = below = beyond = 0
     seeds = seed_list(args.seeds)
     for seed in seeds:
         t0 = time.perf_counter()
@@ -174,20 +175,21 @@ def main() -> None:
         best = max(
             (n for n in test_means if not n.startswith("forecast_peak")), key=lambda n: test_means[n][0]
         )
-        diff = (test_means["forecast_peak"][0] - test_means[best][0]) / 1e6
+        diff, lo, hi = paired_interval((test_returns["forecast_peak"] - test_returns[best]) / 1e6)
         over = test_means["forecast_peak"][1] - test_means["tetris"][1]
-        above += diff > 0
+        above += lo > 0
+        below += hi < 0
         beyond += over > OVERSHOOT_POINTS
         print(
-            f"  forecast_peak - best ({best}) {diff:+.3f} x1e6; overshoot {over:+.3f} points over Tetris "
-            f"({time.perf_counter() - t0:.0f} s)",
+            f"  forecast_peak - best ({best}) {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6; overshoot {over:+.3f} "
+            f"points over Tetris ({time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
     if args.split_only:
         return
     print(
-        f"forecast_peak above the best rolled heuristic at {above} of {len(seeds)} seeds; "
-        f"beyond Tetris's + {OVERSHOOT_POINTS} point at {beyond}"
+        f"forecast_peak significantly above the best rolled heuristic at {above} of {len(seeds)} seeds, "
+        f"significantly below at {below}; beyond Tetris's + {OVERSHOOT_POINTS} point at {beyond}"
     )
 
 
