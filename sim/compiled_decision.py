@@ -202,9 +202,9 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         if level_row is None:
             return None
         if adapted:
-            if forecaster.at_mask(state).any():
+            level_row, at_mask = forecaster.rows_and_mask(state)
+            if at_mask.any():
                 return None  # an arriving job left to the mask: the numpy path (`sim.rise_shift.at_mask`)
-            level_row = forecaster.level_rows(state)
         values, use_labels, use_remaining = levels_last(table.values), table.use_labels, table.use_remaining
         cells, order, rows = prefix_args(jobs, values)
     noise, has_noise = noise_args(state)

@@ -185,24 +185,30 @@ class ShiftAdaptedPeakForecaster:
 
     def level_rows(self, state: State) -> np.ndarray:
         """(B,) each env's row of the table's levels now (`adapted_level`)."""
-        return adapted_level(self.level, rate_ratio(self.rate, state), self.table.levels, self.floor)
+        return self.rows_and_mask(state)[0]
 
     def at_mask(self, state: State) -> np.ndarray:
         """(B,) bool: envs whose adapted level is at or below 0 under a `MASK_FLOOR` floor, whose arriving job is
         forecast at 0 (left to the admission mask); all False at any other floor."""
+        return self.rows_and_mask(state)[1]
+
+    def rows_and_mask(self, state: State) -> tuple[np.ndarray, np.ndarray]:
+        """(`level_rows`, `at_mask`) from one reading of the episode's rate ratio."""
+        ratio = rate_ratio(self.rate, state)
+        rows = adapted_level(self.level, ratio, self.table.levels, self.floor)
         if self.floor > MASK_FLOOR:
-            return np.zeros(state.t.shape, dtype=bool)
-        return target_level(self.level, rate_ratio(self.rate, state)) <= 0.0
+            return rows, np.zeros(state.t.shape, dtype=bool)
+        return rows, target_level(self.level, ratio) <= 0.0
 
     def flat(self, cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> np.ndarray:
         """(N, D) each job's quantile at its env's level, held at every step (`sim.forecast.flat_forecast`)."""
         env, job = np.asarray(env, dtype=np.int64), np.asarray(job, dtype=np.int64)
-        which = self.level_rows(state)[env]
+        rows, at_mask = self.rows_and_mask(state)
         every = RemainingPeakQuantiles(self.table, self.horizon).flat_levels(
             self.table.levels, cfg, state, env, job
         )  # (N, L, D)
-        flat = every[np.arange(env.size), which]
-        arriving_at_mask = self.at_mask(state)[env] & (state.job_machine[env, job] < 0)
+        flat = every[np.arange(env.size), rows[env]]
+        arriving_at_mask = at_mask[env] & (state.job_machine[env, job] < 0)
         flat[arriving_at_mask] = 0.0
         return flat
 
