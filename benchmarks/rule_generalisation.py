@@ -11,6 +11,7 @@ than the bar's 0.5 point.
     python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 3-14
     python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 9 --tuning overshoot_budget_pct=0.5
     python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 15-23 --split-only
+    python benchmarks/rule_generalisation.py --warehouse /tmp/wh84 --load 80 --seeds 54-69 --extra forecast_peak_adaptive_amount
 
 Each seed's first line says how often its training and test jobs rise above their first step's usage
 (`usage_rises`): the quiet test sets, on which First-Fit wins, are the ones whose jobs seldom do.
@@ -100,6 +101,13 @@ def main() -> None:
         "forecast_peak_adaptive@FLOOR and compared with the rule at its default floor",
     )
     ap.add_argument(
+        "--extra",
+        default="",
+        help="more registered rules to fit and roll (e.g. forecast_peak_adaptive_amount): each compared with "
+        "forecast_peak_adaptive, forecast_peak, First-Fit and the best rolled heuristic, and counted as "
+        "forecast_peak is",
+    )
+    ap.add_argument(
         "--split-only",
         action="store_true",
         help="print each seed's usage_rises of train and test, fit nothing",
@@ -107,7 +115,9 @@ def main() -> None:
     args = ap.parse_args()
     overrides = tuning_overrides(args.tuning)
     floors = [float(f) for f in args.floors.split(",") if f.strip()]
-    above = below = beyond = 0
+    extras = [n.strip() for n in args.extra.split(",") if n.strip()]
+    counted = ("forecast_peak", *extras)
+    above, below, beyond = (dict.fromkeys(counted, 0) for _ in range(3))
     seeds = seed_list(args.seeds)
     for seed in seeds:
         t0 = time.perf_counter()
@@ -132,7 +142,7 @@ def main() -> None:
             where=f"{args.source} {args.load} % seed {seed}",
         )
         rules = {name: make_policy(name) for name in HEURISTICS}
-        for name in RULES:
+        for name in (*RULES, *extras):
             rules[name] = POLICIES[name].fit(ctx)
         for floor in floors:
             rules[f"forecast_peak_adaptive@{floor:g}"] = fit_peak_adaptive(
@@ -149,6 +159,13 @@ def main() -> None:
             print(
                 f"   forecast_peak_adaptive: training rise rate {ad['rise_rate_train']:.4f}; test's ratio {ratio:.2f}"
             )
+        am = ctx.choices.get("forecast_peak_adaptive_amount", {})
+        if am.get("rise_amount_train"):
+            factors = ", ".join(f"{s:g}: {f:.2f}" for s, f in am["rise_tail_factors"].items())
+            print(
+                f"   forecast_peak_adaptive_amount: training mean rise {am['rise_amount_train']:.3f} units; "
+                f"tail factor by scale {factors}"
+            )
         test_means, test_returns = {}, {}
         for name, rule in rules.items():
             if rule is None:
@@ -163,11 +180,11 @@ def main() -> None:
                 f"(worst sequence {np.max(tst[1]):5.2f} %)"
             )
         best_rolled = max(HEURISTICS, key=lambda n: test_means[n][0])
-        for name in ("forecast_peak_adaptive", *(f"forecast_peak_adaptive@{f:g}" for f in floors)):
+        for name in ("forecast_peak_adaptive", *(f"forecast_peak_adaptive@{f:g}" for f in floors), *extras):
             if name not in test_returns:
                 continue
             others = ("forecast_peak", "first_fit", best_rolled)
-            if "@" in name:
+            if name != "forecast_peak_adaptive":
                 others = ("forecast_peak_adaptive", *others)
             for other in others:
                 mean, lo, hi = paired_interval((test_returns[name] - test_returns[other]) / 1e6)
@@ -175,22 +192,26 @@ def main() -> None:
         best = max(
             (n for n in test_means if not n.startswith("forecast_peak")), key=lambda n: test_means[n][0]
         )
-        diff, lo, hi = paired_interval((test_returns["forecast_peak"] - test_returns[best]) / 1e6)
-        over = test_means["forecast_peak"][1] - test_means["tetris"][1]
-        above += lo > 0
-        below += hi < 0
-        beyond += over > OVERSHOOT_POINTS
-        print(
-            f"  forecast_peak - best ({best}) {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6; overshoot {over:+.3f} "
-            f"points over Tetris ({time.perf_counter() - t0:.0f} s)",
-            flush=True,
-        )
+        for name in counted:
+            if name not in test_returns:
+                continue
+            diff, lo, hi = paired_interval((test_returns[name] - test_returns[best]) / 1e6)
+            over = test_means[name][1] - test_means["tetris"][1]
+            above[name] += lo > 0
+            below[name] += hi < 0
+            beyond[name] += over > OVERSHOOT_POINTS
+            print(
+                f"  {name} - best ({best}) {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6; overshoot {over:+.3f} "
+                f"points over Tetris ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     if args.split_only:
         return
-    print(
-        f"forecast_peak significantly above the best rolled heuristic at {above} of {len(seeds)} seeds, "
-        f"significantly below at {below}; beyond Tetris's + {OVERSHOOT_POINTS} point at {beyond}"
-    )
+    for name in counted:
+        print(
+            f"{name} significantly above the best rolled heuristic at {above[name]} of {len(seeds)} seeds, "
+            f"significantly below at {below[name]}; beyond Tetris's + {OVERSHOOT_POINTS} point at {beyond[name]}"
+        )
 
 
 if __name__ == "__main__":

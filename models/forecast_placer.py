@@ -134,6 +134,7 @@ from sim.policies import (
 )
 from sim.rise_shift import (
     MIN_LEVEL,
+    RiseAmount,
     RiseRate,
     ShiftAdaptedPeakForecaster,
     adapted_level,
@@ -941,6 +942,7 @@ def forecaster_spec(forecaster) -> dict | None:
             "horizon": forecaster.horizon,
             "rate": asdict(forecaster.rate),
             "floor": forecaster.floor,
+            "amount": None if forecaster.amount is None else asdict(forecaster.amount),
         }
     from models.usage_forecast import QuantileUsageForecaster
 
@@ -992,6 +994,14 @@ def _table_from_spec(spec: dict) -> PeakQuantileTable:
     )
 
 
+def _amount_from_spec(spec: dict | None) -> RiseAmount | None:
+    """The `RiseAmount` a spec saved (its tuples as JSON lists), or None."""
+    if spec is None:
+        return None
+    tuples = ("expected", "tail_factors", "scales")
+    return RiseAmount(**{k: tuple(v) if k in tuples else v for k, v in spec.items()})
+
+
 def forecaster_from_spec(spec: dict | None):
     """The forecaster a `forecaster_spec` describes."""
     if spec is None:
@@ -1015,6 +1025,7 @@ def forecaster_from_spec(spec: dict | None):
             float(spec["level"]),
             int(spec["horizon"]),
             float(spec.get("floor", MIN_LEVEL)),  # specs saved before the floor was a field: its default
+            _amount_from_spec(spec.get("amount")),  # specs saved before the amount: the rate alone
         )
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles

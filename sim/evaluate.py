@@ -335,6 +335,7 @@ TRUTH_OF = {
     "forecast_recall_hybrid_nodur": "forecast_risk_truth",
     "forecast_peak": "forecast_risk_truth",
     "forecast_peak_adaptive": "forecast_risk_truth",
+    "forecast_peak_adaptive_amount": "forecast_risk_truth",
     "forecast_peak_nodur": "forecast_risk_truth",
     "forecast_peak_noec": "forecast_risk_truth",
 }

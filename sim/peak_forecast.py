@@ -223,7 +223,8 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
     it is served. The two counts differ by one: a forecast reads steps start .. t (`sim.forecast.n_observed`),
     the labeller steps start .. t - 1 (`sim.labelling.observed_steps`), so a case at age a >= 1 takes the label
     of age a - 1 (at a = 0, arrival, the meta-only label). None: every case takes the job's clustering label.
-    Column at_peak: 1 where the job's usage at its last observed step (age a - 1) is its peak so far (0 at a = 0)."""
+    Column at_peak: 1 where the job's usage at its last observed step (age a - 1) is its peak so far (0 at a = 0);
+    column first: the job's usage at its first step (`sim.rise_shift.fit_rise_amount` scales the rise above it)."""
     is_real = train.is_real
     b_idx, j_idx = np.nonzero(is_real & (train.duration > 0))
     if b_idx.size == 0:
@@ -241,7 +242,17 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
     label = train.ec_label[b_idx, j_idx].astype(np.int64)
     cols: dict[str, list] = {
         k: []
-        for k in ("resource", "request", "peak_idx", "bucket", "label", "target", "remaining", "at_peak")
+        for k in (
+            "resource",
+            "request",
+            "peak_idx",
+            "bucket",
+            "label",
+            "target",
+            "remaining",
+            "at_peak",
+            "first",
+        )
     }
     n_d = u.shape[2]
     for a in AGE_GRID:
@@ -262,6 +273,7 @@ def peak_cases(train: JobBatch, labels_by_age: np.ndarray | None = None) -> dict
             cols["target"].append(target[:, d])
             cols["remaining"].append(dur[rows] - a)
             cols["at_peak"].append(at_peak[:, d])
+            cols["first"].append(u[rows, 0, d])
     return {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
 
 

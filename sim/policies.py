@@ -734,6 +734,13 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive"),
         kind="forecast",
     ),
+    "forecast_peak_adaptive_amount": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), name="forecast_peak_adaptive_amount", **kw
+        ),
+        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive_amount", amount=True),
+        kind="forecast",
+    ),
     "forecast_peak_nodur": fitted_policy(
         lambda **kw: RiskAwarePacking(
             forecaster=RequestForecaster(),

@@ -1054,7 +1054,7 @@ def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
 
 
 def fit_peak_adaptive(
-    ctx, name: str, prior_events: float = 10.0, floor: float | None = None
+    ctx, name: str, prior_events: float = 10.0, floor: float | None = None, amount: bool = False
 ) -> RiskAwarePacking | None:
     """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
@@ -1062,9 +1062,11 @@ def fit_peak_adaptive(
     `floor`: None for `sim.rise_shift.MIN_LEVEL`; 0 lets a quiet env's arriving job be left to the admission mask,
     `sim.rise_shift.MASK_FLOOR`). Where validation kept the hybrid for `forecast_peak` (no level to adapt) it is
     that rule under this name; None where `forecast_peak` cannot be fitted or keeps a forecaster with a value per
-    level. ValueError naming the rule for a floor neither 0 nor within `ADAPTED_LEVELS`."""
+    level. With `amount`, the ratio is also scaled by how far the episode's risen jobs rise against the fit part's
+    (`sim.rise_shift.RiseAmount`, a prior worth `prior_events` risen jobs). ValueError naming the rule for a floor
+    neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
-    from sim.rise_shift import MIN_LEVEL, ShiftAdaptedPeakForecaster, fit_rise_rate
+    from sim.rise_shift import MIN_LEVEL, ShiftAdaptedPeakForecaster, fit_rise_amount, fit_rise_rate
 
     floor = MIN_LEVEL if floor is None else float(floor)
     if not (floor == 0.0 or ADAPTED_LEVELS[0] <= floor <= ADAPTED_LEVELS[-1]):
@@ -1090,8 +1092,18 @@ def fit_peak_adaptive(
     if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
         wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
         table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
+    rise_amount = None
+    if amount:
+        fit_part = ctx.split()[0]
+        rise_amount = fit_rise_amount(
+            fit_part,
+            table,
+            rule.risk.level,
+            ctx.labels_by_age(fit_part) if table.use_labels else None,
+            prior_jobs=prior_events,
+        )
     adapted = ShiftAdaptedPeakForecaster(
-        table, rate, level=rule.risk.level, horizon=inner.horizon, floor=floor
+        table, rate, level=rule.risk.level, horizon=inner.horizon, floor=floor, amount=rise_amount
     )
     ctx.choices[name] = {
         **copy.deepcopy(choice),
@@ -1101,6 +1113,11 @@ def fit_peak_adaptive(
         "rise_floor": floor,
         "adapted_levels": list(table.levels),
     }
+    if rise_amount is not None:
+        ctx.choices[name]["rise_amount_train"] = rise_amount.mean_rise
+        ctx.choices[name]["rise_tail_factors"] = dict(
+            zip(rise_amount.scales, rise_amount.tail_factors, strict=True)
+        )
     if isinstance(outer, RecallOverlay):
         adapted = RecallOverlay(adapted, outer.reliability)
     return replace(rule, forecaster=adapted, name=name)

@@ -865,6 +865,25 @@ def test_a_rise_adapted_rule_survives_the_checkpoint_format() -> None:
     old = {k: v for k, v in spec["forecaster"].items() if k != "floor"}  # saved before the floor was a field
     assert fp.forecaster_from_spec(old).floor == 0.5
     assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
+    assert back.forecaster.amount is None and fp.forecaster_from_spec(old).amount is None
+
+
+def test_a_rise_adapted_rule_with_its_amount_survives_the_checkpoint_format() -> None:
+    """`forecast_peak_adaptive_amount`'s form: the training amount (`sim.rise_shift.RiseAmount`) comes back equal,
+    and so do the decisions."""
+    from sim.peak_forecast import fit_peak_quantiles
+    from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_amount, fit_rise_rate
+
+    train = _square_jobs(4, 30, seed=35)
+    table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    amount = fit_rise_amount(train, table, 0.75)
+    adapted = ShiftAdaptedPeakForecaster(table, fit_rise_rate(train), level=0.75, horizon=30, amount=amount)
+    rule = RiskAwarePacking(adapted, make_policy("tetris"), RiskConfig(level=0.75, mode="pack"), "adaptive")
+    jobs = _square_jobs(2, 30, seed=36)
+    expected = _actions(rule, jobs)
+    back = fp.base_from_spec(torch.load(_saved(fp.base_spec(rule)), weights_only=True))
+    assert back.forecaster.amount == amount
+    assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
 
 
 def _saved(obj) -> io.BytesIO:

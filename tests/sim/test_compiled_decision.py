@@ -92,18 +92,31 @@ def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch,
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 
-@pytest.mark.parametrize(("mode", "floor"), [("deviate", 0.5), ("pack", 0.5), ("pack", 0.25)])
-def test_the_rise_adapted_rule_decides_as_the_numpy_path(mode, floor, monkeypatch, square_jobs) -> None:
+@pytest.mark.parametrize(
+    ("mode", "floor", "amount"),
+    [("deviate", 0.5, False), ("pack", 0.5, False), ("pack", 0.25, False), ("pack", 0.5, True)],
+)
+def test_the_rise_adapted_rule_decides_as_the_numpy_path(
+    mode, floor, amount, monkeypatch, square_jobs
+) -> None:
     """`forecast_peak_adaptive`'s form (`sim.rise_shift.ShiftAdaptedPeakForecaster`): each env's table row is
-    its own adapted level (a floor below the median included); the kernel decides as the numpy path while the
-    envs' levels differ."""
-    from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster
+    its own adapted level (a floor below the median included, and the amount's factor,
+    `forecast_peak_adaptive_amount`); the kernel decides as the numpy path while the envs' levels differ."""
+    from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster, fit_rise_amount
 
     cfg = SimConfig(n_machines=4, max_steps=400)
     levels = (0.25, 0.5, 0.6, 0.75, 0.9)
-    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=levels, min_count=3)
+    train = square_jobs(12, 30, seed=1)
+    table = fit_peak_quantiles(train, cfg, levels=levels, min_count=3)
     rate = RiseRate(hazard=0.05, events=1, exposure=20, prior_events=2.0)  # envs drift apart quickly
-    forecaster = ShiftAdaptedPeakForecaster(table, rate, level=0.75, horizon=12, floor=floor)
+    forecaster = ShiftAdaptedPeakForecaster(
+        table,
+        rate,
+        level=0.75,
+        horizon=12,
+        floor=floor,
+        amount=fit_rise_amount(train, table, 0.75, prior_jobs=2.0) if amount else None,
+    )
     rule = RiskAwarePacking(
         forecaster, make_policy("deeprm_sjf"), RiskConfig(level=0.75, mode=mode), name="r"
     )
