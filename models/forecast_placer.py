@@ -943,6 +943,8 @@ def forecaster_spec(forecaster) -> dict | None:
             "rate": asdict(forecaster.rate),
             "floor": forecaster.floor,
             "amount": None if forecaster.amount is None else asdict(forecaster.amount),
+            "exceed": None if forecaster.exceed is None else asdict(forecaster.exceed),
+            "raise_only": forecaster.raise_only,
         }
     from models.usage_forecast import QuantileUsageForecaster
 
@@ -1026,6 +1028,8 @@ def forecaster_from_spec(spec: dict | None):
             int(spec["horizon"]),
             float(spec.get("floor", MIN_LEVEL)),  # specs saved before the floor was a field: its default
             _amount_from_spec(spec.get("amount")),  # specs saved before the amount: the rate alone
+            None if spec.get("exceed") is None else RiseRate(**spec["exceed"]),
+            bool(spec.get("raise_only", False)),
         )
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles

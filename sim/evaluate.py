@@ -336,6 +336,8 @@ TRUTH_OF = {
     "forecast_peak": "forecast_risk_truth",
     "forecast_peak_adaptive": "forecast_risk_truth",
     "forecast_peak_adaptive_amount": "forecast_risk_truth",
+    "forecast_peak_adaptive_exceed": "forecast_risk_truth",
+    "forecast_peak_exceed_guard": "forecast_risk_truth",
     "forecast_peak_nodur": "forecast_risk_truth",
     "forecast_peak_noec": "forecast_risk_truth",
 }

@@ -741,6 +741,16 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive_amount", amount=True),
         kind="forecast",
     ),
+    "forecast_peak_adaptive_exceed": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_adaptive_exceed", **kw),
+        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive_exceed", exceed=True),
+        kind="forecast",
+    ),
+    "forecast_peak_exceed_guard": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_exceed_guard", **kw),
+        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_exceed_guard", exceed=True, raise_only=True),
+        kind="forecast",
+    ),
     "forecast_peak_nodur": fitted_policy(
         lambda **kw: RiskAwarePacking(
             forecaster=RequestForecaster(),

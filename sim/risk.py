@@ -1054,7 +1054,13 @@ def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
 
 
 def fit_peak_adaptive(
-    ctx, name: str, prior_events: float = 10.0, floor: float | None = None, amount: bool = False
+    ctx,
+    name: str,
+    prior_events: float = 10.0,
+    floor: float | None = None,
+    amount: bool = False,
+    exceed: bool = False,
+    raise_only: bool = False,
 ) -> RiskAwarePacking | None:
     """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
@@ -1063,10 +1069,19 @@ def fit_peak_adaptive(
     `sim.rise_shift.MASK_FLOOR`). Where validation kept the hybrid for `forecast_peak` (no level to adapt) it is
     that rule under this name; None where `forecast_peak` cannot be fitted or keeps a forecaster with a value per
     level. With `amount`, the ratio is also scaled by how far the episode's risen jobs rise against the fit part's
-    (`sim.rise_shift.RiseAmount`, a prior worth `prior_events` risen jobs). ValueError naming the rule for a floor
+    (`sim.rise_shift.RiseAmount`, a prior worth `prior_events` risen jobs). With `exceed`, the ratio is the
+    episode's rate of exceeding the jobs' arrival forecasts over the fit part's (`sim.rise_shift.fit_exceed_rate`)
+    instead. With `raise_only`, an env's ratio is never below 1 (never tighter than `forecast_peak`). ValueError
+    naming the rule for a floor
     neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
-    from sim.rise_shift import MIN_LEVEL, ShiftAdaptedPeakForecaster, fit_rise_amount, fit_rise_rate
+    from sim.rise_shift import (
+        MIN_LEVEL,
+        ShiftAdaptedPeakForecaster,
+        fit_exceed_rate,
+        fit_rise_amount,
+        fit_rise_rate,
+    )
 
     floor = MIN_LEVEL if floor is None else float(floor)
     if not (floor == 0.0 or ADAPTED_LEVELS[0] <= floor <= ADAPTED_LEVELS[-1]):
@@ -1102,8 +1117,23 @@ def fit_peak_adaptive(
             ctx.labels_by_age(fit_part) if table.use_labels else None,
             prior_jobs=prior_events,
         )
+    exceed_rate = None
+    if exceed:
+        try:
+            exceed_rate = fit_exceed_rate(ctx.split()[0], table, rule.risk.level, prior_events)
+        except ValueError as err:  # no training job exceeds its arrival forecast: nothing to shift from
+            warnings.warn(f"{name} at {ctx.where}: {err}; kept at forecast_peak's level", stacklevel=2)
+            ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False, "rise_not_adapted_why": str(err)}
+            return replace(rule, name=name)
     adapted = ShiftAdaptedPeakForecaster(
-        table, rate, level=rule.risk.level, horizon=inner.horizon, floor=floor, amount=rise_amount
+        table,
+        rate,
+        level=rule.risk.level,
+        horizon=inner.horizon,
+        floor=floor,
+        amount=rise_amount,
+        exceed=exceed_rate,
+        raise_only=raise_only,
     )
     ctx.choices[name] = {
         **copy.deepcopy(choice),
@@ -1113,6 +1143,9 @@ def fit_peak_adaptive(
         "rise_floor": floor,
         "adapted_levels": list(table.levels),
     }
+    ctx.choices[name]["rise_raise_only"] = raise_only
+    if exceed_rate is not None:
+        ctx.choices[name]["exceed_rate_train"] = exceed_rate.hazard
     if rise_amount is not None:
         ctx.choices[name]["rise_amount_train"] = rise_amount.mean_rise
         ctx.choices[name]["rise_tail_factors"] = dict(

@@ -868,11 +868,11 @@ def test_a_rise_adapted_rule_survives_the_checkpoint_format() -> None:
     assert back.forecaster.amount is None and fp.forecaster_from_spec(old).amount is None
 
 
-def test_a_rise_adapted_rule_with_its_amount_survives_the_checkpoint_format() -> None:
-    """`forecast_peak_adaptive_amount`'s form: the training amount (`sim.rise_shift.RiseAmount`) comes back equal,
-    and so do the decisions."""
+def test_a_rise_adapted_rule_with_its_amount_or_exceedances_survives_the_checkpoint_format() -> None:
+    """`forecast_peak_adaptive_amount`'s and `_exceed`'s forms: the training amount (`sim.rise_shift.RiseAmount`)
+    or exceedance rate comes back equal, and so do the decisions."""
     from sim.peak_forecast import fit_peak_quantiles
-    from sim.rise_shift import ShiftAdaptedPeakForecaster, fit_rise_amount, fit_rise_rate
+    from sim.rise_shift import RiseRate, ShiftAdaptedPeakForecaster, fit_rise_amount, fit_rise_rate
 
     train = _square_jobs(4, 30, seed=35)
     table = fit_peak_quantiles(train, CFG, levels=(0.5, 0.75, 0.9), min_count=5)
@@ -882,7 +882,14 @@ def test_a_rise_adapted_rule_with_its_amount_survives_the_checkpoint_format() ->
     jobs = _square_jobs(2, 30, seed=36)
     expected = _actions(rule, jobs)
     back = fp.base_from_spec(torch.load(_saved(fp.base_spec(rule)), weights_only=True))
-    assert back.forecaster.amount == amount
+    assert back.forecaster.amount == amount and back.forecaster.exceed is None
+    assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
+    rate = RiseRate(hazard=0.01, events=3, exposure=300)  # the square jobs never top their requests' quantiles
+    exceed = replace(adapted, amount=None, exceed=rate)
+    rule = RiskAwarePacking(exceed, make_policy("tetris"), RiskConfig(level=0.75, mode="pack"), "adaptive")
+    expected = _actions(rule, jobs)
+    back = fp.base_from_spec(torch.load(_saved(fp.base_spec(rule)), weights_only=True))
+    assert back.forecaster.exceed == exceed.exceed
     assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
 
 

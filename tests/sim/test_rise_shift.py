@@ -19,8 +19,11 @@ from sim.rise_shift import (
     RiseRate,
     ShiftAdaptedPeakForecaster,
     adapted_level,
+    arrival_exceed_steps,
     episode_counts,
+    exceed_counts,
     first_rise_steps,
+    fit_exceed_rate,
     fit_rise_amount,
     fit_rise_rate,
     rate_ratio,
@@ -31,9 +34,9 @@ from sim.tuning import FitContext, TuningConfig
 CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
 
 
-def _jobs(n_rows: int, n_jobs: int, seed: int, p_rise: float, top: int = 4) -> JobBatch:
+def _jobs(n_rows: int, n_jobs: int, seed: int, p_rise: float, top: int | tuple[int, int] = 4) -> JobBatch:
     """Jobs requesting 6 of 8 units that use 1 unit, a share `p_rise` of them rising to `top` from their fourth
-    step."""
+    step (a (low, high) pair: a height drawn in low .. high per rising job)."""
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n_rows):
@@ -41,7 +44,8 @@ def _jobs(n_rows: int, n_jobs: int, seed: int, p_rise: float, top: int = 4) -> J
         for _ in range(n_jobs):
             t += int(rng.integers(0, 3))
             dur, rises = int(rng.integers(6, 20)), rng.random() < p_rise
-            usage = [[top if rises and a >= 3 else 1, 1] for a in range(dur)]
+            height = top if isinstance(top, int) else int(rng.integers(top[0], top[1] + 1))
+            usage = [[height if rises and a >= 3 else 1, 1] for a in range(dur)]
             seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [6, 6]})
         rows.append(seq)
     return JobBatch.from_jobs(rows)
@@ -325,3 +329,60 @@ def test_the_amount_rule_is_fitted_on_training_only_and_takes_valid_actions() ->
         act = rule.act(CFG, state, rng)
         assert mask[np.arange(state.batch_size), act][~state.is_done].all()
         state, *_ = core.step(CFG, state, act)
+
+
+def test_the_first_exceedance_of_the_arrival_forecast_and_its_training_rate() -> None:
+    """Each job's first step above its arrival forecast (the label-free level-q quantile of its whole-life peak
+    from its request) is found by hand; a batch whose jobs never exceed gives a clear error."""
+    train = _jobs(8, 40, seed=19, p_rise=0.4, top=(2, 6))
+    table, _ = _amount(train)
+    got = arrival_exceed_steps(train, table, 0.75)
+    b, j = np.nonzero(train.is_real)
+    forecast = table.lookup(
+        0.75, train.request[b, j], np.full((b.size, 2), np.nan), np.zeros(b.size), np.full(b.size, -1)
+    )
+    for k in range(0, b.size, 37):
+        over = (train.usage[b[k], j[k], : train.duration[b[k], j[k]]] > forecast[k]).any(axis=1)
+        assert got[b[k], j[k]] == (int(np.argmax(over)) if over.any() else NEVER)
+    rate = fit_exceed_rate(train, table, 0.75)
+    assert 0 < rate.events < b.size and rate.hazard == pytest.approx(rate.events / rate.exposure)
+    flat = _jobs(8, 40, seed=19, p_rise=0.3)  # every rise to 4: the 0.75 quantile is 4, never exceeded
+    with pytest.raises(ValueError, match="exceeds"):
+        fit_exceed_rate(flat, _amount(flat)[0], 0.75)
+
+
+def test_the_exceedance_ratio_reads_no_future_usage_and_raises_the_level_of_a_far_rising_episode() -> None:
+    train = _jobs(8, 40, seed=20, p_rise=0.4, top=(2, 6))
+    table, _ = _amount(train)
+    rate = fit_exceed_rate(train, table, 0.75)
+    adaptive = ShiftAdaptedPeakForecaster(table, fit_rise_rate(train), level=0.75, horizon=5, exceed=rate)
+    fresh = core.reset(CFG, _jobs(2, 40, seed=21, p_rise=0.4, top=7), 0)
+    np.testing.assert_allclose(adaptive.ratio(fresh), 1.0)
+    state = _run(_jobs(2, 40, seed=21, p_rise=0.4, top=7), 80)  # as often, but every rise to 7
+    same = _run(_jobs(2, 40, seed=21, p_rise=0.4, top=(2, 6)), 80)
+    assert (adaptive.ratio(state) > 1.3).all() and (adaptive.env_levels(state) > 0.75).all()
+    assert (np.abs(adaptive.ratio(same) - 1.0) < 0.6).all()
+    jobs = state.jobs
+    n_obs = np.where(state.job_machine >= 0, state.t[:, None] - state.job_start + 1, 0)
+    future = np.arange(jobs.max_duration)[None, None, :] >= n_obs[:, :, None]
+    changed = replace(state, jobs=replace(jobs, usage=np.where(future[..., None], np.int16(8), jobs.usage)))
+    for got, want in zip(exceed_counts(changed, table, 0.75), exceed_counts(state, table, 0.75), strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(adaptive.ratio(changed), adaptive.ratio(state))
+
+
+def test_the_guard_never_packs_tighter_than_the_fitted_level() -> None:
+    """`raise_only`: a quiet episode (jobs exceeding their arrival forecasts less often than the training ones)
+    keeps the fitted level where the two-sided rule goes below it; a far-rising one moves up as the two-sided."""
+    train = _jobs(8, 40, seed=22, p_rise=0.4, top=(2, 6))
+    table, _ = _amount(train)
+    two_sided = ShiftAdaptedPeakForecaster(
+        table, fit_rise_rate(train), level=0.75, horizon=5, exceed=fit_exceed_rate(train, table, 0.75)
+    )
+    guard = replace(two_sided, raise_only=True)
+    quiet = _run(_jobs(2, 40, seed=23, p_rise=0.05, top=(2, 6)), 80)
+    assert (two_sided.env_levels(quiet) < 0.75).all()
+    np.testing.assert_array_equal(guard.env_levels(quiet), [0.75, 0.75])
+    busy = _run(_jobs(2, 40, seed=23, p_rise=0.4, top=7), 80)
+    assert (two_sided.ratio(busy) > 1).all()
+    np.testing.assert_array_equal(guard.ratio(busy), two_sided.ratio(busy))
