@@ -159,10 +159,15 @@ def main() -> None:
             print(
                 f"   forecast_peak_adaptive: training rise rate {ad['rise_rate_train']:.4f}; test's ratio {ratio:.2f}"
             )
-        ex = ctx.choices.get("forecast_peak_exceed_guard", ctx.choices.get("forecast_peak_adaptive_exceed", {}))
+        ex = next(
+            (ctx.choices[n] for n in extras if n in ctx.choices and ctx.choices[n].get("exceed_rate_train")),
+            {},
+        )
         if ex.get("exceed_rate_train"):
-            print(f"   exceedance rules: training rate of exceeding the arrival forecast "
-                  f"{ex['exceed_rate_train']:.4f} per job-step")
+            print(
+                f"   exceedance rules: training rate of exceeding the arrival forecast "
+                f"{ex['exceed_rate_train']:.4f} per job-step"
+            )
         am = ctx.choices.get("forecast_peak_adaptive_amount", {})
         if am.get("rise_amount_train"):
             factors = ", ".join(f"{s:g}: {f:.2f}" for s, f in am["rise_tail_factors"].items())

@@ -742,13 +742,26 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         kind="forecast",
     ),
     "forecast_peak_adaptive_exceed": fitted_policy(
-        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_adaptive_exceed", **kw),
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), name="forecast_peak_adaptive_exceed", **kw
+        ),
         lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive_exceed", exceed=True),
         kind="forecast",
     ),
     "forecast_peak_exceed_guard": fitted_policy(
-        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_exceed_guard", **kw),
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), name="forecast_peak_exceed_guard", **kw
+        ),
         lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_exceed_guard", exceed=True, raise_only=True),
+        kind="forecast",
+    ),
+    "forecast_peak_exceed_guard_mask": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), name="forecast_peak_exceed_guard_mask", **kw
+        ),
+        lambda ctx: fit_peak_adaptive(
+            ctx, "forecast_peak_exceed_guard_mask", floor=0.0, exceed=True, raise_only=True
+        ),
         kind="forecast",
     ),
     "forecast_peak_nodur": fitted_policy(

@@ -1123,7 +1123,11 @@ def fit_peak_adaptive(
             exceed_rate = fit_exceed_rate(ctx.split()[0], table, rule.risk.level, prior_events)
         except ValueError as err:  # no training job exceeds its arrival forecast: nothing to shift from
             warnings.warn(f"{name} at {ctx.where}: {err}; kept at forecast_peak's level", stacklevel=2)
-            ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False, "rise_not_adapted_why": str(err)}
+            ctx.choices[name] = {
+                **copy.deepcopy(choice),
+                "rise_adapted": False,
+                "rise_not_adapted_why": str(err),
+            }
             return replace(rule, name=name)
     adapted = ShiftAdaptedPeakForecaster(
         table,

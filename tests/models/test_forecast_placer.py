@@ -884,7 +884,9 @@ def test_a_rise_adapted_rule_with_its_amount_or_exceedances_survives_the_checkpo
     back = fp.base_from_spec(torch.load(_saved(fp.base_spec(rule)), weights_only=True))
     assert back.forecaster.amount == amount and back.forecaster.exceed is None
     assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
-    rate = RiseRate(hazard=0.01, events=3, exposure=300)  # the square jobs never top their requests' quantiles
+    rate = RiseRate(
+        hazard=0.01, events=3, exposure=300
+    )  # the square jobs never top their requests' quantiles
     exceed = replace(adapted, amount=None, exceed=rate)
     rule = RiskAwarePacking(exceed, make_policy("tetris"), RiskConfig(level=0.75, mode="pack"), "adaptive")
     expected = _actions(rule, jobs)

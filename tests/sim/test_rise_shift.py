@@ -386,3 +386,23 @@ def test_the_guard_never_packs_tighter_than_the_fitted_level() -> None:
     busy = _run(_jobs(2, 40, seed=23, p_rise=0.4, top=7), 80)
     assert (two_sided.ratio(busy) > 1).all()
     np.testing.assert_array_equal(guard.ratio(busy), two_sided.ratio(busy))
+
+
+def test_the_guard_at_the_mask_floor_goes_down_only_where_jobs_seldom_rise() -> None:
+    """`raise_only` with `MASK_FLOOR`: an env whose rise rate ratio is far below 1 - q is at the mask (arriving
+    jobs forecast at 0), however its exceedance ratio stands; at the training rise rate nothing is."""
+    train = _jobs(8, 40, seed=24, p_rise=0.4, top=(2, 6))
+    table, _ = _amount(train)
+    exceed = fit_exceed_rate(train, table, 0.75)
+    state = _run(_jobs(2, 40, seed=25, p_rise=0.4, top=(2, 6)), 40)
+    bi, ji = np.nonzero(state.jobs.is_real)
+    arriving = state.job_machine[bi, ji] < 0
+    quiet_rate = RiseRate(hazard=1e9, events=1, exposure=1)  # every rise ratio ~0
+    guard = ShiftAdaptedPeakForecaster(
+        table, quiet_rate, level=0.75, horizon=5, floor=MASK_FLOOR, exceed=exceed, raise_only=True
+    )
+    assert guard.at_mask(state).all()
+    assert (guard.flat(CFG, state, bi, ji)[arriving] == 0).all()
+    np.testing.assert_array_equal(guard.env_levels(state), [0.5, 0.5])  # the grid's lowest level
+    usual = replace(guard, rate=fit_rise_rate(train))
+    assert not usual.at_mask(state).any() and (usual.env_levels(state) >= 0.75).all()
