@@ -168,6 +168,14 @@ def main() -> None:
                 f"   exceedance rules: training rate of exceeding the arrival forecast "
                 f"{ex['exceed_rate_train']:.4f} per job-step"
             )
+        og = next(
+            (ctx.choices[n] for n in extras if ctx.choices.get(n, {}).get("overshoot_rate_validation")), {}
+        )
+        if og:
+            print(
+                f"   overshoot guard: validation rate of jobs charged an overshoot "
+                f"{og['overshoot_rate_validation']:.2e} per job-step ({og['overshoot_events_validation']} jobs)"
+            )
         am = ctx.choices.get("forecast_peak_adaptive_amount", {})
         if am.get("rise_amount_train"):
             factors = ", ".join(f"{s:g}: {f:.2f}" for s, f in am["rise_tail_factors"].items())

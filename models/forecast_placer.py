@@ -945,6 +945,7 @@ def forecaster_spec(forecaster) -> dict | None:
             "amount": None if forecaster.amount is None else asdict(forecaster.amount),
             "exceed": None if forecaster.exceed is None else asdict(forecaster.exceed),
             "raise_only": forecaster.raise_only,
+            "overshoot": None if forecaster.overshoot is None else asdict(forecaster.overshoot),
         }
     from models.usage_forecast import QuantileUsageForecaster
 
@@ -1030,6 +1031,7 @@ def forecaster_from_spec(spec: dict | None):
             _amount_from_spec(spec.get("amount")),  # specs saved before the amount: the rate alone
             None if spec.get("exceed") is None else RiseRate(**spec["exceed"]),
             bool(spec.get("raise_only", False)),
+            None if spec.get("overshoot") is None else RiseRate(**spec["overshoot"]),
         )
     from models.usage_forecast import ForecastConfig, QuantileUsageForecaster, _EcInputs
     from sim.profiles import EcProfiles

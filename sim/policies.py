@@ -764,6 +764,13 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         ),
         kind="forecast",
     ),
+    "forecast_peak_overshoot_guard": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), name="forecast_peak_overshoot_guard", **kw
+        ),
+        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_overshoot_guard", overshoot=True, raise_only=True),
+        kind="forecast",
+    ),
     "forecast_peak_nodur": fitted_policy(
         lambda **kw: RiskAwarePacking(
             forecaster=RequestForecaster(),

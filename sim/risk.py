@@ -1061,6 +1061,7 @@ def fit_peak_adaptive(
     amount: bool = False,
     exceed: bool = False,
     raise_only: bool = False,
+    overshoot: bool = False,
 ) -> RiskAwarePacking | None:
     """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
@@ -1071,7 +1072,8 @@ def fit_peak_adaptive(
     level. With `amount`, the ratio is also scaled by how far the episode's risen jobs rise against the fit part's
     (`sim.rise_shift.RiseAmount`, a prior worth `prior_events` risen jobs). With `exceed`, the ratio is the
     episode's rate of exceeding the jobs' arrival forecasts over the fit part's (`sim.rise_shift.fit_exceed_rate`)
-    instead. With `raise_only`, an env's ratio is never below 1 (never tighter than `forecast_peak`). ValueError
+    instead; with `overshoot`, the episode's rate of jobs charged an overshoot over the rule's on the validation
+    sequences (`sim.rise_shift.fit_overshoot_rate`). With `raise_only`, an env's ratio is never below 1 (never tighter than `forecast_peak`). ValueError
     naming the rule for a floor
     neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
@@ -1079,6 +1081,7 @@ def fit_peak_adaptive(
         MIN_LEVEL,
         ShiftAdaptedPeakForecaster,
         fit_exceed_rate,
+        fit_overshoot_rate,
         fit_rise_amount,
         fit_rise_rate,
     )
@@ -1129,6 +1132,14 @@ def fit_peak_adaptive(
                 "rise_not_adapted_why": str(err),
             }
             return replace(rule, name=name)
+    overshoot_rate = None
+    if overshoot:  # the rule as validation fitted it (at its level), rolled on the validation sequences
+        overshoot_rate = ctx.cached(
+            ("overshoot_rate", rule.name, prior_events),
+            lambda: fit_overshoot_rate(
+                ctx.cfg, rule, ctx.split()[1], ctx.tuning.seed, prior_events=prior_events
+            ),
+        )
     adapted = ShiftAdaptedPeakForecaster(
         table,
         rate,
@@ -1138,6 +1149,7 @@ def fit_peak_adaptive(
         amount=rise_amount,
         exceed=exceed_rate,
         raise_only=raise_only,
+        overshoot=overshoot_rate,
     )
     ctx.choices[name] = {
         **copy.deepcopy(choice),
@@ -1148,6 +1160,9 @@ def fit_peak_adaptive(
         "adapted_levels": list(table.levels),
     }
     ctx.choices[name]["rise_raise_only"] = raise_only
+    if overshoot_rate is not None:
+        ctx.choices[name]["overshoot_rate_validation"] = overshoot_rate.hazard
+        ctx.choices[name]["overshoot_events_validation"] = overshoot_rate.events
     if exceed_rate is not None:
         ctx.choices[name]["exceed_rate_train"] = exceed_rate.hazard
     if rise_amount is not None:

@@ -892,6 +892,9 @@ def test_a_rise_adapted_rule_with_its_amount_or_exceedances_survives_the_checkpo
     expected = _actions(rule, jobs)
     back = fp.base_from_spec(torch.load(_saved(fp.base_spec(rule)), weights_only=True))
     assert back.forecaster.exceed == exceed.exceed
+    guard = replace(adapted, amount=None, overshoot=rate, raise_only=True)
+    back_guard = fp.forecaster_from_spec(fp.forecaster_spec(guard))
+    assert back_guard.overshoot == rate and back_guard.raise_only
     assert all(np.array_equal(a, b) for a, b in zip(expected, _actions(back, jobs), strict=True))
 
 

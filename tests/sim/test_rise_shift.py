@@ -24,8 +24,10 @@ from sim.rise_shift import (
     exceed_counts,
     first_rise_steps,
     fit_exceed_rate,
+    fit_overshoot_rate,
     fit_rise_amount,
     fit_rise_rate,
+    overshoot_counts,
     rate_ratio,
     rise_so_far,
 )
@@ -406,3 +408,49 @@ def test_the_guard_at_the_mask_floor_goes_down_only_where_jobs_seldom_rise() -> 
     np.testing.assert_array_equal(guard.env_levels(state), [0.5, 0.5])  # the grid's lowest level
     usual = replace(guard, rate=fit_rise_rate(train))
     assert not usual.at_mask(state).any() and (usual.env_levels(state) >= 0.75).all()
+
+
+def _play(name: str, jobs: JobBatch, n_steps: int) -> core.State:
+    state = core.reset(CFG, jobs, 0)
+    rng = np.random.default_rng(0)
+    for _ in range(n_steps):
+        state, act = decide(make_policy(name), CFG, state, rng)
+        state, *_ = core.step(CFG, state, act)
+    return state
+
+
+def test_the_overshoot_counts_see_closed_steps_only() -> None:
+    """Two batches equal up to each job's 20th step give the same counts for 15 steps of First-Fit (which
+    overshoots here: jobs admitted at 1 unit rise to 7)."""
+    jobs = _jobs(2, 40, seed=26, p_rise=0.5, top=7)
+    later = np.arange(jobs.max_duration)[None, None, :, None] >= 20
+    other = replace(jobs, usage=np.where(later, np.int16(8), jobs.usage))
+    a, b = _play("first_fit", jobs, 15), _play("first_fit", other, 15)
+    got, want = overshoot_counts(a), overshoot_counts(b)
+    assert got[0].sum() > 0
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_the_validation_overshoot_rate_and_the_guard_that_follows_it() -> None:
+    """A rule that never overshoots counts one event (the floor); one that does counts its own. An episode that
+    overshoots more often than validation raises the guard's level; the guard never goes below the fitted one."""
+    val = _jobs(3, 40, seed=27, p_rise=0.3, top=(2, 6))
+    safe = fit_overshoot_rate(CFG, make_policy("tetris"), val, seed=0)
+    assert safe.events == 0 and safe.hazard == pytest.approx(1 / safe.exposure)
+    loose = fit_overshoot_rate(
+        CFG, make_policy("first_fit"), _jobs(3, 40, seed=27, p_rise=0.5, top=7), seed=0
+    )
+    assert loose.events > 0
+    with pytest.raises(ValueError, match="no job"):
+        fit_overshoot_rate(CFG, make_policy("tetris"), JobBatch.from_jobs([[]]), seed=0)
+    train = _jobs(8, 40, seed=28, p_rise=0.4, top=(2, 6))
+    table, _ = _amount(train)
+    guard = ShiftAdaptedPeakForecaster(
+        table, fit_rise_rate(train), level=0.75, horizon=5, overshoot=safe, raise_only=True
+    )
+    busy = _play("first_fit", _jobs(2, 40, seed=29, p_rise=0.5, top=7), 60)
+    assert overshoot_counts(busy)[0].min() > 0
+    assert (guard.ratio(busy) > 1).all() and (guard.env_levels(busy) > 0.75).all()
+    calm = _play("tetris", _jobs(2, 40, seed=29, p_rise=0.5, top=7), 60)
+    np.testing.assert_array_equal(guard.env_levels(calm), [0.75, 0.75])
