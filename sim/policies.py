@@ -67,6 +67,7 @@ from sim.core import (
 from sim.jobs import JobBatch, rotation_index
 from sim.profiles import EcProfiles
 from sim.risk import (
+    OVERSHOOT_GUARD_BUDGET_PCT,
     PEAK_RULES,
     PeakPredictorPacking,
     RequestForecaster,
@@ -769,6 +770,19 @@ POLICIES: dict[str, Callable[..., Policy]] = {
             forecaster=RequestForecaster(), name="forecast_peak_overshoot_guard", **kw
         ),
         lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_overshoot_guard", overshoot=True, raise_only=True),
+        kind="forecast",
+    ),
+    "forecast_peak_overshoot_budget": fitted_policy(
+        lambda **kw: RiskAwarePacking(
+            forecaster=RequestForecaster(), name="forecast_peak_overshoot_budget", **kw
+        ),
+        lambda ctx: fit_peak_adaptive(
+            ctx,
+            "forecast_peak_overshoot_budget",
+            overshoot=True,
+            raise_only=True,
+            overshoot_budget_pct=OVERSHOOT_GUARD_BUDGET_PCT,
+        ),
         kind="forecast",
     ),
     "forecast_peak_nodur": fitted_policy(

@@ -1062,6 +1062,7 @@ def fit_peak_adaptive(
     exceed: bool = False,
     raise_only: bool = False,
     overshoot: bool = False,
+    overshoot_budget_pct: float | None = None,
 ) -> RiskAwarePacking | None:
     """`forecast_peak` as validation fits it (fallback, level q, mode, table, recall), with each env's level
     following its episode's rate of rising jobs (`sim.rise_shift`: the training fit part's rate, a Gamma prior
@@ -1073,9 +1074,9 @@ def fit_peak_adaptive(
     (`sim.rise_shift.RiseAmount`, a prior worth `prior_events` risen jobs). With `exceed`, the ratio is the
     episode's rate of exceeding the jobs' arrival forecasts over the fit part's (`sim.rise_shift.fit_exceed_rate`)
     instead; with `overshoot`, the episode's rate of jobs charged an overshoot over the rule's on the validation
-    sequences (`sim.rise_shift.fit_overshoot_rate`). With `raise_only`, an env's ratio is never below 1 (never tighter than `forecast_peak`). ValueError
-    naming the rule for a floor
-    neither 0 nor within `ADAPTED_LEVELS`."""
+    sequences (`sim.rise_shift.fit_overshoot_rate`, scaled to `overshoot_budget_pct` where given). With
+    `raise_only`, an env's ratio is never below 1 (never tighter than `forecast_peak`). ValueError naming the rule
+    for a floor neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.rise_shift import (
         MIN_LEVEL,
@@ -1135,9 +1136,14 @@ def fit_peak_adaptive(
     overshoot_rate = None
     if overshoot:  # the rule as validation fitted it (at its level), rolled on the validation sequences
         overshoot_rate = ctx.cached(
-            ("overshoot_rate", rule.name, prior_events),
+            ("overshoot_rate", rule.name, prior_events, overshoot_budget_pct),
             lambda: fit_overshoot_rate(
-                ctx.cfg, rule, ctx.split()[1], ctx.tuning.seed, prior_events=prior_events
+                ctx.cfg,
+                rule,
+                ctx.split()[1],
+                ctx.tuning.seed,
+                prior_events=prior_events,
+                budget_pct=overshoot_budget_pct,
             ),
         )
     adapted = ShiftAdaptedPeakForecaster(
@@ -1174,6 +1180,9 @@ def fit_peak_adaptive(
         adapted = RecallOverlay(adapted, outer.reliability)
     return replace(rule, forecaster=adapted, name=name)
 
+
+OVERSHOOT_GUARD_BUDGET_PCT = 0.25
+"""`forecast_peak_overshoot_budget`'s budget (overshoot %): half the bar's allowance over Tetris (0.5 point)."""
 
 ADAPTED_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.975, 0.99)
 """The levels `fit_peak_adaptive`'s table has: the grid an env's adapted level is rounded up to (the levels

@@ -444,6 +444,13 @@ def test_the_validation_overshoot_rate_and_the_guard_that_follows_it() -> None:
     assert loose.events > 0
     with pytest.raises(ValueError, match="no job"):
         fit_overshoot_rate(CFG, make_policy("tetris"), JobBatch.from_jobs([[]]), seed=0)
+    # a budget above the rule's own overshoot scales its rate up (the rate at the budget); one below leaves it
+    rising = _jobs(3, 40, seed=27, p_rise=0.5, top=7)
+    below = fit_overshoot_rate(CFG, make_policy("first_fit"), rising, seed=0, budget_pct=1e-4)
+    above = fit_overshoot_rate(CFG, make_policy("first_fit"), rising, seed=0, budget_pct=500.0)
+    assert below.hazard == pytest.approx(loose.hazard) and above.hazard > 2 * loose.hazard
+    with pytest.raises(ValueError, match="budget_pct"):
+        fit_overshoot_rate(CFG, make_policy("first_fit"), rising, seed=0, budget_pct=0.0)
     train = _jobs(8, 40, seed=28, p_rise=0.4, top=(2, 6))
     table, _ = _amount(train)
     guard = ShiftAdaptedPeakForecaster(
