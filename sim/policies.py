@@ -664,6 +664,32 @@ def is_learned(name: str) -> bool:
     return bool(getattr(POLICIES[name], "is_learned", False))
 
 
+ADAPTIVE_PEAK_RULES: dict[str, dict] = {
+    "forecast_peak_adaptive": {},
+    "forecast_peak_adaptive_amount": {"amount": True},
+    "forecast_peak_adaptive_exceed": {"exceed": True},
+    "forecast_peak_exceed_guard": {"exceed": True, "raise_only": True},
+    "forecast_peak_exceed_guard_mask": {"floor": 0.0, "exceed": True, "raise_only": True},
+    "forecast_peak_overshoot_guard": {"overshoot": True, "raise_only": True},
+    "forecast_peak_overshoot_budget": {
+        "overshoot": True,
+        "raise_only": True,
+        "overshoot_budget_pct": OVERSHOOT_GUARD_BUDGET_PCT,
+    },
+}
+"""`forecast_peak` with its level following an online signal of the episode (`sim.rise_shift`): each name's
+`fit_peak_adaptive` knobs (the rise rate alone; its amount; the exceedances of the arrival forecast, two-sided or
+as a guard that never goes below the fitted level, with or without the admission mask; the overshoot itself)."""
+
+
+def _adaptive_policy(name: str, **knobs):
+    return fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name=name, **kw),
+        lambda ctx: fit_peak_adaptive(ctx, name, **knobs),
+        kind="forecast",
+    )
+
+
 POLICIES: dict[str, Callable[..., Policy]] = {
     "best_fit": BestFit,
     "first_fit": FirstFit,
@@ -730,61 +756,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         lambda ctx: fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"]),
         kind="forecast",
     ),
-    "forecast_peak_adaptive": fitted_policy(
-        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_adaptive", **kw),
-        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive"),
-        kind="forecast",
-    ),
-    "forecast_peak_adaptive_amount": fitted_policy(
-        lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), name="forecast_peak_adaptive_amount", **kw
-        ),
-        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive_amount", amount=True),
-        kind="forecast",
-    ),
-    "forecast_peak_adaptive_exceed": fitted_policy(
-        lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), name="forecast_peak_adaptive_exceed", **kw
-        ),
-        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_adaptive_exceed", exceed=True),
-        kind="forecast",
-    ),
-    "forecast_peak_exceed_guard": fitted_policy(
-        lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), name="forecast_peak_exceed_guard", **kw
-        ),
-        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_exceed_guard", exceed=True, raise_only=True),
-        kind="forecast",
-    ),
-    "forecast_peak_exceed_guard_mask": fitted_policy(
-        lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), name="forecast_peak_exceed_guard_mask", **kw
-        ),
-        lambda ctx: fit_peak_adaptive(
-            ctx, "forecast_peak_exceed_guard_mask", floor=0.0, exceed=True, raise_only=True
-        ),
-        kind="forecast",
-    ),
-    "forecast_peak_overshoot_guard": fitted_policy(
-        lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), name="forecast_peak_overshoot_guard", **kw
-        ),
-        lambda ctx: fit_peak_adaptive(ctx, "forecast_peak_overshoot_guard", overshoot=True, raise_only=True),
-        kind="forecast",
-    ),
-    "forecast_peak_overshoot_budget": fitted_policy(
-        lambda **kw: RiskAwarePacking(
-            forecaster=RequestForecaster(), name="forecast_peak_overshoot_budget", **kw
-        ),
-        lambda ctx: fit_peak_adaptive(
-            ctx,
-            "forecast_peak_overshoot_budget",
-            overshoot=True,
-            raise_only=True,
-            overshoot_budget_pct=OVERSHOOT_GUARD_BUDGET_PCT,
-        ),
-        kind="forecast",
-    ),
+    **{name: _adaptive_policy(name, **knobs) for name, knobs in ADAPTIVE_PEAK_RULES.items()},
     "forecast_peak_nodur": fitted_policy(
         lambda **kw: RiskAwarePacking(
             forecaster=RequestForecaster(),
