@@ -103,27 +103,13 @@ def summary_figure(summary: pl.DataFrame, source: str):
         ax.tick_params(labelsize=7)
     handles = [Patch(facecolor=c, label=p) for p, c in zip(policies, colours, strict=True)]
     fig.suptitle(f"{source}: mean and 95 % interval over test sequences, per load", fontsize=9)
-    if len(axes) > len(PLOT_METRICS):  # the free cell of the grid holds the legend
-        fig.tight_layout()
-        _fitted_legend(fig, axes[len(PLOT_METRICS)], handles)
-    else:
-        axes[0].legend(handles=handles, fontsize=6, loc="best")
-        fig.tight_layout()
+    fig.tight_layout()
+    cell, where = (axes[len(PLOT_METRICS)], "center") if len(axes) > len(PLOT_METRICS) else (axes[0], "best")
+    for size in np.arange(7.0, 3.9, -0.5):  # the legend (in the grid's free cell) shrunk to fit the figure
+        legend = cell.legend(handles=handles, loc=where, fontsize=size, ncol=2, title="policy")
+        if fig.bbox.contains(*legend.get_window_extent(fig.canvas.get_renderer()).p1):
+            break
     return fig
-
-
-def _fitted_legend(fig, ax, handles, fontsize: float = 7.0, smallest: float = 4.0) -> None:
-    """The policies' legend centred in the free cell `ax`, its font shrunk in half points from `fontsize` (down
-    to `smallest`) until it lies inside the figure: the registry grows, the figure's width does not."""
-    renderer = fig.canvas.get_renderer()
-    while True:
-        legend = ax.legend(handles=handles, loc="center", fontsize=fontsize, ncol=2, title="policy")
-        box = legend.get_window_extent(renderer)
-        if (
-            box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y0 >= 0 and box.y1 <= fig.bbox.y1
-        ) or fontsize <= smallest:
-            return
-        fontsize -= 0.5
 
 
 def summary_plots(summary: pl.DataFrame) -> dict[str, bytes]:
