@@ -59,6 +59,11 @@ def usage_rises(jobs) -> tuple[float, float]:
     return float((rise > 0).mean()), float(np.maximum(rise, 0.0).mean())
 
 
+def extra_choice(choices: dict, extras: list[str], key: str) -> dict:
+    """The choices of the first of the `extras` rules whose choices hold `key` ({} where none does)."""
+    return next((choices[n] for n in extras if choices.get(n, {}).get(key)), {})
+
+
 def tuning_overrides(pairs: list[str]) -> dict:
     """{'overshoot_budget_pct': 0.5, ...} from KEY=VALUE strings (values as Python literals); SystemExit naming
     an unknown key or a value that is not a literal."""
@@ -159,18 +164,14 @@ def main() -> None:
             print(
                 f"   forecast_peak_adaptive: training rise rate {ad['rise_rate_train']:.4f}; test's ratio {ratio:.2f}"
             )
-        ex = next(
-            (ctx.choices[n] for n in extras if n in ctx.choices and ctx.choices[n].get("exceed_rate_train")),
-            {},
-        )
-        if ex.get("exceed_rate_train"):
+
+        ex = extra_choice(ctx.choices, extras, "exceed_rate_train")
+        if ex:
             print(
                 f"   exceedance rules: training rate of exceeding the arrival forecast "
                 f"{ex['exceed_rate_train']:.4f} per job-step"
             )
-        og = next(
-            (ctx.choices[n] for n in extras if ctx.choices.get(n, {}).get("overshoot_rate_validation")), {}
-        )
+        og = extra_choice(ctx.choices, extras, "overshoot_rate_validation")
         if og:
             print(
                 f"   overshoot guard: validation rate of jobs charged an overshoot "

@@ -144,6 +144,11 @@ class RiseRate:
         if not self.prior_events > 0:
             raise ValueError(f"RiseRate.prior_events must be > 0, got {self.prior_events}")
 
+    def ratio(self, events: np.ndarray, exposure: np.ndarray) -> np.ndarray:
+        """(B,) the posterior mean of each env's rate over this one from its (B,) `events` in (B,) `exposure`
+        (module docstring: a Gamma prior worth `prior_events` events at this rate; 1 before anything is seen)."""
+        return (events + self.prior_events) / (self.prior_events + self.hazard * exposure)
+
 
 def fit_rise_rate(jobs: JobBatch, prior_events: float = 10.0) -> RiseRate:
     """The `RiseRate` of every real job of `jobs` (training sequences) over its whole life. ValueError naming the
@@ -179,9 +184,7 @@ def episode_counts(state: State, n_obs: np.ndarray | None = None) -> tuple[np.nd
 
 def rate_ratio(rate: RiseRate, state: State, n_obs: np.ndarray | None = None) -> np.ndarray:
     """(B,) each env's posterior mean of its rise rate over the training rate (module docstring)."""
-    events, exposure = episode_counts(state, n_obs)
-    a = rate.prior_events
-    return (events + a) / (a + rate.hazard * exposure)
+    return rate.ratio(*episode_counts(state, n_obs))
 
 
 AMOUNT_SCALES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
@@ -307,15 +310,15 @@ def arrival_exceed_steps(
     here when None); readers reveal it only up to each job's observed steps (`exceed_counts`)."""
 
     def make() -> np.ndarray:
-        b, j = np.nonzero(np.ones(jobs.duration.shape, dtype=bool))
-        request = jobs.request[b, j].astype(np.int64)
+        n = jobs.duration.size  # every (sequence, job) slot, padding included
+        request = jobs.request.reshape(n, -1).astype(np.int64)
         forecast = table.lookup(
             level,
             request,
             np.full(request.shape, np.nan),
-            np.zeros(b.size, dtype=np.int64),
-            np.full(b.size, -1, dtype=np.int64),
-            jobs.duration[b, j].astype(np.int64) if table.use_remaining else None,
+            np.zeros(n, dtype=np.int64),
+            np.full(n, -1, dtype=np.int64),
+            jobs.duration.reshape(n).astype(np.int64) if table.use_remaining else None,
             np.zeros(request.shape, dtype=bool) if table.use_at_peak else None,
         ).reshape(*jobs.duration.shape, -1)  # (B, J, D)
         alive = np.arange(jobs.usage.shape[2])[None, None, :] < jobs.duration[..., None]
@@ -361,10 +364,9 @@ def fit_exceed_rate(
 def overshoot_counts(state: State, n_obs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """((B,) placed jobs charged an overshoot so far (`State.has_overshot`, closed steps only), (B,) their observed
     job-steps) of each env."""
-    n_obs = observed_steps(state) if n_obs is None else n_obs
-    placed = state.job_machine >= 0
-    events = (state.has_overshot.any(axis=2) & placed).sum(axis=1)
-    return events, np.where(placed, n_obs, 0).sum(axis=1)
+    n_obs = observed_steps(state) if n_obs is None else n_obs  # 0 for a job not placed yet
+    events = (state.has_overshot.any(axis=2) & (state.job_machine >= 0)).sum(axis=1)
+    return events, n_obs.sum(axis=1)
 
 
 def fit_overshoot_rate(
@@ -479,13 +481,9 @@ class ShiftAdaptedPeakForecaster:
         where the forecaster has one; the exceedance ratio where it has that; at least 1 under `raise_only`."""
         n_obs = observed_steps(state) if n_obs is None else n_obs
         if self.overshoot is not None:
-            events, exposure = overshoot_counts(state, n_obs)
-            a = self.overshoot.prior_events
-            ratio = (events + a) / (a + self.overshoot.hazard * exposure)
+            ratio = self.overshoot.ratio(*overshoot_counts(state, n_obs))
         elif self.exceed is not None:
-            events, exposure = exceed_counts(state, self.table, self.level, n_obs, self._key)
-            a = self.exceed.prior_events
-            ratio = (events + a) / (a + self.exceed.hazard * exposure)
+            ratio = self.exceed.ratio(*exceed_counts(state, self.table, self.level, n_obs, self._key))
         else:
             ratio = rate_ratio(self.rate, state, n_obs)
             if self.amount is not None:

@@ -1101,19 +1101,23 @@ def fit_peak_adaptive(
     if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks: nothing to adapt
         ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False}
         return replace(rule, name=name)
-    try:
-        rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(ctx.split()[0], prior_events))
-    except ValueError as err:  # no training job ever rises: no rate to shift from, the rule as fitted
-        warnings.warn(f"{name} at {ctx.where}: {err}; kept at forecast_peak's level", stacklevel=2)
+
+    def as_fitted(err: ValueError) -> RiskAwarePacking:  # no rate to shift from: the rule as fitted, and why
+        warnings.warn(f"{name} at {ctx.where}: {err}; kept at forecast_peak's level", stacklevel=3)
         ctx.choices[name] = {**copy.deepcopy(choice), "rise_adapted": False, "rise_not_adapted_why": str(err)}
         return replace(rule, name=name)
+
+    fit_part = ctx.split()[0]
+    try:
+        rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(fit_part, prior_events))
+    except ValueError as err:  # no training job ever rises
+        return as_fitted(err)
     table = inner.table
     if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
         wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
         table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
     rise_amount = None
     if amount:
-        fit_part = ctx.split()[0]
         rise_amount = fit_rise_amount(
             fit_part,
             table,
@@ -1124,15 +1128,9 @@ def fit_peak_adaptive(
     exceed_rate = None
     if exceed:
         try:
-            exceed_rate = fit_exceed_rate(ctx.split()[0], table, rule.risk.level, prior_events)
-        except ValueError as err:  # no training job exceeds its arrival forecast: nothing to shift from
-            warnings.warn(f"{name} at {ctx.where}: {err}; kept at forecast_peak's level", stacklevel=2)
-            ctx.choices[name] = {
-                **copy.deepcopy(choice),
-                "rise_adapted": False,
-                "rise_not_adapted_why": str(err),
-            }
-            return replace(rule, name=name)
+            exceed_rate = fit_exceed_rate(fit_part, table, rule.risk.level, prior_events)
+        except ValueError as err:  # no training job exceeds its arrival forecast
+            return as_fitted(err)
     overshoot_rate = None
     if overshoot:  # the rule as validation fitted it (at its level), rolled on the validation sequences
         overshoot_rate = ctx.cached(
@@ -1164,8 +1162,8 @@ def fit_peak_adaptive(
         "rise_prior_events": prior_events,
         "rise_floor": floor,
         "adapted_levels": list(table.levels),
+        "rise_raise_only": raise_only,
     }
-    ctx.choices[name]["rise_raise_only"] = raise_only
     if overshoot_rate is not None:
         ctx.choices[name]["overshoot_rate_validation"] = overshoot_rate.hazard
         ctx.choices[name]["overshoot_events_validation"] = overshoot_rate.events
