@@ -64,6 +64,17 @@ def extra_choice(choices: dict, extras: list[str], key: str) -> dict:
     return next((choices[n] for n in extras if choices.get(n, {}).get(key)), {})
 
 
+def replay_knobs(spec: str) -> dict:
+    """'first=16,max_gap=32' -> {'first': 16, 'max_gap': 32} (ints where they parse, else floats)."""
+    knobs = {}
+    for pair in spec.split(","):
+        key, _, value = pair.partition("=")
+        if not value:
+            raise SystemExit(f"--replay: {pair!r} is not KEY=VALUE")
+        knobs[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+    return knobs
+
+
 def tuning_overrides(pairs: list[str]) -> dict:
     """{'overshoot_budget_pct': 0.5, ...} from KEY=VALUE strings (values as Python literals); SystemExit naming
     an unknown key or a value that is not a literal."""
@@ -87,6 +98,7 @@ def main() -> None:
     from models.forecast_placer import paired_interval
     from models.usage_forecast import forecaster_factory
     from sim.policies import POLICIES, make_policy
+    from sim.replay_select import fit_replay_select
     from sim.rise_shift import fit_rise_rate
     from sim.risk import fit_peak_adaptive
 
@@ -113,6 +125,13 @@ def main() -> None:
         "forecast_peak is",
     )
     ap.add_argument(
+        "--replay",
+        default="",
+        help="knob sets of forecast_peak_replay to fit beside it, ';'-separated, each KEY=VALUE,... of "
+        "sim.replay_select.ReplaySelect (e.g. 'first=16,max_gap=32;margin=0.05'): each fitted as "
+        "forecast_peak_replay@KNOBS and counted as forecast_peak is",
+    )
+    ap.add_argument(
         "--split-only",
         action="store_true",
         help="print each seed's usage_rises of train and test, fit nothing",
@@ -121,6 +140,12 @@ def main() -> None:
     overrides = tuning_overrides(args.tuning)
     floors = [float(f) for f in args.floors.split(",") if f.strip()]
     extras = [n.strip() for n in args.extra.split(",") if n.strip()]
+    replays = {
+        f"forecast_peak_replay@{spec.strip()}": replay_knobs(spec)
+        for spec in args.replay.split(";")
+        if spec.strip()
+    }
+    extras += list(replays)
     counted = ("forecast_peak", *extras)
     above, below, beyond = (dict.fromkeys(counted, 0) for _ in range(3))
     seeds = seed_list(args.seeds)
@@ -148,6 +173,9 @@ def main() -> None:
         )
         rules = {name: make_policy(name) for name in HEURISTICS}
         for name in (*RULES, *extras):
+            if name in replays:
+                rules[name] = fit_replay_select(ctx, name, **replays[name])
+                continue
             rules[name] = POLICIES[name].fit(ctx)
         for floor in floors:
             rules[f"forecast_peak_adaptive@{floor:g}"] = fit_peak_adaptive(
@@ -189,14 +217,21 @@ def main() -> None:
             if rule is None:
                 continue
             val = ctx.validation_outcomes(rule)
+            tally = getattr(rule, "tally", None)
+            if tally is not None:
+                tally.clear()  # the test episodes' choices only
+            t_rule = time.perf_counter()
             tst = outcomes(rule, cfg, test, seed, None)
+            t_rule = time.perf_counter() - t_rule
             test_means[name] = (float(tst[0].mean()), float(tst[1].mean()))
             test_returns[name] = np.asarray(tst[0], dtype=np.float64)
             print(
                 f"  {name:16s} validation {val[0].mean() / 1e6:8.3f} overshoot {val[1].mean():6.3f} %"
                 f"  | test {tst[0].mean() / 1e6:8.3f} overshoot {tst[1].mean():6.3f} % "
-                f"(worst sequence {np.max(tst[1]):5.2f} %)"
+                f"(worst sequence {np.max(tst[1]):5.2f} %; {t_rule:.1f} s)"
             )
+            if tally:
+                print(f"    checkpoint choices on test: {dict(tally.most_common())}")
         best_rolled = max(HEURISTICS, key=lambda n: test_means[n][0])
         for name in ("forecast_peak_adaptive", *(f"forecast_peak_adaptive@{f:g}" for f in floors), *extras):
             if name not in test_returns:

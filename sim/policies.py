@@ -682,6 +682,12 @@ ADAPTIVE_PEAK_RULES: dict[str, dict] = {
 as a guard that never goes below the fitted level, with or without the admission mask; the overshoot itself)."""
 
 
+def _fit_replay_select(ctx, name: str, **knobs):
+    from sim.replay_select import fit_replay_select  # it imports this module's heuristics
+
+    return fit_replay_select(ctx, name, **knobs)
+
+
 def _adaptive_policy(name: str, **knobs):
     return fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name=name, **kw),
@@ -757,6 +763,11 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         kind="forecast",
     ),
     **{name: _adaptive_policy(name, **knobs) for name, knobs in ADAPTIVE_PEAK_RULES.items()},
+    "forecast_peak_replay": fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_replay", **kw),
+        lambda ctx: _fit_replay_select(ctx, "forecast_peak_replay"),
+        kind="forecast",
+    ),
     "forecast_peak_nodur": fitted_policy(
         lambda **kw: RiskAwarePacking(
             forecaster=RequestForecaster(),

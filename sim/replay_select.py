@@ -1,0 +1,332 @@
+"""Choosing among fitted rules online by replaying the episode's own observed past (a what-if simulation).
+
+Every rule fitted on training sequences is tuned for the training workloads; a test set whose jobs rise less
+often (First-Fit then packs tighter without overshooting) or by more (the fitted level then overshoots) needs
+another rule, and no signal computed from the jobs alone has told which (benchmarks/RESULTS.md, "The amount of
+the rises"). What does tell is the simulator itself: at a checkpoint T the usage of every job up to T is known
+(observed), so each candidate rule can be rolled over the episode's steps 0 .. T-1 and its return and overshoot
+there measured exactly, as Google's Autopilot picks among its recommenders by simulating each over the past
+usage (Rzadca et al., EuroSys 2020, section 4.2). `ReplaySelect` plays the candidate that did best on the
+episode so far until the next checkpoint.
+
+What a replay reads (never the future; tests/sim/test_replay_select.py perturbs unobserved usage):
+- the jobs that arrived before T, with their arrival steps, requests, labels and durations (the rules it
+  chooses among are the durations-known ones, which read a job's end from its start and duration);
+- each placed job's usage at the ages observed by T (a job started at s < T: ages 0 .. T-1-s); where a
+  candidate starts a job earlier than the episode did, the ages not yet observed repeat the last observed step,
+  and a job not started by T uses its request at every age (`prefix_batch`).
+
+The choice for checkpoint k depends only on the state's record up to T_k (`checkpoint_times`), so it is a
+function of the state; it is computed at the env's first decision at or after T_k and remembered for that
+batch of episodes. Before the first checkpoint every env plays the first candidate (the rule as fitted).
+Candidates whose replayed overshoot % exceeds the request-based fallback's by more than `budget_pct` points are
+not eligible (the bar's overshoot clause is Tetris's + 0.5); among the eligible, the one with the highest replayed
+return is played, the first candidate unless another beats it by more than `margin` x |its return|.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from sim import core
+from sim.config import SimConfig
+from sim.core import State
+from sim.jobs import PAD_ARRIVAL, JobBatch
+from sim.labelling import reads_labels
+
+FIRST_CHECKPOINT = 32
+"""The first checkpoint's step; each next one doubles the gap until `MAX_GAP`."""
+MAX_GAP = 128
+"""The largest gap between two checkpoints (steps)."""
+
+
+def checkpoint_times(last_step: int, first: int = FIRST_CHECKPOINT, max_gap: int = MAX_GAP) -> np.ndarray:
+    """(K,) int64 checkpoint steps up to `last_step`: first, 2 first, 4 first, ... while the gap is below
+    `max_gap`, then every `max_gap` steps. ValueError for a first checkpoint or gap below 1."""
+    if first < 1 or max_gap < 1:
+        raise ValueError(f"checkpoint_times: first ({first}) and max_gap ({max_gap}) must be >= 1")
+    times, t, gap = [], first, first
+    while t <= last_step:
+        times.append(t)
+        t += gap
+        gap = min(2 * gap, max_gap)
+    return np.asarray(times, dtype=np.int64)
+
+
+def prefix_batch(state: State, env: int, until: int) -> JobBatch:
+    """The jobs of env `env` that arrived before step `until`, as a one-row JobBatch sorted by arrival, with
+    their usage as it was observed by `until` (module docstring); what a replay of steps 0 .. until-1 plays."""
+    jobs = state.jobs
+    n_real = int(jobs.n_jobs[env])
+    arrival = jobs.arrival_step[env, :n_real]
+    keep = np.flatnonzero(arrival < until)
+    keep = keep[np.argsort(arrival[keep], kind="stable")]
+    start = state.job_start[env, keep]
+    duration = jobs.duration[env, keep]
+    started = (start >= 0) & (start < until)
+    n_obs = np.where(started, np.minimum(until - start, duration), 0)
+    usage = jobs.usage[env, keep]  # (N, T_max, D): a copy (fancy indexing)
+    request = jobs.request[env, keep]
+    ages = np.arange(jobs.max_duration)
+    last = usage[np.arange(keep.size), np.maximum(n_obs - 1, 0)]  # (N, D)
+    fill = np.where((n_obs > 0)[:, None], last, request)
+    usage = np.where((ages[None, :] < n_obs[:, None])[..., None], usage, fill[:, None, :])
+    usage = (usage * (ages[None, :] < duration[:, None])[..., None]).astype(np.int16)
+    wids = jobs.workload_ids[env] if env < len(jobs.workload_ids) else ()
+    return JobBatch(
+        arrival_step=arrival[keep][None].astype(np.int64),
+        duration=duration[None].astype(np.int64),
+        usage=usage[None],
+        request=request[None].astype(np.int16),
+        ec_label=jobs.ec_label[env, keep][None].astype(np.int64),
+        n_jobs=np.asarray([keep.size], dtype=np.int64),
+        sequence_keys=(jobs.sequence_keys[env],) if env < len(jobs.sequence_keys) else (),
+        workload_ids=(tuple(wids[j] for j in keep if j < len(wids)),) if wids else (),
+        meta=None if jobs.meta is None else jobs.meta[env, keep][None],
+    )
+
+
+def _stack(batches: list[JobBatch]) -> JobBatch:
+    """One-row prefix batches as one batch, padded to the most jobs (same T_max)."""
+    n_max = max(1, max(b.max_jobs for b in batches))
+    n_res, t_max = batches[0].n_resources, batches[0].max_duration
+
+    def padded(b: JobBatch, name: str, fill) -> np.ndarray:
+        values = getattr(b, name)
+        width = [(0, 0)] * values.ndim
+        width[1] = (0, n_max - b.max_jobs)
+        return np.pad(values, width, constant_values=fill)
+
+    meta = None
+    if all(b.meta is not None for b in batches):
+        meta = np.concatenate([padded(b, "meta", np.nan) for b in batches])
+    usage = np.zeros((len(batches), n_max, t_max, n_res), dtype=np.int16)
+    for i, b in enumerate(batches):
+        usage[i, : b.max_jobs] = b.usage[0]
+    return JobBatch(
+        arrival_step=np.concatenate([padded(b, "arrival_step", PAD_ARRIVAL) for b in batches]),
+        duration=np.concatenate([padded(b, "duration", 0) for b in batches]),
+        usage=usage,
+        request=np.concatenate([padded(b, "request", 0) for b in batches]),
+        ec_label=np.concatenate([padded(b, "ec_label", 0) for b in batches]),
+        n_jobs=np.concatenate([b.n_jobs for b in batches]),
+        sequence_keys=tuple(k for b in batches for k in (b.sequence_keys or (("?",),))),
+        workload_ids=tuple(w for b in batches for w in (b.workload_ids or ((),))),
+        meta=meta,
+    )
+
+
+def replay(cfg: SimConfig, policy, prefix: JobBatch, until: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """((B, until) return per step, (B,) overshoot %) of `policy` rolled over steps 0 .. until-1 of the prefix
+    batches: the penalties each closed step was credited (the episode is cut there; no charge for what is left), and
+    `sim.metrics.avg_overshoot_pct` over those steps."""
+    from sim.metrics import overshoot_pct_per_episode
+    from sim.policies import play
+
+    cut = replace(cfg, max_steps=int(until))
+    trace = core.make_trace(cut, prefix.batch_size)
+    state = play(policy, cut, prefix, seed, trace)
+    charged = [
+        i for i, n in enumerate(core.PENALTY_NAMES) if n != "unplaced"
+    ]  # the cut's charge is not the past's
+    returns = trace.penalties[:, :until, charged].sum(axis=2)
+    return returns, overshoot_pct_per_episode(trace, state)
+
+
+def block_gain_z(steps: np.ndarray, block: int) -> np.ndarray:
+    """(B, C) how clearly each candidate's replayed return beats the first candidate's, from (B, C, T) per-step
+    returns: the paired difference summed over blocks of `block` steps (the last partial block dropped unless it
+    is the only one), its mean over the blocks in standard errors (+inf where every block gains the same
+    positive amount, 0 for the first candidate). Overshoot charges come in rare large steps, a tighter packing's
+    saving in many small ones: the statistic tells a persistent gain from one lucky overshoot-free prefix."""
+    n_blocks = max(1, steps.shape[2] // block)
+    diff = steps - steps[:, :1]
+    sums = diff[:, :, : n_blocks * block].reshape(*diff.shape[:2], n_blocks, -1).sum(axis=3)
+    mean = sums.mean(axis=2)
+    se = sums.std(axis=2, ddof=1) / np.sqrt(n_blocks) if n_blocks > 1 else np.zeros_like(mean)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, mean / se, np.where(mean > 0, np.inf, 0.0))
+    z[:, 0] = 0.0
+    return z
+
+
+def select(
+    returns: np.ndarray,
+    overshoot: np.ndarray,
+    reference: int,
+    budget_pct: float,
+    margin: float,
+    gain_z: np.ndarray | None = None,
+    z: float = 0.0,
+) -> np.ndarray:
+    """(B,) index of the candidate to play per env from (B, C) replayed returns and overshoot %. Eligible: overshoot
+    at most the `reference` candidate's + `budget_pct` (the reference always is). Where the first candidate (the
+    rule as fitted) is eligible it is kept unless an eligible one beats its return by more than `margin` x |its
+    return| and, where `gain_z` (`block_gain_z`) is given, by more than `z` standard errors; then the best such by
+    return is played. Where it is not eligible, the eligible one with the best return is."""
+    eligible = overshoot <= overshoot[:, [reference]] + budget_pct
+    eligible[:, reference] = True
+    beats = eligible & (returns > returns[:, :1] + margin * np.abs(returns[:, :1]))
+    if gain_z is not None:
+        beats &= gain_z > z
+    beats[:, 0] = True
+    best_switch = np.argmax(np.where(beats, returns, -np.inf), axis=1)
+    best_eligible = np.argmax(np.where(eligible, returns, -np.inf), axis=1)
+    return np.where(eligible[:, 0], best_switch, best_eligible)
+
+
+@dataclass(frozen=True)
+class ReplaySelect:
+    """Plays, per env, the candidate rule that did best on a replay of the episode's observed past (module
+    docstring). `candidates[0]` is the rule as fitted (played before the first checkpoint and kept on ties);
+    `candidates[reference]` is the request-based fallback whose replayed overshoot sets the budget."""
+
+    candidates: tuple = field(repr=False)
+    names: tuple[str, ...] = ()
+    reference: int = 1
+    budget_pct: float = 0.25
+    margin: float = 0.0
+    z: float = 0.0
+    """> 0: a switch away from the fitted rule also needs its replayed gain to stand `z` standard errors above 0
+    over blocks of `block` steps (`block_gain_z`)."""
+    block: int = 8
+    first: int = FIRST_CHECKPOINT
+    max_gap: int = MAX_GAP
+    seed: int = 0
+    name: str = "forecast_peak_replay"
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+    tally: Counter = field(default_factory=Counter, repr=False, compare=False)
+    """How often each candidate was chosen at a checkpoint (by name), over every episode this instance played."""
+
+    def __post_init__(self) -> None:
+        if len(self.candidates) < 2:
+            raise ValueError(f"{self.name}: needs at least 2 candidates, got {len(self.candidates)}")
+        if not 0 <= self.reference < len(self.candidates):
+            raise ValueError(f"{self.name}: reference {self.reference} is not a candidate index")
+        if self.names and len(self.names) != len(self.candidates):
+            raise ValueError(f"{self.name}: {len(self.names)} names for {len(self.candidates)} candidates")
+        if not (self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1):
+            raise ValueError(f"{self.name}: budget_pct, margin and z must be >= 0 and block >= 1")
+        checkpoint_times(0, self.first, self.max_gap)  # the same error for a bad schedule, at construction
+
+    @property
+    def reads_labels(self) -> bool:
+        return any(reads_labels(c) for c in self.candidates)
+
+    @property
+    def picks_by_labels(self) -> bool:
+        from sim.labelling import picks_by_labels
+
+        return any(picks_by_labels(c) for c in self.candidates)
+
+    def choices(self, cfg: SimConfig, state: State) -> np.ndarray:
+        """(B,) the candidate each env plays now, replaying the envs that reached a new checkpoint."""
+        memo = self._memo
+        if memo.get("jobs") is None or memo["jobs"]() is not state.jobs or memo["k"].size != state.batch_size:
+            memo["jobs"] = weakref.ref(state.jobs)
+            memo["k"] = np.full(state.batch_size, -1, dtype=np.int64)
+            memo["choice"] = np.zeros(state.batch_size, dtype=np.int64)
+            memo["times"] = checkpoint_times(int(cfg.max_steps), self.first, self.max_gap)
+        times = memo["times"]
+        restarted = (memo["k"] >= 0) & (
+            state.t < times[np.maximum(memo["k"], 0)]
+        )  # a new episode, same batch
+        memo["k"][restarted], memo["choice"][restarted] = -1, 0
+        k_now = np.searchsorted(times, state.t, side="right") - 1  # the last checkpoint at or before t
+        stale = np.flatnonzero((k_now > memo["k"]) & ~state.is_done)
+        for k in np.unique(k_now[stale]):
+            envs = stale[k_now[stale] == k]
+            until = int(times[k])
+            prefix = _stack([prefix_batch(state, int(e), until) for e in envs])
+            results = [replay(cfg, c, prefix, until, self.seed) for c in self.candidates]
+            steps = np.stack([r[0] for r in results], axis=1)  # (B, C, until)
+            overshoot = np.stack([r[1] for r in results], axis=1)
+            gain_z = block_gain_z(steps, self.block) if self.z > 0 else None
+            chosen = select(
+                steps.sum(axis=2), overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z
+            )
+            memo["choice"][envs] = chosen
+            self.tally.update(self.names[c] if self.names else str(c) for c in chosen.tolist())
+            memo["k"][envs] = k
+        return memo["choice"]
+
+    def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        choice = self.choices(cfg, state)
+        slot = np.zeros(state.batch_size, dtype=np.int64)
+        for c in np.unique(choice):
+            candidate = self.candidates[c]
+            if hasattr(candidate, "pick_job"):
+                rows = choice == c
+                slot[rows] = np.asarray(candidate.pick_job(cfg, state, rng), dtype=np.int64)[rows]
+        return slot
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        choice = self.choices(cfg, state)
+        actions = np.full(state.batch_size, cfg.n_machines, dtype=np.int64)
+        for c in np.unique(choice):
+            rows = choice == c
+            actions[rows] = np.asarray(self.candidates[c].act(cfg, state, rng), dtype=np.int64)[rows]
+        return actions
+
+
+CAUTIOUS_LEVELS = (0.9, 0.99)
+"""Levels of the fitted rule's own quantile table offered as more cautious candidates (those above its level)."""
+
+
+def fit_replay_select(ctx, name: str, **knobs) -> ReplaySelect | None:
+    """`ReplaySelect` over `forecast_peak` as validation fits it (the first candidate), its request-based fallback
+    (the overshoot reference), the same rule at each of `CAUTIOUS_LEVELS` above its level (where it keeps a
+    quantile table), First-Fit and Best-Fit; None where `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's
+    budget_pct, margin, first, max_gap. The choice is recorded in `ctx.choices[name]`."""
+    import copy
+    import warnings
+
+    from sim.forecast import RecallOverlay, uncached
+    from sim.peak_forecast import PeakQuantileForecaster
+    from sim.policies import BestFit, FirstFit
+    from sim.risk import _peak_rule_once
+
+    rule, choice = _peak_rule_once(ctx)
+    if rule is None:
+        warnings.warn(f"{name}: forecast_peak could not be fitted at {ctx.where}: not fitted", stacklevel=2)
+        return None
+    candidates, names = (
+        [rule, rule._fallback()],
+        ["forecast_peak", getattr(rule._fallback(), "name", "fallback")],
+    )
+    outer = uncached(rule.forecaster)
+    inner = outer.inner if isinstance(outer, RecallOverlay) else outer
+    if isinstance(inner, PeakQuantileForecaster):
+        above = [q for q in CAUTIOUS_LEVELS if q > rule.risk.level + 1e-9]
+        for level in (q for q in above if any(abs(q - lv) < 1e-9 for lv in inner.table.levels)):
+            cautious = inner.table.forecaster(level, inner.horizon)
+            if isinstance(outer, RecallOverlay):
+                cautious = RecallOverlay(cautious, outer.reliability)
+            candidates.append(
+                replace(
+                    rule,
+                    forecaster=cautious,
+                    risk=replace(rule.risk, level=level),
+                    name=f"forecast_peak@{level:g}",
+                )
+            )
+            names.append(f"forecast_peak@{level:g}")
+    candidates += [FirstFit(), BestFit()]
+    names += ["first_fit", "best_fit"]
+    policy = ReplaySelect(
+        tuple(candidates), tuple(names), reference=1, seed=ctx.tuning.seed, name=name, **knobs
+    )
+    ctx.choices[name] = {
+        **copy.deepcopy(choice),
+        "replay_candidates": list(names),
+        "replay_budget_pct": policy.budget_pct,
+        "replay_margin": policy.margin,
+        "replay_z": policy.z,
+        "replay_block": policy.block,
+        "replay_checkpoints": [policy.first, policy.max_gap],
+    }
+    return policy

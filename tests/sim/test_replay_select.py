@@ -1,0 +1,154 @@
+"""Choosing among fitted rules by replaying the episode's observed past (`sim.replay_select`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sim import core
+from sim.config import SimConfig
+from sim.jobs import JobBatch
+from sim.policies import POLICIES, BestFit, FirstFit, Tetris, play
+from sim.replay_select import (
+    ReplaySelect,
+    _stack,
+    block_gain_z,
+    checkpoint_times,
+    prefix_batch,
+    replay,
+    select,
+)
+from sim.tuning import FitContext, TuningConfig
+
+CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
+
+
+def _jobs(n_rows: int, n_jobs: int, seed: int, p_rise: float = 0.3) -> JobBatch:
+    """Jobs requesting 5 of 8 units that use 1-2 units, a share `p_rise` rising to 4 from their fourth step."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 3))
+            dur, rises, low = int(rng.integers(6, 30)), rng.random() < p_rise, int(rng.integers(1, 3))
+            usage = [[4 if rises and a >= 3 else low, low] for a in range(dur)]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [5, 5]})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def test_checkpoints_double_up_to_the_largest_gap_and_bad_schedules_are_clear_errors() -> None:
+    assert checkpoint_times(300, 32, 128).tolist() == [32, 64, 128, 256]
+    assert checkpoint_times(700, 32, 128).tolist() == [32, 64, 128, 256, 384, 512, 640]
+    assert checkpoint_times(20, 32, 128).size == 0
+    with pytest.raises(ValueError, match="first .0. and max_gap"):
+        checkpoint_times(100, 0, 128)
+
+
+def test_the_prefix_reads_no_usage_that_was_not_observed_by_the_checkpoint() -> None:
+    jobs = _jobs(2, 40, seed=1)
+    until = 20
+    state = play(Tetris(), CFG, jobs, 0, max_decisions=60)  # some jobs placed, some queued or not arrived
+    assert state.t.min() >= until
+    before = [prefix_batch(state, e, until) for e in range(2)]
+    start = state.job_start
+    perturbed = jobs.usage.copy()
+    for e in range(2):
+        for j in range(int(jobs.n_jobs[e])):
+            s = start[e, j]
+            first_unseen = until - s if 0 <= s < until else 0
+            perturbed[e, j, max(first_unseen, 0) :] = np.where(
+                perturbed[e, j, max(first_unseen, 0) :] > 0, 7, 0
+            )
+    changed = replace(state, jobs=replace(state.jobs, usage=perturbed))
+    assert (perturbed != jobs.usage).any()
+    for e in range(2):
+        after = prefix_batch(changed, e, until)
+        assert np.array_equal(after.usage, before[e].usage)
+        assert np.array_equal(after.arrival_step, before[e].arrival_step)
+        assert (after.arrival_step[0, : int(after.n_jobs[0])] < until).all()
+
+
+def test_replaying_the_rule_that_was_played_gives_the_episode_s_own_penalties() -> None:
+    jobs = _jobs(3, 60, seed=2)
+    until = 24
+    for policy in (FirstFit(), BestFit(), Tetris()):
+        full = core.make_trace(CFG, jobs.batch_size)
+        end = play(policy, CFG, jobs, 0, full)
+        assert end.is_done.all()
+        state = play(policy, CFG, jobs, 0, max_decisions=200)
+        assert (state.t >= until).all()
+        prefix = _stack([prefix_batch(state, e, until) for e in range(jobs.batch_size)])
+        steps, overshoot = replay(CFG, policy, prefix, until, 0)
+        returns = steps.sum(axis=1)
+        assert steps == pytest.approx(full.penalties[:, :until, :4].sum(axis=2))
+        assert returns == pytest.approx(full.penalties[:, :until].sum(axis=(1, 2)))
+        assert (returns < 0).all()
+
+
+def test_select_keeps_the_fitted_rule_unless_an_eligible_one_beats_it_by_the_margin() -> None:
+    returns = np.array([[-100.0, -120.0, -90.0], [-100.0, -120.0, -99.0], [-100.0, -120.0, -90.0]])
+    overshoot = np.array([[0.0, 0.0, 0.1], [0.0, 0.0, 0.1], [0.9, 0.0, 0.1]])
+    chosen = select(returns, overshoot, reference=1, budget_pct=0.25, margin=0.05)
+    # row 0: 10 % better, beyond the margin; row 1: 1 % better, within it; row 2: the fitted rule overshoots
+    assert chosen.tolist() == [2, 0, 2]
+    overshoot[2, 2] = 0.5  # now only the reference is eligible
+    assert select(returns, overshoot, 1, 0.25, 0.05)[2] == 1
+    assert select(returns, overshoot, 1, 0.25, 0.0)[1] == 2
+
+
+def test_it_plays_the_fitted_rule_until_the_replay_shows_it_overshooting_then_the_reference() -> None:
+    """First-Fit first, Tetris the reference, on jobs that mostly rise from 1-2 units to 4 after they are placed:
+    before the first checkpoint the selector is First-Fit exactly; from it on the replay shows First-Fit
+    overshooting beyond Tetris's + 0.25 point, so the envs play Tetris and overshoot less than First-Fit does."""
+    jobs = _jobs(2, 60, seed=3, p_rise=0.8)
+    policy = ReplaySelect((FirstFit(), Tetris()), ("first_fit", "tetris"), reference=1, first=12, max_gap=12)
+    mine, theirs = core.make_trace(CFG, 2), core.make_trace(CFG, 2)
+    state = play(policy, CFG, jobs, 0, mine)
+    ff = play(FirstFit(), CFG, jobs, 0, theirs)
+    early = (ff.job_start >= 0) & (ff.job_start < 12)
+    assert early.any()
+    assert np.array_equal(state.job_machine[early], ff.job_machine[early])
+    assert np.array_equal(state.job_start[early], ff.job_start[early])
+    assert (policy._memo["choice"] == 1).all()
+    from sim.metrics import overshoot_pct_per_episode
+
+    assert (overshoot_pct_per_episode(mine, state) < overshoot_pct_per_episode(theirs, ff)).all()
+
+
+def test_a_selector_needs_two_candidates_and_a_reference_among_them() -> None:
+    with pytest.raises(ValueError, match="at least 2 candidates"):
+        ReplaySelect((FirstFit(),))
+    with pytest.raises(ValueError, match="reference 3"):
+        ReplaySelect((FirstFit(), BestFit()), reference=3)
+
+
+def test_the_fitted_selector_offers_the_rule_its_fallback_and_takes_valid_actions() -> None:
+    train, test = _jobs(24, 40, seed=7, p_rise=0.4), _jobs(3, 40, seed=8, p_rise=0.02)
+    tuning = TuningConfig(peak_levels=(0.5,), peak_modes=("pack",), min_observed=(0,))
+    ctx = FitContext(CFG, train, tuning, where="toy")
+    rule = POLICIES["forecast_peak_replay"].fit(ctx)
+    chosen = ctx.choices["forecast_peak_replay"]
+    names = chosen["replay_candidates"]
+    assert names[0] == "forecast_peak" and names[-2:] == ["first_fit", "best_fit"]
+    assert len(rule.candidates) == len(names)
+    state = play(rule, CFG, test, 0)  # invalid_action="raise": a masked action would stop it
+    assert state.is_done.all()
+
+
+def test_a_gain_from_one_lucky_block_is_not_a_clear_gain_but_a_steady_one_is() -> None:
+    steps = np.zeros((1, 3, 32))
+    steps[0, 1, 5] = 1000.0  # one block far better (an overshoot the first candidate was charged)
+    steps[0, 2] = 10.0 + 0.5 * np.sin(np.arange(32))  # every step a little better
+    z = block_gain_z(steps, 8)
+    assert z[0, 0] == 0.0
+    assert z[0, 1] == pytest.approx(1.0)  # mean 250, se 250 over 4 blocks
+    assert z[0, 2] > 10
+    returns, overshoot = steps.sum(axis=2), np.zeros((1, 3))
+    assert select(returns, overshoot, 0, 0.25, 0.0).tolist() == [1]  # by return alone: the lucky one
+    assert select(returns, overshoot, 0, 0.25, 0.0, z, 2.0).tolist() == [2]
+    overshoot[0, 0] = 1.0  # the fitted rule not eligible: the best eligible return, whatever z says
+    assert select(returns, overshoot, 1, 0.25, 0.0, z, 50.0).tolist() == [1]
