@@ -341,6 +341,7 @@ TRUTH_OF = {
     "forecast_peak_exceed_guard_mask": "forecast_risk_truth",
     "forecast_peak_overshoot_guard": "forecast_risk_truth",
     "forecast_peak_overshoot_budget": "forecast_risk_truth",
+    "forecast_peak_replay": "forecast_risk_truth",
     "forecast_peak_nodur": "forecast_risk_truth",
     "forecast_peak_noec": "forecast_risk_truth",
 }
