@@ -25,19 +25,18 @@ from sim.tuning import FitContext, TuningConfig
 CFG = SimConfig(n_machines=4, max_steps=400, n_labels=4)
 
 
+def _job(rng: np.random.Generator, arrival: int, p_rise: float) -> dict:
+    dur, rises, low = int(rng.integers(6, 30)), rng.random() < p_rise, int(rng.integers(1, 3))
+    usage = [[4 if rises and a >= 3 else low, low] for a in range(dur)]
+    return {"arrival_step": arrival, "usage": usage, "ec_label": 0, "request": [5, 5]}
+
+
 def _jobs(n_rows: int, n_jobs: int, seed: int, p_rise: float = 0.3) -> JobBatch:
-    """Jobs requesting 5 of 8 units that use 1-2 units, a share `p_rise` rising to 4 from their fourth step."""
+    """Jobs arriving 0-2 steps apart, requesting 5 of 8 units and using 1-2 units, a share `p_rise` of them rising
+    to 4 from their fourth step."""
     rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(n_rows):
-        seq, t = [], 0
-        for _ in range(n_jobs):
-            t += int(rng.integers(0, 3))
-            dur, rises, low = int(rng.integers(6, 30)), rng.random() < p_rise, int(rng.integers(1, 3))
-            usage = [[4 if rises and a >= 3 else low, low] for a in range(dur)]
-            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [5, 5]})
-        rows.append(seq)
-    return JobBatch.from_jobs(rows)
+    arrivals = np.cumsum(rng.integers(0, 3, size=(n_rows, n_jobs)), axis=1)
+    return JobBatch.from_jobs([[_job(rng, int(t), p_rise) for t in row] for row in arrivals])
 
 
 def test_checkpoints_double_up_to_the_largest_gap_and_bad_schedules_are_clear_errors() -> None:
