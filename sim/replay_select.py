@@ -33,6 +33,8 @@ cost grows with the episode (17-91 s for 30 sequences of the 84 Bitbrains VMs ag
 
 from __future__ import annotations
 
+import copy
+import warnings
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -42,8 +44,13 @@ import numpy as np
 from sim import core
 from sim.config import SimConfig
 from sim.core import State
-from sim.jobs import PAD_ARRIVAL, JobBatch
-from sim.labelling import reads_labels
+from sim.forecast import RecallOverlay, uncached
+from sim.jobs import JobBatch, pad_job_batch, stack_job_batches
+from sim.labelling import picks_by_labels, reads_labels
+from sim.metrics import overshoot_pct_per_episode
+from sim.peak_forecast import PeakQuantileForecaster
+from sim.policies import BestFit, FirstFit, play
+from sim.risk import _peak_rule_once
 
 FIRST_CHECKPOINT = 32
 """The first checkpoint's step; each next one doubles the gap until `MAX_GAP`."""
@@ -97,50 +104,25 @@ def prefix_batch(state: State, env: int, until: int) -> JobBatch:
     )
 
 
-def _stack(batches: list[JobBatch]) -> JobBatch:
-    """One-row prefix batches as one batch, padded to the most jobs (same T_max)."""
-    n_max = max(1, max(b.max_jobs for b in batches))
-    n_res, t_max = batches[0].n_resources, batches[0].max_duration
+def prefix_batches(state: State, envs: np.ndarray, until: int) -> JobBatch:
+    """`prefix_batch` of each of `envs` as one batch (`sim.jobs.stack_job_batches`), at least one job slot wide."""
+    stacked = stack_job_batches([prefix_batch(state, int(e), until) for e in envs])
+    return stacked if stacked.max_jobs else pad_job_batch(stacked, 1, stacked.max_duration)
 
-    def padded(b: JobBatch, name: str, fill) -> np.ndarray:
-        values = getattr(b, name)
-        width = [(0, 0)] * values.ndim
-        width[1] = (0, n_max - b.max_jobs)
-        return np.pad(values, width, constant_values=fill)
 
-    meta = None
-    if all(b.meta is not None for b in batches):
-        meta = np.concatenate([padded(b, "meta", np.nan) for b in batches])
-    usage = np.zeros((len(batches), n_max, t_max, n_res), dtype=np.int16)
-    for i, b in enumerate(batches):
-        usage[i, : b.max_jobs] = b.usage[0]
-    return JobBatch(
-        arrival_step=np.concatenate([padded(b, "arrival_step", PAD_ARRIVAL) for b in batches]),
-        duration=np.concatenate([padded(b, "duration", 0) for b in batches]),
-        usage=usage,
-        request=np.concatenate([padded(b, "request", 0) for b in batches]),
-        ec_label=np.concatenate([padded(b, "ec_label", 0) for b in batches]),
-        n_jobs=np.concatenate([b.n_jobs for b in batches]),
-        sequence_keys=tuple(k for b in batches for k in (b.sequence_keys or (("?",),))),
-        workload_ids=tuple(w for b in batches for w in (b.workload_ids or ((),))),
-        meta=meta,
-    )
+PAST_PENALTIES = [i for i, n in enumerate(core.PENALTY_NAMES) if n != "unplaced"]
+"""The penalty components a replayed step counts: not the charge for jobs left unplaced where the replay is cut
+(that is the cut's, not the past's)."""
 
 
 def replay(cfg: SimConfig, policy, prefix: JobBatch, until: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """((B, until) return per step, (B,) overshoot %) of `policy` rolled over steps 0 .. until-1 of the prefix
     batches: the penalties each closed step was credited (the episode is cut there; no charge for what is left), and
     `sim.metrics.avg_overshoot_pct` over those steps."""
-    from sim.metrics import overshoot_pct_per_episode
-    from sim.policies import play
-
     cut = replace(cfg, max_steps=int(until))
     trace = core.make_trace(cut, prefix.batch_size)
     state = play(policy, cut, prefix, seed, trace)
-    charged = [
-        i for i, n in enumerate(core.PENALTY_NAMES) if n != "unplaced"
-    ]  # the cut's charge is not the past's
-    returns = trace.penalties[:, :until, charged].sum(axis=2)
+    returns = trace.penalties[:, :until, PAST_PENALTIES].sum(axis=2)
     return returns, overshoot_pct_per_episode(trace, state)
 
 
@@ -228,8 +210,6 @@ class ReplaySelect:
 
     @property
     def picks_by_labels(self) -> bool:
-        from sim.labelling import picks_by_labels
-
         return any(picks_by_labels(c) for c in self.candidates)
 
     def choices(self, cfg: SimConfig, state: State) -> np.ndarray:
@@ -250,7 +230,7 @@ class ReplaySelect:
         for k in np.unique(k_now[stale]):
             envs = stale[k_now[stale] == k]
             until = int(times[k])
-            prefix = _stack([prefix_batch(state, int(e), until) for e in envs])
+            prefix = prefix_batches(state, envs, until)
             results = [replay(cfg, c, prefix, until, self.seed) for c in self.candidates]
             steps = np.stack([r[0] for r in results], axis=1)  # (B, C, until)
             overshoot = np.stack([r[1] for r in results], axis=1)
@@ -291,22 +271,13 @@ def fit_replay_select(ctx, name: str, **knobs) -> ReplaySelect | None:
     (the overshoot reference), the same rule at each of `CAUTIOUS_LEVELS` above its level (where it keeps a
     quantile table), First-Fit and Best-Fit; None where `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's
     budget_pct, margin, first, max_gap. The choice is recorded in `ctx.choices[name]`."""
-    import copy
-    import warnings
-
-    from sim.forecast import RecallOverlay, uncached
-    from sim.peak_forecast import PeakQuantileForecaster
-    from sim.policies import BestFit, FirstFit
-    from sim.risk import _peak_rule_once
 
     rule, choice = _peak_rule_once(ctx)
     if rule is None:
         warnings.warn(f"{name}: forecast_peak could not be fitted at {ctx.where}: not fitted", stacklevel=2)
         return None
-    candidates, names = (
-        [rule, rule._fallback()],
-        ["forecast_peak", getattr(rule._fallback(), "name", "fallback")],
-    )
+    fallback = rule._fallback()
+    candidates, names = [rule, fallback], ["forecast_peak", getattr(fallback, "name", "fallback")]
     outer = uncached(rule.forecaster)
     inner = outer.inner if isinstance(outer, RecallOverlay) else outer
     if isinstance(inner, PeakQuantileForecaster):

@@ -13,10 +13,10 @@ from sim.jobs import JobBatch
 from sim.policies import POLICIES, BestFit, FirstFit, Tetris, play
 from sim.replay_select import (
     ReplaySelect,
-    _stack,
     block_gain_z,
     checkpoint_times,
     prefix_batch,
+    prefix_batches,
     replay,
     select,
 )
@@ -80,7 +80,7 @@ def test_replaying_the_rule_that_was_played_gives_the_episode_s_own_penalties() 
         assert end.is_done.all()
         state = play(policy, CFG, jobs, 0, max_decisions=200)
         assert (state.t >= until).all()
-        prefix = _stack([prefix_batch(state, e, until) for e in range(jobs.batch_size)])
+        prefix = prefix_batches(state, np.arange(jobs.batch_size), until)
         steps, overshoot = replay(CFG, policy, prefix, until, 0)
         returns = steps.sum(axis=1)
         assert steps == pytest.approx(full.penalties[:, :until, :4].sum(axis=2))
