@@ -50,7 +50,7 @@ from sim.labelling import picks_by_labels, reads_labels
 from sim.metrics import overshoot_pct_per_episode
 from sim.peak_forecast import PeakQuantileForecaster
 from sim.policies import BestFit, FirstFit, play
-from sim.risk import _peak_rule_once
+from sim.risk import RiskAwarePacking, _peak_rule_once, fit_hybrid
 
 FIRST_CHECKPOINT = 32
 """The first checkpoint's step; each next one doubles the gap until `MAX_GAP`."""
@@ -266,11 +266,33 @@ CAUTIOUS_LEVELS = (0.9, 0.99)
 """Levels of the fitted rule's own quantile table offered as more cautious candidates (those above its level)."""
 
 
-def fit_replay_select(ctx, name: str, **knobs) -> ReplaySelect | None:
+def _hybrid_once(ctx) -> RiskAwarePacking:
+    """`hybrid_observed` as validation fits it (`sim.risk.fit_hybrid`, memoised under its own name so the
+    registry's entry and this one validate once), with `ctx.choices["hybrid_observed"]` left as it was."""
+
+    def fitted():
+        before = ctx.choices.get("hybrid_observed")
+        rule = fit_hybrid(ctx, True, "hybrid_observed")
+        if before is None:
+            ctx.choices.pop("hybrid_observed", None)
+        else:
+            ctx.choices["hybrid_observed"] = before
+        return rule
+
+    return ctx.cached(("hybrid_observed", "rule"), fitted)
+
+
+def fit_replay_select(
+    ctx, name: str, hybrid: bool = False, bolder: float | None = None, **knobs
+) -> ReplaySelect | None:
     """`ReplaySelect` over `forecast_peak` as validation fits it (the first candidate), its request-based fallback
     (the overshoot reference), the same rule at each of `CAUTIOUS_LEVELS` above its level (where it keeps a
-    quantile table), First-Fit and Best-Fit; None where `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's
-    budget_pct, margin, first, max_gap. The choice is recorded in `ctx.choices[name]`."""
+    quantile table), with `hybrid` the hybrid rule (`hybrid_observed` as validation fits it: off by default, as
+    it cost more on quiet sets than it gained where the hybrid wins; benchmarks/RESULTS.md, sixteenth session),
+    with `bolder` the same rule at each level of its table from `bolder` up to below its own (a tighter packing
+    for a test set whose jobs rise less than the training ones), First-Fit and Best-Fit; None where
+    `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's budget_pct, margin, z, block, first, max_gap. The
+    choice is recorded in `ctx.choices[name]`."""
 
     rule, choice = _peak_rule_once(ctx)
     if rule is None:
@@ -281,8 +303,10 @@ def fit_replay_select(ctx, name: str, **knobs) -> ReplaySelect | None:
     outer = uncached(rule.forecaster)
     inner = outer.inner if isinstance(outer, RecallOverlay) else outer
     if isinstance(inner, PeakQuantileForecaster):
-        above = [q for q in CAUTIOUS_LEVELS if q > rule.risk.level + 1e-9]
-        for level in (q for q in above if any(abs(q - lv) < 1e-9 for lv in inner.table.levels)):
+        offered = [q for q in CAUTIOUS_LEVELS if q > rule.risk.level + 1e-9]
+        if bolder is not None:
+            offered += [lv for lv in inner.table.levels if bolder - 1e-9 <= lv < rule.risk.level - 1e-9]
+        for level in (q for q in offered if any(abs(q - lv) < 1e-9 for lv in inner.table.levels)):
             cautious = inner.table.forecaster(level, inner.horizon)
             if isinstance(outer, RecallOverlay):
                 cautious = RecallOverlay(cautious, outer.reliability)
@@ -295,6 +319,9 @@ def fit_replay_select(ctx, name: str, **knobs) -> ReplaySelect | None:
                 )
             )
             names.append(f"forecast_peak@{level:g}")
+    if hybrid:
+        candidates.append(_hybrid_once(ctx))
+        names.append("hybrid_observed")
     candidates += [FirstFit(), BestFit()]
     names += ["first_fit", "best_fit"]
     policy = ReplaySelect(

@@ -15,6 +15,7 @@ from sim.replay_select import (
     ReplaySelect,
     block_gain_z,
     checkpoint_times,
+    fit_replay_select,
     prefix_batch,
     prefix_batches,
     replay,
@@ -133,7 +134,11 @@ def test_the_fitted_selector_offers_the_rule_its_fallback_and_takes_valid_action
     chosen = ctx.choices["forecast_peak_replay"]
     names = chosen["replay_candidates"]
     assert names[0] == "forecast_peak" and names[-2:] == ["first_fit", "best_fit"]
-    assert len(rule.candidates) == len(names)
+    assert len(rule.candidates) == len(names) and "hybrid_observed" not in names
+    with_hybrid = fit_replay_select(ctx, "with_hybrid", hybrid=True)
+    assert with_hybrid.names[-3:] == ("hybrid_observed", "first_fit", "best_fit")
+    assert len(with_hybrid.candidates) == len(names) + 1
+    assert "hybrid_observed" not in ctx.choices  # the hybrid the replay fits leaves the choices table as it was
     state = play(rule, CFG, test, 0)  # invalid_action="raise": a masked action would stop it
     assert state.is_done.all()
 
