@@ -940,7 +940,7 @@ def forecaster_spec(forecaster) -> dict | None:
             **_table_spec(forecaster.table),
             "level": forecaster.level,
             "horizon": forecaster.horizon,
-            "rate": asdict(forecaster.rate),
+            "rate": None if forecaster.rate is None else asdict(forecaster.rate),
             "floor": forecaster.floor,
             "amount": None if forecaster.amount is None else asdict(forecaster.amount),
             "exceed": None if forecaster.exceed is None else asdict(forecaster.exceed),
@@ -1024,7 +1024,7 @@ def forecaster_from_spec(spec: dict | None):
     if spec["kind"] == "rise_adapted":
         return ShiftAdaptedPeakForecaster(
             _table_from_spec(spec),
-            RiseRate(**spec["rate"]),
+            None if spec["rate"] is None else RiseRate(**spec["rate"]),
             float(spec["level"]),
             int(spec["horizon"]),
             float(spec.get("floor", MIN_LEVEL)),  # specs saved before the floor was a field: its default

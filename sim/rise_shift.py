@@ -424,7 +424,9 @@ class ShiftAdaptedPeakForecaster:
     (`adapted_level` of `level` by the env's `rate_ratio`), held flat over steps t + 1 .. t + `horizon`."""
 
     table: PeakQuantileTable = field(repr=False)
-    rate: RiseRate
+    rate: RiseRate | None
+    """The training rise rate; None only where `exceed` or `overshoot` sets the ratio and no `MASK_FLOOR` guard
+    reads it (a training split whose jobs never rise has none)."""
     level: float = 0.9
     """The level fitted on validation (`forecast_peak`'s): the one used at ratio 1."""
     horizon: int = 24
@@ -448,10 +450,22 @@ class ShiftAdaptedPeakForecaster:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_key", None if self.exceed is None else table_key(self.table))
+        if self.rate is None and (self.reads_rise_rate or (self.exceed is None and self.overshoot is None)):
+            raise ValueError(
+                "ShiftAdaptedPeakForecaster: rate is None, but the rise rate sets its ratio or its mask floor's "
+                "quiet envs"
+            )
         if not 0.0 <= self.floor <= self.table.levels[-1]:
             raise ValueError(
                 f"ShiftAdaptedPeakForecaster.floor must be in [0, {self.table.levels[-1]}], got {self.floor}"
             )
+
+    @property
+    def reads_rise_rate(self) -> bool:
+        """The rise rate is read: it sets the ratio (neither `exceed` nor `overshoot`), or it tells the quiet envs
+        of a guard at the mask floor (`rows_and_mask`)."""
+        rate_sets_ratio = self.exceed is None and self.overshoot is None
+        return rate_sets_ratio or (self.raise_only and self.floor <= MASK_FLOOR)
 
     @property
     def levels(self) -> tuple[float, ...]:

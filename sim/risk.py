@@ -1079,6 +1079,7 @@ def fit_peak_adaptive(
     for a floor neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.rise_shift import (
+        MASK_FLOOR,
         MIN_LEVEL,
         ShiftAdaptedPeakForecaster,
         fit_exceed_rate,
@@ -1108,10 +1109,14 @@ def fit_peak_adaptive(
         return replace(rule, name=name)
 
     fit_part = ctx.split()[0]
+    # the rise rate sets the ratio unless the exceedances or the overshoot do; a guard at the mask floor reads it too
+    reads_rate = not (exceed or overshoot) or (raise_only and floor <= MASK_FLOOR)
     try:
         rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(fit_part, prior_events))
     except ValueError as err:  # no training job ever rises
-        return as_fitted(err)
+        if reads_rate:
+            return as_fitted(err)
+        rate = None
     table = inner.table
     if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
         wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
@@ -1158,7 +1163,7 @@ def fit_peak_adaptive(
     ctx.choices[name] = {
         **copy.deepcopy(choice),
         "rise_adapted": True,
-        "rise_rate_train": rate.hazard,
+        "rise_rate_train": None if rate is None else rate.hazard,
         "rise_prior_events": prior_events,
         "rise_floor": floor,
         "adapted_levels": list(table.levels),

@@ -11,7 +11,7 @@ from sim import core
 from sim.config import SimConfig
 from sim.jobs import JobBatch
 from sim.peak_forecast import fit_peak_quantiles
-from sim.policies import POLICIES, decide, make_policy
+from sim.policies import POLICIES, decide, make_policy, play
 from sim.rise_shift import (
     MASK_FLOOR,
     NEVER,
@@ -223,6 +223,30 @@ def test_a_training_split_that_never_rises_keeps_the_fitted_level_and_says_so() 
     if chosen.get("forecaster") == "peak_quantile":
         assert "never rise" in chosen["rise_not_adapted_why"]
         assert rule.forecaster == peak.forecaster and rule.name == "forecast_peak_adaptive"
+
+
+def test_a_guard_that_reads_no_rise_rate_still_adapts_on_a_split_that_never_rises() -> None:
+    """The overshoot guard's ratio is its episode's overshoot rate over validation's: a training split whose jobs
+    never rise has no rise rate, which the guard does not read (at the mask floor it does, and keeps the level)."""
+    train = _jobs(24, 40, seed=9, p_rise=0.0)
+    tuning = TuningConfig(peak_levels=(0.9,), peak_modes=("pack",), min_observed=(0,))
+    ctx = FitContext(CFG, train, tuning, where="toy")
+    peak = POLICIES["forecast_peak"].fit(ctx)
+    if ctx.choices["forecast_peak"].get("forecaster") != "peak_quantile":
+        pytest.skip("validation kept the hybrid: no level to adapt")
+    rule = POLICIES["forecast_peak_overshoot_guard"].fit(ctx)
+    chosen = ctx.choices["forecast_peak_overshoot_guard"]
+    assert chosen["rise_adapted"] is True and chosen["rise_rate_train"] is None
+    guard = getattr(rule.forecaster, "inner", rule.forecaster)  # under recall, where validation kept it
+    assert isinstance(guard, ShiftAdaptedPeakForecaster)
+    assert guard.rate is None and guard.overshoot is not None and not guard.reads_rise_rate
+    state = play(rule, CFG, _jobs(2, 40, seed=10, p_rise=0.5), 0)  # invalid_action="raise"
+    assert state.is_done.all() and peak.forecaster is not rule.forecaster
+    with pytest.warns(UserWarning, match="never rise"):
+        masked = POLICIES["forecast_peak_exceed_guard_mask"].fit(ctx)
+    assert ctx.choices["forecast_peak_exceed_guard_mask"]["rise_adapted"] is False and masked is not None
+    with pytest.raises(ValueError, match="rate is None"):
+        replace(guard, overshoot=None)
 
 
 def test_first_rises_follow_their_jobs_when_the_queue_is_reordered() -> None:
