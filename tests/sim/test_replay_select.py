@@ -138,7 +138,9 @@ def test_the_fitted_selector_offers_the_rule_its_fallback_and_takes_valid_action
     with_hybrid = fit_replay_select(ctx, "with_hybrid", hybrid=True)
     assert with_hybrid.names[-3:] == ("hybrid_observed", "first_fit", "best_fit")
     assert len(with_hybrid.candidates) == len(names) + 1
-    assert "hybrid_observed" not in ctx.choices  # the hybrid the replay fits leaves the choices table as it was
+    assert (
+        "hybrid_observed" not in ctx.choices
+    )  # the hybrid the replay fits leaves the choices table as it was
     state = play(rule, CFG, test, 0)  # invalid_action="raise": a masked action would stop it
     assert state.is_done.all()
 
