@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -75,6 +76,58 @@ def replay_knobs(spec: str) -> dict:
     return knobs
 
 
+def stratified_pool(diffs: list[np.ndarray]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over runs of each run's mean paired difference, with a 95 % normal interval
+    whose variance is the sum of the runs' squared standard errors over the number of runs squared (runs are
+    independent draws of VMs, so the pairs are pooled within runs, never across)."""
+    if not diffs or any(d.size < 2 for d in diffs):
+        raise ValueError("stratified_pool: needs at least one run of at least two pairs")
+    k = len(diffs)
+    mean = float(np.mean([d.mean() for d in diffs]))
+    se = float(np.sqrt(sum(d.var(ddof=1) / d.size for d in diffs))) / k
+    return mean, mean - 1.96 * se, mean + 1.96 * se
+
+
+def pool_returns(path: str, pair: str) -> None:
+    """Print 'A - B' per (source, load, seed) of a `--returns` file, pooled per (source, load) and over all runs.
+    SystemExit naming the file for a pair that is not 'A - B' or a run where only one side was rolled."""
+    first, sep, second = pair.partition(" - ")
+    if not sep:
+        raise SystemExit(f"--pair {pair!r}: expected 'A - B'")
+    runs: dict[tuple, dict[str, np.ndarray]] = {}
+    with open(path) as lines:
+        for n, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+                key = (row["source"], row["load"], row["seed"])
+                runs.setdefault(key, {})[row["rule"]] = np.asarray(row["returns"], dtype=np.float64) / 1e6
+            except (ValueError, KeyError) as err:
+                raise SystemExit(f"{path}, line {n}: not a returns row ({err})") from None
+    diffs: dict[tuple, np.ndarray] = {}
+    for key, rules in sorted(runs.items()):
+        if first in rules or second in rules:
+            if not (first in rules and second in rules):
+                raise SystemExit(f"{path}: {key} holds only one of {first!r} and {second!r}")
+            diffs[key] = rules[first] - rules[second]
+    if not diffs:
+        raise SystemExit(f"{path}: no run holds both {first!r} and {second!r}")
+    for (source, load, seed), d in diffs.items():
+        mean, lo, hi = paired(d)
+        print(f"  {source} {load} % seed {seed}: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6")
+    for cell in sorted({k[:2] for k in diffs}):
+        part = [d for k, d in diffs.items() if k[:2] == cell]
+        mean, lo, hi = stratified_pool(part)
+        print(f"{cell[0]} {cell[1]} %: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 over {len(part)} runs")
+    mean, lo, hi = stratified_pool(list(diffs.values()))
+    print(f"all: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 over {len(diffs)} runs (stratified by run)")
+
+
+def paired(diff: np.ndarray) -> tuple[float, float, float]:
+    from models.forecast_placer import paired_interval
+
+    return paired_interval(diff)
+
+
 def tuning_overrides(pairs: list[str]) -> dict:
     """{'overshoot_budget_pct': 0.5, ...} from KEY=VALUE strings (values as Python literals); SystemExit naming
     an unknown key or a value that is not a literal."""
@@ -103,9 +156,7 @@ def main() -> None:
     from sim.risk import fit_peak_adaptive
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--warehouse", required=True, help="a warehouse a tvw-run filled (core tables, EC labels)"
-    )
+    ap.add_argument("--warehouse", help="a warehouse a tvw-run filled (core tables, EC labels)")
     ap.add_argument("--source", default="bitbrains")
     ap.add_argument("--load", type=int, default=80)
     ap.add_argument("--seeds", default="3-14", help="e.g. 3-14 or 6,9")
@@ -132,11 +183,28 @@ def main() -> None:
         "forecast_peak_replay@KNOBS and counted as forecast_peak is",
     )
     ap.add_argument(
+        "--returns",
+        default="",
+        help="a JSON-lines file to append each seed's test returns and overshoot % per sequence to, one line "
+        "per (seed, rule), for pairings this script does not print",
+    )
+    ap.add_argument(
+        "--pool",
+        default="",
+        help="fit nothing: read this --returns file and print --pair per run, pooled per load and over all runs",
+    )
+    ap.add_argument("--pair", default="", help="with --pool: 'A - B', two rule names")
+    ap.add_argument(
         "--split-only",
         action="store_true",
         help="print each seed's usage_rises of train and test, fit nothing",
     )
     args = ap.parse_args()
+    if args.pool:
+        pool_returns(args.pool, args.pair)
+        return
+    if not args.warehouse:
+        ap.error("--warehouse is required unless --pool is given")
     overrides = tuning_overrides(args.tuning)
     floors = [float(f) for f in args.floors.split(",") if f.strip()]
     extras = [n.strip() for n in args.extra.split(",") if n.strip()]
@@ -226,6 +294,14 @@ def main() -> None:
             t_rule = time.perf_counter() - t_rule
             test_means[name] = (float(tst[0].mean()), float(tst[1].mean()))
             test_returns[name] = np.asarray(tst[0], dtype=np.float64)
+            if args.returns:
+                with open(args.returns, "a") as out:
+                    row = {"source": args.source, "load": args.load, "seed": seed, "rule": name}
+                    row |= {
+                        "returns": test_returns[name].tolist(),
+                        "overshoot_pct": np.asarray(tst[1]).tolist(),
+                    }
+                    out.write(json.dumps(row) + "\n")
             print(
                 f"  {name:16s} validation "
                 + (
@@ -245,6 +321,8 @@ def main() -> None:
             others = ("forecast_peak", "first_fit", best_rolled)
             if name != "forecast_peak_adaptive":
                 others = ("forecast_peak_adaptive", *others)
+            if name in replays and "forecast_peak_replay" in test_returns:
+                others = ("forecast_peak_replay", *others)  # a knob set against the replay as registered
             for other in others:
                 mean, lo, hi = paired_interval((test_returns[name] - test_returns[other]) / 1e6)
                 print(f"  {name} - {other} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 (paired by sequence)")

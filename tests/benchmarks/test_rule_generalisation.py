@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -48,3 +50,34 @@ def test_usage_rises_counts_real_live_steps_only(benchmark_module) -> None:
     assert mean_rise == 0.5  # (2 + 0 + 0 + 0) / 4
     with pytest.raises(ValueError, match="no job"):
         usage_rises(JobBatch(**{**vars(jobs), "n_jobs": np.array([0])}))
+
+
+def test_the_stratified_pool_weights_runs_equally_and_pairs_within_them(benchmark_module, tmp_path) -> None:
+    """Two runs whose gains differ: the pool is the mean of the run means (not of the pooled pairs), and a run
+    holding only one side of the pair, or a row that is not a returns row, is a clear error naming the file."""
+    module = benchmark_module("rule_generalisation")
+    wide, narrow = np.array([0.0, 2.0, 4.0, 6.0]), np.array([1.0, 1.2, 0.8, 1.0, 1.1, 0.9, 1.0, 1.0])
+    mean, lo, hi = module.stratified_pool([wide, narrow])
+    assert mean == pytest.approx((3.0 + 1.0) / 2)  # the pooled pairs' mean would be 1.667
+    se = np.sqrt(wide.var(ddof=1) / 4 + narrow.var(ddof=1) / 8) / 2
+    assert (lo, hi) == pytest.approx((mean - 1.96 * se, mean + 1.96 * se))
+    with pytest.raises(ValueError, match="at least two pairs"):
+        module.stratified_pool([np.array([1.0])])
+    path = tmp_path / "returns.jsonl"
+    rows = [("a", 1, [1e6, 2e6]), ("b", 1, [0.0, 0.0]), ("a", 2, [1e6, 1e6])]
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"source": "s", "load": 50, "seed": s, "rule": r, "returns": v, "overshoot_pct": [0, 0]}
+            )
+            + "\n"
+            for r, s, v in rows
+        )
+    )
+    with pytest.raises(SystemExit, match=r"returns.jsonl: \('s', 50, 2\) holds only one"):
+        module.pool_returns(str(path), "a - b")
+    path.write_text(path.read_text() + "{}\n")
+    with pytest.raises(SystemExit, match="line 4: not a returns row"):
+        module.pool_returns(str(path), "a - b")
+    with pytest.raises(SystemExit, match="expected 'A - B'"):
+        module.pool_returns(str(path), "a-b")
