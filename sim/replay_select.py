@@ -264,6 +264,9 @@ class ReplaySelect:
 
 CAUTIOUS_LEVELS = (0.9, 0.99)
 """Levels of the fitted rule's own quantile table offered as more cautious candidates (those above its level)."""
+BOLDER_FROM = 0.5
+"""The fitted rule's table levels from this one up to below its own are offered as bolder candidates (adopted
+by a rule written down before its fresh runs, seeds 102-109: benchmarks/RESULTS.md, sixteenth session)."""
 
 
 def _hybrid_once(ctx) -> RiskAwarePacking:
@@ -283,14 +286,14 @@ def _hybrid_once(ctx) -> RiskAwarePacking:
 
 
 def fit_replay_select(
-    ctx, name: str, hybrid: bool = False, bolder: float | None = None, **knobs
+    ctx, name: str, hybrid: bool = False, bolder: float | None = BOLDER_FROM, **knobs
 ) -> ReplaySelect | None:
     """`ReplaySelect` over `forecast_peak` as validation fits it (the first candidate), its request-based fallback
     (the overshoot reference), the same rule at each of `CAUTIOUS_LEVELS` above its level (where it keeps a
     quantile table), with `hybrid` the hybrid rule (`hybrid_observed` as validation fits it: off by default, as
     it cost more on quiet sets than it gained where the hybrid wins; benchmarks/RESULTS.md, sixteenth session),
-    with `bolder` the same rule at each level of its table from `bolder` up to below its own (a tighter packing
-    for a test set whose jobs rise less than the training ones), First-Fit and Best-Fit; None where
+    the same rule at each level of its table from `bolder` up to below its own (a tighter packing for a test set
+    whose jobs rise less than the training ones; None: none), First-Fit and Best-Fit; None where
     `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's budget_pct, margin, z, block, first, max_gap. The
     choice is recorded in `ctx.choices[name]`."""
 
@@ -307,13 +310,13 @@ def fit_replay_select(
         if bolder is not None:
             offered += [lv for lv in inner.table.levels if bolder - 1e-9 <= lv < rule.risk.level - 1e-9]
         for level in (q for q in offered if any(abs(q - lv) < 1e-9 for lv in inner.table.levels)):
-            cautious = inner.table.forecaster(level, inner.horizon)
+            at_level = inner.table.forecaster(level, inner.horizon)
             if isinstance(outer, RecallOverlay):
-                cautious = RecallOverlay(cautious, outer.reliability)
+                at_level = RecallOverlay(at_level, outer.reliability)
             candidates.append(
                 replace(
                     rule,
-                    forecaster=cautious,
+                    forecaster=at_level,
                     risk=replace(rule.risk, level=level),
                     name=f"forecast_peak@{level:g}",
                 )
@@ -335,5 +338,7 @@ def fit_replay_select(
         "replay_z": policy.z,
         "replay_block": policy.block,
         "replay_checkpoints": [policy.first, policy.max_gap],
+        "replay_bolder_from": bolder,
+        "replay_hybrid": hybrid,
     }
     return policy

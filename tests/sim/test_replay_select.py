@@ -145,6 +145,30 @@ def test_the_fitted_selector_offers_the_rule_its_fallback_and_takes_valid_action
     assert state.is_done.all()
 
 
+def test_the_fitted_selector_offers_the_table_s_bolder_and_more_cautious_levels() -> None:
+    """Fitted at 0.9, the rule's table (0.5 and the grid's levels) offers 0.5 below it and 0.99 above it."""
+    train = _jobs(24, 40, seed=7, p_rise=0.4)
+    tuning = TuningConfig(peak_levels=(0.9, 0.99), peak_modes=("pack",), min_observed=(0,))
+    ctx = FitContext(CFG, train, tuning, where="toy")
+    rule = POLICIES["forecast_peak_replay"].fit(ctx)
+    fitted = ctx.choices["forecast_peak_replay"]
+    if fitted.get("forecaster") != "peak_quantile" or fitted.get("level") != 0.9:
+        pytest.skip(
+            f"validation kept {fitted.get('forecaster')} at {fitted.get('level')}: no levels around 0.9"
+        )
+    assert {"forecast_peak@0.5", "forecast_peak@0.99"} <= set(rule.names) and fitted[
+        "replay_bolder_from"
+    ] == 0.5
+    levels = {
+        c.risk.level
+        for c, n in zip(rule.candidates, rule.names, strict=True)
+        if n.startswith("forecast_peak@")
+    }
+    assert levels == {0.5, 0.99}
+    timid = fit_replay_select(ctx, "timid", bolder=None)
+    assert "forecast_peak@0.5" not in timid.names and "forecast_peak@0.99" in timid.names
+
+
 def test_a_gain_from_one_lucky_block_is_not_a_clear_gain_but_a_steady_one_is() -> None:
     steps = np.zeros((1, 3, 32))
     steps[0, 1, 5] = 1000.0  # one block far better (an overshoot the first candidate was charged)
