@@ -185,6 +185,13 @@ class ReplaySelect:
     """> 0: a switch away from the fitted rule also needs its replayed gain to stand `z` standard errors above 0
     over blocks of `block` steps (`block_gain_z`)."""
     block: int = 8
+    prior: tuple[float, ...] = ()
+    """Per candidate, its validation return's gain over the fitted rule's per step of an episode (<= 0 for a
+    candidate validation found worse; `fit_replay_select` with `prior_steps`), or () for a flat prior."""
+    prior_steps: float = 0.0
+    """> 0: the `prior` is worth this many steps of replayed past: a candidate's replayed return is credited
+    `prior_steps` x its prior before it is compared (a candidate worse on validation needs a larger replayed
+    gain to be played). 0: every candidate starts equal."""
     first: int = FIRST_CHECKPOINT
     max_gap: int = MAX_GAP
     seed: int = 0
@@ -202,6 +209,13 @@ class ReplaySelect:
             raise ValueError(f"{self.name}: {len(self.names)} names for {len(self.candidates)} candidates")
         if not (self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1):
             raise ValueError(f"{self.name}: budget_pct, margin and z must be >= 0 and block >= 1")
+        if not self.prior_steps >= 0:
+            raise ValueError(f"{self.name}: prior_steps must be >= 0, got {self.prior_steps}")
+        if self.prior_steps > 0 and len(self.prior) != len(self.candidates):
+            raise ValueError(
+                f"{self.name}: prior_steps {self.prior_steps} needs a prior per candidate, got {len(self.prior)} "
+                f"for {len(self.candidates)} candidates"
+            )
         checkpoint_times(0, self.first, self.max_gap)  # the same error for a bad schedule, at construction
 
     @property
@@ -235,9 +249,10 @@ class ReplaySelect:
             steps = np.stack([r[0] for r in results], axis=1)  # (B, C, until)
             overshoot = np.stack([r[1] for r in results], axis=1)
             gain_z = block_gain_z(steps, self.block) if self.z > 0 else None
-            chosen = select(
-                steps.sum(axis=2), overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z
-            )
+            returns = steps.sum(axis=2)
+            if self.prior_steps > 0:
+                returns = returns + self.prior_steps * np.asarray(self.prior, dtype=np.float64)[None, :]
+            chosen = select(returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z)
             memo["choice"][envs] = chosen
             self.tally.update(self.names[c] if self.names else str(c) for c in chosen.tolist())
             memo["k"][envs] = k
@@ -267,6 +282,22 @@ CAUTIOUS_LEVELS = (0.9, 0.99)
 BOLDER_FROM = 0.5
 """The fitted rule's table levels from this one up to below its own are offered as bolder candidates (adopted
 by a rule written down before its fresh runs, seeds 102-109: benchmarks/RESULTS.md, sixteenth session)."""
+
+
+def validation_prior(ctx, candidates) -> tuple[float, ...]:
+    """Per candidate, min(0, its mean validation return - the first candidate's) over the validation sequences'
+    mean length in steps (their last job's arrival plus duration, a length no policy shortens): what validation
+    says each costs per step against the fitted rule. A candidate validation found better gets no credit (it was
+    not chosen for a reason: its overshoot, or the fitted rule's tie-break)."""
+    validation = ctx.split()[1]
+    ends = np.where(
+        np.arange(validation.max_jobs)[None, :] < validation.n_jobs[:, None],
+        validation.arrival_step + validation.duration,
+        0,
+    ).max(axis=1, initial=0)
+    length = max(float(ends.mean()), 1.0)
+    means = [float(ctx.validation_outcomes(c)[0].mean()) for c in candidates]
+    return tuple(min(0.0, (m - means[0]) / length) for m in means)
 
 
 def _hybrid_once(ctx) -> RiskAwarePacking:
@@ -327,6 +358,8 @@ def fit_replay_select(
         names.append("hybrid_observed")
     candidates += [FirstFit(), BestFit()]
     names += ["first_fit", "best_fit"]
+    if knobs.get("prior_steps", 0) > 0:
+        knobs = {**knobs, "prior": validation_prior(ctx, candidates)}
     policy = ReplaySelect(
         tuple(candidates), tuple(names), reference=1, seed=ctx.tuning.seed, name=name, **knobs
     )
@@ -339,6 +372,8 @@ def fit_replay_select(
         "replay_block": policy.block,
         "replay_checkpoints": [policy.first, policy.max_gap],
         "replay_bolder_from": bolder,
+        "replay_prior_steps": policy.prior_steps,
+        "replay_prior": list(policy.prior),
         "replay_hybrid": hybrid,
     }
     return policy

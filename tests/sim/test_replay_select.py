@@ -20,6 +20,7 @@ from sim.replay_select import (
     prefix_batches,
     replay,
     select,
+    validation_prior,
 )
 from sim.tuning import FitContext, TuningConfig
 
@@ -117,6 +118,33 @@ def test_it_plays_the_fitted_rule_until_the_replay_shows_it_overshooting_then_th
     from sim.metrics import overshoot_pct_per_episode
 
     assert (overshoot_pct_per_episode(mine, state) < overshoot_pct_per_episode(theirs, ff)).all()
+
+
+def test_a_validation_prior_holds_back_a_candidate_that_validation_found_worse() -> None:
+    """On jobs that never rise First-Fit, packing on usage, beats Tetris, packing on requests, on every replayed
+    past: with a flat prior the selector switches to it; a prior worth enough steps of a large validation deficit
+    keeps Tetris. The fitted prior is 0 for the first candidate and never a credit."""
+    jobs = _jobs(2, 60, seed=3, p_rise=0.0)
+    knobs = {"reference": 0, "first": 12, "max_gap": 12, "z": 0.0}
+    flat = ReplaySelect((Tetris(), FirstFit()), ("tetris", "first_fit"), **knobs)
+    play(flat, CFG, jobs, 0)
+    assert flat.tally["first_fit"] > 0
+    held = ReplaySelect(
+        (Tetris(), FirstFit()), ("tetris", "first_fit"), prior=(0.0, -1e9), prior_steps=1.0, **knobs
+    )
+    play(held, CFG, jobs, 0)
+    assert held.tally["first_fit"] == 0 and held.tally["tetris"] > 0
+    with pytest.raises(ValueError, match="a prior per candidate"):
+        ReplaySelect((Tetris(), FirstFit()), prior_steps=10.0)
+    with pytest.raises(ValueError, match="prior_steps must be >= 0"):
+        ReplaySelect((Tetris(), FirstFit()), prior=(0.0, 0.0), prior_steps=-1.0)
+    train = _jobs(24, 40, seed=7, p_rise=0.4)
+    tuning = TuningConfig(peak_levels=(0.5,), peak_modes=("pack",), min_observed=(0,))
+    ctx = FitContext(CFG, train, tuning, where="toy")
+    prior = validation_prior(ctx, (Tetris(), FirstFit(), BestFit()))
+    assert prior[0] == 0.0 and all(np.isfinite(p) and p <= 0.0 for p in prior)
+    fitted = fit_replay_select(ctx, "with_prior", prior_steps=64.0)
+    assert len(fitted.prior) == len(fitted.candidates) and fitted.prior[0] == 0.0
 
 
 def test_a_selector_needs_two_candidates_and_a_reference_among_them() -> None:
