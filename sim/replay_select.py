@@ -317,7 +317,12 @@ def _hybrid_once(ctx) -> RiskAwarePacking:
 
 
 def fit_replay_select(
-    ctx, name: str, hybrid: bool = False, bolder: float | None = BOLDER_FROM, **knobs
+    ctx,
+    name: str,
+    hybrid: bool = False,
+    bolder: float | None = BOLDER_FROM,
+    prior_on_levels: bool = True,
+    **knobs,
 ) -> ReplaySelect | None:
     """`ReplaySelect` over `forecast_peak` as validation fits it (the first candidate), its request-based fallback
     (the overshoot reference), the same rule at each of `CAUTIOUS_LEVELS` above its level (where it keeps a
@@ -325,8 +330,10 @@ def fit_replay_select(
     it cost more on quiet sets than it gained where the hybrid wins; benchmarks/RESULTS.md, sixteenth session),
     the same rule at each level of its table from `bolder` up to below its own (a tighter packing for a test set
     whose jobs rise less than the training ones; None: none), First-Fit and Best-Fit; None where
-    `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's budget_pct, margin, z, block, first, max_gap. The
-    choice is recorded in `ctx.choices[name]`."""
+    `forecast_peak` cannot be fitted. `knobs`: ReplaySelect's budget_pct, margin, z, block, first, max_gap and
+    prior_steps (> 0: the prior is `validation_prior`'s; with `prior_on_levels` False it spares the fitted rule's
+    own table levels, and only the other rules carry their validation deficit). The choice is recorded in
+    `ctx.choices[name]`."""
 
     rule, choice = _peak_rule_once(ctx)
     if rule is None:
@@ -359,7 +366,12 @@ def fit_replay_select(
     candidates += [FirstFit(), BestFit()]
     names += ["first_fit", "best_fit"]
     if knobs.get("prior_steps", 0) > 0:
-        knobs = {**knobs, "prior": validation_prior(ctx, candidates)}
+        prior = validation_prior(ctx, candidates)
+        if not prior_on_levels:  # the fitted rule's own table at other levels shares its forecaster: no prior
+            prior = tuple(
+                0.0 if n.startswith("forecast_peak@") else p for n, p in zip(names, prior, strict=True)
+            )
+        knobs = {**knobs, "prior": prior}
     policy = ReplaySelect(
         tuple(candidates), tuple(names), reference=1, seed=ctx.tuning.seed, name=name, **knobs
     )
@@ -374,6 +386,7 @@ def fit_replay_select(
         "replay_bolder_from": bolder,
         "replay_prior_steps": policy.prior_steps,
         "replay_prior": list(policy.prior),
+        "replay_prior_on_levels": prior_on_levels,
         "replay_hybrid": hybrid,
     }
     return policy
