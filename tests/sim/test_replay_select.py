@@ -195,6 +195,10 @@ def test_the_fitted_selector_offers_the_table_s_bolder_and_more_cautious_levels(
     assert levels == {0.5, 0.99}
     timid = fit_replay_select(ctx, "timid", bolder=None)
     assert "forecast_peak@0.5" not in timid.names and "forecast_peak@0.99" in timid.names
+    spared = fit_replay_select(ctx, "spared", prior_steps=64.0, prior_on_levels=False)
+    by_name = dict(zip(spared.names, spared.prior, strict=True))
+    assert by_name["forecast_peak@0.5"] == by_name["forecast_peak@0.99"] == by_name["forecast_peak"] == 0.0
+    assert by_name["first_fit"] <= 0.0 and ctx.choices["spared"]["replay_prior_on_levels"] is False
 
 
 def test_a_gain_from_one_lucky_block_is_not_a_clear_gain_but_a_steady_one_is() -> None:
