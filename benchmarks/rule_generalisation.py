@@ -91,6 +91,8 @@ def stratified_pool(diffs: list[np.ndarray]) -> tuple[float, float, float]:
 def pool_returns(path: str, pair: str) -> None:
     """Print 'A - B' per (source, load, seed) of a `--returns` file, pooled per (source, load) and over all runs.
     SystemExit naming the file for a pair that is not 'A - B' or a run where only one side was rolled."""
+    from models.forecast_placer import paired_interval
+
     first, sep, second = pair.partition(" - ")
     if not sep:
         raise SystemExit(f"--pair {pair!r}: expected 'A - B'")
@@ -112,7 +114,7 @@ def pool_returns(path: str, pair: str) -> None:
     if not diffs:
         raise SystemExit(f"{path}: no run holds both {first!r} and {second!r}")
     for (source, load, seed), d in diffs.items():
-        mean, lo, hi = paired(d)
+        mean, lo, hi = paired_interval(d)
         print(f"  {source} {load} % seed {seed}: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6")
     for cell in sorted({k[:2] for k in diffs}):
         part = [d for k, d in diffs.items() if k[:2] == cell]
@@ -120,12 +122,6 @@ def pool_returns(path: str, pair: str) -> None:
         print(f"{cell[0]} {cell[1]} %: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 over {len(part)} runs")
     mean, lo, hi = stratified_pool(list(diffs.values()))
     print(f"all: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 over {len(diffs)} runs (stratified by run)")
-
-
-def paired(diff: np.ndarray) -> tuple[float, float, float]:
-    from models.forecast_placer import paired_interval
-
-    return paired_interval(diff)
 
 
 def tuning_overrides(pairs: list[str]) -> dict:

@@ -38,6 +38,7 @@ import warnings
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -50,7 +51,7 @@ from sim.labelling import picks_by_labels, reads_labels
 from sim.metrics import overshoot_pct_per_episode
 from sim.peak_forecast import PeakQuantileForecaster
 from sim.policies import BestFit, FirstFit, play
-from sim.risk import RiskAwarePacking, _peak_rule_once, fit_hybrid
+from sim.risk import RiskAwarePacking, _peak_rule_once, fit_hybrid, fitted_once
 
 FIRST_CHECKPOINT = 32
 """The first checkpoint's step; each next one doubles the gap until `MAX_GAP`."""
@@ -290,11 +291,9 @@ def validation_prior(ctx, candidates) -> tuple[float, ...]:
     says each costs per step against the fitted rule. A candidate validation found better gets no credit (it was
     not chosen for a reason: its overshoot, or the fitted rule's tie-break)."""
     validation = ctx.split()[1]
-    ends = np.where(
-        np.arange(validation.max_jobs)[None, :] < validation.n_jobs[:, None],
-        validation.arrival_step + validation.duration,
-        0,
-    ).max(axis=1, initial=0)
+    ends = np.where(validation.is_real, validation.arrival_step + validation.duration, 0).max(
+        axis=1, initial=0
+    )
     length = max(float(ends.mean()), 1.0)
     means = [float(ctx.validation_outcomes(c)[0].mean()) for c in candidates]
     return tuple(min(0.0, (m - means[0]) / length) for m in means)
@@ -303,17 +302,8 @@ def validation_prior(ctx, candidates) -> tuple[float, ...]:
 def _hybrid_once(ctx) -> RiskAwarePacking:
     """`hybrid_observed` as validation fits it (`sim.risk.fit_hybrid`, memoised under its own name so the
     registry's entry and this one validate once), with `ctx.choices["hybrid_observed"]` left as it was."""
-
-    def fitted():
-        before = ctx.choices.get("hybrid_observed")
-        rule = fit_hybrid(ctx, True, "hybrid_observed")
-        if before is None:
-            ctx.choices.pop("hybrid_observed", None)
-        else:
-            ctx.choices["hybrid_observed"] = before
-        return rule
-
-    return ctx.cached(("hybrid_observed", "rule"), fitted)
+    fit = partial(fit_hybrid, ctx, True, "hybrid_observed")
+    return fitted_once(ctx, ("hybrid_observed", "rule"), "hybrid_observed", fit)[0]
 
 
 def fit_replay_select(

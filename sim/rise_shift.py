@@ -153,7 +153,7 @@ class RiseRate:
 def fit_rise_rate(jobs: JobBatch, prior_events: float = 10.0) -> RiseRate:
     """The `RiseRate` of every real job of `jobs` (training sequences) over its whole life. ValueError naming the
     batch when it has no job or its jobs never rise."""
-    real = np.arange(jobs.max_jobs)[None, :] < jobs.n_jobs[:, None]
+    real = jobs.is_real
     if not real.any():
         raise ValueError("fit_rise_rate: the training batch holds no job")
     first = first_rise_steps(jobs)
@@ -418,6 +418,13 @@ def adapted_level(
     return np.minimum(np.searchsorted(grid, target - 1e-9, side="left"), grid.size - 1)
 
 
+def reads_rise_rate(exceed: bool, overshoot: bool, raise_only: bool, floor: float) -> bool:
+    """Whether a `ShiftAdaptedPeakForecaster` with these signals reads the training rise rate: it sets the ratio
+    unless the exceedances or the overshoot do, and a guard at the mask floor reads it to tell the quiet envs
+    (`ShiftAdaptedPeakForecaster.rows_and_mask`)."""
+    return not (exceed or overshoot) or (raise_only and floor <= MASK_FLOOR)
+
+
 @dataclass(frozen=True)
 class ShiftAdaptedPeakForecaster:
     """A point forecaster: each job's remaining-peak quantile (`PeakQuantileTable`) at its env's adapted level
@@ -450,7 +457,7 @@ class ShiftAdaptedPeakForecaster:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_key", None if self.exceed is None else table_key(self.table))
-        if self.rate is None and (self.reads_rise_rate or (self.exceed is None and self.overshoot is None)):
+        if self.rate is None and self.reads_rise_rate:
             raise ValueError(
                 "ShiftAdaptedPeakForecaster: rate is None, but the rise rate sets its ratio or its mask floor's "
                 "quiet envs"
@@ -462,10 +469,10 @@ class ShiftAdaptedPeakForecaster:
 
     @property
     def reads_rise_rate(self) -> bool:
-        """The rise rate is read: it sets the ratio (neither `exceed` nor `overshoot`), or it tells the quiet envs
-        of a guard at the mask floor (`rows_and_mask`)."""
-        rate_sets_ratio = self.exceed is None and self.overshoot is None
-        return rate_sets_ratio or (self.raise_only and self.floor <= MASK_FLOOR)
+        """The rise rate is read (`reads_rise_rate` of this forecaster's signals)."""
+        return reads_rise_rate(
+            self.exceed is not None, self.overshoot is not None, self.raise_only, self.floor
+        )
 
     @property
     def levels(self) -> tuple[float, ...]:

@@ -1036,21 +1036,33 @@ def fit_forecast_truth(ctx, name: str, known: str | None = None) -> RiskAwarePac
     return ctx.choose(name, candidates)
 
 
-def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
-    """(`forecast_peak` as validation fits it, its choices), fitted once per context for the rules built on it
-    (`fit_peak_truth`, `fit_peak_adaptive`); `forecast_peak`'s own entry in `ctx.choices` is left as it was."""
+def fitted_once(ctx, key, name: str, fit) -> tuple[object, dict | None]:
+    """(`fit()`, the choices it recorded under `name`), computed once per context under `key` for the rules built
+    on a registered rule; the registered rule's own entry `ctx.choices[name]` is left as it was."""
 
     def fitted():
-        before = ctx.choices.get("forecast_peak")
-        rule = fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"])
-        choice = copy.deepcopy(ctx.choices.get("forecast_peak"))
+        before = ctx.choices.get(name)
+        rule = fit()
+        choice = copy.deepcopy(ctx.choices.get(name))
         if before is None:
-            ctx.choices.pop("forecast_peak", None)
+            ctx.choices.pop(name, None)
         else:
-            ctx.choices["forecast_peak"] = before
+            ctx.choices[name] = before
         return rule, choice
 
-    return ctx.cached(("forecast_peak_truth", "rule"), fitted)
+    return ctx.cached(key, fitted)
+
+
+def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
+    """(`forecast_peak` as validation fits it, its choices), fitted once per context for the rules built on it
+    (`fit_peak_truth`, `fit_peak_adaptive`, `sim.replay_select`); `forecast_peak`'s own entry in `ctx.choices` is
+    left as it was (`fitted_once`)."""
+    return fitted_once(
+        ctx,
+        ("forecast_peak_truth", "rule"),
+        "forecast_peak",
+        lambda: fit_peak_rule(ctx, "forecast_peak", **PEAK_RULES["forecast_peak"]),
+    )
 
 
 def fit_peak_adaptive(
@@ -1079,13 +1091,13 @@ def fit_peak_adaptive(
     for a floor neither 0 nor within `ADAPTED_LEVELS`."""
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.rise_shift import (
-        MASK_FLOOR,
         MIN_LEVEL,
         ShiftAdaptedPeakForecaster,
         fit_exceed_rate,
         fit_overshoot_rate,
         fit_rise_amount,
         fit_rise_rate,
+        reads_rise_rate,
     )
 
     floor = MIN_LEVEL if floor is None else float(floor)
@@ -1109,12 +1121,10 @@ def fit_peak_adaptive(
         return replace(rule, name=name)
 
     fit_part = ctx.split()[0]
-    # the rise rate sets the ratio unless the exceedances or the overshoot do; a guard at the mask floor reads it too
-    reads_rate = not (exceed or overshoot) or (raise_only and floor <= MASK_FLOOR)
     try:
         rate = ctx.cached(("rise_rate", prior_events), lambda: fit_rise_rate(fit_part, prior_events))
     except ValueError as err:  # no training job ever rises
-        if reads_rate:
+        if reads_rise_rate(exceed, overshoot, raise_only, floor):
             return as_fitted(err)
         rate = None
     table = inner.table
