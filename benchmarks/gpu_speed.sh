@@ -3,8 +3,8 @@
 #   1. TVW-RL at the paper's configuration (benchmarks/bench_rl.py): learner and actor on the CPU, the learner on
 #      the GPU (actor on the CPU), both on the GPU; seconds per iteration split into simulation, observation and
 #      network.
-#   2. Our learned scheduler (benchmarks/bench_placer.py, base forecast_peak, PPO and REINFORCE with BUDGET seconds
-#      each; DeepPlace 50 % unless PLACER_ARGS names a source, e.g. PLACER_ARGS="--source bitbrains --warehouse W
+#   2. Our learned scheduler (benchmarks/bench_placer.py, base forecast_peak, ALGORITHMS (default PGPE, training's
+#      default, whose update stays on the CPU, beside PPO and REINFORCE) with BUDGET seconds each; DeepPlace 50 % unless PLACER_ARGS names a source, e.g. PLACER_ARGS="--source bitbrains --warehouse W
 #      --inputs rule"): the PG updates on the CPU and on the GPU, run side by side (one torch thread each; numba's
 #      kernels use every core for batches of 64 envs or more, training's own batch of 32 envs uses one).
 #   3. The EC proxy's forecaster fits (benchmarks/bench_grouped_forecaster.py, 91 fits of one seed, the sample and
@@ -20,6 +20,7 @@ py=${PYTHON:-python3}
 budget=${BUDGET:-60}
 parts=" ${PARTS:-rl placer grouped} "
 placer_args=${PLACER_ARGS:-}
+algorithms=${ALGORITHMS:-pgpe,ppo,reinforce}
 if ! $py -c "import polars" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
     $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site
@@ -46,11 +47,11 @@ fi
 [[ $parts == *" placer "* ]] || exit 0
 for dev in cpu cuda; do
     # shellcheck disable=SC2086  # PLACER_ARGS is a list of arguments
-    $py benchmarks/bench_placer.py --base forecast_peak --algorithms ppo,reinforce --budget "$budget" --skip-m50 \
+    $py benchmarks/bench_placer.py --base forecast_peak --algorithms "$algorithms" --budget "$budget" --skip-m50 \
         $placer_args --device "$dev" --out "/tmp/tvw_placer_$dev" >"$out/placer_$dev.log" 2>&1 &
 done
 wait
 for dev in cpu cuda; do
     echo "== bench_placer, PG updates on $dev"
-    grep -E "^(ppo|reinforce|chosen|training rollout|seconds per stage|M = 10)|vs " "$out/placer_$dev.log"
+    grep -E "^(pgpe|ppo|reinforce|chosen|training rollout|seconds per stage|M = 10)|vs " "$out/placer_$dev.log"
 done
