@@ -89,7 +89,8 @@ def stratified_pool(diffs: list[np.ndarray]) -> tuple[float, float, float]:
 
 
 def pool_returns(path: str, pair: str) -> None:
-    """Print 'A - B' per (source, load, seed) of a `--returns` file, pooled per (source, load) and over all runs.
+    """Print 'A - B' per (source, load, machines, seed) of a `--returns` file (a row without "machines" is M = 10),
+    pooled per (source, load, machines) and over all runs.
     SystemExit naming the file for a pair that is not 'A - B' or a run where only one side was rolled."""
     from models.forecast_placer import paired_interval
 
@@ -101,7 +102,7 @@ def pool_returns(path: str, pair: str) -> None:
         for n, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
-                key = (row["source"], row["load"], row["seed"])
+                key = (row["source"], row["load"], row.get("machines", 10), row["seed"])
                 runs.setdefault(key, {})[row["rule"]] = np.asarray(row["returns"], dtype=np.float64) / 1e6
             except (ValueError, KeyError) as err:
                 raise SystemExit(f"{path}, line {n}: not a returns row ({err})") from None
@@ -113,15 +114,36 @@ def pool_returns(path: str, pair: str) -> None:
             diffs[key] = rules[first] - rules[second]
     if not diffs:
         raise SystemExit(f"{path}: no run holds both {first!r} and {second!r}")
-    for (source, load, seed), d in diffs.items():
+    for (source, load, machines, seed), d in diffs.items():
         mean, lo, hi = paired_interval(d)
-        print(f"  {source} {load} % seed {seed}: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6")
-    for cell in sorted({k[:2] for k in diffs}):
-        part = [d for k, d in diffs.items() if k[:2] == cell]
+        print(
+            f"  {source} {load} % M = {machines} seed {seed}: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6"
+        )
+    for cell in sorted({k[:3] for k in diffs}):
+        part = [d for k, d in diffs.items() if k[:3] == cell]
         mean, lo, hi = stratified_pool(part)
-        print(f"{cell[0]} {cell[1]} %: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 over {len(part)} runs")
+        print(
+            f"{cell[0]} {cell[1]} % M = {cell[2]}: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 "
+            f"over {len(part)} runs"
+        )
     mean, lo, hi = stratified_pool(list(diffs.values()))
     print(f"all: {pair} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] x1e6 over {len(diffs)} runs (stratified by run)")
+
+
+def test_at_machines(warehouse: Path, args, seed: int, train):
+    """The seed's test sequences cut for `args.machines` machines at the same load (`bench_placer.real_source`:
+    the workload split follows the seed, not M); SystemExit where they hold a training workload."""
+    from benchmarks.bench_placer import real_source
+
+    _, test = real_source(warehouse, args.source, args.load, 100, 30, seed, args.request_mode, args.machines)
+    trained_on = {w for ids in train.workload_ids for w in ids}
+    leaked = trained_on & {w for ids in test.workload_ids for w in ids}
+    if leaked:
+        raise SystemExit(
+            f"M = {args.machines} test sequences of seed {seed} hold {len(leaked)} training workloads, "
+            f"e.g. {sorted(leaked)[:3]}"
+        )
+    return test
 
 
 def tuning_overrides(pairs: list[str]) -> dict:
@@ -157,6 +179,13 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=80)
     ap.add_argument("--seeds", default="3-14", help="e.g. 3-14 or 6,9")
     ap.add_argument("--request-mode", default="trace")
+    ap.add_argument(
+        "--machines",
+        type=int,
+        default=10,
+        help="test on the seed's test workloads cut for this many machines at the same load (fits stay at M = 10, "
+        "as bench_placer.py's M = 50 cell)",
+    )
     ap.add_argument("--tuning", nargs="*", default=[], help="TuningConfig overrides, KEY=VALUE")
     ap.add_argument(
         "--floors",
@@ -228,6 +257,14 @@ def main() -> None:
             continue
         n_labels = int(max(train.ec_label.max(), test.ec_label.max())) + 1
         cfg = sim_config(10, n_labels)
+        test_cfg = cfg
+        if args.machines != 10:  # the same seed's test workloads at the same load of a larger cluster
+            test = test_at_machines(Path(args.warehouse), args, seed, train)
+            n_labels = max(n_labels, int(test.ec_label.max()) + 1)
+            test_cfg = sim_config(args.machines, n_labels)
+            print(
+                f"   testing at M = {args.machines}: {int(test.n_jobs.sum())} jobs in {test.batch_size} sequences"
+            )
         ctx = FitContext(
             cfg,
             train,
@@ -286,13 +323,14 @@ def main() -> None:
             if tally is not None:
                 tally.clear()  # the test episodes' choices only
             t_rule = time.perf_counter()
-            tst = outcomes(rule, cfg, test, seed, None)
+            tst = outcomes(rule, test_cfg, test, seed, None)
             t_rule = time.perf_counter() - t_rule
             test_means[name] = (float(tst[0].mean()), float(tst[1].mean()))
             test_returns[name] = np.asarray(tst[0], dtype=np.float64)
             if args.returns:
                 with open(args.returns, "a") as out:
                     row = {"source": args.source, "load": args.load, "seed": seed, "rule": name}
+                    row |= {"machines": args.machines} if args.machines != 10 else {}
                     row |= {
                         "returns": test_returns[name].tolist(),
                         "overshoot_pct": np.asarray(tst[1]).tolist(),

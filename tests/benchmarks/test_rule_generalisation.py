@@ -74,10 +74,34 @@ def test_the_stratified_pool_weights_runs_equally_and_pairs_within_them(benchmar
             for r, s, v in rows
         )
     )
-    with pytest.raises(SystemExit, match=r"returns.jsonl: \('s', 50, 2\) holds only one"):
+    with pytest.raises(SystemExit, match=r"returns.jsonl: \('s', 50, 10, 2\) holds only one"):
         module.pool_returns(str(path), "a - b")
     path.write_text(path.read_text() + "{}\n")
     with pytest.raises(SystemExit, match="line 4: not a returns row"):
         module.pool_returns(str(path), "a - b")
     with pytest.raises(SystemExit, match="expected 'A - B'"):
         module.pool_returns(str(path), "a-b")
+
+
+def test_pooled_runs_at_another_cluster_size_are_their_own_runs(benchmark_module, tmp_path, capsys) -> None:
+    """A returns row with "machines" (a `--machines 50` run) is a run of its own beside the same seed at M = 10
+    (a row without it): the two never overwrite each other, and each (source, load, M) is pooled apart."""
+    module = benchmark_module("rule_generalisation")
+    path = tmp_path / "returns.jsonl"
+    rows = [
+        {"rule": "a", "returns": [1e6, 3e6]},
+        {"rule": "b", "returns": [0.0, 0.0]},
+        {"rule": "a", "returns": [-1e6, -3e6], "machines": 50},
+        {"rule": "b", "returns": [0.0, 0.0], "machines": 50},
+    ]
+    path.write_text(
+        "".join(
+            json.dumps({"source": "s", "load": 30, "seed": 5, "overshoot_pct": [0, 0]} | r) + "\n"
+            for r in rows
+        )
+    )
+    module.pool_returns(str(path), "a - b")
+    out = capsys.readouterr().out
+    assert "s 30 % M = 10 seed 5: a - b +2.000" in out
+    assert "s 30 % M = 50 seed 5: a - b -2.000" in out
+    assert "all: a - b +0.000" in out and "over 2 runs" in out
