@@ -682,6 +682,22 @@ ADAPTIVE_PEAK_RULES: dict[str, dict] = {
 as a guard that never goes below the fitted level, with or without the admission mask; the overshoot itself)."""
 
 
+def _fit_peak_charge(ctx, name: str, **knobs):
+    from sim.charge_level import fit_peak_charge  # it imports this module's valid_machines at run time
+
+    return fit_peak_charge(ctx, name, **knobs)
+
+
+def _charge_policy(name: str, raise_only: bool):
+    """`forecast_peak` with each machine's level set by the jobs an overshoot there would charge
+    (`sim.charge_level`); `raise_only`: never below the validated level."""
+    return fitted_policy(
+        lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name=name, **kw),
+        lambda ctx: _fit_peak_charge(ctx, name, raise_only=raise_only),
+        kind="forecast",
+    )
+
+
 def _fit_replay_select(ctx, name: str, **knobs):
     from sim.replay_select import fit_replay_select  # it imports this module's heuristics
 
@@ -763,6 +779,8 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         kind="forecast",
     ),
     **{name: _adaptive_policy(name, **knobs) for name, knobs in ADAPTIVE_PEAK_RULES.items()},
+    "forecast_peak_charge": _charge_policy("forecast_peak_charge", raise_only=False),
+    "forecast_peak_charge_guard": _charge_policy("forecast_peak_charge_guard", raise_only=True),
     "forecast_peak_replay": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_replay", **kw),
         lambda ctx: _fit_replay_select(ctx, "forecast_peak_replay"),

@@ -1,0 +1,192 @@
+"""Packing at a level that follows how many jobs an overshoot would charge: `forecast_peak_charge`.
+
+Why: the overshoot penalty charges K_o to EVERY job on a machine that exceeds capacity (`sim.penalties`), so the
+cost of a wrong guess grows with the number of jobs the machine holds, and `forecast_peak`'s level, one number
+validated on the training VMs at M = 10, does not see it. Measured (Bitbrains 30 %, seed 5, `forecast_peak` at
+its validated level 0.95): the validation VMs hold 2.87 jobs on the machine at each admission on average (the
+arriving one included), the test VMs, whose requests are smaller (3.3 units against 4.6), 4.03 at M = 10 and 5.11
+at M = 50; there 0.080 % overshoot costs 4.9e6 and `forecast_peak` falls 1.657 below the hybrid
+(benchmarks/RESULTS.md, "Validated at M = 50 too" and the seventeenth session).
+
+What: each candidate machine gets its own level from the number n of jobs an overshoot there would charge (the
+jobs running on it plus the arriving one), so that n x (1 - level) stays at what validation accepted,
+n_ref x (1 - q):
+
+    level(n) = 1 - (1 - q) * n_ref / n,   rounded up to the table's grid (`sim.risk.ADAPTED_LEVELS`, 0.5 to 0.99)
+
+q is `forecast_peak`'s validated level and n_ref the mean n at its admissions on the validation sequences (its
+own rollout there). A machine more crowded than validation's average packs more cautiously, a sparser one more
+boldly (two-sided; `raise_only` never goes below q). Every other choice is `forecast_peak`'s as validation fitted it
+(fallback heuristic, mode, the table's key, recall over it); where validation kept the hybrid (no level), the rule
+is that rule under this name.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State
+from sim.forecast import RecallOverlay, uncached
+from sim.labelling import reads_labels
+from sim.risk import (
+    RiskAwarePacking,
+    _FollowsFallback,
+    deviate_or_pack,
+    deviation_rows,
+    head_share,
+    jobs_per_machine,
+)
+
+
+def level_rows(levels: np.ndarray, level: float, n_ref: float, n: np.ndarray, raise_only: bool) -> np.ndarray:
+    """Index into the ascending `levels` of each cell's level for `n` jobs charged (module docstring): the first
+    level at or above 1 - (1 - `level`) x `n_ref` / n (at or above `level` too where `raise_only`), the top level
+    where none is; the lowest level where the target is below it."""
+    target = 1.0 - (1.0 - level) * n_ref / np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    if raise_only:
+        target = np.maximum(target, level)
+    return np.minimum(np.searchsorted(levels, target - 1e-9, side="left"), len(levels) - 1)
+
+
+def admission_counts(state: State) -> np.ndarray:
+    """(placements,) jobs on the machine at each job's start, itself included, from a rolled state: what an
+    overshoot there would have charged at that admission (every job placed, in env then job order)."""
+    out = []
+    jobs = state.jobs
+    for env in range(state.batch_size):
+        n = int(jobs.n_jobs[env])
+        machine, start = state.job_machine[env, :n], state.job_start[env, :n]
+        placed = (machine >= 0) & (start >= 0)
+        machine, start = machine[placed], start[placed]
+        end = start + jobs.duration[env, :n][placed]
+        same = (machine[:, None] == machine[None, :]) & (start[None, :] <= start[:, None])
+        out.append((same & (end[None, :] > start[:, None])).sum(axis=1))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ChargeAwarePeakPacking(_FollowsFallback):
+    """`forecast_peak` with each machine's level set by the jobs an overshoot there would charge (module
+    docstring). `rules[k]` is the rule at `levels[k]` (ascending), all sharing the fallback and the mode."""
+
+    rules: tuple = field(repr=False)
+    levels: tuple[float, ...] = ()
+    level: float = 0.9
+    """The level validation fitted (`forecast_peak`'s): the one played at n = n_ref."""
+    n_ref: float = 1.0
+    """The mean number of jobs charged per admission on the validation sequences."""
+    raise_only: bool = False
+    fallback: object | None = field(default=None, repr=False, compare=False)
+    mode: str = "deviate"
+    name: str = "forecast_peak_charge"
+
+    def __post_init__(self) -> None:
+        if len(self.rules) != len(self.levels) or not self.rules:
+            raise ValueError(
+                f"{self.name}: {len(self.rules)} rules for {len(self.levels)} levels (need >= 1 each)"
+            )
+        if list(self.levels) != sorted(self.levels):
+            raise ValueError(f"{self.name}: levels must ascend, got {self.levels}")
+        if not self.n_ref > 0:
+            raise ValueError(f"{self.name}: n_ref must be > 0, got {self.n_ref}")
+
+    @property
+    def reads_labels(self) -> bool:
+        return any(reads_labels(r) for r in self.rules) or reads_labels(self._fallback())
+
+    def level_index(self, state: State, rows: np.ndarray) -> np.ndarray:
+        """(len(rows), M) the index into `levels` of each machine's level now."""
+        n = jobs_per_machine(state)[rows] + 1
+        return level_rows(np.asarray(self.levels), self.level, self.n_ref, n, self.raise_only)
+
+    def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim.policies import valid_machines
+
+        base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
+        valid = valid_machines(cfg, state)
+        if self.mode == "deviate":  # bounds only where the fallback holds or opens an empty machine
+            rows = deviation_rows(cfg, state, base, valid)
+            if rows.size == 0:
+                return base
+        else:
+            rows = np.arange(state.batch_size)
+        index = self.level_index(state, rows)
+        safe_rows, tight_rows = np.zeros(index.shape, dtype=bool), np.zeros(index.shape)
+        for k in np.unique(index):
+            rule = self.rules[k]
+            safe_k, tight_k = head_share(cfg, state, rule.forecaster, rule.risk, rows)
+            at_k = index == k
+            safe_rows[at_k], tight_rows[at_k] = safe_k[at_k], tight_k[at_k]
+        is_safe, tightness = np.zeros(valid.shape, dtype=bool), np.zeros(valid.shape)
+        is_safe[rows], tightness[rows] = safe_rows, tight_rows
+        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.mode)
+
+
+def fit_peak_charge(
+    ctx, name: str, raise_only: bool = False
+) -> RiskAwarePacking | ChargeAwarePeakPacking | None:
+    """`ChargeAwarePeakPacking` on `forecast_peak` as validation fits it (module docstring): its table refitted on
+    the fit part at `sim.risk.ADAPTED_LEVELS` from 0.5 up (where it was not refitted on all training sequences),
+    n_ref from its own rollout on the validation sequences. Where validation kept the hybrid, that rule under this
+    name; None where `forecast_peak` cannot be fitted. The choice is recorded in `ctx.choices[name]`."""
+    from sim.peak_forecast import PeakQuantileForecaster
+    from sim.policies import play
+    from sim.rise_shift import MIN_LEVEL
+    from sim.risk import ADAPTED_LEVELS, _fit_part_table, _peak_rule_once
+
+    rule, choice = _peak_rule_once(ctx)
+    if rule is None:
+        warnings.warn(f"{name}: forecast_peak could not be fitted at {ctx.where}: not fitted", stacklevel=2)
+        return None
+    outer = uncached(rule.forecaster)
+    inner = outer.inner if isinstance(outer, RecallOverlay) else outer
+    if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks: no level to set
+        ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False}
+        return replace(rule, name=name)
+    table = inner.table
+    if not choice.get("refitted_on_all_training"):
+        wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
+        table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
+    levels = tuple(lv for lv in table.levels if lv >= MIN_LEVEL - 1e-9)
+    rules = []
+    for level in levels:
+        at_level = table.forecaster(level, inner.horizon)
+        if isinstance(outer, RecallOverlay):
+            at_level = RecallOverlay(at_level, outer.reliability)
+        rules.append(
+            replace(rule, forecaster=at_level, risk=replace(rule.risk, level=level), name=f"{name}@{level:g}")
+        )
+    validation = ctx.split()[1]
+    counts = ctx.cached(
+        ("charge_counts", rule.name),
+        lambda: admission_counts(play(rule, ctx.cfg, validation, ctx.tuning.seed)),
+    )
+    if counts.size == 0:
+        warnings.warn(
+            f"{name} at {ctx.where}: no admission on validation; kept at forecast_peak", stacklevel=2
+        )
+        ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False}
+        return replace(rule, name=name)
+    n_ref = float(counts.mean())
+    ctx.choices[name] = {
+        **copy.deepcopy(choice),
+        "charge_aware": True,
+        "charge_n_ref": n_ref,
+        "charge_levels": list(levels),
+        "charge_raise_only": raise_only,
+    }
+    return ChargeAwarePeakPacking(
+        tuple(rules),
+        levels,
+        level=rule.risk.level,
+        n_ref=n_ref,
+        raise_only=raise_only,
+        fallback=rule.fallback,
+        mode=rule.risk.mode,
+        name=name,
+    )
