@@ -128,11 +128,12 @@ class ChargeAwarePeakPacking(_FollowsFallback):
 
 
 def fit_peak_charge(
-    ctx, name: str, raise_only: bool = False
+    ctx, name: str, raise_only: bool = False, n_ref_quantile: float | None = None
 ) -> RiskAwarePacking | ChargeAwarePeakPacking | None:
     """`ChargeAwarePeakPacking` on `forecast_peak` as validation fits it (module docstring): its table refitted on
     the fit part at `sim.risk.ADAPTED_LEVELS` from 0.5 up (where it was not refitted on all training sequences),
-    n_ref from its own rollout on the validation sequences. Where validation kept the hybrid, that rule under this
+    n_ref from its own rollout on the validation sequences: the mean jobs charged per admission, or their
+    `n_ref_quantile` quantile (only machines more crowded than most of validation's are then raised). Where validation kept the hybrid, that rule under this
     name; None where `forecast_peak` cannot be fitted. The choice is recorded in `ctx.choices[name]`."""
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.policies import play
@@ -172,13 +173,14 @@ def fit_peak_charge(
         )
         ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False}
         return replace(rule, name=name)
-    n_ref = float(counts.mean())
+    n_ref = float(counts.mean() if n_ref_quantile is None else np.quantile(counts, n_ref_quantile))
     ctx.choices[name] = {
         **copy.deepcopy(choice),
         "charge_aware": True,
         "charge_n_ref": n_ref,
         "charge_levels": list(levels),
         "charge_raise_only": raise_only,
+        "charge_n_ref_quantile": n_ref_quantile,
     }
     return ChargeAwarePeakPacking(
         tuple(rules),

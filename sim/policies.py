@@ -688,12 +688,20 @@ def _fit_peak_charge(ctx, name: str, **knobs):
     return fit_peak_charge(ctx, name, **knobs)
 
 
-def _charge_policy(name: str, raise_only: bool):
-    """`forecast_peak` with each machine's level set by the jobs an overshoot there would charge
-    (`sim.charge_level`); `raise_only`: never below the validated level."""
+CHARGE_PEAK_RULES: dict[str, dict] = {
+    "forecast_peak_charge": {},
+    "forecast_peak_charge_guard": {"raise_only": True},
+    "forecast_peak_charge_guard90": {"raise_only": True, "n_ref_quantile": 0.9},
+}
+"""`forecast_peak` with each machine's level set by the jobs an overshoot there would charge (`sim.charge_level`):
+each name's `fit_peak_charge` knobs (two-sided at validation's mean jobs charged; never below the validated level;
+raised only above validation's 90th percentile of jobs charged)."""
+
+
+def _charge_policy(name: str, **knobs):
     return fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name=name, **kw),
-        lambda ctx: _fit_peak_charge(ctx, name, raise_only=raise_only),
+        lambda ctx: _fit_peak_charge(ctx, name, **knobs),
         kind="forecast",
     )
 
@@ -779,8 +787,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
         kind="forecast",
     ),
     **{name: _adaptive_policy(name, **knobs) for name, knobs in ADAPTIVE_PEAK_RULES.items()},
-    "forecast_peak_charge": _charge_policy("forecast_peak_charge", raise_only=False),
-    "forecast_peak_charge_guard": _charge_policy("forecast_peak_charge_guard", raise_only=True),
+    **{name: _charge_policy(name, **knobs) for name, knobs in CHARGE_PEAK_RULES.items()},
     "forecast_peak_replay": fitted_policy(
         lambda **kw: RiskAwarePacking(forecaster=RequestForecaster(), name="forecast_peak_replay", **kw),
         lambda ctx: _fit_replay_select(ctx, "forecast_peak_replay"),
