@@ -230,6 +230,8 @@ def main() -> None:
         return
     if not args.warehouse:
         ap.error("--warehouse is required unless --pool is given")
+    if args.machines < 1:
+        ap.error(f"--machines must be >= 1, got {args.machines}")
     overrides = tuning_overrides(args.tuning)
     floors = [float(f) for f in args.floors.split(",") if f.strip()]
     extras = [n.strip() for n in args.extra.split(",") if n.strip()]
@@ -247,6 +249,13 @@ def main() -> None:
         train, test = real_source(
             Path(args.warehouse), args.source, args.load, 100, 30, seed, args.request_mode
         )
+        # the fits' simulator is sized on the M = 10 test labels, as bench_placer.py's
+        n_labels = int(max(train.ec_label.max(), test.ec_label.max())) + 1
+        if args.machines != 10:  # the same seed's test workloads at the same load of a larger cluster
+            test = test_at_machines(Path(args.warehouse), args, seed, train)
+            print(
+                f"   testing at M = {args.machines}: {int(test.n_jobs.sum())} jobs in {test.batch_size} sequences"
+            )
         (tr_share, tr_rise), (te_share, te_rise) = usage_rises(train), usage_rises(test)
         print(
             f"== seed {seed}: jobs rising above their first step: train {tr_share:.1%} (mean rise {tr_rise:.3f} "
@@ -255,16 +264,10 @@ def main() -> None:
         )
         if args.split_only:
             continue
-        n_labels = int(max(train.ec_label.max(), test.ec_label.max())) + 1
         cfg = sim_config(10, n_labels)
         test_cfg = cfg
-        if args.machines != 10:  # the same seed's test workloads at the same load of a larger cluster
-            test = test_at_machines(Path(args.warehouse), args, seed, train)
-            n_labels = max(n_labels, int(test.ec_label.max()) + 1)
-            test_cfg = sim_config(args.machines, n_labels)
-            print(
-                f"   testing at M = {args.machines}: {int(test.n_jobs.sum())} jobs in {test.batch_size} sequences"
-            )
+        if args.machines != 10:
+            test_cfg = sim_config(args.machines, max(n_labels, int(test.ec_label.max()) + 1))
         ctx = FitContext(
             cfg,
             train,

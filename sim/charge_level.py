@@ -12,10 +12,12 @@ What: each candidate machine gets its own level from the number n of jobs an ove
 jobs running on it plus the arriving one), so that n x (1 - level) stays at what validation accepted,
 n_ref x (1 - q):
 
-    level(n) = 1 - (1 - q) * n_ref / n,   rounded up to the table's grid (`sim.risk.ADAPTED_LEVELS`, 0.5 to 0.99)
+    level(n) = 1 - (1 - q) * n_ref / n,   rounded up to the table's grid
 
-q is `forecast_peak`'s validated level and n_ref the mean n at its admissions on the validation sequences (its
-own rollout there). A machine more crowded than validation's average packs more cautiously, a sparser one more
+(`sim.risk.ADAPTED_LEVELS` from 0.5 to 0.99 where the rule's table was fitted on the fit part; its own levels where
+it was refitted on every training sequence). q is `forecast_peak`'s validated level and n_ref the mean number of
+jobs on the machine in the step of each of its admissions on the validation sequences (its own rollout there,
+`admission_counts`). A machine more crowded than validation's average packs more cautiously, a sparser one more
 boldly (two-sided; `raise_only` never goes below q). Every other choice is `forecast_peak`'s as validation fitted it
 (fallback heuristic, mode, the table's key, recall over it); where validation kept the hybrid (no level), the rule
 is that rule under this name.
@@ -34,6 +36,7 @@ from sim.core import State
 from sim.forecast import RecallOverlay, uncached
 from sim.labelling import reads_labels
 from sim.risk import (
+    MODES,
     RiskAwarePacking,
     _FollowsFallback,
     deviate_or_pack,
@@ -54,8 +57,12 @@ def level_rows(levels: np.ndarray, level: float, n_ref: float, n: np.ndarray, ra
 
 
 def admission_counts(state: State) -> np.ndarray:
-    """(placements,) jobs on the machine at each job's start, itself included, from a rolled state: what an
-    overshoot there would have charged at that admission (every job placed, in env then job order)."""
+    """(placements,) jobs on the machine in the step each job started, itself included, from a rolled state: those
+    running then and those placed on it in that same step, before or after it (a rule places several jobs in one
+    step; the simulator keeps no order among them). What an overshoot there from the next step on would charge.
+    Every job placed, in env then job order. This is the n_ref `forecast_peak_charge_guard` was judged with; `act`'s
+    n counts the jobs running at the decision plus the arriving one, so n_ref is the larger of the two readings
+    by the same-step placements (benchmarks/RESULTS.md, "The jobs an overshoot would charge")."""
     out = []
     jobs = state.jobs
     for env in range(state.batch_size):
@@ -92,8 +99,16 @@ class ChargeAwarePeakPacking(_FollowsFallback):
             )
         if list(self.levels) != sorted(self.levels):
             raise ValueError(f"{self.name}: levels must ascend, got {self.levels}")
-        if not self.n_ref > 0:
-            raise ValueError(f"{self.name}: n_ref must be > 0, got {self.n_ref}")
+        if not (np.isfinite(self.n_ref) and self.n_ref > 0):
+            raise ValueError(f"{self.name}: n_ref must be finite and > 0, got {self.n_ref}")
+        if self.mode not in MODES:
+            raise ValueError(f"{self.name}: mode must be one of {MODES}, got {self.mode!r}")
+        if not any(abs(self.level - lv) < 1e-9 for lv in self.levels):
+            raise ValueError(f"{self.name}: the fitted level {self.level} is not one of levels {self.levels}")
+        for rule, lv in zip(self.rules, self.levels, strict=True):
+            at = getattr(getattr(rule, "risk", None), "level", None)
+            if at is None or abs(at - lv) > 1e-9:
+                raise ValueError(f"{self.name}: the rule for level {lv} packs at {at}")
 
     @property
     def reads_labels(self) -> bool:
@@ -140,14 +155,17 @@ def fit_peak_charge(
     from sim.rise_shift import MIN_LEVEL
     from sim.risk import ADAPTED_LEVELS, _fit_part_table, _peak_rule_once
 
+    if n_ref_quantile is not None and not 0.0 <= n_ref_quantile <= 1.0:
+        raise ValueError(f"{name}: n_ref_quantile must be in [0, 1], got {n_ref_quantile}")
     rule, choice = _peak_rule_once(ctx)
     if rule is None:
         warnings.warn(f"{name}: forecast_peak could not be fitted at {ctx.where}: not fitted", stacklevel=2)
         return None
     outer = uncached(rule.forecaster)
     inner = outer.inner if isinstance(outer, RecallOverlay) else outer
-    if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks: no level to set
-        ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False}
+    if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks, or a value per level
+        why = f"forecast_peak kept {type(inner).__name__}, not one level of a peak table"
+        ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False, "charge_not_aware_why": why}
         return replace(rule, name=name)
     table = inner.table
     if not choice.get("refitted_on_all_training"):

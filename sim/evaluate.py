@@ -342,6 +342,9 @@ TRUTH_OF = {
     "forecast_peak_overshoot_guard": "forecast_risk_truth",
     "forecast_peak_overshoot_budget": "forecast_risk_truth",
     "forecast_peak_replay": "forecast_risk_truth",
+    "forecast_peak_charge": "forecast_risk_truth",
+    "forecast_peak_charge_guard": "forecast_risk_truth",
+    "forecast_peak_charge_guard90": "forecast_risk_truth",
     "forecast_peak_nodur": "forecast_risk_truth",
     "forecast_peak_noec": "forecast_risk_truth",
 }

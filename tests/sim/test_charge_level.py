@@ -56,33 +56,41 @@ def test_admission_counts_count_the_jobs_on_the_machine_when_each_job_started() 
     state = play(FirstFit(), cfg, jobs, 0)
     assert state.job_start[0, :3].tolist() == [0, 1, 12]
     assert admission_counts(state).tolist() == [1, 2, 1]
+    # two jobs placed on the machine in the same step: each counts the other (what a later overshoot charges)
+    same_step = JobBatch.from_jobs(
+        [
+            [
+                {"arrival_step": 0, "usage": [[3, 1]] * 10, "ec_label": 0, "request": [3, 1]},
+                {"arrival_step": 0, "usage": [[3, 1]] * 10, "ec_label": 0, "request": [3, 1]},
+            ]
+        ]
+    )
+    state = play(FirstFit(), cfg, same_step, 0)
+    assert state.job_start[0, :2].tolist() == [0, 0] and admission_counts(state).tolist() == [2, 2]
 
 
-def test_one_level_is_the_rule_itself_and_a_crowded_machine_packs_more_cautiously() -> None:
+@pytest.mark.parametrize("mode", ["pack", "deviate"])
+def test_at_one_level_it_decides_as_forecast_peak_itself(mode: str) -> None:
+    """Built with forecast_peak's own level alone (its table refitted on the finer grid), the rule places every
+    job where the fitted forecast_peak does; fitted in full, it finishes every episode and records its n_ref."""
     train = _jobs(24, 40, seed=7, p_rise=0.4)
-    tuning = TuningConfig(peak_levels=(0.5, 0.9), peak_modes=("pack",), min_observed=(0,))
+    tuning = TuningConfig(peak_levels=(0.5, 0.9), peak_modes=(mode,), min_observed=(0,))
     ctx = FitContext(CFG, train, tuning, where="toy")
-    fitted = fit_peak_charge(ctx, "forecast_peak_charge")
-    choice = ctx.choices["forecast_peak_charge"]
+    fitted = fit_peak_charge(ctx, "forecast_peak_charge_guard", raise_only=True)
+    choice = ctx.choices["forecast_peak_charge_guard"]
     if not choice.get("charge_aware"):
         pytest.skip(f"validation kept {choice.get('forecaster')}: no level to set")
-    assert isinstance(fitted, ChargeAwarePeakPacking) and choice["charge_n_ref"] >= 1.0
+    assert isinstance(fitted, ChargeAwarePeakPacking) and fitted.mode == mode and fitted.raise_only
+    assert choice["charge_n_ref"] >= 1.0 and fitted.n_ref == choice["charge_n_ref"]
     assert fitted.levels[0] == 0.5 and list(fitted.levels) == sorted(fitted.levels)
-    assert fitted.level in fitted.levels and fitted.fallback is not None or fitted.mode == "pack"
+    peak = POLICIES["forecast_peak"].fit(ctx)
     test = _jobs(3, 40, seed=8, p_rise=0.3)
     k = fitted.levels.index(fitted.level)
     alone = ChargeAwarePeakPacking(
         (fitted.rules[k],), (fitted.level,), fitted.level, 1.0, fallback=fitted.fallback, mode=fitted.mode
     )
-    a, b = play(alone, CFG, test, 0), play(fitted.rules[k], CFG, test, 0)
+    a, b = play(alone, CFG, test, 0), play(peak, CFG, test, 0)
     assert np.array_equal(a.job_machine, b.job_machine) and np.array_equal(a.job_start, b.job_start)
-    state = play(FirstFit(), CFG, test, 0, max_decisions=30)
-    index = fitted.level_index(state, np.arange(state.batch_size))
-    from sim.risk import jobs_per_machine
-
-    n = jobs_per_machine(state)
-    more = n[:, :, None] > n[:, None, :]  # a machine holding more jobs never gets a lower level
-    assert not (more & (index[:, :, None] < index[:, None, :])).any()
     rolled = play(fitted, CFG, test, 0)
     assert rolled.is_done.all() and (rolled.job_machine[test.is_real] >= 0).all()
 
@@ -93,8 +101,16 @@ def test_bad_construction_is_a_clear_error_and_the_registry_names_a_forecast_rul
         ChargeAwarePeakPacking((rule, rule), (0.9,))
     with pytest.raises(ValueError, match="levels must ascend"):
         ChargeAwarePeakPacking((rule, rule), (0.9, 0.5))
-    with pytest.raises(ValueError, match="n_ref must be > 0"):
+    with pytest.raises(ValueError, match="n_ref must be finite and > 0"):
         ChargeAwarePeakPacking((rule,), (0.9,), n_ref=0.0)
+    with pytest.raises(ValueError, match="n_ref must be finite and > 0"):
+        ChargeAwarePeakPacking((rule,), (0.9,), n_ref=float("inf"))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        ChargeAwarePeakPacking((rule,), (0.9,), mode="squeeze")
+    with pytest.raises(ValueError, match="the fitted level 0.75 is not one of"):
+        ChargeAwarePeakPacking((rule,), (0.9,), level=0.75)
+    with pytest.raises(ValueError, match="the rule for level 0.99 packs at 0.9"):
+        ChargeAwarePeakPacking((rule, rule), (0.9, 0.99), level=0.9)
     from sim.policies import policy_kind
 
     assert policy_kind("forecast_peak_charge") == "forecast" and "forecast_peak_charge_guard" in POLICIES
