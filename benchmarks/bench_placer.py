@@ -141,6 +141,15 @@ def real_source(
     return split[0], split[1]
 
 
+def no_training_workloads(train: JobBatch, test: JobBatch, what: str) -> None:
+    """SystemExit naming `what` where the test sequences hold a workload the training sequences hold (test
+    sequences cut again for another cluster size must keep the seed's workload split)."""
+    trained_on = {w for ids in train.workload_ids for w in ids}
+    leaked = trained_on & {w for ids in test.workload_ids for w in ids}
+    if leaked:
+        raise SystemExit(f"{what} hold {len(leaked)} training workloads, e.g. {sorted(leaked)[:3]}")
+
+
 def sim_config(n_machines: int, n_labels: int) -> SimConfig:
     return SimConfig(n_machines=n_machines, max_steps=1000, oversize="clip", n_labels=max(16, n_labels))
 
@@ -534,12 +543,7 @@ def main() -> None:
         cells.append((50, sim_config(50, n_labels), test50))
     elif not args.skip_m50:  # the same seed's test workloads, cut for 50 machines at the same load
         _, test50 = cut(50, args.n_train)
-        trained_on = {w for ids in train.workload_ids for w in ids}
-        leaked = trained_on & {w for ids in test50.workload_ids for w in ids}
-        if leaked:
-            raise SystemExit(
-                f"M = 50 test sequences hold {len(leaked)} training workloads, e.g. {sorted(leaked)[:3]}"
-            )
+        no_training_workloads(train, test50, "M = 50 test sequences")
         n_labels = max(n_labels, int(test50.ec_label.max()) + 1)
         cells.append((50, sim_config(50, n_labels), test50))
     t0 = time.perf_counter()

@@ -4,8 +4,8 @@
 #      the GPU (actor on the CPU), both on the GPU; seconds per iteration split into simulation, observation and
 #      network.
 #   2. Our learned scheduler (benchmarks/bench_placer.py, base forecast_peak, ALGORITHMS (default PGPE, training's
-#      default, whose update stays on the CPU, beside PPO and REINFORCE) with BUDGET seconds each; DeepPlace 50 % unless PLACER_ARGS names a source, e.g. PLACER_ARGS="--source bitbrains --warehouse W
-#      --inputs rule"): the PG updates on the CPU and on the GPU, run side by side (one torch thread each; numba's
+#      default, whose update stays on the CPU, beside PPO and REINFORCE) with BUDGET seconds each; DeepPlace 50 %
+#      unless PLACER_ARGS names a source, e.g. PLACER_ARGS="--source bitbrains --warehouse W --inputs rule"): the PG updates on the CPU and on the GPU, run side by side (one torch thread each; numba's
 #      kernels use every core for batches of 64 envs or more, training's own batch of 32 envs uses one).
 #   3. The EC proxy's forecaster fits (benchmarks/bench_grouped_forecaster.py, 91 fits of one seed, the sample and
 #      small presets): one at a time and side by side, on the GPU and on the CPU.

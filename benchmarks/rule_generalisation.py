@@ -133,16 +133,10 @@ def pool_returns(path: str, pair: str) -> None:
 def test_at_machines(warehouse: Path, args, seed: int, train):
     """The seed's test sequences cut for `args.machines` machines at the same load (`bench_placer.real_source`:
     the workload split follows the seed, not M); SystemExit where they hold a training workload."""
-    from benchmarks.bench_placer import real_source
+    from benchmarks.bench_placer import no_training_workloads, real_source
 
     _, test = real_source(warehouse, args.source, args.load, 100, 30, seed, args.request_mode, args.machines)
-    trained_on = {w for ids in train.workload_ids for w in ids}
-    leaked = trained_on & {w for ids in test.workload_ids for w in ids}
-    if leaked:
-        raise SystemExit(
-            f"M = {args.machines} test sequences of seed {seed} hold {len(leaked)} training workloads, "
-            f"e.g. {sorted(leaked)[:3]}"
-        )
+    no_training_workloads(train, test, f"M = {args.machines} test sequences of seed {seed}")
     return test
 
 
@@ -251,8 +245,10 @@ def main() -> None:
         )
         # the fits' simulator is sized on the M = 10 test labels, as bench_placer.py's
         n_labels = int(max(train.ec_label.max(), test.ec_label.max())) + 1
+        cfg = test_cfg = sim_config(10, n_labels)
         if args.machines != 10:  # the same seed's test workloads at the same load of a larger cluster
             test = test_at_machines(Path(args.warehouse), args, seed, train)
+            test_cfg = sim_config(args.machines, max(n_labels, int(test.ec_label.max()) + 1))
             print(
                 f"   testing at M = {args.machines}: {int(test.n_jobs.sum())} jobs in {test.batch_size} sequences"
             )
@@ -264,10 +260,6 @@ def main() -> None:
         )
         if args.split_only:
             continue
-        cfg = sim_config(10, n_labels)
-        test_cfg = cfg
-        if args.machines != 10:
-            test_cfg = sim_config(args.machines, max(n_labels, int(test.ec_label.max()) + 1))
         ctx = FitContext(
             cfg,
             train,

@@ -28,22 +28,14 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State
-from sim.forecast import RecallOverlay, uncached
 from sim.labelling import reads_labels
-from sim.risk import (
-    MODES,
-    RiskAwarePacking,
-    _FollowsFallback,
-    deviate_or_pack,
-    deviation_rows,
-    head_share,
-    jobs_per_machine,
-)
+from sim.risk import MODES, RiskAwarePacking, _FollowsFallback, bounded_action, head_share, jobs_per_machine
 
 
 def level_rows(levels: np.ndarray, level: float, n_ref: float, n: np.ndarray, raise_only: bool) -> np.ndarray:
@@ -124,22 +116,20 @@ class ChargeAwarePeakPacking(_FollowsFallback):
 
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         valid = valid_machines(cfg, state)
-        if self.mode == "deviate":  # bounds only where the fallback holds or opens an empty machine
-            rows = deviation_rows(cfg, state, base, valid)
-            if rows.size == 0:
-                return base
-        else:
-            rows = np.arange(state.batch_size)
+        return bounded_action(cfg, state, base, valid, self.mode, partial(self.bounds, cfg, state))
+
+    def bounds(self, cfg: SimConfig, state: State, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(is_safe, tightness) of placing the queue head on each machine of the envs `rows` (None: every env),
+        each machine bounded at its own level (`level_index`): one `head_share` per level in use."""
+        rows = np.arange(state.batch_size) if rows is None else rows
         index = self.level_index(state, rows)
-        safe_rows, tight_rows = np.zeros(index.shape, dtype=bool), np.zeros(index.shape)
+        is_safe, tightness = np.zeros(index.shape, dtype=bool), np.zeros(index.shape)
         for k in np.unique(index):
             rule = self.rules[k]
             safe_k, tight_k = head_share(cfg, state, rule.forecaster, rule.risk, rows)
             at_k = index == k
-            safe_rows[at_k], tight_rows[at_k] = safe_k[at_k], tight_k[at_k]
-        is_safe, tightness = np.zeros(valid.shape, dtype=bool), np.zeros(valid.shape)
-        is_safe[rows], tightness[rows] = safe_rows, tight_rows
-        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.mode)
+            is_safe[at_k], tightness[at_k] = safe_k[at_k], tight_k[at_k]
+        return is_safe, tightness
 
 
 def fit_peak_charge(
@@ -153,7 +143,7 @@ def fit_peak_charge(
     from sim.peak_forecast import PeakQuantileForecaster
     from sim.policies import play
     from sim.rise_shift import MIN_LEVEL
-    from sim.risk import ADAPTED_LEVELS, _fit_part_table, _peak_rule_once
+    from sim.risk import _peak_rule_once, adapted_levels_table, peak_forecasters, peak_rule_at_level
 
     if n_ref_quantile is not None and not 0.0 <= n_ref_quantile <= 1.0:
         raise ValueError(f"{name}: n_ref_quantile must be in [0, 1], got {n_ref_quantile}")
@@ -161,25 +151,17 @@ def fit_peak_charge(
     if rule is None:
         warnings.warn(f"{name}: forecast_peak could not be fitted at {ctx.where}: not fitted", stacklevel=2)
         return None
-    outer = uncached(rule.forecaster)
-    inner = outer.inner if isinstance(outer, RecallOverlay) else outer
-    if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks, or a value per level
-        why = f"forecast_peak kept {type(inner).__name__}, not one level of a peak table"
+
+    def as_fitted(why: str) -> RiskAwarePacking:  # no level to set: forecast_peak as fitted, and why
         ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False, "charge_not_aware_why": why}
         return replace(rule, name=name)
-    table = inner.table
-    if not choice.get("refitted_on_all_training"):
-        wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
-        table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
+
+    inner = peak_forecasters(rule)[1]
+    if not isinstance(inner, PeakQuantileForecaster):  # the hybrid's observed peaks, or a value per level
+        return as_fitted(f"forecast_peak kept {type(inner).__name__}, not one level of a peak table")
+    table = adapted_levels_table(ctx, choice, inner.table)
     levels = tuple(lv for lv in table.levels if lv >= MIN_LEVEL - 1e-9)
-    rules = []
-    for level in levels:
-        at_level = table.forecaster(level, inner.horizon)
-        if isinstance(outer, RecallOverlay):
-            at_level = RecallOverlay(at_level, outer.reliability)
-        rules.append(
-            replace(rule, forecaster=at_level, risk=replace(rule.risk, level=level), name=f"{name}@{level:g}")
-        )
+    rules = tuple(peak_rule_at_level(rule, table, level, f"{name}@{level:g}") for level in levels)
     validation = ctx.split()[1]
     counts = ctx.cached(
         ("charge_counts", rule.name),
@@ -189,8 +171,7 @@ def fit_peak_charge(
         warnings.warn(
             f"{name} at {ctx.where}: no admission on validation; kept at forecast_peak", stacklevel=2
         )
-        ctx.choices[name] = {**copy.deepcopy(choice), "charge_aware": False}
-        return replace(rule, name=name)
+        return as_fitted("no admission on validation")
     n_ref = float(counts.mean() if n_ref_quantile is None else np.quantile(counts, n_ref_quantile))
     ctx.choices[name] = {
         **copy.deepcopy(choice),
@@ -201,7 +182,7 @@ def fit_peak_charge(
         "charge_n_ref_quantile": n_ref_quantile,
     }
     return ChargeAwarePeakPacking(
-        tuple(rules),
+        rules,
         levels,
         level=rule.risk.level,
         n_ref=n_ref,

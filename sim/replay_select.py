@@ -45,13 +45,19 @@ import numpy as np
 from sim import core
 from sim.config import SimConfig
 from sim.core import State
-from sim.forecast import RecallOverlay, uncached
 from sim.jobs import JobBatch, pad_job_batch, stack_job_batches
 from sim.labelling import picks_by_labels, reads_labels
 from sim.metrics import overshoot_pct_per_episode
 from sim.peak_forecast import PeakQuantileForecaster
 from sim.policies import BestFit, FirstFit, play
-from sim.risk import RiskAwarePacking, _peak_rule_once, fit_hybrid, fitted_once
+from sim.risk import (
+    RiskAwarePacking,
+    _peak_rule_once,
+    fit_hybrid,
+    fitted_once,
+    peak_forecasters,
+    peak_rule_at_level,
+)
 
 FIRST_CHECKPOINT = 32
 """The first checkpoint's step; each next one doubles the gap until `MAX_GAP`."""
@@ -331,24 +337,13 @@ def fit_replay_select(
         return None
     fallback = rule._fallback()
     candidates, names = [rule, fallback], ["forecast_peak", getattr(fallback, "name", "fallback")]
-    outer = uncached(rule.forecaster)
-    inner = outer.inner if isinstance(outer, RecallOverlay) else outer
+    inner = peak_forecasters(rule)[1]
     if isinstance(inner, PeakQuantileForecaster):
         offered = [q for q in CAUTIOUS_LEVELS if q > rule.risk.level + 1e-9]
         if bolder is not None:
             offered += [lv for lv in inner.table.levels if bolder - 1e-9 <= lv < rule.risk.level - 1e-9]
         for level in (q for q in offered if any(abs(q - lv) < 1e-9 for lv in inner.table.levels)):
-            at_level = inner.table.forecaster(level, inner.horizon)
-            if isinstance(outer, RecallOverlay):
-                at_level = RecallOverlay(at_level, outer.reliability)
-            candidates.append(
-                replace(
-                    rule,
-                    forecaster=at_level,
-                    risk=replace(rule.risk, level=level),
-                    name=f"forecast_peak@{level:g}",
-                )
-            )
+            candidates.append(peak_rule_at_level(rule, inner.table, level, f"forecast_peak@{level:g}"))
             names.append(f"forecast_peak@{level:g}")
     if hybrid:
         candidates.append(_hybrid_once(ctx))

@@ -453,6 +453,30 @@ def deviate_or_pack(
     return np.where(deviate, best, base)
 
 
+def bounded_action(
+    cfg: SimConfig,
+    state: State,
+    base: np.ndarray,
+    valid: np.ndarray,
+    mode: str,
+    bounds,
+) -> np.ndarray:
+    """(B,) actions of a risk rule in `mode` (`deviate_or_pack`) from `bounds(rows)`, the (is_safe, tightness)
+    of placing the queue head on each machine of the envs `rows` (None: every env). "pack" and "guard" bound every
+    env; "deviate" only the envs where the fallback's `base` holds or opens an empty machine (most decisions keep
+    it and need no bound)."""
+    if mode in ("pack", "guard"):
+        is_safe, tightness = bounds(None)
+        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, mode)
+    rows = deviation_rows(cfg, state, base, valid)
+    if rows.size == 0:
+        return base
+    is_safe = np.zeros(valid.shape, dtype=bool)
+    tightness = np.zeros(valid.shape)
+    is_safe[rows], tightness[rows] = bounds(rows)
+    return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
+
+
 # --- forecasters that need no training -----------------------------------------------------------
 
 
@@ -573,17 +597,8 @@ class RiskAwarePacking(_FollowsFallback):
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         forecaster = self.forecaster or PersistenceForecaster()
         valid = valid_machines(cfg, state)
-        if self.risk.mode in ("pack", "guard"):
-            is_safe, tightness = head_share(cfg, state, forecaster, self.risk)
-            return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.risk.mode)
-        # "deviate": bounds only where the fallback holds or opens an empty machine (most decisions keep it)
-        rows = deviation_rows(cfg, state, base, valid)
-        if rows.size == 0:
-            return base
-        is_safe = np.zeros(valid.shape, dtype=bool)
-        tightness = np.zeros(valid.shape)
-        is_safe[rows], tightness[rows] = head_share(cfg, state, forecaster, self.risk, rows)
-        return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, "deviate")
+        bounds = partial(head_share, cfg, state, forecaster, self.risk)
+        return bounded_action(cfg, state, base, valid, self.risk.mode, bounds)
 
 
 @runtime_checkable
@@ -1065,6 +1080,33 @@ def _peak_rule_once(ctx) -> tuple[RiskAwarePacking | None, dict | None]:
     )
 
 
+def peak_forecasters(rule: RiskAwarePacking) -> tuple[object, object]:
+    """(outer, inner) of a fitted peak rule's forecaster: the forecaster without its cache, and the one a
+    `RecallOverlay` lays recall over (the same where there is no recall)."""
+    outer = uncached(rule.forecaster)
+    return outer, (outer.inner if isinstance(outer, RecallOverlay) else outer)
+
+
+def peak_rule_at_level(rule: RiskAwarePacking, table, level: float, name: str) -> RiskAwarePacking:
+    """`rule` (`forecast_peak` as fitted, on a `PeakQuantileForecaster`) packing at `level` of `table` (its own
+    table or one refitted at more levels), with recall over it where the rule has recall."""
+    outer, inner = peak_forecasters(rule)
+    at_level = table.forecaster(level, inner.horizon)
+    if isinstance(outer, RecallOverlay):
+        at_level = RecallOverlay(at_level, outer.reliability)
+    return replace(rule, forecaster=at_level, risk=replace(rule.risk, level=level), name=name)
+
+
+def adapted_levels_table(ctx, choice: dict, table):
+    """`forecast_peak`'s remaining-peak table at the finer grid `ADAPTED_LEVELS` as well as its own levels, refitted
+    on the fit part (cached), for the rules that move its level; as it is where validation refitted it on every
+    training sequence (`choice["refitted_on_all_training"]`)."""
+    if choice.get("refitted_on_all_training"):
+        return table
+    wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
+    return _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
+
+
 def fit_peak_adaptive(
     ctx,
     name: str,
@@ -1104,8 +1146,9 @@ def fit_peak_adaptive(
     if not (floor == 0.0 or ADAPTED_LEVELS[0] <= floor <= ADAPTED_LEVELS[-1]):
         raise ValueError(f"{name}: floor {floor} is neither 0 nor within the adapted levels {ADAPTED_LEVELS}")
     rule, choice = _peak_rule_once(ctx)
-    outer = None if rule is None else uncached(rule.forecaster)
-    inner = outer.inner if isinstance(outer, RecallOverlay) else outer  # recall over it, kept as it is below
+    outer, inner = (
+        (None, None) if rule is None else peak_forecasters(rule)
+    )  # recall over it: kept as it is below
     if rule is None or not is_point_forecaster(inner):
         warnings.warn(
             f"{name}: forecast_peak kept no point forecaster at {ctx.where}: not fitted", stacklevel=2
@@ -1127,10 +1170,7 @@ def fit_peak_adaptive(
         if reads_rise_rate(exceed, overshoot, raise_only, floor):
             return as_fitted(err)
         rate = None
-    table = inner.table
-    if not choice.get("refitted_on_all_training"):  # the fit part's table at the finer grid of levels
-        wanted = tuple(sorted({*table.levels, *ADAPTED_LEVELS}))
-        table = _fit_part_table(ctx, table.use_labels, table.use_remaining, wanted)
+    table = adapted_levels_table(ctx, choice, inner.table)
     rise_amount = None
     if amount:
         rise_amount = fit_rise_amount(
