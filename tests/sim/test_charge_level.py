@@ -111,6 +111,8 @@ def test_bad_construction_is_a_clear_error_and_the_registry_names_a_forecast_rul
         ChargeAwarePeakPacking((rule,), (0.9,), level=0.75)
     with pytest.raises(ValueError, match="the rule for level 0.99 packs at 0.9"):
         ChargeAwarePeakPacking((rule, rule), (0.9, 0.99), level=0.9)
+    with pytest.raises(ValueError, match="forecast_peak_charge_guard90: n_ref_quantile must be in"):
+        fit_peak_charge(None, "forecast_peak_charge_guard90", raise_only=True, n_ref_quantile=1.5)
     from sim.policies import policy_kind
 
     assert policy_kind("forecast_peak_charge") == "forecast" and "forecast_peak_charge_guard" in POLICIES
