@@ -48,6 +48,7 @@ from models.forecast_placer import (
     ForecastResidualPolicy,
     PlacerConfig,
     bare_step_rate,
+    charge_n_ref,
     choose_variant,
     fit_base_rule,
     forecaster_levels,
@@ -282,6 +283,13 @@ def main() -> None:
         "(sim.rise_shift), as forecast_peak_adaptive's does",
     )
     ap.add_argument(
+        "--rule-charge",
+        action=argparse.BooleanOptionalAction,
+        default=PlacerConfig.rule_charge,
+        help="PlacerConfig.rule_charge: action set 'rule''s level on each machine follows the jobs an overshoot "
+        "there would charge (sim.charge_level), as forecast_peak_charge_guard's does",
+    )
+    ap.add_argument(
         "--advisor-probe",
         action=argparse.BooleanOptionalAction,
         default=PlacerConfig.advisor_probe,
@@ -434,6 +442,9 @@ def main() -> None:
     if args.action_set == "rule":
         safe_level = peak_rule_level(ctx, {args.base: base, **advisors})
         print(f"action set 'rule': safe at forecast_peak's level {safe_level} (None: the top level)")
+    n_ref = charge_n_ref(ctx, {args.base: base, **advisors}) if args.rule_charge else None
+    if args.rule_charge:
+        print(f"rule_charge: n_ref {n_ref} (None: off, forecast_peak_charge_guard has no charge level here)")
 
     if args.checkpoint is None:
         # training: every (algorithm, advisor) variant with the same budget; the best validation return wins
@@ -453,6 +464,7 @@ def main() -> None:
                 generalise_factor=args.generalise_factor,
                 advisor_probe=args.advisor_probe,
                 rule_shift=args.rule_shift,
+                rule_charge=args.rule_charge,
                 horizon=args.horizon,
                 **{
                     **SETTINGS[algorithm],
@@ -468,7 +480,7 @@ def main() -> None:
                     },
                 },
             )
-            pcfg = with_rule_level(pcfg, safe_level, forecaster_levels(forecaster))
+            pcfg = with_rule_level(pcfg, safe_level, forecaster_levels(forecaster), n_ref)
             speed: dict = {}
             t0 = time.perf_counter()
             policy, table = train_forecast_placer(

@@ -99,6 +99,7 @@ from models.forecaster import torch_threads
 from models.reinforce import config_dict
 from models.training import SINGLE_MACHINE_SOURCES, init_parameters, training_sources
 from sim import compiled_decision, compiled_planes, core
+from sim.charge_level import ChargeAwarePeakPacking, level_rows
 from sim.compiled_step import on_threads
 from sim.config import SimConfig
 from sim.core import State, action_mask, current_usage, jobs_running, queue_head, queue_length, relabel
@@ -220,6 +221,18 @@ class PlacerConfig:
     `forecast_peak_adaptive`'s does): `safe_level` at ratio 1, 1 - (1 - safe_level) / ratio rounded up to
     `levels` otherwise (no extra inputs: the levels the network already reads). A quieter episode opens machines
     safe at a lower level, a busier one closes those safe only at `safe_level`. False: `safe_level` everywhere."""
+    rule_charge: bool = False
+    """Action set "rule" only: each machine's level follows the jobs an overshoot there would charge
+    (`sim.charge_level`, as `forecast_peak_charge_guard`'s does): the first of `levels` at or above
+    1 - (1 - `safe_level`) x `charge_n_ref` / n, never below `safe_level`, for the n jobs running on the machine
+    plus the arriving one. A machine more crowded than validation's admissions were is open only where it is safe
+    at a higher level; none is opened beyond `safe_level`. `with_rule_level` binds `charge_n_ref` and adds the
+    inputs' forecaster's levels above `safe_level` (a level the inputs lack, e.g. the guard's 0.975, rounds up to
+    the next they have: a little more cautious than the guard, whose own action the set always keeps where it
+    advises). False: `safe_level` on every machine."""
+    charge_n_ref: float | None = None
+    """`rule_charge`: the mean jobs charged per admission of the fitted `forecast_peak` on the validation
+    sequences (`sim.charge_level.fit_peak_charge`'s n_ref), bound at fit time; saved with the checkpoint."""
     rise_rate: float | None = None
     """The training fit part's first rises per job-step at risk (`sim.rise_shift.fit_rise_rate`), bound at fit
     time where `rule_shift` is on (`train_forecast_placer`); saved with the checkpoint."""
@@ -331,6 +344,19 @@ class PlacerConfig:
         if self.rule_shift and self.action_set != "rule":
             raise ValueError(
                 f"PlacerConfig.rule_shift moves action set 'rule''s level; action_set is {self.action_set!r}"
+            )
+        if self.rule_charge and self.action_set != "rule":
+            raise ValueError(
+                f"PlacerConfig.rule_charge sets action set 'rule''s level per machine; action_set is "
+                f"{self.action_set!r}"
+            )
+        if self.rule_charge and self.rule_shift:
+            raise ValueError(
+                "PlacerConfig: rule_charge and rule_shift each set action set 'rule''s level; choose one"
+            )
+        if self.charge_n_ref is not None and not (math.isfinite(self.charge_n_ref) and self.charge_n_ref > 0):
+            raise ValueError(
+                f"PlacerConfig.charge_n_ref must be a count > 0 or None, got {self.charge_n_ref}"
             )
         if self.rise_rate is not None and not (math.isfinite(self.rise_rate) and self.rise_rate > 0):
             raise ValueError(f"PlacerConfig.rise_rate must be a rate > 0 or None, got {self.rise_rate}")
@@ -764,7 +790,8 @@ def safe_action_mask(
     (B,), the advisor's `advice` (B,; None: no advisor) and every machine whose "is_safe_with" input at
     `PlacerConfig.safe_level` (None: the top level) is set in `x` (B, M, F). A base or advice the mask forbids
     (a hold under the hold rule "no_fit") stands for the lowest valid action, which the simulator would take.
-    `env_levels` (B,) indices into `PlacerConfig.levels`: each env's own level (`rule_levels`) instead."""
+    `env_levels` (B,) or (B, M) indices into `PlacerConfig.levels`: each env's or each machine's own level
+    (`rule_levels`) instead."""
     names = feature_names(pcfg, cfg.n_resources)
     keep = np.zeros_like(mask)
     if env_levels is None:
@@ -772,7 +799,8 @@ def safe_action_mask(
         keep[:, : cfg.n_machines] = x[:, :, names.index(f"is_safe_with_q{round(level * 100)}")] > 0.5
     else:
         columns = np.array([names.index(f"is_safe_with_q{round(lv * 100)}") for lv in pcfg.levels])
-        keep[:, : cfg.n_machines] = x[np.arange(x.shape[0]), :, columns[env_levels]] > 0.5
+        at = np.broadcast_to(np.asarray(env_levels).reshape(x.shape[0], -1), x.shape[:2])
+        keep[:, : cfg.n_machines] = np.take_along_axis(x, columns[at][:, :, None], axis=2)[:, :, 0] > 0.5
     rows, first_allowed = np.arange(base.size), np.argmax(mask, axis=1)
     for chosen in (base, advice):
         if chosen is not None:  # a forbidden hold (hold rule "no_fit") places as `sim.policies.place` does
@@ -781,8 +809,17 @@ def safe_action_mask(
 
 
 def rule_levels(pcfg: PlacerConfig, state: State) -> np.ndarray | None:
-    """(B,) indices into `pcfg.levels` of each env's action-set level under `PlacerConfig.rule_shift`
-    (`sim.rise_shift.adapted_level` of `safe_level` by the env's `rate_ratio`), or None where it is off."""
+    """Indices into `pcfg.levels` of the action set's levels: (B, M) each machine's under
+    `PlacerConfig.rule_charge` (`sim.charge_level.level_rows` for the jobs running on it plus the arriving one),
+    (B,) each env's under `PlacerConfig.rule_shift` (`sim.rise_shift.adapted_level` of `safe_level` by the env's
+    `rate_ratio`), or None where both are off."""
+    if pcfg.rule_charge:
+        if pcfg.charge_n_ref is None or pcfg.safe_level is None:
+            raise ValueError(
+                "forecast placer: rule_charge needs a bound safe_level and charge_n_ref (with_rule_level binds them)"
+            )
+        n = jobs_per_machine(state) + 1
+        return level_rows(np.asarray(pcfg.levels), pcfg.safe_level, pcfg.charge_n_ref, n, raise_only=True)
     if not pcfg.rule_shift:
         return None
     if pcfg.rise_rate is None or pcfg.safe_level is None:
@@ -796,6 +833,8 @@ def rule_levels(pcfg: PlacerConfig, state: State) -> np.ndarray | None:
 def rule_level(rule) -> float | None:
     """The quantile level a fitted risk rule packs at (`RiskAwarePacking.risk.level`), or None where it packs on
     observed peaks (the hybrid, which validation may keep for `forecast_peak`) or is no risk rule."""
+    if isinstance(rule, ChargeAwarePeakPacking):  # the level validation fitted, played at n = n_ref
+        return float(rule.level)
     if not isinstance(rule, RiskAwarePacking):
         return None
     inner = rule.forecaster
@@ -814,26 +853,49 @@ def peak_rule_level(ctx, fitted: dict) -> float | None:
     return rule_level(peak if peak is not None else POLICIES["forecast_peak"].fit(ctx))
 
 
+def charge_n_ref(ctx, fitted: dict) -> float | None:
+    """n_ref of the fitted `forecast_peak_charge_guard` (`PlacerConfig.rule_charge`): the one among `fitted`
+    ({name: rule}) where it is there, else fitted on `ctx`; None where it has no charge level (validation kept
+    the hybrid for `forecast_peak`, or no admission on validation)."""
+    guard = fitted.get("forecast_peak_charge_guard")
+    guard = guard if guard is not None else POLICIES["forecast_peak_charge_guard"].fit(ctx)
+    return float(guard.n_ref) if isinstance(guard, ChargeAwarePeakPacking) else None
+
+
 def forecaster_levels(forecaster) -> tuple[float, ...] | None:
     """The quantile levels `forecaster` has (`with_rule_level`'s `available`), or None where it does not say."""
     return tuple(getattr(forecaster, "levels", ())) or None
 
 
 def with_rule_level(
-    pcfg: PlacerConfig, level: float | None, available: tuple[float, ...] | None = None
+    pcfg: PlacerConfig,
+    level: float | None,
+    available: tuple[float, ...] | None = None,
+    n_ref: float | None = None,
 ) -> PlacerConfig:
     """`pcfg` with action set "rule" bound to the level `level` the fitted `forecast_peak` packs at (`rule_level`;
     None, where validation kept the hybrid for it: the top level, the most cautious) as its `safe_level`, added to
     `levels`; other action sets, or one already bound, as they are. `available`: the levels the inputs'
     forecaster has (the remaining-peak table has every level of the rule's grid; a learned forecaster may not):
-    a level it lacks binds the next higher one it has, more cautious, or the top input level."""
+    a level it lacks binds the next higher one it has, more cautious, or the top input level.
+    `PlacerConfig.rule_charge`: `n_ref` (`charge_n_ref`) is bound too, and the levels of `available` above the
+    bound one are added (those of `levels` where it does not say); without an n_ref or a level, rule_charge is
+    turned off (the bound level on every machine)."""
     if pcfg.action_set != "rule" or pcfg.safe_level is not None:
         return pcfg
+    charged = pcfg.rule_charge and n_ref is not None and level is not None
     level = pcfg.levels[-1] if level is None else float(level)
     if available is not None and not any(abs(level - lv) < 1e-9 for lv in available):
         level = min((lv for lv in available if lv > level), default=pcfg.levels[-1])
-    levels = tuple(sorted({*pcfg.levels, level}))
-    return replace(pcfg, levels=levels, safe_level=level)
+    above = [lv for lv in (available or ()) if lv > level + 1e-9] if charged else []
+    levels = tuple(sorted({*pcfg.levels, level, *above}))
+    return replace(
+        pcfg,
+        levels=levels,
+        safe_level=level,
+        rule_charge=charged,
+        charge_n_ref=float(n_ref) if charged else None,
+    )
 
 
 # --- the network --------------------------------------------------------------------------------------------
@@ -2079,9 +2141,13 @@ def train_forecast_placer(
     say = log or (lambda msg: None)
     if c.action_set == "rule" and c.safe_level is None:  # unbound: the advisor's level, else the base's
         level = rule_level(advisor)
+        charge = next((r.n_ref for r in (advisor, base) if isinstance(r, ChargeAwarePeakPacking)), None)
+        wanted = c.rule_charge
         c = with_rule_level(
-            c, level if level is not None else rule_level(base), forecaster_levels(forecaster)
+            c, level if level is not None else rule_level(base), forecaster_levels(forecaster), charge
         )
+        if wanted and not c.rule_charge:
+            say("rule_charge off: neither the advisor nor the base is a charge-aware rule with an n_ref")
     fit, val = split_validation(train, c.validation_share)
     if c.rule_shift and c.rise_rate is None:  # the fit part's rate, as forecast_peak_adaptive's
         try:
@@ -2091,6 +2157,10 @@ def train_forecast_placer(
             c = replace(c, rule_shift=False)
     if c.action_set == "rule":
         shift = f", moved by the episode's rise rate over {c.rise_rate:.4g}" if c.rule_shift else ""
+        if c.rule_charge:
+            shift = (
+                f", raised on each machine holding more jobs than n_ref {c.charge_n_ref:.3g} (rule_charge)"
+            )
         say(
             f"action set 'rule': the base's and advisor's actions and the machines safe at q{c.safe_level:g}{shift}"
         )
@@ -2669,8 +2739,10 @@ def train_and_publish(
                 f"forecast placer {where}: the advisor {settings.advisor} cannot be fitted there"
             )
     if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
-        level = peak_rule_level(ctx, {settings.base: base, settings.advisor: advisor})
-        pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster))
+        fitted = {settings.base: base, settings.advisor: advisor}
+        level = peak_rule_level(ctx, fitted)
+        n_ref = charge_n_ref(ctx, fitted) if pcfg.rule_charge else None
+        pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster), n_ref)
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")

@@ -292,6 +292,80 @@ def test_the_rule_action_set_follows_each_episodes_rise_rate_with_rule_shift(squ
     assert trained.config.rule_shift and trained.config.rise_rate > 0
 
 
+def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule_charge(square_jobs) -> None:
+    """`PlacerConfig.rule_charge`: each machine's mask entry is its "is_safe_with" input at the first level at or
+    above max(q, 1 - (1 - q) x n_ref / n) for its n running jobs plus the arriving one, with the base's and the
+    advisor's actions kept; misuse is refused; training binds n_ref from a charge-aware advisor and the checkpoint's
+    config keeps it."""
+    from sim.charge_level import ChargeAwarePeakPacking
+
+    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    with pytest.raises(ValueError, match="rule_charge"):
+        PlacerConfig(action_set="valid", rule_charge=True)
+    with pytest.raises(ValueError, match="choose one"):
+        PlacerConfig(rule_charge=True, rule_shift=True)
+    with pytest.raises(ValueError, match="charge_n_ref"):
+        PlacerConfig(charge_n_ref=float("nan"))
+    wanted = PlacerConfig(base_bonus=0.5, action_set="rule", rule_charge=True)
+    assert not fp.with_rule_level(wanted, 0.75).rule_charge  # no n_ref: the bound level everywhere
+    with pytest.raises(ValueError, match="charge_n_ref"):
+        fp.rule_levels(replace(wanted, safe_level=0.99), core.reset(cfg, square_jobs(2, 30, seed=4), 0))
+    config = fp.with_rule_level(wanted, 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=1.5)
+    assert config.rule_charge and config.charge_n_ref == 1.5 and config.levels == (0.5, 0.75, 0.9, 0.99)
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
+    )
+    _randomise_residual(policy.ready(cfg))
+    names = fp.feature_names(config, 2)
+    seen_levels: set[float] = set()
+
+    def check(state, inputs, active) -> None:
+        x, base = inputs["x"], inputs["base"]
+        n = np.zeros((state.batch_size, cfg.n_machines), dtype=int)
+        for b in range(state.batch_size):
+            running = core.jobs_running(state)[b]
+            np.add.at(n[b], state.job_machine[b][running], 1)
+        target = np.maximum(0.75, 1 - 0.25 * 1.5 / (n + 1))
+        levels = np.array(
+            [[min(lv for lv in config.levels if lv >= t - 1e-9) for t in row] for row in target]
+        )
+        seen_levels.update(levels[~state.is_done].ravel().tolist())
+        keep = np.zeros_like(inputs["mask"])
+        for b in range(state.batch_size):
+            for m in range(cfg.n_machines):
+                keep[b, m] = x[b, m, names.index(f"is_safe_with_q{round(levels[b, m] * 100)}")] > 0.5
+        valid, rows = core.action_mask(cfg, state), np.arange(base.size)
+        keep[rows, np.where(valid[rows, base], base, np.argmax(valid, axis=1))] = True
+        assert np.array_equal(inputs["mask"], valid & keep)
+
+    run_rollout(
+        policy, cfg, square_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
+    )
+    assert {0.75, 0.9, 0.99} <= seen_levels  # 1, 2-3 and 4+ jobs charged
+    levels = (0.75, 0.9, 0.99)
+    rules = tuple(
+        RiskAwarePacking(
+            table.forecaster(lv, horizon=12), make_policy("tetris"), RiskConfig(lv), name=f"p{lv}"
+        )
+        for lv in levels
+    )
+    guard = ChargeAwarePeakPacking(
+        rules, levels, level=0.75, n_ref=1.5, raise_only=True, fallback=make_policy("tetris")
+    )
+    assert fp.rule_level(guard) == 0.75
+    trained, _ = train_forecast_placer(
+        cfg,
+        square_jobs(8, 30, seed=5),
+        _hybrid(),
+        RemainingPeakQuantiles(table, 12),
+        replace(wanted, algorithm="pgpe", n_iterations=1, n_sequences=2, pgpe_pairs=1),
+        advisor=guard,
+    )
+    assert trained.config.rule_charge and trained.config.charge_n_ref == 1.5
+    assert trained.config.safe_level == 0.75
+
+
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
     jobs = _square_jobs(4, 30, seed=5)
     policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))
