@@ -6,9 +6,11 @@ forecast rule: the paired difference per replicate and pooled over every test se
 its 95 % t-interval and how many sequences are better and worse; the pooled row also counts the replicates whose
 own interval is above 0 and below 0 (the pooled interval alone hides seeds that disagree). Then the bar's other
 clauses: each policy's mean overshoot and machines used (`footprint`). `--out` writes the comparison rows.
+`--versus` pairs each folder's learned policy with another run's on the same test sequences (same source, load
+and seed, another configuration): the comparison "versus", ours here - ours there.
 
     python benchmarks/placer_replicates.py /tmp/placer_s0 /tmp/placer_s1 /tmp/placer_s2 [--machines 10]
-        [--out pooled.parquet]
+        [--versus /tmp/old_s0 /tmp/old_s1 /tmp/old_s2] [--out pooled.parquet]
 """
 
 from __future__ import annotations
@@ -64,12 +66,39 @@ def comparisons(returns: pl.DataFrame) -> tuple[dict[str, np.ndarray], str | Non
     return out, best
 
 
-def pooled(folders: list[Path], n_machines: int) -> pl.DataFrame:
-    """One row per (replicate or "pooled", comparison): mean, 95 % interval, sequences better and worse."""
+def versus_diff(returns: pl.DataFrame, other: pl.DataFrame, where: str) -> np.ndarray:
+    """Ours in `returns` - ours in `other` per test sequence, after checking that both ran the same test
+    sequences: the same sequence ids and Tetris's returns equal to the digit (ValueError naming `where`)."""
+
+    def by_sequence(frame: pl.DataFrame, name: str) -> pl.DataFrame:
+        part = frame.filter(pl.col("policy") == name).sort("sequence")
+        if part.height == 0:
+            raise ValueError(f"{where}: no {name!r} rows")
+        return part
+
+    mine, theirs = by_sequence(returns, OURS), by_sequence(other, OURS)
+    same = mine["sequence"].to_list() == theirs["sequence"].to_list() and np.allclose(
+        by_sequence(returns, "tetris")["return"].to_numpy(), by_sequence(other, "tetris")["return"].to_numpy()
+    )
+    if not same:
+        raise ValueError(
+            f"{where}: the two runs did not test the same sequences (ids or Tetris's returns differ)"
+        )
+    return mine["return"].to_numpy() - theirs["return"].to_numpy()
+
+
+def pooled(folders: list[Path], n_machines: int, versus: list[Path] | None = None) -> pl.DataFrame:
+    """One row per (replicate or "pooled", comparison): mean, 95 % interval, sequences better and worse.
+    `versus`: one folder per folder, whose learned policy each is paired with (`versus_diff`)."""
+    if versus is not None and len(versus) != len(folders):
+        raise ValueError(f"--versus needs one folder per folder: {len(versus)} for {len(folders)}")
     rows, pooled_diffs = [], {}
-    for folder in folders:
+    for i, folder in enumerate(folders):
         returns = replicate_returns(folder, n_machines)
         diffs, best = comparisons(returns)
+        if versus is not None:
+            other = replicate_returns(versus[i], n_machines)
+            diffs["versus"] = versus_diff(returns, other, f"{folder} against {versus[i]}")
         for label, diff in diffs.items():
             pooled_diffs.setdefault(label, []).append(diff)
             rows.append(
@@ -172,9 +201,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", nargs="+", type=Path, help="bench_placer.py --out folders, one per seed")
     ap.add_argument("--machines", type=int, default=10, help="M of the test returns (10, or 50 on DeepPlace)")
+    ap.add_argument(
+        "--versus",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="one folder per folder: another configuration's run on the same seeds, whose learned policy each "
+        "folder's is paired with",
+    )
     ap.add_argument("--out", default=None, help="write the rows to this parquet file")
     args = ap.parse_args()
-    table = pooled(args.folders, args.machines)
+    table = pooled(args.folders, args.machines, args.versus)
     feet = footprint(args.folders, args.machines)
     with pl.Config(tbl_rows=200, tbl_cols=-1, tbl_width_chars=250, float_precision=3, fmt_str_lengths=60):
         print(table)

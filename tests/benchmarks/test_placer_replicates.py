@@ -114,3 +114,33 @@ def test_the_footprint_checks_ours_against_tetris_overshoot_and_machines(tmp_pat
     assert pooled["within_tetris_overshoot_0_5"] and pooled["no_more_machines_than_tetris"]
     old = _replicate(tmp_path / "old", 0, {"forecast_residual_rl": [-1.0], "tetris": [-2.0]})
     assert module.footprint([old], 10) is None
+
+
+def test_versus_pairs_the_learned_policy_with_another_runs_on_the_same_sequences(
+    tmp_path, benchmark_module
+) -> None:
+    module = benchmark_module("placer_replicates")
+    new = _replicate(
+        tmp_path / "new",
+        0,
+        {"forecast_residual_rl": [-1.0e6, -2.0e6, -2.5e6], "tetris": [-3.0e6, -3.0e6, -4.0e6]},
+    )
+    old = _replicate(
+        tmp_path / "old",
+        0,
+        {"forecast_residual_rl": [-2.0e6, -2.5e6, -2.5e6], "tetris": [-3.0e6, -3.0e6, -4.0e6]},
+    )
+    rows = {
+        (r["replicate"], r["comparison"]): r for r in module.pooled([new], 10, [old]).iter_rows(named=True)
+    }
+    versus = rows[("pooled", "versus")]
+    assert versus["mean_x1e6"] == pytest.approx(0.5) and (versus["n_better"], versus["n_worse"]) == (2, 0)
+    other = _replicate(
+        tmp_path / "other",
+        1,
+        {"forecast_residual_rl": [-2.0e6, -2.5e6, -2.5e6], "tetris": [-3.0e6, -3.5e6, -4.0e6]},
+    )
+    with pytest.raises(ValueError, match="same sequences"):
+        module.pooled([new], 10, [other])
+    with pytest.raises(ValueError, match="one folder per folder"):
+        module.pooled([new], 10, [old, other])
