@@ -242,6 +242,42 @@ def test_the_rule_action_set_packs_no_further_than_the_rules_level(square_jobs) 
     assert len(beyond_q99) > 20 and sum(beyond_q99) > 0  # it packs beyond the q99 set, as the rule does
 
 
+def _run_level_masks(cfg, config: PlacerConfig, table, jobs, levels_of) -> set[float]:
+    """Runs a hybrid-based policy with action set `config` on `jobs` and checks at every decision that its mask
+    is the valid actions among the base's and each machine safe ("is_safe_with") at its level `levels_of(state)`
+    ((B,) per env or (B, M) per machine); returns the levels seen in live envs."""
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
+    )
+    _randomise_residual(policy.ready(cfg))
+    names = fp.feature_names(config, 2)
+    seen: set[float] = set()
+
+    def check(state, inputs, active) -> None:
+        x, base = inputs["x"], inputs["base"]
+        levels = np.broadcast_to(np.asarray(levels_of(state)).reshape(state.batch_size, -1), x.shape[:2])
+        seen.update(levels[~state.is_done].ravel().tolist())
+        keep = np.zeros_like(inputs["mask"])
+        for b in range(state.batch_size):
+            for m in range(cfg.n_machines):
+                keep[b, m] = x[b, m, names.index(f"is_safe_with_q{round(levels[b, m] * 100)}")] > 0.5
+        valid, rows = core.action_mask(cfg, state), np.arange(base.size)
+        keep[rows, np.where(valid[rows, base], base, np.argmax(valid, axis=1))] = True
+        assert np.array_equal(inputs["mask"], valid & keep)
+
+    run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(0), on_decision=check)
+    return seen
+
+
+def _train_one_iteration(cfg, table, config: PlacerConfig, jobs, advisor=None) -> ForecastResidualPolicy:
+    """One PGPE iteration of a hybrid-based policy with action set `config` on `jobs`: the trained policy."""
+    settings = replace(config, algorithm="pgpe", n_iterations=1, n_sequences=2, pgpe_pairs=1)
+    trained, _ = train_forecast_placer(
+        cfg, jobs, _hybrid(), RemainingPeakQuantiles(table, 12), settings, advisor=advisor
+    )
+    return trained
+
+
 def test_the_rule_action_set_follows_each_episodes_rise_rate_with_rule_shift(square_jobs) -> None:
     """`PlacerConfig.rule_shift`: each env's mask holds the machines safe at its own adapted level (the levels the
     network reads), the base's and the advisor's actions; off, or unbound, as before or refused; training binds
@@ -259,36 +295,14 @@ def test_the_rule_action_set_follows_each_episodes_rise_rate_with_rule_shift(squ
     assert (
         fp.rule_levels(replace(config, rule_shift=False), core.reset(cfg, square_jobs(2, 30, 4), 0)) is None
     )
-    policy = ForecastResidualPolicy(
-        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
-    )
-    _randomise_residual(policy.ready(cfg))
-    names = fp.feature_names(config, 2)
-    seen_levels: set[float] = set()
 
-    def check(state, inputs, active) -> None:
-        x, base = inputs["x"], inputs["base"]
+    def levels_of(state) -> np.ndarray:
         ratio = rate_ratio(RiseRate(0.05, 0, 0, 2.0), state)
-        levels = np.asarray(config.levels)[adapted_level(0.75, ratio, config.levels)]
-        seen_levels.update(levels[~state.is_done].tolist())
-        keep = np.zeros_like(inputs["mask"])
-        for b, lv in enumerate(levels):
-            keep[b, : cfg.n_machines] = x[b, :, names.index(f"is_safe_with_q{round(lv * 100)}")] > 0.5
-        valid, rows = core.action_mask(cfg, state), np.arange(base.size)
-        keep[rows, np.where(valid[rows, base], base, np.argmax(valid, axis=1))] = True
-        assert np.array_equal(inputs["mask"], valid & keep)
+        return np.asarray(config.levels)[adapted_level(0.75, ratio, config.levels)]
 
-    run_rollout(
-        policy, cfg, square_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
-    )
+    seen_levels = _run_level_masks(cfg, config, table, square_jobs(4, 30, seed=4), levels_of)
     assert len(seen_levels) > 1  # the envs' levels moved
-    trained, _ = train_forecast_placer(
-        cfg,
-        square_jobs(8, 30, seed=5),
-        _hybrid(),
-        RemainingPeakQuantiles(table, 12),
-        replace(bound, algorithm="pgpe", n_iterations=1, n_sequences=2, pgpe_pairs=1),
-    )
+    trained = _train_one_iteration(cfg, table, bound, square_jobs(8, 30, seed=5))
     assert trained.config.rule_shift and trained.config.rise_rate > 0
 
 
@@ -313,35 +327,15 @@ def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule
         fp.rule_levels(replace(wanted, safe_level=0.99), core.reset(cfg, square_jobs(2, 30, seed=4), 0))
     config = fp.with_rule_level(wanted, 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=1.5)
     assert config.rule_charge and config.charge_n_ref == 1.5 and config.levels == (0.5, 0.75, 0.9, 0.99)
-    policy = ForecastResidualPolicy(
-        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
-    )
-    _randomise_residual(policy.ready(cfg))
-    names = fp.feature_names(config, 2)
-    seen_levels: set[float] = set()
 
-    def check(state, inputs, active) -> None:
-        x, base = inputs["x"], inputs["base"]
+    def levels_of(state) -> np.ndarray:
         n = np.zeros((state.batch_size, cfg.n_machines), dtype=int)
         for b in range(state.batch_size):
-            running = core.jobs_running(state)[b]
-            np.add.at(n[b], state.job_machine[b][running], 1)
+            np.add.at(n[b], state.job_machine[b][core.jobs_running(state)[b]], 1)
         target = np.maximum(0.75, 1 - 0.25 * 1.5 / (n + 1))
-        levels = np.array(
-            [[min(lv for lv in config.levels if lv >= t - 1e-9) for t in row] for row in target]
-        )
-        seen_levels.update(levels[~state.is_done].ravel().tolist())
-        keep = np.zeros_like(inputs["mask"])
-        for b in range(state.batch_size):
-            for m in range(cfg.n_machines):
-                keep[b, m] = x[b, m, names.index(f"is_safe_with_q{round(levels[b, m] * 100)}")] > 0.5
-        valid, rows = core.action_mask(cfg, state), np.arange(base.size)
-        keep[rows, np.where(valid[rows, base], base, np.argmax(valid, axis=1))] = True
-        assert np.array_equal(inputs["mask"], valid & keep)
+        return np.array([[min(lv for lv in config.levels if lv >= t - 1e-9) for t in row] for row in target])
 
-    run_rollout(
-        policy, cfg, square_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
-    )
+    seen_levels = _run_level_masks(cfg, config, table, square_jobs(4, 30, seed=4), levels_of)
     assert {0.75, 0.9, 0.99} <= seen_levels  # 1, 2-3 and 4+ jobs charged
     levels = (0.75, 0.9, 0.99)
     rules = tuple(
@@ -354,14 +348,7 @@ def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule
         rules, levels, level=0.75, n_ref=1.5, raise_only=True, fallback=make_policy("tetris")
     )
     assert fp.rule_level(guard) == 0.75
-    trained, _ = train_forecast_placer(
-        cfg,
-        square_jobs(8, 30, seed=5),
-        _hybrid(),
-        RemainingPeakQuantiles(table, 12),
-        replace(wanted, algorithm="pgpe", n_iterations=1, n_sequences=2, pgpe_pairs=1),
-        advisor=guard,
-    )
+    trained = _train_one_iteration(cfg, table, wanted, square_jobs(8, 30, seed=5), advisor=guard)
     assert trained.config.rule_charge and trained.config.charge_n_ref == 1.5
     assert trained.config.safe_level == 0.75
 
