@@ -68,7 +68,7 @@ def comparisons(returns: pl.DataFrame) -> tuple[dict[str, np.ndarray], str | Non
 
 def versus_diff(returns: pl.DataFrame, other: pl.DataFrame, where: str) -> np.ndarray:
     """Ours in `returns` - ours in `other` per test sequence, after checking that both ran the same test
-    sequences: the same sequence ids and Tetris's returns equal to the digit (ValueError naming `where`)."""
+    sequences: the same sequence ids and Tetris's returns equal (`np.allclose`; ValueError naming `where`)."""
 
     def by_sequence(frame: pl.DataFrame, name: str) -> pl.DataFrame:
         part = frame.filter(pl.col("policy") == name).sort("sequence")
@@ -77,8 +77,10 @@ def versus_diff(returns: pl.DataFrame, other: pl.DataFrame, where: str) -> np.nd
         return part
 
     mine, theirs = by_sequence(returns, OURS), by_sequence(other, OURS)
-    same = mine["sequence"].to_list() == theirs["sequence"].to_list() and np.allclose(
-        by_sequence(returns, "tetris")["return"].to_numpy(), by_sequence(other, "tetris")["return"].to_numpy()
+    tetris_mine, tetris_theirs = by_sequence(returns, "tetris"), by_sequence(other, "tetris")
+    ids = [frame["sequence"].to_list() for frame in (mine, theirs, tetris_mine, tetris_theirs)]
+    same = all(i == ids[0] for i in ids) and np.allclose(
+        tetris_mine["return"].to_numpy(), tetris_theirs["return"].to_numpy()
     )
     if not same:
         raise ValueError(

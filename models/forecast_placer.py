@@ -354,6 +354,10 @@ class PlacerConfig:
             raise ValueError(
                 "PlacerConfig: rule_charge and rule_shift each set action set 'rule''s level; choose one"
             )
+        if self.rule_charge and self.safe_level is not None and self.charge_n_ref is None:
+            raise ValueError(
+                "PlacerConfig.rule_charge with a bound safe_level needs charge_n_ref (with_rule_level binds both)"
+            )
         if self.charge_n_ref is not None and not (math.isfinite(self.charge_n_ref) and self.charge_n_ref > 0):
             raise ValueError(
                 f"PlacerConfig.charge_n_ref must be a count > 0 or None, got {self.charge_n_ref}"
@@ -854,11 +858,12 @@ def peak_rule_level(ctx, fitted: dict) -> float | None:
 
 
 def charge_n_ref(ctx, fitted: dict) -> float | None:
-    """n_ref of the fitted `forecast_peak_charge_guard` (`PlacerConfig.rule_charge`): the one among `fitted`
-    ({name: rule}) where it is there, else fitted on `ctx`; None where it has no charge level (validation kept
-    the hybrid for `forecast_peak`, or no admission on validation)."""
-    guard = fitted.get("forecast_peak_charge_guard")
-    guard = guard if guard is not None else POLICIES["forecast_peak_charge_guard"].fit(ctx)
+    """n_ref for `PlacerConfig.rule_charge`: that of the first charge-aware rule among `fitted` ({name: rule},
+    e.g. the base and the advisor: `train_forecast_placer` reads the same one where it binds), else of
+    `forecast_peak_charge_guard` fitted on `ctx`; None where it has no charge level (validation kept the hybrid
+    for `forecast_peak`, or no admission on validation)."""
+    charged = [rule for rule in fitted.values() if isinstance(rule, ChargeAwarePeakPacking)]
+    guard = charged[0] if charged else POLICIES["forecast_peak_charge_guard"].fit(ctx)
     return float(guard.n_ref) if isinstance(guard, ChargeAwarePeakPacking) else None
 
 
@@ -1142,7 +1147,7 @@ def _registry_spec(policy) -> dict:
 
 
 def base_spec(policy) -> dict:
-    """A weights_only-loadable description of the base rule."""
+    """A weights_only-loadable description of the base rule (or the advisor)."""
     if isinstance(policy, RiskAwarePacking):
         return {
             "kind": "risk_aware",
@@ -1154,6 +1159,20 @@ def base_spec(policy) -> dict:
     if isinstance(policy, PeakPredictorPacking):
         knobs = {f.name: getattr(policy, f.name) for f in fields(policy) if f.name != "fallback"}
         return {"kind": "peak_predictor", "knobs": knobs, "fallback": _registry_spec(policy._fallback())}
+    if isinstance(policy, ChargeAwarePeakPacking):  # forecast_peak_charge(_guard): one rule per level
+        return {
+            "kind": "charge_aware",
+            "rules": [base_spec(rule) for rule in policy.rules],
+            "knobs": {
+                "levels": list(policy.levels),
+                "level": policy.level,
+                "n_ref": policy.n_ref,
+                "raise_only": policy.raise_only,
+                "mode": policy.mode,
+                "name": policy.name,
+            },
+            "fallback": _registry_spec(policy._fallback()),
+        }
     return _registry_spec(policy)
 
 
@@ -1162,6 +1181,10 @@ def base_from_spec(spec: dict):
     if spec["kind"] == "registry":
         return make_policy(spec["name"], **spec["knobs"])
     fallback = base_from_spec(spec["fallback"])
+    if spec["kind"] == "charge_aware":
+        knobs = {**spec["knobs"], "levels": tuple(spec["knobs"]["levels"])}
+        rules = tuple(base_from_spec(rule) for rule in spec["rules"])
+        return ChargeAwarePeakPacking(rules, **knobs, fallback=fallback)
     if spec["kind"] == "risk_aware":
         return RiskAwarePacking(
             forecaster_from_spec(spec["forecaster"]), fallback, RiskConfig(**spec["risk"]), spec["name"]
@@ -2742,6 +2765,10 @@ def train_and_publish(
         fitted = {settings.base: base, settings.advisor: advisor}
         level = peak_rule_level(ctx, fitted)
         n_ref = charge_n_ref(ctx, fitted) if pcfg.rule_charge else None
+        if pcfg.rule_charge and (n_ref is None or level is None) and log is not None:
+            log(
+                f"{where}: rule_charge off: forecast_peak has no level to raise here (validation kept the hybrid)"
+            )
         pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster), n_ref)
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")

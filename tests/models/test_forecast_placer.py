@@ -323,8 +323,8 @@ def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule
         PlacerConfig(charge_n_ref=float("nan"))
     wanted = PlacerConfig(base_bonus=0.5, action_set="rule", rule_charge=True)
     assert not fp.with_rule_level(wanted, 0.75).rule_charge  # no n_ref: the bound level everywhere
-    with pytest.raises(ValueError, match="charge_n_ref"):
-        fp.rule_levels(replace(wanted, safe_level=0.99), core.reset(cfg, square_jobs(2, 30, seed=4), 0))
+    with pytest.raises(ValueError, match="bound safe_level needs charge_n_ref"):
+        replace(wanted, safe_level=0.99)  # a level bound without n_ref: refused at construction
     config = fp.with_rule_level(wanted, 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=1.5)
     assert config.rule_charge and config.charge_n_ref == 1.5 and config.levels == (0.5, 0.75, 0.9, 0.99)
 
@@ -1289,6 +1289,32 @@ def test_an_advised_placer_trains_by_pgpe_saves_and_reloads_with_its_advisor(tmp
     for bad in (replace(pcfg, algorithm="reinforce"), replace(pcfg, bc_epochs=1)):
         with pytest.raises(ValueError, match="advisor .*'forecast_peak'.* PGPE"):
             train_forecast_placer(CFG, train, _hybrid(), None, bad, advisor=_peak_rule())
+
+
+def test_a_charge_aware_advisor_survives_the_checkpoint_format(tmp_path) -> None:
+    """`forecast_peak_charge_guard` as the advisor (`sim.charge_level.ChargeAwarePeakPacking`): the checkpoint
+    carries its rules, levels and n_ref, and the reloaded policy, following it, decides as it does."""
+    from sim.charge_level import ChargeAwarePeakPacking
+
+    table = fit_peak_quantiles(_square_jobs(4, 30, seed=31), CFG, levels=(0.5, 0.75, 0.9), min_count=5)
+    levels = (0.5, 0.75, 0.9)
+    rules = tuple(
+        RiskAwarePacking(table.forecaster(lv, horizon=30), make_policy("tetris"), RiskConfig(lv, mode="pack"))
+        for lv in levels
+    )
+    guard = ChargeAwarePeakPacking(
+        rules, levels, level=0.5, n_ref=1.5, raise_only=True, fallback=make_policy("tetris"), mode="pack"
+    )
+    pcfg = PlacerConfig(n_iterations=1, n_sequences=2, pgpe_pairs=1, hidden=8, algorithm="pgpe")
+    policy, _ = train_forecast_placer(CFG, _square_jobs(6, 25, seed=52), _hybrid(), None, pcfg, advisor=guard)
+    with torch.no_grad():  # follow the advisor wherever its action is allowed
+        policy.ready(CFG).advice_bonus.fill_(pcfg.base_bonus + 50.0)
+    loaded = ForecastResidualPolicy(checkpoint=policy.save(tmp_path / "g.pt", "square", 50, "abc123"))
+    assert isinstance(loaded.advisor_policy, ChargeAwarePeakPacking)
+    assert (loaded.advisor_policy.n_ref, loaded.advisor_policy.levels) == (1.5, levels)
+    test_jobs = _square_jobs(2, 25, seed=53)
+    assert _same_actions(_actions(policy, test_jobs), _actions(loaded, test_jobs))
+    assert _same_actions(_actions(loaded, test_jobs), _actions(guard, test_jobs))
 
 
 def test_the_pipelines_advisor_setting_is_checked_by_name() -> None:
