@@ -1376,6 +1376,31 @@ def test_the_pipeline_binds_the_rule_action_set_to_forecast_peaks_level(tmp_path
     assert any(f"machines safe at q{config.safe_level:g}" in m for m in said)
 
 
+def test_the_pipeline_binds_rule_charge_to_the_fitted_guards_n_ref_or_says_it_is_off(tmp_path) -> None:
+    """`train_and_publish` with `rule_charge` and the guard as advisor: the published config carries the fitted
+    `forecast_peak_charge_guard`'s n_ref and the inputs' levels above the bound one, or rule_charge is off and the
+    log says so (validation kept the hybrid for `forecast_peak`: no level to raise)."""
+    settings = fp.PlacerTrainConfig(
+        base="hybrid_observed",
+        inputs="table",
+        advisor="forecast_peak_charge_guard",
+        tuning_preset="quick",
+        placer=PlacerConfig(n_iterations=1, n_sequences=2, pgpe_pairs=2, hidden=8, rule_charge=True),
+    )
+    said: list[str] = []
+    path = tmp_path / "placer.pt"
+    fp.train_and_publish(
+        settings, CFG, _square_jobs(8, 25, seed=54), path, ("square", 50, 0), "abc", log=said.append
+    )
+    loaded = ForecastResidualPolicy(checkpoint=path)
+    config, guard = loaded.config, loaded.advisor_policy
+    if config.rule_charge:
+        assert config.charge_n_ref == pytest.approx(guard.n_ref) and config.safe_level == guard.level
+        assert any("(rule_charge)" in m for m in said)
+    else:
+        assert config.charge_n_ref is None and any("rule_charge off" in m for m in said)
+
+
 def test_a_validation_whose_actions_did_not_move_is_the_last_ones_episodes(monkeypatch) -> None:
     """`replay_greedy` gives the recorded rollout's entropy for the same network, None once an action moves; and
     training with it keeps the stage table of training that runs every validation's episodes (seconds aside),
