@@ -862,9 +862,13 @@ def charge_n_ref(ctx, fitted: dict) -> float | None:
     e.g. the base and the advisor: `train_forecast_placer` reads the same one where it binds), else of
     `forecast_peak_charge_guard` fitted on `ctx`; None where it has no charge level (validation kept the hybrid
     for `forecast_peak`, or no admission on validation)."""
-    charged = [rule for rule in fitted.values() if isinstance(rule, ChargeAwarePeakPacking)]
-    guard = charged[0] if charged else POLICIES["forecast_peak_charge_guard"].fit(ctx)
-    return float(guard.n_ref) if isinstance(guard, ChargeAwarePeakPacking) else None
+    n_ref = first_n_ref(fitted.values())
+    return n_ref if n_ref is not None else first_n_ref([POLICIES["forecast_peak_charge_guard"].fit(ctx)])
+
+
+def first_n_ref(rules) -> float | None:
+    """n_ref of the first charge-aware rule (`ChargeAwarePeakPacking`) among `rules`, or None where none is."""
+    return next((float(r.n_ref) for r in rules if isinstance(r, ChargeAwarePeakPacking)), None)
 
 
 def forecaster_levels(forecaster) -> tuple[float, ...] | None:
@@ -2164,10 +2168,12 @@ def train_forecast_placer(
     say = log or (lambda msg: None)
     if c.action_set == "rule" and c.safe_level is None:  # unbound: the advisor's level, else the base's
         level = rule_level(advisor)
-        charge = next((r.n_ref for r in (advisor, base) if isinstance(r, ChargeAwarePeakPacking)), None)
         wanted = c.rule_charge
         c = with_rule_level(
-            c, level if level is not None else rule_level(base), forecaster_levels(forecaster), charge
+            c,
+            level if level is not None else rule_level(base),
+            forecaster_levels(forecaster),
+            first_n_ref((advisor, base)),
         )
         if wanted and not c.rule_charge:
             say("rule_charge off: neither the advisor nor the base is a charge-aware rule with an n_ref")
@@ -2764,12 +2770,13 @@ def train_and_publish(
     if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
         fitted = {settings.base: base, settings.advisor: advisor}
         level = peak_rule_level(ctx, fitted)
-        n_ref = charge_n_ref(ctx, fitted) if pcfg.rule_charge else None
-        if pcfg.rule_charge and (n_ref is None or level is None) and log is not None:
+        wanted = pcfg.rule_charge
+        n_ref = charge_n_ref(ctx, fitted) if wanted else None
+        pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster), n_ref)
+        if wanted and not pcfg.rule_charge and log is not None:  # with_rule_level turned it off
             log(
                 f"{where}: rule_charge off: forecast_peak has no level to raise here (validation kept the hybrid)"
             )
-        pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster), n_ref)
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
