@@ -150,6 +150,8 @@ from sim.risk import (
     RiskConfig,
     deviate_or_pack,
     jobs_per_machine,
+    peak_forecasters,
+    peak_rule_at_level,
 )
 from sim.running_sums import RunningSums, reads_other_runs
 from sim.tuning import (
@@ -1150,6 +1152,38 @@ def _registry_spec(policy) -> dict:
     return {"kind": "registry", "name": name, "knobs": knobs}
 
 
+def _charge_rebuilt_from(policy: ChargeAwarePeakPacking) -> int | None:
+    """The index of the rule at `policy.level` where every level's rule is that rule at its own level of one
+    shared remaining-peak table (`sim.risk.peak_rule_at_level`, as `sim.charge_level.fit_peak_charge` builds them):
+    the checkpoint then stores that rule and its table once, not once per level (a table is megabytes). None where
+    some rule differs otherwise: each is then stored in full."""
+    at = min(range(len(policy.levels)), key=lambda k: abs(policy.levels[k] - policy.level))
+    first = policy.rules[at]
+    if not isinstance(first, RiskAwarePacking) or first.forecaster is None:
+        return None
+    outer, inner = peak_forecasters(first)
+    if not isinstance(inner, PeakQuantileForecaster):
+        return None
+    fallback = _registry_spec(first._fallback())
+    for rule, lv in zip(policy.rules, policy.levels, strict=True):
+        if not isinstance(rule, RiskAwarePacking) or rule.forecaster is None:
+            return None
+        o, i = peak_forecasters(rule)
+        if (
+            type(o) is not type(outer)
+            or getattr(o, "reliability", None) != getattr(outer, "reliability", None)
+            or not isinstance(i, PeakQuantileForecaster)
+            or i.table is not inner.table
+            or i.horizon != inner.horizon
+            or abs(i.level - lv) > 1e-9
+            or rule.risk != replace(first.risk, level=rule.risk.level)
+            or abs(rule.risk.level - lv) > 1e-9
+            or _registry_spec(rule._fallback()) != fallback
+        ):
+            return None
+    return at
+
+
 def base_spec(policy) -> dict:
     """A weights_only-loadable description of the base rule (or the advisor)."""
     if isinstance(policy, RiskAwarePacking):
@@ -1164,9 +1198,15 @@ def base_spec(policy) -> dict:
         knobs = {f.name: getattr(policy, f.name) for f in fields(policy) if f.name != "fallback"}
         return {"kind": "peak_predictor", "knobs": knobs, "fallback": _registry_spec(policy._fallback())}
     if isinstance(policy, ChargeAwarePeakPacking):  # forecast_peak_charge(_guard): one rule per level
+        at = _charge_rebuilt_from(policy)
+        rules = (
+            {"rules": [base_spec(rule) for rule in policy.rules]}
+            if at is None
+            else {"rule": base_spec(policy.rules[at]), "names": [rule.name for rule in policy.rules]}
+        )
         return {
             "kind": "charge_aware",
-            "rules": [base_spec(rule) for rule in policy.rules],
+            **rules,
             "knobs": {
                 "levels": list(policy.levels),
                 "level": policy.level,
@@ -1187,7 +1227,15 @@ def base_from_spec(spec: dict):
     fallback = base_from_spec(spec["fallback"])
     if spec["kind"] == "charge_aware":
         knobs = {**spec["knobs"], "levels": tuple(spec["knobs"]["levels"])}
-        rules = tuple(base_from_spec(rule) for rule in spec["rules"])
+        if "rule" in spec:  # one rule, its table shared by every level (`_charge_rebuilt_from`)
+            rule = base_from_spec(spec["rule"])
+            table = peak_forecasters(rule)[1].table
+            rules = tuple(
+                peak_rule_at_level(rule, table, lv, name)
+                for lv, name in zip(knobs["levels"], spec["names"], strict=True)
+            )
+        else:  # each level's rule in full (a rule that is not one table at several levels)
+            rules = tuple(base_from_spec(rule) for rule in spec["rules"])
         return ChargeAwarePeakPacking(rules, **knobs, fallback=fallback)
     if spec["kind"] == "risk_aware":
         return RiskAwarePacking(

@@ -112,8 +112,12 @@ class ChargeAwarePeakPacking(_FollowsFallback):
         return level_rows(np.asarray(self.levels), self.level, self.n_ref, n, self.raise_only)
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
+        from sim import compiled_decision  # loads numba: on first use
         from sim.policies import valid_machines
 
+        decided = compiled_decision.risk_act(cfg, state, self)  # the same decisions, a table row per machine
+        if decided is not None:
+            return decided
         base = np.asarray(self._fallback().act(cfg, state, rng), dtype=np.int64)
         valid = valid_machines(cfg, state)
         return bounded_action(cfg, state, base, valid, self.mode, partial(self.bounds, cfg, state))

@@ -7,10 +7,11 @@
   `tetris_pick`: `sim.policies.Tetris.pick_job` (the same kernel).
 - `risk_act`: `sim.risk.RiskAwarePacking.act` in "deviate" and "pack" modes for a flat remaining-peak quantile
   forecaster (`sim.peak_forecast.PeakQuantileForecaster`, `flat_head_share`'s shortcut; or its form with a level
-  per env, `sim.rise_shift.ShiftAdaptedPeakForecaster`, whose rows `risk_act_args` computes) or the hybrid's
-  `PersistenceForecaster` (each job's peak so far) over a DeepRM fallback (SJF or Packer: Best-Fit by requests),
-  Tetris (the first machine the head fits), `BestFit` (by usage now) or `FirstFit`, deviation rows, bounds and
-  choice as there.
+  per env, `sim.rise_shift.ShiftAdaptedPeakForecaster`, whose rows `risk_act_args` computes; or a level per
+  machine from the jobs running on it, `sim.charge_level.ChargeAwarePeakPacking`, whose levels share one table) or
+  the hybrid's `PersistenceForecaster` (each job's peak so far) over a DeepRM fallback (SJF or Packer: Best-Fit by
+  requests), Tetris (the first machine the head fits), `BestFit` (by usage now) or `FirstFit`, deviation rows,
+  bounds and choice as there.
 - `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
 - `decide_kernel`: the two bodies above and the mask between them, one pass per env (`models.placer_kernel.decide`:
   a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid, and an advisor's action by the
@@ -27,6 +28,8 @@ tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from numba import njit, prange
@@ -173,9 +176,16 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
 
     if not ENABLED:
         return None
+    charge = _charge_parts(rule)
+    if charge is _NOT_COMPILED:
+        return None
+    fallback = type(rule._fallback())
+    if charge is not None:
+        rule = charge[
+            0
+        ]  # the rule at the fitted level: the other levels share its table, horizon and choices
     forecaster = PersistenceForecaster() if rule.forecaster is None else uncached(rule.forecaster)
     risk = rule.risk
-    fallback = type(rule._fallback())
     persist = type(forecaster) is PersistenceForecaster and forecaster.statistic == "peak"
     kind = _fallback_kind(fallback)
     adapted = type(forecaster) is ShiftAdaptedPeakForecaster  # a level per env (`sim.rise_shift`)
@@ -217,6 +227,51 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
         use_remaining, AGE_EDGE_ARRAY,
         REMAINING_EDGE_ARRAY, max(horizon, risk.extend_to or 0), bool(risk.use_durations),
         int(risk.min_observed), kind, risk.mode == "pack", out, persist, prefix.peak,
+        *(_NO_CHARGE if charge is None else charge[1:]),
+    )  # fmt: skip
+
+
+_NOT_COMPILED = object()
+_NO_CHARGE = (False, np.ones(1), np.zeros(1, dtype=np.int64), 0.9, 1.0, False)
+"""`_act_env`'s charge arguments for a rule with one level per env (unread)."""
+
+
+def _charge_parts(rule) -> tuple | None | object:
+    """For a `sim.charge_level.ChargeAwarePeakPacking`: (the rule at its fitted level, True, its levels (K,)
+    float64, each level's row in the shared table (K,) int64, the fitted level, n_ref, raise_only), the arguments
+    that let `_act_env` give each machine its own row as `ChargeAwarePeakPacking.level_index` does; None for any
+    other rule (one level per env); `_NOT_COMPILED` where its rules do not share one remaining-peak table, horizon,
+    risk setting (but the level), fallback and mode, and the numpy path decides."""
+    from sim.charge_level import ChargeAwarePeakPacking
+    from sim.forecast import uncached
+
+    if not isinstance(rule, ChargeAwarePeakPacking):
+        return None
+    inner = [
+        uncached(r.forecaster) if getattr(r, "forecaster", None) is not None else None for r in rule.rules
+    ]
+    first = inner[0]
+    if type(first) is not PeakQuantileForecaster:
+        return _NOT_COMPILED
+    rows = []
+    for r, f, lv in zip(rule.rules, inner, rule.levels, strict=True):
+        same = (
+            type(f) is PeakQuantileForecaster
+            and f.table is first.table
+            and f.horizon == first.horizon
+            and abs(f.level - lv) < 1e-9
+            and r.risk == replace(rule.rules[0].risk, level=r.risk.level)
+            and r.risk.mode == rule.mode
+            and type(r._fallback()) is type(rule._fallback())
+        )
+        row = find_level(first.table.levels, lv) if same else None
+        if row is None:
+            return _NOT_COMPILED
+        rows.append(row)
+    at = rule.levels.index(min(rule.levels, key=lambda lv: abs(lv - rule.level)))
+    return (
+        rule.rules[at], True, np.asarray(rule.levels, dtype=np.float64), np.asarray(rows, dtype=np.int64),
+        float(rule.level), float(rule.n_ref), bool(rule.raise_only),
     )  # fmt: skip
 
 
@@ -354,11 +409,12 @@ def _machine_scratch(n_m, n_d):
 
 @njit(cache=True)
 def _act_scratch(n_m, n_d):
-    """Per-env scratch of the rule (as `_machine_scratch`, with validity, use, sums and values)."""
+    """Per-env scratch of the rule (as `_machine_scratch`, with validity, use, sums, values, and each machine's
+    running jobs and table row)."""
     placed, used_now = _machine_scratch(n_m, n_d)
     return (
         placed, used_now, np.zeros(n_m, dtype=np.bool_), np.zeros(n_m, dtype=np.bool_), np.zeros((n_m, n_d)),
-        np.zeros(n_d), np.zeros(n_d),
+        np.zeros(n_d), np.zeros(n_d), np.zeros(n_m, dtype=np.int64), np.zeros(n_m, dtype=np.int64),
     )  # fmt: skip
 
 
@@ -512,11 +568,11 @@ def _pick_kernel_parallel(args, n_envs, n_m, n_d, n_spans):
 
 @njit(cache=True, inline="always")
 def _rule_values(
-    b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_row,
+    b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, row_at,
     use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, counts, out,
     persist, peak,
 ):  # fmt: skip
-    """out (D,): job j's quantile at env b's level row `level_row[b]` (its request while young) where it lives
+    """out (D,): job j's quantile at the table's level row `row_at` (its request while young) where it lives
     past t and `counts`, else 0
     (`sim.risk.flat_values` times its being alive); False where a quantile is negative. With `persist` every
     quantile is the job's peak so far (`peak`, the batch's `ObservedPrefix.peak`), its request before anything is
@@ -544,7 +600,7 @@ def _rule_values(
     )  # fmt: skip
     for d in range(out.shape[0]):
         r, p = resource_cell(b, j, d, request, cells, row, job_row, last, values.shape[1])
-        v = values[d, r, p, a, e, rem, level_row[b]]
+        v = values[d, r, p, a, e, rem, row_at]
         if v < 0:
             return False
         if is_young:
@@ -553,18 +609,33 @@ def _rule_values(
     return True
 
 
+@njit(cache=True, inline="always")
+def _charge_index(levels, level, n_ref, n, raise_only):
+    """`sim.charge_level.level_rows` for one machine: the index of the first of the ascending `levels` at or
+    above 1 - (1 - level) x n_ref / max(n, 1) (and `level` where `raise_only`), the top one where none is."""
+    target = 1.0 - (1.0 - level) * n_ref / max(np.float64(n), 1.0)
+    if raise_only:
+        target = max(target, level)
+    i = 0
+    while i < levels.shape[0] and levels[i] < target - 1e-9:
+        i += 1
+    return min(i, levels.shape[0] - 1)
+
+
 @njit(cache=True)
 def _act_env(
     b, scratch, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
     timeline, noise, has_noise, check, cap, cells, order, prefix_rows, values, level_row, use_labels,
     use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, fallback, pack, out,
-    persist, peak,
+    persist, peak, charge, charge_levels, charge_rows, charge_level, charge_n_ref, raise_only,
 ):  # fmt: skip
     """Env b's part of `_act_kernel` (the body both its kernels run per env); `scratch` from `_act_scratch`,
-    written before it is read; `fallback` one of `_fallback_kind`'s kinds."""
+    written before it is read; `fallback` one of `_fallback_kind`'s kinds. With `charge` each machine's jobs and
+    the head are read at the machine's own table row (`charge_rows` at `_charge_index`'s level for its running
+    jobs + 1, `sim.charge_level.ChargeAwarePeakPacking`), else at the env's `level_row[b]`."""
     n_j = job_machine.shape[1]
     n_m, n_d = timeline.shape[2], timeline.shape[3]
-    placed, used_now, valid, used, sums, head_value, job_value = scratch
+    placed, used_now, valid, used, sums, head_value, job_value, n_on, m_row = scratch
     t = t_arr[b]
     head = min(next_job[b], n_j - 1)
     has_job = n_arrived[b] > next_job[b] and not is_done[b]
@@ -615,6 +686,19 @@ def _act_env(
     base_opens = base < n_m and not used[base]
     if not pack and not ((base == n_m or base_opens) and any_valid_used):
         return True
+    # each machine's table row: the env's, or (charge-aware) its own from the jobs running on it (jobs_per_machine)
+    if charge:
+        n_on[:] = 0
+        for j in range(min(next_job[b], n_j)):
+            m = job_machine[b, j]
+            if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
+                n_on[m] += 1
+        for m in range(n_m):
+            m_row[m] = charge_rows[
+                _charge_index(charge_levels, charge_level, charge_n_ref, n_on[m] + 1, raise_only)
+            ]
+    else:
+        m_row[:] = level_row[b]
     # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
     sums[:] = 0.0
     for j in range(min(next_job[b], n_j)):
@@ -623,22 +707,26 @@ def _act_env(
             continue
         if not _rule_values(
             b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
-            level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
+            m_row[m], use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
             min_observed, True, job_value, persist, peak,
         ):  # fmt: skip
             return False
         for d in range(n_d):
             sums[m, d] += job_value[d]
-    if not _rule_values(
-        b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
-        level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed,
-        has_job, head_value, persist, peak,
-    ):  # fmt: skip
-        return False
-    # sim.risk.deviate_or_pack: the tightest safe used machine
+    # sim.risk.deviate_or_pack: the tightest safe used machine (the head's values looked up again only where a
+    # machine's row differs from the last one's)
+    head_row = -1
     best = -1
     best_tight = -np.inf
     for m in range(n_m):
+        if m_row[m] != head_row:
+            head_row = m_row[m]
+            if not _rule_values(
+                b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
+                values, head_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps,
+                use_durations, min_observed, has_job, head_value, persist, peak,
+            ):  # fmt: skip
+                return False
         tight = -np.inf
         for d in range(n_d):
             tight = max(tight, (sums[m, d] + head_value[d]) / np.float64(cap[d]))

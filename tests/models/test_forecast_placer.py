@@ -1309,9 +1309,24 @@ def test_a_charge_aware_advisor_survives_the_checkpoint_format(tmp_path) -> None
     policy, _ = train_forecast_placer(CFG, _square_jobs(6, 25, seed=52), _hybrid(), None, pcfg, advisor=guard)
     with torch.no_grad():  # follow the advisor wherever its action is allowed
         policy.ready(CFG).advice_bonus.fill_(pcfg.base_bonus + 50.0)
-    loaded = ForecastResidualPolicy(checkpoint=policy.save(tmp_path / "g.pt", "square", 50, "abc123"))
+    saved = policy.save(tmp_path / "g.pt", "square", 50, "abc123")
+    loaded = ForecastResidualPolicy(checkpoint=saved)
     assert isinstance(loaded.advisor_policy, ChargeAwarePeakPacking)
     assert (loaded.advisor_policy.n_ref, loaded.advisor_policy.levels) == (1.5, levels)
+    # the levels' shared table is stored once and shared again after loading (so its kernel applies)
+    tables = {id(r.forecaster.table) for r in loaded.advisor_policy.rules}
+    assert len(tables) == 1 and [r.name for r in loaded.advisor_policy.rules] == [r.name for r in rules]
+    assert [r.risk for r in loaded.advisor_policy.rules] == [r.risk for r in rules]
+    spec = fp.base_spec(guard)
+    assert "rule" in spec and "rules" not in spec
+    # a rule that is not the shared table at another level is stored in full, and still loads
+    other = fit_peak_quantiles(_square_jobs(4, 30, seed=32), CFG, levels=levels, min_count=5)
+    mixed = replace(
+        guard, rules=(*rules[:2], replace(rules[2], forecaster=other.forecaster(0.9, horizon=30)))
+    )
+    spec = fp.base_spec(mixed)
+    assert "rules" in spec and "rule" not in spec
+    assert fp.base_from_spec(spec).rules[2].forecaster.table.values.tolist() == other.values.tolist()
     test_jobs = _square_jobs(2, 25, seed=53)
     assert _same_actions(_actions(policy, test_jobs), _actions(loaded, test_jobs))
     assert _same_actions(_actions(loaded, test_jobs), _actions(guard, test_jobs))

@@ -167,6 +167,38 @@ def test_one_decision_kernel_equals_its_pieces(name, threads, square_jobs, on_th
     assert (calls["decide_kernel_parallel"] > 0) == (threads == "numba")
 
 
+@pytest.mark.parametrize("threads", ["caller", "numba"])
+def test_a_charge_aware_advisor_is_decided_in_the_same_kernel(threads, monkeypatch, square_jobs, on_threads):
+    """A `forecast_peak_charge_guard`-kind advisor (a level per machine, `sim.charge_level`) gets its actions from
+    `decide`'s one kernel, and they are its numpy path's at every decision."""
+    from sim import compiled_decision
+    from sim.charge_level import ChargeAwarePeakPacking
+
+    cfg = SimConfig(n_machines=5, max_steps=400)
+    calls = on_threads(threads, placer_kernel, "decide_kernel_parallel")
+    levels = (0.5, 0.75, 0.9, 0.95, 0.99)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=levels, min_count=3)
+    rule = RiskAwarePacking(
+        table.forecaster(0.9, horizon=12), make_policy("tetris"), RiskConfig(0.9), name="r"
+    )
+    rules = tuple(
+        replace(rule, forecaster=table.forecaster(lv, horizon=12), risk=RiskConfig(lv)) for lv in levels
+    )
+    advisor = ChargeAwarePeakPacking(
+        rules, levels, level=0.9, n_ref=2.0, raise_only=True, fallback=make_policy("tetris")
+    )
+    forecaster = RemainingPeakQuantiles(table, horizon=12)
+    n_checked = 0
+    for seen, _, _ in decisions(cfg, square_jobs(5, 25, seed=2), False):
+        advice = placer_kernel.decide(cfg, seen, rule, forecaster, (0.5, 0.9), 1.0, True, 8, advisor)[4]
+        assert advice is not None  # decided in the kernel, not asked on its own
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        assert np.array_equal(advice, advisor.act(cfg, seen, np.random.default_rng(0)))
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        n_checked += 1
+    assert n_checked > 20 and (calls["decide_kernel_parallel"] > 0) == (threads == "numba")
+
+
 def test_one_decision_kernel_steps_aside(square_jobs):
     """`decide` gives None where the rule's kernel or the inputs' kernel does not apply, or a look-up is negative."""
     cfg = SimConfig(n_machines=4, max_steps=400)

@@ -137,6 +137,80 @@ def test_the_rise_adapted_rule_decides_as_the_numpy_path(
     assert n_mixed > 0
 
 
+CHARGE_CASES = {
+    "sjf_deviate_two_sided": ("deeprm_sjf", "deviate", False, dict(use_remaining=True)),
+    "tetris_pack_raise_only": ("tetris", "pack", True, {}),
+    "packer_pack_two_sided_labels": ("deeprm_packer", "pack", False, dict(use_labels=True)),
+}
+
+
+@pytest.mark.parametrize("threads", ["caller", "numba"])
+@pytest.mark.parametrize("name", sorted(CHARGE_CASES))
+def test_the_charge_aware_rule_decides_as_the_numpy_path(name, threads, monkeypatch, square_jobs, on_threads):
+    """`forecast_peak_charge`'s form (`sim.charge_level.ChargeAwarePeakPacking`): each machine's jobs and the
+    head at the machine's own level from the jobs running on it; the kernel decides as the numpy path while the
+    machines of one env sit at different levels, and it is the kernel that decides."""
+    from sim.charge_level import ChargeAwarePeakPacking
+
+    fallback, mode, raise_only, table_kw = CHARGE_CASES[name]
+    cfg = SimConfig(n_machines=5, max_steps=400)
+    calls = on_threads(threads, compiled_decision, "_act_kernel_parallel")
+    levels = (0.5, 0.75, 0.9, 0.95, 0.99)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=levels, min_count=3, **table_kw)
+    rules = tuple(
+        RiskAwarePacking(
+            table.forecaster(lv, horizon=12),
+            make_policy(fallback),
+            RiskConfig(level=lv, mode=mode),
+            name=f"r@{lv}",
+        )
+        for lv in levels
+    )
+    rule = ChargeAwarePeakPacking(
+        rules, levels, level=0.9, n_ref=2.0, raise_only=raise_only, fallback=make_policy(fallback), mode=mode
+    )
+    state = core.reset(cfg, square_jobs(6, 30, seed=2), 0)
+    rng = np.random.default_rng(0)
+    n_mixed = n_deviated = 0
+    while not state.is_done.all():
+        got = compiled_decision.risk_act(cfg, state, rule)
+        assert got is not None  # the kernel decided
+        assert np.array_equal(got, rule.act(cfg, state, rng))
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        assert np.array_equal(got, rule.act(cfg, state, rng))
+        n_deviated += int((got != rule.fallback.act(cfg, state, rng)).sum())
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        index = rule.level_index(state, np.arange(state.batch_size))
+        n_mixed += int((index.min(axis=1) != index.max(axis=1)).sum())
+        state, act = decide(rule, cfg, state, rng)
+        state, *_ = core.step(cfg, state, act)
+    assert all((n > 0) == (threads == "numba") for n in calls.values())
+    assert n_mixed > 0 and n_deviated > 0
+
+
+def test_a_charge_aware_rule_whose_levels_do_not_share_a_table_is_left_to_numpy(square_jobs) -> None:
+    from sim.charge_level import ChargeAwarePeakPacking
+
+    cfg = SimConfig(n_machines=4, max_steps=400)
+    one = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9), min_count=3)
+    other = fit_peak_quantiles(square_jobs(12, 30, seed=3), cfg, levels=(0.5, 0.75, 0.9), min_count=3)
+    state = core.reset(cfg, square_jobs(2, 10, seed=3), 0)
+
+    def charge(second_table, second_risk=None):
+        second_risk = second_risk or RiskConfig(level=0.9)
+        rules = (
+            RiskAwarePacking(one.forecaster(0.75, horizon=12), make_policy("tetris"), RiskConfig(level=0.75)),
+            RiskAwarePacking(second_table.forecaster(0.9, horizon=12), make_policy("tetris"), second_risk),
+        )
+        return ChargeAwarePeakPacking(
+            rules, (0.75, 0.9), level=0.75, n_ref=2.0, fallback=make_policy("tetris")
+        )
+
+    assert compiled_decision.risk_act(cfg, state, charge(one)) is not None
+    assert compiled_decision.risk_act(cfg, state, charge(other)) is None  # another table
+    assert compiled_decision.risk_act(cfg, state, charge(one, RiskConfig(level=0.9, min_observed=2))) is None
+
+
 HYBRID_CASES = {
     "packer_deviate_noise": (
         SimConfig(n_machines=4, max_steps=400, noise_max_units=1),
