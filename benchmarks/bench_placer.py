@@ -19,7 +19,7 @@ choice, never on test sequences; OUT/variants.parquet). Prints:
   policy's return, overshoot % and machines per test sequence go to OUT/test_returns_m{M}.parquet.
   `--checkpoint` evaluates an earlier run's policy instead of training one.
 
-    python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150 | --iterations 30] [--out /tmp/placer]
+    python benchmarks/bench_placer.py [--n-train 40] [--n-test 30] [--load 50] [--budget 150] [--iterations 30] [--out /tmp/placer]
         [--device cuda] [--source google2011_derived --warehouse warehouse --request-mode trace]
         [--n-sequences 28 --n-rollouts 14]   (envs per PG iteration: sequences x rollouts, default 8 x 4;
         PGPE: sequences x 2 x pgpe_pairs)
@@ -33,6 +33,7 @@ choice, never on test sequences; OUT/variants.parquet). Prints:
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -215,6 +216,15 @@ def none_or(kind: Callable[[str], object]) -> Callable[[str], object]:
     return lambda value: None if value.lower() == "none" else kind(value)
 
 
+def training_budget(budget: float | None, iterations: int | None) -> float:
+    """Seconds of training per variant: `budget`, else 150 s where no iteration count is given, else none."""
+    if budget is not None:
+        if not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"--budget must be a finite number of seconds > 0, got {budget}")
+        return budget
+    return 150.0 if iterations is None else 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -229,7 +239,14 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=50)
     ap.add_argument("--n-train", type=int, default=40)
     ap.add_argument("--n-test", type=int, default=30)
-    ap.add_argument("--budget", type=float, default=150.0, help="training seconds per algorithm")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="training seconds per variant (default: 150 without --iterations, none with it); with --iterations "
+        "both apply: at most that many iterations, none begun after the budget (a kept iteration reached within "
+        "it is kept either way: the running best is a prefix's)",
+    )
     ap.add_argument(
         "--iterations",
         type=int,
@@ -455,7 +472,7 @@ def main() -> None:
             label = algorithm + (f"+{advisor_name}" if advisor_name else "")
             pcfg = PlacerConfig(
                 algorithm=algorithm,
-                time_budget_s=args.budget if args.iterations is None else 1e9,
+                time_budget_s=training_budget(args.budget, args.iterations),
                 n_iterations=200 if args.iterations is None else args.iterations,
                 seed=args.seed,
                 action_set=args.action_set,
