@@ -460,7 +460,7 @@ def main() -> None:
         safe_level = peak_rule_level(ctx, {args.base: base, **advisors})
         print(f"action set 'rule': safe at forecast_peak's level {safe_level} (None: the top level)")
     charged = args.rule_charge and args.action_set == "rule"  # PlacerConfig refuses rule_charge otherwise
-    n_ref = charge_n_ref(ctx, {args.base: base, **advisors}) if charged else None
+    n_ref = charge_n_ref(ctx, {**advisors, args.base: base}) if charged else None  # advisors first
     if charged:
         print(f"rule_charge: n_ref {n_ref} (None: off, forecast_peak_charge_guard has no charge level here)")
 

@@ -860,10 +860,10 @@ def peak_rule_level(ctx, fitted: dict) -> float | None:
 
 
 def charge_n_ref(ctx, fitted: dict) -> float | None:
-    """n_ref for `PlacerConfig.rule_charge`: that of the first charge-aware rule among `fitted` ({name: rule},
-    e.g. the base and the advisor: `train_forecast_placer` reads the same one where it binds), else of
-    `forecast_peak_charge_guard` fitted on `ctx`; None where it has no charge level (validation kept the hybrid
-    for `forecast_peak`, or no admission on validation)."""
+    """n_ref for `PlacerConfig.rule_charge`: that of the first charge-aware rule among `fitted` ({name: rule} in
+    look-up order: the advisors before the base, the order `train_forecast_placer` reads them in where it binds),
+    else of `forecast_peak_charge_guard` fitted on `ctx`; None where it has no charge level (validation kept the
+    hybrid for `forecast_peak`, or no admission on validation)."""
     n_ref = first_n_ref(fitted.values())
     return n_ref if n_ref is not None else first_n_ref([POLICIES["forecast_peak_charge_guard"].fit(ctx)])
 
@@ -2816,7 +2816,7 @@ def train_and_publish(
                 f"forecast placer {where}: the advisor {settings.advisor} cannot be fitted there"
             )
     if pcfg.action_set == "rule":  # bound to the level forecast_peak packs at, for every variant alike
-        fitted = {settings.base: base, settings.advisor: advisor}
+        fitted = {settings.advisor: advisor, settings.base: base}  # charge_n_ref's look-up order
         level = peak_rule_level(ctx, fitted)
         wanted = pcfg.rule_charge
         n_ref = charge_n_ref(ctx, fitted) if wanted else None

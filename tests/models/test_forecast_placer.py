@@ -351,6 +351,10 @@ def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule
     trained = _train_one_iteration(cfg, table, wanted, square_jobs(8, 30, seed=5), advisor=guard)
     assert trained.config.rule_charge and trained.config.charge_n_ref == 1.5
     assert trained.config.safe_level == 0.75
+    # both charge-aware: the bound paths read the advisor's n_ref first, as the unbound one does
+    base_guard = replace(guard, n_ref=2.5)
+    assert fp.first_n_ref((guard, base_guard)) == 1.5
+    assert fp.charge_n_ref(None, {"advisor": guard, "base": base_guard}) == 1.5
 
 
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
