@@ -1153,35 +1153,14 @@ def _registry_spec(policy) -> dict:
 
 
 def _charge_rebuilt_from(policy: ChargeAwarePeakPacking) -> int | None:
-    """The index of the rule at `policy.level` where every level's rule is that rule at its own level of one
-    shared remaining-peak table (`sim.risk.peak_rule_at_level`, as `sim.charge_level.fit_peak_charge` builds them):
-    the checkpoint then stores that rule and its table once, not once per level (a table is megabytes). None where
-    some rule differs otherwise: each is then stored in full."""
-    at = min(range(len(policy.levels)), key=lambda k: abs(policy.levels[k] - policy.level))
-    first = policy.rules[at]
-    if not isinstance(first, RiskAwarePacking) or first.forecaster is None:
+    """The index of the rule a checkpoint stores for `policy` with its table once, not once per level (a table is
+    megabytes): `ChargeAwarePeakPacking.shared_table_index`, where every rule's fallback also saves alike (the
+    rebuilt levels get that rule's). None where some rule differs otherwise: each is then stored in full."""
+    at = policy.shared_table_index
+    if at is None:
         return None
-    outer, inner = peak_forecasters(first)
-    if not isinstance(inner, PeakQuantileForecaster):
-        return None
-    fallback = _registry_spec(first._fallback())
-    for rule, lv in zip(policy.rules, policy.levels, strict=True):
-        if not isinstance(rule, RiskAwarePacking) or rule.forecaster is None:
-            return None
-        o, i = peak_forecasters(rule)
-        if (
-            type(o) is not type(outer)
-            or getattr(o, "reliability", None) != getattr(outer, "reliability", None)
-            or not isinstance(i, PeakQuantileForecaster)
-            or i.table is not inner.table
-            or i.horizon != inner.horizon
-            or abs(i.level - lv) > 1e-9
-            or rule.risk != replace(first.risk, level=rule.risk.level)
-            or abs(rule.risk.level - lv) > 1e-9
-            or _registry_spec(rule._fallback()) != fallback
-        ):
-            return None
-    return at
+    fallback = _registry_spec(policy.rules[at]._fallback())
+    return at if all(_registry_spec(rule._fallback()) == fallback for rule in policy.rules) else None
 
 
 def base_spec(policy) -> dict:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -105,6 +105,43 @@ class ChargeAwarePeakPacking(_FollowsFallback):
     @property
     def reads_labels(self) -> bool:
         return any(reads_labels(r) for r in self.rules) or reads_labels(self._fallback())
+
+    @cached_property
+    def shared_table_index(self) -> int | None:
+        """The index of the rule at the fitted `level` where every rule is that rule at its own level of one
+        remaining-peak table (`sim.risk.peak_rule_at_level`, as `fit_peak_charge` builds them: the same forecaster
+        kind, recall included, over one table object and horizon, the same risk setting but the level, the same
+        kind of fallback); None where some rule differs otherwise. What lets the compiled kernel read every level
+        from one table (`sim.compiled_decision`) and a checkpoint store it once (`models.forecast_placer`). The
+        rules are immutable: found once per rule."""
+        from sim.peak_forecast import PeakQuantileForecaster
+        from sim.risk import peak_forecasters
+
+        at = min(range(len(self.levels)), key=lambda k: abs(self.levels[k] - self.level))
+        first = self.rules[at]
+        if not isinstance(first, RiskAwarePacking) or first.forecaster is None:
+            return None
+        outer, inner = peak_forecasters(first)
+        if not isinstance(inner, PeakQuantileForecaster):
+            return None
+        for rule, lv in zip(
+            self.rules, self.levels, strict=True
+        ):  # each rule's risk level is lv (__post_init__)
+            if not isinstance(rule, RiskAwarePacking) or rule.forecaster is None:
+                return None
+            o, i = peak_forecasters(rule)
+            if (
+                type(o) is not type(outer)
+                or getattr(o, "reliability", None) != getattr(outer, "reliability", None)
+                or not isinstance(i, PeakQuantileForecaster)
+                or i.table is not inner.table
+                or i.horizon != inner.horizon
+                or abs(i.level - lv) > 1e-9
+                or rule.risk != replace(first.risk, level=rule.risk.level)
+                or type(rule._fallback()) is not type(first._fallback())
+            ):
+                return None
+        return at
 
     def level_index(self, state: State, rows: np.ndarray) -> np.ndarray:
         """(len(rows), M) the index into `levels` of each machine's level now."""

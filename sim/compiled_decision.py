@@ -29,8 +29,6 @@ tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 from numba import njit, prange
 
@@ -180,10 +178,8 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
     if charge is _NOT_COMPILED:
         return None
     fallback = type(rule._fallback())
-    if charge is not None:
-        rule = charge[
-            0
-        ]  # the rule at the fitted level: the other levels share its table, horizon and choices
+    if charge is not None:  # the rule at the fitted level: the other levels share its table, horizon, choices
+        rule = charge[0]
     forecaster = PersistenceForecaster() if rule.forecaster is None else uncached(rule.forecaster)
     risk = rule.risk
     persist = type(forecaster) is PersistenceForecaster and forecaster.statistic == "peak"
@@ -240,37 +236,25 @@ def _charge_parts(rule) -> tuple | None | object:
     """For a `sim.charge_level.ChargeAwarePeakPacking`: (the rule at its fitted level, True, its levels (K,)
     float64, each level's row in the shared table (K,) int64, the fitted level, n_ref, raise_only), the arguments
     that let `_act_env` give each machine its own row as `ChargeAwarePeakPacking.level_index` does; None for any
-    other rule (one level per env); `_NOT_COMPILED` where its rules do not share one remaining-peak table, horizon,
-    risk setting (but the level), fallback and mode, and the numpy path decides."""
+    other rule (one level per env); `_NOT_COMPILED` where its rules are not one flat remaining-peak table at several
+    levels (`shared_table_index`; no recall) in the rule's own mode, and the numpy path decides."""
     from sim.charge_level import ChargeAwarePeakPacking
     from sim.forecast import uncached
 
     if not isinstance(rule, ChargeAwarePeakPacking):
         return None
-    inner = [
-        uncached(r.forecaster) if getattr(r, "forecaster", None) is not None else None for r in rule.rules
-    ]
-    first = inner[0]
-    if type(first) is not PeakQuantileForecaster:
+    at = rule.shared_table_index
+    if at is None:
         return _NOT_COMPILED
-    rows = []
-    for r, f, lv in zip(rule.rules, inner, rule.levels, strict=True):
-        same = (
-            type(f) is PeakQuantileForecaster
-            and f.table is first.table
-            and f.horizon == first.horizon
-            and abs(f.level - lv) < 1e-9
-            and r.risk == replace(rule.rules[0].risk, level=r.risk.level)
-            and r.risk.mode == rule.mode
-            and type(r._fallback()) is type(rule._fallback())
-        )
-        row = find_level(first.table.levels, lv) if same else None
-        if row is None:
-            return _NOT_COMPILED
-        rows.append(row)
-    at = rule.levels.index(min(rule.levels, key=lambda lv: abs(lv - rule.level)))
+    first = rule.rules[at]
+    forecaster = uncached(first.forecaster)
+    if type(forecaster) is not PeakQuantileForecaster or first.risk.mode != rule.mode:
+        return _NOT_COMPILED
+    rows = [find_level(forecaster.table.levels, lv) for lv in rule.levels]
+    if any(row is None for row in rows):
+        return _NOT_COMPILED
     return (
-        rule.rules[at], True, np.asarray(rule.levels, dtype=np.float64), np.asarray(rows, dtype=np.int64),
+        first, True, np.asarray(rule.levels, dtype=np.float64), np.asarray(rows, dtype=np.int64),
         float(rule.level), float(rule.n_ref), bool(rule.raise_only),
     )  # fmt: skip
 
