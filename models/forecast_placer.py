@@ -2610,7 +2610,13 @@ class PlacerTrainConfig:
     """With an `advisor`: train the residual without it and with it, and publish the one with the better validation
     return of its kept iteration (`kept_return`; the same validation sequences). Measured (benchmarks/RESULTS.md, "Both variants, the
     better on validation"): on the 84 Bitbrains VMs with the traces' requests the advisor helped some seeds and hurt
-    others, and this choice picked the variant that did better on test at 8 of 9 runs. It doubles the training time."""
+    others, and this choice picked the variant that did better on test at 8 of 9 runs. It doubles the training time,
+    unless `variant_workers` trains the two at once."""
+    variant_workers: int = 1
+    """Processes that train the variants of a run at once (`models.placer_variants.train_variants`; with
+    `advisor_choice`, 2 trains both side by side, one per core of a 2-core machine: the run's training takes the
+    longer variant's time instead of the sum). Same results for any value. Keep 1 where the executor already runs
+    several partitions at once (a Dask cluster), or the workers share those cores."""
     inputs: str = "rule"
     """Per-job forecaster of the residual's inputs (`INPUTS`): "rule", the base rule's own remaining-peak quantiles
     (`sim.risk.peak_rule_inputs`: a base on the table, `sim.risk.PEAK_RULES`; flat forecasts, so the features
@@ -2653,6 +2659,10 @@ class PlacerTrainConfig:
 
         if self.inputs not in INPUTS:
             raise ValueError(f"PlacerTrainConfig.inputs must be one of {INPUTS}, got {self.inputs!r}")
+        if not (isinstance(self.variant_workers, int) and self.variant_workers >= 1):
+            raise ValueError(
+                f"PlacerTrainConfig.variant_workers must be an integer >= 1, got {self.variant_workers!r}"
+            )
         if self.advisor_choice and self.advisor is None:
             raise ValueError(
                 "PlacerTrainConfig.advisor_choice chooses between no advisor and `advisor`: set advisor"
@@ -2807,13 +2817,17 @@ def train_and_publish(
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
-    policy, table = train_forecast_placer(
-        sim_cfg, train, base, forecaster, pcfg, log=log, labeller=labeller, advisor=advisor
+    from models.placer_variants import Variant, train_variants
+
+    variants = [Variant("advised" if advisor is not None else "trained", pcfg, advisor)]
+    if advisor is not None and settings.advisor_choice:  # the simpler one first: ties go to it
+        variants.insert(0, Variant("unadvised", pcfg))
+    runs = train_variants(
+        sim_cfg, train, base, forecaster, variants, settings.variant_workers, log, labeller=labeller
     )
-    if advisor is not None and settings.advisor_choice:
-        plain, plain_table = train_forecast_placer(
-            sim_cfg, train, base, forecaster, pcfg, log=log, labeller=labeller
-        )
+    policy, table, _ = runs[variants[-1].label]
+    if len(runs) > 1:
+        plain, plain_table, _ = runs["unadvised"]
         advised_return = kept_return(table, policy.trained_iteration, policy.start_stage)
         plain_return = kept_return(plain_table, plain.trained_iteration, plain.start_stage)
         chosen = choose_variant(  # ties: the simpler policy, listed first

@@ -29,6 +29,7 @@ from models.forecast_placer import (
     train_forecast_placer,
 )
 from models.forecaster import torch_threads
+from models.placer_variants import Variant, train_variants
 from models.usage_forecast import ForecastConfig, fit_usage_forecaster
 from sim import compiled_decision, compiled_step, core
 from sim.config import SimConfig
@@ -1352,15 +1353,18 @@ def test_the_pipelines_advisor_setting_is_checked_by_name() -> None:
         )
 
 
-def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_better(tmp_path) -> None:
-    """`PlacerTrainConfig.advisor_choice`: both variants are trained on the same split and the one with the better
-    kept validation return is published (its checkpoint carries the advisor exactly when the advised one won)."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_better(tmp_path, workers) -> None:
+    """`PlacerTrainConfig.advisor_choice`: both variants are trained on the same split (in turn, or at once with
+    `variant_workers` 2) and the one with the better kept validation return is published (its checkpoint carries
+    the advisor exactly when the advised one won)."""
     train = _square_jobs(10, 30, seed=54)
     settings = fp.PlacerTrainConfig(
         base="hybrid_observed",
         inputs="table",
         advisor="forecast_peak",
         advisor_choice=True,
+        variant_workers=workers,
         tuning_preset="quick",
         placer=PlacerConfig(n_iterations=2, n_sequences=2, pgpe_pairs=2, hidden=8),
     )
@@ -1374,6 +1378,59 @@ def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_bett
     assert table.height >= 1 and table["imitation_accuracy"][0] == 1.0
     with pytest.raises(ValueError, match="advisor_choice .* set advisor"):
         fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor_choice=True)
+
+
+def _variants_case():
+    train = _square_jobs(6, 25, seed=55)
+    pcfg = PlacerConfig(n_iterations=3, n_sequences=2, pgpe_pairs=2, hidden=8, algorithm="pgpe", patience=10)
+    return train, [Variant("plain", pcfg), Variant("advised", pcfg, _peak_rule())]
+
+
+def _same_run(a, b) -> bool:
+    """Two (policy, table, speed) of one variant: the same stage table but for its clock, the same kept iteration
+    and the same network weights."""
+    clock = ("seconds", "elapsed_s")
+    same_table = a[1].drop(clock).equals(b[1].drop(clock), null_equal=True)
+    wa, wb = a[0].ready(CFG).state_dict(), b[0].ready(CFG).state_dict()
+    same_weights = wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    return same_table and same_weights and a[2]["best_iteration"] == b[2]["best_iteration"]
+
+
+def test_variants_trained_at_once_in_workers_are_those_trained_in_turn() -> None:
+    """`train_variants` with 2 workers returns, per variant, what training them one after another returns (the
+    stage table but its clock, the kept iteration, the weights), in the variants' order; each worker's log lines
+    reach the caller with its variant's label."""
+    train, variants = _variants_case()
+    in_turn = train_variants(CFG, train, _hybrid(), None, variants, workers=1)
+    said: list[str] = []
+    at_once = train_variants(CFG, train, _hybrid(), None, variants, workers=2, log=said.append)
+    assert list(at_once) == ["plain", "advised"] == list(in_turn)
+    for label in in_turn:
+        assert _same_run(in_turn[label], at_once[label]), label
+    assert not in_turn["plain"][1]["train_return"].is_nan().all()  # PG ran: the comparison covers its draws
+    assert any(m.startswith("plain: pg 1:") for m in said) and any(
+        m.startswith("advised: probe") for m in said
+    )
+    assert said[-1].startswith("2 variants trained in")
+
+
+def test_a_workers_failure_is_raised_with_its_type_and_variant() -> None:
+    """A variant whose training fails in a worker raises its own exception type in the caller, with the variant's
+    label and the worker's traceback among its notes; bad arguments are refused by name."""
+    train, (plain, _) = _variants_case()
+    bad = Variant("bad", replace(plain.config, algorithm="reinforce"), _peak_rule())  # an advisor needs PGPE
+    with pytest.raises(ValueError, match="advisor .*PGPE") as err:
+        train_variants(CFG, train, _hybrid(), None, [plain, bad], workers=2)
+    notes = "\n".join(getattr(err.value, "__notes__", []))
+    assert "variant 'bad'" in notes and "Traceback" in notes
+    with pytest.raises(ValueError, match="no variants"):
+        train_variants(CFG, train, _hybrid(), None, [], workers=2)
+    with pytest.raises(ValueError, match="its own label"):
+        train_variants(CFG, train, _hybrid(), None, [plain, plain], workers=2)
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        train_variants(CFG, train, _hybrid(), None, [plain], workers=0)
+    with pytest.raises(ValueError, match="variant_workers must be an integer >= 1"):
+        fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", variant_workers=0)
 
 
 def test_the_pipeline_binds_the_rule_action_set_to_forecast_peaks_level(tmp_path) -> None:
