@@ -84,28 +84,37 @@ def train_variants(
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"train_variants: workers must be an integer >= 1, got {workers!r}")
     say = log or (lambda msg: None)
+    shared = (sim_cfg, train, base, forecaster, device, labeller)
     if workers == 1 or len(variants) == 1:
-        out = {}
-        for v in variants:
-            speed: dict = {}
-            policy, table = train_forecast_placer(
-                sim_cfg,
-                train,
-                base,
-                forecaster,
-                v.config,
-                log=say if len(variants) == 1 else lambda m, lab=v.label: say(f"{lab}: {m}"),
-                speed=speed,
-                device=device,
-                labeller=labeller,
-                advisor=v.advisor,
+        return {
+            v.label: _train(
+                shared, v, say if len(variants) == 1 else lambda m, lab=v.label: say(f"{lab}: {m}")
             )
-            out[v.label] = (policy, table, speed)
-        return out
+            for v in variants
+        }
     n_workers = min(workers, len(variants))
     threads = max(1, usable_cores() // n_workers)
-    shared = (sim_cfg, train, base, forecaster, device, labeller)
     return _train_in_workers(shared, variants, n_workers, threads, say)
+
+
+def _train(shared, variant: Variant, log: Callable[[str], None]) -> Trained:
+    """One variant by `train_forecast_placer` on the run's shared (sim_cfg, train, base, forecaster, device,
+    labeller)."""
+    sim_cfg, train, base, forecaster, device, labeller = shared
+    speed: dict = {}
+    policy, table = train_forecast_placer(
+        sim_cfg,
+        train,
+        base,
+        forecaster,
+        variant.config,
+        log=log,
+        speed=speed,
+        device=device,
+        labeller=labeller,
+        advisor=variant.advisor,
+    )
+    return policy, table, speed
 
 
 def _train_in_workers(shared, variants, n_workers, threads, say) -> dict[str, Trained]:
@@ -181,23 +190,10 @@ def _train_one(shared, variant: Variant, threads: int, messages) -> None:
 
     torch.set_num_threads(1)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    sim_cfg, train, base, forecaster, device, labeller = shared
     label = variant.label
     try:
-        speed: dict = {}
-        policy, table = train_forecast_placer(
-            sim_cfg,
-            train,
-            base,
-            forecaster,
-            variant.config,
-            log=lambda m: messages.put(("log", label, m)),
-            speed=speed,
-            device=device,
-            labeller=labeller,
-            advisor=variant.advisor,
-        )
-        sent = ("done", label, pickle.dumps((policy, table, speed)))  # here, so a failure to pickle is caught
+        result = _train(shared, variant, lambda m: messages.put(("log", label, m)))
+        sent = ("done", label, pickle.dumps(result))  # here, so a failure to pickle is caught
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller, by name
         exc.add_note(f"in the worker training variant {label!r}:\n{traceback.format_exc()}")
         try:
