@@ -389,7 +389,8 @@ def main() -> None:
         type=int,
         default=1,
         help="processes that train the variants at once (models.placer_variants; 2 on a 2-core machine: the wall "
-        "time of the longer variant, not the sum; the same results for any value)",
+        "time of the longer variant, not the sum; the same results for any value). At most the cores granted: "
+        "NUMBA_NUM_THREADS, so run it with NUMBA_NUM_THREADS=2 (each worker then runs one numba thread)",
     )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()

@@ -9,7 +9,8 @@ what lets both variants of the adopted configuration have the issue's 3 minutes 
 of 85 s each (benchmarks/RESULTS.md, "Both variants at once").
 
 Workers are spawned processes (not forked: torch's and numba's thread pools are not safe across a fork), each on
-one torch thread and `cores // workers` numba threads. Every random number of a run comes from its
+one torch thread and `granted cores // workers` numba threads (at most as many workers as the cores this
+process is granted: `granted_cores`). Every random number of a run comes from its
 `PlacerConfig.seed` and the network's bits do not depend on the thread count, so a variant trained in a worker
 returns the same policy and stage table as one trained in the caller (a test checks it); only the seconds
 differ. Log lines of a worker reach the caller's `log` as they come, prefixed with the variant's label. A
@@ -60,6 +61,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def granted_cores() -> int:
+    """Cores this process's work is granted: those it may run on, at most numba's thread count. `tvw-run` gives
+    each of its `--jobs` runs at once its share of the cores this way (NUMBA_NUM_THREADS and the other thread
+    variables, `cli.workers.THREAD_ENV`), as a user does with NUMBA_NUM_THREADS; so two runs at once on 2 cores
+    train their variants in turn, each on its own core, rather than four workers on two cores."""
+    import numba
+
+    return max(1, min(usable_cores(), numba.config.NUMBA_NUM_THREADS))
+
+
 def train_variants(
     sim_cfg: SimConfig,
     train: JobBatch,
@@ -73,7 +84,8 @@ def train_variants(
 ) -> dict[str, Trained]:
     """{label: (policy, stage table, speed)} of every variant, trained by `train_forecast_placer` on the same
     `train`, `base`, `forecaster` and `labeller`: in this process one after another where `workers` is 1 (or one
-    variant), else in min(workers, variants) spawned processes at once (module docstring). The results are the
+    variant, or this process is granted one core: `granted_cores`, said in the log), else in min(workers,
+    variants, granted cores) spawned processes at once (module docstring). The results are the
     same either way; the order of the dict is the order of `variants`. ValueError on bad arguments (no variants,
     a label twice, workers < 1)."""
     if not variants:
@@ -92,8 +104,13 @@ def train_variants(
             )
             for v in variants
         }
-    n_workers = min(workers, len(variants))
-    threads = max(1, usable_cores() // n_workers)
+    n_workers = min(workers, len(variants), granted_cores())
+    if n_workers == 1:
+        say(
+            f"training the variants in turn: this process is granted 1 core (NUMBA_NUM_THREADS), not {workers}"
+        )
+        return train_variants(sim_cfg, train, base, forecaster, variants, 1, log, device, labeller)
+    threads = max(1, granted_cores() // n_workers)
     return _train_in_workers(shared, variants, n_workers, threads, say)
 
 

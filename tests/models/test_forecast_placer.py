@@ -17,7 +17,7 @@ import torch
 
 from models import checkpoint as ck
 from models import forecast_placer as fp
-from models import placer_kernel
+from models import placer_kernel, placer_variants
 from models.forecast_placer import (
     ForecastCache,
     ForecastResidualPolicy,
@@ -1354,7 +1354,9 @@ def test_the_pipelines_advisor_setting_is_checked_by_name() -> None:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_better(tmp_path, workers) -> None:
+def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_better(
+    tmp_path, monkeypatch, workers
+) -> None:
     """`PlacerTrainConfig.advisor_choice`: both variants are trained on the same split (in turn, or at once with
     `variant_workers` 2) and the one with the better kept validation return is published (its checkpoint carries
     the advisor exactly when the advised one won)."""
@@ -1368,9 +1370,11 @@ def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_bett
         tuning_preset="quick",
         placer=PlacerConfig(n_iterations=2, n_sequences=2, pgpe_pairs=2, hidden=8),
     )
+    monkeypatch.setattr(placer_variants, "granted_cores", lambda: 2)
     said: list[str] = []
     path = tmp_path / "placer.pt"
     table = fp.train_and_publish(settings, CFG, train, path, ("square", 50, 0), "abc123", log=said.append)
+    assert any(m.endswith(f"on {workers} workers") for m in said) == (workers == 2)
     chosen = [m for m in said if "publishing the" in m]
     assert len(chosen) == 1 and "without the advisor" in chosen[0]
     loaded = ForecastResidualPolicy(checkpoint=path)
@@ -1396,12 +1400,15 @@ def _same_run(a, b) -> bool:
     return same_table and same_weights and a[2]["best_iteration"] == b[2]["best_iteration"]
 
 
-def test_variants_trained_at_once_in_workers_are_those_trained_in_turn() -> None:
+def test_variants_trained_at_once_in_workers_are_those_trained_in_turn(monkeypatch) -> None:
     """`train_variants` with 2 workers returns, per variant, what training them one after another returns (the
     stage table but its clock, the kept iteration, the weights), in the variants' order; each worker's log lines
-    reach the caller with its variant's label."""
+    reach the caller with its variant's label. A process granted one core trains them in turn and says so."""
     train, variants = _variants_case()
     in_turn = train_variants(CFG, train, _hybrid(), None, variants, workers=1)
+    monkeypatch.setattr(
+        placer_variants, "granted_cores", lambda: 2
+    )  # as on the 2-core machine, whatever runs it
     said: list[str] = []
     at_once = train_variants(CFG, train, _hybrid(), None, variants, workers=2, log=said.append)
     assert list(at_once) == ["plain", "advised"] == list(in_turn)
@@ -1412,13 +1419,20 @@ def test_variants_trained_at_once_in_workers_are_those_trained_in_turn() -> None
         m.startswith("advised: probe") for m in said
     )
     assert said[-1].startswith("2 variants trained in")
+    monkeypatch.setattr(placer_variants, "granted_cores", lambda: 1)  # e.g. one of tvw-run's two runs at once
+    said.clear()
+    capped = train_variants(CFG, train, _hybrid(), None, variants, workers=2, log=said.append)
+    assert said[0].startswith("training the variants in turn: this process is granted 1 core")
+    assert not any(m.endswith("workers") for m in said)
+    assert all(_same_run(capped[label], in_turn[label]) for label in in_turn)
 
 
-def test_a_workers_failure_is_raised_with_its_type_and_variant() -> None:
+def test_a_workers_failure_is_raised_with_its_type_and_variant(monkeypatch) -> None:
     """A variant whose training fails in a worker raises its own exception type in the caller, with the variant's
     label and the worker's traceback among its notes; bad arguments are refused by name."""
     train, (plain, _) = _variants_case()
     bad = Variant("bad", replace(plain.config, algorithm="reinforce"), _peak_rule())  # an advisor needs PGPE
+    monkeypatch.setattr(placer_variants, "granted_cores", lambda: 2)
     with pytest.raises(ValueError, match="advisor .*PGPE") as err:
         train_variants(CFG, train, _hybrid(), None, [plain, bad], workers=2)
     notes = "\n".join(getattr(err.value, "__notes__", []))
