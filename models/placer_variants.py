@@ -61,6 +61,11 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def may_start_processes() -> bool:
+    """Whether this process may start worker processes: a daemonic one (`tvw-run`'s run workers are) may not."""
+    return not mp.current_process().daemon
+
+
 def granted_cores() -> int:
     """Cores this process's work is granted: those it may run on, at most numba's thread count. `tvw-run` gives
     each of its `--jobs` runs at once its share of the cores this way (NUMBA_NUM_THREADS and the other thread
@@ -84,7 +89,8 @@ def train_variants(
 ) -> dict[str, Trained]:
     """{label: (policy, stage table, speed)} of every variant, trained by `train_forecast_placer` on the same
     `train`, `base`, `forecaster` and `labeller`: in this process one after another where `workers` is 1 (or one
-    variant, or this process is granted one core: `granted_cores`, said in the log), else in min(workers,
+    variant, or this process is granted one core, `granted_cores`, or may start no process, `may_start_processes`:
+    said in the log), else in min(workers,
     variants, granted cores) spawned processes at once (module docstring). The results are the
     same either way; the order of the dict is the order of `variants`. ValueError on bad arguments (no variants,
     a label twice, workers < 1)."""
@@ -105,10 +111,15 @@ def train_variants(
             for v in variants
         }
     n_workers = min(workers, len(variants), granted_cores())
+    why = (
+        None
+        if may_start_processes()
+        else "this is a daemonic process (as tvw-run's workers), which may start none"
+    )
     if n_workers == 1:
-        say(
-            f"training the variants in turn: this process is granted 1 core (NUMBA_NUM_THREADS), not {workers}"
-        )
+        why = f"this process is granted 1 core (NUMBA_NUM_THREADS), not {workers}"
+    if why is not None:
+        say(f"training the variants in turn: {why}")
         return train_variants(sim_cfg, train, base, forecaster, variants, 1, log, device, labeller)
     threads = max(1, granted_cores() // n_workers)
     return _train_in_workers(shared, variants, n_workers, threads, say)

@@ -1425,6 +1425,11 @@ def test_variants_trained_at_once_in_workers_are_those_trained_in_turn(monkeypat
     assert said[0].startswith("training the variants in turn: this process is granted 1 core")
     assert not any(m.endswith("workers") for m in said)
     assert all(_same_run(capped[label], in_turn[label]) for label in in_turn)
+    monkeypatch.setattr(placer_variants, "granted_cores", lambda: 2)
+    monkeypatch.setattr(placer_variants, "may_start_processes", lambda: False)  # a daemonic process
+    said.clear()
+    train_variants(CFG, train, _hybrid(), None, variants, workers=2, log=said.append)
+    assert said[0].startswith("training the variants in turn: this is a daemonic process")
 
 
 def test_a_workers_failure_is_raised_with_its_type_and_variant(monkeypatch) -> None:
