@@ -13,9 +13,8 @@ one torch thread and `granted cores // workers` numba threads: at most as many w
 process is granted (`granted_cores`), and none in a daemonic process such as tvw-run's run workers
 (`may_start_processes`); the variants then train in turn and the log says why. Every random number of a run
 comes from its `PlacerConfig.seed` and the network's bits do not depend on the thread count, so a variant
-trained in a worker
-returns the same policy and stage table as one trained in the caller (a test checks it); only the seconds
-differ. Log lines of a worker reach the caller's `log` as they come, prefixed with the variant's label. A
+trained in a worker returns the same policy and stage table as one trained in the caller (a test checks it);
+only the seconds differ. Log lines of a worker reach the caller's `log` as they come, prefixed with the variant's label. A
 worker's exception is raised in the caller with its type, its message, the variant's label and the worker's
 traceback as notes; a worker that dies without a result (killed, out of memory) is a RuntimeError naming the
 variant and its exit code.
