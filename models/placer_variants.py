@@ -89,12 +89,11 @@ def train_variants(
     labeller=None,
 ) -> dict[str, Trained]:
     """{label: (policy, stage table, speed)} of every variant, trained by `train_forecast_placer` on the same
-    `train`, `base`, `forecaster` and `labeller`: in this process one after another where `workers` is 1 (or one
-    variant, or this process is granted one core, `granted_cores`, or may start no process, `may_start_processes`:
-    said in the log), else in min(workers,
-    variants, granted cores) spawned processes at once (module docstring). The results are the
-    same either way; the order of the dict is the order of `variants`. ValueError on bad arguments (no variants,
-    a label twice, workers < 1)."""
+    `train`, `base`, `forecaster` and `labeller`: in this process one after another where `workers` is 1 or there
+    is one variant, or, said in the log, where this process is granted one core (`granted_cores`) or may start
+    no process (`may_start_processes`); else in min(workers, variants, granted cores) spawned processes at once
+    (module docstring). The results are the same either way; the order of the dict is the order of `variants`.
+    ValueError on bad arguments (no variants, a label twice, workers < 1)."""
     if not variants:
         raise ValueError("train_variants: no variants to train")
     labels = [v.label for v in variants]
@@ -112,13 +111,11 @@ def train_variants(
             for v in variants
         }
     n_workers = min(workers, len(variants), granted_cores())
-    why = (
-        None
-        if may_start_processes()
-        else "this is a daemonic process (as tvw-run's workers), which may start none"
-    )
+    why = None
     if n_workers == 1:
         why = f"this process is granted 1 core (NUMBA_NUM_THREADS), not {workers}"
+    elif not may_start_processes():
+        why = "this is a daemonic process (as tvw-run's workers), which may start none"
     if why is not None:
         say(f"training the variants in turn: {why}")
         return train_variants(sim_cfg, train, base, forecaster, variants, 1, log, device, labeller)
