@@ -521,10 +521,7 @@ def main() -> None:
             labeller=labeller,
         )
         stage_s["train"] = time.perf_counter() - t0
-        print(
-            f"training: {len(todo)} variants in {stage_s['train']:.1f} s of wall time on "
-            f"{min(args.workers, len(todo))} worker(s)"
-        )
+        print(f"training: {len(todo)} variants in {stage_s['train']:.1f} s of wall time")
         for label, (_, table, speed) in runs.items():
             stage_s[f"train_{label}"] = float(table["elapsed_s"].max())
             table.write_parquet(out / f"stages_{label}.parquet")

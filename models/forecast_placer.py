@@ -2819,7 +2819,7 @@ def train_and_publish(
     if log is not None:
         fitted = settings.base + ("" if advisor is None else f" and advisor {settings.advisor}")
         log(f"{where}: forecaster and base rule {fitted} fitted in {time.perf_counter() - t0:.1f} s")
-    from models.placer_variants import Variant, train_variants
+    from models.placer_variants import Variant, train_variants  # it imports this module
 
     variants = [Variant("advised" if advisor is not None else "trained", pcfg, advisor)]
     if advisor is not None and settings.advisor_choice:  # the simpler one first: ties go to it

@@ -1,23 +1,23 @@
-"""Training the variants of one (source, load, seed) of the forecast residual scheduler: one after another, or at
-once in worker processes, one per core.
+"""Training the variants of one (source, load, seed) of the forecast residual scheduler: one after another,
+or at once in worker processes, one per core.
 
 A run trains several variants on the same fit and validation sequences (without and with an advisor:
-`PlacerTrainConfig.advisor_choice`, bench_placer's `--advisor none,...`) and publishes the one validation prefers
-(`models.forecast_placer.choose_variant`). The variants share nothing while they train, so on a machine with as
-many cores as variants they can train side by side: the wall time of the longest instead of the sum of all. That is
-what lets both variants of the adopted configuration have the issue's 3 minutes each on the 2-core machine instead
-of 85 s each (benchmarks/RESULTS.md, "Both variants at once").
+`PlacerTrainConfig.advisor_choice`, bench_placer's `--advisor none,...`) and publishes the one validation
+prefers (`models.forecast_placer.choose_variant`). The variants share nothing while they train, so on a machine
+with as many cores as variants they can train side by side: the wall time of the longest instead of the sum of
+all. That is what lets both variants of the adopted configuration have the issue's 3 minutes each on the 2-core
+machine instead of 85 s each (benchmarks/RESULTS.md, "Both variants at once").
 
-Workers are spawned processes (not forked: torch's and numba's thread pools are not safe across a fork), each on
-one torch thread and `granted cores // workers` numba threads: at most as many workers as the cores this
+Workers are spawned processes (not forked: torch's and numba's thread pools are not safe across a fork), each
+on one torch thread and `granted cores // workers` numba threads: at most as many workers as the cores this
 process is granted (`granted_cores`), and none in a daemonic process such as tvw-run's run workers
 (`may_start_processes`); the variants then train in turn and the log says why. Every random number of a run
 comes from its `PlacerConfig.seed` and the network's bits do not depend on the thread count, so a variant
 trained in a worker returns the same policy and stage table as one trained in the caller (a test checks it);
-only the seconds differ. Log lines of a worker reach the caller's `log` as they come, prefixed with the variant's label. A
-worker's exception is raised in the caller with its type, its message, the variant's label and the worker's
-traceback as notes; a worker that dies without a result (killed, out of memory) is a RuntimeError naming the
-variant and its exit code.
+only the seconds differ. Log lines of a worker reach the caller's `log` as they come, prefixed with the
+variant's label. A worker's exception is raised in the caller with its type, its message, the variant's label
+and the worker's traceback as notes; a worker that dies without a result (killed, out of memory) is a
+RuntimeError naming the variant and its exit code.
 """
 
 from __future__ import annotations
@@ -63,15 +63,14 @@ def usable_cores() -> int:
 
 
 def may_start_processes() -> bool:
-    """Whether this process may start worker processes: a daemonic one (`tvw-run`'s run workers are) may not."""
+    """Whether this process may start worker processes: a daemonic one (as `tvw-run`'s run workers) may not."""
     return not mp.current_process().daemon
 
 
 def granted_cores() -> int:
-    """Cores this process's work is granted: those it may run on, at most numba's thread count. `tvw-run` gives
-    each of its `--jobs` runs at once its share of the cores this way (NUMBA_NUM_THREADS and the other thread
-    variables, `cli.workers.THREAD_ENV`), as a user does with NUMBA_NUM_THREADS; so two runs at once on 2 cores
-    train their variants in turn, each on its own core, rather than four workers on two cores."""
+    """Cores this process's work is granted: those it may run on, at most numba's thread count, which is how
+    `tvw-run` gives each of its `--jobs` runs at once its share (NUMBA_NUM_THREADS and the other thread
+    variables, `cli.workers.THREAD_ENV`) and how a user grants a benchmark its cores."""
     import numba
 
     return max(1, min(usable_cores(), numba.config.NUMBA_NUM_THREADS))
@@ -110,7 +109,8 @@ def train_variants(
             )
             for v in variants
         }
-    n_workers = min(workers, len(variants), granted_cores())
+    cores = granted_cores()
+    n_workers = min(workers, len(variants), cores)
     why = None
     if n_workers == 1:
         why = f"this process is granted 1 core (NUMBA_NUM_THREADS), not {workers}"
@@ -119,7 +119,7 @@ def train_variants(
     if why is not None:
         say(f"training the variants in turn: {why}")
         return train_variants(sim_cfg, train, base, forecaster, variants, 1, log, device, labeller)
-    threads = max(1, granted_cores() // n_workers)
+    threads = max(1, cores // n_workers)
     return _train_in_workers(shared, variants, n_workers, threads, say)
 
 

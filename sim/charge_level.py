@@ -124,9 +124,8 @@ class ChargeAwarePeakPacking(_FollowsFallback):
         outer, inner = peak_forecasters(first)
         if not isinstance(inner, PeakQuantileForecaster):
             return None
-        for rule, lv in zip(
-            self.rules, self.levels, strict=True
-        ):  # each rule's risk level is lv (__post_init__)
+        # each rule's risk level is lv (__post_init__)
+        for rule, lv in zip(self.rules, self.levels, strict=True):
             if not isinstance(rule, RiskAwarePacking) or rule.forecaster is None:
                 return None
             o, i = peak_forecasters(rule)

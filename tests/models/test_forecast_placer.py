@@ -1406,9 +1406,8 @@ def test_variants_trained_at_once_in_workers_are_those_trained_in_turn(monkeypat
     reach the caller with its variant's label. A process granted one core trains them in turn and says so."""
     train, variants = _variants_case()
     in_turn = train_variants(CFG, train, _hybrid(), None, variants, workers=1)
-    monkeypatch.setattr(
-        placer_variants, "granted_cores", lambda: 2
-    )  # as on the 2-core machine, whatever runs it
+    # as on the 2-core machine, whatever runs it
+    monkeypatch.setattr(placer_variants, "granted_cores", lambda: 2)
     said: list[str] = []
     at_once = train_variants(CFG, train, _hybrid(), None, variants, workers=2, log=said.append)
     assert list(at_once) == ["plain", "advised"] == list(in_turn)
