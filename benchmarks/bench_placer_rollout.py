@@ -33,7 +33,7 @@ import numba
 import numpy as np
 import torch
 
-from benchmarks.bench_placer import deepplace, real_source, sim_config
+from benchmarks.bench_placer import compared_rules, deepplace, real_source, sim_config
 from models.forecast_placer import (
     INPUTS,
     ForecastResidualPolicy,
@@ -41,9 +41,13 @@ from models.forecast_placer import (
     PopulationPolicy,
     antithetic_heads,
     bare_step_rate,
+    charge_n_ref,
     fit_base_rule,
+    forecaster_levels,
     head_coordinates,
+    peak_rule_level,
     run_rollout,
+    with_rule_level,
 )
 from models.forecaster import torch_threads
 from models.sim_labeller import SimLabellerConfig, fit_labeller_if_labelled
@@ -62,6 +66,19 @@ def main() -> None:
     parser.add_argument("--n-train", type=int, default=40)
     parser.add_argument("--base", default="forecast_peak")
     parser.add_argument("--inputs", default=None, choices=INPUTS, help="default: rule on a peak rule")
+    parser.add_argument(
+        "--advisor",
+        default="",
+        help="a second fitted rule whose action gets a learned bonus, as bench_placer's --advisor (one name; '' "
+        "none): the README's configuration trains a variant advised by forecast_peak_charge_guard",
+    )
+    parser.add_argument(
+        "--rule-charge",
+        action=argparse.BooleanOptionalAction,
+        default=PlacerConfig.rule_charge,
+        help="PlacerConfig.rule_charge: action set 'rule''s level on each machine follows the jobs an overshoot "
+        "there would charge, bound as bench_placer binds it",
+    )
     parser.add_argument("--envs", type=int, default=400, help="B x N")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -100,8 +117,25 @@ def main() -> None:
     base, forecaster, ctx = fit_base_rule(
         cfg, train, args.base, "sample", tuning, where, labeller, inputs=inputs
     )
+    advisor = None
+    if args.advisor:
+        advisor = compared_rules([args.advisor], args.base, base, ctx).get(args.advisor)
+        if advisor is None:
+            raise SystemExit(f"--advisor {args.advisor}: cannot be fitted on {where}")
+    pcfg = PlacerConfig(rule_charge=args.rule_charge)
+    if pcfg.action_set == "rule":  # bound as bench_placer binds it: forecast_peak's level, the charge's n_ref
+        known = {args.base: base, **({args.advisor: advisor} if advisor is not None else {})}
+        n_ref = charge_n_ref(ctx, {**({args.advisor: advisor} if advisor else {}), args.base: base})
+        pcfg = with_rule_level(
+            pcfg,
+            peak_rule_level(ctx, known),
+            forecaster_levels(forecaster),
+            n_ref if args.rule_charge else None,
+        )
+    if args.rule_charge and not pcfg.rule_charge:
+        print("rule_charge off: no charge-aware rule with an n_ref among the base and the advisor")
     policy = ForecastResidualPolicy(
-        base=base, forecaster=forecaster, config=PlacerConfig(), labeller=labeller
+        base=base, forecaster=forecaster, config=pcfg, labeller=labeller, advisor=advisor
     )
     fit = ctx.split()[0]
     fit.observed_prefix  # noqa: B018  as training: computed once, shared by every selection of the fit part
@@ -124,7 +158,8 @@ def main() -> None:
         trained = PopulationPolicy(policy, heads, np.arange(batch.batch_size) % (2 * pcfg.pgpe_pairs))
         mode, keep, entropy = "greedy", False, False  # as `pgpe_step`: no softmax, returns only
     print(
-        f"{where}, base {args.base}, inputs {inputs}: B x N = {batch.batch_size} envs ({fit.batch_size} fit "
+        f"{where}, base {args.base}, inputs {inputs}, advisor {args.advisor or 'none'}, rule_charge "
+        f"{policy.config.rule_charge}: B x N = {batch.batch_size} envs ({fit.batch_size} fit "
         f"sequences repeated), M = 10, the {args.learner} learner's rollout; set-up {time.perf_counter() - t0:.0f} s"
     )
 

@@ -491,10 +491,11 @@ class BaseRule:
         return isinstance(self.policy, JobPicker)
 
     @property
-    def risk_rule(self) -> RiskAwarePacking | None:
-        """The `RiskAwarePacking` that `act` runs (over the cached forecasts; the hybrid itself on its fast path),
-        or None where `act` runs another policy."""
-        return self._run if isinstance(self._run, RiskAwarePacking) else None
+    def risk_rule(self) -> RiskAwarePacking | ChargeAwarePeakPacking | None:
+        """The rule that `act` runs where `sim.compiled_decision.risk_act_args` may compile it: a `RiskAwarePacking`
+        (over the cached forecasts; the hybrid itself on its fast path) or a `ChargeAwarePeakPacking` (a table
+        row per machine); None where `act` runs another policy."""
+        return self._run if isinstance(self._run, (RiskAwarePacking, ChargeAwarePeakPacking)) else None
 
     def served(self, cfg: SimConfig, state: State) -> State:
         """The state as the rule sees it: relabelled by the labeller where the rule or its forecasts read labels."""
@@ -814,17 +815,18 @@ def safe_action_mask(
     return mask & keep
 
 
-def rule_levels(pcfg: PlacerConfig, state: State) -> np.ndarray | None:
+def rule_levels(pcfg: PlacerConfig, state: State, n_running: np.ndarray | None = None) -> np.ndarray | None:
     """Indices into `pcfg.levels` of the action set's levels: (B, M) each machine's under
     `PlacerConfig.rule_charge` (`sim.charge_level.level_rows` for the jobs running on it plus the arriving one),
     (B,) each env's under `PlacerConfig.rule_shift` (`sim.rise_shift.adapted_level` of `safe_level` by the env's
-    `rate_ratio`), or None where both are off."""
+    `rate_ratio`), or None where both are off. `n_running` (B, M): the jobs running on each machine where the
+    caller has them already (`running_counts` of the inputs), else counted from `state`."""
     if pcfg.rule_charge:
         if pcfg.charge_n_ref is None or pcfg.safe_level is None:
             raise ValueError(
                 "forecast placer: rule_charge needs a bound safe_level and charge_n_ref (with_rule_level binds them)"
             )
-        n = jobs_per_machine(state) + 1
+        n = (jobs_per_machine(state) if n_running is None else n_running) + 1
         return level_rows(np.asarray(pcfg.levels), pcfg.safe_level, pcfg.charge_n_ref, n, raise_only=True)
     if not pcfg.rule_shift:
         return None
@@ -834,6 +836,14 @@ def rule_levels(pcfg: PlacerConfig, state: State) -> np.ndarray | None:
         )
     rate = RiseRate(pcfg.rise_rate, 0, 0, pcfg.rise_prior_events)
     return adapted_level(pcfg.safe_level, rate_ratio(rate, state), pcfg.levels)
+
+
+def running_counts(pcfg: PlacerConfig, n_resources: int, x: np.ndarray) -> np.ndarray:
+    """(B, M) int64 the jobs running on each machine, read back from the inputs `x`' "n_running" column, which holds
+    n / 10 in float32 (exact after rounding for any count below 2**20): what `jobs_per_machine` counts, without
+    walking every job again (zeros for an env the inputs skip as done, whose only action is hold)."""
+    column = feature_names(pcfg, n_resources).index("n_running")
+    return np.rint(x[:, :, column].astype(np.float64) * 10.0).astype(np.int64)
 
 
 def rule_level(rule) -> float | None:
@@ -1331,7 +1341,8 @@ class ForecastResidualPolicy:
         if self.advisor is not None and advice is None:
             advice = self.advisor.act(cfg, seen, rng, served=True)
         if self.config.action_set != "valid":
-            mask = safe_action_mask(cfg, self.config, x, base, mask, advice, rule_levels(self.config, state))
+            levels = rule_levels(self.config, state, running_counts(self.config, cfg.n_resources, x))
+            mask = safe_action_mask(cfg, self.config, x, base, mask, advice, levels)
         inputs = {"x": x, "g": g, "base": base, "mask": mask}
         if self.advisor is not None:
             inputs["advice"] = advice

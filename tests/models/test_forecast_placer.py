@@ -1206,6 +1206,58 @@ def test_a_rollout_on_the_decision_kernel_records_what_the_pieces_give(square_jo
     _same_record(got, ref)
 
 
+def test_a_charge_aware_advisor_and_rule_charge_run_in_the_decision_kernel(square_jobs, monkeypatch):
+    """The README's configuration (the action set "rule" under `rule_charge`, advised by a
+    `forecast_peak_charge_guard`-kind rule): the advisor's actions come from the one decision kernel, never from
+    its own `act`, each machine's level reads its running jobs back from the inputs (`running_counts`, which equal
+    `jobs_per_machine` of every live env) and the rollout records what the pieces give."""
+    from sim.charge_level import ChargeAwarePeakPacking
+    from sim.risk import jobs_per_machine
+
+    cfg, plain, jobs = _kernel_rollout_case(square_jobs)
+    table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    levels = (0.75, 0.9, 0.99)
+    rules = tuple(
+        RiskAwarePacking(
+            table.forecaster(lv, horizon=12), make_policy("tetris"), RiskConfig(lv), name=f"p{lv}"
+        )
+        for lv in levels
+    )
+    guard = ChargeAwarePeakPacking(
+        rules, levels, level=0.75, n_ref=1.5, raise_only=True, fallback=make_policy("tetris")
+    )
+    config = fp.with_rule_level(
+        PlacerConfig(action_set="rule", rule_charge=True), 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=1.5
+    )
+    assert config.rule_charge
+    policy = ForecastResidualPolicy(
+        base=plain.base.policy, forecaster=plain.forecaster, config=config, advisor=guard
+    )
+    assert policy.advisor.risk_rule is guard
+    _randomise_residual(policy.ready(cfg))
+    n_counted = []
+
+    def counts_agree(state, inputs, active) -> None:
+        live = ~state.is_done
+        counts = fp.running_counts(config, cfg.n_resources, inputs["x"])
+        assert np.array_equal(counts[live], jobs_per_machine(state)[live])
+        n_counted.append(int(live.sum()))
+
+    own_acts = []
+    real_act = ChargeAwarePeakPacking.act
+    monkeypatch.setattr(
+        ChargeAwarePeakPacking, "act", lambda self, *a: own_acts.append(1) or real_act(self, *a)
+    )
+    got = run_rollout(
+        policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True, on_decision=counts_agree
+    )
+    assert not own_acts and sum(n_counted) > 50  # the kernel decided every advice
+    policy._decide = lambda cfg, seen: None
+    ref = run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(1), keep=True)
+    assert own_acts  # the pieces ask the advisor on its own
+    _same_record(got, ref)
+
+
 @pytest.mark.parametrize("n_spans", [1, 2, 4, 9])
 def test_the_threaded_kernels_give_the_callers_rollout_for_any_number_of_spans(
     n_spans, square_jobs, on_threads, monkeypatch
