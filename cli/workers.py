@@ -4,10 +4,16 @@ Each worker is a fresh interpreter (spawn) that leads its own process group, so 
 only the driver, which decides; everything a worker starts (a DTW process pool, ...) stays in its group. A worker
 asks the kernel for SIGTERM when the driver dies (`PR_SET_PDEATHSIG`, even after kill -9 or the OOM killer), and
 on SIGTERM it kills its whole group: no orphan keeps computing or writing after the driver is gone.
+
+Workers are not daemonic processes, so a run may start processes of its own (the learned placer's variants train
+at once, one per core: `models.placer_variants`); multiprocessing would refuse a daemonic one children. What the
+daemon flag gave, the pool does itself: `WorkerPool.stop` runs when the driver exits by any path (`atexit`, before
+multiprocessing's own exit handler would wait for the workers), and it kills each worker's group.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import dataclasses
@@ -212,16 +218,19 @@ class WorkerPool:
     """`n` worker processes; `submit` hands one a run, `events` returns what they report, `stop` kills them all
     (process groups included) within `grace` seconds."""
 
-    def __init__(self, n: int, target: Target, instance, threads: int) -> None:
-        self._ctx = multiprocessing.get_context(
-            "spawn"
-        )  # a fresh interpreter: no forked sqlite handles or threads
+    def __init__(self, n: int, target: Target, instance, threads: int, main=_worker_main) -> None:
+        # spawn: a fresh interpreter, no forked sqlite handles or threads
+        self._ctx = multiprocessing.get_context("spawn")
         self._args = (os.getpid(), instance.get_ref(), threads, target, driver_id())
-        self.workers: list[Worker] = [self._start() for _ in range(n)]
+        self._main = main  # what each worker runs (`_worker_main`; a test passes its own)
+        self.workers: list[Worker] = []
+        atexit.register(self.stop)  # the driver's exit by any path stops the (non-daemonic) workers first
+        self.workers = [self._start() for _ in range(n)]
 
     def _start(self) -> Worker:
         mine, theirs = self._ctx.Pipe()
-        process = self._ctx.Process(target=_worker_main, args=(theirs, *self._args), daemon=True)
+        # not daemonic: a run may start processes of its own (module docstring)
+        process = self._ctx.Process(target=self._main, args=(theirs, *self._args), daemon=False)
         process.start()
         theirs.close()
         return Worker(process, mine)
@@ -264,7 +273,11 @@ class WorkerPool:
         return out
 
     def stop(self, grace: float = 3.0) -> None:
-        """Ask every worker to finish (idle ones exit), then kill each worker's process group."""
+        """Ask every worker to finish (idle ones exit), then kill each worker's process group. Safe to call again
+        (the driver's exit calls it after `execute` has)."""
+        if not self.workers:
+            return
+        atexit.unregister(self.stop)
         for w in self.workers:
             with contextlib.suppress(OSError, BrokenPipeError):
                 if w.spec is None:

@@ -2627,9 +2627,10 @@ class PlacerTrainConfig:
     """Processes that train the variants of a run at once (`models.placer_variants.train_variants`; with
     `advisor_choice`, 2 trains both side by side, one per core of a 2-core machine: the run's training takes the
     longer variant's time instead of the sum). Same results for any value. At most the cores the run is granted
-    (`models.placer_variants.granted_cores`), and none in a daemonic process (`tvw-run`'s run workers, which
-    run `--jobs` partitions at once instead): there the variants train in turn and the log says why. Keep 1 on
-    a Dask cluster, whose workers run several partitions at once on cores this cannot see."""
+    (`models.placer_variants.granted_cores`: `tvw-run --jobs N` grants each run its cores // N, so `--jobs 1` on 2
+    cores trains both at once, `--jobs 2` each run's variants in turn beside another run), and none in a daemonic
+    process: there the variants train in turn and the log says why. Keep 1 on a Dask cluster, whose workers run
+    several partitions at once on cores this cannot see."""
     inputs: str = "rule"
     """Per-job forecaster of the residual's inputs (`INPUTS`): "rule", the base rule's own remaining-peak quantiles
     (`sim.risk.peak_rule_inputs`: a base on the table, `sim.risk.PEAK_RULES`; flat forecasts, so the features

@@ -10,8 +10,8 @@ machine instead of 85 s each (benchmarks/RESULTS.md, "Both variants at once").
 
 Workers are spawned processes (not forked: torch's and numba's thread pools are not safe across a fork), each
 on one torch thread and `granted cores // workers` numba threads: at most as many workers as the cores this
-process is granted (`granted_cores`), and none in a daemonic process such as tvw-run's run workers
-(`may_start_processes`); the variants then train in turn and the log says why. Every random number of a run
+process is granted (`granted_cores`), and none in a daemonic process (`may_start_processes`; `tvw-run`'s run
+workers are not daemonic since the twenty-first session); the variants then train in turn and the log says why. Every random number of a run
 comes from its `PlacerConfig.seed` and the network's bits do not depend on the thread count, so a variant
 trained in a worker returns the same policy and stage table as one trained in the caller (a test checks it);
 only the seconds differ. Log lines of a worker reach the caller's `log` as they come, prefixed with the
@@ -63,7 +63,8 @@ def usable_cores() -> int:
 
 
 def may_start_processes() -> bool:
-    """Whether this process may start worker processes: a daemonic one (as `tvw-run`'s run workers) may not."""
+    """Whether this process may start worker processes: a daemonic one may not (multiprocessing refuses it
+    children; `tvw-run`'s run workers are not daemonic, `cli.workers`)."""
     return not mp.current_process().daemon
 
 
@@ -115,7 +116,7 @@ def train_variants(
     if n_workers == 1:
         why = f"this process is granted 1 core (NUMBA_NUM_THREADS), not {workers}"
     elif not may_start_processes():
-        why = "this is a daemonic process (as tvw-run's workers), which may start none"
+        why = "this is a daemonic process, which may start none"
     if why is not None:
         say(f"training the variants in turn: {why}")
         return train_variants(sim_cfg, train, base, forecaster, variants, 1, log, device, labeller)
