@@ -66,8 +66,12 @@ from sim.forecast import uncached
 from sim.jobs import JobBatch
 from sim.labelling import ServedLabels
 from sim.policies import make_policy, policy_kind
+from sim.replay_select import replay_guard
 from sim.risk import PEAK_RULES
 from sim.tuning import CHOICE_DETAILS, TuningConfig, sequence_outcomes
+
+GUARDED = "forecast_residual_rl_replay"
+"""`--replay-guard`'s row: the learned policy guarded by replays of each episode's observed past."""
 
 SETTINGS = {
     "reinforce": {"base_bonus": 4.0, "learning_rate": 1e-3, "patience": 10},
@@ -392,6 +396,13 @@ def main() -> None:
         "time of the longer variant, not the sum; the same results for any value). At most the cores granted: "
         "NUMBA_NUM_THREADS, so run it with NUMBA_NUM_THREADS=2 (each worker then runs one numba thread)",
     )
+    ap.add_argument(
+        "--replay-guard",
+        action="store_true",
+        help="also evaluate forecast_residual_rl_replay: the learned policy guarded by replays of each episode's "
+        "observed past (sim.replay_select.replay_guard: its base's fallback as the overshoot reference, the base, "
+        "the advisors, First-Fit, Best-Fit)",
+    )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -607,6 +618,19 @@ def main() -> None:
         show_pairs("base rule", ours, base_ret)
         show_pairs("tetris", ours, tetris)
         show_pairs("base vs tetris", base_ret, tetris)
+        if args.replay_guard:
+            t0 = time.perf_counter()
+            fitted = {n: a for n, a in advisors.items() if a is not None}
+            guard = replay_guard(
+                loaded, base, tuple(fitted.values()), ("forecast_residual_rl", *fitted), seed=args.seed
+            )
+            ran[GUARDED] = outcomes(guard, cfg, test, args.seed, labeller)
+            chosen = ", ".join(f"{n} {k}" for n, k in guard.tally.most_common())
+            print(
+                f"    replay guard: {time.perf_counter() - t0:.0f} s, overshoot {ran[GUARDED][1].mean():.3f} % "
+                f"(ours {ran['forecast_residual_rl'][1].mean():.3f} %); chosen at checkpoints: {chosen}"
+            )
+            show_pairs("replay guard vs ours", ran[GUARDED][0], ours)
         # the compared rules as fitted at M = 10, at either M (their knobs carry over as our weights do)
         for name, rule in rules.items():
             if name not in ran:
@@ -616,6 +640,8 @@ def main() -> None:
             args.base: f"base:{args.base}",
             "tetris": "tetris",
         }
+        if args.replay_guard:
+            labels[GUARDED] = GUARDED
         rows = [(label, ran[name]) for name, label in labels.items()]
         rows += [
             (name, ran[name]) for name in rules if name not in labels.values()

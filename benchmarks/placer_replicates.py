@@ -7,10 +7,12 @@ its 95 % t-interval and how many sequences are better and worse; the pooled row 
 own interval is above 0 and below 0 (the pooled interval alone hides seeds that disagree). Then the bar's other
 clauses: each policy's mean overshoot and machines used (`footprint`). `--out` writes the comparison rows.
 `--versus` pairs each folder's learned policy with another run's on the same test sequences (same source, load
-and seed, another configuration): the comparison "versus", ours here - ours there.
+and seed, another configuration): the comparison "versus", ours here - ours there. `--ours
+forecast_residual_rl_replay` takes the learned policy as `bench_placer.py --replay-guard` guarded it for ours (the
+comparison "forecast_residual_rl" is then ours - the policy unguarded).
 
     python benchmarks/placer_replicates.py /tmp/placer_s0 /tmp/placer_s1 /tmp/placer_s2 [--machines 10]
-        [--versus /tmp/old_s0 /tmp/old_s1 /tmp/old_s2] [--out pooled.parquet]
+        [--versus /tmp/old_s0 /tmp/old_s1 /tmp/old_s2] [--ours forecast_residual_rl_replay] [--out pooled.parquet]
 """
 
 from __future__ import annotations
@@ -35,17 +37,17 @@ def footprint_clauses(over: float, used: float, tetris_over: float, tetris_used:
     return over <= tetris_over + OVERSHOOT_POINTS, used <= tetris_used + 1e-9
 
 
-def comparisons(returns: pl.DataFrame) -> tuple[dict[str, np.ndarray], str | None]:
+def comparisons(returns: pl.DataFrame, ours_name: str = OURS) -> tuple[dict[str, np.ndarray], str | None]:
     """({label: ours - other per test sequence}, the best heuristic's name) of one replicate's returns (sequence
-    order): the base rule, the best heuristic (by this replicate's mean; label "best heuristic") and every forecast
-    rule it holds."""
+    order): the base rule, the best heuristic (by this replicate's mean; label "best heuristic"), every forecast
+    rule it holds and, where `ours_name` is another learned row (the guarded policy), the plain learned policy."""
     by_policy = {
         name: part.sort("sequence")["return"].to_numpy()
         for (name,), part in returns.group_by("policy", maintain_order=True)
     }
-    if OURS not in by_policy:
-        raise ValueError(f"no {OURS!r} rows (policies: {sorted(by_policy)})")
-    ours = by_policy[OURS]
+    if ours_name not in by_policy:
+        raise ValueError(f"no {ours_name!r} rows (policies: {sorted(by_policy)})")
+    ours = by_policy[ours_name]
     sizes = {name: r.size for name, r in by_policy.items()}
     if len(set(sizes.values())) != 1:
         raise ValueError(f"policies ran different numbers of test sequences: {sizes}")
@@ -56,7 +58,10 @@ def comparisons(returns: pl.DataFrame) -> tuple[dict[str, np.ndarray], str | Non
     bases = [n for n in by_policy if n.startswith("base:")]
     if bases:
         out["base rule"] = ours - by_policy[bases[0]]
-    named = [n for n in by_policy if n != OURS and not n.startswith("base:")]
+    # the learned rows (the policy, and as `bench_placer.py --replay-guard` guards it) are not registered rules
+    named = [n for n in by_policy if not n.startswith(OURS) and not n.startswith("base:")]
+    if ours_name != OURS and OURS in by_policy:
+        out[OURS] = ours - by_policy[OURS]
     heuristics = [n for n in named if policy_kind(n) == "heuristic"]
     if heuristics:
         best = max(heuristics, key=lambda n: by_policy[n].mean())
@@ -89,7 +94,9 @@ def versus_diff(returns: pl.DataFrame, other: pl.DataFrame, where: str) -> np.nd
     return mine["return"].to_numpy() - theirs["return"].to_numpy()
 
 
-def pooled(folders: list[Path], n_machines: int, versus: list[Path] | None = None) -> pl.DataFrame:
+def pooled(
+    folders: list[Path], n_machines: int, versus: list[Path] | None = None, ours_name: str = OURS
+) -> pl.DataFrame:
     """One row per (replicate or "pooled", comparison): mean, 95 % interval, sequences better and worse.
     `versus`: one folder per folder, whose learned policy each is paired with (`versus_diff`)."""
     if versus is not None and len(versus) != len(folders):
@@ -97,7 +104,7 @@ def pooled(folders: list[Path], n_machines: int, versus: list[Path] | None = Non
     rows, pooled_diffs = [], {}
     for i, folder in enumerate(folders):
         returns = replicate_returns(folder, n_machines)
-        diffs, best = comparisons(returns)
+        diffs, best = comparisons(returns, ours_name)
         if versus is not None:
             other = replicate_returns(versus[i], n_machines)
             diffs["versus"] = versus_diff(returns, other, f"{folder} against {versus[i]}")
@@ -139,7 +146,7 @@ def replicate_returns(folder: Path, n_machines: int) -> pl.DataFrame:
     return returns
 
 
-def footprint(folders: list[Path], n_machines: int) -> pl.DataFrame | None:
+def footprint(folders: list[Path], n_machines: int, ours_name: str = OURS) -> pl.DataFrame | None:
     """The bar's other two clauses, per replicate and pooled: the mean overshoot (%) and machines used of the
     learned policy, Tetris, the replicate's best heuristic and each forecast rule, and whether ours is within
     Tetris's overshoot + 0.5 point and uses no more machines than Tetris. None where a file predates those columns
@@ -149,13 +156,16 @@ def footprint(folders: list[Path], n_machines: int) -> pl.DataFrame | None:
         returns = replicate_returns(folder, n_machines)
         if "overshoot_pct" not in returns.columns:
             return None
-        _, best = comparisons(returns)
+        _, best = comparisons(returns, ours_name)
         means = {
             name: part.select(pl.col("overshoot_pct", "machines").mean()).row(0)
             for (name,), part in returns.group_by("policy")
         }
-        shown = [OURS, "tetris", *([best] if best else [])]
-        shown += sorted(n for n in means if n not in shown and policy_kind(n) == "forecast")
+        shown = [ours_name, "tetris", *([best] if best else [])]
+        shown += [n for n in (OURS,) if n in means and n not in shown]
+        shown += sorted(
+            n for n in means if n not in shown and not n.startswith(OURS) and policy_kind(n) == "forecast"
+        )
         for name in shown:
             rows.append(_footprint_row(str(folder), name, means[name], means["tetris"], best))
     table = pl.DataFrame(rows)
@@ -163,9 +173,9 @@ def footprint(folders: list[Path], n_machines: int) -> pl.DataFrame | None:
         name: tuple(
             float(table.filter(pl.col("policy") == name)[col].mean()) for col in ("overshoot_pct", "machines")
         )
-        for name in (OURS, "tetris")
+        for name in (ours_name, "tetris")
     }
-    pooled_row = _footprint_row("pooled", OURS, pooled_means[OURS], pooled_means["tetris"], None)
+    pooled_row = _footprint_row("pooled", ours_name, pooled_means[ours_name], pooled_means["tetris"], None)
     return pl.concat([table, pl.DataFrame([pooled_row])])
 
 
@@ -211,10 +221,15 @@ def main() -> None:
         help="one folder per folder: another configuration's run on the same seeds, whose learned policy each "
         "folder's is paired with",
     )
+    ap.add_argument(
+        "--ours",
+        default=OURS,
+        help="the learned row to judge (forecast_residual_rl_replay: as bench_placer.py --replay-guard guards it)",
+    )
     ap.add_argument("--out", default=None, help="write the rows to this parquet file")
     args = ap.parse_args()
-    table = pooled(args.folders, args.machines, args.versus)
-    feet = footprint(args.folders, args.machines)
+    table = pooled(args.folders, args.machines, args.versus, args.ours)
+    feet = footprint(args.folders, args.machines, args.ours)
     with pl.Config(tbl_rows=200, tbl_cols=-1, tbl_width_chars=250, float_precision=3, fmt_str_lengths=60):
         print(table)
         if feet is None:

@@ -163,10 +163,14 @@ def select(
     at most the `reference` candidate's + `budget_pct` (the reference always is). Where the first candidate (the
     rule as fitted) is eligible it is kept unless an eligible one beats its return by more than `margin` x |its
     return| and, where `gain_z` (`block_gain_z`) is given, by more than `z` standard errors; then the best such by
-    return is played. Where it is not eligible, the eligible one with the best return is."""
+    return is played (with an infinite `margin` none is). Where it is not eligible, the eligible one with the best
+    return is."""
     eligible = overshoot <= overshoot[:, [reference]] + budget_pct
     eligible[:, reference] = True
-    beats = eligible & (returns > returns[:, :1] + margin * np.abs(returns[:, :1]))
+    if np.isinf(margin):  # no return beats the first candidate's: it is left only where it is not eligible
+        beats = np.zeros_like(eligible)
+    else:
+        beats = eligible & (returns > returns[:, :1] + margin * np.abs(returns[:, :1]))
     if gain_z is not None:
         beats &= gain_z > z
     beats[:, 0] = True
@@ -188,6 +192,9 @@ class ReplaySelect:
     """A candidate whose replayed overshoot % tops the reference's by more is not eligible: the bar's clause
     (Tetris's + 0.5 point), per episode (chosen on seen seeds 54, 59, 66, 82 against 0.25: RESULTS.md)."""
     margin: float = 0.0
+    """A switch away from the fitted rule needs a replayed return better than its own by this share of it; inf:
+    never (a guard, `replay_guard`: only a fitted rule beyond the overshoot budget is left, and the other
+    candidates are replayed only for the envs where it is)."""
     z: float = 2.0
     """> 0: a switch away from the fitted rule also needs its replayed gain to stand `z` standard errors above 0
     over blocks of `block` steps (`block_gain_z`)."""
@@ -252,18 +259,31 @@ class ReplaySelect:
             envs = stale[k_now[stale] == k]
             until = int(times[k])
             prefix = prefix_batches(state, envs, until)
-            results = [replay(cfg, c, prefix, until, self.seed) for c in self.candidates]
-            steps = np.stack([r[0] for r in results], axis=1)  # (B, C, until)
-            overshoot = np.stack([r[1] for r in results], axis=1)
-            gain_z = block_gain_z(steps, self.block) if self.z > 0 else None
-            returns = steps.sum(axis=2)
-            if self.prior_steps > 0:
-                returns = returns + self.prior_steps * np.asarray(self.prior, dtype=np.float64)[None, :]
-            chosen = select(returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z)
+            chosen = np.zeros(envs.size, dtype=np.int64)
+            if np.isinf(self.margin):  # a guard: the others are replayed only where the first is not eligible
+                own, ref = (
+                    replay(cfg, self.candidates[i], prefix, until, self.seed)[1] for i in (0, self.reference)
+                )
+                out = np.flatnonzero(own > ref + self.budget_pct)
+                if out.size:
+                    chosen[out] = self._replayed_choice(cfg, prefix_batches(state, envs[out], until), until)
+            else:
+                chosen = self._replayed_choice(cfg, prefix, until)
             memo["choice"][envs] = chosen
             self.tally.update(self.names[c] if self.names else str(c) for c in chosen.tolist())
             memo["k"][envs] = k
         return memo["choice"]
+
+    def _replayed_choice(self, cfg: SimConfig, prefix: JobBatch, until: int) -> np.ndarray:
+        """(B,) the candidate `select` chooses for each env of the prefix batches from every candidate's replay."""
+        results = [replay(cfg, c, prefix, until, self.seed) for c in self.candidates]
+        steps = np.stack([r[0] for r in results], axis=1)  # (B, C, until)
+        overshoot = np.stack([r[1] for r in results], axis=1)
+        gain_z = block_gain_z(steps, self.block) if self.z > 0 else None
+        returns = steps.sum(axis=2)
+        if self.prior_steps > 0:
+            returns = returns + self.prior_steps * np.asarray(self.prior, dtype=np.float64)[None, :]
+        return select(returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z)
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         choice = self.choices(cfg, state)
@@ -375,3 +395,42 @@ def fit_replay_select(
         "replay_hybrid": hybrid,
     }
     return policy
+
+
+def replay_guard(
+    policy,
+    base,
+    others: tuple = (),
+    names: tuple[str, ...] = (),
+    on_return: bool = False,
+    **knobs,
+) -> ReplaySelect:
+    """`ReplaySelect` with `policy` as the rule as fitted (e.g. a learned scheduler: any policy with `act`, and
+    `pick_job` where it picks), the request-based fallback of its `base` rule (the overshoot reference; `base`
+    itself where it has none), `base`, the fitted rules `others`, First-Fit and Best-Fit, as `fit_replay_select`
+    builds them around `forecast_peak`. `names`: of `policy`, then of each of `others`. A guard of the bar's
+    overshoot clause: at each checkpoint an env leaves `policy` only where its replayed overshoot tops the
+    reference's by more than `budget_pct`, for the eligible candidate with the best replayed return; with
+    `on_return` also where another candidate beats its replayed return by `z` standard errors, as
+    `forecast_peak_replay` does (`select`). `knobs`: ReplaySelect's (not `margin` without `on_return`)."""
+    if not on_return:
+        if "margin" in knobs:
+            raise ValueError("replay_guard: a margin applies only with on_return")
+        knobs = {**knobs, "margin": np.inf, "z": 0.0}  # no return beats the policy's by an infinite margin
+    fallback = base._fallback() if hasattr(base, "_fallback") else base
+    own = names[0] if names else getattr(policy, "name", "policy")
+    extra = (
+        list(names[1:]) if len(names) > 1 else [getattr(o, "name", f"other{i}") for i, o in enumerate(others)]
+    )
+    if len(extra) != len(others):
+        raise ValueError(f"replay_guard: {len(names)} names for the policy and {len(others)} other rules")
+    candidates = (policy, fallback, base, *others, FirstFit(), BestFit())
+    labels = (
+        own,
+        getattr(fallback, "name", "fallback"),
+        getattr(base, "name", "base"),
+        *extra,
+        "first_fit",
+        "best_fit",
+    )
+    return ReplaySelect(candidates, labels, reference=1, **{"name": f"{own}_replay", **knobs})

@@ -19,6 +19,7 @@ from sim.replay_select import (
     prefix_batch,
     prefix_batches,
     replay,
+    replay_guard,
     select,
     validation_prior,
 )
@@ -214,3 +215,50 @@ def test_a_gain_from_one_lucky_block_is_not_a_clear_gain_but_a_steady_one_is() -
     assert select(returns, overshoot, 0, 0.25, 0.0, z, 2.0).tolist() == [2]
     overshoot[0, 0] = 1.0  # the fitted rule not eligible: the best eligible return, whatever z says
     assert select(returns, overshoot, 1, 0.25, 0.0, z, 50.0).tolist() == [1]
+
+
+def test_a_replay_guard_plays_the_policy_until_its_replay_overshoots_then_an_eligible_rule() -> None:
+    """`replay_guard` around a policy that packs beyond requests (First-Fit standing for a learned scheduler): its
+    base's request-based fallback is the overshoot reference, then the base, the other rules, First-Fit and
+    Best-Fit; before the first checkpoint it plays the policy exactly, and on jobs that mostly rise after they are
+    placed it overshoots less than the policy alone."""
+    from sim.metrics import overshoot_pct_per_episode
+    from sim.risk import PersistenceForecaster, RiskAwarePacking, RiskConfig
+
+    hybrid = RiskAwarePacking(PersistenceForecaster(), Tetris(), RiskConfig(0.9), name="hybrid")
+    guard = replay_guard(FirstFit(), hybrid, (BestFit(),), ("stand_in", "other"), first=12, max_gap=12)
+    assert guard.names == ("stand_in", "tetris", "hybrid", "other", "first_fit", "best_fit")
+    assert isinstance(guard.candidates[1], Tetris) and guard.candidates[2] is hybrid and guard.reference == 1
+    assert guard.name == "stand_in_replay"
+    with pytest.raises(ValueError, match="2 names for the policy and 0 other rules"):
+        replay_guard(FirstFit(), hybrid, (), ("stand_in", "other"))
+    jobs = _jobs(2, 60, seed=3, p_rise=0.8)
+    mine, theirs = core.make_trace(CFG, 2), core.make_trace(CFG, 2)
+    state = play(guard, CFG, jobs, 0, mine)
+    alone = play(FirstFit(), CFG, jobs, 0, theirs)
+    early = (alone.job_start >= 0) & (alone.job_start < 12)
+    assert early.any() and np.array_equal(state.job_machine[early], alone.job_machine[early])
+    assert (guard._memo["choice"] != 0).all()  # left the policy at a checkpoint
+    assert (overshoot_pct_per_episode(mine, state) < overshoot_pct_per_episode(theirs, alone)).all()
+    with pytest.raises(ValueError, match="margin applies only with on_return"):
+        replay_guard(FirstFit(), hybrid, margin=0.1)
+
+
+def test_a_replay_guard_leaves_a_policy_within_the_overshoot_budget_whatever_the_returns() -> None:
+    """Without `on_return` a better replayed return is no reason to leave the policy: jobs that never rise (Tetris,
+    the stand-in here, never overshoots) keep every env on it at every checkpoint, though First-Fit's replayed
+    returns are better; `on_return` switches where the gain is clear."""
+    jobs = _jobs(2, 60, seed=3, p_rise=0.0)
+    guard = replay_guard(Tetris(), Tetris(), first=12, max_gap=12)
+    play(guard, CFG, jobs, 0)
+    assert set(guard.tally) == {"tetris"}
+    by_return = replay_guard(Tetris(), Tetris(), on_return=True, first=12, max_gap=12)
+    play(by_return, CFG, jobs, 0)
+    assert set(by_return.tally) - {"tetris"}  # another candidate's replayed gain was clear somewhere
+
+
+def test_select_with_an_infinite_margin_switches_on_overshoot_only() -> None:
+    returns = np.array([[-10.0, -5.0, -1.0], [0.0, -5.0, -1.0]])
+    overshoot = np.array([[0.0, 0.0, 0.0], [2.0, 0.0, 0.1]])
+    assert select(returns, overshoot, 1, 0.5, np.inf).tolist() == [0, 2]
+    assert select(returns, overshoot, 1, 0.5, 0.0).tolist() == [2, 2]
