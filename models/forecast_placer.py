@@ -1341,7 +1341,8 @@ class ForecastResidualPolicy:
         if self.advisor is not None and advice is None:
             advice = self.advisor.act(cfg, seen, rng, served=True)
         if self.config.action_set != "valid":
-            levels = rule_levels(self.config, state, running_counts(self.config, cfg.n_resources, x))
+            counts = running_counts(self.config, cfg.n_resources, x) if self.config.rule_charge else None
+            levels = rule_levels(self.config, state, counts)
             mask = safe_action_mask(cfg, self.config, x, base, mask, advice, levels)
         inputs = {"x": x, "g": g, "base": base, "mask": mask}
         if self.advisor is not None:
