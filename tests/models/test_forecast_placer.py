@@ -307,12 +307,28 @@ def test_the_rule_action_set_follows_each_episodes_rise_rate_with_rule_shift(squ
     assert trained.config.rule_shift and trained.config.rise_rate > 0
 
 
+def _charge_guard(table):
+    """A `forecast_peak_charge_guard`-kind rule on `table`: levels 0.75 / 0.9 / 0.99 over Tetris, fitted level 0.75,
+    n_ref 1.5."""
+    from sim.charge_level import ChargeAwarePeakPacking
+
+    levels = (0.75, 0.9, 0.99)
+    rules = tuple(
+        RiskAwarePacking(
+            table.forecaster(lv, horizon=12), make_policy("tetris"), RiskConfig(lv), name=f"p{lv}"
+        )
+        for lv in levels
+    )
+    return ChargeAwarePeakPacking(
+        rules, levels, level=0.75, n_ref=1.5, raise_only=True, fallback=make_policy("tetris")
+    )
+
+
 def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule_charge(square_jobs) -> None:
     """`PlacerConfig.rule_charge`: each machine's mask entry is its "is_safe_with" input at the first level at or
     above max(q, 1 - (1 - q) x n_ref / n) for its n running jobs plus the arriving one, with the base's and the
     advisor's actions kept; misuse is refused; training binds n_ref from a charge-aware advisor and the checkpoint's
     config keeps it."""
-    from sim.charge_level import ChargeAwarePeakPacking
 
     cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
@@ -338,16 +354,7 @@ def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule
 
     seen_levels = _run_level_masks(cfg, config, table, square_jobs(4, 30, seed=4), levels_of)
     assert {0.75, 0.9, 0.99} <= seen_levels  # 1, 2-3 and 4+ jobs charged
-    levels = (0.75, 0.9, 0.99)
-    rules = tuple(
-        RiskAwarePacking(
-            table.forecaster(lv, horizon=12), make_policy("tetris"), RiskConfig(lv), name=f"p{lv}"
-        )
-        for lv in levels
-    )
-    guard = ChargeAwarePeakPacking(
-        rules, levels, level=0.75, n_ref=1.5, raise_only=True, fallback=make_policy("tetris")
-    )
+    guard = _charge_guard(table)
     assert fp.rule_level(guard) == 0.75
     trained = _train_one_iteration(cfg, table, wanted, square_jobs(8, 30, seed=5), advisor=guard)
     assert trained.config.rule_charge and trained.config.charge_n_ref == 1.5
@@ -1216,16 +1223,7 @@ def test_a_charge_aware_advisor_and_rule_charge_run_in_the_decision_kernel(squar
 
     cfg, plain, jobs = _kernel_rollout_case(square_jobs)
     table = fit_peak_quantiles(square_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
-    levels = (0.75, 0.9, 0.99)
-    rules = tuple(
-        RiskAwarePacking(
-            table.forecaster(lv, horizon=12), make_policy("tetris"), RiskConfig(lv), name=f"p{lv}"
-        )
-        for lv in levels
-    )
-    guard = ChargeAwarePeakPacking(
-        rules, levels, level=0.75, n_ref=1.5, raise_only=True, fallback=make_policy("tetris")
-    )
+    guard = _charge_guard(table)
     config = fp.with_rule_level(
         PlacerConfig(action_set="rule", rule_charge=True), 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=1.5
     )
