@@ -4,9 +4,12 @@ them), and the pool still stops them all, whatever they started."""
 import multiprocessing
 import os
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from cli.workers import WorkerPool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sleep_forever() -> None:
@@ -34,7 +37,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_run_worker_may_start_processes_and_stop_takes_them_too() -> None:
+def test_a_run_worker_may_start_processes_and_stop_takes_them_too(monkeypatch) -> None:
+    # a spawned worker imports this module by its name (tests.cli.test_workers) from the sys.path it is given
+    monkeypatch.syspath_prepend(str(ROOT))
     pool = WorkerPool(1, None, SimpleNamespace(get_ref=lambda: None), 1, main=_starts_a_child)
     worker = pool.workers[0]
     try:
