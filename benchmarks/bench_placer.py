@@ -200,6 +200,19 @@ def compared_rules(names: list[str], base_name: str, base, ctx, known: dict | No
     return rules
 
 
+def rule_binding(
+    ctx, base_name: str, base, advisors: dict, action_set: str, rule_charge: bool
+) -> tuple[float | None, float | None]:
+    """(safe_level, n_ref) that every variant's action set "rule" is bound with (`with_rule_level`): the level the
+    fitted `forecast_peak` packs at and, with `rule_charge`, the charge-aware rule's n_ref (the advisors' before the
+    base's); (None, None) for another action set. `advisors`: {name: the fitted rule, or None for none}."""
+    if action_set != "rule":
+        return None, None
+    level = peak_rule_level(ctx, {base_name: base, **advisors})
+    n_ref = charge_n_ref(ctx, {**advisors, base_name: base}) if rule_charge else None  # advisors first
+    return level, n_ref
+
+
 def outcomes(rule, cfg, test, seed: int, labeller) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(return, overshoot %, machines used) per test sequence (`sim.tuning.sequence_outcomes`), the rule served
     the labeller's EC labels where one is given."""
@@ -474,12 +487,11 @@ def main() -> None:
             raise SystemExit(f"--advisor {name}: cannot be fitted on {where}")
         print(f"advisor: {name} {ctx.choices.get(name, {}).get('level', '')}")
 
-    safe_level = None  # --action-set rule: the level forecast_peak packs at, for every variant alike
+    # --action-set rule: the level forecast_peak packs at (and the charge's n_ref), for every variant alike
+    safe_level, n_ref = rule_binding(ctx, args.base, base, advisors, args.action_set, args.rule_charge)
     if args.action_set == "rule":
-        safe_level = peak_rule_level(ctx, {args.base: base, **advisors})
         print(f"action set 'rule': safe at forecast_peak's level {safe_level} (None: the top level)")
     charged = args.rule_charge and args.action_set == "rule"  # PlacerConfig refuses rule_charge otherwise
-    n_ref = charge_n_ref(ctx, {**advisors, args.base: base}) if charged else None  # advisors first
     if charged:
         print(f"rule_charge: n_ref {n_ref} (None: off, forecast_peak_charge_guard has no charge level here)")
 
@@ -598,7 +610,8 @@ def main() -> None:
         cells.append((50, sim_config(50, n_labels), test50))
     t0 = time.perf_counter()
     names = [n for n in args.compare.split(",") if n]
-    rules = compared_rules(names, args.base, base, ctx, {n: a for n, a in advisors.items() if a is not None})
+    fitted_advisors = {n: a for n, a in advisors.items() if a is not None}
+    rules = compared_rules(names, args.base, base, ctx, fitted_advisors)
     stage_s["fit_compared_rules"] = time.perf_counter() - t0
     for n_m, cfg, test in cells:
         t0 = time.perf_counter()
@@ -620,9 +633,12 @@ def main() -> None:
         show_pairs("base vs tetris", base_ret, tetris)
         if args.replay_guard:
             t0 = time.perf_counter()
-            fitted = {n: a for n, a in advisors.items() if a is not None}
             guard = replay_guard(
-                loaded, base, tuple(fitted.values()), ("forecast_residual_rl", *fitted), seed=args.seed
+                loaded,
+                base,
+                tuple(fitted_advisors.values()),
+                ("forecast_residual_rl", *fitted_advisors),
+                seed=args.seed,
             )
             ran[GUARDED] = outcomes(guard, cfg, test, args.seed, labeller)
             chosen = ", ".join(f"{n} {k}" for n, k in guard.tally.most_common())

@@ -33,7 +33,7 @@ import numba
 import numpy as np
 import torch
 
-from benchmarks.bench_placer import compared_rules, deepplace, real_source, sim_config
+from benchmarks.bench_placer import compared_rules, deepplace, real_source, rule_binding, sim_config
 from models.forecast_placer import (
     INPUTS,
     ForecastResidualPolicy,
@@ -41,11 +41,9 @@ from models.forecast_placer import (
     PopulationPolicy,
     antithetic_heads,
     bare_step_rate,
-    charge_n_ref,
     fit_base_rule,
     forecaster_levels,
     head_coordinates,
-    peak_rule_level,
     run_rollout,
     with_rule_level,
 )
@@ -123,15 +121,9 @@ def main() -> None:
         if advisor is None:
             raise SystemExit(f"--advisor {args.advisor}: cannot be fitted on {where}")
     pcfg = PlacerConfig(rule_charge=args.rule_charge)
-    if pcfg.action_set == "rule":  # bound as bench_placer binds it: forecast_peak's level, the charge's n_ref
-        known = {args.base: base, **({args.advisor: advisor} if advisor is not None else {})}
-        n_ref = charge_n_ref(ctx, {**({args.advisor: advisor} if advisor else {}), args.base: base})
-        pcfg = with_rule_level(
-            pcfg,
-            peak_rule_level(ctx, known),
-            forecaster_levels(forecaster),
-            n_ref if args.rule_charge else None,
-        )
+    advisors = {args.advisor: advisor} if advisor is not None else {}
+    level, n_ref = rule_binding(ctx, args.base, base, advisors, pcfg.action_set, args.rule_charge)
+    pcfg = with_rule_level(pcfg, level, forecaster_levels(forecaster), n_ref)  # as bench_placer binds it
     if args.rule_charge and not pcfg.rule_charge:
         print("rule_charge off: no charge-aware rule with an n_ref among the base and the advisor")
     policy = ForecastResidualPolicy(

@@ -162,7 +162,8 @@ def footprint(folders: list[Path], n_machines: int, ours_name: str = OURS) -> pl
             for (name,), part in returns.group_by("policy")
         }
         shown = [ours_name, "tetris", *([best] if best else [])]
-        shown += [n for n in (OURS,) if n in means and n not in shown]
+        if OURS in means and OURS not in shown:  # the unguarded policy beside the guarded one (`--ours`)
+            shown.append(OURS)
         shown += sorted(
             n for n in means if n not in shown and not n.startswith(OURS) and policy_kind(n) == "forecast"
         )

@@ -412,10 +412,11 @@ def replay_guard(
     overshoot clause: at each checkpoint an env leaves `policy` only where its replayed overshoot tops the
     reference's by more than `budget_pct`, for the eligible candidate with the best replayed return; with
     `on_return` also where another candidate beats its replayed return by `z` standard errors, as
-    `forecast_peak_replay` does (`select`). `knobs`: ReplaySelect's (not `margin` without `on_return`)."""
+    `forecast_peak_replay` does (`select`). `knobs`: ReplaySelect's (not `margin` or `z` without `on_return`,
+    which would be ignored)."""
     if not on_return:
-        if "margin" in knobs:
-            raise ValueError("replay_guard: a margin applies only with on_return")
+        if "margin" in knobs or "z" in knobs:
+            raise ValueError("replay_guard: a margin and z apply only with on_return")
         knobs = {**knobs, "margin": np.inf, "z": 0.0}  # no return beats the policy's by an infinite margin
     fallback = base._fallback() if hasattr(base, "_fallback") else base
     own = names[0] if names else getattr(policy, "name", "policy")

@@ -240,8 +240,9 @@ def test_a_replay_guard_plays_the_policy_until_its_replay_overshoots_then_an_eli
     assert early.any() and np.array_equal(state.job_machine[early], alone.job_machine[early])
     assert (guard._memo["choice"] != 0).all()  # left the policy at a checkpoint
     assert (overshoot_pct_per_episode(mine, state) < overshoot_pct_per_episode(theirs, alone)).all()
-    with pytest.raises(ValueError, match="margin applies only with on_return"):
-        replay_guard(FirstFit(), hybrid, margin=0.1)
+    for knob in ({"margin": 0.1}, {"z": 3.0}):
+        with pytest.raises(ValueError, match="margin and z apply only with on_return"):
+            replay_guard(FirstFit(), hybrid, **knob)
 
 
 def test_a_replay_guard_leaves_a_policy_within_the_overshoot_budget_whatever_the_returns() -> None:
