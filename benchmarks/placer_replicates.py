@@ -151,7 +151,7 @@ def footprint(folders: list[Path], n_machines: int, ours_name: str = OURS) -> pl
     learned policy, Tetris, the replicate's best heuristic and each forecast rule, and whether ours is within
     Tetris's overshoot + 0.5 point and uses no more machines than Tetris. None where a file predates those columns
     (`bench_placer.py` wrote returns only before 2026-12-05)."""
-    rows = []
+    rows, per_folder = [], []
     for folder in folders:
         returns = replicate_returns(folder, n_machines)
         if "overshoot_pct" not in returns.columns:
@@ -161,7 +161,9 @@ def footprint(folders: list[Path], n_machines: int, ours_name: str = OURS) -> pl
             name: part.select(pl.col("overshoot_pct", "machines").mean()).row(0)
             for (name,), part in returns.group_by("policy")
         }
-        shown = [ours_name, "tetris", *([best] if best else [])]
+        per_folder.append(means)
+        # once each: Tetris may be the best heuristic too (its row then says so)
+        shown = list(dict.fromkeys([ours_name, "tetris", *([best] if best else [])]))
         if OURS in means and OURS not in shown:  # the unguarded policy beside the guarded one (`--ours`)
             shown.append(OURS)
         shown += sorted(
@@ -170,10 +172,9 @@ def footprint(folders: list[Path], n_machines: int, ours_name: str = OURS) -> pl
         for name in shown:
             rows.append(_footprint_row(str(folder), name, means[name], means["tetris"], best))
     table = pl.DataFrame(rows)
+    # from the replicates' means, not the table's rows, whose labels name the best heuristic
     pooled_means = {
-        name: tuple(
-            float(table.filter(pl.col("policy") == name)[col].mean()) for col in ("overshoot_pct", "machines")
-        )
+        name: tuple(float(np.mean([m[name][i] for m in per_folder])) for i in (0, 1))
         for name in (ours_name, "tetris")
     }
     pooled_row = _footprint_row("pooled", ours_name, pooled_means[ours_name], pooled_means["tetris"], None)

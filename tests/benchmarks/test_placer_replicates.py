@@ -144,3 +144,43 @@ def test_versus_pairs_the_learned_policy_with_another_runs_on_the_same_sequences
         module.pooled([new], 10, [other])
     with pytest.raises(ValueError, match="one folder per folder"):
         module.pooled([new], 10, [old, other])
+
+
+def test_the_guarded_policy_is_judged_as_ours_and_against_the_unguarded_one(
+    tmp_path, benchmark_module
+) -> None:
+    """`--ours forecast_residual_rl_replay` (bench_placer.py --replay-guard's row): the guarded policy is ours
+    against the best heuristic, the comparison "forecast_residual_rl" is ours - the unguarded policy, neither
+    learned row counts as a heuristic, and the footprint shows both."""
+    module = benchmark_module("placer_replicates")
+    folder = _replicate(
+        tmp_path / "g",
+        0,
+        {
+            "forecast_residual_rl": [-1.0e6, -2.0e6],
+            "forecast_residual_rl_replay": [-1.5e6, -2.0e6],
+            "tetris": [-3.0e6, -3.0e6],
+        },
+    )
+    rows = {
+        r["comparison"]: r
+        for r in module.pooled([folder], 10, ours_name="forecast_residual_rl_replay").iter_rows(named=True)
+        if r["replicate"] == "pooled"
+    }
+    assert rows["forecast_residual_rl"]["mean_x1e6"] == pytest.approx(-0.25)
+    assert rows["best heuristic"]["mean_x1e6"] == pytest.approx(1.25)  # against Tetris, the only heuristic
+    with pytest.raises(ValueError, match="forecast_residual_rl_replay"):
+        module.pooled(
+            [_replicate(tmp_path / "n", 0, {"tetris": [-1.0]})], 10, ours_name="forecast_residual_rl_replay"
+        )
+    frame = pl.read_parquet(folder / "test_returns_m10.parquet")
+    frame.with_columns(overshoot_pct=pl.lit(0.1), machines=pl.lit(10.0)).write_parquet(
+        folder / "test_returns_m10.parquet"
+    )
+    shown = module.footprint([folder], 10, "forecast_residual_rl_replay")["policy"].to_list()
+    assert {"forecast_residual_rl_replay", "forecast_residual_rl", "tetris (best heuristic)"} <= set(shown)
+    # Tetris as the best heuristic: one row for it, and the pooled row still finds its means
+    feet = module.footprint([folder], 10, "forecast_residual_rl_replay")
+    assert shown.count("tetris (best heuristic)") == 1 and "tetris" not in shown
+    pooled = feet.filter(pl.col("replicate") == "pooled").row(0, named=True)
+    assert pooled["overshoot_pct"] == pytest.approx(0.1) and pooled["within_tetris_overshoot_0_5"]
