@@ -1,8 +1,6 @@
-"""What the learned schedulers' assets share: where a trained policy lives in the warehouse
-(`models/<policy>/<source>/load<L>-seed<S>.pt`, its resumable checkpoints in `load<L>-seed<S>.ckpt/`), training
-one policy per source of a (load, seed) partition, and loading a trained policy back as a registry scheduler, only
-a complete one of the run asked for (`models.checkpoint`: a half-trained or misplaced file is an error naming it).
-"""
+"""What learned schedulers' assets share: each policy's file (`models/<policy>/<source>/load<L>-seed<S>.pt`
+in the warehouse, resumable checkpoints in `load<L>-seed<S>.ckpt/`), training one policy per source of a (load,
+seed) partition, loading a complete trained policy of the run asked for back as a scheduler (`load_learned`)."""
 
 import time
 from collections.abc import Callable
@@ -15,7 +13,7 @@ from assets.plots import png_markdown
 from assets.resources import Warehouse
 from models.ablation import curve_trend
 from models.checkpoint import check_sidecar, git_revision
-from models.learned import RL_SEEDS, parse_rl_partition, rl_partition_keys
+from models.learned import RL_SEEDS, TRAINED_AS, parse_rl_partition, rl_partition_keys
 from models.training import curve_frame, stack_curves
 from sim.evaluate import EVAL_LOADS
 from sim.policies import is_learned, make_policy
@@ -37,16 +35,18 @@ TRAINING_ASSET = {
     "deeprm_rl": "rl__deeprm",
     "dejavu": "rl__dejavu",
     "forecast_residual_rl": "rl__forecast_residual",
+    "forecast_residual_rl_replay": "rl__forecast_residual",  # its trained file (TRAINED_AS), guarded by replays
 }
 """Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
 LOAD_OF_RUN = dg.StaticPartitionMapping({k: k.split("-")[0] for k in RL_PARTITIONS.get_partition_keys()})
-RESULTS_DEPS = [dg.AssetDep(name, partition_mapping=LOAD_OF_RUN) for name in TRAINING_ASSET.values()]
+RESULTS_DEPS = [dg.AssetDep(n, partition_mapping=LOAD_OF_RUN) for n in sorted(set(TRAINING_ASSET.values()))]
 """eval__results[load<L>] waits for every training run (load<L>-seed<S>) of every learned policy."""
 
 
 def policy_path(warehouse: Warehouse, policy: str, source: str, load_pct: int, seed: int) -> Path:
-    """`models/<policy>/<source>/load<load_pct>-seed<seed>.pt` under the warehouse."""
-    return Path(warehouse.root) / "models" / policy / source / f"load{load_pct}-seed{seed}.pt"
+    """`models/<policy>/<source>/load<load_pct>-seed<seed>.pt` under the warehouse (<policy>: as `TRAINED_AS`)."""
+    trained = TRAINED_AS.get(policy, policy)
+    return Path(warehouse.root) / "models" / trained / source / f"load{load_pct}-seed{seed}.pt"
 
 
 def load_learned(name: str, source: str, load: int, seed: int, warehouse: Warehouse, **kwargs):
@@ -59,7 +59,7 @@ def load_learned(name: str, source: str, load: int, seed: int, warehouse: Wareho
     path = policy_path(warehouse, name, source, load, seed)
     if not path.exists():
         raise FileNotFoundError(f"no trained {name} policy at {path} (materialise {TRAINING_ASSET[name]})")
-    check_sidecar(path, name, source, load, seed, f"materialise {TRAINING_ASSET[name]}")
+    check_sidecar(path, TRAINED_AS.get(name, name), source, load, seed, f"materialise {TRAINING_ASSET[name]}")
     return make_policy(name, checkpoint=path, **kwargs)
 
 

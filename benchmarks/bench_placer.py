@@ -58,6 +58,8 @@ from models.forecast_placer import (
     peak_rule_level,
     with_rule_level,
 )
+from models.placer_guard import GUARDED
+from models.placer_guard import guard as guard_placer
 from models.placer_variants import Variant, train_variants
 from models.sim_labeller import SimLabellerConfig, fit_labeller_if_labelled
 from pipelines.synthetic import DeepPlaceConfig, build_deepplace_sequences
@@ -66,11 +68,9 @@ from sim.forecast import uncached
 from sim.jobs import JobBatch
 from sim.labelling import ServedLabels
 from sim.policies import make_policy, policy_kind
-from sim.replay_select import replay_guard
 from sim.risk import PEAK_RULES
 from sim.tuning import CHOICE_DETAILS, TuningConfig, sequence_outcomes
 
-GUARDED = "forecast_residual_rl_replay"
 """`--replay-guard`'s row: the learned policy guarded by replays of each episode's observed past."""
 
 SETTINGS = {
@@ -633,13 +633,7 @@ def main() -> None:
         show_pairs("base vs tetris", base_ret, tetris)
         if args.replay_guard:
             t0 = time.perf_counter()
-            guard = replay_guard(
-                loaded,
-                base,
-                tuple(fitted_advisors.values()),
-                ("forecast_residual_rl", *fitted_advisors),
-                seed=args.seed,
-            )
+            guard = guard_placer(loaded, args.seed, base, tuple(fitted_advisors.values()))
             ran[GUARDED] = outcomes(guard, cfg, test, args.seed, labeller)
             chosen = ", ".join(f"{n} {k}" for n, k in guard.tally.most_common())
             print(

@@ -15,8 +15,11 @@ LEARNED_POLICIES = {
     "tvw_rl": ("models.tvw_rl", "TvwRlPolicy"),
     "deeprm_rl": ("models.deeprm", "DeepRMAgentPolicy"),
     "forecast_residual_rl": ("models.forecast_placer", "ForecastResidualPolicy"),
+    "forecast_residual_rl_replay": ("models.placer_guard", "guarded_placer"),
 }
-"""Learned policy name -> (module, class) of its scheduler; the class takes `checkpoint` (a trained file or None)."""
+"""Learned policy name -> (module, class or factory) of its scheduler; it takes `checkpoint` (a trained file or
+None). `forecast_residual_rl_replay` is `forecast_residual_rl`'s trained file guarded by replays
+(`models.learned.TRAINED_AS`)."""
 
 
 def _factory(module: str, class_name: str):

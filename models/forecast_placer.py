@@ -1260,12 +1260,14 @@ class ForecastResidualPolicy:
     ) -> None:
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         payload = None if self.checkpoint is None else read_placer(self.checkpoint)
+        guard_rules = ()
         if payload is not None:
             config = placer_config(self.checkpoint, payload)
             base = base if base is not None else base_from_spec(payload["base"])
             forecaster = forecaster if forecaster is not None else forecaster_from_spec(payload["forecaster"])
             if advisor is None and payload.get("advisor") is not None:
                 advisor = base_from_spec(payload["advisor"])
+            guard_rules = tuple(base_from_spec(spec) for spec in payload.get("guard_rules") or ())
         self.config = config or PlacerConfig()
         self.base_policy = base if base is not None else Tetris()
         inner = forecaster if forecaster is not None else PersistenceForecaster(horizon=24)
@@ -1273,6 +1275,13 @@ class ForecastResidualPolicy:
         self.base = BaseRule(self.base_policy, self.forecaster, labeller)
         self.advisor_policy = advisor
         self.advisor = None if advisor is None else BaseRule(advisor, self.forecaster, labeller)
+        self.guard_rules: tuple = ()
+        """The fitted rules besides the base that the replay guard may play (`models.placer_guard`): training's
+        advisor, saved even where the published variant is the unadvised one (empty: the advisor, if any)."""
+        if guard_rules:
+            self.guard_rules = guard_rules
+        elif advisor is not None:
+            self.guard_rules = (advisor,)
         self._sums = RunningSums()  # per-machine forecast sums carried between a rollout's decisions
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None
@@ -1395,6 +1404,7 @@ class ForecastResidualPolicy:
             "n_resources": int(self.n_resources),
             "base": base_spec(self.base_policy),
             "advisor": None if self.advisor_policy is None else base_spec(self.advisor_policy),
+            "guard_rules": [base_spec(rule) for rule in self.guard_rules],
             "forecaster": forecaster_spec(uncached(self.forecaster)),
             "best_iteration": int(self.trained_iteration),
             "stopped_by": self.stopped_by,
@@ -2859,6 +2869,8 @@ def train_and_publish(
             )
         if chosen == "unadvised":
             policy, table = plain, plain_table
+    if advisor is not None:  # the replay guard's candidates, whichever variant is published
+        policy.guard_rules = (advisor,)
     policy.save(policy_file, source, load, revision)
     return table.rename({"iteration": "stage_iteration"}).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("iteration"), pl.col("train_return").fill_nan(None)

@@ -9,6 +9,9 @@ import polars as pl
 
 from models import LEARNED_POLICIES
 
+TRAINED_AS = {"forecast_residual_rl_replay": "forecast_residual_rl"}
+"""A learned policy built from another's trained file -> that policy (it has no training of its own)."""
+
 RL_SEEDS = (0, 1, 2)
 """Training seeds of every learned policy (one training run per (load, seed))."""
 

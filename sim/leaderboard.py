@@ -75,6 +75,7 @@ def leaderboard_text(board: pl.DataFrame, top: int = 5) -> list[str]:
         f"leaderboard ({LEADERBOARD_METRIC}, mean [95 % interval] over test sequences; * best heuristic, "
         "L learned, F forecast-driven, oracle apart)"
     ]
+    width = max((len(p) for p in board["policy"].to_list()), default=0)
     for (source, load), cell in board.group_by(["source", "load_pct"], maintain_order=True):
         lines.append(f"  {source} @ {load}%")
         for r in cell.iter_rows(named=True):
@@ -87,7 +88,7 @@ def leaderboard_text(board: pl.DataFrame, top: int = 5) -> list[str]:
             )
             where = "oracle" if r["is_oracle"] else f"{r['rank']:>2}."
             lines.append(
-                f"    {where:>6} {mark} {r['policy']:<26} {r['mean']:>12.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+                f"    {where:>6} {mark} {r['policy']:<{width}} {r['mean']:>12.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
                 f"  {r['gap_to_best_heuristic']:+.3g} vs best heuristic"
             )
     return lines

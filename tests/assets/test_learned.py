@@ -16,6 +16,7 @@ from models.checkpoint import (
     write_sidecar,
 )
 from models.deeprm import DeepRMAgentConfig, DeepRMAgentPolicy, build_net, checkpoint_config
+from models.learned import TRAINED_AS
 from models.reinforce import policy_payload, save_checkpoint
 
 
@@ -88,12 +89,13 @@ def test_load_learned_refuses_a_partial_policy_naming_the_file(tmp_path, name) -
     run), or with a sidecar short of its config's iterations, is refused, naming the file and the asset."""
     wh = Warehouse(root=str(tmp_path))
     path = policy_path(wh, name, "bitbrains", 50, 0)
+    trained = TRAINED_AS.get(name, name)  # the replay guard loads forecast_residual_rl's file
     path.parent.mkdir(parents=True)
     torch.save({"config": {}, "iteration": 25, "model": {}}, path)
     with pytest.raises(
-        ValueError, match=rf"{name}/bitbrains/load50-seed0\.pt: no sidecar .*{TRAINING_ASSET[name]}"
+        ValueError, match=rf"{trained}/bitbrains/load50-seed0\.pt: no sidecar .*{TRAINING_ASSET[name]}"
     ):
         load_learned(name, "bitbrains", 50, 0, wh)
-    write_sidecar(path, make_sidecar(name, "bitbrains", 50, 0, {}, "abc", 25, 150))
+    write_sidecar(path, make_sidecar(trained, "bitbrains", 50, 0, {}, "abc", 25, 150))
     with pytest.raises(ValueError, match=r"load50-seed0\.pt: trained 25 of its config's 150 iterations"):
         load_learned(name, "bitbrains", 50, 0, wh)

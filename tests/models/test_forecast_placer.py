@@ -1346,6 +1346,58 @@ def test_an_advised_placer_trains_by_pgpe_saves_and_reloads_with_its_advisor(tmp
             train_forecast_placer(CFG, train, _hybrid(), None, bad, advisor=_peak_rule())
 
 
+def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path) -> None:
+    """`forecast_residual_rl_replay` (`models.placer_guard`): a learned registry entry built from
+    `forecast_residual_rl`'s trained file, guarded by replays with the checkpoint's base rule, its fallback as the
+    overshoot reference and the advisor as candidates; before the first checkpoint it decides as the loaded placer;
+    the warehouse loads it from the placer's own file, its replays seeded as the episode; a placer without an
+    advisor offers no other rule."""
+    from assets.learned import load_learned, policy_maker, policy_path
+    from assets.resources import Warehouse
+    from models.placer_guard import GUARDED, guarded_placer
+    from sim.policies import is_learned, is_oracle, policy_kind
+    from sim.replay_select import FIRST_CHECKPOINT
+
+    assert is_learned(GUARDED) and not is_oracle(GUARDED) and policy_kind(GUARDED) == "learned"
+    untrained = make_policy(GUARDED)
+    assert untrained.name == GUARDED and untrained.names == (
+        "forecast_residual_rl",
+        "tetris",
+        "tetris",
+        "first_fit",
+        "best_fit",
+    )
+    assert ForecastResidualPolicy(base=_hybrid(), advisor=_peak_rule()).guard_rules[0].name == "forecast_peak"
+    train = _square_jobs(6, 25, seed=52)
+    pcfg = PlacerConfig(n_iterations=1, n_sequences=2, pgpe_pairs=2, hidden=8, algorithm="pgpe", seed=1)
+    policy, _ = train_forecast_placer(CFG, train, _hybrid(), None, pcfg, advisor=_peak_rule())
+    wh = Warehouse(root=str(tmp_path))
+    path = policy_path(wh, GUARDED, "square", 50, 1)
+    assert path == policy_path(wh, "forecast_residual_rl", "square", 50, 1)
+    policy.save(path, source="square", load_pct=50, revision="abc123")
+    guard = load_learned(GUARDED, "square", 50, 1, wh, replay_seed=7)
+    assert guard.names == (
+        "forecast_residual_rl",
+        "tetris",
+        "hybrid_observed",
+        "forecast_peak",
+        "first_fit",
+        "best_fit",
+    )
+    assert guard.seed == 7 and policy_maker(wh)(GUARDED, "square", 50, 1).seed == 1
+    assert isinstance(guarded_placer(path).candidates[0], ForecastResidualPolicy)
+    test_jobs = _square_jobs(2, 40, seed=53)
+    rng = np.random.default_rng(0)
+    state = core.reset(CFG, test_jobs, 0)
+    n_decisions = 0
+    while not state.is_done.all() and int(state.t.max()) < FIRST_CHECKPOINT:
+        guarded, action = decide(guard, CFG, state, rng)
+        assert np.array_equal(action, decide(policy, CFG, state, rng)[1])
+        state, *_ = core.step(CFG, guarded, action)
+        n_decisions += int((action < CFG.n_machines).sum())
+    assert n_decisions > 10  # the comparison covered placements
+
+
 def test_a_charge_aware_advisor_survives_the_checkpoint_format(tmp_path) -> None:
     """`forecast_peak_charge_guard` as the advisor (`sim.charge_level.ChargeAwarePeakPacking`): the checkpoint
     carries its rules, levels and n_ref, and the reloaded policy, following it, decides as it does."""
@@ -1429,6 +1481,8 @@ def test_the_pipeline_trains_with_and_without_the_advisor_and_publishes_the_bett
     assert len(chosen) == 1 and "without the advisor" in chosen[0]
     loaded = ForecastResidualPolicy(checkpoint=path)
     assert (loaded.advisor_policy is not None) == ("publishing the advised" in chosen[0])
+    # the replay guard's candidates carry the advisor whichever variant was published
+    assert [rule.name for rule in loaded.guard_rules] == ["forecast_peak"]
     assert table.height >= 1 and table["imitation_accuracy"][0] == 1.0
     with pytest.raises(ValueError, match="advisor_choice .* set advisor"):
         fp.PlacerTrainConfig(base="hybrid_observed", inputs="table", advisor_choice=True)

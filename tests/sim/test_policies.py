@@ -333,6 +333,7 @@ def test_learned_policies_are_registered_from_models_and_sim_names_no_models_mod
         "tvw_rl",
         "deeprm_rl",
         "forecast_residual_rl",
+        "forecast_residual_rl_replay",
     }  # tests/conftest.py imports models
     assert all(policies.policy_kind(n) == "learned" and not policies.is_oracle(n) for n in learned)
     monkeypatch.setattr(policies, "POLICIES", dict(POLICIES))

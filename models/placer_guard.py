@@ -1,0 +1,43 @@
+"""Our learned scheduler as the README evaluates it: `forecast_residual_rl` guarded by replays of the episode's
+observed past (`sim.replay_select.replay_guard`), adopted by the rule written down before its fresh runs
+(benchmarks/RESULTS.md, "The learned policy guarded by replays of the episode's past").
+
+At each checkpoint of an episode (steps 32, 64, 128, 256, then every 128) every env's observed past is replayed
+under the learned policy and under its base rule's request-based fallback (Tetris for the hybrid). An env leaves
+the learned policy only where its replayed overshoot tops the fallback's by more than 0.5 point, the bar's clause,
+for whichever eligible candidate did best on that replay: the fallback, the base rule, the fitted rules training
+offered as advisors (`ForecastResidualPolicy.guard_rules`), First-Fit or Best-Fit. It reads what the learned
+policy reads and nothing of the future. It is built from `forecast_residual_rl`'s trained file: no training of
+its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.forecast_placer import ForecastResidualPolicy
+from sim.replay_select import ReplaySelect, replay_guard
+
+GUARDED = "forecast_residual_rl_replay"
+"""The registry name of the guarded policy (`replay_guard` names it after the policy it guards)."""
+
+
+def guard(
+    policy: ForecastResidualPolicy, seed: int = 0, base=None, rules: tuple | None = None
+) -> ReplaySelect:
+    """`policy` guarded by replays: its base rule (`base` overrides it, e.g. the same rule as fitted by a
+    benchmark) and `rules` (None: the policy's `guard_rules`) as the other candidates; `seed`: the replays'."""
+    rules = policy.guard_rules if rules is None else tuple(rules)
+    names = (policy.name, *(getattr(rule, "name", f"rule{i}") for i, rule in enumerate(rules)))
+    return replay_guard(policy, policy.base_policy if base is None else base, rules, names, seed=seed)
+
+
+def guarded_placer(
+    checkpoint: str | Path | None = None, replay_seed: int | None = None, **kwargs
+) -> ReplaySelect:
+    """The registry's factory of `forecast_residual_rl_replay`: the trained placer at `checkpoint` (None: the
+    untrained one, i.e. its base rule), `kwargs` to `ForecastResidualPolicy`, guarded (`guard`), its replays
+    seeded by `replay_seed` (None: the placer's own seed, its training seed, which the evaluation's episodes of
+    that training run are seeded with)."""
+    policy = ForecastResidualPolicy(checkpoint=checkpoint, **kwargs)
+    return guard(policy, policy.config.seed if replay_seed is None else replay_seed)
