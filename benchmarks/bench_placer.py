@@ -58,7 +58,7 @@ from models.forecast_placer import (
     peak_rule_level,
     with_rule_level,
 )
-from models.placer_guard import GUARDED
+from models.placer_guard import GUARD_KNOBS, GUARDED
 from models.placer_guard import guard as guard_placer
 from models.placer_variants import Variant, train_variants
 from models.sim_labeller import SimLabellerConfig, fit_labeller_if_labelled
@@ -70,8 +70,6 @@ from sim.labelling import ServedLabels
 from sim.policies import make_policy, policy_kind
 from sim.risk import PEAK_RULES
 from sim.tuning import CHOICE_DETAILS, TuningConfig, sequence_outcomes
-
-"""`--replay-guard`'s row: the learned policy guarded by replays of each episode's observed past."""
 
 SETTINGS = {
     "reinforce": {"base_bonus": 4.0, "learning_rate": 1e-3, "patience": 10},
@@ -411,13 +409,20 @@ def main() -> None:
     )
     ap.add_argument(
         "--replay-guard",
-        action="store_true",
+        nargs="?",
+        const=GUARDED,
+        default="",
         help="also evaluate forecast_residual_rl_replay: the learned policy guarded by replays of each episode's "
         "observed past (sim.replay_select.replay_guard: its base's fallback as the overshoot reference, the base, "
-        "the advisors, First-Fit, Best-Fit)",
+        f"the advisors, First-Fit, Best-Fit); or the comma-separated guard variants named (of {list(GUARD_KNOBS)}), "
+        "one row each",
     )
     ap.add_argument("--out", default="/tmp/tvw_placer")
     args = ap.parse_args()
+    guards = [g for g in args.replay_guard.split(",") if g]
+    unknown = [g for g in guards if g not in GUARD_KNOBS]
+    if unknown:
+        raise SystemExit(f"--replay-guard {unknown}: not guard variants (known: {list(GUARD_KNOBS)})")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -631,16 +636,18 @@ def main() -> None:
         show_pairs("base rule", ours, base_ret)
         show_pairs("tetris", ours, tetris)
         show_pairs("base vs tetris", base_ret, tetris)
-        if args.replay_guard:
+        for variant in guards:
             t0 = time.perf_counter()
-            guard = guard_placer(loaded, args.seed, base, tuple(fitted_advisors.values()))
-            ran[GUARDED] = outcomes(guard, cfg, test, args.seed, labeller)
+            guard = guard_placer(loaded, args.seed, base, tuple(fitted_advisors.values()), variant)
+            ran[variant] = outcomes(guard, cfg, test, args.seed, labeller)
             chosen = ", ".join(f"{n} {k}" for n, k in guard.tally.most_common())
             print(
-                f"    replay guard: {time.perf_counter() - t0:.0f} s, overshoot {ran[GUARDED][1].mean():.3f} % "
+                f"    {variant}: {time.perf_counter() - t0:.0f} s, overshoot {ran[variant][1].mean():.3f} % "
                 f"(ours {ran['forecast_residual_rl'][1].mean():.3f} %); chosen at checkpoints: {chosen}"
             )
-            show_pairs("replay guard vs ours", ran[GUARDED][0], ours)
+            show_pairs(f"{variant} vs ours", ran[variant][0], ours)
+            if variant != guards[0]:
+                show_pairs(f"{variant} vs {guards[0]}", ran[variant][0], ran[guards[0]][0])
         # the compared rules as fitted at M = 10, at either M (their knobs carry over as our weights do)
         for name, rule in rules.items():
             if name not in ran:
@@ -650,8 +657,7 @@ def main() -> None:
             args.base: f"base:{args.base}",
             "tetris": "tetris",
         }
-        if args.replay_guard:
-            labels[GUARDED] = GUARDED
+        labels |= {variant: variant for variant in guards}
         rows = [(label, ran[name]) for name, label in labels.items()]
         rows += [
             (name, ran[name]) for name in rules if name not in labels.values()

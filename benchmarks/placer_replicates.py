@@ -40,7 +40,8 @@ def footprint_clauses(over: float, used: float, tetris_over: float, tetris_used:
 def comparisons(returns: pl.DataFrame, ours_name: str = OURS) -> tuple[dict[str, np.ndarray], str | None]:
     """({label: ours - other per test sequence}, the best heuristic's name) of one replicate's returns (sequence
     order): the base rule, the best heuristic (by this replicate's mean; label "best heuristic"), every forecast
-    rule it holds and, where `ours_name` is another learned row (the guarded policy), the plain learned policy."""
+    rule it holds and, where `ours_name` is another learned row (a guarded policy), every other learned row (the
+    plain learned policy, another guard variant)."""
     by_policy = {
         name: part.sort("sequence")["return"].to_numpy()
         for (name,), part in returns.group_by("policy", maintain_order=True)
@@ -60,8 +61,8 @@ def comparisons(returns: pl.DataFrame, ours_name: str = OURS) -> tuple[dict[str,
         out["base rule"] = ours - by_policy[bases[0]]
     # the learned rows (the policy, and as `bench_placer.py --replay-guard` guards it) are not registered rules
     named = [n for n in by_policy if not n.startswith(OURS) and not n.startswith("base:")]
-    if ours_name != OURS and OURS in by_policy:
-        out[OURS] = ours - by_policy[OURS]
+    for other in (n for n in by_policy if n.startswith(OURS) and n != ours_name):  # unguarded, other guards
+        out[other] = ours - by_policy[other]
     heuristics = [n for n in named if policy_kind(n) == "heuristic"]
     if heuristics:
         best = max(heuristics, key=lambda n: by_policy[n].mean())

@@ -20,16 +20,32 @@ from sim.replay_select import ReplaySelect, replay_guard
 
 GUARDED = "forecast_residual_rl_replay"
 """The registry name of the guarded policy (`replay_guard` names it after the policy it guards)."""
+GUARD_KNOBS: dict[str, dict] = {
+    GUARDED: {},
+    "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
+}
+"""Guard variants: row name -> `ReplaySelect` knobs over the adopted guard's (checkpoints from step 32, a budget of
+0.5 point per episode). `_late`: its first checkpoint at step 128 and 0.75 point per episode (the clause holds
+for the mean over episodes), written down before its fresh runs in the twenty-second session
+(benchmarks/RESULTS.md, "A later, wider guard"); `bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(
-    policy: ForecastResidualPolicy, seed: int = 0, base=None, rules: tuple | None = None
+    policy: ForecastResidualPolicy,
+    seed: int = 0,
+    base=None,
+    rules: tuple | None = None,
+    variant: str = GUARDED,
 ) -> ReplaySelect:
     """`policy` guarded by replays: its base rule (`base` overrides it, e.g. the same rule as fitted by a
-    benchmark) and `rules` (None: the policy's `guard_rules`) as the other candidates; `seed`: the replays'."""
+    benchmark) and `rules` (None: the policy's `guard_rules`) as the other candidates; `seed`: the replays';
+    `variant`: a GUARD_KNOBS name (ValueError naming the known ones otherwise)."""
+    if variant not in GUARD_KNOBS:
+        raise ValueError(f"guard variant {variant!r}: not one of {sorted(GUARD_KNOBS)}")
     rules = policy.guard_rules if rules is None else tuple(rules)
     names = (policy.name, *(getattr(rule, "name", f"rule{i}") for i, rule in enumerate(rules)))
-    return replay_guard(policy, policy.base_policy if base is None else base, rules, names, seed=seed)
+    base = policy.base_policy if base is None else base
+    return replay_guard(policy, base, rules, names, seed=seed, name=variant, **GUARD_KNOBS[variant])
 
 
 def guarded_placer(

@@ -184,3 +184,22 @@ def test_the_guarded_policy_is_judged_as_ours_and_against_the_unguarded_one(
     assert shown.count("tetris (best heuristic)") == 1 and "tetris" not in shown
     pooled = feet.filter(pl.col("replicate") == "pooled").row(0, named=True)
     assert pooled["overshoot_pct"] == pytest.approx(0.1) and pooled["within_tetris_overshoot_0_5"]
+    # a second guard variant as ours: judged against the unguarded policy and the first guard alike
+    late = _replicate(
+        tmp_path / "late",
+        0,
+        {
+            "forecast_residual_rl": [-1.0e6, -2.0e6],
+            "forecast_residual_rl_replay": [-1.5e6, -2.0e6],
+            "forecast_residual_rl_replay_late": [-1.0e6, -1.9e6],
+            "tetris": [-3.0e6, -3.0e6],
+        },
+    )
+    rows = {
+        r["comparison"]: r["mean_x1e6"]
+        for r in module.pooled([late], 10, ours_name="forecast_residual_rl_replay_late").iter_rows(named=True)
+        if r["replicate"] == "pooled"
+    }
+    assert rows["forecast_residual_rl"] == pytest.approx(0.05)
+    assert rows["forecast_residual_rl_replay"] == pytest.approx(0.3)
+    assert rows["best heuristic"] == pytest.approx(1.55)

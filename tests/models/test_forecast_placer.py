@@ -1354,7 +1354,7 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
     advisor offers no other rule."""
     from assets.learned import load_learned, policy_maker, policy_path
     from assets.resources import Warehouse
-    from models.placer_guard import GUARDED, guarded_placer
+    from models.placer_guard import GUARDED, guard, guarded_placer
     from sim.policies import is_learned, is_oracle, policy_kind
     from sim.replay_select import FIRST_CHECKPOINT
 
@@ -1375,8 +1375,8 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
     path = policy_path(wh, GUARDED, "square", 50, 1)
     assert path == policy_path(wh, "forecast_residual_rl", "square", 50, 1)
     policy.save(path, source="square", load_pct=50, revision="abc123")
-    guard = load_learned(GUARDED, "square", 50, 1, wh, replay_seed=7)
-    assert guard.names == (
+    guard_of_file = load_learned(GUARDED, "square", 50, 1, wh, replay_seed=7)
+    assert guard_of_file.names == (
         "forecast_residual_rl",
         "tetris",
         "hybrid_observed",
@@ -1384,14 +1384,23 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
         "first_fit",
         "best_fit",
     )
-    assert guard.seed == 7 and policy_maker(wh)(GUARDED, "square", 50, 1).seed == 1
+    assert guard_of_file.seed == 7 and policy_maker(wh)(GUARDED, "square", 50, 1).seed == 1
     assert isinstance(guarded_placer(path).candidates[0], ForecastResidualPolicy)
+    late = guard(ForecastResidualPolicy(checkpoint=path), variant="forecast_residual_rl_replay_late")
+    assert (late.name, late.first, late.budget_pct, late.names) == (
+        "forecast_residual_rl_replay_late",
+        128,
+        0.75,
+        guard_of_file.names,
+    )
+    with pytest.raises(ValueError, match="guard variant 'nope': not one of"):
+        guard(ForecastResidualPolicy(checkpoint=path), variant="nope")
     test_jobs = _square_jobs(2, 40, seed=53)
     rng = np.random.default_rng(0)
     state = core.reset(CFG, test_jobs, 0)
     n_decisions = 0
     while not state.is_done.all() and int(state.t.max()) < FIRST_CHECKPOINT:
-        guarded, action = decide(guard, CFG, state, rng)
+        guarded, action = decide(guard_of_file, CFG, state, rng)
         assert np.array_equal(action, decide(policy, CFG, state, rng)[1])
         state, *_ = core.step(CFG, guarded, action)
         n_decisions += int((action < CFG.n_machines).sum())
