@@ -1356,7 +1356,6 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
     from assets.resources import Warehouse
     from models.placer_guard import GUARDED, guard, guarded_placer
     from sim.policies import is_learned, is_oracle, policy_kind
-    from sim.replay_select import FIRST_CHECKPOINT
 
     assert is_learned(GUARDED) and not is_oracle(GUARDED) and policy_kind(GUARDED) == "learned"
     untrained = make_policy(GUARDED)
@@ -1385,12 +1384,13 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
         "best_fit",
     )
     assert guard_of_file.seed == 7 and policy_maker(wh)(GUARDED, "square", 50, 1).seed == 1
+    assert (guard_of_file.first, guard_of_file.budget_pct) == (128, 0.75)  # as adopted (RESULTS.md)
     assert isinstance(guarded_placer(path).candidates[0], ForecastResidualPolicy)
-    late = guard(ForecastResidualPolicy(checkpoint=path), variant="forecast_residual_rl_replay_late")
-    assert (late.name, late.first, late.budget_pct, late.names) == (
-        "forecast_residual_rl_replay_late",
-        128,
-        0.75,
+    early = guard(ForecastResidualPolicy(checkpoint=path), variant="forecast_residual_rl_replay_early")
+    assert (early.name, early.first, early.budget_pct, early.names) == (
+        "forecast_residual_rl_replay_early",
+        32,
+        0.5,
         guard_of_file.names,
     )
     with pytest.raises(ValueError, match="guard variant 'nope': not one of"):
@@ -1399,7 +1399,7 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
     rng = np.random.default_rng(0)
     state = core.reset(CFG, test_jobs, 0)
     n_decisions = 0
-    while not state.is_done.all() and int(state.t.max()) < FIRST_CHECKPOINT:
+    while not state.is_done.all() and int(state.t.max()) < guard_of_file.first:
         guarded, action = decide(guard_of_file, CFG, state, rng)
         assert np.array_equal(action, decide(policy, CFG, state, rng)[1])
         state, *_ = core.step(CFG, guarded, action)
