@@ -35,9 +35,9 @@ TRAINING_ASSET = {
     "deeprm_rl": "rl__deeprm",
     "dejavu": "rl__dejavu",
     "forecast_residual_rl": "rl__forecast_residual",
-    "forecast_residual_rl_replay": "rl__forecast_residual",  # its trained file (TRAINED_AS), guarded by replays
 }
-"""Learned policy name -> the asset that trains it (the ones `load_learned` loads)."""
+TRAINING_ASSET |= {name: TRAINING_ASSET[trained] for name, trained in TRAINED_AS.items()}
+"""Learned policy name -> the asset that trains its file (the ones `load_learned` loads; see `TRAINED_AS`)."""
 LOAD_OF_RUN = dg.StaticPartitionMapping({k: k.split("-")[0] for k in RL_PARTITIONS.get_partition_keys()})
 RESULTS_DEPS = [dg.AssetDep(n, partition_mapping=LOAD_OF_RUN) for n in sorted(set(TRAINING_ASSET.values()))]
 """eval__results[load<L>] waits for every training run (load<L>-seed<S>) of every learned policy."""

@@ -1275,13 +1275,9 @@ class ForecastResidualPolicy:
         self.base = BaseRule(self.base_policy, self.forecaster, labeller)
         self.advisor_policy = advisor
         self.advisor = None if advisor is None else BaseRule(advisor, self.forecaster, labeller)
-        self.guard_rules: tuple = ()
+        self.guard_rules: tuple = guard_rules or (() if advisor is None else (advisor,))
         """The fitted rules besides the base that the replay guard may play (`models.placer_guard`): training's
-        advisor, saved even where the published variant is the unadvised one (empty: the advisor, if any)."""
-        if guard_rules:
-            self.guard_rules = guard_rules
-        elif advisor is not None:
-            self.guard_rules = (advisor,)
+        advisor, saved even where the published variant is the unadvised one (none saved: the advisor, if any)."""
         self._sums = RunningSums()  # per-machine forecast sums carried between a rollout's decisions
         self.n_resources = None if payload is None else int(payload["n_resources"])
         self.net: ResidualPlacerNet | None = None

@@ -45,9 +45,8 @@ def guard(
     if variant not in GUARD_KNOBS:
         raise ValueError(f"guard variant {variant!r}: not one of {sorted(GUARD_KNOBS)}")
     rules = policy.guard_rules if rules is None else tuple(rules)
-    names = (policy.name, *(getattr(rule, "name", f"rule{i}") for i, rule in enumerate(rules)))
-    base = policy.base_policy if base is None else base
-    return replay_guard(policy, base, rules, names, seed=seed, name=variant, **GUARD_KNOBS[variant])
+    base = policy.base_policy if base is None else base  # replay_guard names the rules by their own names
+    return replay_guard(policy, base, rules, (policy.name,), seed=seed, name=variant, **GUARD_KNOBS[variant])
 
 
 def guarded_placer(
