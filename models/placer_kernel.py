@@ -16,7 +16,7 @@ operations in the same order; the float32 history mean is a float32 sum in row o
 non-innermost axis), so the features are equal to the bit; from a count carried between decisions
 (`sim.running_sums`) the numpy sums may differ from these in the last bit.
 
-Each env's inputs are one body (`_placer_env`), run on numba's threads for a large batch
+Each span of envs' inputs is one body (`_placer_envs`), run on numba's threads for a large batch
 (`sim.compiled_step.on_threads`): the same numbers either way.
 
 `features` returns None where the kernel does not apply (another forecaster, rho != 1, a level the table lacks,
@@ -98,8 +98,8 @@ def feature_args(
     mask: np.ndarray,
     skip_done: bool,
 ) -> tuple[tuple, np.ndarray, np.ndarray] | None:
-    """(the arguments of `_placer_env` after its env and scratch, x, g: the new arrays they write), or None where
-    the kernel does not apply (`features`)."""
+    """(the arguments of `_placer_envs` after its span, scratch and job list, x, g: the new arrays they write), or
+    None where the kernel does not apply (`features`)."""
     rows = level_rows(forecaster, levels) if rho == 1.0 else None
     if rows is None or cfg.n_resources > SEQUENTIAL_SUM_MAX:  # the inputs' means sum over the resources
         return None

@@ -17,9 +17,11 @@
   a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid, and an advisor's action by the
   rule body again where one is given); the bodies' arguments ride in tuples.
 
-Each runs one body per env (`_pick_env`, `_act_env`, `_placer_env`), on numba's threads for a large batch
+Each runs one body per span of envs (`_pick_envs`, `_act_envs`, `_placer_envs`: one call per span, as a call's
+arguments cost about a microsecond per env), on numba's threads for a large batch
 (`sim.compiled_step.on_threads`), else on the caller's: the same numbers either way. Each body walks an env
-through the numpy code's steps with the same float operations in the same order (the per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
+through the numpy code's steps with the same float operations in the same order (the per-machine sums in job
+order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
 first index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
 fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
 `job_cell` and `resource_cell` are the one look-up of a remaining-peak table cell; every kernel that inlines them
@@ -167,7 +169,7 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
 
 
 def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple | None:
-    """The arguments of `_act_env` after its env and scratch (the rule's actions go to `out` (B,) int64), or None
+    """The arguments of `_act_envs` after its scratch and mask (the rule's actions go to `out` (B,) int64), or None
     where the kernel does not apply to `rule` (module docstring)."""
     from sim.forecast import uncached
     from sim.risk import PersistenceForecaster
@@ -229,13 +231,13 @@ def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple 
 
 _NOT_COMPILED = object()
 _NO_CHARGE = (False, np.ones(1), np.zeros(1, dtype=np.int64), 0.9, 1.0, False)
-"""`_act_env`'s charge arguments for a rule with one level per env (unread)."""
+"""`_act_envs`' charge arguments for a rule with one level per env (unread)."""
 
 
 def _charge_parts(rule) -> tuple | None | object:
     """For a `sim.charge_level.ChargeAwarePeakPacking`: (the rule at its fitted level, True, its levels (K,)
     float64, each level's row in the shared table (K,) int64, the fitted level, n_ref, raise_only), the arguments
-    that let `_act_env` give each machine its own row as `ChargeAwarePeakPacking.level_index` does; None for any
+    that let `_act_envs` give each machine its own row as `ChargeAwarePeakPacking.level_index` does; None for any
     other rule (one level per env); `_NOT_COMPILED` where its rules are not one flat remaining-peak table at several
     levels (`shared_table_index`; no recall) in the rule's own mode, and the numpy path decides."""
     from sim.charge_level import ChargeAwarePeakPacking
@@ -347,19 +349,53 @@ def resource_cell(b, j, d, request, cells, row, job_row, last, n_r):
 
 
 @njit(cache=True, inline="always")
+def _running_jobs(b, t, n_placed, job_machine, job_start, duration, run):
+    """run[:n] the jobs of env b running at t, in job order (placed jobs are the prefix before the queue, `n_placed`
+    the env's next_job); returns n. Each body walks the placed jobs once per env and reads the running ones from
+    this list, in the order the walk found them."""
+    n = 0
+    for j in range(min(n_placed, job_machine.shape[1])):
+        m = job_machine[b, j]
+        if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
+            run[n] = j
+            n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
 def _machine_state(
     b, t, n_placed, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
 ):  # fmt: skip
     """placed (M, D) requests of the jobs running on each machine, used_now (M, D) units in use (noise too);
     `n_placed` the env's next_job (placed jobs are the prefix before the queue)."""
     n_j = job_machine.shape[1]
-    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
+    n_d = timeline.shape[3]
     placed[:] = 0
     for j in range(min(n_placed, n_j)):
         m = job_machine[b, j]
         if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
             for d in range(n_d):
                 placed[m, d] += np.int64(request[b, j, d])
+    _units_now(b, t, timeline, noise, has_noise, used_now)
+
+
+@njit(cache=True, inline="always")
+def _running_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now):
+    """`_machine_state` from `_running_jobs`' list."""
+    n_d = timeline.shape[3]
+    placed[:] = 0
+    for k in range(n_run):
+        j = run[k]
+        m = job_machine[b, j]
+        for d in range(n_d):
+            placed[m, d] += np.int64(request[b, j, d])
+    _units_now(b, t, timeline, noise, has_noise, used_now)
+
+
+@njit(cache=True, inline="always")
+def _units_now(b, t, timeline, noise, has_noise, used_now):
+    """used_now (M, D): the units in use on each machine at t, noise included."""
+    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     slot = t % width
     for m in range(n_m):
         for d in range(n_d):
@@ -413,51 +449,54 @@ def _placer_scratch(n_m, n_levels, n_d):
 
 
 @njit(cache=True)
-def _pick_env(
-    b, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage, request, timeline,
-    noise, has_noise, check, cap, kind, out,
+def _pick_envs(
+    lo, hi, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage,
+    request, timeline, noise, has_noise, check, cap, kind, out,
 ):  # fmt: skip
-    """Env b's part of `_pick_kernel` (the body both its kernels run per env); `scratch` from
-    `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick (`_tetris_pick`), else
-    DeepRM's on `preference` or on Packer's or SJF's preference (`_preference`)."""
-    if is_done[b]:  # a finished env shows no waiting job: slot 0, as both picks give it, without the walk
-        out[b] = 0
-        return True
+    """Envs lo .. hi - 1's part of `_pick_kernel` (the body both its kernels run per span of envs, one call per
+    span); `scratch` from `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick
+    (`_tetris_pick`), else DeepRM's on `preference` or on Packer's or SJF's preference (`_preference`)."""
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
     n_m = timeline.shape[2]
     placed, used_now = scratch
-    t = t_arr[b]
-    _machine_state(
-        b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
-        used_now,
-    )  # fmt: skip
-    if kind == _TETRIS:
-        out[b] = _tetris_pick(
-            b, preference, next_job, n_arrived, is_done, usage, request, check, cap, placed, used_now
-        )
-        return True
-    best = -np.inf
-    slot = -1
-    for k in range(n_k):
-        job = next_job[b] + k
-        if job >= n_arrived[b] or is_done[b]:
+    for b in range(lo, hi):
+        if is_done[b]:  # a finished env shows no waiting job: slot 0, as both picks give it, without the walk
+            out[b] = 0
             continue
-        j = min(job, n_j - 1)
-        pickable = False
-        for m in range(n_m):
-            if _fits(b, j, m, check, usage, request, cap, placed, used_now):
-                pickable = True
-                break
-        if not pickable:
+        t = t_arr[b]
+        _machine_state(
+            b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
+            used_now,
+        )  # fmt: skip
+        if kind == _TETRIS:
+            out[b] = _tetris_pick(
+                b, preference, next_job, n_arrived, is_done, usage, request, check, cap, placed, used_now
+            )
             continue
-        value = (
-            preference[b, k] if kind == _GIVEN else _preference(b, j, k, kind, duration, request, cap, placed)
-        )
-        if slot < 0 or value > best:
-            best = value
-            slot = k
-    out[b] = slot if slot >= 0 else 0
+        best = -np.inf
+        slot = -1
+        for k in range(n_k):
+            job = next_job[b] + k
+            if job >= n_arrived[b] or is_done[b]:
+                continue
+            j = min(job, n_j - 1)
+            pickable = False
+            for m in range(n_m):
+                if _fits(b, j, m, check, usage, request, cap, placed, used_now):
+                    pickable = True
+                    break
+            if not pickable:
+                continue
+            value = (
+                preference[b, k]
+                if kind == _GIVEN
+                else _preference(b, j, k, kind, duration, request, cap, placed)
+            )
+            if slot < 0 or value > best:
+                best = value
+                slot = k
+        out[b] = slot if slot >= 0 else 0
     return True
 
 
@@ -526,13 +565,9 @@ def _tetris_pick(b, extra, next_job, n_arrived, is_done, usage, request, check, 
 
 @njit(cache=True)
 def _pick_span(lo, hi, args, n_m, n_d):
-    """`_pick_env` for envs lo .. hi - 1 on one scratch (its arguments after the env and the scratch ride in
+    """`_pick_envs` for envs lo .. hi - 1 on one scratch (its arguments after the span and the scratch ride in
     `args`); False at the first env that fails. The body of both kernels."""
-    scratch = _machine_scratch(n_m, n_d)
-    for b in range(lo, hi):
-        if not _pick_env(b, scratch, *args):
-            return False
-    return True
+    return _pick_envs(lo, hi, _machine_scratch(n_m, n_d), *args)
 
 
 @njit(cache=True)
@@ -607,130 +642,143 @@ def _charge_index(levels, level, n_ref, n, raise_only):
 
 
 @njit(cache=True)
-def _act_env(
-    b, scratch, t_arr, next_job, n_arrived, is_done, job_machine, job_start, busy_until, duration, usage, request, labels,
-    timeline, noise, has_noise, check, cap, cells, order, prefix_rows, values, level_row, use_labels,
-    use_remaining, age_edges, remaining_edges, n_steps, use_durations, min_observed, fallback, pack, out,
-    persist, peak, charge, charge_levels, charge_rows, charge_level, charge_n_ref, raise_only,
+def _act_envs(
+    lo, hi, scratch, run, mask, write_mask, hold_always, skip_done, t_arr, next_job, n_arrived, is_done,
+    job_machine, job_start, busy_until, duration, usage, request, labels, timeline, noise, has_noise, check, cap,
+    cells, order, prefix_rows, values, level_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps,
+    use_durations, min_observed, fallback, pack, out, persist, peak, charge, charge_levels, charge_rows,
+    charge_level, charge_n_ref, raise_only,
 ):  # fmt: skip
-    """Env b's part of `_act_kernel` (the body both its kernels run per env); `scratch` from `_act_scratch`,
-    written before it is read; `fallback` one of `_fallback_kind`'s kinds. With `charge` each machine's jobs and
-    the head are read at the machine's own table row (`charge_rows` at `_charge_index`'s level for its running
-    jobs + 1, `sim.charge_level.ChargeAwarePeakPacking`), else at the env's `level_row[b]`."""
+    """The rule's actions of envs lo .. hi - 1 into `out` (the body both of `_act_kernel`'s kernels run per span
+    of envs, and `_decide_span` too); False at the first env where a looked-up quantile is negative. `scratch`
+    from `_act_scratch` and `run` (the jobs' width) are written before they are read; `fallback` one of
+    `_fallback_kind`'s kinds. With `charge` each machine's jobs and the head are read at the machine's own table
+    row (`charge_rows` at `_charge_index`'s level for its running jobs + 1,
+    `sim.charge_level.ChargeAwarePeakPacking`), else at the env's `level_row[b]`. With `write_mask` each env's
+    valid actions go to mask[b] (`sim.core.action_mask`); with `skip_done` a finished env holds without the
+    walk. One call per span, not per env: a call's arguments cost about a microsecond per env."""
     n_j = job_machine.shape[1]
     n_m, n_d = timeline.shape[2], timeline.shape[3]
     placed, used_now, valid, used, sums, head_value, job_value, n_on, m_row = scratch
-    t = t_arr[b]
-    head = min(next_job[b], n_j - 1)
-    has_job = n_arrived[b] > next_job[b] and not is_done[b]
-    _machine_state(
-        b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
-        used_now,
-    )  # fmt: skip
-    # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act), the first
-    # machine the head fits by requests (Tetris' act: its pick has chosen the job), Best-Fit by usage now on the
-    # valid machines (BestFit) or the first valid machine (FirstFit)
-    by_requests = fallback == _BEST_FIT_REQUESTS or fallback == _FIRST_FIT_REQUESTS
-    dom = 0
-    best_share = -np.inf
-    for d in range(n_d):
-        share = np.float64(np.int64(request[b, head, d]) if has_job else 0) / np.float64(cap[d])
-        if share > best_share:
-            best_share = share
-            dom = d
-    base = n_m
-    best_score = -np.inf
-    any_valid_used = False
-    for m in range(n_m):
-        ok = has_job
-        if ok and check != 0:  # core.action_mask's placement check
-            for d in range(n_d):
-                need = np.int64(usage[b, head, 0, d]) if check == 1 else np.int64(request[b, head, d])
-                if used_now[m, d] + need > cap[d]:
-                    ok = False
-        valid[m] = ok
-        used[m] = busy_until[b, m] > t
-        any_valid_used = any_valid_used or (ok and used[m])
-        fits = ok
-        for d in range(n_d):
-            req = np.int64(request[b, head, d]) if has_job else 0
-            if by_requests and cap[d] - placed[m, d] < req:
-                fits = False
-        if fits:
-            score = 0.0
-            if fallback == _BEST_FIT_REQUESTS:
-                score = np.float64(-(cap[dom] - placed[m, dom]))
-            elif fallback == _BEST_FIT_USAGE:
-                score = np.float64(-(cap[dom] - used_now[m, dom]))
-            if base == n_m or score > best_score:
-                best_score = score
-                base = m
-    out[b] = base
-    # sim.risk.deviation_rows ("deviate": only where the fallback holds or opens an empty machine)
-    base_opens = base < n_m and not used[base]
-    if not pack and not ((base == n_m or base_opens) and any_valid_used):
-        return True
-    # each machine's table row: the env's, or (charge-aware) its own from the jobs running on it (jobs_per_machine)
-    if charge:
-        n_on[:] = 0
-        for j in range(min(next_job[b], n_j)):
-            m = job_machine[b, j]
-            if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
-                n_on[m] += 1
-        for m in range(n_m):
-            m_row[m] = charge_rows[
-                _charge_index(charge_levels, charge_level, charge_n_ref, n_on[m] + 1, raise_only)
-            ]
-    else:
-        m_row[:] = level_row[b]
-    # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
-    sums[:] = 0.0
-    for j in range(min(next_job[b], n_j)):
-        m = job_machine[b, j]
-        if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
+    for b in range(lo, hi):
+        t = t_arr[b]
+        head = min(next_job[b], n_j - 1)
+        has_job = n_arrived[b] > next_job[b] and not is_done[b]
+        if is_done[b] and skip_done:  # a finished env: hold, its only valid action, without the walk
+            out[b] = n_m
+            if write_mask:
+                mask[b, :n_m] = False
+                mask[b, n_m] = True
             continue
-        if not _rule_values(
-            b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
-            m_row[m], use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
-            min_observed, True, job_value, persist, peak,
-        ):  # fmt: skip
-            return False
+        n_run = _running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)
+        _running_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now)
+        # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act), the first
+        # machine the head fits by requests (Tetris' act: its pick has chosen the job), Best-Fit by usage now on the
+        # valid machines (BestFit) or the first valid machine (FirstFit)
+        by_requests = fallback == _BEST_FIT_REQUESTS or fallback == _FIRST_FIT_REQUESTS
+        dom = 0
+        best_share = -np.inf
         for d in range(n_d):
-            sums[m, d] += job_value[d]
-    # sim.risk.deviate_or_pack: the tightest safe used machine (the head's values looked up again only where a
-    # machine's row differs from the last one's)
-    head_row = -1
-    best = -1
-    best_tight = -np.inf
-    for m in range(n_m):
-        if m_row[m] != head_row:
-            head_row = m_row[m]
+            share = np.float64(np.int64(request[b, head, d]) if has_job else 0) / np.float64(cap[d])
+            if share > best_share:
+                best_share = share
+                dom = d
+        base = n_m
+        best_score = -np.inf
+        any_valid_used = False
+        for m in range(n_m):
+            ok = has_job
+            if ok and check != 0:  # core.action_mask's placement check
+                for d in range(n_d):
+                    need = np.int64(usage[b, head, 0, d]) if check == 1 else np.int64(request[b, head, d])
+                    if used_now[m, d] + need > cap[d]:
+                        ok = False
+            valid[m] = ok
+            used[m] = busy_until[b, m] > t
+            any_valid_used = any_valid_used or (ok and used[m])
+            fits = ok
+            for d in range(n_d):
+                req = np.int64(request[b, head, d]) if has_job else 0
+                if by_requests and cap[d] - placed[m, d] < req:
+                    fits = False
+            if fits:
+                score = 0.0
+                if fallback == _BEST_FIT_REQUESTS:
+                    score = np.float64(-(cap[dom] - placed[m, dom]))
+                elif fallback == _BEST_FIT_USAGE:
+                    score = np.float64(-(cap[dom] - used_now[m, dom]))
+                if base == n_m or score > best_score:
+                    best_score = score
+                    base = m
+        out[b] = base
+        # sim.core.action_mask: the machines the rule found valid, hold always or where none is
+        if write_mask:
+            any_valid = False
+            for m in range(n_m):
+                mask[b, m] = valid[m]
+                any_valid = any_valid or valid[m]
+            mask[b, n_m] = hold_always or not any_valid
+        # sim.risk.deviation_rows ("deviate": only where the fallback holds or opens an empty machine)
+        base_opens = base < n_m and not used[base]
+        if not pack and not ((base == n_m or base_opens) and any_valid_used):
+            continue
+        # each machine's table row: the env's, or (charge-aware) its own from the jobs running on it (jobs_per_machine)
+        if charge:
+            n_on[:] = 0
+            for k in range(n_run):
+                n_on[job_machine[b, run[k]]] += 1
+            for m in range(n_m):
+                m_row[m] = charge_rows[
+                    _charge_index(charge_levels, charge_level, charge_n_ref, n_on[m] + 1, raise_only)
+                ]
+        else:
+            m_row[:] = level_row[b]
+        # sim.risk.flat_head_share: each running job's quantile while it lives, the head's on top
+        sums[:] = 0.0
+        for k in range(n_run):
+            j = run[k]
+            m = job_machine[b, j]
             if not _rule_values(
-                b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
-                values, head_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps,
-                use_durations, min_observed, has_job, head_value, persist, peak,
+                b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
+                m_row[m], use_labels, use_remaining, age_edges, remaining_edges, n_steps, use_durations,
+                min_observed, True, job_value, persist, peak,
             ):  # fmt: skip
                 return False
-        tight = -np.inf
-        for d in range(n_d):
-            tight = max(tight, (sums[m, d] + head_value[d]) / np.float64(cap[d]))
-        if valid[m] and used[m] and tight <= 1.0 + 1e-9 and (best < 0 or tight > best_tight):
-            best = m
-            best_tight = tight
-    if best >= 0 and (pack or base == n_m or base_opens):
-        out[b] = best
+            for d in range(n_d):
+                sums[m, d] += job_value[d]
+        # sim.risk.deviate_or_pack: the tightest safe used machine (the head's values looked up again only where a
+        # machine's row differs from the last one's)
+        head_row = -1
+        best = -1
+        best_tight = -np.inf
+        for m in range(n_m):
+            if m_row[m] != head_row:
+                head_row = m_row[m]
+                if not _rule_values(
+                    b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
+                    values, head_row, use_labels, use_remaining, age_edges, remaining_edges, n_steps,
+                    use_durations, min_observed, has_job, head_value, persist, peak,
+                ):  # fmt: skip
+                    return False
+            tight = -np.inf
+            for d in range(n_d):
+                tight = max(tight, (sums[m, d] + head_value[d]) / np.float64(cap[d]))
+            if valid[m] and used[m] and tight <= 1.0 + 1e-9 and (best < 0 or tight > best_tight):
+                best = m
+                best_tight = tight
+        if best >= 0 and (pack or base == n_m or base_opens):
+            out[b] = best
     return True
 
 
 @njit(cache=True)
 def _act_span(lo, hi, args, n_m, n_d):
-    """`_act_env` for envs lo .. hi - 1 on one scratch (`risk_act_args` in `args`); False at the first env that
+    """`_act_envs` for envs lo .. hi - 1 on one scratch (`risk_act_args` in `args`); False at the first env that
     fails. The body of both kernels."""
     scratch = _act_scratch(n_m, n_d)
-    for b in range(lo, hi):
-        if not _act_env(b, scratch, *args):
-            return False
-    return True
+    run = np.empty(args[4].shape[1], dtype=np.int64)  # job_machine's width
+    no_mask = np.zeros((0, n_m + 1), dtype=np.bool_)
+    return _act_envs(lo, hi, scratch, run, no_mask, False, False, False, *args)
 
 
 @njit(cache=True)
@@ -775,9 +823,11 @@ def _placer_lookup(
 
 
 @njit(cache=True)
-def _placer_env(
-    b,
+def _placer_envs(
+    lo,
+    hi,
     scratch,
+    run,
     t_arr,
     next_job,
     n_arrived,
@@ -812,134 +862,135 @@ def _placer_env(
     x,
     g,
 ):
-    """Env b's inputs (the body both kernels run per env); False where a looked-up value is negative."""
-    if is_done[b] and skip_done:  # a finished env's row is not read: zeros
-        x[b] = 0.0
-        g[b] = 0.0
-        return True
+    """The inputs of envs lo .. hi - 1 (the body both kernels run per span of envs, and `_decide_span` too); False
+    at the first env where a looked-up value is negative. `scratch` from `_placer_scratch` and `run` (the jobs'
+    width) are written before they are read. One call per span, not per env (`_act_envs`)."""
     n_j = job_machine.shape[1]
     width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     n_levels = level_rows.shape[0]
     hist = past.shape[1]
     first, total, n_running, requested, vals, head_first, head_total = scratch
-    first[:] = 0.0
-    total[:] = 0.0
-    n_running[:] = 0
-    requested[:] = 0
-    t = t_arr[b]
-    for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
-        m = job_machine[b, j]
-        if m < 0 or job_start[b, j] > t or job_start[b, j] + duration[b, j] <= t:
+    for b in range(lo, hi):
+        if is_done[b] and skip_done:  # a finished env's row is not read: zeros
+            x[b] = 0.0
+            g[b] = 0.0
             continue
+        first[:] = 0.0
+        total[:] = 0.0
+        n_running[:] = 0
+        requested[:] = 0
+        t = t_arr[b]
+        n_run = _running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)
+        for k in range(n_run):  # in job order
+            j = run[k]
+            m = job_machine[b, j]
+            if not _placer_lookup(
+                b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
+                values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
+            ):  # fmt: skip
+                return False
+            n_alive = horizon
+            if use_durations:
+                n_alive = min(max(job_start[b, j] + duration[b, j] - t - 1, 0), horizon)
+            for li in range(n_levels):
+                for d in range(n_d):
+                    bound = max(vals[li, d], vals[0, d])
+                    first[m, li, d] += bound * (1.0 if n_alive > 0 else 0.0)
+                    total[m, li, d] += bound * np.float64(n_alive)
+            n_running[m] += 1
+            for d in range(n_d):
+                requested[m, d] += np.int64(request[b, j, d])
+        # the queue head (its row is counted only where a job waits)
+        head = min(next_job[b], n_j - 1)
+        has_job = n_arrived[b] > next_job[b] and not is_done[b]
         if not _placer_lookup(
-            b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
+            b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
             values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
         ):  # fmt: skip
             return False
         n_alive = horizon
         if use_durations:
-            n_alive = min(max(job_start[b, j] + duration[b, j] - t - 1, 0), horizon)
+            start = job_start[b, head] if job_machine[b, head] >= 0 else t
+            n_alive = min(max(start + duration[b, head] - t - 1, 0), horizon)
+        if not has_job:
+            n_alive = 0
         for li in range(n_levels):
             for d in range(n_d):
                 bound = max(vals[li, d], vals[0, d])
-                first[m, li, d] += bound * (1.0 if n_alive > 0 else 0.0)
-                total[m, li, d] += bound * np.float64(n_alive)
-        n_running[m] += 1
-        for d in range(n_d):
-            requested[m, d] += np.int64(request[b, j, d])
-    # the queue head (its row is counted only where a job waits)
-    head = min(next_job[b], n_j - 1)
-    has_job = n_arrived[b] > next_job[b] and not is_done[b]
-    if not _placer_lookup(
-        b, head, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows,
-        values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
-    ):  # fmt: skip
-        return False
-    n_alive = horizon
-    if use_durations:
-        start = job_start[b, head] if job_machine[b, head] >= 0 else t
-        n_alive = min(max(start + duration[b, head] - t - 1, 0), horizon)
-    if not has_job:
-        n_alive = 0
-    for li in range(n_levels):
-        for d in range(n_d):
-            bound = max(vals[li, d], vals[0, d])
-            head_first[li, d] = bound * (1.0 if n_alive > 0 else 0.0)
-            head_total[li, d] = bound * np.float64(n_alive)
-    n_used = 0
-    n_valid = 0
-    for m in range(n_m):
-        c = 0
-        for li in range(n_levels):
-            peak_without = -np.inf
-            peak_with = -np.inf
-            mean_without = 0.0
-            mean_with = 0.0
+                head_first[li, d] = bound * (1.0 if n_alive > 0 else 0.0)
+                head_total[li, d] = bound * np.float64(n_alive)
+        n_used = 0
+        n_valid = 0
+        for m in range(n_m):
+            c = 0
+            for li in range(n_levels):
+                peak_without = -np.inf
+                peak_with = -np.inf
+                mean_without = 0.0
+                mean_with = 0.0
+                for d in range(n_d):
+                    peak_without = max(peak_without, first[m, li, d] / cap[d])
+                    peak_with = max(peak_with, (first[m, li, d] + head_first[li, d]) / cap[d])
+                    mean_without += total[m, li, d] / cap[d]
+                    mean_with += (total[m, li, d] + head_total[li, d]) / cap[d]
+                x[b, m, c] = peak_without
+                x[b, m, c + 1] = mean_without / np.float64(n_d * horizon)
+                x[b, m, c + 2] = peak_with
+                x[b, m, c + 3] = mean_with / np.float64(n_d * horizon)
+                x[b, m, c + 4] = 1.0 if peak_with <= 1.0 + 1e-9 else 0.0
+                c += 5
+            slot = t % width
+            for d in range(n_d):  # usage now (noise included)
+                units = np.int64(timeline[b, slot, m, d])
+                if has_noise:
+                    units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
+                x[b, m, c + d] = np.float64(units) / cap[d]
+            c += n_d
+            for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
+                acc = np.float32(0.0)
+                top = past[b, 0, m, d]
+                for r in range(hist):
+                    acc += past[b, r, m, d]
+                    top = max(top, past[b, r, m, d])
+                x[b, m, c + d] = acc / np.float32(hist)
+                x[b, m, c + n_d + d] = top
+            c += 2 * n_d
+            is_used = busy_until[b, m] > t
+            n_used += 1 if is_used else 0
+            x[b, m, c] = 1.0 if is_used else 0.0
+            c += 1
             for d in range(n_d):
-                peak_without = max(peak_without, first[m, li, d] / cap[d])
-                peak_with = max(peak_with, (first[m, li, d] + head_first[li, d]) / cap[d])
-                mean_without += total[m, li, d] / cap[d]
-                mean_with += (total[m, li, d] + head_total[li, d]) / cap[d]
-            x[b, m, c] = peak_without
-            x[b, m, c + 1] = mean_without / np.float64(n_d * horizon)
-            x[b, m, c + 2] = peak_with
-            x[b, m, c + 3] = mean_with / np.float64(n_d * horizon)
-            x[b, m, c + 4] = 1.0 if peak_with <= 1.0 + 1e-9 else 0.0
-            c += 5
-        slot = t % width
-        for d in range(n_d):  # usage now (noise included)
-            units = np.int64(timeline[b, slot, m, d])
-            if has_noise:
-                units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
-            x[b, m, c + d] = np.float64(units) / cap[d]
-        c += n_d
-        for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
-            acc = np.float32(0.0)
-            top = past[b, 0, m, d]
-            for r in range(hist):
-                acc += past[b, r, m, d]
-                top = max(top, past[b, r, m, d])
-            x[b, m, c + d] = acc / np.float32(hist)
-            x[b, m, c + n_d + d] = top
-        c += 2 * n_d
-        is_used = busy_until[b, m] > t
-        n_used += 1 if is_used else 0
-        x[b, m, c] = 1.0 if is_used else 0.0
-        c += 1
-        for d in range(n_d):
-            x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
-        c += n_d
-        x[b, m, c] = np.float64(n_running[m]) / 10.0
-        left = 0.0
-        if use_durations:
-            left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
-        x[b, m, c + 1] = left
-        c += 2
-        for d in range(n_d):
-            req = np.int64(request[b, head, d]) if has_job else 0
-            x[b, m, c + d] = np.float64(req) / cap[d]
-            x[b, m, c + n_d + d] = (head_total[0, d] / np.float64(horizon)) / cap[d]
-        c += 2 * n_d
-        x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
-        x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
-        n_valid += 1 if mask[b, m] else 0
-    g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
-    g[b, 1] = np.float64(n_used) / np.float64(n_m)
-    g[b, 2] = np.float64(n_valid) / np.float64(n_m)
-    g[b, 3] = 1.0 if has_job else 0.0
-    g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
+                x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
+            c += n_d
+            x[b, m, c] = np.float64(n_running[m]) / 10.0
+            left = 0.0
+            if use_durations:
+                left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
+            x[b, m, c + 1] = left
+            c += 2
+            for d in range(n_d):
+                req = np.int64(request[b, head, d]) if has_job else 0
+                x[b, m, c + d] = np.float64(req) / cap[d]
+                x[b, m, c + n_d + d] = (head_total[0, d] / np.float64(horizon)) / cap[d]
+            c += 2 * n_d
+            x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
+            x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
+            n_valid += 1 if mask[b, m] else 0
+        g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
+        g[b, 1] = np.float64(n_used) / np.float64(n_m)
+        g[b, 2] = np.float64(n_valid) / np.float64(n_m)
+        g[b, 3] = 1.0 if has_job else 0.0
+        g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
     return True
 
 
 @njit(cache=True)
 def _placer_span(lo, hi, args, n_m, n_levels, n_d):
-    """`_placer_env` for envs lo .. hi - 1 on one scratch (`models.placer_kernel.feature_args` in `args`); False
+    """`_placer_envs` for envs lo .. hi - 1 on one scratch (`models.placer_kernel.feature_args` in `args`); False
     at the first env that fails. The body of both kernels."""
     scratch = _placer_scratch(n_m, n_levels, n_d)
-    for b in range(lo, hi):
-        if not _placer_env(b, scratch, *args):
-            return False
-    return True
+    run = np.empty(args[4].shape[1], dtype=np.int64)  # job_machine's width
+    return _placer_envs(lo, hi, scratch, run, *args)
 
 
 @njit(cache=True)
@@ -961,58 +1012,27 @@ def placer_features_kernel_parallel(args, n_envs, n_m, n_levels, n_d, n_spans):
 
 
 @njit(cache=True)
-def _decide_env(
-    b, act_scratch, advice_scratch, placer_scratch, act_args, placer_args, advice_args, has_advice, hold_always,
-    mask,
-):  # fmt: skip
-    """Env b's decision inputs: the rule's action (`_act_env`), the advisor's (a second `_act_env` on
-    `advice_args`, where `has_advice`), the valid actions (`sim.core.action_mask`: the machines the rule found
-    valid, hold always or where none is) and the placer's inputs (`_placer_env`, which reads both); False where a
-    looked-up value is negative. A finished env is not walked: its action is hold, its only valid one, and its
-    inputs are zeros, as the bodies give them (no job waits: no machine is valid or fits)."""
-    n_m = mask.shape[1] - 1
-    if act_args[3][b] and placer_args[30]:  # is_done, and skip_done (`decide` passes it)
-        act_args[30][b] = n_m  # the rule's action
-        if has_advice:
-            advice_args[30][b] = n_m
-        mask[b, :n_m] = False
-        mask[b, n_m] = True
-        placer_args[31][b] = 0.0  # x
-        placer_args[32][b] = 0.0  # g
-        return True
-    if not _act_env(b, act_scratch, *act_args):
-        return False
-    if has_advice and not _act_env(b, advice_scratch, *advice_args):
-        return False
-    valid = act_scratch[2]
-    any_valid = False
-    for m in range(valid.shape[0]):
-        mask[b, m] = valid[m]
-        any_valid = any_valid or valid[m]
-    mask[b, valid.shape[0]] = hold_always or not any_valid
-    return _placer_env(b, placer_scratch, *placer_args)
-
-
-@njit(cache=True)
 def _decide_span(lo, hi, act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask):
-    """`_decide_env` for envs lo .. hi - 1 on one scratch of each part; False at the first env that fails. The body
-    of both kernels."""
+    """The decision inputs of envs lo .. hi - 1 in three passes over them, each one call: the rule's actions and
+    the valid actions (`_act_envs`: the machines the rule found valid, hold always or where none is), the
+    advisor's actions (`_act_envs` on `advice_args`, where `has_advice`), and the placer's inputs
+    (`_placer_envs`, which read both); False where a looked-up value is negative. A finished env is not walked:
+    its action is hold, its only valid one, and its inputs are zeros, as the bodies give them (no job waits: no
+    machine is valid or fits). The body of both kernels."""
     n_m = mask.shape[1] - 1
-    act_scratch = _act_scratch(n_m, n_d)
-    advice_scratch = _act_scratch(n_m, n_d)
-    placer_scratch = _placer_scratch(n_m, n_levels, n_d)
-    for b in range(lo, hi):
-        if not _decide_env(
-            b, act_scratch, advice_scratch, placer_scratch, act_args, placer_args, advice_args, has_advice,
-            hold_always, mask,
-        ):  # fmt: skip
-            return False
-    return True
+    skip_done = placer_args[30]  # `decide` passes it
+    scratch = _act_scratch(n_m, n_d)
+    run = np.empty(act_args[4].shape[1], dtype=np.int64)  # job_machine's width
+    if not _act_envs(lo, hi, scratch, run, mask, True, hold_always, skip_done, *act_args):
+        return False
+    if has_advice and not _act_envs(lo, hi, scratch, run, mask, False, hold_always, skip_done, *advice_args):
+        return False
+    return _placer_envs(lo, hi, _placer_scratch(n_m, n_levels, n_d), run, *placer_args)
 
 
 @njit(cache=True)
 def decide_kernel(act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask):
-    """`_decide_env` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
+    """`_decide_span` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
     `models.placer_kernel.feature_args`, whose base actions and mask are `act_args`' output and `mask` (B, M + 1);
     `advice_args`: the advisor's `risk_act_args`, read where `has_advice`; D resources, the placer's
     `n_levels`)."""

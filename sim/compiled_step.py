@@ -24,7 +24,8 @@ tests/sim/test_rollout_equivalence.py steps random valid actions through both an
 
 Envs share nothing, so a batch of at least `PARALLEL_MIN_ENVS` envs is stepped on numba's threads (`prange`, as
 many as `numba.get_num_threads()`; `NUMBA_NUM_THREADS=1` turns it off); a smaller one on the caller's thread,
-where starting threads would cost more than they save. Both run one body per env (`_env_step`): the same numbers.
+where starting threads would cost more than they save. Both run one body per span of envs (`_env_steps`): the
+same numbers.
 """
 
 from __future__ import annotations
@@ -155,8 +156,9 @@ def step_in_place(
 
 
 @njit(cache=True)
-def _env_step(
-    b,
+def _env_steps(
+    lo,
+    hi,
     is_short,
     t,
     next_job,
@@ -198,7 +200,8 @@ def _env_step(
     tr_contention,
     tr_penalties,
 ):
-    """Env b's step (the body both kernels run per env; they share no state); `is_short` (M, D) bool scratch,
+    """Envs lo .. hi - 1 stepped (the body both kernels run per span of envs; envs share no state): one call per
+    span, not per env, as a call's arguments cost about a microsecond per env; `is_short` (M, D) bool scratch,
     written before it is read."""
     width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     n_j = duration.shape[1]
@@ -206,135 +209,135 @@ def _env_step(
     hist = past.shape[1]
     window_cap = min(width, max_window)
     n_recorded = tr_usage.shape[1] if has_trace else 0
-    if is_placed[b]:  # core._place
-        j = next_job[b]
-        t0 = t[b]
-        m = actions[b]
-        for k in range(t_max):
-            slot = (t0 + k) % width
-            pair = 0
-            for d in range(n_d):
-                u = np.int64(usage[b, j, k, d])
-                c = np.int64(timeline[b, slot, m, d])
-                pair += u * c
-                timeline[b, slot, m, d] = c + u
-            overlap[b, slot] += pair
-        job_machine[b, j] = m
-        job_start[b, j] = t0
-        end = t0 + duration[b, j]
-        if end > busy_until[b, m]:
-            busy_until[b, m] = end
-        next_job[b] = j + 1
-    is_forced = is_hold[b]
-    while True:  # core._advance_idle
-        is_idle = n_arrived[b] == next_job[b] and not (is_terminated[b] or is_truncated[b])
-        if not (is_idle or is_forced):
-            break
-        t0 = t[b]
-        n_steps = 1
-        if is_idle:  # core._idle_steps
-            head = next_job[b]
-            if head < n_jobs[b]:
-                end = arrival_step[b, min(head, n_j - 1)]
-            else:
-                end = t0 + 1
-                for m in range(n_m):
-                    end = max(end, busy_until[b, m])
-            end = min(end, max_steps)
-            n_steps = max(min(end - t0, window_cap), 1)
-        # core._close_window and core._push_past: shift the history first, then write each closed step's row
-        if n_steps < hist:
-            for r in range(hist - n_steps):
-                for m in range(n_m):  # element by element: a row copy would compile numba's shape-error path
-                    for d in range(n_d):
-                        past[b, r, m, d] = past[b, r + n_steps, m, d]
-        qlen = n_arrived[b] - next_job[b]
-        for i in range(n_steps):
-            ps = t0 + i
-            slot = ps % width
-            p_contention = -k_c * np.float64(overlap[b, slot])
-            under = 0.0
-            has_short = False
-            row = hist - n_steps + i
-            is_recorded = ps < n_recorded
-            for m in range(n_m):
-                is_used = busy_until[b, m] > ps
-                if is_recorded:
-                    tr_active[b, ps, m] = is_used
+    for b in range(lo, hi):
+        if is_placed[b]:  # core._place
+            j = next_job[b]
+            t0 = t[b]
+            m = actions[b]
+            for k in range(t_max):
+                slot = (t0 + k) % width
+                pair = 0
                 for d in range(n_d):
-                    total = np.int64(timeline[b, slot, m, d])
-                    if has_noise:
-                        total += np.int64(noise[b, ps, m, d])
-                    if is_recorded:
-                        tr_usage[b, ps, m, d] = timeline[b, slot, m, d]
-                        tr_background[b, ps, m, d] = total - np.int64(timeline[b, slot, m, d])
-                    unused = cap[d] - total
-                    if unused < 0:
-                        unused = 0
-                    is_short[m, d] = total > cap[d]
-                    has_short = has_short or total > cap[d]
-                    if is_used and k_u != 0:
-                        base = np.float64(unused)
-                        powered = base
-                        for _ in range(k_u - 1):
-                            powered = powered * base
-                        under += powered
-                    if row >= 0:
-                        v = np.float32(total) * inv_cap[d]
-                        past[b, row, m, d] = v if v < np.float32(1.0) else np.float32(1.0)
-                    timeline[b, slot, m, d] = 0
-            contention = overlap[b, slot]
-            overlap[b, slot] = 0
-            n_first = 0
-            if has_short:  # core._first_overshoots
-                for j in range(min(next_job[b], n_j)):  # placed jobs: the prefix before the queue
-                    m = job_machine[b, j]
-                    if m >= 0 and job_start[b, j] <= ps and job_start[b, j] + duration[b, j] > ps:
+                    u = np.int64(usage[b, j, k, d])
+                    c = np.int64(timeline[b, slot, m, d])
+                    pair += u * c
+                    timeline[b, slot, m, d] = c + u
+                overlap[b, slot] += pair
+            job_machine[b, j] = m
+            job_start[b, j] = t0
+            end = t0 + duration[b, j]
+            if end > busy_until[b, m]:
+                busy_until[b, m] = end
+            next_job[b] = j + 1
+        is_forced = is_hold[b]
+        while True:  # core._advance_idle
+            is_idle = n_arrived[b] == next_job[b] and not (is_terminated[b] or is_truncated[b])
+            if not (is_idle or is_forced):
+                break
+            t0 = t[b]
+            n_steps = 1
+            if is_idle:  # core._idle_steps
+                head = next_job[b]
+                if head < n_jobs[b]:
+                    end = arrival_step[b, min(head, n_j - 1)]
+                else:
+                    end = t0 + 1
+                    for m in range(n_m):
+                        end = max(end, busy_until[b, m])
+                end = min(end, max_steps)
+                n_steps = max(min(end - t0, window_cap), 1)
+            # core._close_window and core._push_past: shift the history first, then write each closed step's row
+            if n_steps < hist:
+                for r in range(hist - n_steps):
+                    # element by element: a row copy would compile numba's shape-error path
+                    for m in range(n_m):
                         for d in range(n_d):
-                            if is_short[m, d] and not has_overshot[b, j, d]:
-                                has_overshot[b, j, d] = True
-                                n_first += 1
-            p_under = 0.0 if k_u == 0 else -under
-            p_overshoot = -k_o * np.float64(n_first)
-            p_wait = -k_w * np.float64(qlen)
-            pen[b, 0] += p_contention
-            pen[b, 1] += p_under
-            pen[b, 2] += p_overshoot
-            pen[b, 3] += p_wait
-            if is_recorded:
-                tr_queue[b, ps] = qlen
-                tr_contention[b, ps] = contention
-                tr_penalties[b, ps, 0] = p_contention
-                tr_penalties[b, ps, 1] = p_under
-                tr_penalties[b, ps, 2] = p_overshoot
-                tr_penalties[b, ps, 3] = p_wait
-                tr_penalties[b, ps, 4] = 0.0
-        t_end = t0 + n_steps
-        t[b] = t_end
-        arrived = 0
-        for j in range(n_j):
-            if arrival_step[b, j] <= t_end:
-                arrived += 1
-        n_arrived[b] = arrived
-        last_end = 0
-        for m in range(n_m):
-            last_end = max(last_end, busy_until[b, m])
-        is_finished = next_job[b] == n_jobs[b] and last_end <= t_end
-        is_terminated[b] = is_finished
-        is_truncated[b] = (not is_finished) and t_end >= max_steps
-        if is_truncated[b]:
-            is_cut[b] = True
-        n_closed[b] += n_steps
-        is_forced = False
+                            past[b, r, m, d] = past[b, r + n_steps, m, d]
+            qlen = n_arrived[b] - next_job[b]
+            for i in range(n_steps):
+                ps = t0 + i
+                slot = ps % width
+                p_contention = -k_c * np.float64(overlap[b, slot])
+                under = 0.0
+                has_short = False
+                row = hist - n_steps + i
+                is_recorded = ps < n_recorded
+                for m in range(n_m):
+                    is_used = busy_until[b, m] > ps
+                    if is_recorded:
+                        tr_active[b, ps, m] = is_used
+                    for d in range(n_d):
+                        total = np.int64(timeline[b, slot, m, d])
+                        if has_noise:
+                            total += np.int64(noise[b, ps, m, d])
+                        if is_recorded:
+                            tr_usage[b, ps, m, d] = timeline[b, slot, m, d]
+                            tr_background[b, ps, m, d] = total - np.int64(timeline[b, slot, m, d])
+                        unused = cap[d] - total
+                        if unused < 0:
+                            unused = 0
+                        is_short[m, d] = total > cap[d]
+                        has_short = has_short or total > cap[d]
+                        if is_used and k_u != 0:
+                            base = np.float64(unused)
+                            powered = base
+                            for _ in range(k_u - 1):
+                                powered = powered * base
+                            under += powered
+                        if row >= 0:
+                            v = np.float32(total) * inv_cap[d]
+                            past[b, row, m, d] = v if v < np.float32(1.0) else np.float32(1.0)
+                        timeline[b, slot, m, d] = 0
+                contention = overlap[b, slot]
+                overlap[b, slot] = 0
+                n_first = 0
+                if has_short:  # core._first_overshoots
+                    for j in range(min(next_job[b], n_j)):  # placed jobs: the prefix before the queue
+                        m = job_machine[b, j]
+                        if m >= 0 and job_start[b, j] <= ps and job_start[b, j] + duration[b, j] > ps:
+                            for d in range(n_d):
+                                if is_short[m, d] and not has_overshot[b, j, d]:
+                                    has_overshot[b, j, d] = True
+                                    n_first += 1
+                p_under = 0.0 if k_u == 0 else -under
+                p_overshoot = -k_o * np.float64(n_first)
+                p_wait = -k_w * np.float64(qlen)
+                pen[b, 0] += p_contention
+                pen[b, 1] += p_under
+                pen[b, 2] += p_overshoot
+                pen[b, 3] += p_wait
+                if is_recorded:
+                    tr_queue[b, ps] = qlen
+                    tr_contention[b, ps] = contention
+                    tr_penalties[b, ps, 0] = p_contention
+                    tr_penalties[b, ps, 1] = p_under
+                    tr_penalties[b, ps, 2] = p_overshoot
+                    tr_penalties[b, ps, 3] = p_wait
+                    tr_penalties[b, ps, 4] = 0.0
+            t_end = t0 + n_steps
+            t[b] = t_end
+            arrived = 0
+            for j in range(n_j):
+                if arrival_step[b, j] <= t_end:
+                    arrived += 1
+            n_arrived[b] = arrived
+            last_end = 0
+            for m in range(n_m):
+                last_end = max(last_end, busy_until[b, m])
+            is_finished = next_job[b] == n_jobs[b] and last_end <= t_end
+            is_terminated[b] = is_finished
+            is_truncated[b] = (not is_finished) and t_end >= max_steps
+            if is_truncated[b]:
+                is_cut[b] = True
+            n_closed[b] += n_steps
+            is_forced = False
 
 
 @njit(cache=True)
 def _span(lo, hi, args, n_m, n_d):
-    """Envs lo .. hi - 1 stepped on one scratch (`is_short`, (M, D)): `_env_step`'s arguments after the env and
+    """Envs lo .. hi - 1 stepped on one scratch (`is_short`, (M, D)): `_env_steps`' arguments after the span and
     the scratch ride in `args`. The body of both kernels."""
-    is_short = np.zeros((n_m, n_d), dtype=np.bool_)
-    for b in range(lo, hi):
-        _env_step(b, is_short, *args)
+    _env_steps(lo, hi, np.zeros((n_m, n_d), dtype=np.bool_), *args)
 
 
 @njit(cache=True)
