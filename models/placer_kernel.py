@@ -22,8 +22,8 @@ Each span of envs' inputs is one body (`_placer_envs`), run on numba's threads f
 `features` returns None where the kernel does not apply (another forecaster, rho != 1, a level the table lacks,
 more than `SEQUENTIAL_SUM_MAX` resources) or where a looked-up value is negative (the numpy path then takes its
 general branch, as it does itself); the caller then runs the numpy path. The kernel itself is
-`sim.compiled_decision.placer_features_kernel`, in the file of the table look-up it inlines (numba's cache notices
-changes to its own file only). Tests: tests/models/test_placer_kernel.py.
+`sim.compiled_decision.placer_features_kernel_parallel`, in the file of the table look-up it inlines (numba's
+cache notices changes to its own file only). Tests: tests/models/test_placer_kernel.py.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ from sim.compiled_decision import (
     AGE_EDGE_ARRAY,
     REMAINING_EDGE_ARRAY,
     SEQUENTIAL_SUM_MAX,
-    decide_kernel,
     decide_kernel_parallel,
     levels_last,
     noise_args,
-    placer_features_kernel,
     placer_features_kernel_parallel,
     prefix_args,
     risk_act_args,
@@ -80,9 +78,9 @@ def features(
     if made is None:
         return None
     args, x, g = made
-    kernels = (placer_features_kernel, placer_features_kernel_parallel, on_threads(state.batch_size))
     _, _, n_m, n_d = state.timeline.shape
-    ok = launch(*kernels, args, state.batch_size, n_m, len(levels), n_d)
+    threaded = on_threads(state.batch_size)
+    ok = launch(placer_features_kernel_parallel, threaded, args, state.batch_size, n_m, len(levels), n_d)
     return (x, g) if ok else None
 
 
@@ -179,9 +177,9 @@ def decide(
     if advice_args is None:
         advice = None
     hold_always = cfg.hold_rule == "always"
-    kernels = (decide_kernel, decide_kernel_parallel, on_threads(n_envs))
+    advice_in = act_args if advice_args is None else advice_args
     ok = launch(
-        *kernels, act_args, placer_args, act_args if advice_args is None else advice_args, advice is not None,
+        decide_kernel_parallel, on_threads(n_envs), act_args, placer_args, advice_in, advice is not None,
         cfg.n_resources, len(levels), hold_always, mask,
     )  # fmt: skip
     return (base, mask, x, g, advice) if ok else None

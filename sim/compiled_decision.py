@@ -12,17 +12,17 @@
   the hybrid's `PersistenceForecaster` (each job's peak so far) over a DeepRM fallback (SJF or Packer: Best-Fit by
   requests), Tetris (the first machine the head fits), `BestFit` (by usage now) or `FirstFit`, deviation rows,
   bounds and choice as there.
-- `placer_features_kernel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
-- `decide_kernel`: the two bodies above and the mask between them, one pass per env (`models.placer_kernel.decide`:
-  a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid, and an advisor's action by the
-  rule body again where one is given); the bodies' arguments ride in tuples.
+- `placer_features_kernel_parallel`: the learned placer's inputs (`models.placer_kernel` wraps and documents it).
+- `decide_kernel_parallel`: the two bodies above and the mask between them, in three passes over a span of envs
+  (`models.placer_kernel.decide`: a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid,
+  and an advisor's action by the rule body again where one is given); the bodies' arguments ride in tuples.
 
 Each runs one body per span of envs (`_pick_envs`, `_act_envs`, `_placer_envs`: one call per span, as a call's
 arguments cost about a microsecond per env), on numba's threads for a large batch
-(`sim.compiled_step.on_threads`), else on the caller's: the same numbers either way. Each body walks an env
-through the numpy code's steps with the same float operations in the same order (the per-machine sums in job
-order, as `np.bincount` adds them; maxima and comparisons as there; ties to the
-first index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
+(`sim.compiled_step.on_threads`), else in one span (`sim.compiled_step.launch`): the same numbers either way.
+Each body walks an env through the numpy code's steps with the same float operations in the same order (the
+per-machine sums in job order, as `np.bincount` adds them; maxima and comparisons as there; ties to the first
+index, as `np.argmax`), so decisions are the numpy path's. They return None where they do not apply (another
 fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
 `job_cell` and `resource_cell` are the one look-up of a remaining-peak table cell; every kernel that inlines them
 lives in this file, because numba's on-disk cache notices changes to a kernel's own file only. Tests:
@@ -152,8 +152,7 @@ def _pick(cfg: SimConfig, state: State, preference: np.ndarray | None, kind: int
         np.asarray(cfg.capacity_units, dtype=np.int64), kind, out,
     )  # fmt: skip
     _, _, n_m, n_d = state.timeline.shape
-    kernels = (_pick_kernel, _pick_kernel_parallel, on_threads(state.batch_size))
-    launch(*kernels, args, state.batch_size, n_m, n_d)
+    launch(_pick_kernel_parallel, on_threads(state.batch_size), args, state.batch_size, n_m, n_d)
     return out
 
 
@@ -164,8 +163,8 @@ def risk_act(cfg: SimConfig, state: State, rule) -> np.ndarray | None:
     if args is None:
         return None
     _, _, n_m, n_d = state.timeline.shape
-    kernels = (_act_kernel, _act_kernel_parallel, on_threads(state.batch_size))
-    return out if launch(*kernels, args, state.batch_size, n_m, n_d) else None
+    threaded = on_threads(state.batch_size)
+    return out if launch(_act_kernel_parallel, threaded, args, state.batch_size, n_m, n_d) else None
 
 
 def risk_act_args(cfg: SimConfig, state: State, rule, out: np.ndarray) -> tuple | None:
@@ -422,8 +421,8 @@ def _fits(b, j, m, check, usage, request, cap, placed, used_now):
 
 @njit(cache=True)
 def _machine_scratch(n_m, n_d):
-    """Per-env scratch of the pick (`_machine_state`'s placed and used-now units): allocated once per kernel
-    call on the caller's thread, once per span of envs on numba's (`envs_of_span`)."""
+    """Per-env scratch of the pick (`_machine_state`'s placed and used-now units): allocated once per span of envs
+    (`envs_of_span`)."""
     return np.zeros((n_m, n_d), dtype=np.int64), np.zeros((n_m, n_d), dtype=np.int64)
 
 
@@ -453,8 +452,8 @@ def _pick_envs(
     lo, hi, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage,
     request, timeline, noise, has_noise, check, cap, kind, out,
 ):  # fmt: skip
-    """Envs lo .. hi - 1's part of `_pick_kernel` (the body both its kernels run per span of envs, one call per
-    span); `scratch` from `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick
+    """Envs lo .. hi - 1's part of `_pick_kernel_parallel` (its body per span of envs, one call per span);
+    `scratch` from `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick
     (`_tetris_pick`), else DeepRM's on `preference` or on Packer's or SJF's preference (`_preference`)."""
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
@@ -566,13 +565,8 @@ def _tetris_pick(b, extra, next_job, n_arrived, is_done, usage, request, check, 
 @njit(cache=True)
 def _pick_span(lo, hi, args, n_m, n_d):
     """`_pick_envs` for envs lo .. hi - 1 on one scratch (its arguments after the span and the scratch ride in
-    `args`); False at the first env that fails. The body of both kernels."""
+    `args`); False at the first env that fails. The body of `_pick_kernel_parallel`."""
     return _pick_envs(lo, hi, _machine_scratch(n_m, n_d), *args)
-
-
-@njit(cache=True)
-def _pick_kernel(args, n_envs, n_m, n_d):
-    return _pick_span(0, n_envs, args, n_m, n_d)
 
 
 @njit(cache=True, parallel=True)
@@ -649,8 +643,8 @@ def _act_envs(
     use_durations, min_observed, fallback, pack, out, persist, peak, charge, charge_levels, charge_rows,
     charge_level, charge_n_ref, raise_only,
 ):  # fmt: skip
-    """The rule's actions of envs lo .. hi - 1 into `out` (the body both of `_act_kernel`'s kernels run per span
-    of envs, and `_decide_span` too); False at the first env where a looked-up quantile is negative. `scratch`
+    """The rule's actions of envs lo .. hi - 1 into `out` (the body `_act_kernel_parallel` runs per span of envs,
+    and `_decide_span` too); False at the first env where a looked-up quantile is negative. `scratch`
     from `_act_scratch` and `run` (the jobs' width) are written before they are read; `fallback` one of
     `_fallback_kind`'s kinds. With `charge` each machine's jobs and the head are read at the machine's own table
     row (`charge_rows` at `_charge_index`'s level for its running jobs + 1,
@@ -774,16 +768,11 @@ def _act_envs(
 @njit(cache=True)
 def _act_span(lo, hi, args, n_m, n_d):
     """`_act_envs` for envs lo .. hi - 1 on one scratch (`risk_act_args` in `args`); False at the first env that
-    fails. The body of both kernels."""
+    fails. The body of `_act_kernel_parallel`."""
     scratch = _act_scratch(n_m, n_d)
     run = np.empty(args[4].shape[1], dtype=np.int64)  # job_machine's width
     no_mask = np.zeros((0, n_m + 1), dtype=np.bool_)
     return _act_envs(lo, hi, scratch, run, no_mask, False, False, False, *args)
-
-
-@njit(cache=True)
-def _act_kernel(args, n_envs, n_m, n_d):
-    return _act_span(0, n_envs, args, n_m, n_d)
 
 
 @njit(cache=True, parallel=True)
@@ -862,7 +851,8 @@ def _placer_envs(
     x,
     g,
 ):
-    """The inputs of envs lo .. hi - 1 (the body both kernels run per span of envs, and `_decide_span` too); False
+    """The inputs of envs lo .. hi - 1 (the body `placer_features_kernel_parallel` runs per span of envs, and
+    `_decide_span` too); False
     at the first env where a looked-up value is negative. `scratch` from `_placer_scratch` and `run` (the jobs'
     width) are written before they are read. One call per span, not per env (`_act_envs`)."""
     n_j = job_machine.shape[1]
@@ -987,15 +977,10 @@ def _placer_envs(
 @njit(cache=True)
 def _placer_span(lo, hi, args, n_m, n_levels, n_d):
     """`_placer_envs` for envs lo .. hi - 1 on one scratch (`models.placer_kernel.feature_args` in `args`); False
-    at the first env that fails. The body of both kernels."""
+    at the first env that fails. The body of `placer_features_kernel_parallel`."""
     scratch = _placer_scratch(n_m, n_levels, n_d)
     run = np.empty(args[4].shape[1], dtype=np.int64)  # job_machine's width
     return _placer_envs(lo, hi, scratch, run, *args)
-
-
-@njit(cache=True)
-def placer_features_kernel(args, n_envs, n_m, n_levels, n_d):
-    return _placer_span(0, n_envs, args, n_m, n_levels, n_d)
 
 
 @njit(cache=True, parallel=True)
@@ -1018,7 +1003,7 @@ def _decide_span(lo, hi, act_args, placer_args, advice_args, has_advice, n_d, n_
     advisor's actions (`_act_envs` on `advice_args`, where `has_advice`), and the placer's inputs
     (`_placer_envs`, which read both); False where a looked-up value is negative. A finished env is not walked:
     its action is hold, its only valid one, and its inputs are zeros, as the bodies give them (no job waits: no
-    machine is valid or fits). The body of both kernels."""
+    machine is valid or fits). The body of `decide_kernel_parallel`."""
     n_m = mask.shape[1] - 1
     skip_done = placer_args[30]  # `decide` passes it
     scratch = _act_scratch(n_m, n_d)
@@ -1030,22 +1015,14 @@ def _decide_span(lo, hi, act_args, placer_args, advice_args, has_advice, n_d, n_
     return _placer_envs(lo, hi, _placer_scratch(n_m, n_levels, n_d), run, *placer_args)
 
 
-@njit(cache=True)
-def decide_kernel(act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask):
-    """`_decide_span` over the envs on the caller's thread (`act_args`: `risk_act_args`; `placer_args`:
-    `models.placer_kernel.feature_args`, whose base actions and mask are `act_args`' output and `mask` (B, M + 1);
-    `advice_args`: the advisor's `risk_act_args`, read where `has_advice`; D resources, the placer's
-    `n_levels`)."""
-    return _decide_span(
-        0, mask.shape[0], act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask
-    )
-
-
 @njit(cache=True, parallel=True)
 def decide_kernel_parallel(
     act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask, n_spans
 ):  # fmt: skip
-    """`decide_kernel` on numba's threads, one span of envs per iteration (`envs_of_span`)."""
+    """`_decide_span` over the envs in `n_spans` spans, one per prange iteration (`envs_of_span`; `act_args`:
+    `risk_act_args`; `placer_args`: `models.placer_kernel.feature_args`, whose base actions and mask are
+    `act_args`' output and `mask` (B, M + 1); `advice_args`: the advisor's `risk_act_args`, read where
+    `has_advice`; D resources, the placer's `n_levels`)."""
     n_b = mask.shape[0]
     n_c = max(min(n_spans, n_b), 1)
     ok = np.ones(n_c, dtype=np.bool_)

@@ -69,8 +69,9 @@ def _perturb_committed(state, seed: int):
 @pytest.fixture
 def on_threads(monkeypatch, request):
     """`on_threads(threads, module, *kernels)`: the compiled wrappers of `module` run their per-env bodies on the
-    caller's thread (threads="caller") or on numba's (threads="numba", whatever the batch size); returns a dict
-    counting the calls of each named parallel kernel, so a test can assert that they ran. On numba's threads the
+    caller's side (threads="caller": their serial kernel, or one span of the prange kernel where `launch` runs it)
+    or on numba's threads (threads="numba", whatever the batch size); returns a dict counting the calls of each
+    named parallel kernel, so a test can assert that they ran. On numba's threads the
     test gets all of them back (every core), so envs really run side by side."""
 
     def setup(threads: str, module, *kernels: str) -> dict[str, int]:

@@ -85,7 +85,7 @@ def test_compiled_features_equal_the_numpy_path(name, threads, square_jobs, on_t
             np.testing.assert_allclose(x[live], carried_x[live], rtol=1e-6, atol=1e-7)
         n_checked += 1
     assert n_checked > 20
-    assert (calls["placer_features_kernel_parallel"] > 0) == (threads == "numba")
+    assert calls["placer_features_kernel_parallel"] > 0  # one span, or one per thread
     assert serve or carried.n_carried > 0  # the carried comparison did carry
 
 
@@ -164,7 +164,7 @@ def test_one_decision_kernel_equals_its_pieces(name, threads, square_jobs, on_th
         n_checked += 1
     assert n_checked > 20 and (n_invalid > 0 or cfg.placement_check == "none")  # machines the head misfits
     assert holds == ({True, False} if cfg.hold_rule == "no_fit" else {True})
-    assert (calls["decide_kernel_parallel"] > 0) == (threads == "numba")
+    assert calls["decide_kernel_parallel"] > 0  # one span, or one per thread
 
 
 @pytest.mark.parametrize("threads", ["caller", "numba"])
@@ -196,7 +196,7 @@ def test_a_charge_aware_advisor_is_decided_in_the_same_kernel(threads, monkeypat
         assert np.array_equal(advice, advisor.act(cfg, seen, np.random.default_rng(0)))
         monkeypatch.setattr(compiled_decision, "ENABLED", True)
         n_checked += 1
-    assert n_checked > 20 and (calls["decide_kernel_parallel"] > 0) == (threads == "numba")
+    assert n_checked > 20 and calls["decide_kernel_parallel"] > 0
 
 
 def test_one_decision_kernel_steps_aside(square_jobs):

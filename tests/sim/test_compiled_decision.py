@@ -88,7 +88,7 @@ def test_compiled_decision_decides_as_the_numpy_path(name, threads, monkeypatch,
         n_picked += int((numpy_pick > 0).sum())
         state, act = decide(rule, cfg, state, rng)
         state, *_ = core.step(cfg, state, act)
-    assert all((n > 0) == (threads == "numba") for n in calls.values())
+    assert all(n > 0 for n in calls.values())  # one span on the caller's side, one per thread on numba's
     assert n_deviated > 0 and n_picked > 0  # the rule left its fallback, the pick passed over the head
 
 
@@ -184,7 +184,7 @@ def test_the_charge_aware_rule_decides_as_the_numpy_path(name, threads, monkeypa
         n_mixed += int((index.min(axis=1) != index.max(axis=1)).sum())
         state, act = decide(rule, cfg, state, rng)
         state, *_ = core.step(cfg, state, act)
-    assert all((n > 0) == (threads == "numba") for n in calls.values())
+    assert all(n > 0 for n in calls.values())  # one span on the caller's side, one per thread on numba's
     assert n_mixed > 0 and n_deviated > 0
 
 
@@ -283,7 +283,7 @@ def test_the_compiled_hybrid_and_usage_fallbacks_decide_as_numpy(
         n_deviated += int((got != fallback_actions).sum())
         state, act = decide(rule, cfg, state, rng)
         state, *_ = core.step(cfg, state, act)
-    assert all((n > 0) == (threads == "numba") for n in calls.values())
+    assert all(n > 0 for n in calls.values())  # one span on the caller's side, one per thread on numba's
     assert n_deviated > 0  # the rule left its fallback
 
 

@@ -237,7 +237,7 @@ def test_compiled_step_equals_numpy_step(name, threads, on_threads):
     traces = [core.make_trace(cfg, jobs.batch_size) for _ in range(2)]
     numpy_calls = run_steps(cfg, jobs, 3, False, traces[0])
     compiled_calls = run_steps(cfg, jobs, 3, True, traces[1])
-    assert (calls["_kernel_parallel"] > 0) == (threads == "numba")
+    assert calls["_kernel_parallel"] > 0  # one span on the caller's side, one per thread on numba's
     for a, b in zip(dataclasses.astuple(traces[0]), dataclasses.astuple(traces[1]), strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
         assert np.array_equal(np.signbit(a), np.signbit(b))  # -0.0 where the numpy step writes -0.0
