@@ -200,9 +200,9 @@ def _env_steps(
     tr_contention,
     tr_penalties,
 ):
-    """Envs lo .. hi - 1 stepped (the body both kernels run per span of envs; envs share no state): one call per
-    span, not per env, as a call's arguments cost about a microsecond per env; `is_short` (M, D) bool scratch,
-    written before it is read."""
+    """Envs lo .. hi - 1 stepped (the body `_kernel_parallel` runs per span of envs; envs share no state): one
+    call per span, not per env, as a call's arguments cost about a microsecond per env; `is_short` (M, D) bool
+    scratch, written before it is read."""
     width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
     n_j = duration.shape[1]
     t_max = usage.shape[2]
@@ -336,7 +336,7 @@ def _env_steps(
 @njit(cache=True)
 def _span(lo, hi, args, n_m, n_d):
     """Envs lo .. hi - 1 stepped on one scratch (`is_short`, (M, D)): `_env_steps`' arguments after the span and
-    the scratch ride in `args`. The body of both kernels."""
+    the scratch ride in `args`. The body of `_kernel_parallel`."""
     _env_steps(lo, hi, np.zeros((n_m, n_d), dtype=np.bool_), *args)
 
 
