@@ -362,25 +362,9 @@ def _running_jobs(b, t, n_placed, job_machine, job_start, duration, run):
 
 
 @njit(cache=True, inline="always")
-def _machine_state(
-    b, t, n_placed, job_machine, job_start, duration, request, timeline, noise, has_noise, placed, used_now
-):  # fmt: skip
-    """placed (M, D) requests of the jobs running on each machine, used_now (M, D) units in use (noise too);
-    `n_placed` the env's next_job (placed jobs are the prefix before the queue)."""
-    n_j = job_machine.shape[1]
-    n_d = timeline.shape[3]
-    placed[:] = 0
-    for j in range(min(n_placed, n_j)):
-        m = job_machine[b, j]
-        if m >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t:
-            for d in range(n_d):
-                placed[m, d] += np.int64(request[b, j, d])
-    _units_now(b, t, timeline, noise, has_noise, used_now)
-
-
-@njit(cache=True, inline="always")
-def _running_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now):
-    """`_machine_state` from `_running_jobs`' list."""
+def _machine_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now):
+    """placed (M, D) requests of the running jobs run[:n_run] (`_running_jobs`) on each machine, used_now (M, D)
+    units in use (noise too)."""
     n_d = timeline.shape[3]
     placed[:] = 0
     for k in range(n_run):
@@ -449,11 +433,11 @@ def _placer_scratch(n_m, n_levels, n_d):
 
 @njit(cache=True)
 def _pick_envs(
-    lo, hi, scratch, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage,
+    lo, hi, scratch, run, preference, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, usage,
     request, timeline, noise, has_noise, check, cap, kind, out,
 ):  # fmt: skip
     """Envs lo .. hi - 1's part of `_pick_kernel_parallel` (its body per span of envs, one call per span);
-    `scratch` from `_machine_scratch`, written before it is read. `kind` (`_pick`'s): Tetris' pick
+    `scratch` from `_machine_scratch` and `run` (the jobs' width), written before they are read. `kind` (`_pick`'s): Tetris' pick
     (`_tetris_pick`), else DeepRM's on `preference` or on Packer's or SJF's preference (`_preference`)."""
     n_k = preference.shape[1]
     n_j = job_machine.shape[1]
@@ -464,10 +448,8 @@ def _pick_envs(
             out[b] = 0
             continue
         t = t_arr[b]
-        _machine_state(
-            b, t, next_job[b], job_machine, job_start, duration, request, timeline, noise, has_noise, placed,
-            used_now,
-        )  # fmt: skip
+        n_run = _running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)
+        _machine_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now)
         if kind == _TETRIS:
             out[b] = _tetris_pick(
                 b, preference, next_job, n_arrived, is_done, usage, request, check, cap, placed, used_now
@@ -566,7 +548,8 @@ def _tetris_pick(b, extra, next_job, n_arrived, is_done, usage, request, check, 
 def _pick_span(lo, hi, args, n_m, n_d):
     """`_pick_envs` for envs lo .. hi - 1 on one scratch (its arguments after the span and the scratch ride in
     `args`); False at the first env that fails. The body of `_pick_kernel_parallel`."""
-    return _pick_envs(lo, hi, _machine_scratch(n_m, n_d), *args)
+    run = np.empty(args[5].shape[1], dtype=np.int64)  # job_machine's width
+    return _pick_envs(lo, hi, _machine_scratch(n_m, n_d), run, *args)
 
 
 @njit(cache=True, parallel=True)
@@ -665,7 +648,7 @@ def _act_envs(
                 mask[b, n_m] = True
             continue
         n_run = _running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)
-        _running_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now)
+        _machine_state(b, t, run, n_run, job_machine, request, timeline, noise, has_noise, placed, used_now)
         # the fallback: Best-Fit by requests on the head's dominant resource (sim.policies._deeprm_act), the first
         # machine the head fits by requests (Tetris' act: its pick has chosen the job), Best-Fit by usage now on the
         # valid machines (BestFit) or the first valid machine (FirstFit)
