@@ -133,6 +133,7 @@ from sim.policies import (
     promote_queued_job,
     valid_machines,
 )
+from sim.recall_sums import recall_columns
 from sim.rise_shift import (
     MIN_LEVEL,
     RiseAmount,
@@ -691,6 +692,13 @@ def _level_columns(
     `compiled`: the planes and the columns come from kernels (`sim.compiled_planes.flat_planes` where the
     forecaster applies, `level_columns`): the same numbers; `skip` (B,) bool: envs whose compiled columns are
     zeros, not computed."""
+    # recall over a flat forecaster: summed from each env's jobs, without planes (the same numbers)
+    if compiled:
+        fused = recall_columns(
+            cfg, state, forecaster, pcfg.levels, pcfg.rho, horizon, pcfg.use_durations, skip
+        )
+        if fused is not None:
+            return list(fused[0]), fused[1]
     # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
     squares = pcfg.rho != 1.0
 

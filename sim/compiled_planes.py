@@ -293,12 +293,19 @@ def _pairwise_sum(a, lo, n, frames, values):
 def _level_columns_env(b, acc, head, n_levels, rho, squares, cap, skip, share, frames, values, out):
     """Env b's columns (the body both kernels run per env; zeros where `skip[b]`); `share`, `frames` and
     `values` its scratch."""
-    n_m, n_h, n_d = acc.shape[1], acc.shape[3], acc.shape[4]
     if skip[b]:
         for c in range(out.shape[0]):
-            for m in range(n_m):
+            for m in range(acc.shape[1]):
                 out[c, b, m] = 0.0
         return
+    _machine_columns(b, acc[b], head[b], n_levels, rho, squares, cap, share, frames, values, out)
+
+
+@njit(cache=True)
+def _machine_columns(b, acc, head, n_levels, rho, squares, cap, share, frames, values, out):
+    """out[:, b, :]: the columns of one env from its machines' sums `acc` (M, P, H, D) and its head's planes
+    `head` (P, H, D)."""
+    n_m, n_h, n_d = acc.shape[0], acc.shape[2], acc.shape[3]
     p2_base = n_levels - 1  # plane of level li's squared deviation: p2_base + li
     for m in range(n_m):
         for li in range(n_levels):
@@ -306,20 +313,20 @@ def _level_columns_env(b, acc, head, n_levels, rho, squares, cap, skip, share, f
                 k = 0
                 for h in range(n_h):
                     for d in range(n_d):
-                        s0 = acc[b, m, 0, h, d]
+                        s0 = acc[m, 0, h, d]
                         if w == 1:
-                            s0 = s0 + head[b, 0, h, d]
+                            s0 = s0 + head[0, h, d]
                         bound = s0
                         if li > 0:
-                            s_d = acc[b, m, li, h, d]
+                            s_d = acc[m, li, h, d]
                             if w == 1:
-                                s_d = s_d + head[b, li, h, d]
+                                s_d = s_d + head[li, h, d]
                             if not squares:
                                 bound = s0 + s_d
                             else:
-                                s_d2 = acc[b, m, p2_base + li, h, d]
+                                s_d2 = acc[m, p2_base + li, h, d]
                                 if w == 1:
-                                    s_d2 = s_d2 + head[b, p2_base + li, h, d]
+                                    s_d2 = s_d2 + head[p2_base + li, h, d]
                                 bound = s0 + np.sqrt(rho * (s_d * s_d) + (1.0 - rho) * s_d2)
                         share[k] = bound / cap[d]
                         k += 1
@@ -349,3 +356,184 @@ def _level_columns_parallel(acc, head, n_levels, rho, squares, cap, skip, out):
         share = np.empty(acc.shape[3] * acc.shape[4])
         frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)
         _level_columns_env(b, acc, head, n_levels, rho, squares, cap, skip, share, frames, values, out)
+
+
+# --- the recall path without per-job planes: each env's machines summed straight from its jobs ----------------
+
+
+@njit(cache=True, inline="always")
+def _envs_of_span(c, n_envs, n_spans):
+    """[lo, hi) envs of span c of n_spans (`sim.compiled_step.launch`; a copy of `envs_of_span`, as numba's cache
+    notices a kernel's own file only)."""
+    c = np.int64(c)
+    return c * n_envs // n_spans, (c + 1) * n_envs // n_spans
+
+
+@njit(cache=True)
+def _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done):
+    """Row i's recall (`sim.compiled_batch._recall_runs`' test): ok[i] where its run best[i] (-1: none) has shown
+    a step and agrees with every step both have shown, and, if that run has finished, the job has not outlived
+    it; done[i] where that run has finished."""
+    b = best[i]
+    ok[i], done[i] = False, False
+    if b < 0 or n_best[i] <= 0:
+        return
+    e, j = env[i], job[i]
+    for a in range(min(n_own[i], n_best[i], usage.shape[2])):
+        for d in range(usage.shape[3]):
+            if usage[e, b, a, d] != usage[e, j, a, d]:
+                return
+    finished = n_best[i] >= duration[e, b]
+    if finished and n_own[i] > duration[e, b]:
+        return
+    ok[i], done[i] = True, finished
+
+
+@njit(cache=True)
+def _add_row(i, tgt, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
+             max_duration, squares):  # fmt: skip
+    """Adds row i's planes to `tgt` (P, H, D): `_flat_planes_row`'s median, deviations and squares over the
+    steps it is alive, its recalled run (`RecallOverlay`) over its flat `values` (L, D) where that run shows the
+    age, and, where `young[i]` and the run has not finished, its request at every level
+    (`sim.risk.job_moments`' `min_observed`)."""
+    n_l, n_d = values.shape[1], values.shape[2]
+    e, b = env[i], best[i]
+    at_request = young[i] and not (ok[i] and done[i])
+    for h in range(min(n_alive[i], tgt.shape[1])):
+        age = t[i] + 1 + h - start[i]
+        for d in range(n_d):
+            recalled, v = False, 0.0
+            if at_request:
+                recalled, v = True, request[i, d]
+            elif ok[i]:
+                if age >= max_duration:
+                    recalled = True
+                else:
+                    a = max(age, 0)
+                    if done[i] and a >= duration[e, b]:
+                        recalled = True
+                    elif a < n_best[i]:
+                        recalled, v = True, np.float64(usage[e, b, a, d])
+            q0 = v if recalled else values[i, 0, d]
+            tgt[0, h, d] += q0
+            for li in range(1, n_l):
+                x = (v if recalled else values[i, li, d]) - q0
+                dev = x if (x >= 0.0 or np.isnan(x)) else 0.0  # np.maximum(x, 0.0)
+                tgt[li, h, d] += dev
+                if squares:
+                    tgt[n_l - 1 + li, h, d] += dev * dev
+
+
+@njit(cache=True)
+def _sum_env(r, row_start, n_rows, rows, acc, head):
+    """Env r's machines' sums `acc` (M, P, H, D) over its running rows row_start[r] .. row_start[r + 1] - 1 and
+    its head's planes `head` (P, H, D) from row n_rows + r; `rows` the row arrays (see `recall_sums`)."""
+    (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
+     max_duration, squares, ok, done) = rows  # fmt: skip
+    acc[:] = 0.0
+    head[:] = 0.0
+    for i in range(row_start[r], row_start[r + 1]):
+        _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
+        _add_row(i, acc[machine[i]], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
+                 usage, duration, max_duration, squares)  # fmt: skip
+    i = n_rows + r
+    _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
+    _add_row(i, head, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
+             max_duration, squares)  # fmt: skip
+
+
+@njit(cache=True)
+def _machine_columns_linear(b, acc, head, n_levels, cap, total, out):
+    """`_machine_columns` without squares (rho = 1: each bound is a sum of planes) and with every capacity a power of
+    two, in O(M P H D) instead of O(M L H D) divisions and pairwise sums: a peak share is the peak bound over the
+    horizon divided by C_d (division by C_d > 0 keeps the order), and a mean share the bound's sum over the
+    horizon per resource divided by C_d, summed and divided by H x D. The planes are integer units, so each share
+    is a multiple of 1 / C_d and every sum of them is exact in any order: the same numbers. `total` (M + 1, P, D)
+    scratch: each plane's sum over the horizon, the head's at row M."""
+    n_m, n_p, n_h, n_d = acc.shape[0], acc.shape[1], acc.shape[2], acc.shape[3]
+    for m in range(n_m + 1):
+        for p in range(n_p):
+            for d in range(n_d):
+                s = 0.0
+                for h in range(n_h):
+                    s += acc[m, p, h, d] if m < n_m else head[p, h, d]
+                total[m, p, d] = s
+    k = np.float64(n_h * n_d)
+    for m in range(n_m):
+        for li in range(n_levels):
+            for w in range(2):  # the machine's sums without the head, then with it
+                top_share, mean = -np.inf, 0.0
+                for d in range(n_d):
+                    top = -np.inf
+                    for h in range(n_h):
+                        x = acc[m, 0, h, d] + head[0, h, d] if w == 1 else acc[m, 0, h, d]
+                        if li > 0:
+                            x = x + (acc[m, li, h, d] + head[li, h, d] if w == 1 else acc[m, li, h, d])
+                        if x > top:
+                            top = x
+                    if top / cap[d] > top_share:
+                        top_share = top / cap[d]
+                    s = total[m, 0, d] + total[n_m, 0, d] if w == 1 else total[m, 0, d]
+                    if li > 0:
+                        s = s + (total[m, li, d] + total[n_m, li, d] if w == 1 else total[m, li, d])
+                    mean += s / cap[d]
+                col = li * 5 + w * 2
+                out[col, b, m] = top_share
+                out[col + 1, b, m] = mean / k
+        for li in range(n_levels):
+            out[li * 5 + 4, b, m] = 1.0 if out[li * 5 + 2, b, m] <= 1.0 + 1e-9 else 0.0
+
+
+@njit(cache=True, parallel=True)
+def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, skip, out, head_mean, n_spans):
+    n_envs = row_start.shape[0] - 1
+    n_rows, n_d = row_start[n_envs], rows[10].shape[2]
+    squares = rows[15]
+    for c in prange(n_spans):
+        lo, hi = _envs_of_span(c, n_envs, n_spans)
+        acc, head = np.empty((n_m, n_p, n_h, n_d)), np.empty((n_p, n_h, n_d))
+        share, total = np.empty(n_h * n_d), np.empty((n_m + 1, n_p, n_d))
+        frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
+        linear = not squares
+        for d in range(n_d):  # a power of two: every share exact (`_machine_columns_linear`)
+            linear = linear and cap[d] > 0 and (cap[d] == 2.0 ** np.round(np.log2(cap[d])))
+        for r in range(lo, hi):
+            _sum_env(r, row_start, n_rows, rows, acc, head)
+            for d in range(n_d):
+                s = 0.0
+                for h in range(n_h):
+                    s += head[0, h, d]
+                head_mean[r, d] = s / n_h
+            if skip[r]:
+                for k in range(out.shape[0]):
+                    for m in range(n_m):
+                        out[k, r, m] = 0.0
+            elif linear:
+                _machine_columns_linear(r, acc, head, n_levels, cap, total, out)
+            else:
+                _machine_columns(r, acc, head, n_levels, rho, squares, cap, share, frames, values, out)
+
+
+@njit(cache=True, parallel=True)
+def _recall_share_kernel(row_start, rows, n_m, n_p, n_h, rho, inflation, cap, share, n_spans):
+    n_envs = row_start.shape[0] - 1
+    n_rows, n_d = row_start[n_envs], rows[10].shape[2]
+    for c in prange(n_spans):
+        lo, hi = _envs_of_span(c, n_envs, n_spans)
+        acc, head = np.empty((n_m, n_p, n_h, n_d)), np.empty((n_p, n_h, n_d))
+        for r in range(lo, hi):
+            _sum_env(r, row_start, n_rows, rows, acc, head)
+            for m in range(n_m):
+                top = -np.inf
+                for h in range(n_h):
+                    for d in range(n_d):
+                        s_mu = acc[m, 0, h, d] + head[0, h, d]
+                        s_d, s_d2 = 0.0, 0.0
+                        if n_p > 1:  # a forecaster with a deviation: `head_bounds`' sums, the head's added
+                            s_d = acc[m, 1, h, d] + head[1, h, d]
+                            s_d2 = acc[m, 2, h, d] + head[1, h, d] * head[1, h, d]
+                        bound = s_mu + inflation * np.sqrt(rho * (s_d * s_d) + (1.0 - rho) * s_d2)
+                        x = bound / cap[d]
+                        if not (top >= x or np.isnan(top)):
+                            top = x
+                share[r, m] = top

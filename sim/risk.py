@@ -93,6 +93,7 @@ from sim.forecast import (
     with_recall,
 )
 from sim.labelling import reads_labels
+from sim.recall_sums import recall_head_share
 from sim.running_sums import RunningSums, reads_other_runs
 
 MODES = ("deviate", "pack", "guard")
@@ -402,6 +403,9 @@ def head_share(
     flat = flat_head_share(cfg, state, forecaster, rcfg, rows)
     if flat is not None:
         return flat
+    fused = recall_head_share(cfg, state, forecaster, rcfg, rows)  # recall: from each env's jobs, no planes
+    if fused is not None:
+        return fused
     memo = running_sums.for_thread(("head_bounds", rcfg), forecaster)  # one per rule setting: no thrashing
     return safe_and_tightness(head_bounds(cfg, state, forecaster, rcfg, rows, memo), cfg)
 

@@ -1,0 +1,217 @@
+"""Per-machine sums over the horizon on the recall path, straight from each env's jobs (issue 22, item 8).
+
+Where a forecaster recalls earlier runs of a job's workload (`sim.forecast.RecallOverlay` over a forecaster with a
+value per level), each job's forecast varies along the horizon, and the learned placer's features
+(`models.forecast_placer._level_columns`) and a forecast rule's bounds (`sim.risk.head_bounds`) sum per machine
+the planes of every running job over the H steps. The general path builds every job's (P, H, D) planes
+(`sim.compiled_planes.flat_planes`), sorts and sums them per machine (`sum_rows`), carries the sums between
+decisions at the same step (`sim.running_sums`) and reads the columns from them (`level_columns`): on DeepPlace,
+whose jobs run for up to 99 steps, the planes alone are tens of megabytes per decision, and the time moves on
+between most decisions, so little is carried.
+
+Here one kernel per call walks each env: it sums the planes of the env's running jobs into one machine buffer
+(M, P, H, D) that stays in cache, the recalled run read in place from `JobBatch.usage` instead of copied into a
+view, and reads the columns or the bounds from it; nothing per job is stored. The values are the general path's:
+every plane is an integer number of units (a "higher" table quantile, a recalled observed step, a request, and
+their differences and squares), so every sum is exact in any order, and the columns and bounds do the same float
+operations on the same sums (`recall_columns` and `recall_head_share` return None, and the general path runs,
+where a value is not an integer, the usage is not integer units, or the forecaster is of another kind). Tests:
+tests/sim/test_recall_sums.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.core import State, jobs_running, queue_head
+from sim.forecast import (
+    RecallOverlay,
+    _best_runs,
+    flat_forecast,
+    is_flat_forecaster,
+    is_point_forecaster,
+    level_index,
+)
+
+ENABLED = True
+"""Whether the recall path runs here (tests switch it off to compare with the general path)."""
+
+
+def applies(forecaster) -> bool:
+    """Whether `forecaster` is recall over a forecaster with one value per job and level over the horizon (a flat
+    point forecaster's one value, or `flat_levels`)."""
+    if not (ENABLED and isinstance(forecaster, RecallOverlay)):
+        return False
+    inner = forecaster.inner
+    return callable(getattr(inner, "flat_levels", None)) or is_flat_forecaster(inner)
+
+
+def _is_units(a: np.ndarray) -> bool:
+    """Whether every value is a finite integer (a number of units: exact sums in any order)."""
+    return bool(np.isfinite(a).all() and (a == np.rint(a)).all())
+
+
+def recall_rows(
+    cfg: SimConfig,
+    state: State,
+    forecaster: RecallOverlay,
+    levels: tuple[float, ...] | None,
+    envs: np.ndarray,
+    horizon: int,
+    use_durations: bool,
+    min_observed: int,
+    squares: bool,
+) -> tuple[np.ndarray, tuple] | None:
+    """(row_start (R + 1,), the kernels' row tuple) for the envs `envs`: rows 0 .. N - 1 the running jobs of each
+    env in turn (env r's rows row_start[r] .. row_start[r + 1] - 1), rows N + r the queue heads. `levels` None: the
+    inner forecaster's point value (one level). None where the values are not integer units."""
+    jobs = state.jobs
+    if jobs.usage.dtype.kind not in "iu":
+        return None
+    n_envs = envs.size
+    ri, ji = np.nonzero(jobs_running(state)[envs])
+    head_job = np.minimum(state.next_job[envs], jobs.max_jobs - 1)
+    pos = np.concatenate([ri, np.arange(n_envs)])
+    env = envs[pos]
+    job = np.concatenate([ji, head_job])
+    row_start = np.zeros(n_envs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ri, minlength=n_envs), out=row_start[1:])
+    inner = forecaster.inner
+    if levels is None:
+        values = flat_forecast(inner, cfg, state, env, job)[:, None, :]
+    else:
+        values = inner.flat_levels(tuple(levels), cfg, state, env, job)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    request = jobs.request[env, job].astype(np.float64)
+    if not (_is_units(values) and _is_units(request)):
+        return None
+    # the run each job recalls (`sim.forecast.recall_view`'s choice; its agreement test runs in the kernel)
+    top1, top2, n_started, n_obs = _every_best_run(state)
+    n_codes = top1.size // state.batch_size
+    own = jobs.workload_code[env, job]
+    pos = env  # the rows of every env
+    group = pos * n_codes + np.maximum(own, 0)
+    best = np.where(top1[group] == job, top2[group], top1[group])
+    runs = np.where(own >= 0, n_started[group] - (n_obs[pos, job] >= 0), 0)
+    best = np.where((runs > 0) & (best >= 0), best, -1)
+    n_best = np.where(best >= 0, np.maximum(n_obs[pos, np.maximum(best, 0)], 0), 0)
+    n_own = np.maximum(n_obs[pos, job], 0)
+    # steps alive (`steps_alive`, `job_moments`: a job not placed yet starts at t; the heads 0 where none waits)
+    t = state.t[env]
+    is_placed = state.job_machine[env, job] >= 0
+    start = np.where(is_placed, state.job_start[env, job], t)
+    if use_durations:
+        n_alive = np.clip(start + jobs.duration[env, job] - t - 1, 0, horizon)
+    else:
+        n_alive = np.full(env.size, horizon, dtype=np.int64)
+    n_alive[ri.size :] *= queue_head(state).has_job[envs]
+    young = np.zeros(env.size, dtype=bool)
+    if min_observed > 0:  # `job_moments`: a job not placed yet counts from t + 1
+        young = t - np.where(is_placed, state.job_start[env, job], t + 1) + 1 < min_observed
+    n = env.size
+    rows = (
+        env, job, np.concatenate([state.job_machine[envs[ri], ji], np.full(n_envs, -1)]).astype(np.int64),
+        best.astype(np.int64), n_best.astype(np.int64), n_own.astype(np.int64), young, t.astype(np.int64),
+        start.astype(np.int64), n_alive.astype(np.int64), values, request, jobs.usage,
+        jobs.duration.astype(np.int64, copy=False), int(jobs.max_duration), bool(squares),
+        np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
+    )  # fmt: skip
+    return row_start, rows
+
+
+_HELD = threading.local()
+
+
+def _every_best_run(state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(top1, top2, n_started, n_obs) of `sim.forecast._best_runs` over every env, once per state: the features
+    and a rule ask about the same state, other states in between (so not `sim.core._memoised`, which holds the
+    last state asked about only). Held weakly for this thread's last state, as `_memoised` holds it: a job pick
+    that reorders waiting jobs in place changes no run."""
+    held = getattr(_HELD, "runs", None)
+    if held is None or held[0]() is not state:
+        top1, top2, n_started, _, n_obs = _best_runs(state, np.arange(state.batch_size))
+        held = _HELD.runs = (weakref.ref(state), top1, top2, n_started, n_obs)
+    return held[1:]
+
+
+def recall_columns(
+    cfg: SimConfig,
+    state: State,
+    forecaster,
+    levels: tuple[float, ...],
+    rho: float,
+    horizon: int,
+    use_durations: bool,
+    skip: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(columns (5 L, B, M), the heads' mean median (B, D)) of `models.forecast_placer._level_columns` on the recall
+    path (module docstring): the same numbers. None where it does not apply."""
+    if not applies(forecaster) or not callable(getattr(forecaster.inner, "flat_levels", None)):
+        return None
+    if horizon < 1 or horizon > forecaster.inner.horizon:
+        return None
+    for lv in levels:
+        level_index(forecaster.levels, lv, "forecast placer")
+    squares = rho != 1.0
+    envs = np.arange(state.batch_size)
+    got = recall_rows(cfg, state, forecaster, levels, envs, horizon, use_durations, 0, squares)
+    if got is None:
+        return None
+    from sim import compiled_planes  # loads numba: on first use
+    from sim.compiled_step import launch, on_threads
+
+    row_start, rows = got
+    n_l, n_m, n_d = len(levels), cfg.n_machines, cfg.n_resources
+    n_p = 1 + (n_l - 1) * (2 if squares else 1)
+    out = compiled_planes.output_array((5 * n_l, envs.size, n_m))
+    head_mean = compiled_planes.output_array((envs.size, n_d))
+    skip = np.zeros(envs.size, dtype=np.bool_) if skip is None else np.asarray(skip, dtype=np.bool_)
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    launch(
+        compiled_planes._recall_columns_kernel, on_threads(envs.size), row_start, rows, n_m, n_p, int(horizon),
+        n_l, float(rho), cap, skip, out, head_mean,
+    )  # fmt: skip
+    return out, head_mean
+
+
+def recall_head_share(
+    cfg: SimConfig, state: State, forecaster, rcfg, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`sim.risk.safe_and_tightness(sim.risk.head_bounds(...))` on the recall path (module docstring): (is_safe,
+    peak share) (R, M) of placing each env's queue head on each machine. None where it does not apply (or where
+    `rcfg.extend_to` holds jobs beyond the horizon)."""
+    if not applies(forecaster):
+        return None
+    horizon = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
+    if horizon < 1 or horizon > forecaster.horizon or horizon > forecaster.inner.horizon:
+        return None
+    if rcfg.extend_to is not None and rcfg.extend_to > horizon:
+        return None
+    point = is_point_forecaster(forecaster)  # `job_moments`: one value, no deviation
+    inner = forecaster.inner
+    if not (is_flat_forecaster(inner) if point else callable(getattr(inner, "flat_levels", None))):
+        return None
+    for level in (0.5, rcfg.level):  # `job_moments`' error for a level the forecaster lacks
+        level_index(forecaster.levels, level, type(forecaster).__name__)
+    envs = np.arange(state.batch_size) if rows is None else np.asarray(rows, dtype=np.int64)
+    levels = None if point else (0.5, rcfg.level)
+    got = recall_rows(
+        cfg, state, forecaster, levels, envs, horizon, rcfg.use_durations, rcfg.min_observed, not point
+    )
+    if got is None:
+        return None
+    from sim import compiled_planes  # loads numba: on first use
+    from sim.compiled_step import launch, on_threads
+
+    row_start, rows_ = got
+    share = compiled_planes.output_array((envs.size, cfg.n_machines))
+    cap = np.asarray(cfg.capacity_units, dtype=np.float64)
+    launch(
+        compiled_planes._recall_share_kernel, on_threads(envs.size), row_start, rows_, cfg.n_machines,
+        1 if point else 3, int(horizon), float(rcfg.rho), float(rcfg.inflation), cap, share,
+    )  # fmt: skip
+    return share <= 1.0 + 1e-9, share
