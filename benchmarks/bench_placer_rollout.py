@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
+import os
 import pstats
 import time
 from dataclasses import replace
@@ -254,6 +255,8 @@ def main() -> None:
             )
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+            if os.environ.get("TVW_CALLEES"):  # where the named functions spend their time
+                pstats.Stats(prof).sort_stats("cumulative").print_callees(os.environ["TVW_CALLEES"])
 
 
 if __name__ == "__main__":

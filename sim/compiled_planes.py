@@ -395,7 +395,8 @@ def _add_row(i, tgt, env, best, n_best, ok, done, young, t, start, n_alive, valu
     """Adds row i's planes to `tgt` (P, H, D): `_flat_planes_row`'s median, deviations and squares over the
     steps it is alive, its recalled run (`RecallOverlay`) over its flat `values` (L, D) where that run shows the
     age, and, where `young[i]` and the run has not finished, its request at every level
-    (`sim.risk.job_moments`' `min_observed`)."""
+    (`sim.risk.job_moments`' `min_observed`). A recalled step is one value at every level, so its deviations are
+    0 and are not added (x + 0 is x for the sums here, which are >= 0)."""
     n_l, n_d = values.shape[1], values.shape[2]
     e, b = env[i], best[i]
     at_request = young[i] and not (ok[i] and done[i])
@@ -414,24 +415,39 @@ def _add_row(i, tgt, env, best, n_best, ok, done, young, t, start, n_alive, valu
                         recalled = True
                     elif a < n_best[i]:
                         recalled, v = True, np.float64(usage[e, b, a, d])
-            q0 = v if recalled else values[i, 0, d]
+            if recalled:
+                tgt[0, h, d] += v
+                continue
+            q0 = values[i, 0, d]
             tgt[0, h, d] += q0
             for li in range(1, n_l):
-                x = (v if recalled else values[i, li, d]) - q0
-                dev = x if (x >= 0.0 or np.isnan(x)) else 0.0  # np.maximum(x, 0.0)
-                tgt[li, h, d] += dev
-                if squares:
-                    tgt[n_l - 1 + li, h, d] += dev * dev
+                x = values[i, li, d] - q0
+                if x > 0.0:  # np.maximum(x, 0.0), whose 0 adds nothing
+                    tgt[li, h, d] += x
+                    if squares:
+                        tgt[n_l - 1 + li, h, d] += x * x
 
 
 @njit(cache=True)
-def _sum_env(r, row_start, n_rows, rows, acc, head):
+def _sum_env(r, row_start, n_rows, rows, acc, head, reach, full):
     """Env r's machines' sums `acc` (M, P, H, D) over its running rows row_start[r] .. row_start[r + 1] - 1 and
-    its head's planes `head` (P, H, D) from row n_rows + r; `rows` the row arrays (see `recall_sums`)."""
+    its head's planes `head` (P, H, D) from row n_rows + r; `rows` the row arrays (see `recall_sums`). `reach`
+    (M + 1,): the steps each machine's rows are alive (the head's at M), beyond which its sums are 0. Only the
+    steps a reader may touch are cleared: each machine's up to its reach or the head's, whichever is later, the
+    head's up to the latest of those; every step where `full`."""
     (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
      max_duration, squares, ok, done) = rows  # fmt: skip
-    acc[:] = 0.0
-    head[:] = 0.0
+    n_m, n_h = acc.shape[0], acc.shape[2]
+    reach[:] = 0
+    for i in range(row_start[r], row_start[r + 1]):
+        reach[machine[i]] = max(reach[machine[i]], min(n_alive[i], n_h))
+    reach[n_m] = min(n_alive[n_rows + r], n_h)
+    latest = reach[n_m]
+    for m in range(n_m):
+        until = n_h if full else max(reach[m], reach[n_m])
+        acc[m, :, :until] = 0.0
+        latest = max(latest, until)
+    head[:, : (n_h if full else latest)] = 0.0
     for i in range(row_start[r], row_start[r + 1]):
         _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
         _add_row(i, acc[machine[i]], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
@@ -443,36 +459,49 @@ def _sum_env(r, row_start, n_rows, rows, acc, head):
 
 
 @njit(cache=True)
-def _machine_columns_linear(b, acc, head, n_levels, cap, total, out):
-    """`_machine_columns` without squares (rho = 1: each bound is a sum of planes) and with every capacity a power of
-    two, in O(M P H D) instead of O(M L H D) divisions and pairwise sums: a peak share is the peak bound over the
-    horizon divided by C_d (division by C_d > 0 keeps the order), and a mean share the bound's sum over the
-    horizon per resource divided by C_d, summed and divided by H x D. The planes are integer units, so each share
-    is a multiple of 1 / C_d and every sum of them is exact in any order: the same numbers. `total` (M + 1, P, D)
-    scratch: each plane's sum over the horizon, the head's at row M."""
-    n_m, n_p, n_h, n_d = acc.shape[0], acc.shape[1], acc.shape[2], acc.shape[3]
+def _machine_columns_linear(b, acc, head, reach, n_levels, cap, total, tops, out):
+    """`_machine_columns` without squares (rho = 1: each bound is a sum of planes) and with every capacity a
+    power of two, in O(M P H D) instead of O(M L H D) divisions and pairwise sums: a peak share is the peak
+    bound over the horizon divided by C_d (division by C_d > 0 keeps the order), and a mean share the bound's sum
+    over the horizon per resource divided by C_d, summed and divided by H x D. The planes are integer units >= 0,
+    so each share is a multiple of 1 / C_d and every sum of them is exact in any order: the same numbers. Steps
+    past a machine's `reach` and the head's (`_sum_env`) hold 0 and are not read; the machines without a
+    running job share one set of columns (the head alone). Scratch: `total` (M + 1, P, D), each plane's sum over
+    the horizon (the head's at row M); `tops` (2 L, D), the peak bounds without and with the head."""
+    n_m, n_p, n_d = acc.shape[0], acc.shape[1], acc.shape[3]
     for m in range(n_m + 1):
         for p in range(n_p):
             for d in range(n_d):
                 s = 0.0
-                for h in range(n_h):
+                for h in range(reach[m]):
                     s += acc[m, p, h, d] if m < n_m else head[p, h, d]
                 total[m, p, d] = s
-    k = np.float64(n_h * n_d)
+    k = np.float64(acc.shape[2] * n_d)
+    first_empty = -1
     for m in range(n_m):
+        if reach[m] == 0 and first_empty >= 0:  # the same columns as the first machine without a job
+            for c in range(out.shape[0]):
+                out[c, b, m] = out[c, b, first_empty]
+            continue
+        if reach[m] == 0:
+            first_empty = m
+        tops[:] = 0.0  # every bound is >= 0, and 0 where nothing is alive
+        for h in range(max(reach[m], reach[n_m])):  # past its own reach the machine's sums are 0
+            for d in range(n_d):
+                a0 = acc[m, 0, h, d]
+                w0 = a0 + head[0, h, d]
+                tops[0, d] = max(tops[0, d], a0)
+                tops[1, d] = max(tops[1, d], w0)
+                for li in range(1, n_levels):
+                    a = a0 + acc[m, li, h, d]
+                    w = w0 + (acc[m, li, h, d] + head[li, h, d])
+                    tops[2 * li, d] = max(tops[2 * li, d], a)
+                    tops[2 * li + 1, d] = max(tops[2 * li + 1, d], w)
         for li in range(n_levels):
             for w in range(2):  # the machine's sums without the head, then with it
-                top_share, mean = -np.inf, 0.0
+                top_share, mean = 0.0, 0.0
                 for d in range(n_d):
-                    top = -np.inf
-                    for h in range(n_h):
-                        x = acc[m, 0, h, d] + head[0, h, d] if w == 1 else acc[m, 0, h, d]
-                        if li > 0:
-                            x = x + (acc[m, li, h, d] + head[li, h, d] if w == 1 else acc[m, li, h, d])
-                        if x > top:
-                            top = x
-                    if top / cap[d] > top_share:
-                        top_share = top / cap[d]
+                    top_share = max(top_share, tops[2 * li + w, d] / cap[d])
                     s = total[m, 0, d] + total[n_m, 0, d] if w == 1 else total[m, 0, d]
                     if li > 0:
                         s = s + (total[m, li, d] + total[n_m, li, d] if w == 1 else total[m, li, d])
@@ -489,19 +518,20 @@ def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, s
     n_envs = row_start.shape[0] - 1
     n_rows, n_d = row_start[n_envs], rows[10].shape[2]
     squares = rows[15]
+    linear = not squares
+    for d in range(n_d):  # a power of two: every share exact (`_machine_columns_linear`)
+        linear = linear and cap[d] > 0 and (cap[d] == 2.0 ** np.round(np.log2(cap[d])))
     for c in prange(n_spans):
         lo, hi = _envs_of_span(c, n_envs, n_spans)
         acc, head = np.empty((n_m, n_p, n_h, n_d)), np.empty((n_p, n_h, n_d))
         share, total = np.empty(n_h * n_d), np.empty((n_m + 1, n_p, n_d))
+        reach, tops = np.empty(n_m + 1, dtype=np.int64), np.empty((2 * n_levels, n_d))
         frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
-        linear = not squares
-        for d in range(n_d):  # a power of two: every share exact (`_machine_columns_linear`)
-            linear = linear and cap[d] > 0 and (cap[d] == 2.0 ** np.round(np.log2(cap[d])))
         for r in range(lo, hi):
-            _sum_env(r, row_start, n_rows, rows, acc, head)
+            _sum_env(r, row_start, n_rows, rows, acc, head, reach, not linear)
             for d in range(n_d):
                 s = 0.0
-                for h in range(n_h):
+                for h in range(reach[n_m]):  # past the head's reach its planes are 0
                     s += head[0, h, d]
                 head_mean[r, d] = s / n_h
             if skip[r]:
@@ -509,7 +539,7 @@ def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, s
                     for m in range(n_m):
                         out[k, r, m] = 0.0
             elif linear:
-                _machine_columns_linear(r, acc, head, n_levels, cap, total, out)
+                _machine_columns_linear(r, acc, head, reach, n_levels, cap, total, tops, out)
             else:
                 _machine_columns(r, acc, head, n_levels, rho, squares, cap, share, frames, values, out)
 
@@ -521,11 +551,14 @@ def _recall_share_kernel(row_start, rows, n_m, n_p, n_h, rho, inflation, cap, sh
     for c in prange(n_spans):
         lo, hi = _envs_of_span(c, n_envs, n_spans)
         acc, head = np.empty((n_m, n_p, n_h, n_d)), np.empty((n_p, n_h, n_d))
+        reach = np.empty(n_m + 1, dtype=np.int64)
         for r in range(lo, hi):
-            _sum_env(r, row_start, n_rows, rows, acc, head)
+            _sum_env(r, row_start, n_rows, rows, acc, head, reach, False)
             for m in range(n_m):
-                top = -np.inf
-                for h in range(n_h):
+                # past both reaches every sum is 0 and so is the bound (sqrt(0) = 0): the peak is over the rest,
+                # and 0 where nothing is alive (every bound is >= 0)
+                top = 0.0
+                for h in range(max(reach[m], reach[n_m])):
                     for d in range(n_d):
                         s_mu = acc[m, 0, h, d] + head[0, h, d]
                         s_d, s_d2 = 0.0, 0.0
@@ -534,6 +567,6 @@ def _recall_share_kernel(row_start, rows, n_m, n_p, n_h, rho, inflation, cap, sh
                             s_d2 = acc[m, 2, h, d] + head[1, h, d] * head[1, h, d]
                         bound = s_mu + inflation * np.sqrt(rho * (s_d * s_d) + (1.0 - rho) * s_d2)
                         x = bound / cap[d]
-                        if not (top >= x or np.isnan(top)):
+                        if x > top:
                             top = x
                 share[r, m] = top

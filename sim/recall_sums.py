@@ -51,8 +51,9 @@ def applies(forecaster) -> bool:
 
 
 def _is_units(a: np.ndarray) -> bool:
-    """Whether every value is a finite integer (a number of units: exact sums in any order)."""
-    return bool(np.isfinite(a).all() and (a == np.rint(a)).all())
+    """Whether every value is a whole number of units >= 0: sums exact in any order, and a machine's sums 0
+    wherever none of its jobs is alive (the kernels read no further; `JobBatch` refuses negative usage)."""
+    return bool(np.isfinite(a).all() and (a == np.rint(a)).all() and (a >= 0).all())
 
 
 def recall_rows(
