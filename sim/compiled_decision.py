@@ -1015,3 +1015,165 @@ def decide_kernel_parallel(
             lo, hi, act_args, placer_args, advice_args, has_advice, n_d, n_levels, hold_always, mask
         )
     return ok.all()
+
+
+# the recall path's rows (`sim.recall_sums`): each env's running jobs and queue head, their table values and runs
+
+
+def recall_table_rows(
+    state: State, table, level_rows: np.ndarray, envs: np.ndarray, horizon: int, use_durations: bool,
+    min_observed: int,
+) -> tuple[np.ndarray, tuple] | None:  # fmt: skip
+    """`sim.recall_sums.recall_rows` for a remaining-peak table (`PeakQuantileForecaster`'s level or
+    `RemainingPeakQuantiles`' levels, `level_rows` their indices in the table) under recall: (row_start (R + 1,),
+    the row arrays env, job, machine, best, n_best, n_own, young, t, start, n_alive, values (N, L, D) and request
+    (N, D)) in one kernel over the envs, without the numpy path's (B, J) masks, gathers and look-ups. None where a
+    looked-up value is not a whole number of units >= 0 (the numpy path then refuses it too) or where switched
+    off (`ENABLED`)."""
+    if not ENABLED:
+        return None
+    jobs = state.jobs
+    values = levels_last(table.values)
+    n_codes = max(int(jobs.workload_code.max(initial=-1)) + 1, 1)
+    got = _recall_rows_kernel(
+        np.asarray(envs, dtype=np.int64), state.t, state.next_job, state.n_arrived, state.is_done,
+        state.job_machine, state.job_start, jobs.duration, jobs.request, jobs.workload_code, n_codes,
+        observed_labels(state), *prefix_args(jobs, values), values, np.asarray(level_rows, dtype=np.int64),
+        table.use_labels, table.use_remaining, AGE_EDGE_ARRAY, REMAINING_EDGE_ARRAY, int(horizon),
+        bool(use_durations), int(min_observed), numba_spans(envs.size),
+    )  # fmt: skip
+    ok, row_start, *rows = got
+    return (row_start, tuple(rows)) if ok else None
+
+
+def numba_spans(n_envs: int) -> int:
+    """The spans `sim.compiled_step.launch` runs a batch of `n_envs` in."""
+    import numba
+
+    return numba.get_num_threads() if on_threads(n_envs) else 1
+
+
+@njit(cache=True, inline="always")
+def _is_running(b, j, t, job_machine, job_start, duration):
+    return job_machine[b, j] >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t
+
+
+@njit(cache=True)
+def _recall_row(
+    i, b, j, t, head_row, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start, duration, request,
+    labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges,
+    horizon, use_durations, min_observed, vals, out,
+):  # fmt: skip
+    """Row i: job j of env b (the queue head where `head_row`), as `sim.recall_sums.recall_rows` fills it; False
+    where a looked-up value is not a whole number of units >= 0."""
+    (env, job, machine, best, n_best, n_own, young, t_row, start, n_alive, row_values, row_request) = out
+    _placer_lookup(
+        b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
+        use_labels, use_remaining, age_edges, remaining_edges, vals,
+    )  # fmt: skip
+    for li in range(vals.shape[0]):
+        for d in range(vals.shape[1]):
+            v = vals[li, d]
+            if not (v >= 0.0 and v == np.floor(v) and v < np.inf):
+                return False
+            row_values[i, li, d] = v
+    for d in range(row_request.shape[1]):
+        row_request[i, d] = np.float64(request[b, j, d])
+    placed = job_machine[b, j] >= 0
+    env[i], job[i], machine[i], t_row[i] = b, j, -1 if head_row else job_machine[b, j], t
+    # the run it recalls (`recall_view`: the started run of its workload observed longest, not itself)
+    own, chosen = codes[b, j], np.int64(-1)
+    if own >= 0:
+        chosen = top2[own] if top1[own] == j else top1[own]
+        runs = n_started[own] - (1 if n_obs[j] >= 0 else 0)
+        if runs <= 0:
+            chosen = -1
+    best[i] = chosen
+    n_best[i] = max(n_obs[chosen], 0) if chosen >= 0 else 0
+    n_own[i] = max(n_obs[j], 0)
+    start[i] = job_start[b, j] if placed else t
+    alive = horizon
+    if use_durations:
+        alive = min(max(start[i] + duration[b, j] - t - 1, 0), horizon)
+    n_alive[i] = alive if (has_job or not head_row) else 0
+    young[i] = min_observed > 0 and t - (job_start[b, j] if placed else t + 1) + 1 < min_observed
+    return True
+
+
+@njit(cache=True, parallel=True)
+def _recall_rows_kernel(
+    envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes, n_codes, labels,
+    cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, horizon,
+    use_durations, min_observed, n_spans,
+):  # fmt: skip
+    n_envs, n_j = envs.shape[0], job_machine.shape[1]
+    n_d, n_l = request.shape[2], level_rows.shape[0]
+    n_spans = max(min(n_spans, n_envs), 1)
+    counts = np.zeros(n_envs, dtype=np.int64)
+    for c in prange(n_spans):
+        lo, hi = envs_of_span(c, n_envs, n_spans)
+        for r in range(lo, hi):
+            b = envs[r]
+            for j in range(n_j):
+                if _is_running(b, j, t_arr[b], job_machine, job_start, duration):
+                    counts[r] += 1
+    row_start = np.zeros(n_envs + 1, dtype=np.int64)
+    for r in range(n_envs):
+        row_start[r + 1] = row_start[r] + counts[r]
+    n_rows = row_start[n_envs] + n_envs  # the heads after the running jobs
+    out = (
+        np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64),
+        np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64),
+        np.empty(n_rows, dtype=np.bool_), np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64),
+        np.empty(n_rows, dtype=np.int64), np.empty((n_rows, n_l, n_d)), np.empty((n_rows, n_d)),
+    )  # fmt: skip
+    ok = np.ones(n_spans, dtype=np.bool_)
+    for c in prange(n_spans):
+        lo, hi = envs_of_span(c, n_envs, n_spans)
+        top1, top2 = np.empty(n_codes, dtype=np.int64), np.empty(n_codes, dtype=np.int64)
+        n_started, n_obs = np.empty(n_codes, dtype=np.int64), np.empty(n_j, dtype=np.int64)
+        vals = np.empty((n_l, n_d))
+        for r in range(lo, hi):
+            b = envs[r]
+            t = t_arr[b]
+            head = min(next_job[b], n_j - 1)
+            top1[:] = -1
+            top2[:] = -1
+            n_started[:] = 0
+            for j in range(
+                n_j
+            ):  # `sim.forecast._best_runs`: started runs by workload, the longest observed first
+                is_started = job_machine[b, j] >= 0 and job_start[b, j] <= t
+                n_obs[j] = min(max(t - job_start[b, j] + 1, 0), duration[b, j]) if is_started else -1
+                g = codes[b, j]
+                if not is_started or g < 0:
+                    continue
+                n_started[g] += 1
+                first = top1[g]
+                if first < 0:
+                    top1[g] = j
+                elif n_obs[j] > n_obs[first]:  # jobs in index order: a tie keeps the earlier job first
+                    top2[g] = first
+                    top1[g] = j
+                elif top2[g] < 0 or n_obs[j] > n_obs[top2[g]]:
+                    top2[g] = j
+            i = row_start[r]
+            has_job = n_arrived[b] > next_job[b] and not is_done[b]
+            for j in range(n_j):
+                if not _is_running(b, j, t, job_machine, job_start, duration):
+                    continue
+                if not _recall_row(
+                    i, b, j, t, False, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start,
+                    duration, request, labels, cells, order, prefix_rows, values, level_rows, use_labels,
+                    use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals, out,
+                ):  # fmt: skip
+                    ok[c] = False
+                i += 1
+            if not _recall_row(
+                row_start[n_envs] + r, b, head, t, True, has_job, n_obs, top1, top2, n_started, codes,
+                job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
+                use_labels, use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals,
+                out,
+            ):  # fmt: skip
+                ok[c] = False
+    return (ok.all(), row_start, *out)

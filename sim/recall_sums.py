@@ -31,11 +31,13 @@ from sim.core import State, jobs_running, queue_head
 from sim.forecast import (
     RecallOverlay,
     _best_runs,
+    find_level,
     flat_forecast,
     is_flat_forecaster,
     is_point_forecaster,
     level_index,
 )
+from sim.peak_forecast import PeakQuantileForecaster, RemainingPeakQuantiles
 
 ENABLED = True
 """Whether the recall path runs here (tests switch it off to compare with the general path)."""
@@ -73,6 +75,18 @@ def recall_rows(
     jobs = state.jobs
     if jobs.usage.dtype.kind not in "iu":
         return None
+    tail = (jobs.usage, jobs.duration.astype(np.int64, copy=False), int(jobs.max_duration), bool(squares))
+    level_rows = _table_level_rows(forecaster.inner, levels)
+    if level_rows is not None:  # a remaining-peak table: the rows and their look-ups in one kernel
+        from sim.compiled_decision import recall_table_rows  # loads numba: on first use
+
+        got = recall_table_rows(
+            state, forecaster.inner.table, level_rows, envs, horizon, use_durations, min_observed
+        )
+        if got is not None:
+            row_start, head = got
+            n = head[0].size
+            return row_start, (*head, *tail, np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_))
     n_envs = envs.size
     ri, ji = np.nonzero(jobs_running(state)[envs])
     head_job = np.minimum(state.next_job[envs], jobs.max_jobs - 1)
@@ -117,11 +131,23 @@ def recall_rows(
     rows = (
         env, job, np.concatenate([state.job_machine[envs[ri], ji], np.full(n_envs, -1)]).astype(np.int64),
         best.astype(np.int64), n_best.astype(np.int64), n_own.astype(np.int64), young, t.astype(np.int64),
-        start.astype(np.int64), n_alive.astype(np.int64), values, request, jobs.usage,
-        jobs.duration.astype(np.int64, copy=False), int(jobs.max_duration), bool(squares),
+        start.astype(np.int64), n_alive.astype(np.int64), values, request, *tail,
         np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
     )  # fmt: skip
     return row_start, rows
+
+
+def _table_level_rows(inner, levels: tuple[float, ...] | None) -> np.ndarray | None:
+    """The remaining-peak table's level indices the rows read (`levels`, or a point forecaster's own level where
+    None), or None where `inner` is not a table forecaster of exactly those kinds or lacks a level."""
+    if type(inner) is RemainingPeakQuantiles and levels is not None:
+        wanted = levels
+    elif type(inner) is PeakQuantileForecaster and levels is None:
+        wanted = (inner.level,)
+    else:
+        return None
+    rows = [find_level(inner.table.levels, lv) for lv in wanted]
+    return None if any(r is None for r in rows) else np.asarray(rows, dtype=np.int64)
 
 
 _HELD = threading.local()

@@ -16,7 +16,7 @@ from sim.forecast import RecallOverlay
 from sim.jobs import JobBatch
 from sim.peak_forecast import PeakQuantileForecaster, RemainingPeakQuantiles, fit_peak_quantiles
 from sim.policies import make_policy, own_jobs, promote_queued_job
-from sim.risk import RiskConfig, head_bounds, safe_and_tightness
+from sim.risk import PersistenceForecaster, RiskConfig, head_bounds, safe_and_tightness
 
 CFG = SimConfig(n_machines=4, max_steps=400)
 LEVELS = (0.5, 0.75, 0.9)
@@ -73,7 +73,7 @@ def _general(monkeypatch, call, *args, **kwargs):
         monkeypatch.setattr(recall_sums, "ENABLED", True)
 
 
-@pytest.mark.parametrize("point", [True, False])
+@pytest.mark.parametrize("kind", ["point", "levels", "persistence"])
 @pytest.mark.parametrize(
     "rcfg",
     [
@@ -82,10 +82,19 @@ def _general(monkeypatch, call, *args, **kwargs):
         RiskConfig(level=0.9, use_durations=False, horizon=12),
     ],
 )
-def test_a_rules_bounds_equal_the_general_paths_at_every_decision(point, rcfg, monkeypatch) -> None:
+def test_a_rules_bounds_equal_the_general_paths_at_every_decision(kind, rcfg, monkeypatch) -> None:
+    """A table's level (its rows from the compiled look-up), every level, and each job's peak so far (a
+    forecaster the rows kernel does not know: the numpy rows)."""
     table = _table(CFG)
-    inner = PeakQuantileForecaster(table, level=rcfg.level, horizon=30, levels=LEVELS) if point else None
-    forecaster = RecallOverlay(inner or RemainingPeakQuantiles(table, horizon=30))
+    forecaster = RecallOverlay(
+        {
+            "point": PeakQuantileForecaster(table, level=rcfg.level, horizon=30, levels=LEVELS),
+            "levels": RemainingPeakQuantiles(table, horizon=30),
+            "persistence": PersistenceForecaster(horizon=30),
+        }[kind]
+    )
+    if rcfg.level not in forecaster.levels:  # persistence's levels: 0.5, 0.9, 0.95, 0.99
+        rcfg = replace(rcfg, level=0.9)
     n_recalled = n_decisions = 0
     rng = np.random.default_rng(3)
     for state in _states(CFG):
@@ -136,6 +145,33 @@ def test_the_placers_inputs_equal_the_general_paths_at_every_decision(rho, capac
         assert _same_bits(fused_cols[-1], general_cols[-1])
         n += 1
     assert n > 40
+
+
+@pytest.mark.parametrize(("use_durations", "min_observed"), [(True, 0), (False, 3)])
+def test_the_compiled_rows_equal_the_numpy_rows(use_durations, min_observed, monkeypatch) -> None:
+    """`sim.compiled_decision.recall_table_rows` (a table forecaster's rows and look-ups in one kernel) gives the
+    numpy path's row arrays at every decision, for every env and for a subset."""
+    from sim import compiled_decision
+
+    table = _table(CFG)
+    cases = [
+        (RecallOverlay(PeakQuantileForecaster(table, level=0.9, horizon=30, levels=LEVELS)), None),
+        (RecallOverlay(RemainingPeakQuantiles(table, horizon=30)), LEVELS),
+    ]
+    n = 0
+    for k, state in enumerate(_states(CFG, 60)):
+        envs = np.arange(state.batch_size) if k % 2 else np.array([3, 0, 4])
+        for forecaster, levels in cases:
+            args = (CFG, state, forecaster, levels, envs, 30, use_durations, min_observed, False)
+            fast = recall_sums.recall_rows(*args)
+            monkeypatch.setattr(compiled_decision, "ENABLED", False)
+            slow = recall_sums.recall_rows(*args)
+            monkeypatch.setattr(compiled_decision, "ENABLED", True)
+            assert np.array_equal(fast[0], slow[0])
+            for a, b in zip(fast[1][:12], slow[1][:12], strict=True):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+            n += int((fast[1][3] >= 0).sum())  # rows with a run to recall
+    assert n > 200
 
 
 def test_it_steps_aside_where_a_sum_would_not_be_exact() -> None:
