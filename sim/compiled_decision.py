@@ -1114,7 +1114,7 @@ def _recall_rows_kernel(
         lo, hi = envs_of_span(c, n_envs, n_spans)
         for r in range(lo, hi):
             b = envs[r]
-            for j in range(n_j):
+            for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
                 if _is_running(b, j, t_arr[b], job_machine, job_start, duration):
                     counts[r] += 1
     row_start = np.zeros(n_envs + 1, dtype=np.int64)
@@ -1137,12 +1137,15 @@ def _recall_rows_kernel(
             b = envs[r]
             t = t_arr[b]
             head = min(next_job[b], n_j - 1)
-            top1[:] = -1
-            top2[:] = -1
-            n_started[:] = 0
-            for j in range(
-                n_j
-            ):  # `sim.forecast._best_runs`: started runs by workload, the longest observed first
+            n_placed = min(next_job[b], n_j)  # placed jobs are the prefix before the queue
+            for j in range(n_placed):  # only the placed jobs' workloads and the head's are read
+                if codes[b, j] >= 0:
+                    top1[codes[b, j]], top2[codes[b, j]], n_started[codes[b, j]] = -1, -1, 0
+            if codes[b, head] >= 0:
+                top1[codes[b, head]], top2[codes[b, head]], n_started[codes[b, head]] = -1, -1, 0
+            n_obs[head] = -1  # a queued head: nothing observed (a placed one is set below)
+            # `sim.forecast._best_runs`: started runs by workload, the longest observed first
+            for j in range(n_placed):
                 is_started = job_machine[b, j] >= 0 and job_start[b, j] <= t
                 n_obs[j] = min(max(t - job_start[b, j] + 1, 0), duration[b, j]) if is_started else -1
                 g = codes[b, j]
@@ -1159,7 +1162,7 @@ def _recall_rows_kernel(
                     top2[g] = j
             i = row_start[r]
             has_job = n_arrived[b] > next_job[b] and not is_done[b]
-            for j in range(n_j):
+            for j in range(n_placed):
                 if not _is_running(b, j, t, job_machine, job_start, duration):
                     continue
                 if not _recall_row(
