@@ -94,38 +94,41 @@ def running_requests(
     duration: np.ndarray,
     request: np.ndarray,
     n_machines: int,
-) -> np.ndarray:
-    """(B, M, D) int64: the requests of the jobs running at t (placed, started, not ended) summed per machine
-    (`sim.core.placed_requests`; integer sums, so equal to numpy's float64 bincount of them in any order). One
-    pass over each env's job rows, without the (B, J) masks and gathers numpy builds (kube's and Dejavu's scores
-    and the request-fit masks ask for it at every decision)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """((B, M, D) int64 the requests of the jobs running at t (placed, started, not ended) summed per machine,
+    (B, M) int64 how many run there): `sim.core.placed_requests` and `jobs_per_machine` (integer sums, so equal
+    to numpy's float64 bincount of them in any order). One pass over each env's job rows, without the (B, J)
+    masks and gathers numpy builds (kube's and Dejavu's scores, the request-fit masks and the learned placer's
+    inputs ask for them at every decision)."""
     out = np.zeros((t.shape[0], n_machines, request.shape[2]), dtype=np.int64)
+    counts = np.zeros((t.shape[0], n_machines), dtype=np.int64)
     kernel = _running_requests_parallel if on_threads(t.shape[0]) else _running_requests
-    kernel(t, job_machine, job_start, duration, request, out)
-    return out
+    kernel(t, job_machine, job_start, duration, request, out, counts)
+    return out, counts
 
 
 @njit(cache=True)
-def _running_requests_env(b, t, job_machine, job_start, duration, request, out):
+def _running_requests_env(b, t, job_machine, job_start, duration, request, out, counts):
     for j in range(job_machine.shape[1]):
         m = job_machine[b, j]
         if m < 0 or job_start[b, j] > t[b] or job_start[b, j] + duration[b, j] <= t[b]:
             continue
+        counts[b, m] += 1
         for d in range(request.shape[2]):
             out[b, m, d] += np.int64(request[b, j, d])
 
 
 @njit(cache=True)
-def _running_requests(t, job_machine, job_start, duration, request, out):
+def _running_requests(t, job_machine, job_start, duration, request, out, counts):
     for b in range(t.shape[0]):
-        _running_requests_env(b, t, job_machine, job_start, duration, request, out)
+        _running_requests_env(b, t, job_machine, job_start, duration, request, out, counts)
 
 
 @njit(cache=True, parallel=True)
-def _running_requests_parallel(t, job_machine, job_start, duration, request, out):
+def _running_requests_parallel(t, job_machine, job_start, duration, request, out, counts):
     for b_ in prange(t.shape[0]):
         b = np.int64(b_)  # prange's index is uint64; as int64 the body is the serial kernel's code
-        _running_requests_env(b, t, job_machine, job_start, duration, request, out)
+        _running_requests_env(b, t, job_machine, job_start, duration, request, out, counts)
 
 
 def flat_planes(

@@ -843,10 +843,27 @@ def share_memo(state: State, derived: State) -> None:
 
 def placed_requests(state: State) -> np.ndarray:
     """(B, M, D) int64 (read-only): sum of requests of the jobs running on each machine now."""
-    return _memoised(state, "placed_requests", lambda: _placed_requests(state))
+    return _memoised(state, "placed_requests", lambda: _per_machine(state)[0])
+
+
+def jobs_per_machine(state: State) -> np.ndarray:
+    """(B, M) int64 (read-only): jobs running on each machine now (the same pass as `placed_requests`)."""
+    return _memoised(state, "jobs_per_machine", lambda: _per_machine(state)[1])
+
+
+def _per_machine(state: State) -> tuple[np.ndarray, np.ndarray]:
+    """`_placed_requests` and the running jobs per machine, each memoised for the state (one pass gives both)."""
+    requests, counts = _running_per_machine(state)
+    return _memoised(state, "placed_requests", lambda: requests), _memoised(
+        state, "jobs_per_machine", lambda: counts
+    )
 
 
 def _placed_requests(state: State) -> np.ndarray:
+    return _running_per_machine(state)[0]
+
+
+def _running_per_machine(state: State) -> tuple[np.ndarray, np.ndarray]:
     from sim.compiled_planes import running_requests  # loads numba: on first use
 
     jobs = state.jobs

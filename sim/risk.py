@@ -64,6 +64,7 @@ from sim.core import (
     State,
     action_mask,
     current_usage,
+    jobs_per_machine,
     jobs_running,
     machines_used,
     queue_head,
@@ -699,14 +700,6 @@ class MachinePeakPacking(_FollowsFallback):
         is_safe[rows] = ~used[rows] | within
         tightness[rows] = share
         return deviate_or_pack(cfg, state, base, is_safe, tightness, valid, self.mode)
-
-
-def jobs_per_machine(state: State) -> np.ndarray:
-    """(B, M) int64 jobs running on each machine now."""
-    bi, ji = np.nonzero(jobs_running(state))
-    n_m = state.busy_until.shape[1]
-    cells = bi * n_m + state.job_machine[bi, ji]
-    return np.bincount(cells, minlength=state.batch_size * n_m).reshape(state.batch_size, n_m)
 
 
 def packing_gain(cfg: SimConfig, state: State, rows: np.ndarray) -> np.ndarray:

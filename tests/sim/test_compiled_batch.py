@@ -169,8 +169,9 @@ def test_no_rows_sum_to_zeros() -> None:
 
 @pytest.mark.parametrize("threads", ["caller", "numba"])
 def test_the_compiled_running_requests_are_numpys_at_every_step(threads, on_threads) -> None:
-    """`sim.core.placed_requests` (one compiled pass over each env's jobs) equals the numpy masks and bincount at
-    every step of random episodes, on the caller's thread and on numba's, with a job cut at each end of its life."""
+    """`sim.core.placed_requests` and `jobs_per_machine` (one compiled pass over each env's jobs) equal the numpy
+    masks and bincount at every step of random episodes, on the caller's thread and on numba's, with a job cut at
+    each end of its life."""
     from sim.policies import make_policy
 
     calls = on_threads(threads, compiled_planes, "_running_requests_parallel")
@@ -192,9 +193,16 @@ def test_the_compiled_running_requests_are_numpys_at_every_step(threads, on_thre
     n_compared = n_running = 0
     while not state.is_done.all():
         want = core._placed_requests_numpy(state)
-        got = core._placed_requests(state)
+        got, got_counts = core._running_per_machine(state)
         assert got.dtype == np.int64 and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+        counts = np.bincount(  # the running jobs per machine, from the same pass
+            (np.arange(state.batch_size)[:, None] * cfg.n_machines + state.job_machine)[
+                core.jobs_running(state)
+            ],
+            minlength=state.batch_size * cfg.n_machines,
+        ).reshape(state.batch_size, cfg.n_machines)
+        np.testing.assert_array_equal(got_counts, counts)
         n_compared += 1
         n_running += int(core.jobs_running(state).sum())
         state, *_ = core.step(cfg, state, policy.act(cfg, state, rng))
