@@ -372,7 +372,7 @@ def _envs_of_span(c, n_envs, n_spans):
     return c * n_envs // n_spans, (c + 1) * n_envs // n_spans
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done):
     """Row i's recall (`sim.compiled_batch._recall_runs`' test): ok[i] where its run best[i] (-1: none) has shown
     a step and agrees with every step both have shown, and, if that run has finished, the job has not outlived
@@ -392,43 +392,56 @@ def _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done):
     ok[i], done[i] = True, finished
 
 
-@njit(cache=True)
-def _add_row(i, tgt, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
+@njit(cache=True, inline="always")
+def _add_row(i, tgt, m, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
              max_duration, squares):  # fmt: skip
-    """Adds row i's planes to `tgt` (P, H, D): `_flat_planes_row`'s median, deviations and squares over the
+    """Adds row i's planes to `tgt[m]` (of (M, P, H, D)): `_flat_planes_row`'s median, deviations and squares over the
     steps it is alive, its recalled run (`RecallOverlay`) over its flat `values` (L, D) where that run shows the
     age, and, where `young[i]` and the run has not finished, its request at every level
     (`sim.risk.job_moments`' `min_observed`). A recalled step is one value at every level, so its deviations are
-    0 and are not added (x + 0 is x for the sums here, which are >= 0)."""
-    n_l, n_d = values.shape[1], values.shape[2]
+    0 and are not added (x + 0 is x for the sums here, which are >= 0); nor are the zeros past a finished run's
+    end or past the last age. The steps fall into three runs: recalled ages, then flat values, then zeros."""
+    n_d = values.shape[2]
     e, b = env[i], best[i]
-    at_request = young[i] and not (ok[i] and done[i])
-    for h in range(min(n_alive[i], tgt.shape[1])):
-        age = t[i] + 1 + h - start[i]
-        for d in range(n_d):
-            recalled, v = False, 0.0
-            if at_request:
-                recalled, v = True, request[i, d]
-            elif ok[i]:
-                if age >= max_duration:
-                    recalled = True
-                else:
-                    a = max(age, 0)
-                    if done[i] and a >= duration[e, b]:
-                        recalled = True
-                    elif a < n_best[i]:
-                        recalled, v = True, np.float64(usage[e, b, a, d])
-            if recalled:
-                tgt[0, h, d] += v
-                continue
-            q0 = values[i, 0, d]
-            tgt[0, h, d] += q0
-            for li in range(1, n_l):
-                x = values[i, li, d] - q0
-                if x > 0.0:  # np.maximum(x, 0.0), whose 0 adds nothing
-                    tgt[li, h, d] += x
+    n_h = min(n_alive[i], tgt.shape[2])
+    first = t[i] + 1 - start[i]  # the age at horizon step 0 (>= 1: a row starts at t at the latest)
+    if young[i] and not (ok[i] and done[i]):  # its request at every level
+        for h in range(n_h):
+            for d in range(n_d):
+                tgt[m, 0, h, d] += request[i, d]
+        return
+    flat_from, flat_to = 0, n_h
+    if ok[i]:
+        # recalled: ages below the run's observed count, or its duration where it has finished (0 after)
+        shown = min(duration[e, b] if done[i] else n_best[i], max_duration)
+        flat_from = min(max(shown - first, 0), n_h)
+        for h in range(flat_from):
+            for d in range(n_d):
+                tgt[m, 0, h, d] += np.float64(usage[e, b, first + h, d])
+        # then the flat values up to the last age (none where the run has finished: zeros)
+        flat_to = flat_from if done[i] else min(max(max_duration - first, flat_from), n_h)
+    for d in range(n_d):
+        q0 = values[i, 0, d]
+        for h in range(flat_from, flat_to):
+            tgt[m, 0, h, d] += q0
+        for li in range(1, values.shape[1]):
+            x = values[i, li, d] - q0
+            if x > 0.0:  # np.maximum(x, 0.0), whose 0 adds nothing
+                for h in range(flat_from, flat_to):
+                    tgt[m, li, h, d] += x
                     if squares:
-                        tgt[n_l - 1 + li, h, d] += x * x
+                        tgt[m, values.shape[1] - 1 + li, h, d] += x * x
+
+
+@njit(cache=True)
+def _clear(planes, until):
+    """planes[:, :until] = 0 for a (P, H, D) array, each plane's steps one contiguous run (numba's slice assignment
+    walks a strided view element by element, with index arithmetic at each)."""
+    n_run = until * planes.shape[2]
+    for p in range(planes.shape[0]):
+        flat = planes[p].reshape(-1)
+        for k in range(n_run):
+            flat[k] = 0.0
 
 
 @njit(cache=True)
@@ -448,17 +461,19 @@ def _sum_env(r, row_start, n_rows, rows, acc, head, reach, full):
     latest = reach[n_m]
     for m in range(n_m):
         until = n_h if full else max(reach[m], reach[n_m])
-        acc[m, :, :until] = 0.0
+        _clear(acc[m], until)
         latest = max(latest, until)
-    head[:, : (n_h if full else latest)] = 0.0
-    for i in range(row_start[r], row_start[r + 1]):
+    _clear(head, n_h if full else latest)
+    for i in range(
+        row_start[r], row_start[r + 1]
+    ):  # (the machine by index: a view per row costs a reference)
         _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
-        _add_row(i, acc[machine[i]], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
+        _add_row(i, acc, machine[i], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
                  usage, duration, max_duration, squares)  # fmt: skip
     i = n_rows + r
     _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
-    _add_row(i, head, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
-             max_duration, squares)  # fmt: skip
+    _add_row(i, head.reshape(1, *head.shape), 0, env, best, n_best, ok, done, young, t, start, n_alive, values,
+             request, usage, duration, max_duration, squares)  # fmt: skip
 
 
 @njit(cache=True)
