@@ -16,6 +16,8 @@
 - `decide_kernel_parallel`: the two bodies above and the mask between them, in three passes over a span of envs
   (`models.placer_kernel.decide`: a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid,
   and an advisor's action by the rule body again where one is given); the bodies' arguments ride in tuples.
+- `recall_table_rows`: the rows `sim.recall_sums` sums on the recall path (each env's running jobs and queue
+  head, the run each recalls, steps alive) with their remaining-peak table look-ups (`_placer_lookup`).
 
 Each runs one body per span of envs (`_pick_envs`, `_act_envs`, `_placer_envs`: one call per span, as a call's
 arguments cost about a microsecond per env), on numba's threads for a large batch
@@ -26,7 +28,7 @@ index, as `np.argmax`), so decisions are the numpy path's. They return None wher
 fallback, forecaster or mode, a horizon past the forecaster's, a negative forecast) and the numpy path decides.
 `job_cell` and `resource_cell` are the one look-up of a remaining-peak table cell; every kernel that inlines them
 lives in this file, because numba's on-disk cache notices changes to a kernel's own file only. Tests:
-tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py.
+tests/sim/test_compiled_decision.py, tests/models/test_placer_kernel.py, tests/sim/test_recall_sums.py.
 """
 
 from __future__ import annotations

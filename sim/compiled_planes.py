@@ -1,7 +1,9 @@
 """Horizon planes (per job and per machine, over the forecast horizon) compiled with numba (issue 22, item 8): the
 general path of the learned placer's features (`models.forecast_placer._level_columns` and `_planes`) and the
-per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use, and the running
-jobs' requests per machine (`sim.core.placed_requests`: `running_requests`). Each kernel does the numpy
+per-machine sums of wide rows (`sim.core.sum_by_cell`) that it and the forecast rule's bounds use, the running
+jobs' requests and counts per machine (`sim.core.placed_requests`, `jobs_per_machine`: `running_requests`), and
+the recall path's kernels (`_recall_columns_kernel`, `_recall_share_kernel`: each env's machines summed straight
+from its jobs' rows, `sim.recall_sums`). Each kernel does the numpy
 expressions' float operations per element in their order, so the numbers are the numpy path's to the bit;
 where numpy reduces (a sum of rows, a mean over a contiguous block), the kernels reproduce its order: the pairwise
 sum of its loops (`_pairwise_block`, `_pairwise_sum`). Every kernel that inlines the pairwise sum lives in this
@@ -9,7 +11,8 @@ file, because numba's on-disk cache notices changes to a kernel's own file only 
 function: `_pairwise_sum` walks numpy's recursion with a stack). The sums, the planes and the columns run one body
 per run of rows, job row or env, on numba's threads for a large batch (`sim.compiled_step.on_threads`): the same
 numbers. Tests: tests/sim/test_compiled_batch.py (sums), tests/models/test_placer_kernel.py and
-tests/models/test_forecast_placer.py (planes and columns), tests/sim/test_recall.py (the rule's moments)."""
+tests/models/test_forecast_placer.py (planes and columns), tests/sim/test_recall.py (the rule's moments),
+tests/sim/test_recall_sums.py (the recall path)."""
 
 from __future__ import annotations
 
