@@ -1037,27 +1037,15 @@ def recall_table_rows(
     jobs = state.jobs
     values = levels_last(table.values)
     n_codes = max(int(jobs.workload_code.max(initial=-1)) + 1, 1)
-    got = _recall_rows_kernel(
-        np.asarray(envs, dtype=np.int64), state.t, state.next_job, state.n_arrived, state.is_done,
+    got = launch(
+        _recall_rows_kernel, on_threads(envs.size), np.asarray(envs, dtype=np.int64), state.t, state.next_job, state.n_arrived, state.is_done,
         state.job_machine, state.job_start, jobs.duration, jobs.request, jobs.workload_code, n_codes,
         observed_labels(state), *prefix_args(jobs, values), values, np.asarray(level_rows, dtype=np.int64),
         table.use_labels, table.use_remaining, AGE_EDGE_ARRAY, REMAINING_EDGE_ARRAY, int(horizon),
-        bool(use_durations), int(min_observed), numba_spans(envs.size),
+        bool(use_durations), int(min_observed),
     )  # fmt: skip
     ok, row_start, *rows = got
     return (row_start, tuple(rows)) if ok else None
-
-
-def numba_spans(n_envs: int) -> int:
-    """The spans `sim.compiled_step.launch` runs a batch of `n_envs` in."""
-    import numba
-
-    return numba.get_num_threads() if on_threads(n_envs) else 1
-
-
-@njit(cache=True, inline="always")
-def _is_running(b, j, t, job_machine, job_start, duration):
-    return job_machine[b, j] >= 0 and job_start[b, j] <= t and job_start[b, j] + duration[b, j] > t
 
 
 @njit(cache=True)
@@ -1114,11 +1102,10 @@ def _recall_rows_kernel(
     counts = np.zeros(n_envs, dtype=np.int64)
     for c in prange(n_spans):
         lo, hi = envs_of_span(c, n_envs, n_spans)
+        run = np.empty(n_j, dtype=np.int64)
         for r in range(lo, hi):
             b = envs[r]
-            for j in range(min(next_job[b], n_j)):  # placed jobs are the prefix before the queue
-                if _is_running(b, j, t_arr[b], job_machine, job_start, duration):
-                    counts[r] += 1
+            counts[r] = _running_jobs(b, t_arr[b], next_job[b], job_machine, job_start, duration, run)
     row_start = np.zeros(n_envs + 1, dtype=np.int64)
     for r in range(n_envs):
         row_start[r + 1] = row_start[r] + counts[r]
@@ -1134,7 +1121,7 @@ def _recall_rows_kernel(
         lo, hi = envs_of_span(c, n_envs, n_spans)
         top1, top2 = np.empty(n_codes, dtype=np.int64), np.empty(n_codes, dtype=np.int64)
         n_started, n_obs = np.empty(n_codes, dtype=np.int64), np.empty(n_j, dtype=np.int64)
-        vals = np.empty((n_l, n_d))
+        vals, run = np.empty((n_l, n_d)), np.empty(n_j, dtype=np.int64)
         for r in range(lo, hi):
             b = envs[r]
             t = t_arr[b]
@@ -1164,9 +1151,8 @@ def _recall_rows_kernel(
                     top2[g] = j
             i = row_start[r]
             has_job = n_arrived[b] > next_job[b] and not is_done[b]
-            for j in range(n_placed):
-                if not _is_running(b, j, t, job_machine, job_start, duration):
-                    continue
+            for k in range(_running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)):
+                j = run[k]
                 if not _recall_row(
                     i, b, j, t, False, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start,
                     duration, request, labels, cells, order, prefix_rows, values, level_rows, use_labels,

@@ -448,15 +448,15 @@ def _clear(planes, until):
 
 
 @njit(cache=True)
-def _sum_env(r, row_start, n_rows, rows, acc, head, reach, full):
-    """Env r's machines' sums `acc` (M, P, H, D) over its running rows row_start[r] .. row_start[r + 1] - 1 and
-    its head's planes `head` (P, H, D) from row n_rows + r; `rows` the row arrays (see `recall_sums`). `reach`
-    (M + 1,): the steps each machine's rows are alive (the head's at M), beyond which its sums are 0. Only the
-    steps a reader may touch are cleared: each machine's up to its reach or the head's, whichever is later, the
-    head's up to the latest of those; every step where `full`."""
+def _sum_env(r, row_start, n_rows, rows, acc, reach, full):
+    """Env r's machines' sums `acc[:M]` (of (M + 1, P, H, D)) over its running rows row_start[r] ..
+    row_start[r + 1] - 1 and its head's planes `acc[M]` from row n_rows + r; `rows` the row arrays (see
+    `recall_sums`). `reach` (M + 1,): the steps each machine's rows (the head's at M) are alive, beyond which its
+    sums are 0. Only the steps a reader may touch are cleared: each machine's up to its reach or the head's,
+    whichever is later, the head's up to the latest of those; every step where `full`."""
     (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
      max_duration, squares, ok, done) = rows  # fmt: skip
-    n_m, n_h = acc.shape[0], acc.shape[2]
+    n_m, n_h = acc.shape[0] - 1, acc.shape[2]
     reach[:] = 0
     for i in range(row_start[r], row_start[r + 1]):
         reach[machine[i]] = max(reach[machine[i]], min(n_alive[i], n_h))
@@ -466,36 +466,37 @@ def _sum_env(r, row_start, n_rows, rows, acc, head, reach, full):
         until = n_h if full else max(reach[m], reach[n_m])
         _clear(acc[m], until)
         latest = max(latest, until)
-    _clear(head, n_h if full else latest)
-    for i in range(
-        row_start[r], row_start[r + 1]
-    ):  # (the machine by index: a view per row costs a reference)
+    _clear(acc[n_m], n_h if full else latest)
+    # each row added at its machine's index (a view per row would cost a reference count)
+    for i in range(row_start[r], row_start[r + 1]):
         _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
         _add_row(i, acc, machine[i], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
                  usage, duration, max_duration, squares)  # fmt: skip
     i = n_rows + r
     _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
-    _add_row(i, head.reshape(1, *head.shape), 0, env, best, n_best, ok, done, young, t, start, n_alive, values,
-             request, usage, duration, max_duration, squares)  # fmt: skip
+    _add_row(i, acc, n_m, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
+             max_duration, squares)  # fmt: skip
 
 
 @njit(cache=True)
-def _machine_columns_linear(b, acc, head, reach, n_levels, cap, total, tops, out):
+def _machine_columns_linear(b, acc, reach, n_levels, cap, total, tops, out):
     """`_machine_columns` without squares (rho = 1: each bound is a sum of planes) and with every capacity a
     power of two, in O(M P H D) instead of O(M L H D) divisions and pairwise sums: a peak share is the peak
     bound over the horizon divided by C_d (division by C_d > 0 keeps the order), and a mean share the bound's sum
     over the horizon per resource divided by C_d, summed and divided by H x D. The planes are integer units >= 0,
     so each share is a multiple of 1 / C_d and every sum of them is exact in any order: the same numbers. Steps
     past a machine's `reach` and the head's (`_sum_env`) hold 0 and are not read; the machines without a
-    running job share one set of columns (the head alone). Scratch: `total` (M + 1, P, D), each plane's sum over
-    the horizon (the head's at row M); `tops` (2 L, D), the peak bounds without and with the head."""
-    n_m, n_p, n_d = acc.shape[0], acc.shape[1], acc.shape[3]
+    running job share one set of columns (the head alone). `acc` (M + 1, P, H, D): the machines' sums and, at
+    row M, the head's planes. Scratch: `total` (M + 1, P, D), each plane's sum over the horizon; `tops` (2 L, D),
+    the peak bounds without and with the head."""
+    n_m, n_p, n_d = acc.shape[0] - 1, acc.shape[1], acc.shape[3]
+    head = acc[n_m]
     for m in range(n_m + 1):
         for p in range(n_p):
             for d in range(n_d):
                 s = 0.0
                 for h in range(reach[m]):
-                    s += acc[m, p, h, d] if m < n_m else head[p, h, d]
+                    s += acc[m, p, h, d]
                 total[m, p, d] = s
     k = np.float64(acc.shape[2] * n_d)
     first_empty = -1
@@ -544,12 +545,13 @@ def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, s
         linear = linear and cap[d] > 0 and (cap[d] == 2.0 ** np.round(np.log2(cap[d])))
     for c in prange(n_spans):
         lo, hi = _envs_of_span(c, n_envs, n_spans)
-        acc, head = np.empty((n_m, n_p, n_h, n_d)), np.empty((n_p, n_h, n_d))
+        acc = np.empty((n_m + 1, n_p, n_h, n_d))  # the machines' sums, then the head's planes
+        head = acc[n_m]
         share, total = np.empty(n_h * n_d), np.empty((n_m + 1, n_p, n_d))
         reach, tops = np.empty(n_m + 1, dtype=np.int64), np.empty((2 * n_levels, n_d))
         frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
         for r in range(lo, hi):
-            _sum_env(r, row_start, n_rows, rows, acc, head, reach, not linear)
+            _sum_env(r, row_start, n_rows, rows, acc, reach, not linear)
             for d in range(n_d):
                 s = 0.0
                 for h in range(reach[n_m]):  # past the head's reach its planes are 0
@@ -560,9 +562,9 @@ def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, s
                     for m in range(n_m):
                         out[k, r, m] = 0.0
             elif linear:
-                _machine_columns_linear(r, acc, head, reach, n_levels, cap, total, tops, out)
+                _machine_columns_linear(r, acc, reach, n_levels, cap, total, tops, out)
             else:
-                _machine_columns(r, acc, head, n_levels, rho, squares, cap, share, frames, values, out)
+                _machine_columns(r, acc[:n_m], head, n_levels, rho, squares, cap, share, frames, values, out)
 
 
 @njit(cache=True, parallel=True)
@@ -571,10 +573,11 @@ def _recall_share_kernel(row_start, rows, n_m, n_p, n_h, rho, inflation, cap, sh
     n_rows, n_d = row_start[n_envs], rows[10].shape[2]
     for c in prange(n_spans):
         lo, hi = _envs_of_span(c, n_envs, n_spans)
-        acc, head = np.empty((n_m, n_p, n_h, n_d)), np.empty((n_p, n_h, n_d))
+        acc = np.empty((n_m + 1, n_p, n_h, n_d))  # the machines' sums, then the head's planes
+        head = acc[n_m]
         reach = np.empty(n_m + 1, dtype=np.int64)
         for r in range(lo, hi):
-            _sum_env(r, row_start, n_rows, rows, acc, head, reach, False)
+            _sum_env(r, row_start, n_rows, rows, acc, reach, False)
             for m in range(n_m):
                 # past both reaches every sum is 0 and so is the bound (sqrt(0) = 0): the peak is over the rest,
                 # and 0 where nothing is alive (every bound is >= 0)

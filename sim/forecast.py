@@ -607,6 +607,21 @@ def _best_runs(state: State, rows: np.ndarray, compiled: bool = True) -> tuple[n
     return top1, top2, n_started, n_codes, n_obs
 
 
+def recall_choice(
+    state: State, rows: np.ndarray, r: np.ndarray, env: np.ndarray, job: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The run each query job (env, job) would recall (`recall_view`), its agreement not yet tested: (best (N,) the
+    started run of its workload observed longest other than itself, -1 where there is none; runs (N,) how many
+    other runs of its workload have started; n_obs (R, J) the observed steps of every job of the envs `rows`,
+    -1 when not started), with r (N,) each query's position in `rows`."""
+    top1, top2, n_started, n_codes, n_obs = _best_runs(state, rows)
+    own = state.jobs.workload_code[env, job]
+    group = r * max(n_codes, 1) + np.maximum(own, 0)
+    best = np.where(top1[group] == job, top2[group], top1[group])
+    runs = np.where(own >= 0, n_started[group] - (n_obs[r, job] >= 0), 0)
+    return np.where((runs > 0) & (best >= 0), best, -1), runs, n_obs
+
+
 def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) -> RecallView:
     """For each query job, the OBSERVED usage of the longest-observed other run of the same workload
     (`JobBatch.workload_code`) in its sequence, by age, provided that run agrees with every step observed of the
@@ -620,13 +635,8 @@ def recall_view(cfg: SimConfig, state: State, env: np.ndarray, job: np.ndarray) 
     if n == 0:
         return RecallView(out, n_runs, complete)
     rows, r = np.unique(env, return_inverse=True)
-    top1, top2, n_started, n_codes, n_obs = _best_runs(state, rows)
-    own = jobs.workload_code[env, job]
-    group = r * max(n_codes, 1) + np.maximum(own, 0)
-    best = np.where(top1[group] == job, top2[group], top1[group])
-    own_started = n_obs[r, job] >= 0
-    runs = np.where(own >= 0, n_started[group] - own_started, 0)
-    has = np.flatnonzero((runs > 0) & (best >= 0))
+    best, runs, n_obs = recall_choice(state, rows, r, env, job)
+    has = np.flatnonzero(best >= 0)
     if has.size == 0:
         return RecallView(out, n_runs, complete)
     e, j, b = env[has], job[has], best[has]

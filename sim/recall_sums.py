@@ -25,21 +25,18 @@ path summed from each env's jobs"). Tests: tests/sim/test_recall_sums.py.
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import numpy as np
 
 from sim.config import SimConfig
 from sim.core import State, jobs_running, queue_head
 from sim.forecast import (
     RecallOverlay,
-    _best_runs,
     find_level,
     flat_forecast,
     is_flat_forecaster,
     is_point_forecaster,
     level_index,
+    recall_choice,
 )
 from sim.peak_forecast import PeakQuantileForecaster, RemainingPeakQuantiles
 
@@ -88,9 +85,8 @@ def recall_rows(
             state, forecaster.inner.table, level_rows, envs, horizon, use_durations, min_observed
         )
         if got is not None:
-            row_start, head = got
-            n = head[0].size
-            return row_start, (*head, *tail, np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_))
+            row_start, found = got
+            return row_start, (*found, *tail, *_recall_scratch(found[0].size))
     n_envs = envs.size
     ri, ji = np.nonzero(jobs_running(state)[envs])
     head_job = np.minimum(state.next_job[envs], jobs.max_jobs - 1)
@@ -109,14 +105,7 @@ def recall_rows(
     if not (_is_units(values) and _is_units(request)):
         return None
     # the run each job recalls (`sim.forecast.recall_view`'s choice; its agreement test runs in the kernel)
-    top1, top2, n_started, n_obs = _every_best_run(state)
-    n_codes = top1.size // state.batch_size
-    own = jobs.workload_code[env, job]
-    pos = env  # the rows of every env
-    group = pos * n_codes + np.maximum(own, 0)
-    best = np.where(top1[group] == job, top2[group], top1[group])
-    runs = np.where(own >= 0, n_started[group] - (n_obs[pos, job] >= 0), 0)
-    best = np.where((runs > 0) & (best >= 0), best, -1)
+    best, _, n_obs = recall_choice(state, envs, pos, env, job)
     n_best = np.where(best >= 0, np.maximum(n_obs[pos, np.maximum(best, 0)], 0), 0)
     n_own = np.maximum(n_obs[pos, job], 0)
     # steps alive (`steps_alive`, `job_moments`: a job not placed yet starts at t; the heads 0 where none waits)
@@ -131,14 +120,17 @@ def recall_rows(
     young = np.zeros(env.size, dtype=bool)
     if min_observed > 0:  # `job_moments`: a job not placed yet counts from t + 1
         young = t - np.where(is_placed, state.job_start[env, job], t + 1) + 1 < min_observed
-    n = env.size
     rows = (
         env, job, np.concatenate([state.job_machine[envs[ri], ji], np.full(n_envs, -1)]).astype(np.int64),
         best.astype(np.int64), n_best.astype(np.int64), n_own.astype(np.int64), young, t.astype(np.int64),
-        start.astype(np.int64), n_alive.astype(np.int64), values, request, *tail,
-        np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
+        start.astype(np.int64), n_alive.astype(np.int64), values, request, *tail, *_recall_scratch(env.size),
     )  # fmt: skip
     return row_start, rows
+
+
+def _recall_scratch(n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' per-row recall flags (ok, done), written before they are read."""
+    return np.zeros(n_rows, dtype=np.bool_), np.zeros(n_rows, dtype=np.bool_)
 
 
 def _table_level_rows(inner, levels: tuple[float, ...] | None) -> np.ndarray | None:
@@ -152,21 +144,6 @@ def _table_level_rows(inner, levels: tuple[float, ...] | None) -> np.ndarray | N
         return None
     rows = [find_level(inner.table.levels, lv) for lv in wanted]
     return None if any(r is None for r in rows) else np.asarray(rows, dtype=np.int64)
-
-
-_HELD = threading.local()
-
-
-def _every_best_run(state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(top1, top2, n_started, n_obs) of `sim.forecast._best_runs` over every env, once per state: the features
-    and a rule ask about the same state, other states in between (so not `sim.core._memoised`, which holds the
-    last state asked about only). Held weakly for this thread's last state, as `_memoised` holds it: a job pick
-    that reorders waiting jobs in place changes no run."""
-    held = getattr(_HELD, "runs", None)
-    if held is None or held[0]() is not state:
-        top1, top2, n_started, _, n_obs = _best_runs(state, np.arange(state.batch_size))
-        held = _HELD.runs = (weakref.ref(state), top1, top2, n_started, n_obs)
-    return held[1:]
 
 
 def recall_columns(
