@@ -1048,7 +1048,7 @@ def recall_table_rows(
     return (row_start, tuple(rows)) if ok else None
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _recall_row(
     i, b, j, t, head_row, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start, duration, request,
     labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges,
@@ -1090,6 +1090,69 @@ def _recall_row(
     return True
 
 
+@njit(cache=True)
+def _recall_rows_span(
+    lo, hi, envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes, n_codes,
+    labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges,
+    horizon, use_durations, min_observed, row_start, out,
+):  # fmt: skip
+    """The rows of envs lo .. hi - 1 of `_recall_rows_kernel` (one call per span: `_recall_row` inlined here, outside
+    the prange loop, where numba's parallel analysis of the inlined body changed the rows); False where a
+    looked-up value is not a whole number of units >= 0."""
+    n_envs, n_j = envs.shape[0], job_machine.shape[1]
+    n_d, n_l = request.shape[2], level_rows.shape[0]
+    ok = True
+    top1, top2 = np.empty(n_codes, dtype=np.int64), np.empty(n_codes, dtype=np.int64)
+    n_started, n_obs = np.empty(n_codes, dtype=np.int64), np.empty(n_j, dtype=np.int64)
+    vals, run = np.empty((n_l, n_d)), np.empty(n_j, dtype=np.int64)
+    for r in range(lo, hi):
+        b = envs[r]
+        t = t_arr[b]
+        head = min(next_job[b], n_j - 1)
+        n_placed = min(next_job[b], n_j)  # placed jobs are the prefix before the queue
+        for j in range(n_placed):  # only the placed jobs' workloads and the head's are read
+            if codes[b, j] >= 0:
+                top1[codes[b, j]], top2[codes[b, j]], n_started[codes[b, j]] = -1, -1, 0
+        if codes[b, head] >= 0:
+            top1[codes[b, head]], top2[codes[b, head]], n_started[codes[b, head]] = -1, -1, 0
+        n_obs[head] = -1  # a queued head: nothing observed (a placed one is set below)
+        # `sim.forecast._best_runs`: started runs by workload, the longest observed first
+        for j in range(n_placed):
+            is_started = job_machine[b, j] >= 0 and job_start[b, j] <= t
+            n_obs[j] = min(max(t - job_start[b, j] + 1, 0), duration[b, j]) if is_started else -1
+            g = codes[b, j]
+            if not is_started or g < 0:
+                continue
+            n_started[g] += 1
+            first = top1[g]
+            if first < 0:
+                top1[g] = j
+            elif n_obs[j] > n_obs[first]:  # jobs in index order: a tie keeps the earlier job first
+                top2[g] = first
+                top1[g] = j
+            elif top2[g] < 0 or n_obs[j] > n_obs[top2[g]]:
+                top2[g] = j
+        i = row_start[r]
+        has_job = n_arrived[b] > next_job[b] and not is_done[b]
+        for k in range(_running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)):
+            j = run[k]
+            if not _recall_row(
+                i, b, j, t, False, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start,
+                duration, request, labels, cells, order, prefix_rows, values, level_rows, use_labels,
+                use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals, out,
+            ):  # fmt: skip
+                ok = False
+            i += 1
+        if not _recall_row(
+            row_start[n_envs] + r, b, head, t, True, has_job, n_obs, top1, top2, n_started, codes,
+            job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
+            use_labels, use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals,
+            out,
+        ):  # fmt: skip
+            ok = False
+    return ok
+
+
 @njit(cache=True, parallel=True)
 def _recall_rows_kernel(
     envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes, n_codes, labels,
@@ -1119,52 +1182,9 @@ def _recall_rows_kernel(
     ok = np.ones(n_spans, dtype=np.bool_)
     for c in prange(n_spans):
         lo, hi = envs_of_span(c, n_envs, n_spans)
-        top1, top2 = np.empty(n_codes, dtype=np.int64), np.empty(n_codes, dtype=np.int64)
-        n_started, n_obs = np.empty(n_codes, dtype=np.int64), np.empty(n_j, dtype=np.int64)
-        vals, run = np.empty((n_l, n_d)), np.empty(n_j, dtype=np.int64)
-        for r in range(lo, hi):
-            b = envs[r]
-            t = t_arr[b]
-            head = min(next_job[b], n_j - 1)
-            n_placed = min(next_job[b], n_j)  # placed jobs are the prefix before the queue
-            for j in range(n_placed):  # only the placed jobs' workloads and the head's are read
-                if codes[b, j] >= 0:
-                    top1[codes[b, j]], top2[codes[b, j]], n_started[codes[b, j]] = -1, -1, 0
-            if codes[b, head] >= 0:
-                top1[codes[b, head]], top2[codes[b, head]], n_started[codes[b, head]] = -1, -1, 0
-            n_obs[head] = -1  # a queued head: nothing observed (a placed one is set below)
-            # `sim.forecast._best_runs`: started runs by workload, the longest observed first
-            for j in range(n_placed):
-                is_started = job_machine[b, j] >= 0 and job_start[b, j] <= t
-                n_obs[j] = min(max(t - job_start[b, j] + 1, 0), duration[b, j]) if is_started else -1
-                g = codes[b, j]
-                if not is_started or g < 0:
-                    continue
-                n_started[g] += 1
-                first = top1[g]
-                if first < 0:
-                    top1[g] = j
-                elif n_obs[j] > n_obs[first]:  # jobs in index order: a tie keeps the earlier job first
-                    top2[g] = first
-                    top1[g] = j
-                elif top2[g] < 0 or n_obs[j] > n_obs[top2[g]]:
-                    top2[g] = j
-            i = row_start[r]
-            has_job = n_arrived[b] > next_job[b] and not is_done[b]
-            for k in range(_running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)):
-                j = run[k]
-                if not _recall_row(
-                    i, b, j, t, False, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start,
-                    duration, request, labels, cells, order, prefix_rows, values, level_rows, use_labels,
-                    use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals, out,
-                ):  # fmt: skip
-                    ok[c] = False
-                i += 1
-            if not _recall_row(
-                row_start[n_envs] + r, b, head, t, True, has_job, n_obs, top1, top2, n_started, codes,
-                job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
-                use_labels, use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals,
-                out,
-            ):  # fmt: skip
-                ok[c] = False
+        ok[np.int64(c)] = _recall_rows_span(
+            lo, hi, envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes,
+            n_codes, labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges,
+            remaining_edges, horizon, use_durations, min_observed, row_start, out,
+        )  # fmt: skip
     return (ok.all(), row_start, *out)

@@ -396,6 +396,27 @@ def _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done):
 
 
 @njit(cache=True, inline="always")
+def _row_runs(i, env, best, n_best, ok, done, young, t, start, n_alive, duration, max_duration, n_h_max):
+    """(n_h, first, flat_from, flat_to, at_request) of row i (`_add_row`): it is alive at horizon steps 0 .. n_h - 1,
+    at age `first` at step 0 (>= 1: a row starts at t at the latest); where `at_request` (young, its run not
+    finished) it takes its request at every level over those steps; else its recalled run shows steps
+    0 .. flat_from - 1, its flat values hold over flat_from .. flat_to - 1 and zeros follow."""
+    e, b = env[i], best[i]
+    n_h = min(n_alive[i], n_h_max)
+    first = t[i] + 1 - start[i]
+    if young[i] and not (ok[i] and done[i]):
+        return n_h, first, 0, 0, True
+    flat_from, flat_to = 0, n_h
+    if ok[i]:
+        # recalled: ages below the run's observed count, or its duration where it has finished (0 after)
+        shown = min(duration[e, b] if done[i] else n_best[i], max_duration)
+        flat_from = min(max(shown - first, 0), n_h)
+        # then the flat values up to the last age (none where the run has finished: zeros)
+        flat_to = flat_from if done[i] else min(max(max_duration - first, flat_from), n_h)
+    return n_h, first, flat_from, flat_to, False
+
+
+@njit(cache=True, inline="always")
 def _add_row(i, tgt, m, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
              max_duration, squares):  # fmt: skip
     """Adds row i's planes to `tgt[m]` (of (M, P, H, D)): `_flat_planes_row`'s median, deviations and squares over the
@@ -403,26 +424,21 @@ def _add_row(i, tgt, m, env, best, n_best, ok, done, young, t, start, n_alive, v
     age, and, where `young[i]` and the run has not finished, its request at every level
     (`sim.risk.job_moments`' `min_observed`). A recalled step is one value at every level, so its deviations are
     0 and are not added (x + 0 is x for the sums here, which are >= 0); nor are the zeros past a finished run's
-    end or past the last age. The steps fall into three runs: recalled ages, then flat values, then zeros."""
+    end or past the last age. The steps fall into three runs (`_row_runs`): recalled ages, then flat values, then
+    zeros."""
     n_d = values.shape[2]
     e, b = env[i], best[i]
-    n_h = min(n_alive[i], tgt.shape[2])
-    first = t[i] + 1 - start[i]  # the age at horizon step 0 (>= 1: a row starts at t at the latest)
-    if young[i] and not (ok[i] and done[i]):  # its request at every level
+    n_h, first, flat_from, flat_to, at_request = _row_runs(
+        i, env, best, n_best, ok, done, young, t, start, n_alive, duration, max_duration, tgt.shape[2]
+    )
+    if at_request:
         for h in range(n_h):
             for d in range(n_d):
                 tgt[m, 0, h, d] += request[i, d]
         return
-    flat_from, flat_to = 0, n_h
-    if ok[i]:
-        # recalled: ages below the run's observed count, or its duration where it has finished (0 after)
-        shown = min(duration[e, b] if done[i] else n_best[i], max_duration)
-        flat_from = min(max(shown - first, 0), n_h)
-        for h in range(flat_from):
-            for d in range(n_d):
-                tgt[m, 0, h, d] += np.float64(usage[e, b, first + h, d])
-        # then the flat values up to the last age (none where the run has finished: zeros)
-        flat_to = flat_from if done[i] else min(max(max_duration - first, flat_from), n_h)
+    for h in range(flat_from):
+        for d in range(n_d):
+            tgt[m, 0, h, d] += np.float64(usage[e, b, first + h, d])
     for d in range(n_d):
         q0 = values[i, 0, d]
         for h in range(flat_from, flat_to):
@@ -434,6 +450,30 @@ def _add_row(i, tgt, m, env, best, n_best, ok, done, young, t, start, n_alive, v
                     tgt[m, li, h, d] += x
                     if squares:
                         tgt[m, values.shape[1] - 1 + li, h, d] += x * x
+
+
+@njit(cache=True, inline="always")
+def _add_median(i, tgt, m, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage, duration,
+                max_duration, flat):  # fmt: skip
+    """`_add_row`'s median plane only, into `tgt[m]` of (M, H, D); row i's flat steps (`_row_runs`) into
+    flat[i] = (flat_from, flat_to), over which its deviations hold (none where it is at its request)."""
+    n_d = values.shape[2]
+    e, b = env[i], best[i]
+    n_h, first, flat_from, flat_to, at_request = _row_runs(
+        i, env, best, n_best, ok, done, young, t, start, n_alive, duration, max_duration, tgt.shape[1]
+    )
+    flat[i, 0], flat[i, 1] = flat_from, flat_to
+    if at_request:
+        for h in range(n_h):
+            for d in range(n_d):
+                tgt[m, h, d] += request[i, d]
+        return
+    for h in range(flat_from):
+        for d in range(n_d):
+            tgt[m, h, d] += np.float64(usage[e, b, first + h, d])
+    for h in range(flat_from, flat_to):
+        for d in range(n_d):
+            tgt[m, h, d] += values[i, 0, d]
 
 
 @njit(cache=True)
@@ -479,46 +519,140 @@ def _sum_env(r, row_start, n_rows, rows, acc, reach, full):
 
 
 @njit(cache=True)
-def _machine_columns_linear(b, acc, reach, n_levels, cap, total, tops, out):
-    """`_machine_columns` without squares (rho = 1: each bound is a sum of planes) and with every capacity a
-    power of two, in O(M P H D) instead of O(M L H D) divisions and pairwise sums: a peak share is the peak
-    bound over the horizon divided by C_d (division by C_d > 0 keeps the order), and a mean share the bound's sum
-    over the horizon per resource divided by C_d, summed and divided by H x D. The planes are integer units >= 0,
-    so each share is a multiple of 1 / C_d and every sum of them is exact in any order: the same numbers. Steps
-    past a machine's `reach` and the head's (`_sum_env`) hold 0 and are not read; the machines without a
-    running job share one set of columns (the head alone). `acc` (M + 1, P, H, D): the machines' sums and, at
-    row M, the head's planes. Scratch: `total` (M + 1, P, D), each plane's sum over the horizon; `tops` (2 L, D),
-    the peak bounds without and with the head."""
-    n_m, n_p, n_d = acc.shape[0] - 1, acc.shape[1], acc.shape[3]
-    head = acc[n_m]
+def _sum_env_median(r, row_start, n_rows, rows, acc0, reach, flat):
+    """`_sum_env`'s median plane only: env r's machines' sums `acc0[:M]` (of (M + 1, H, D)) and its head's
+    `acc0[M]`, each row's flat steps into `flat` (`_add_median`); `reach` as `_sum_env` sets it, and the same
+    steps cleared."""
+    (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
+     max_duration, squares, ok, done) = rows  # fmt: skip
+    n_m, n_h, n_d = acc0.shape[0] - 1, acc0.shape[1], acc0.shape[2]
+    reach[:] = 0
+    for i in range(row_start[r], row_start[r + 1]):
+        reach[machine[i]] = max(reach[machine[i]], min(n_alive[i], n_h))
+    reach[n_m] = min(n_alive[n_rows + r], n_h)
+    latest = reach[n_m]
     for m in range(n_m + 1):
-        for p in range(n_p):
+        until = max(reach[m], reach[n_m]) if m < n_m else latest
+        for h in range(until):
             for d in range(n_d):
-                s = 0.0
-                for h in range(reach[m]):
-                    s += acc[m, p, h, d]
-                total[m, p, d] = s
-    k = np.float64(acc.shape[2] * n_d)
+                acc0[m, h, d] = 0.0
+        latest = max(latest, until)
+    for i in range(row_start[r], row_start[r + 1]):
+        _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
+        _add_median(i, acc0, machine[i], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
+                    usage, duration, max_duration, flat)  # fmt: skip
+    i = n_rows + r
+    _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
+    _add_median(i, acc0, n_m, env, best, n_best, ok, done, young, t, start, n_alive, values, request, usage,
+                duration, max_duration, flat)  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _add_deviations(i, lo, hi, flat, values, dev):
+    """dev (L, D) += row i's deviations (`_add_row`: each level's value above the median, 0 where below) where its
+    flat steps cover the segment lo .. hi - 1 (a segment lies wholly inside or outside them)."""
+    if not (flat[i, 0] <= lo and hi <= flat[i, 1]):
+        return
+    for li in range(1, values.shape[1]):
+        for d in range(values.shape[2]):
+            x = values[i, li, d] - values[i, 0, d]
+            if x > 0.0:
+                dev[li, d] += x
+
+
+@njit(cache=True)
+def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, out):
+    """`_machine_columns` without squares (rho = 1: each bound is the median's sum plus a deviation's) and with
+    every capacity a power of two, from the median plane `acc0` (M + 1, H, D) (`_sum_env_median`, the head's at
+    row M) and each row's flat steps: a peak share is the peak bound over the horizon divided by C_d (division by
+    C_d > 0 keeps the order), and a mean share the bound's sum over the horizon per resource divided by C_d,
+    summed and divided by H x D. The planes are integer units >= 0, so each share is a multiple of 1 / C_d and
+    every sum of them is exact in any order: the same numbers. A deviation holds over its row's flat steps only,
+    so on each segment between the machine's rows' (and the head's) flat-step edges every level's deviation sum is
+    one constant: each level's peak there is the median's peak on the segment plus it, and each deviation's sum
+    over the horizon its value times its row's flat steps, in O(M H D + rows L D) rather than O(M L H D). Steps
+    past a machine's `reach` and the head's hold 0 and are not read; the machines without a running job share
+    one set of columns (the head alone)."""
+    by_m, m_start, edges, dev, hdev, seg, total, tops = scratch
+    machine, values = rows[2], rows[10]
+    n_m, n_h, n_d = acc0.shape[0] - 1, acc0.shape[1], acc0.shape[2]
+    lo_row, hi_row, head_row = row_start[r], row_start[r + 1], n_rows + r
+    m_start[:] = 0  # the env's rows by machine (a counting sort in row order)
+    for i in range(lo_row, hi_row):
+        m_start[machine[i] + 1] += 1
+    for m in range(n_m):
+        m_start[m + 1] += m_start[m]
+    for i in range(lo_row, hi_row):
+        by_m[m_start[machine[i]]] = i
+        m_start[machine[i]] += 1
+    for m in range(n_m, 0, -1):  # back to each machine's first position
+        m_start[m] = m_start[m - 1]
+    m_start[0] = 0
+    for m in range(n_m + 1):  # each plane's sum over the horizon
+        for d in range(n_d):
+            s = 0.0
+            for h in range(reach[m]):
+                s += acc0[m, h, d]
+            total[m, 0, d] = s
+            for li in range(1, n_levels):
+                total[m, li, d] = 0.0
+    for m in range(n_m + 1):
+        k_lo, k_hi = (m_start[m], m_start[m + 1]) if m < n_m else (0, 1)
+        for k in range(k_lo, k_hi):
+            i = by_m[k] if m < n_m else head_row
+            n_flat = np.float64(flat[i, 1] - flat[i, 0])
+            for li in range(1, n_levels):
+                for d in range(n_d):
+                    x = values[i, li, d] - values[i, 0, d]
+                    if x > 0.0:
+                        total[m, li, d] += x * n_flat
+    k_steps = np.float64(n_h * n_d)
     first_empty = -1
     for m in range(n_m):
         if reach[m] == 0 and first_empty >= 0:  # the same columns as the first machine without a job
             for c in range(out.shape[0]):
-                out[c, b, m] = out[c, b, first_empty]
+                out[c, r, m] = out[c, r, first_empty]
             continue
         if reach[m] == 0:
             first_empty = m
+        end = max(reach[m], reach[n_m])  # past its own reach the machine's sums are 0
+        n_e = 0
+        edges[0], edges[1] = 0, end
+        n_e = 2
+        for k in range(m_start[m], m_start[m + 1] + 1):
+            i = by_m[k] if k < m_start[m + 1] else head_row
+            if flat[i, 1] > flat[i, 0]:
+                edges[n_e], edges[n_e + 1] = flat[i, 0], flat[i, 1]
+                n_e += 2
+        for a in range(1, n_e):  # insertion sort: a handful of edges
+            v = edges[a]
+            c = a - 1
+            while c >= 0 and edges[c] > v:
+                edges[c + 1] = edges[c]
+                c -= 1
+            edges[c + 1] = v
         tops[:] = 0.0  # every bound is >= 0, and 0 where nothing is alive
-        for h in range(max(reach[m], reach[n_m])):  # past its own reach the machine's sums are 0
+        for e in range(n_e - 1):
+            lo, hi = edges[e], edges[e + 1]
+            if lo >= hi:
+                continue
+            for d in range(n_d):  # the median's peak on the segment without and with the head
+                sa, sw = acc0[m, lo, d], acc0[m, lo, d] + acc0[n_m, lo, d]
+                for h in range(lo + 1, hi):
+                    sa = max(sa, acc0[m, h, d])
+                    sw = max(sw, acc0[m, h, d] + acc0[n_m, h, d])
+                seg[0, d], seg[1, d] = sa, sw
+            dev[:] = 0.0
+            hdev[:] = 0.0
+            for k in range(m_start[m], m_start[m + 1]):
+                _add_deviations(by_m[k], lo, hi, flat, values, dev)
+            _add_deviations(head_row, lo, hi, flat, values, hdev)
             for d in range(n_d):
-                a0 = acc[m, 0, h, d]
-                w0 = a0 + head[0, h, d]
-                tops[0, d] = max(tops[0, d], a0)
-                tops[1, d] = max(tops[1, d], w0)
+                tops[0, d] = max(tops[0, d], seg[0, d])
+                tops[1, d] = max(tops[1, d], seg[1, d])
                 for li in range(1, n_levels):
-                    a = a0 + acc[m, li, h, d]
-                    w = w0 + (acc[m, li, h, d] + head[li, h, d])
-                    tops[2 * li, d] = max(tops[2 * li, d], a)
-                    tops[2 * li + 1, d] = max(tops[2 * li + 1, d], w)
+                    tops[2 * li, d] = max(tops[2 * li, d], seg[0, d] + dev[li, d])
+                    tops[2 * li + 1, d] = max(tops[2 * li + 1, d], seg[1, d] + (dev[li, d] + hdev[li, d]))
         for li in range(n_levels):
             for w in range(2):  # the machine's sums without the head, then with it
                 top_share, mean = 0.0, 0.0
@@ -529,10 +663,10 @@ def _machine_columns_linear(b, acc, reach, n_levels, cap, total, tops, out):
                         s = s + (total[m, li, d] + total[n_m, li, d] if w == 1 else total[m, li, d])
                     mean += s / cap[d]
                 col = li * 5 + w * 2
-                out[col, b, m] = top_share
-                out[col + 1, b, m] = mean / k
+                out[col, r, m] = top_share
+                out[col + 1, r, m] = mean / k_steps
         for li in range(n_levels):
-            out[li * 5 + 4, b, m] = 1.0 if out[li * 5 + 2, b, m] <= 1.0 + 1e-9 else 0.0
+            out[li * 5 + 4, r, m] = 1.0 if out[li * 5 + 2, r, m] <= 1.0 + 1e-9 else 0.0
 
 
 @njit(cache=True, parallel=True)
@@ -543,26 +677,41 @@ def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, s
     linear = not squares
     for d in range(n_d):  # a power of two: every share exact (`_machine_columns_linear`)
         linear = linear and cap[d] > 0 and (cap[d] == 2.0 ** np.round(np.log2(cap[d])))
+    most = 0  # the most running rows of one env
+    for r in range(n_envs):
+        most = max(most, row_start[r + 1] - row_start[r])
+    flat = np.zeros((n_rows + n_envs, 2), dtype=np.int64)  # each row's flat steps (the linear path's)
     for c in prange(n_spans):
         lo, hi = _envs_of_span(c, n_envs, n_spans)
-        acc = np.empty((n_m + 1, n_p, n_h, n_d))  # the machines' sums, then the head's planes
-        head = acc[n_m]
-        share, total = np.empty(n_h * n_d), np.empty((n_m + 1, n_p, n_d))
-        reach, tops = np.empty(n_m + 1, dtype=np.int64), np.empty((2 * n_levels, n_d))
+        # the machines' sums, then the head's planes: every plane, or the median's only on the linear path
+        acc = np.empty((n_m + 1, n_p, n_h, n_d) if not linear else (1, 1, 1, 1))
+        acc0 = np.empty((n_m + 1, n_h, n_d) if linear else (1, 1, 1))
+        head = acc[acc.shape[0] - 1]
+        share = np.empty(n_h * n_d)
         frames, values = np.empty((128, 3), dtype=np.int64), np.empty(128)  # `_pairwise_sum`'s stack
+        scratch = (
+            np.empty(max(most, 1), dtype=np.int64), np.empty(n_m + 2, dtype=np.int64),
+            np.empty(2 * most + 4, dtype=np.int64), np.empty((n_levels, n_d)), np.empty((n_levels, n_d)),
+            np.empty((2, n_d)), np.empty((n_m + 1, n_levels, n_d)), np.empty((2 * n_levels, n_d)),
+        )  # fmt: skip
+        reach = np.empty(n_m + 1, dtype=np.int64)
         for r in range(lo, hi):
-            _sum_env(r, row_start, n_rows, rows, acc, reach, not linear)
+            if linear:
+                _sum_env_median(r, row_start, n_rows, rows, acc0, reach, flat)
+            else:
+                _sum_env(r, row_start, n_rows, rows, acc, reach, True)
             for d in range(n_d):
                 s = 0.0
                 for h in range(reach[n_m]):  # past the head's reach its planes are 0
-                    s += head[0, h, d]
+                    s += acc0[n_m, h, d] if linear else head[0, h, d]
                 head_mean[r, d] = s / n_h
             if skip[r]:
                 for k in range(out.shape[0]):
                     for m in range(n_m):
                         out[k, r, m] = 0.0
             elif linear:
-                _machine_columns_linear(r, acc, reach, n_levels, cap, total, tops, out)
+                _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch,
+                                        out)  # fmt: skip
             else:
                 _machine_columns(r, acc[:n_m], head, n_levels, rho, squares, cap, share, frames, values, out)
 

@@ -207,3 +207,82 @@ def test_a_rule_on_recall_decides_the_same_episodes(monkeypatch) -> None:
     assert calls
     general = _general(monkeypatch, sequence_returns, rule, CFG, jobs, 0)
     np.testing.assert_array_equal(fused, general)
+
+
+def _random_rows(rng: np.random.Generator, n_envs: int, n_m: int, n_levels: int, n_h: int):
+    """(row_start, rows) of random envs for the recall kernels: running rows on random machines and one queue head
+    per env, each recalling a random earlier job that agrees with it or not, young or not, its levels above or
+    below its median, alive for a random part of the horizon."""
+    n_j, n_t, n_d = 16, 24, 2
+    usage = rng.integers(0, 4, (n_envs, n_j, n_t, n_d)).astype(np.int16)
+    duration = rng.integers(1, n_t + 1, (n_envs, n_j)).astype(np.int64)
+    counts = rng.integers(0, 12, n_envs)
+    row_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    env = np.concatenate([np.repeat(np.arange(n_envs), counts), np.arange(n_envs)]).astype(np.int64)
+    n = env.size
+    job = rng.integers(0, n_j, n).astype(np.int64)
+    best = np.where(rng.random(n) < 0.8, rng.integers(0, n_j, n), -1).astype(np.int64)
+    for i in np.flatnonzero(best >= 0):
+        if rng.random() < 0.7:  # the job repeats its run (recall applies), else they differ somewhere
+            usage[env[i], job[i]] = usage[env[i], best[i]]
+    n_best = np.where(best >= 0, rng.integers(0, n_t + 1, n) % (duration[env, np.maximum(best, 0)] + 1), 0)
+    n_own = np.minimum(rng.integers(1, n_t + 1, n), duration[env, job])
+    n_own[row_start[-1] :] = 0  # the heads: nothing observed
+    t = np.full(n, 40, dtype=np.int64)
+    start = t - n_own + 1
+    machine = np.concatenate([rng.integers(0, n_m, row_start[-1]), np.full(n_envs, -1)]).astype(np.int64)
+    median = rng.integers(0, 4, (n, 1, n_d)).astype(np.float64)
+    values = (
+        median
+        + np.cumsum(rng.integers(-1, 3, (n, n_levels, n_d)), axis=1) * (np.arange(n_levels) > 0)[:, None]
+    )
+    values = np.maximum(values, 0.0)
+    values[:, 0] = median[:, 0]
+    rows = (
+        env, job, machine, best, n_best.astype(np.int64), n_own.astype(np.int64), rng.random(n) < 0.15, t,
+        start.astype(np.int64), rng.integers(0, n_h + 3, n).astype(np.int64), values,
+        rng.integers(0, 5, (n, n_d)).astype(np.float64), usage, duration, int(n_t), False,
+        np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
+    )  # fmt: skip
+    return row_start, rows
+
+
+def test_the_linear_columns_equal_the_pairwise_columns_on_random_rows() -> None:
+    """`_machine_columns_linear` (the median summed per step, each deviation per segment of the rows' flat steps)
+    gives `_machine_columns`' numbers (every plane summed per step, pairwise means) to the bit, with the head's
+    recalled steps, flat steps and deviations, rows recalled or not, young rows and levels below the median."""
+    from sim import compiled_planes as cp
+
+    rng = np.random.default_rng(7)
+    n_m, n_levels, n_h, n_d = 4, 3, 20, 2
+    cap = np.array([8.0, 16.0])
+    n_checked = 0
+    for _ in range(30):
+        row_start, rows = _random_rows(rng, 5, n_m, n_levels, n_h)
+        n_envs, n_rows = row_start.size - 1, row_start[-1]
+        linear = np.zeros((5 * n_levels, n_envs, n_m))
+        pairwise = np.zeros_like(linear)
+        acc = np.empty((n_m + 1, n_levels, n_h, n_d))
+        acc0 = np.empty((n_m + 1, n_h, n_d))
+        reach = np.empty(n_m + 1, dtype=np.int64)
+        flat = np.zeros((rows[0].size, 2), dtype=np.int64)
+        most = int(np.diff(row_start).max(initial=0))
+        scratch = (
+            np.empty(max(most, 1), dtype=np.int64), np.empty(n_m + 2, dtype=np.int64),
+            np.empty(2 * most + 4, dtype=np.int64), np.empty((n_levels, n_d)), np.empty((n_levels, n_d)),
+            np.empty((2, n_d)), np.empty((n_m + 1, n_levels, n_d)), np.empty((2 * n_levels, n_d)),
+        )  # fmt: skip
+        share, frames, values = np.empty(n_h * n_d), np.empty((128, 3), dtype=np.int64), np.empty(128)
+        for r in range(n_envs):
+            cp._sum_env(r, row_start, n_rows, rows, acc, reach, True)
+            cp._machine_columns(
+                r, acc[:n_m], acc[n_m], n_levels, 1.0, False, cap, share, frames, values, pairwise
+            )
+            cp._sum_env_median(r, row_start, n_rows, rows, acc0, reach, flat)
+            cp._machine_columns_linear(
+                r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, linear
+            )
+        assert _same_bits(linear, pairwise)
+        ok, has_flat = rows[16], flat[:, 1] > flat[:, 0]
+        n_checked += int((ok & has_flat)[n_rows:].sum())  # heads recalled with flat steps after their run
+    assert n_checked > 20
