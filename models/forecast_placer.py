@@ -625,6 +625,15 @@ def placement_features(
             cols = cols * (len(pcfg.levels) if point else 1)
     if cols is None:  # the general path (a negative flat value included: every sum must be non-increasing)
         skip = state.is_done if skip_done else None
+        # recall over a flat forecaster: the columns summed from each env's jobs without planes, the other inputs
+        # in one kernel (the same numbers)
+        fused = recall_columns(
+            cfg, state, forecaster, pcfg.levels, pcfg.rho, horizon, pcfg.use_durations, skip
+        ) if compiled else None  # fmt: skip
+        if fused is not None:
+            return compiled_decision.column_inputs(
+                cfg, state, fused[0], fused[1], pcfg.use_durations, base_actions, mask
+            )
         cols, head_mean = _level_columns(
             cfg, state, forecaster, pcfg, horizon, cap, memo, heads, steps_alive, compiled, skip
         )
@@ -692,13 +701,7 @@ def _level_columns(
     `compiled`: the planes and the columns come from kernels (`sim.compiled_planes.flat_planes` where the
     forecaster applies, `level_columns`): the same numbers; `skip` (B,) bool: envs whose compiled columns are
     zeros, not computed."""
-    # recall over a flat forecaster: summed from each env's jobs, without planes (the same numbers)
-    if compiled:
-        fused = recall_columns(
-            cfg, state, forecaster, pcfg.levels, pcfg.rho, horizon, pcfg.use_durations, skip
-        )
-        if fused is not None:
-            return list(fused[0]), fused[1]
+    # (recall over a flat forecaster is summed from each env's jobs before this: `placement_features`)
     # at rho = 1 the bound is the medians plus the summed deviations (sqrt(s_d^2) = s_d): no squares to sum
     squares = pcfg.rho != 1.0
 

@@ -796,6 +796,67 @@ def _placer_lookup(
     return ok
 
 
+@njit(cache=True, inline="always")
+def _machine_inputs(
+    b, m, c, t, timeline, noise, has_noise, past, busy_until, requested, n_running, cap, use_durations, max_duration,
+    request, head, has_job, head_mean, base_actions, mask, x,
+):  # fmt: skip
+    """x[b, m, c:]: machine m's inputs after its level columns (`feature_names`, as `placement_features` computes
+    them): usage now (noise included), the history's mean and max, in use, free by requests (`requested` (M, D) of
+    its running jobs), running jobs (`n_running` (M,)) / 10, time left, the head's request and its mean median
+    over the horizon (`head_mean` (D,), in units), the base action's flag and the mask's. Returns whether the
+    machine is in use."""
+    width, n_d = timeline.shape[1], timeline.shape[3]
+    hist = past.shape[1]
+    slot = t % width
+    for d in range(n_d):  # usage now (noise included)
+        units = np.int64(timeline[b, slot, m, d])
+        if has_noise:
+            units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
+        x[b, m, c + d] = np.float64(units) / cap[d]
+    c += n_d
+    for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
+        acc = np.float32(0.0)
+        top = past[b, 0, m, d]
+        for r in range(hist):
+            acc += past[b, r, m, d]
+            top = max(top, past[b, r, m, d])
+        x[b, m, c + d] = acc / np.float32(hist)
+        x[b, m, c + n_d + d] = top
+    c += 2 * n_d
+    is_used = busy_until[b, m] > t
+    x[b, m, c] = 1.0 if is_used else 0.0
+    c += 1
+    for d in range(n_d):
+        x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
+    c += n_d
+    x[b, m, c] = np.float64(n_running[m]) / 10.0
+    left = 0.0
+    if use_durations:
+        left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
+    x[b, m, c + 1] = left
+    c += 2
+    for d in range(n_d):
+        req = np.int64(request[b, head, d]) if has_job else 0
+        x[b, m, c + d] = np.float64(req) / cap[d]
+        x[b, m, c + n_d + d] = head_mean[d] / cap[d]
+    c += 2 * n_d
+    x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
+    x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
+    return is_used
+
+
+@njit(cache=True, inline="always")
+def _global_inputs(b, n_used, n_valid, n_m, n_arrived, next_job, queue_size, has_job, base_actions, g):
+    """g[b]: the global inputs (`GLOBAL_FEATURES`): queue length / its size (at most 4), the shares of machines in
+    use and valid, whether a job waits, whether the base action holds."""
+    g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
+    g[b, 1] = np.float64(n_used) / np.float64(n_m)
+    g[b, 2] = np.float64(n_valid) / np.float64(n_m)
+    g[b, 3] = 1.0 if has_job else 0.0
+    g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
+
+
 @njit(cache=True)
 def _placer_envs(
     lo,
@@ -841,10 +902,10 @@ def _placer_envs(
     at the first env where a looked-up value is negative. `scratch` from `_placer_scratch` and `run` (the jobs'
     width) are written before they are read. One call per span, not per env (`_act_envs`)."""
     n_j = job_machine.shape[1]
-    width, n_m, n_d = timeline.shape[1], timeline.shape[2], timeline.shape[3]
+    n_m, n_d = timeline.shape[2], timeline.shape[3]
     n_levels = level_rows.shape[0]
-    hist = past.shape[1]
     first, total, n_running, requested, vals, head_first, head_total = scratch
+    head_mean = np.empty(n_d)  # the head's mean median over the horizon (`_machine_inputs`)
     for b in range(lo, hi):
         if is_done[b] and skip_done:  # a finished env's row is not read: zeros
             x[b] = 0.0
@@ -914,48 +975,15 @@ def _placer_envs(
                 x[b, m, c + 3] = mean_with / np.float64(n_d * horizon)
                 x[b, m, c + 4] = 1.0 if peak_with <= 1.0 + 1e-9 else 0.0
                 c += 5
-            slot = t % width
-            for d in range(n_d):  # usage now (noise included)
-                units = np.int64(timeline[b, slot, m, d])
-                if has_noise:
-                    units += np.int64(noise[b, min(t, noise.shape[1] - 1), m, d])
-                x[b, m, c + d] = np.float64(units) / cap[d]
-            c += n_d
-            for d in range(n_d):  # the history's mean (a float32 sum in row order) and max
-                acc = np.float32(0.0)
-                top = past[b, 0, m, d]
-                for r in range(hist):
-                    acc += past[b, r, m, d]
-                    top = max(top, past[b, r, m, d])
-                x[b, m, c + d] = acc / np.float32(hist)
-                x[b, m, c + n_d + d] = top
-            c += 2 * n_d
-            is_used = busy_until[b, m] > t
+            for d in range(n_d):
+                head_mean[d] = head_total[0, d] / np.float64(horizon)
+            is_used = _machine_inputs(
+                b, m, c, t, timeline, noise, has_noise, past, busy_until, requested, n_running, cap, use_durations,
+                max_duration, request, head, has_job, head_mean, base_actions, mask, x,
+            )  # fmt: skip
             n_used += 1 if is_used else 0
-            x[b, m, c] = 1.0 if is_used else 0.0
-            c += 1
-            for d in range(n_d):
-                x[b, m, c + d] = np.float64(np.int64(cap[d]) - requested[m, d]) / cap[d]
-            c += n_d
-            x[b, m, c] = np.float64(n_running[m]) / 10.0
-            left = 0.0
-            if use_durations:
-                left = np.float64(max(busy_until[b, m] - t, 0)) / np.float64(max_duration)
-            x[b, m, c + 1] = left
-            c += 2
-            for d in range(n_d):
-                req = np.int64(request[b, head, d]) if has_job else 0
-                x[b, m, c + d] = np.float64(req) / cap[d]
-                x[b, m, c + n_d + d] = (head_total[0, d] / np.float64(horizon)) / cap[d]
-            c += 2 * n_d
-            x[b, m, c] = 1.0 if base_actions[b] == m else 0.0
-            x[b, m, c + 1] = 1.0 if mask[b, m] else 0.0
             n_valid += 1 if mask[b, m] else 0
-        g[b, 0] = min(np.float64(n_arrived[b] - next_job[b]) / np.float64(queue_size), 4.0)
-        g[b, 1] = np.float64(n_used) / np.float64(n_m)
-        g[b, 2] = np.float64(n_valid) / np.float64(n_m)
-        g[b, 3] = 1.0 if has_job else 0.0
-        g[b, 4] = 1.0 if base_actions[b] == n_m else 0.0
+        _global_inputs(b, n_used, n_valid, n_m, n_arrived, next_job, queue_size, has_job, base_actions, g)
     return True
 
 
@@ -976,6 +1004,80 @@ def placer_features_kernel_parallel(args, n_envs, n_m, n_levels, n_d, n_spans):
         lo, hi = envs_of_span(c_, n_envs, n_c)
         ok[np.int64(c_)] = _placer_span(lo, hi, args, n_m, n_levels, n_d)
     return ok.all()
+
+
+# the learned placer's inputs from columns computed elsewhere (the recall path, `sim.recall_sums.recall_columns`)
+
+
+@njit(cache=True)
+def _column_inputs_span(
+    lo, hi, cols, head_mean, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request,
+    busy_until, timeline, noise, has_noise, past, cap, queue_size, use_durations, max_duration, base_actions, mask,
+    x, g,
+):  # fmt: skip
+    """The inputs of envs lo .. hi - 1 from their level columns `cols` (5 L, B, M) and the heads' mean medians
+    `head_mean` (B, D) (`_machine_inputs`, `_global_inputs`, as `_placer_envs` writes them after its columns)."""
+    n_j, n_m, n_d = job_machine.shape[1], timeline.shape[2], timeline.shape[3]
+    n_c = cols.shape[0]
+    run = np.empty(n_j, dtype=np.int64)
+    requested, n_running = np.empty((n_m, n_d), dtype=np.int64), np.empty(n_m, dtype=np.int64)
+    for b in range(lo, hi):
+        t = t_arr[b]
+        requested[:] = 0
+        n_running[:] = 0
+        for k in range(_running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)):
+            j = run[k]
+            m = job_machine[b, j]
+            n_running[m] += 1
+            for d in range(n_d):
+                requested[m, d] += np.int64(request[b, j, d])
+        head = min(next_job[b], n_j - 1)
+        has_job = n_arrived[b] > next_job[b] and not is_done[b]
+        n_used = 0
+        n_valid = 0
+        for m in range(n_m):
+            for c in range(n_c):
+                x[b, m, c] = cols[c, b, m]
+            is_used = _machine_inputs(
+                b, m, n_c, t, timeline, noise, has_noise, past, busy_until, requested, n_running, cap,
+                use_durations, max_duration, request, head, has_job, head_mean[b], base_actions, mask, x,
+            )  # fmt: skip
+            n_used += 1 if is_used else 0
+            n_valid += 1 if mask[b, m] else 0
+        _global_inputs(b, n_used, n_valid, n_m, n_arrived, next_job, queue_size, has_job, base_actions, g)
+
+
+@njit(cache=True, parallel=True)
+def column_inputs_kernel_parallel(args, n_envs, n_spans):
+    """`_column_inputs_span` over the envs in `n_spans` spans (`models.forecast_placer.placement_features` on the
+    recall path)."""
+    n_c = max(min(n_spans, n_envs), 1)
+    for c_ in prange(n_c):
+        lo, hi = envs_of_span(c_, n_envs, n_c)
+        _column_inputs_span(lo, hi, *args)
+
+
+def column_inputs(
+    cfg, state: State, cols: np.ndarray, head_mean: np.ndarray, use_durations: bool, base_actions: np.ndarray,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(x (B, M, F) float32, g (B, G) float32): `models.forecast_placer.placement_features`' inputs from its level
+    columns `cols` (5 L, B, M) and the heads' mean medians (B, D) (the recall path's,
+    `sim.recall_sums.recall_columns`), in one kernel over the envs instead of numpy's (B, M, D) temporaries: the
+    same float operations, so the same numbers (every env, finished ones too)."""
+    n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
+    jobs = state.jobs
+    x = np.empty((n_envs, n_m, cols.shape[0] + 6 * n_d + 5), dtype=np.float32)
+    g = np.empty((n_envs, 5), dtype=np.float32)
+    args = (
+        np.ascontiguousarray(cols), np.ascontiguousarray(head_mean), state.t, state.next_job, state.n_arrived,
+        state.is_done, state.job_machine, state.job_start, jobs.duration, jobs.request, state.busy_until,
+        state.timeline, *noise_args(state), state.past, np.asarray(cfg.capacity_units, dtype=np.float64),
+        int(cfg.queue_size), bool(use_durations), int(max(jobs.max_duration, 1)),
+        np.asarray(base_actions, dtype=np.int64), np.asarray(mask, dtype=np.bool_), x, g,
+    )  # fmt: skip
+    launch(column_inputs_kernel_parallel, on_threads(n_envs), args, n_envs)
+    return x, g
 
 
 # the rule, the mask and the placer's inputs of one decision in one pass over the envs (`models.placer_kernel.decide`)

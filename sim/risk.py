@@ -79,6 +79,7 @@ from sim.forecast import (
     flat_level_forecast,
     flat_planes,
     forecast_at_levels,
+    is_flat_forecaster,
     is_point_forecaster,
     job_view,
     level_index,
@@ -358,7 +359,10 @@ def flat_head_share(
     horizon axis: every job's median and deviation hold until it ends and are 0 after, so a machine's sums of
     medians, deviations and squared deviations never rise over the horizon, nor does its bound (`sum_bound`,
     increasing in each), whose peak is at the first step (t + 1). O(jobs x D) instead of O(jobs x H x D); the same
-    numbers (sums of the same values). None where `flat_values` is None (then the general path runs)."""
+    numbers (sums of the same values). None where `flat_values` is None (then the general path runs), at once
+    where the forecaster is neither flat nor flat per level (recall: no running-job lists built for nothing)."""
+    if not (is_flat_forecaster(forecaster) or callable(getattr(forecaster, "flat_levels", None))):
+        return None
     head = queue_head(state)
     rows = np.arange(state.batch_size) if rows is None else np.asarray(rows, dtype=np.int64)
     idx = np.minimum(state.next_job[rows], state.jobs.max_jobs - 1)
