@@ -158,18 +158,23 @@ def _best_fit_scores(free: np.ndarray, request: np.ndarray, capacity: np.ndarray
 # --- queue reordering (DeepRM) --------------------------------------------------------------------
 
 
-def visible_queue(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray]:
-    """Job indices (B, K) of the K = queue_size visible slots and whether each slot holds a waiting job."""
-    slots = state.next_job[:, None] + np.arange(cfg.queue_size)[None, :]
+def visible_queue(cfg: SimConfig, state: State, n_slots: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Job indices (B, K) of the K = queue_size visible slots (the first `n_slots` of them, where given) and
+    whether each slot holds a waiting job."""
+    n_slots = cfg.queue_size if n_slots is None else min(n_slots, cfg.queue_size)
+    slots = state.next_job[:, None] + np.arange(n_slots)[None, :]
     is_waiting = (slots < state.n_arrived[:, None]) & ~state.is_done[:, None]
     return np.minimum(slots, state.jobs.max_jobs - 1), is_waiting
 
 
-def queued_fits(cfg: SimConfig, state: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For the K visible queued jobs: (job index (B, K), request (B, K, D) int64, fits (B, K, M) bool), where
-    fits[b, k, m] says that job k could go to machine m now: the simulator's placement rule for it (as
-    `action_mask` applies it to the head) and its request within the machine's free capacity by requests."""
-    jobs_idx, is_waiting = visible_queue(cfg, state)
+def queued_fits(
+    cfg: SimConfig, state: State, n_slots: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the K visible queued jobs (the first `n_slots`, where given: each slot's answer is its own): (job index
+    (B, K), request (B, K, D) int64, fits (B, K, M) bool), where fits[b, k, m] says that job k could go to machine
+    m now: the simulator's placement rule for it (as `action_mask` applies it to the head) and its request within
+    the machine's free capacity by requests."""
+    jobs_idx, is_waiting = visible_queue(cfg, state, n_slots)
     rows = np.arange(state.batch_size)[:, None]
     request = state.jobs.request[rows, jobs_idx].astype(np.int64)  # (B, K, D)
     cap = _capacity(cfg)
@@ -373,7 +378,7 @@ class Tetris:
 
     def act(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         # the machine pick_job chose for the (promoted) head: the first one it fits
-        head_fits = queued_fits(cfg, state)[2][:, 0]
+        head_fits = queued_fits(cfg, state, n_slots=1)[2][:, 0]
         return choose(np.zeros((state.batch_size, cfg.n_machines)), head_fits)
 
 

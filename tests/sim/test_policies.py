@@ -443,3 +443,30 @@ def test_a_job_pick_and_a_relabelling_share_the_states_memoised_values() -> None
         np.testing.assert_array_equal(core._placed_requests(derived), requests)
     stepped, *_ = core.step(CFG3, seen, make_policy("tetris").act(CFG3, seen, rng))
     assert core.placed_requests(stepped) is not requests  # a step is a new state: counted anew
+
+
+def test_the_first_slots_fits_are_the_full_queues_first_columns() -> None:
+    """`queued_fits(..., n_slots=k)` (Tetris' act asks for the head's only) gives the full queue's first k slots:
+    each slot's answer is its own, empty slots included."""
+    from sim.policies import queued_fits
+
+    rng = np.random.default_rng(3)
+    jobs = [
+        [
+            _job(rng.integers(0, 5, 4).tolist(), rng.integers(0, 5, 4).tolist(), f"w{k}", int(k // 3))
+            for k in range(9)
+        ]
+        for _ in range(4)
+    ]
+    state = core.reset(CFG3, JobBatch.from_jobs(jobs), 0)
+    policy, n_checked = make_policy("first_fit"), 0
+    for _ in range(12):
+        full = queued_fits(CFG3, state)
+        for k in (1, 2, CFG3.queue_size + 3):
+            part = queued_fits(CFG3, state, n_slots=k)
+            k = min(k, CFG3.queue_size)
+            for whole, first in zip(full, part, strict=True):
+                assert np.array_equal(whole[:, :k], first)
+        n_checked += int(full[2][:, 0].any())
+        state, *_ = core.step(CFG3, state, policy.act(CFG3, state, rng))
+    assert n_checked > 5  # heads that fit somewhere were compared, not only empty queues
