@@ -38,7 +38,7 @@ from numba import njit, prange
 
 from sim.compiled_step import NO_NOISE, launch, on_threads
 from sim.config import SimConfig
-from sim.core import State, observed_labels
+from sim.core import State, memo_value, observed_labels
 from sim.forecast import find_level
 from sim.jobs import JobBatch
 from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, PeakQuantileForecaster
@@ -1137,76 +1137,48 @@ def recall_table_rows(
     if not ENABLED:
         return None
     jobs = state.jobs
+    envs = np.asarray(envs, dtype=np.int64)
+    threaded = on_threads(envs.size)
+
+    def structure() -> tuple:
+        n_codes = max(int(jobs.workload_code.max(initial=-1)) + 1, 1)
+        return jobs, *launch(
+            _recall_structure_kernel, threaded, envs, state.t, state.next_job, state.n_arrived, state.is_done,
+            state.job_machine, state.job_start, jobs.duration, jobs.workload_code, n_codes,
+        )  # fmt: skip
+
+    # the rows and their runs read the jobs' places and order only (not labels, levels or horizon): one walk per
+    # state and order of the queue, shared by every forecaster's rows at a decision (the placer's and a rule's)
+    key = ("recall_structure", id(jobs), jobs.revision, envs.tobytes())
+    held = memo_value(state, key, structure)
+    if held[0] is not jobs:  # another batch under a reused id: walk again
+        held = structure()
+    row_start, env, job, machine, best, n_best, n_own, start, has_job = held[1:]
     values = levels_last(table.values)
-    n_codes = max(int(jobs.workload_code.max(initial=-1)) + 1, 1)
-    got = launch(
-        _recall_rows_kernel, on_threads(envs.size), np.asarray(envs, dtype=np.int64), state.t, state.next_job, state.n_arrived, state.is_done,
-        state.job_machine, state.job_start, jobs.duration, jobs.request, jobs.workload_code, n_codes,
-        observed_labels(state), *prefix_args(jobs, values), values, np.asarray(level_rows, dtype=np.int64),
-        table.use_labels, table.use_remaining, AGE_EDGE_ARRAY, REMAINING_EDGE_ARRAY, int(horizon),
-        bool(use_durations), int(min_observed),
+    ok, young, t_row, n_alive, row_values, row_request = launch(
+        _recall_lookup_kernel, threaded, row_start, env, job, start, has_job, state.t, state.job_machine,
+        state.job_start, jobs.duration, jobs.request, observed_labels(state), *prefix_args(jobs, values), values,
+        np.asarray(level_rows, dtype=np.int64), table.use_labels, table.use_remaining, AGE_EDGE_ARRAY,
+        REMAINING_EDGE_ARRAY, int(horizon), bool(use_durations), int(min_observed),
     )  # fmt: skip
-    ok, row_start, *rows = got
-    return (row_start, tuple(rows)) if ok else None
-
-
-@njit(cache=True, inline="always")
-def _recall_row(
-    i, b, j, t, head_row, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start, duration, request,
-    labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges,
-    horizon, use_durations, min_observed, vals, out,
-):  # fmt: skip
-    """Row i: job j of env b (the queue head where `head_row`), as `sim.recall_sums.recall_rows` fills it; False
-    where a looked-up value is not a whole number of units >= 0."""
-    (env, job, machine, best, n_best, n_own, young, t_row, start, n_alive, row_values, row_request) = out
-    _placer_lookup(
-        b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
-        use_labels, use_remaining, age_edges, remaining_edges, vals,
-    )  # fmt: skip
-    for li in range(vals.shape[0]):
-        for d in range(vals.shape[1]):
-            v = vals[li, d]
-            if not (v >= 0.0 and v == np.floor(v) and v < np.inf):
-                return False
-            row_values[i, li, d] = v
-    for d in range(row_request.shape[1]):
-        row_request[i, d] = np.float64(request[b, j, d])
-    placed = job_machine[b, j] >= 0
-    env[i], job[i], machine[i], t_row[i] = b, j, -1 if head_row else job_machine[b, j], t
-    # the run it recalls (`recall_view`: the started run of its workload observed longest, not itself)
-    own, chosen = codes[b, j], np.int64(-1)
-    if own >= 0:
-        chosen = top2[own] if top1[own] == j else top1[own]
-        runs = n_started[own] - (1 if n_obs[j] >= 0 else 0)
-        if runs <= 0:
-            chosen = -1
-    best[i] = chosen
-    n_best[i] = max(n_obs[chosen], 0) if chosen >= 0 else 0
-    n_own[i] = max(n_obs[j], 0)
-    start[i] = job_start[b, j] if placed else t
-    alive = horizon
-    if use_durations:
-        alive = min(max(start[i] + duration[b, j] - t - 1, 0), horizon)
-    n_alive[i] = alive if (has_job or not head_row) else 0
-    young[i] = min_observed > 0 and t - (job_start[b, j] if placed else t + 1) + 1 < min_observed
-    return True
+    rows = (env, job, machine, best, n_best, n_own, young, t_row, start, n_alive, row_values, row_request)
+    return (row_start, rows) if ok else None
 
 
 @njit(cache=True)
-def _recall_rows_span(
-    lo, hi, envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes, n_codes,
-    labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges,
-    horizon, use_durations, min_observed, row_start, out,
+def _recall_structure_span(
+    lo, hi, envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, codes, n_codes, row_start,
+    out,
 ):  # fmt: skip
-    """The rows of envs lo .. hi - 1 of `_recall_rows_kernel` (one call per span: `_recall_row` inlined here, outside
-    the prange loop, where numba's parallel analysis of the inlined body changed the rows); False where a
-    looked-up value is not a whole number of units >= 0."""
+    """The rows of envs lo .. hi - 1 of `_recall_structure_kernel`: each env's running jobs in job order, then (at
+    row N + r) its queue head, with the run each recalls (`recall_view`: the started run of its workload observed
+    longest, not itself) and its start (t for a job not placed)."""
+    (env, job, machine, best, n_best, n_own, start, has_job) = out
     n_envs, n_j = envs.shape[0], job_machine.shape[1]
-    n_d, n_l = request.shape[2], level_rows.shape[0]
-    ok = True
+    n_rows = row_start[n_envs]
     top1, top2 = np.empty(n_codes, dtype=np.int64), np.empty(n_codes, dtype=np.int64)
     n_started, n_obs = np.empty(n_codes, dtype=np.int64), np.empty(n_j, dtype=np.int64)
-    vals, run = np.empty((n_l, n_d)), np.empty(n_j, dtype=np.int64)
+    run = np.empty(n_j, dtype=np.int64)
     for r in range(lo, hi):
         b = envs[r]
         t = t_arr[b]
@@ -1234,35 +1206,28 @@ def _recall_rows_span(
                 top1[g] = j
             elif top2[g] < 0 or n_obs[j] > n_obs[top2[g]]:
                 top2[g] = j
-        i = row_start[r]
-        has_job = n_arrived[b] > next_job[b] and not is_done[b]
-        for k in range(_running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)):
-            j = run[k]
-            if not _recall_row(
-                i, b, j, t, False, has_job, n_obs, top1, top2, n_started, codes, job_machine, job_start,
-                duration, request, labels, cells, order, prefix_rows, values, level_rows, use_labels,
-                use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals, out,
-            ):  # fmt: skip
-                ok = False
-            i += 1
-        if not _recall_row(
-            row_start[n_envs] + r, b, head, t, True, has_job, n_obs, top1, top2, n_started, codes,
-            job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values, level_rows,
-            use_labels, use_remaining, age_edges, remaining_edges, horizon, use_durations, min_observed, vals,
-            out,
-        ):  # fmt: skip
-            ok = False
-    return ok
+        has_job[r] = n_arrived[b] > next_job[b] and not is_done[b]
+        n_run = _running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)
+        for k in range(n_run + 1):
+            i, j = (row_start[r] + k, run[k]) if k < n_run else (n_rows + r, head)
+            placed = job_machine[b, j] >= 0
+            env[i], job[i], machine[i] = b, j, job_machine[b, j] if k < n_run else -1
+            own, chosen = codes[b, j], np.int64(-1)
+            if own >= 0:
+                chosen = top2[own] if top1[own] == j else top1[own]
+                if n_started[own] - (1 if n_obs[j] >= 0 else 0) <= 0:
+                    chosen = -1
+            best[i] = chosen
+            n_best[i] = max(n_obs[chosen], 0) if chosen >= 0 else 0
+            n_own[i] = max(n_obs[j], 0)
+            start[i] = job_start[b, j] if placed else t
 
 
 @njit(cache=True, parallel=True)
-def _recall_rows_kernel(
-    envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes, n_codes, labels,
-    cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, horizon,
-    use_durations, min_observed, n_spans,
+def _recall_structure_kernel(
+    envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, codes, n_codes, n_spans
 ):  # fmt: skip
     n_envs, n_j = envs.shape[0], job_machine.shape[1]
-    n_d, n_l = request.shape[2], level_rows.shape[0]
     n_spans = max(min(n_spans, n_envs), 1)
     counts = np.zeros(n_envs, dtype=np.int64)
     for c in prange(n_spans):
@@ -1278,15 +1243,78 @@ def _recall_rows_kernel(
     out = (
         np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64),
         np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64),
-        np.empty(n_rows, dtype=np.bool_), np.empty(n_rows, dtype=np.int64), np.empty(n_rows, dtype=np.int64),
-        np.empty(n_rows, dtype=np.int64), np.empty((n_rows, n_l, n_d)), np.empty((n_rows, n_d)),
+        np.empty(n_rows, dtype=np.int64), np.empty(n_envs, dtype=np.bool_),
+    )  # fmt: skip
+    for c in prange(n_spans):
+        lo, hi = envs_of_span(c, n_envs, n_spans)
+        _recall_structure_span(
+            lo, hi, envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, codes, n_codes,
+            row_start, out,
+        )  # fmt: skip
+    return (row_start, *out)
+
+
+@njit(cache=True)
+def _recall_lookup_span(
+    lo, hi, row_start, env, job, start, has_job, t_arr, job_machine, job_start, duration, request, labels, cells,
+    order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, horizon,
+    use_durations, min_observed, out,
+):  # fmt: skip
+    """The table's values and the steps alive of envs lo .. hi - 1's rows (`_recall_structure_span`'s), as
+    `sim.recall_sums.recall_rows` fills them; False where a looked-up value is not a whole number of units >= 0."""
+    (young, t_row, n_alive, row_values, row_request) = out
+    n_envs = row_start.shape[0] - 1
+    n_rows = row_start[n_envs]
+    vals = np.empty((level_rows.shape[0], request.shape[2]))
+    ok = True
+    for r in range(lo, hi):
+        n_run = row_start[r + 1] - row_start[r]
+        for k in range(n_run + 1):
+            i = row_start[r] + k if k < n_run else n_rows + r
+            b, j = env[i], job[i]
+            t = t_arr[b]
+            _placer_lookup(
+                b, j, t, job_machine, job_start, duration, request, labels, cells, order, prefix_rows, values,
+                level_rows, use_labels, use_remaining, age_edges, remaining_edges, vals,
+            )  # fmt: skip
+            for li in range(vals.shape[0]):
+                for d in range(vals.shape[1]):
+                    v = vals[li, d]
+                    if not (v >= 0.0 and v == np.floor(v) and v < np.inf):
+                        ok = False
+                    row_values[i, li, d] = v
+            for d in range(row_request.shape[1]):
+                row_request[i, d] = np.float64(request[b, j, d])
+            t_row[i] = t
+            alive = horizon
+            if use_durations:
+                alive = min(max(start[i] + duration[b, j] - t - 1, 0), horizon)
+            n_alive[i] = alive if (has_job[r] or k < n_run) else 0
+            placed = job_machine[b, j] >= 0
+            young[i] = min_observed > 0 and t - (job_start[b, j] if placed else t + 1) + 1 < min_observed
+    return ok
+
+
+@njit(cache=True, parallel=True)
+def _recall_lookup_kernel(
+    row_start, env, job, start, has_job, t_arr, job_machine, job_start, duration, request, labels, cells, order,
+    prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges, horizon, use_durations,
+    min_observed, n_spans,
+):  # fmt: skip
+    n_envs = row_start.shape[0] - 1
+    n_spans = max(min(n_spans, n_envs), 1)
+    n = env.shape[0]
+    n_l, n_d = level_rows.shape[0], request.shape[2]
+    out = (
+        np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+        np.empty((n, n_l, n_d)), np.empty((n, n_d)),
     )  # fmt: skip
     ok = np.ones(n_spans, dtype=np.bool_)
     for c in prange(n_spans):
         lo, hi = envs_of_span(c, n_envs, n_spans)
-        ok[np.int64(c)] = _recall_rows_span(
-            lo, hi, envs, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request, codes,
-            n_codes, labels, cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges,
-            remaining_edges, horizon, use_durations, min_observed, row_start, out,
+        ok[np.int64(c)] = _recall_lookup_span(
+            lo, hi, row_start, env, job, start, has_job, t_arr, job_machine, job_start, duration, request, labels,
+            cells, order, prefix_rows, values, level_rows, use_labels, use_remaining, age_edges, remaining_edges,
+            horizon, use_durations, min_observed, out,
         )  # fmt: skip
-    return (ok.all(), row_start, *out)
+    return (ok.all(), *out)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -820,15 +821,25 @@ def _memoised(state: State, key: str, compute) -> np.ndarray:
     `step` and every job pick return a new State; a job pick (`sim.policies.promote_queued_job`, in place or
     not) reorders only queued jobs and `relabel` changes only labels, which no memoised value reads, so they
     share the memo. Held weakly, as `sim.forecast.RecallMemo` holds its state."""
+
+    def frozen() -> np.ndarray:
+        value = compute()
+        value.flags.writeable = False
+        return value
+
+    return memo_value(state, key, frozen)
+
+
+def memo_value(state: State, key: Hashable, compute):
+    """`compute()` once per state and key, as `_memoised` keeps it, for values that are not one array (a tuple of
+    arrays that kernels take, left writeable: numba compiles read-only arrays as other types). The caller must
+    not mutate what it gets, and keys it by everything it reads beyond what `share_memo`'s states share."""
     held = getattr(_MEMO, "held", None)
     if held is None or not any(ref() is state for ref in held[0]):
         held = _MEMO.held = ([weakref.ref(state)], {})
-    values = held[1]
-    if key not in values:
-        value = compute()
-        value.flags.writeable = False
-        values[key] = value
-    return values[key]
+    if key not in held[1]:
+        held[1][key] = compute()
+    return held[1][key]
 
 
 def share_memo(state: State, derived: State) -> None:

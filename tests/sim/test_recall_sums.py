@@ -286,3 +286,42 @@ def test_the_linear_columns_equal_the_pairwise_columns_on_random_rows() -> None:
         ok, has_flat = rows[16], flat[:, 1] > flat[:, 0]
         n_checked += int((ok & has_flat)[n_rows:].sum())  # heads recalled with flat steps after their run
     assert n_checked > 20
+
+
+def test_the_rows_walk_is_shared_within_a_state_and_not_across_a_reordered_queue(monkeypatch) -> None:
+    """The rows' walk (running jobs, runs recalled) is computed once per state and queue order
+    (`sim.core.memo_value`) and shared by forecasters of other tables or levels; a job pick that reorders the
+    queue in place (the same batch, another order) walks again: the rows still equal the numpy rows."""
+    from sim import compiled_decision
+
+    table = _table(CFG)
+    point = RecallOverlay(PeakQuantileForecaster(table, level=0.9, horizon=30, levels=LEVELS))
+    levels = RecallOverlay(RemainingPeakQuantiles(table, horizon=30))
+    walks = []
+    real = compiled_decision._recall_structure_kernel
+    monkeypatch.setattr(compiled_decision, "_recall_structure_kernel", lambda *a: walks.append(1) or real(*a))
+
+    def same_as_numpy(state, forecaster, lv) -> None:
+        args = (CFG, state, forecaster, lv, np.arange(state.batch_size), 30, True, 0, False)
+        fast = recall_sums.recall_rows(*args)
+        monkeypatch.setattr(compiled_decision, "ENABLED", False)
+        slow = recall_sums.recall_rows(*args)
+        monkeypatch.setattr(compiled_decision, "ENABLED", True)
+        assert np.array_equal(fast[0], slow[0])
+        for a, b in zip(fast[1][:12], slow[1][:12], strict=True):
+            assert np.array_equal(a, b)
+
+    n_reordered = 0
+    for state in _states(CFG, 40):
+        n_walks = len(walks)
+        same_as_numpy(state, levels, LEVELS)
+        same_as_numpy(state, point, None)
+        assert len(walks) == n_walks + 1  # one walk for both forecasters
+        waiting = state.n_arrived - state.next_job
+        slot = np.where((waiting > 1) & ~state.is_done, 1, 0)
+        if slot.any():  # the second waiting job to the head, in place: the memo's batch, reordered
+            moved = promote_queued_job(state, slot, True)
+            same_as_numpy(moved, point, None)
+            assert len(walks) == n_walks + 2
+            n_reordered += 1
+    assert n_reordered > 10
