@@ -554,6 +554,7 @@ def placement_features(
     memo: RunningSums | None = None,
     compiled: bool = True,
     skip_done: bool = False,
+    advisor=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(x (B, M, F) float32 per machine, g (B, G) float32 global) inputs of the network (`feature_names`,
     GLOBAL_FEATURES). One forecast call for the running jobs and the heads; every level reads it. `memo`
@@ -562,7 +563,8 @@ def placement_features(
     `models.placer_kernel` applies (the base rule's remaining-peak table at rho = 1, the default inputs), one numba
     kernel computes the same features (equal to the bit to a fresh count; `memo` is then not used), zeros for envs
     whose episode has ended (no decision reads them); elsewhere `skip_done` leaves those envs' horizon columns
-    zeros instead of computing them (a rollout's setting)."""
+    zeros instead of computing them (a rollout's setting). `advisor`: a rule that will bound the same state next
+    (`sim.recall_sums.recall_columns`: on the recall path its bounds come from the same pass)."""
     horizon = input_horizon(forecaster, pcfg)
     if compiled:
         fast = placer_kernel.features(
@@ -628,7 +630,7 @@ def placement_features(
         # recall over a flat forecaster: the columns summed from each env's jobs without planes, the other inputs
         # in one kernel (the same numbers)
         fused = recall_columns(
-            cfg, state, forecaster, pcfg.levels, pcfg.rho, horizon, pcfg.use_durations, skip
+            cfg, state, forecaster, pcfg.levels, pcfg.rho, horizon, pcfg.use_durations, skip, advisor
         ) if compiled else None  # fmt: skip
         if fused is not None:
             return compiled_decision.column_inputs(
@@ -1351,8 +1353,9 @@ class ForecastResidualPolicy:
         else:
             base = self.base.act(cfg, seen, rng, served=True)
             mask = action_mask(cfg, state)
+            rule = None if self.advisor is None else self.advisor.risk_rule  # bounded in the same pass
             x, g = placement_features(
-                cfg, seen, self.forecaster, self.config, base, mask, self._sums, skip_done=True
+                cfg, seen, self.forecaster, self.config, base, mask, self._sums, skip_done=True, advisor=rule
             )
         if self.advisor is not None and advice is None:
             advice = self.advisor.act(cfg, seen, rng, served=True)

@@ -561,7 +561,9 @@ def _add_deviations(i, lo, hi, flat, values, dev):
 
 
 @njit(cache=True)
-def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, out):
+def _machine_columns_linear(
+    r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, out, has_adv, adv, adv_share
+):
     """`_machine_columns` without squares (rho = 1: each bound is the median's sum plus a deviation's) and with
     every capacity a power of two, from the median plane `acc0` (M + 1, H, D) (`_sum_env_median`, the head's at
     row M) and each row's flat steps: a peak share is the peak bound over the horizon divided by C_d (division by
@@ -572,7 +574,12 @@ def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_lev
     one constant: each level's peak there is the median's peak on the segment plus it, and each deviation's sum
     over the horizon its value times its row's flat steps, in O(M H D + rows L D) rather than O(M L H D). Steps
     past a machine's `reach` and the head's hold 0 and are not read; the machines without a running job share
-    one set of columns (the head alone)."""
+    one set of columns (the head alone).
+
+    Where `has_adv`, also a point rule's peak share of placing the head on each machine (`_recall_share_kernel`'s
+    `share`) into adv_share[r], for the same rows with the point values `adv` (N, D) in place of the medians over
+    their flat steps (the same flat steps: the same horizon, durations and young rows): on each segment its sums
+    are the medians' plus one constant, the rows' differences adv - median where their flat steps cover it."""
     by_m, m_start, edges, dev, hdev, seg, total, tops = scratch
     machine, values = rows[2], rows[10]
     n_m, n_h, n_d = acc0.shape[0] - 1, acc0.shape[1], acc0.shape[2]
@@ -612,6 +619,8 @@ def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_lev
         if reach[m] == 0 and first_empty >= 0:  # the same columns as the first machine without a job
             for c in range(out.shape[0]):
                 out[c, r, m] = out[c, r, first_empty]
+            if has_adv:
+                adv_share[r, m] = adv_share[r, first_empty]
             continue
         if reach[m] == 0:
             first_empty = m
@@ -632,6 +641,7 @@ def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_lev
                 c -= 1
             edges[c + 1] = v
         tops[:] = 0.0  # every bound is >= 0, and 0 where nothing is alive
+        adv_top = 0.0
         for e in range(n_e - 1):
             lo, hi = edges[e], edges[e + 1]
             if lo >= hi:
@@ -653,6 +663,18 @@ def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_lev
                 for li in range(1, n_levels):
                     tops[2 * li, d] = max(tops[2 * li, d], seg[0, d] + dev[li, d])
                     tops[2 * li + 1, d] = max(tops[2 * li + 1, d], seg[1, d] + (dev[li, d] + hdev[li, d]))
+            if has_adv:  # the point rule's sums with the head: the medians' plus the rows' differences here
+                for d in range(n_d):
+                    diff = 0.0
+                    for k in range(m_start[m], m_start[m + 1] + 1):
+                        i = by_m[k] if k < m_start[m + 1] else head_row
+                        if flat[i, 0] <= lo and hi <= flat[i, 1]:
+                            diff += adv[i, d] - values[i, 0, d]
+                    x = (seg[1, d] + diff) / cap[d]
+                    if x > adv_top:
+                        adv_top = x
+        if has_adv:
+            adv_share[r, m] = adv_top
         for li in range(n_levels):
             for w in range(2):  # the machine's sums without the head, then with it
                 top_share, mean = 0.0, 0.0
@@ -670,7 +692,12 @@ def _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_lev
 
 
 @njit(cache=True, parallel=True)
-def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, skip, out, head_mean, n_spans):
+def _recall_columns_kernel(
+    row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, skip, out, head_mean, has_adv, adv, adv_share, n_spans
+):  # fmt: skip
+    """The placer's columns `out` and the heads' mean medians `head_mean` (`recall_columns`); where `has_adv`
+    (the linear columns only), a point rule's peak shares `adv_share` (B, M) from its values `adv` (N, D) for the
+    same rows (`_machine_columns_linear`), every env's, finished ones too."""
     n_envs = row_start.shape[0] - 1
     n_rows, n_d = row_start[n_envs], rows[10].shape[2]
     squares = rows[15]
@@ -705,15 +732,18 @@ def _recall_columns_kernel(row_start, rows, n_m, n_p, n_h, n_levels, rho, cap, s
                 for h in range(reach[n_m]):  # past the head's reach its planes are 0
                     s += acc0[n_m, h, d] if linear else head[0, h, d]
                 head_mean[r, d] = s / n_h
-            if skip[r]:
+            if linear and (has_adv or not skip[r]):
+                _machine_columns_linear(
+                    r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, out, has_adv, adv,
+                    adv_share,
+                )  # fmt: skip
+            if skip[r]:  # a finished env's columns are zeros (its rule's shares above are still every env's)
                 for k in range(out.shape[0]):
                     for m in range(n_m):
                         out[k, r, m] = 0.0
-            elif linear:
-                _machine_columns_linear(r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch,
-                                        out)  # fmt: skip
-            else:
+            elif not linear:
                 _machine_columns(r, acc[:n_m], head, n_levels, rho, squares, cap, share, frames, values, out)
+    return linear  # whether `adv_share` was written (where `has_adv`)
 
 
 @njit(cache=True, parallel=True)

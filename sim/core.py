@@ -842,6 +842,14 @@ def memo_value(state: State, key: Hashable, compute):
     return held[1][key]
 
 
+def memo_peek(state: State, key: Hashable):
+    """What `memo_value` holds for `state` and `key`, or None (nothing is computed or stored)."""
+    held = getattr(_MEMO, "held", None)
+    if held is None or not any(ref() is state for ref in held[0]):
+        return None
+    return held[1].get(key)
+
+
 def share_memo(state: State, derived: State) -> None:
     """`derived` reads the memoised values of `state` (`_memoised`): for a state that differs only in the order
     of waiting jobs or in labels."""

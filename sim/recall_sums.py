@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import SimConfig
-from sim.core import State, jobs_running, queue_head
+from sim.core import State, jobs_running, memo_peek, memo_value, observed_labels, queue_head
 from sim.forecast import (
     RecallOverlay,
     find_level,
@@ -155,9 +155,13 @@ def recall_columns(
     horizon: int,
     use_durations: bool,
     skip: np.ndarray | None,
+    advisor=None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(columns (5 L, B, M), the heads' mean median (B, D)) of `models.forecast_placer._level_columns` on the recall
-    path (module docstring): the same numbers. None where it does not apply."""
+    path (module docstring): the same numbers. None where it does not apply. `advisor`: a rule (`forecaster`,
+    `risk`, e.g. a `sim.risk.RiskAwarePacking`) that will ask `recall_head_share` about the same state: where its
+    bounds come from the same rows (`_advisor_values`), the same kernel computes them and leaves them for that
+    call (`_SHARE_KEY`), instead of a second pass over every env's jobs."""
     if not applies(forecaster) or not callable(getattr(forecaster.inner, "flat_levels", None)):
         return None
     if horizon < 1 or horizon > forecaster.inner.horizon:
@@ -179,11 +183,54 @@ def recall_columns(
     head_mean = compiled_planes.output_array((envs.size, n_d))
     skip = np.zeros(envs.size, dtype=np.bool_) if skip is None else np.asarray(skip, dtype=np.bool_)
     cap = np.asarray(cfg.capacity_units, dtype=np.float64)
-    launch(
+    adv = (
+        None
+        if advisor is None or squares
+        else _advisor_values(cfg, state, advisor, rows, horizon, use_durations)
+    )
+    adv_share = compiled_planes.output_array((envs.size, n_m) if adv is not None else (1, 1))
+    wrote = launch(
         compiled_planes._recall_columns_kernel, on_threads(envs.size), row_start, rows, n_m, n_p, int(horizon),
-        n_l, float(rho), cap, skip, out, head_mean,
+        n_l, float(rho), cap, skip, out, head_mean, adv is not None, adv if adv is not None else np.zeros((1, n_d)),
+        adv_share,
     )  # fmt: skip
+    if adv is not None and wrote:
+        key = _share_key(cfg, state, advisor.forecaster, advisor.risk)
+        memo_value(
+            state, key, lambda: (observed_labels(state), state.jobs, adv_share <= 1.0 + 1e-9, adv_share)
+        )
     return out, head_mean
+
+
+def _share_key(cfg: SimConfig, state: State, forecaster, rcfg) -> tuple:
+    """The memo key of a rule's bounds for every env of a state (`recall_columns`' advisor): the simulator's
+    settings, the forecaster, the rule's settings, and the batch's order (a job pick reorders the queue in place) that the shared memo's states
+    may differ in; the labels, which they may differ in too, are held in the value and compared."""
+    return ("recall_head_share", cfg, id(forecaster), rcfg, id(state.jobs), state.jobs.revision)
+
+
+def _advisor_values(cfg: SimConfig, state: State, advisor, rows: tuple, horizon: int, use_durations: bool):
+    """(N, D) the point values of `advisor`'s forecaster for `rows` (the placer's: the same jobs, runs, steps
+    alive and young rows), or None where its bounds would not come from those rows the way `recall_head_share`
+    computes them: not recall over a flat point forecaster, another horizon, durations or `min_observed`, an
+    `extend_to`, an infinite inflation, or rows walked apart."""
+    forecaster, rcfg = getattr(advisor, "forecaster", None), getattr(advisor, "risk", None)
+    if forecaster is None or rcfg is None or not applies(forecaster) or not is_point_forecaster(forecaster):
+        return None
+    if not is_flat_forecaster(forecaster.inner):
+        return None
+    own = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
+    if own != horizon or own > forecaster.inner.horizon or rcfg.use_durations != use_durations:
+        return None
+    if rcfg.min_observed != 0 or rcfg.extend_to is not None or not np.isfinite(rcfg.inflation):
+        return None
+    for level in (0.5, rcfg.level):  # `job_moments`' error for a level the forecaster lacks
+        level_index(forecaster.levels, level, type(forecaster).__name__)
+    envs = np.arange(state.batch_size)
+    got = recall_rows(cfg, state, forecaster, None, envs, horizon, use_durations, 0, False)
+    if got is None or got[1][0] is not rows[0]:  # not the memoised walk both read: the rule asks for itself
+        return None
+    return np.ascontiguousarray(got[1][10][:, 0, :])
 
 
 def recall_head_share(
@@ -194,6 +241,10 @@ def recall_head_share(
     `rcfg.extend_to` holds jobs beyond the horizon)."""
     if not applies(forecaster):
         return None
+    if rows is None:  # left by the placer's columns at this decision (`recall_columns`' advisor)
+        held = memo_peek(state, _share_key(cfg, state, forecaster, rcfg))
+        if held is not None and held[0] is observed_labels(state) and held[1] is state.jobs:
+            return held[2], held[3]
     horizon = forecaster.horizon if rcfg.horizon is None else rcfg.horizon
     if horizon < 1 or horizon > forecaster.horizon or horizon > forecaster.inner.horizon:
         return None

@@ -280,11 +280,45 @@ def test_the_linear_columns_equal_the_pairwise_columns_on_random_rows() -> None:
             )
             cp._sum_env_median(r, row_start, n_rows, rows, acc0, reach, flat)
             cp._machine_columns_linear(
-                r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, linear
-            )
+                r, row_start, n_rows, rows, acc0, reach, flat, n_levels, cap, scratch, linear, False,
+                np.zeros((1, n_d)), np.zeros((1, n_m)),
+            )  # fmt: skip
         assert _same_bits(linear, pairwise)
         ok, has_flat = rows[16], flat[:, 1] > flat[:, 0]
         n_checked += int((ok & has_flat)[n_rows:].sum())  # heads recalled with flat steps after their run
+        # a point rule's shares from the same pass (its values over the rows' flat steps) equal its own kernel's
+        adv = np.maximum(rows[10][:, 0] + rng.integers(-1, 4, rows[11].shape), 0.0)
+        point_rows = (
+            *rows[:10],
+            adv[:, None, :],
+            *rows[11:16],
+            np.zeros_like(rows[16]),
+            np.zeros_like(rows[17]),
+        )
+        own = np.zeros((n_envs, n_m))
+        cp._recall_share_kernel(row_start, point_rows, n_m, 1, n_h, 1.0, 1.5, cap, own, 1)
+        fused = np.full((n_envs, n_m), -1.0)
+        skip = rng.random(n_envs) < 0.3  # finished envs: no columns, their rule's shares all the same
+        cols, head_mean = np.zeros((5 * n_levels, n_envs, n_m)), np.zeros((n_envs, n_d))
+        wrote = cp._recall_columns_kernel(
+            row_start,
+            rows,
+            n_m,
+            n_levels,
+            n_h,
+            n_levels,
+            1.0,
+            cap,
+            skip,
+            cols,
+            head_mean,
+            True,
+            adv,
+            fused,
+            1,
+        )
+        assert wrote and _same_bits(fused, own)
+        assert not cols[:, skip].any() and _same_bits(cols[:, ~skip], linear[:, ~skip])
     assert n_checked > 20
 
 
@@ -325,3 +359,37 @@ def test_the_rows_walk_is_shared_within_a_state_and_not_across_a_reordered_queue
             assert len(walks) == n_walks + 2
             n_reordered += 1
     assert n_reordered > 10
+
+
+@pytest.mark.parametrize("capacity", [(8, 8), (6, 8)])
+def test_an_advisors_bounds_from_the_placers_pass_equal_the_general_paths(capacity, monkeypatch) -> None:
+    """`recall_columns(advisor=rule)` computes a point rule's bounds in the placer's pass (the linear columns:
+    power-of-two capacities) and leaves them for the rule's `recall_head_share` on the same state, whose own
+    kernel then does not run; they equal the general path's at every decision, finished envs included. With other
+    capacities, another horizon or a subset of envs, the rule computes its own."""
+    from sim import compiled_planes
+    from sim.risk import RiskAwarePacking
+
+    cfg = replace(CFG, capacity_units=capacity)
+    table = _table(cfg)
+    placer = RecallOverlay(RemainingPeakQuantiles(table, horizon=30))
+    point = RecallOverlay(PeakQuantileForecaster(_table(replace(cfg, max_steps=399)), 0.9, 30, LEVELS))
+    rule = RiskAwarePacking(point, make_policy("deeprm_sjf"), RiskConfig(level=0.9, mode="pack"))
+    own = []
+    real = compiled_planes._recall_share_kernel
+    monkeypatch.setattr(compiled_planes, "_recall_share_kernel", lambda *a: own.append(1) or real(*a))
+    n_decisions = n_done = 0
+    for k, state in enumerate(_states(cfg, 80)):
+        horizon = 30 if k % 5 else 20  # every fifth decision: not the rule's horizon
+        skip = state.is_done.copy()
+        recall_sums.recall_columns(cfg, state, placer, LEVELS, 1.0, horizon, True, skip, advisor=rule)
+        n_own = len(own)
+        rows = None if k % 3 else np.flatnonzero(~state.is_done)
+        fused = recall_sums.recall_head_share(cfg, state, point, rule.risk, rows)
+        general = safe_and_tightness(head_bounds(cfg, state, point, rule.risk, rows), cfg)
+        assert _same_bits(fused[0], general[0]) and _same_bits(fused[1], general[1])
+        from_pass = capacity == (8, 8) and horizon == 30 and rows is None
+        assert len(own) == n_own + (0 if from_pass else 1)
+        n_decisions += int(from_pass)
+        n_done += int(from_pass and skip.any())
+    assert (n_decisions > 30 and n_done > 0) if capacity == (8, 8) else n_decisions == 0
