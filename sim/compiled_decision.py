@@ -17,7 +17,11 @@
   (`models.placer_kernel.decide`: a training rollout's decision on `forecast_peak`'s kind of rule or the hybrid,
   and an advisor's action by the rule body again where one is given); the bodies' arguments ride in tuples.
 - `recall_table_rows`: the rows `sim.recall_sums` sums on the recall path (each env's running jobs and queue
-  head, the run each recalls, steps alive) with their remaining-peak table look-ups (`_placer_lookup`).
+  head, the run each recalls, steps alive) with their remaining-peak table look-ups (`_placer_lookup`): the walk
+  (`_recall_structure_kernel`) memoised per state and queue order (`sim.core.memo_value`), the look-ups
+  (`_recall_lookup_kernel`) per forecaster.
+- `column_inputs`: the learned placer's inputs from level columns computed elsewhere (the recall path's), their
+  per-machine part (`_machine_inputs`) and globals (`_global_inputs`) shared with `_placer_envs`.
 
 Each runs one body per span of envs (`_pick_envs`, `_act_envs`, `_placer_envs`: one call per span, as a call's
 arguments cost about a microsecond per env), on numba's threads for a large batch

@@ -17,10 +17,15 @@ their differences and squares), so every sum is exact in any order, and the colu
 operations on the same sums (`recall_columns` and `recall_head_share` return None, and the general path runs,
 where a value is not a whole number of units >= 0, the usage is not integer units, or the forecaster is of another
 kind). The rows the kernels read (each env's running jobs and queue head, the run each recalls, its steps alive)
-come, for a remaining-peak table forecaster, from one more kernel that also looks its values up
-(`sim.compiled_decision.recall_table_rows`), else from numpy (`recall_rows`). On DeepPlace 50 % the training
-rollout went from 3.2k to 23.2k decisions/s with the same decisions (benchmarks/RESULTS.md, "DeepPlace's recall
-path summed from each env's jobs"). Tests: tests/sim/test_recall_sums.py.
+come, for a remaining-peak table forecaster, from two more kernels (`sim.compiled_decision.recall_table_rows`):
+the walk of each env's jobs, memoised per state and queue order and so shared by every forecaster asked about
+the state, and that forecaster's table look-ups; else from numpy (`recall_rows`). At rho = 1 the columns read
+each level's peak per segment of the rows' flat steps, and a point rule's bounds on the same rows (the learned
+placer's advisor) come from the same pass (`recall_columns(advisor=...)`), left in the state's memo for its
+`recall_head_share`. On DeepPlace 50 % the training rollout went from 3.2k to 23.2k decisions/s with the same
+decisions in the twenty-fourth session, and to 41-42k in the twenty-fifth (benchmarks/RESULTS.md, "DeepPlace's
+recall path summed from each env's jobs", "DeepPlace's recall path: one walk per decision, the advisor in the
+placer's pass"). Tests: tests/sim/test_recall_sums.py.
 """
 
 from __future__ import annotations

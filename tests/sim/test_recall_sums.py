@@ -147,11 +147,25 @@ def test_the_placers_inputs_equal_the_general_paths_at_every_decision(rho, capac
     assert n > 40
 
 
+def _rows_equal_the_numpy_rows(monkeypatch, args: tuple):
+    """`recall_sums.recall_rows(*args)` from the compiled rows, asserted equal (values and dtypes) to the numpy
+    rows; returns them."""
+    from sim import compiled_decision
+
+    fast = recall_sums.recall_rows(*args)
+    monkeypatch.setattr(compiled_decision, "ENABLED", False)
+    slow = recall_sums.recall_rows(*args)
+    monkeypatch.setattr(compiled_decision, "ENABLED", True)
+    assert np.array_equal(fast[0], slow[0])
+    for a, b in zip(fast[1][:12], slow[1][:12], strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    return fast
+
+
 @pytest.mark.parametrize(("use_durations", "min_observed"), [(True, 0), (False, 3)])
 def test_the_compiled_rows_equal_the_numpy_rows(use_durations, min_observed, monkeypatch) -> None:
     """`sim.compiled_decision.recall_table_rows` (a table forecaster's rows and look-ups in one kernel) gives the
     numpy path's row arrays at every decision, for every env and for a subset."""
-    from sim import compiled_decision
 
     table = _table(CFG)
     cases = [
@@ -163,13 +177,7 @@ def test_the_compiled_rows_equal_the_numpy_rows(use_durations, min_observed, mon
         envs = np.arange(state.batch_size) if k % 2 else np.array([3, 0, 4])
         for forecaster, levels in cases:
             args = (CFG, state, forecaster, levels, envs, 30, use_durations, min_observed, False)
-            fast = recall_sums.recall_rows(*args)
-            monkeypatch.setattr(compiled_decision, "ENABLED", False)
-            slow = recall_sums.recall_rows(*args)
-            monkeypatch.setattr(compiled_decision, "ENABLED", True)
-            assert np.array_equal(fast[0], slow[0])
-            for a, b in zip(fast[1][:12], slow[1][:12], strict=True):
-                assert a.dtype == b.dtype and np.array_equal(a, b)
+            fast = _rows_equal_the_numpy_rows(monkeypatch, args)
             n += int((fast[1][3] >= 0).sum())  # rows with a run to recall
     assert n > 200
 
@@ -337,13 +345,7 @@ def test_the_rows_walk_is_shared_within_a_state_and_not_across_a_reordered_queue
 
     def same_as_numpy(state, forecaster, lv) -> None:
         args = (CFG, state, forecaster, lv, np.arange(state.batch_size), 30, True, 0, False)
-        fast = recall_sums.recall_rows(*args)
-        monkeypatch.setattr(compiled_decision, "ENABLED", False)
-        slow = recall_sums.recall_rows(*args)
-        monkeypatch.setattr(compiled_decision, "ENABLED", True)
-        assert np.array_equal(fast[0], slow[0])
-        for a, b in zip(fast[1][:12], slow[1][:12], strict=True):
-            assert np.array_equal(a, b)
+        _rows_equal_the_numpy_rows(monkeypatch, args)
 
     n_reordered = 0
     for state in _states(CFG, 40):
