@@ -42,7 +42,7 @@ from numba import njit, prange
 
 from sim.compiled_step import NO_NOISE, launch, on_threads
 from sim.config import SimConfig
-from sim.core import State, memo_value, observed_labels
+from sim.core import State, jobs_per_machine, memo_value, observed_labels, placed_requests
 from sim.forecast import find_level
 from sim.jobs import JobBatch
 from sim.peak_forecast import AGE_EDGES, REMAINING_EDGES, PeakQuantileForecaster
@@ -1015,26 +1015,17 @@ def placer_features_kernel_parallel(args, n_envs, n_m, n_levels, n_d, n_spans):
 
 @njit(cache=True)
 def _column_inputs_span(
-    lo, hi, cols, head_mean, t_arr, next_job, n_arrived, is_done, job_machine, job_start, duration, request,
+    lo, hi, cols, head_mean, requested, n_running, t_arr, next_job, n_arrived, is_done, job_machine, request,
     busy_until, timeline, noise, has_noise, past, cap, queue_size, use_durations, max_duration, base_actions, mask,
     x, g,
 ):  # fmt: skip
-    """The inputs of envs lo .. hi - 1 from their level columns `cols` (5 L, B, M) and the heads' mean medians
-    `head_mean` (B, D) (`_machine_inputs`, `_global_inputs`, as `_placer_envs` writes them after its columns)."""
-    n_j, n_m, n_d = job_machine.shape[1], timeline.shape[2], timeline.shape[3]
+    """The inputs of envs lo .. hi - 1 from their level columns `cols` (5 L, B, M), the heads' mean medians
+    `head_mean` (B, D) and the running jobs' requests (B, M, D) and counts (B, M) per machine (`_machine_inputs`,
+    `_global_inputs`, as `_placer_envs` writes them after its columns)."""
+    n_j, n_m = job_machine.shape[1], timeline.shape[2]
     n_c = cols.shape[0]
-    run = np.empty(n_j, dtype=np.int64)
-    requested, n_running = np.empty((n_m, n_d), dtype=np.int64), np.empty(n_m, dtype=np.int64)
     for b in range(lo, hi):
         t = t_arr[b]
-        requested[:] = 0
-        n_running[:] = 0
-        for k in range(_running_jobs(b, t, next_job[b], job_machine, job_start, duration, run)):
-            j = run[k]
-            m = job_machine[b, j]
-            n_running[m] += 1
-            for d in range(n_d):
-                requested[m, d] += np.int64(request[b, j, d])
         head = min(next_job[b], n_j - 1)
         has_job = n_arrived[b] > next_job[b] and not is_done[b]
         n_used = 0
@@ -1043,7 +1034,7 @@ def _column_inputs_span(
             for c in range(n_c):
                 x[b, m, c] = cols[c, b, m]
             is_used = _machine_inputs(
-                b, m, n_c, t, timeline, noise, has_noise, past, busy_until, requested, n_running, cap,
+                b, m, n_c, t, timeline, noise, has_noise, past, busy_until, requested[b], n_running[b], cap,
                 use_durations, max_duration, request, head, has_job, head_mean[b], base_actions, mask, x,
             )  # fmt: skip
             n_used += 1 if is_used else 0
@@ -1068,14 +1059,15 @@ def column_inputs(
     """(x (B, M, F) float32, g (B, G) float32): `models.forecast_placer.placement_features`' inputs from its level
     columns `cols` (5 L, B, M) and the heads' mean medians (B, D) (the recall path's,
     `sim.recall_sums.recall_columns`), in one kernel over the envs instead of numpy's (B, M, D) temporaries: the
-    same float operations, so the same numbers (every env, finished ones too)."""
+    same float operations, so the same numbers (every env, finished ones too). The running jobs' requests and
+    counts per machine are the state's memoised ones (`sim.core.placed_requests`, `jobs_per_machine`)."""
     n_envs, n_m, n_d = state.batch_size, cfg.n_machines, cfg.n_resources
     jobs = state.jobs
     x = np.empty((n_envs, n_m, cols.shape[0] + 6 * n_d + 5), dtype=np.float32)
     g = np.empty((n_envs, 5), dtype=np.float32)
     args = (
-        np.ascontiguousarray(cols), np.ascontiguousarray(head_mean), state.t, state.next_job, state.n_arrived,
-        state.is_done, state.job_machine, state.job_start, jobs.duration, jobs.request, state.busy_until,
+        np.ascontiguousarray(cols), np.ascontiguousarray(head_mean), placed_requests(state), jobs_per_machine(state),
+        state.t, state.next_job, state.n_arrived, state.is_done, state.job_machine, jobs.request, state.busy_until,
         state.timeline, *noise_args(state), state.past, np.asarray(cfg.capacity_units, dtype=np.float64),
         int(cfg.queue_size), bool(use_durations), int(max(jobs.max_duration, 1)),
         np.asarray(base_actions, dtype=np.int64), np.asarray(mask, dtype=np.bool_), x, g,

@@ -487,15 +487,11 @@ def _clear(planes, until):
             flat[k] = 0.0
 
 
-@njit(cache=True)
-def _sum_env(r, row_start, n_rows, rows, acc, reach, full):
-    """Env r's machines' sums `acc[:M]` (of (M + 1, P, H, D)) over its running rows row_start[r] ..
-    row_start[r + 1] - 1 and its head's planes `acc[M]` from row n_rows + r; `rows` the row arrays (see
-    `recall_sums`). `reach` (M + 1,): the steps each machine's rows (the head's at M) are alive, beyond which its
-    sums are 0. Only the steps a reader may touch are cleared: each machine's up to its reach or the head's,
-    whichever is later, the head's up to the latest of those; every step where `full`."""
-    (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
-     max_duration, squares, ok, done) = rows  # fmt: skip
+@njit(cache=True, inline="always")
+def _reach_and_clear(r, row_start, n_rows, machine, n_alive, acc, reach, full):
+    """`reach` (M + 1,): the steps env r's rows on each machine (the head's at M) are alive, beyond which its sums
+    are 0; clears only the steps of `acc` (M + 1, P, H, D) a reader may touch: each machine's up to its reach or
+    the head's, whichever is later, the head's up to the latest of those; every step where `full`."""
     n_m, n_h = acc.shape[0] - 1, acc.shape[2]
     reach[:] = 0
     for i in range(row_start[r], row_start[r + 1]):
@@ -507,6 +503,17 @@ def _sum_env(r, row_start, n_rows, rows, acc, reach, full):
         _clear(acc[m], until)
         latest = max(latest, until)
     _clear(acc[n_m], n_h if full else latest)
+
+
+@njit(cache=True)
+def _sum_env(r, row_start, n_rows, rows, acc, reach, full):
+    """Env r's machines' sums `acc[:M]` (of (M + 1, P, H, D)) over its running rows row_start[r] ..
+    row_start[r + 1] - 1 and its head's planes `acc[M]` from row n_rows + r; `rows` the row arrays (see
+    `recall_sums`); `reach` and the steps cleared as `_reach_and_clear` sets them."""
+    (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
+     max_duration, squares, ok, done) = rows  # fmt: skip
+    _reach_and_clear(r, row_start, n_rows, machine, n_alive, acc, reach, full)
+    n_m = acc.shape[0] - 1
     # each row added at its machine's index (a view per row would cost a reference count)
     for i in range(row_start[r], row_start[r + 1]):
         _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
@@ -521,22 +528,14 @@ def _sum_env(r, row_start, n_rows, rows, acc, reach, full):
 @njit(cache=True)
 def _sum_env_median(r, row_start, n_rows, rows, acc0, reach, flat):
     """`_sum_env`'s median plane only: env r's machines' sums `acc0[:M]` (of (M + 1, H, D)) and its head's
-    `acc0[M]`, each row's flat steps into `flat` (`_add_median`); `reach` as `_sum_env` sets it, and the same
-    steps cleared."""
+    `acc0[M]`, each row's flat steps into `flat` (`_add_median`); `reach` and the steps cleared as
+    `_reach_and_clear` sets them."""
     (env, job, machine, best, n_best, n_own, young, t, start, n_alive, values, request, usage, duration,
      max_duration, squares, ok, done) = rows  # fmt: skip
     n_m, n_h, n_d = acc0.shape[0] - 1, acc0.shape[1], acc0.shape[2]
-    reach[:] = 0
-    for i in range(row_start[r], row_start[r + 1]):
-        reach[machine[i]] = max(reach[machine[i]], min(n_alive[i], n_h))
-    reach[n_m] = min(n_alive[n_rows + r], n_h)
-    latest = reach[n_m]
-    for m in range(n_m + 1):
-        until = max(reach[m], reach[n_m]) if m < n_m else latest
-        for h in range(until):
-            for d in range(n_d):
-                acc0[m, h, d] = 0.0
-        latest = max(latest, until)
+    _reach_and_clear(
+        r, row_start, n_rows, machine, n_alive, acc0.reshape((n_m + 1, 1, n_h, n_d)), reach, False
+    )
     for i in range(row_start[r], row_start[r + 1]):
         _recall_agrees(i, env, job, best, n_best, n_own, usage, duration, ok, done)
         _add_median(i, acc0, machine[i], env, best, n_best, ok, done, young, t, start, n_alive, values, request,
@@ -548,10 +547,17 @@ def _sum_env_median(r, row_start, n_rows, rows, acc0, reach, flat):
 
 
 @njit(cache=True, inline="always")
+def _covers(i, lo, hi, flat):
+    """Whether row i's flat steps cover the segment lo .. hi - 1 (a segment between the rows' flat-step edges lies
+    wholly inside or outside them)."""
+    return flat[i, 0] <= lo and hi <= flat[i, 1]
+
+
+@njit(cache=True, inline="always")
 def _add_deviations(i, lo, hi, flat, values, dev):
     """dev (L, D) += row i's deviations (`_add_row`: each level's value above the median, 0 where below) where its
-    flat steps cover the segment lo .. hi - 1 (a segment lies wholly inside or outside them)."""
-    if not (flat[i, 0] <= lo and hi <= flat[i, 1]):
+    flat steps cover the segment lo .. hi - 1 (`_covers`)."""
+    if not _covers(i, lo, hi, flat):
         return
     for li in range(1, values.shape[1]):
         for d in range(values.shape[2]):
@@ -625,7 +631,6 @@ def _machine_columns_linear(
         if reach[m] == 0:
             first_empty = m
         end = max(reach[m], reach[n_m])  # past its own reach the machine's sums are 0
-        n_e = 0
         edges[0], edges[1] = 0, end
         n_e = 2
         for k in range(m_start[m], m_start[m + 1] + 1):
@@ -668,7 +673,7 @@ def _machine_columns_linear(
                     diff = 0.0
                     for k in range(m_start[m], m_start[m + 1] + 1):
                         i = by_m[k] if k < m_start[m + 1] else head_row
-                        if flat[i, 0] <= lo and hi <= flat[i, 1]:
+                        if _covers(i, lo, hi, flat):
                             diff += adv[i, d] - values[i, 0, d]
                     x = (seg[1, d] + diff) / cap[d]
                     if x > adv_top:

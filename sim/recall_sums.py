@@ -166,7 +166,7 @@ def recall_columns(
     path (module docstring): the same numbers. None where it does not apply. `advisor`: a rule (`forecaster`,
     `risk`, e.g. a `sim.risk.RiskAwarePacking`) that will ask `recall_head_share` about the same state: where its
     bounds come from the same rows (`_advisor_values`), the same kernel computes them and leaves them for that
-    call (`_SHARE_KEY`), instead of a second pass over every env's jobs."""
+    call (under `_share_key`), instead of a second pass over every env's jobs."""
     if not applies(forecaster) or not callable(getattr(forecaster.inner, "flat_levels", None)):
         return None
     if horizon < 1 or horizon > forecaster.inner.horizon:
@@ -209,8 +209,9 @@ def recall_columns(
 
 def _share_key(cfg: SimConfig, state: State, forecaster, rcfg) -> tuple:
     """The memo key of a rule's bounds for every env of a state (`recall_columns`' advisor): the simulator's
-    settings, the forecaster, the rule's settings, and the batch's order (a job pick reorders the queue in place) that the shared memo's states
-    may differ in; the labels, which they may differ in too, are held in the value and compared."""
+    settings, the forecaster, the rule's settings, and the batch and its order (a job pick reorders the queue in
+    place), which the memo's states may differ in; the labels, which they may differ in too, are held in the value
+    and compared."""
     return ("recall_head_share", cfg, id(forecaster), rcfg, id(state.jobs), state.jobs.revision)
 
 
