@@ -7,7 +7,7 @@ import pytest
 
 from sim import compiled_batch, compiled_planes, core
 from sim.config import SimConfig
-from sim.jobs import JobBatch, rotation_index
+from sim.jobs import COPY_BUFFERS, CopyBuffers, JobBatch, rotation_index
 
 
 def _ranges(rng, n_rows, n_jobs, n):
@@ -208,3 +208,67 @@ def test_the_compiled_running_requests_are_numpys_at_every_step(threads, on_thre
         state, *_ = core.step(cfg, state, policy.act(cfg, state, rng))
     assert n_compared > 10 and n_running > 40  # the episodes placed and ran jobs
     assert calls["_running_requests_parallel"] == (n_compared if threads == "numba" else 0)
+
+
+def test_copy_buffers_reuse_a_buffer_only_once_nothing_holds_it() -> None:
+    pool = CopyBuffers(min_bytes=64, max_bytes=4096)
+    a = np.arange(40, dtype=np.int64).reshape(5, 8)  # 320 bytes: pooled
+    first = pool.copy(a)
+    np.testing.assert_array_equal(first, a)
+    assert first is not a and first.flags.c_contiguous
+    second = pool.copy(a + 1)  # the first still held: a new buffer, the first untouched
+    assert second is not first
+    np.testing.assert_array_equal(first, a)
+    view = first[1:]
+    first_id = id(first)
+    del first
+    third = pool.copy(a + 2)  # a view holds the first buffer: not handed out again
+    assert id(third) != first_id and third is not second
+    np.testing.assert_array_equal(view, a[1:])
+    del view, second
+    fourth = pool.copy(a + 3)  # now free: reused, with the new contents
+    assert id(fourth) == first_id
+    np.testing.assert_array_equal(fourth, a + 3)
+    small = np.arange(4)
+    assert pool.copy(small) is not small and len(pool._buffers) == 3  # below min_bytes: a plain copy
+    strided = np.arange(80, dtype=np.int64).reshape(5, 16)[:, ::2]
+    np.testing.assert_array_equal(pool.copy(strided), strided)
+
+
+def test_copy_buffers_stay_within_their_size_dropping_free_buffers_first() -> None:
+    pool = CopyBuffers(min_bytes=64, max_bytes=1000)
+    a = np.zeros(50, dtype=np.int64)  # 400 bytes
+    kept = [pool.copy(a), pool.copy(a)]  # 800 bytes, both held
+    extra = pool.copy(a)  # over the size with nothing free: a plain copy, not kept
+    assert len(pool._buffers) == 2 and all(extra is not b for b in pool._buffers)
+    del kept[0]
+    b = np.ones(60, dtype=np.int64)  # 480 bytes: the free buffer is dropped to make room
+    got = pool.copy(b)
+    assert len(pool._buffers) == 2 and any(got is x for x in pool._buffers)
+    assert sum(x.nbytes for x in pool._buffers) <= 1000
+
+
+def test_owned_copies_never_share_arrays_with_a_batch_still_held() -> None:
+    rng = np.random.default_rng(8)
+    jobs = JobBatch.from_jobs(
+        [
+            [dict(arrival_step=0, usage=rng.integers(0, 4, size=(5, 2)), ec_label=0) for _ in range(6)]
+            for _ in range(3)
+        ]
+    )
+    pool_min = COPY_BUFFERS.min_bytes
+    COPY_BUFFERS.min_bytes = 0  # pool every array of this small batch
+    try:
+        one = jobs.owned_copy()
+        two = jobs.owned_copy()
+        assert not np.shares_memory(one.usage, two.usage)
+        one.rotate_in_place(np.array([0]), np.array([0]), np.array([3]))
+        np.testing.assert_array_equal(two.usage, jobs.usage)
+        usage_id = id(one.usage)
+        del one
+        three = jobs.owned_copy()  # the first copy's buffers are free again: reused, with the source's values
+        assert id(three.usage) == usage_id
+        np.testing.assert_array_equal(three.usage, jobs.usage)
+    finally:
+        COPY_BUFFERS.min_bytes = pool_min
+        COPY_BUFFERS.clear()
