@@ -191,7 +191,7 @@ def recall_columns(
     adv = (
         None
         if advisor is None or squares
-        else _advisor_values(cfg, state, advisor, rows, horizon, use_durations)
+        else _advisor_values(cfg, state, advisor, rows, horizon, use_durations, forecaster, levels)
     )
     adv_share = compiled_planes.output_array((envs.size, n_m) if adv is not None else (1, 1))
     wrote = launch(
@@ -215,11 +215,22 @@ def _share_key(cfg: SimConfig, state: State, forecaster, rcfg) -> tuple:
     return ("recall_head_share", cfg, id(forecaster), rcfg, id(state.jobs), state.jobs.revision)
 
 
-def _advisor_values(cfg: SimConfig, state: State, advisor, rows: tuple, horizon: int, use_durations: bool):
+def _advisor_values(
+    cfg: SimConfig,
+    state: State,
+    advisor,
+    rows: tuple,
+    horizon: int,
+    use_durations: bool,
+    placer=None,
+    levels: tuple[float, ...] = (),
+):
     """(N, D) the point values of `advisor`'s forecaster for `rows` (the placer's: the same jobs, runs, steps
     alive and young rows), or None where its bounds would not come from those rows the way `recall_head_share`
     computes them: not recall over a flat point forecaster, another horizon, durations or `min_observed`, an
-    `extend_to`, an infinite inflation, or rows walked apart."""
+    `extend_to`, an infinite inflation, or rows walked apart. Where the placer's forecaster `placer` looked up
+    the advisor's level at the same cells of an equal table (`_shared_level`), its rows' values at that level
+    are the advisor's: no second look-up."""
     forecaster, rcfg = getattr(advisor, "forecaster", None), getattr(advisor, "risk", None)
     if forecaster is None or rcfg is None or not applies(forecaster) or not is_point_forecaster(forecaster):
         return None
@@ -232,11 +243,51 @@ def _advisor_values(cfg: SimConfig, state: State, advisor, rows: tuple, horizon:
         return None
     for level in (0.5, rcfg.level):  # `job_moments`' error for a level the forecaster lacks
         level_index(forecaster.levels, level, type(forecaster).__name__)
+    shared = _shared_level(placer, levels, forecaster)
+    if shared is not None:
+        return np.ascontiguousarray(rows[10][:, shared, :])
     envs = np.arange(state.batch_size)
     got = recall_rows(cfg, state, forecaster, None, envs, horizon, use_durations, 0, False)
     if got is None or got[1][0] is not rows[0]:  # not the memoised walk both read: the rule asks for itself
         return None
     return np.ascontiguousarray(got[1][10][:, 0, :])
+
+
+_AGREEING_TABLES: dict[tuple[int, int, float], tuple] = {}
+"""`_shared_level`'s comparisons, keyed by the two tables' ids and the level, each holding both tables (an id is
+reused only once its object is gone)."""
+
+
+def _shared_level(placer, levels: tuple[float, ...], forecaster) -> int | None:
+    """The position among the placer's `levels` of the point forecaster `forecaster`'s level where both recall over
+    remaining-peak tables whose look-ups at that level agree at every cell: the same keys (labels, remaining
+    life, at-peak), the same cells, and the same values at that level (quantiles per cell do not depend on the
+    other levels fitted, so `forecast_peak`'s table and the placer's, fitted on the same cases, agree); else
+    None. The tables are compared once per pair."""
+    if placer is None or not applies(placer) or type(placer.inner) is not RemainingPeakQuantiles:
+        return None
+    inner = forecaster.inner
+    if type(inner) is not PeakQuantileForecaster or _table_level_rows(placer.inner, tuple(levels)) is None:
+        return None
+    k = find_level(levels, inner.level)
+    a, b = placer.inner.table, inner.table
+    i, j = find_level(a.levels, inner.level), find_level(b.levels, inner.level)
+    if k is None or i is None or j is None:
+        return None
+    if a is b:
+        return k
+    key = (id(a), id(b), float(inner.level))
+    held = _AGREEING_TABLES.get(key)
+    if held is None or held[0] is not a or held[1] is not b:
+        same = (
+            (a.use_labels, a.use_remaining, a.use_at_peak) == (b.use_labels, b.use_remaining, b.use_at_peak)
+            and a.values.shape[1:] == b.values.shape[1:]
+            and bool(np.array_equal(a.values[i], b.values[j]))
+        )
+        if len(_AGREEING_TABLES) >= 64:
+            _AGREEING_TABLES.clear()
+        held = _AGREEING_TABLES[key] = (a, b, same)
+    return k if held[2] else None
 
 
 def recall_head_share(

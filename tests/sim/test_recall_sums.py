@@ -395,3 +395,67 @@ def test_an_advisors_bounds_from_the_placers_pass_equal_the_general_paths(capaci
         n_decisions += int(from_pass)
         n_done += int(from_pass and skip.any())
     assert (n_decisions > 30 and n_done > 0) if capacity == (8, 8) else n_decisions == 0
+
+
+@pytest.mark.parametrize("advisor_table", ["agreeing", "other"])
+def test_an_advisor_on_an_agreeing_table_reads_the_placers_look_ups(advisor_table, monkeypatch) -> None:
+    """Where the advisor's point forecaster is a table that agrees with the placer's at the advisor's level (the same
+    keys and values: `forecast_peak`'s table and the placer's, fitted on the same cases), the placer's pass takes
+    the advisor's values from its own rows (one table look-up per decision); a table that does not agree is looked
+    up on its own (two). Either way the advisor's bounds equal the general path's."""
+    from sim import compiled_decision
+    from sim.risk import RiskAwarePacking
+
+    table = _table(CFG)
+    other = (
+        _table(replace(CFG, max_steps=399))  # fitted again: another object, the same values
+        if advisor_table == "agreeing"
+        else fit_peak_quantiles(_recurring_jobs(6, 40, seed=21), CFG, levels=LEVELS, min_count=5)
+    )
+    assert other is not table
+    placer = RecallOverlay(RemainingPeakQuantiles(table, horizon=30))
+    point = RecallOverlay(PeakQuantileForecaster(other, 0.75, 30, LEVELS))
+    agree = recall_sums._shared_level(placer, LEVELS, point)
+    assert agree == (1 if advisor_table == "agreeing" else None)
+    rule = RiskAwarePacking(point, make_policy("deeprm_sjf"), RiskConfig(level=0.75, mode="pack"))
+    look_ups = []
+    real = compiled_decision.recall_table_rows
+    monkeypatch.setattr(compiled_decision, "recall_table_rows", lambda *a: look_ups.append(a[1]) or real(*a))
+    n_decisions = 0
+    for state in _states(CFG, 60):
+        before = len(look_ups)
+        recall_sums.recall_columns(
+            CFG, state, placer, LEVELS, 1.0, 30, True, state.is_done.copy(), advisor=rule
+        )
+        tables = look_ups[before:]
+        assert tables[0] is table and len(tables) == (1 if advisor_table == "agreeing" else 2)
+        fused = recall_sums.recall_head_share(CFG, state, point, rule.risk)
+        general = safe_and_tightness(head_bounds(CFG, state, point, rule.risk), CFG)
+        assert _same_bits(fused[0], general[0]) and _same_bits(fused[1], general[1])
+        n_decisions += 1
+    assert n_decisions > 30
+
+
+def test_tables_agree_only_with_the_same_keys_and_values_at_the_level() -> None:
+    table = _table(CFG)
+    placer = RecallOverlay(RemainingPeakQuantiles(table, horizon=30))
+
+    def point(t, level=0.9):
+        return RecallOverlay(PeakQuantileForecaster(t, level, 30, LEVELS))
+
+    assert recall_sums._shared_level(placer, LEVELS, point(table)) == 2
+    assert recall_sums._shared_level(placer, (0.5, 0.9), point(table)) == 1  # its position among the placer's
+    assert (
+        recall_sums._shared_level(placer, (0.5, 0.75), point(table)) is None
+    )  # the placer did not look it up
+    no_labels = fit_peak_quantiles(
+        _recurring_jobs(6, 40, seed=20), CFG, levels=LEVELS, min_count=5, use_labels=False
+    )
+    assert recall_sums._shared_level(placer, LEVELS, point(no_labels)) is None
+    changed = replace(table, values=table.values.copy())
+    changed.values[2, 0, 1, 1, 0, 0, 0] += 1.0  # one cell at the 0.9 level
+    assert recall_sums._shared_level(placer, LEVELS, point(changed)) is None
+    assert (
+        recall_sums._shared_level(placer, LEVELS, point(changed, 0.75)) == 1
+    )  # the other levels still agree
+    assert recall_sums._shared_level(None, LEVELS, point(table)) is None
