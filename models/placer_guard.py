@@ -24,12 +24,17 @@ GUARD_KNOBS: dict[str, dict] = {
     GUARDED: {"first": 128, "budget_pct": 0.75},
     "forecast_residual_rl_replay_early": {"first": 32, "budget_pct": 0.5},
     "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
+    "forecast_residual_rl_replay_return": {"first": 128, "budget_pct": 0.75, "on_return": True},
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: its first checkpoint at step 128
 and 0.75 point per episode, as `_late` was written down before its fresh runs in the twenty-second session and
 adopted by them (`_late` keeps its name so that session's commands rerun). `_early`: the twenty-first session's
 guard (from step 32, 0.5 point per episode), which cost return on rising test sets by tripping on short prefixes
-(benchmarks/RESULTS.md, "A later, wider guard"). `bench_placer.py --replay-guard` evaluates any of them."""
+(benchmarks/RESULTS.md, "A later, wider guard"). `_return`: GUARDED's checkpoints and budget, and also leaving the
+learned policy where an eligible candidate's replayed return beats its own by 2 standard errors of the gain over
+8-step blocks, as `forecast_peak_replay` chooses (the twenty-sixth session's development runs on the test sets
+where First-Fit wins: "The batch copy into reused buffers, where DeepPlace's decision time goes, and two more
+fresh runs"). `bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(
