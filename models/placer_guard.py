@@ -33,8 +33,8 @@ guard (from step 32, 0.5 point per episode), which cost return on rising test se
 (benchmarks/RESULTS.md, "A later, wider guard"). `_return`: GUARDED's checkpoints and budget, and also leaving the
 learned policy where an eligible candidate's replayed return beats its own by 2 standard errors of the gain over
 8-step blocks, as `forecast_peak_replay` chooses (the twenty-sixth session's development runs on the test sets
-where First-Fit wins: "The batch copy into reused buffers, where DeepPlace's decision time goes, and two more
-fresh runs"). `bench_placer.py --replay-guard` evaluates any of them."""
+where First-Fit wins, in benchmarks/RESULTS.md's twenty-sixth-session section). `bench_placer.py --replay-guard`
+evaluates any of them."""
 
 
 def guard(
