@@ -22,10 +22,12 @@ the walk of each env's jobs, memoised per state and queue order and so shared by
 the state, and that forecaster's table look-ups; else from numpy (`recall_rows`). At rho = 1 the columns read
 each level's peak per segment of the rows' flat steps, and a point rule's bounds on the same rows (the learned
 placer's advisor) come from the same pass (`recall_columns(advisor=...)`), left in the state's memo for its
-`recall_head_share`. On DeepPlace 50 % the training rollout went from 3.2k to 23.2k decisions/s with the same
-decisions in the twenty-fourth session, and to 41-42k in the twenty-fifth (benchmarks/RESULTS.md, "DeepPlace's
-recall path summed from each env's jobs", "DeepPlace's recall path: one walk per decision, the advisor in the
-placer's pass"). Tests: tests/sim/test_recall_sums.py.
+`recall_head_share`; where the advisor's table agrees with the placer's at its level (`_shared_level`), its values
+are the placer's rows' and its table is not looked up again. On DeepPlace 50 % the training rollout went from 3.2k
+to 23.2k decisions/s with the same decisions in the twenty-fourth session, to 41-42k in the twenty-fifth and to
+46-48k in the twenty-sixth (benchmarks/RESULTS.md, "DeepPlace's recall path summed from each env's jobs",
+"DeepPlace's recall path: one walk per decision, the advisor in the placer's pass", and the twenty-sixth
+session's section). Tests: tests/sim/test_recall_sums.py.
 """
 
 from __future__ import annotations
