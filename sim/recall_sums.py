@@ -32,6 +32,8 @@ session's section). Tests: tests/sim/test_recall_sums.py.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from sim.config import SimConfig
@@ -256,8 +258,8 @@ def _advisor_values(
 
 
 _AGREEING_TABLES: dict[tuple[int, int, float], tuple] = {}
-"""`_shared_level`'s comparisons, keyed by the two tables' ids and the level, each holding both tables (an id is
-reused only once its object is gone)."""
+"""`_shared_level`'s comparisons, keyed by the two tables' ids and the level, each with weak references to both
+tables (an id is reused only once its object is gone, and the entry is then stale) and the outcome."""
 
 
 def _shared_level(placer, levels: tuple[float, ...], forecaster) -> int | None:
@@ -269,26 +271,27 @@ def _shared_level(placer, levels: tuple[float, ...], forecaster) -> int | None:
     if placer is None or not applies(placer) or type(placer.inner) is not RemainingPeakQuantiles:
         return None
     inner = forecaster.inner
-    if type(inner) is not PeakQuantileForecaster or _table_level_rows(placer.inner, tuple(levels)) is None:
+    if type(inner) is not PeakQuantileForecaster:
         return None
+    placer_rows = _table_level_rows(placer.inner, tuple(levels))  # the placer's levels' rows in its table
     k = find_level(levels, inner.level)
     a, b = placer.inner.table, inner.table
-    i, j = find_level(a.levels, inner.level), find_level(b.levels, inner.level)
-    if k is None or i is None or j is None:
+    j = find_level(b.levels, inner.level)
+    if placer_rows is None or k is None or j is None:
         return None
     if a is b:
         return k
     key = (id(a), id(b), float(inner.level))
     held = _AGREEING_TABLES.get(key)
-    if held is None or held[0] is not a or held[1] is not b:
+    if held is None or held[0]() is not a or held[1]() is not b:
         same = (
             (a.use_labels, a.use_remaining, a.use_at_peak) == (b.use_labels, b.use_remaining, b.use_at_peak)
             and a.values.shape[1:] == b.values.shape[1:]
-            and bool(np.array_equal(a.values[i], b.values[j]))
+            and bool(np.array_equal(a.values[placer_rows[k]], b.values[j]))
         )
         if len(_AGREEING_TABLES) >= 64:
             _AGREEING_TABLES.clear()
-        held = _AGREEING_TABLES[key] = (a, b, same)
+        held = _AGREEING_TABLES[key] = (weakref.ref(a), weakref.ref(b), same)
     return k if held[2] else None
 
 
