@@ -3,12 +3,13 @@ observed past (`sim.replay_select.replay_guard`), adopted by rules written down 
 (benchmarks/RESULTS.md, "The learned policy guarded by replays of the episode's past" and "A later, wider guard").
 
 At each checkpoint of an episode (steps 128, 256, then every 128) every env's observed past is replayed under the
-learned policy and under its base rule's request-based fallback (Tetris for the hybrid). An env leaves the learned
-policy only where its replayed overshoot tops the fallback's by more than 0.75 point (the bar's clause is 0.5 point
-on the mean over a cell's episodes), for whichever eligible candidate did best on that replay: the fallback, the
-base rule, the fitted rules training offered as advisors (`ForecastResidualPolicy.guard_rules`), First-Fit or
-Best-Fit. It reads what the learned policy reads and nothing of the future. It is built from
-`forecast_residual_rl`'s trained file: no training of its own.
+learned policy and under its base rule's request-based fallback (Tetris for the hybrid), the base rule, the fitted
+rules training offered as advisors (`ForecastResidualPolicy.guard_rules`), First-Fit and Best-Fit. An env leaves
+the learned policy where its replayed overshoot tops the fallback's by more than 0.75 point (the bar's clause is
+0.5 point on the mean over a cell's episodes), or where an eligible candidate (within that budget on the replay)
+beats its replayed return by more than 2 standard errors of the gain over 8-step blocks; it then plays whichever
+eligible candidate did best on that replay. It reads what the learned policy reads and nothing of the future. It
+is built from `forecast_residual_rl`'s trained file: no training of its own.
 """
 
 from __future__ import annotations
@@ -21,20 +22,21 @@ from sim.replay_select import ReplaySelect, replay_guard
 GUARDED = "forecast_residual_rl_replay"
 """The registry name of the guarded policy: the README's evaluated learned policy (GUARD_KNOBS' first entry)."""
 GUARD_KNOBS: dict[str, dict] = {
-    GUARDED: {"first": 128, "budget_pct": 0.75},
+    GUARDED: {"first": 128, "budget_pct": 0.75, "on_return": True},
     "forecast_residual_rl_replay_early": {"first": 32, "budget_pct": 0.5},
     "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
     "forecast_residual_rl_replay_return": {"first": 128, "budget_pct": 0.75, "on_return": True},
 }
-"""Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: its first checkpoint at step 128
-and 0.75 point per episode, as `_late` was written down before its fresh runs in the twenty-second session and
-adopted by them (`_late` keeps its name so that session's commands rerun). `_early`: the twenty-first session's
-guard (from step 32, 0.5 point per episode), which cost return on rising test sets by tripping on short prefixes
-(benchmarks/RESULTS.md, "A later, wider guard"). `_return`: GUARDED's checkpoints and budget, and also leaving the
-learned policy where an eligible candidate's replayed return beats its own by 2 standard errors of the gain over
-8-step blocks, as `forecast_peak_replay` chooses (the twenty-sixth session's development runs on the test sets
-where First-Fit wins, in benchmarks/RESULTS.md's twenty-sixth-session section). `bench_placer.py --replay-guard`
-evaluates any of them."""
+"""Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_return`'s knobs since the
+twenty-seventh session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "The return guard
+adopted"). `_return`: its first checkpoint at step 128 and 0.75 point per episode, and also leaving the learned
+policy where an eligible candidate's replayed return beats its own by 2 standard errors of the gain over 8-step
+blocks, as `forecast_peak_replay` chooses (kept under its name so the twenty-sixth session's commands rerun).
+`_late`: the guard on overshoot only, from step 128 with 0.75 point per episode, written down before its fresh
+runs in the twenty-second session and GUARDED from then to the twenty-sixth (the rows of those sessions rerun
+with it). `_early`: the twenty-first session's guard (from step 32, 0.5 point per episode), which cost return on
+rising test sets by tripping on short prefixes (benchmarks/RESULTS.md, "A later, wider guard").
+`bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(
