@@ -26,6 +26,8 @@ GUARD_KNOBS: dict[str, dict] = {
     "forecast_residual_rl_replay_early": {"first": 32, "budget_pct": 0.5},
     "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
     "forecast_residual_rl_replay_return": {"first": 128, "budget_pct": 0.75, "on_return": True},
+    "forecast_residual_rl_replay_recent": {"first": 128, "budget_pct": 0.75, "on_return": True, "window": 128},
+    "forecast_residual_rl_replay_recent64": {"first": 64, "budget_pct": 0.75, "on_return": True, "window": 64},
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_return`'s knobs since the
 twenty-seventh session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "The return guard
@@ -36,7 +38,9 @@ blocks, as `forecast_peak_replay` chooses (kept under its name so the twenty-six
 runs in the twenty-second session and GUARDED from then to the twenty-sixth (the rows of those sessions rerun
 with it). `_early`: the twenty-first session's guard (from step 32, 0.5 point per episode), which cost return on
 rising test sets by tripping on short prefixes (benchmarks/RESULTS.md, "A later, wider guard").
-`bench_placer.py --replay-guard` evaluates any of them."""
+`_recent`: GUARDED with the returns compared over the replay's last 128 steps only (`ReplaySelect.window`), a
+candidate the twenty-seventh session is developing for the quiet test sets, where First-Fit's gain since step 0
+shows only late; `_recent64` the same from step 64 over the last 64 steps. `bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(

@@ -199,6 +199,11 @@ class ReplaySelect:
     """> 0: a switch away from the fitted rule also needs its replayed gain to stand `z` standard errors above 0
     over blocks of `block` steps (`block_gain_z`)."""
     block: int = 8
+    window: int = 0
+    """> 0: the returns are compared, and the gain's blocks taken, over the replay's last `window` steps only
+    (eligibility by overshoot still over the whole replay): a rule whose few early overshoots cost it while the
+    machines fill hides a steady later gain from a comparison since step 0 (First-Fit on a quiet test set,
+    benchmarks/RESULTS.md's twenty-seventh session). 0: the whole replay."""
     prior: tuple[float, ...] = ()
     """Per candidate, its validation return's gain over the fitted rule's per step of an episode (<= 0 for a
     candidate validation found worse; `fit_replay_select` with `prior_steps`), or () for a flat prior."""
@@ -221,8 +226,8 @@ class ReplaySelect:
             raise ValueError(f"{self.name}: reference {self.reference} is not a candidate index")
         if self.names and len(self.names) != len(self.candidates):
             raise ValueError(f"{self.name}: {len(self.names)} names for {len(self.candidates)} candidates")
-        if not (self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1):
-            raise ValueError(f"{self.name}: budget_pct, margin and z must be >= 0 and block >= 1")
+        if not (self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1 and self.window >= 0):
+            raise ValueError(f"{self.name}: budget_pct, margin, z and window must be >= 0 and block >= 1")
         if not self.prior_steps >= 0:
             raise ValueError(f"{self.name}: prior_steps must be >= 0, got {self.prior_steps}")
         if self.prior_steps > 0 and len(self.prior) != len(self.candidates):
@@ -279,6 +284,8 @@ class ReplaySelect:
         results = [replay(cfg, c, prefix, until, self.seed) for c in self.candidates]
         steps = np.stack([r[0] for r in results], axis=1)  # (B, C, until)
         overshoot = np.stack([r[1] for r in results], axis=1)
+        if 0 < self.window < steps.shape[2]:
+            steps = steps[:, :, steps.shape[2] - self.window :]
         gain_z = block_gain_z(steps, self.block) if self.z > 0 else None
         returns = steps.sum(axis=2)
         if self.prior_steps > 0:

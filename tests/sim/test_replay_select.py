@@ -263,3 +263,34 @@ def test_select_with_an_infinite_margin_switches_on_overshoot_only() -> None:
     overshoot = np.array([[0.0, 0.0, 0.0], [2.0, 0.0, 0.1]])
     assert select(returns, overshoot, 1, 0.5, np.inf).tolist() == [0, 2]
     assert select(returns, overshoot, 1, 0.5, 0.0).tolist() == [2, 2]
+
+
+def test_a_window_compares_the_recent_steps_of_the_replay(monkeypatch) -> None:
+    """`ReplaySelect.window`: a candidate that lost early (its few overshoots while the machines fill) and gains
+    steadily since is kept out by a comparison since step 0 and played by one over the replay's last `window`
+    steps; eligibility by overshoot still reads the whole replay, so an over-budget candidate stays out however
+    well it did lately; a negative window is refused."""
+    until = 256
+    per_step = {
+        "own": np.full(until, -10.0),
+        "late": np.where(np.arange(until) < 128, -40.0, -8.0),  # -5,120 - 1,024 against -2,560
+        "over": np.full(until, -1.0),
+    }
+    overshoot = {"own": 0.0, "late": 0.2, "over": 3.0}
+
+    def fake_replay(cfg, candidate, prefix, until_, seed):
+        steps = np.tile(per_step[candidate.name][:until_], (2, 1))
+        return steps, np.full(2, overshoot[candidate.name])
+
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    monkeypatch.setattr("sim.replay_select.replay", fake_replay)
+    candidates = (Named("own"), Named("own"), Named("late"), Named("over"))
+    whole = ReplaySelect(candidates, reference=1, budget_pct=0.75, z=2.0)
+    recent = replace(whole, window=128)
+    assert whole._replayed_choice(CFG, None, until).tolist() == [0, 0]
+    assert recent._replayed_choice(CFG, None, until).tolist() == [2, 2]  # "over" gains more but is not eligible
+    with pytest.raises(ValueError, match="window must be >= 0"):
+        replace(whole, window=-1)
