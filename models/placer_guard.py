@@ -26,8 +26,18 @@ GUARD_KNOBS: dict[str, dict] = {
     "forecast_residual_rl_replay_early": {"first": 32, "budget_pct": 0.5},
     "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
     "forecast_residual_rl_replay_return": {"first": 128, "budget_pct": 0.75, "on_return": True},
-    "forecast_residual_rl_replay_recent": {"first": 128, "budget_pct": 0.75, "on_return": True, "window": 128},
-    "forecast_residual_rl_replay_recent64": {"first": 64, "budget_pct": 0.75, "on_return": True, "window": 64},
+    "forecast_residual_rl_replay_recent": {
+        "first": 128,
+        "budget_pct": 0.75,
+        "on_return": True,
+        "window": 128,
+    },
+    "forecast_residual_rl_replay_recent64": {
+        "first": 64,
+        "budget_pct": 0.75,
+        "on_return": True,
+        "window": 64,
+    },
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_return`'s knobs since the
 twenty-seventh session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "The return guard

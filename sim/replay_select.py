@@ -226,7 +226,9 @@ class ReplaySelect:
             raise ValueError(f"{self.name}: reference {self.reference} is not a candidate index")
         if self.names and len(self.names) != len(self.candidates):
             raise ValueError(f"{self.name}: {len(self.names)} names for {len(self.candidates)} candidates")
-        if not (self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1 and self.window >= 0):
+        if not (
+            self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1 and self.window >= 0
+        ):
             raise ValueError(f"{self.name}: budget_pct, margin, z and window must be >= 0 and block >= 1")
         if not self.prior_steps >= 0:
             raise ValueError(f"{self.name}: prior_steps must be >= 0, got {self.prior_steps}")

@@ -291,6 +291,9 @@ def test_a_window_compares_the_recent_steps_of_the_replay(monkeypatch) -> None:
     whole = ReplaySelect(candidates, reference=1, budget_pct=0.75, z=2.0)
     recent = replace(whole, window=128)
     assert whole._replayed_choice(CFG, None, until).tolist() == [0, 0]
-    assert recent._replayed_choice(CFG, None, until).tolist() == [2, 2]  # "over" gains more but is not eligible
+    assert recent._replayed_choice(CFG, None, until).tolist() == [
+        2,
+        2,
+    ]  # "over" gains more but is not eligible
     with pytest.raises(ValueError, match="window must be >= 0"):
         replace(whole, window=-1)
