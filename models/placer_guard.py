@@ -50,7 +50,8 @@ with it). `_early`: the twenty-first session's guard (from step 32, 0.5 point pe
 rising test sets by tripping on short prefixes (benchmarks/RESULTS.md, "A later, wider guard").
 `_recent`: GUARDED with the returns compared over the replay's last 128 steps only (`ReplaySelect.window`), a
 candidate the twenty-seventh session is developing for the quiet test sets, where First-Fit's gain since step 0
-shows only late; `_recent64` the same from step 64 over the last 64 steps. `bench_placer.py --replay-guard` evaluates any of them."""
+shows only late; `_recent64` the same from step 64 over the last 64 steps, under a pre-registered test against
+GUARDED (RESULTS.md, the same section). `bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(
