@@ -21,23 +21,15 @@ from sim.replay_select import ReplaySelect, replay_guard
 
 GUARDED = "forecast_residual_rl_replay"
 """The registry name of the guarded policy: the README's evaluated learned policy (GUARD_KNOBS' first entry)."""
+_ON_RETURN = {"first": 128, "budget_pct": 0.75, "on_return": True}
+"""The return guard's knobs: GUARDED's since the twenty-seventh session, and `_return`'s under its own name."""
 GUARD_KNOBS: dict[str, dict] = {
-    GUARDED: {"first": 128, "budget_pct": 0.75, "on_return": True},
+    GUARDED: _ON_RETURN,
     "forecast_residual_rl_replay_early": {"first": 32, "budget_pct": 0.5},
     "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
-    "forecast_residual_rl_replay_return": {"first": 128, "budget_pct": 0.75, "on_return": True},
-    "forecast_residual_rl_replay_recent": {
-        "first": 128,
-        "budget_pct": 0.75,
-        "on_return": True,
-        "window": 128,
-    },
-    "forecast_residual_rl_replay_recent64": {
-        "first": 64,
-        "budget_pct": 0.75,
-        "on_return": True,
-        "window": 64,
-    },
+    "forecast_residual_rl_replay_return": _ON_RETURN,
+    "forecast_residual_rl_replay_recent": {**_ON_RETURN, "window": 128},
+    "forecast_residual_rl_replay_recent64": {**_ON_RETURN, "first": 64, "window": 64},
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_return`'s knobs since the
 twenty-seventh session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "The return guard
