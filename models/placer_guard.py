@@ -30,6 +30,8 @@ GUARD_KNOBS: dict[str, dict] = {
     "forecast_residual_rl_replay_return": _ON_RETURN,
     "forecast_residual_rl_replay_recent": {**_ON_RETURN, "window": 128},
     "forecast_residual_rl_replay_recent64": {**_ON_RETURN, "first": 64, "window": 64},
+    "forecast_residual_rl_replay_confirm64": {**_ON_RETURN, "recent": 64},
+    "forecast_residual_rl_replay_confirm128": {**_ON_RETURN, "recent": 128},
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_return`'s knobs since the
 twenty-seventh session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "The return guard
@@ -43,7 +45,11 @@ rising test sets by tripping on short prefixes (benchmarks/RESULTS.md, "A later,
 `_recent`: GUARDED with the returns compared over the replay's last 128 steps only (`ReplaySelect.window`), a
 candidate the twenty-seventh session is developing for the quiet test sets, where First-Fit's gain since step 0
 shows only late; `_recent64` the same from step 64 over the last 64 steps, under a pre-registered test against
-GUARDED (RESULTS.md, the same section). `bench_placer.py --replay-guard` evaluates any of them."""
+GUARDED (RESULTS.md, the same section). `_confirm64` / `_confirm128`: GUARDED, and also leaving the learned policy
+where a candidate's gain over the replay's last 64 / 128 steps stands 2 standard errors above 0 and its whole
+replayed return is above the policy's too (`ReplaySelect.recent`), the twenty-eighth session's development
+candidates after `_recent64` cost 0.734 on an ordinary set at M = 50. `bench_placer.py --replay-guard` evaluates
+any of them."""
 
 
 def guard(

@@ -158,13 +158,15 @@ def select(
     margin: float,
     gain_z: np.ndarray | None = None,
     z: float = 0.0,
+    also: np.ndarray | None = None,
 ) -> np.ndarray:
     """(B,) index of the candidate to play per env from (B, C) replayed returns and overshoot %. Eligible: overshoot
     at most the `reference` candidate's + `budget_pct` (the reference always is). Where the first candidate (the
     rule as fitted) is eligible it is kept unless an eligible one beats its return by more than `margin` x |its
     return| and, where `gain_z` (`block_gain_z`) is given, by more than `z` standard errors; then the best such by
-    return is played (with an infinite `margin` none is). Where it is not eligible, the eligible one with the best
-    return is."""
+    return is played (with an infinite `margin` none is). `also` (B, C): further switches allowed where a candidate
+    is eligible (`ReplaySelect.recent`'s). Where the first is not eligible, the eligible one with the best return
+    is played."""
     eligible = overshoot <= overshoot[:, [reference]] + budget_pct
     eligible[:, reference] = True
     if np.isinf(margin):  # no return beats the first candidate's: it is left only where it is not eligible
@@ -173,6 +175,8 @@ def select(
         beats = eligible & (returns > returns[:, :1] + margin * np.abs(returns[:, :1]))
     if gain_z is not None:
         beats &= gain_z > z
+    if also is not None:
+        beats |= eligible & also
     beats[:, 0] = True
     best_switch = np.argmax(np.where(beats, returns, -np.inf), axis=1)
     best_eligible = np.argmax(np.where(eligible, returns, -np.inf), axis=1)
@@ -204,6 +208,12 @@ class ReplaySelect:
     (eligibility by overshoot still over the whole replay): a rule whose few early overshoots cost it while the
     machines fill hides a steady later gain from a comparison since step 0 (First-Fit on a quiet test set,
     benchmarks/RESULTS.md's twenty-seventh session). 0: the whole replay."""
+    recent: int = 0
+    """> 0 (with `window` 0): a switch is also allowed where a candidate beats the fitted rule over the replay's last
+    `recent` steps, by `z` standard errors of the gain over blocks there, and its return over the whole replay is
+    above the fitted rule's too: the recent gain of a quiet test set, confirmed by a lead since step 0, which
+    spares the switches a quiet stretch alone invites (`window` 64's at M = 50). The choice among the allowed
+    switches is by the whole replay's return. 0: none beyond the whole replay's."""
     prior: tuple[float, ...] = ()
     """Per candidate, its validation return's gain over the fitted rule's per step of an episode (<= 0 for a
     candidate validation found worse; `fit_replay_select` with `prior_steps`), or () for a flat prior."""
@@ -227,9 +237,20 @@ class ReplaySelect:
         if self.names and len(self.names) != len(self.candidates):
             raise ValueError(f"{self.name}: {len(self.names)} names for {len(self.candidates)} candidates")
         if not (
-            self.budget_pct >= 0 and self.margin >= 0 and self.z >= 0 and self.block >= 1 and self.window >= 0
+            self.budget_pct >= 0
+            and self.margin >= 0
+            and self.z >= 0
+            and self.block >= 1
+            and self.window >= 0
+            and self.recent >= 0
         ):
-            raise ValueError(f"{self.name}: budget_pct, margin, z and window must be >= 0 and block >= 1")
+            raise ValueError(
+                f"{self.name}: budget_pct, margin, z, window and recent must be >= 0 and block >= 1"
+            )
+        if self.window > 0 and self.recent > 0:
+            raise ValueError(
+                f"{self.name}: window ({self.window}) and recent ({self.recent}) exclude each other"
+            )
         if not self.prior_steps >= 0:
             raise ValueError(f"{self.name}: prior_steps must be >= 0, got {self.prior_steps}")
         if self.prior_steps > 0 and len(self.prior) != len(self.candidates):
@@ -292,7 +313,14 @@ class ReplaySelect:
         returns = steps.sum(axis=2)
         if self.prior_steps > 0:
             returns = returns + self.prior_steps * np.asarray(self.prior, dtype=np.float64)[None, :]
-        return select(returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z)
+        also = None
+        if 0 < self.recent < steps.shape[2]:  # a recent gain, confirmed by a lead over the whole replay
+            tail = steps[:, :, steps.shape[2] - self.recent :]
+            tail_returns = tail.sum(axis=2)
+            also = (tail_returns > tail_returns[:, :1]) & (returns > returns[:, :1])
+            if self.z > 0:
+                also &= block_gain_z(tail, self.block) > self.z
+        return select(returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z, also)
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         choice = self.choices(cfg, state)

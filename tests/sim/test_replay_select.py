@@ -295,5 +295,45 @@ def test_a_window_compares_the_recent_steps_of_the_replay(monkeypatch) -> None:
         2,
         2,
     ]  # "over" gains more but is not eligible
-    with pytest.raises(ValueError, match="window must be >= 0"):
+    with pytest.raises(ValueError, match="window and recent must be >= 0"):
         replace(whole, window=-1)
+
+
+def test_recent_switches_on_a_recent_gain_only_where_the_whole_replay_agrees(monkeypatch) -> None:
+    """`ReplaySelect.recent`: a candidate that gains steadily over the replay's last steps is played where its return
+    over the whole replay leads the fitted rule's as well, and not where an early loss still outweighs that gain
+    (a quiet stretch alone is no reason to switch); a recent gain that is not steady (one lucky block) is no reason
+    either; the whole replay's choice stands as it would without `recent`; `window` and `recent` together are
+    refused."""
+    until = 256
+    per_step = {
+        "own": np.full(until, -10.0),
+        "late": np.where(np.arange(until) < 128, -40.0, -8.0),  # behind over the whole replay, ahead lately
+        # even, blocks of 8 steps alternately 160 behind and ahead, then 2 a step ahead: ahead over both, yet no
+        # steady gain since step 0
+        "ahead": np.where(np.arange(until) < 192, -10.0 + 20.0 * (-1.0) ** (np.arange(until) // 8), -8.0),
+        "lucky": np.where(np.arange(until) == until - 1, 100.0, -10.0),  # one block's gain, ahead over both
+    }
+
+    def fake_replay(cfg, candidate, prefix, until_, seed):
+        return np.tile(per_step[candidate.name][:until_], (2, 1)), np.zeros(2)
+
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    monkeypatch.setattr("sim.replay_select.replay", fake_replay)
+
+    def choice(*names: str, **knobs) -> list[int]:
+        candidates = tuple(Named(n) for n in ("own", "own", *names))
+        return (
+            ReplaySelect(candidates, reference=1, z=2.0, **knobs)._replayed_choice(CFG, None, until).tolist()
+        )
+
+    assert choice("late", recent=64) == [0, 0]  # its early loss outweighs the recent gain
+    assert choice("late", "ahead", recent=64) == [3, 3]
+    assert choice("ahead") == [0, 0]  # since step 0 its gain is not clear (block_gain_z)
+    assert choice("ahead", recent=64) == [2, 2]
+    assert choice("lucky", recent=64) == [0, 0]
+    with pytest.raises(ValueError, match="exclude each other"):
+        choice("ahead", window=64, recent=64)
