@@ -44,12 +44,12 @@ with it). `_early`: the twenty-first session's guard (from step 32, 0.5 point pe
 rising test sets by tripping on short prefixes (benchmarks/RESULTS.md, "A later, wider guard").
 `_recent`: GUARDED with the returns compared over the replay's last 128 steps only (`ReplaySelect.window`), a
 candidate the twenty-seventh session is developing for the quiet test sets, where First-Fit's gain since step 0
-shows only late; `_recent64` the same from step 64 over the last 64 steps, under a pre-registered test against
-GUARDED (RESULTS.md, the same section). `_confirm64` / `_confirm128`: GUARDED, and also leaving the learned policy
-where a candidate's gain over the replay's last 64 / 128 steps stands 2 standard errors above 0 and its whole
-replayed return is above the policy's too (`ReplaySelect.recent`), the twenty-eighth session's development
-candidates after `_recent64` cost 0.734 on an ordinary set at M = 50. `bench_placer.py --replay-guard` evaluates
-any of them."""
+shows only late; `_recent64` the same from step 64 over the last 64 steps, rejected by its pre-registered test
+(fresh 80 % seed 130: it switched on quiet windows of a loaded test set and overshot 0.759 %). `_confirm64` /
+`_confirm128`: GUARDED, and also leaving the learned policy where a candidate's gain over the replay's last 64 /
+128 steps stands 2 standard errors above 0 and its whole replayed return is above the policy's too
+(`ReplaySelect.recent`); `_confirm64` is under a pre-registered test against GUARDED (RESULTS.md, "A recent gain
+confirmed since step 0"). `bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(
