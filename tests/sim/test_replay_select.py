@@ -265,6 +265,24 @@ def test_select_with_an_infinite_margin_switches_on_overshoot_only() -> None:
     assert select(returns, overshoot, 1, 0.5, 0.0).tolist() == [2, 2]
 
 
+class _Named:
+    """A stand-in candidate that `_replaying` knows by its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _replaying(monkeypatch, per_step: dict, overshoot: dict | None = None) -> None:
+    """Every replay of a `_Named` candidate gives its `per_step` returns (the same for 2 envs) up to the checkpoint
+    and its `overshoot` % (0 where not given)."""
+
+    def fake_replay(cfg, candidate, prefix, until, seed):
+        over = (overshoot or {}).get(candidate.name, 0.0)
+        return np.tile(per_step[candidate.name][:until], (2, 1)), np.full(2, over)
+
+    monkeypatch.setattr("sim.replay_select.replay", fake_replay)
+
+
 def test_a_window_compares_the_recent_steps_of_the_replay(monkeypatch) -> None:
     """`ReplaySelect.window`: a candidate that lost early (its few overshoots while the machines fill) and gains
     steadily since is kept out by a comparison since step 0 and played by one over the replay's last `window`
@@ -277,24 +295,13 @@ def test_a_window_compares_the_recent_steps_of_the_replay(monkeypatch) -> None:
         "over": np.full(until, -1.0),
     }
     overshoot = {"own": 0.0, "late": 0.2, "over": 3.0}
-
-    def fake_replay(cfg, candidate, prefix, until_, seed):
-        steps = np.tile(per_step[candidate.name][:until_], (2, 1))
-        return steps, np.full(2, overshoot[candidate.name])
-
-    class Named:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-    monkeypatch.setattr("sim.replay_select.replay", fake_replay)
-    candidates = (Named("own"), Named("own"), Named("late"), Named("over"))
+    _replaying(monkeypatch, per_step, overshoot)
+    candidates = (_Named("own"), _Named("own"), _Named("late"), _Named("over"))
     whole = ReplaySelect(candidates, reference=1, budget_pct=0.75, z=2.0)
     recent = replace(whole, window=128)
     assert whole._replayed_choice(CFG, None, until).tolist() == [0, 0]
-    assert recent._replayed_choice(CFG, None, until).tolist() == [
-        2,
-        2,
-    ]  # "over" gains more but is not eligible
+    # "over" gains more but is not eligible
+    assert recent._replayed_choice(CFG, None, until).tolist() == [2, 2]
     with pytest.raises(ValueError, match="window and recent must be >= 0"):
         replace(whole, window=-1)
 
@@ -314,18 +321,10 @@ def test_recent_switches_on_a_recent_gain_only_where_the_whole_replay_agrees(mon
         "ahead": np.where(np.arange(until) < 192, -10.0 + 20.0 * (-1.0) ** (np.arange(until) // 8), -8.0),
         "lucky": np.where(np.arange(until) == until - 1, 100.0, -10.0),  # one block's gain, ahead over both
     }
-
-    def fake_replay(cfg, candidate, prefix, until_, seed):
-        return np.tile(per_step[candidate.name][:until_], (2, 1)), np.zeros(2)
-
-    class Named:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-    monkeypatch.setattr("sim.replay_select.replay", fake_replay)
+    _replaying(monkeypatch, per_step)
 
     def choice(*names: str, **knobs) -> list[int]:
-        candidates = tuple(Named(n) for n in ("own", "own", *names))
+        candidates = tuple(_Named(n) for n in ("own", "own", *names))
         return (
             ReplaySelect(candidates, reference=1, z=2.0, **knobs)._replayed_choice(CFG, None, until).tolist()
         )
