@@ -641,9 +641,11 @@ def main() -> None:
             guard = guard_placer(loaded, args.seed, base, tuple(fitted_advisors.values()), variant)
             ran[variant] = outcomes(guard, cfg, test, args.seed, labeller)
             chosen = ", ".join(f"{n} {k}" for n, k in guard.tally.most_common())
+            why = ", ".join(f"{n} {k}" for n, k in guard.why.most_common()) or "none"
             print(
                 f"    {variant}: {time.perf_counter() - t0:.0f} s, overshoot {ran[variant][1].mean():.3f} % "
-                f"(ours {ran['forecast_residual_rl'][1].mean():.3f} %); chosen at checkpoints: {chosen}"
+                f"(ours {ran['forecast_residual_rl'][1].mean():.3f} %); chosen at checkpoints: {chosen}; "
+                f"switches by reason: {why}"
             )
             show_pairs(f"{variant} vs ours", ran[variant][0], ours)
             if variant != guards[0]:

@@ -183,6 +183,32 @@ def select(
     return np.where(eligible[:, 0], best_switch, best_eligible)
 
 
+def switch_reasons(
+    chosen: np.ndarray,
+    returns: np.ndarray,
+    overshoot: np.ndarray,
+    reference: int,
+    budget_pct: float,
+    margin: float,
+    gain_z: np.ndarray | None = None,
+    z: float = 0.0,
+) -> list[str]:
+    """Why `select` (with these arguments) left the first candidate, one entry per env that left it (`ReplaySelect.
+    why`): "overshoot" where the first was not eligible, "return" where the chosen one beat it over the whole
+    replay, "recent" where only `also` allowed the switch."""
+    rows = np.arange(chosen.size)
+    eligible_first = overshoot[:, 0] <= overshoot[:, reference] + budget_pct
+    eligible_first |= reference == 0
+    plain = select(returns, overshoot, reference, budget_pct, margin, gain_z, z)  # the choice without `also`
+    reasons = []
+    for b in rows[chosen != 0]:
+        if not eligible_first[b]:
+            reasons.append("overshoot")
+        else:
+            reasons.append("return" if plain[b] == chosen[b] else "recent")
+    return reasons
+
+
 @dataclass(frozen=True)
 class ReplaySelect:
     """Plays, per env, the candidate rule that did best on a replay of the episode's observed past (module
@@ -228,6 +254,10 @@ class ReplaySelect:
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
     tally: Counter = field(default_factory=Counter, repr=False, compare=False)
     """How often each candidate was chosen at a checkpoint (by name), over every episode this instance played."""
+    why: Counter = field(default_factory=Counter, repr=False, compare=False)
+    """Why an env left the first candidate at a checkpoint, over every episode this instance played: "overshoot"
+    (its replayed overshoot % was beyond the budget), "return" (an eligible candidate beat its return over the
+    whole replay) or "recent" (only `recent`'s confirmed recent gain allowed the switch)."""
 
     def __post_init__(self) -> None:
         if len(self.candidates) < 2:
@@ -320,7 +350,15 @@ class ReplaySelect:
             also = (tail_returns > tail_returns[:, :1]) & (returns > returns[:, :1])
             if self.z > 0:
                 also &= block_gain_z(tail, self.block) > self.z
-        return select(returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z, also)
+        chosen = select(
+            returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z, also
+        )
+        self.why.update(
+            switch_reasons(
+                chosen, returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z
+            )
+        )
+        return chosen
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         choice = self.choices(cfg, state)

@@ -336,3 +336,27 @@ def test_recent_switches_on_a_recent_gain_only_where_the_whole_replay_agrees(mon
     assert choice("lucky", recent=64) == [0, 0]
     with pytest.raises(ValueError, match="exclude each other"):
         choice("ahead", window=64, recent=64)
+
+
+def test_switch_reasons_name_why_the_fitted_rule_was_left(monkeypatch) -> None:
+    """`ReplaySelect.why` counts each switch away from the fitted rule by its cause: its replayed overshoot beyond
+    the budget, a better return over the whole replay, or only `recent`'s confirmed recent gain; staying is not
+    counted."""
+    until = 256
+    per_step = {
+        "own": np.full(until, -10.0),
+        "ref": np.full(until, -10.0),
+        "better": np.full(until, -5.0),
+        "ahead": np.where(np.arange(until) < 192, -10.0 + 20.0 * (-1.0) ** (np.arange(until) // 8), -8.0),
+    }
+
+    def why(names: tuple[str, ...], overshoot: dict | None = None, **knobs) -> dict:
+        _replaying(monkeypatch, per_step, overshoot)
+        guard = ReplaySelect(tuple(_Named(n) for n in ("own", "ref", *names)), reference=1, z=2.0, **knobs)
+        guard._replayed_choice(CFG, None, until)
+        return dict(guard.why)
+
+    assert why(("better",)) == {"return": 2}
+    assert why(("better",), {"own": 1.0}) == {"overshoot": 2}  # beyond the reference's 0 + 0.5 point
+    assert why(("ahead",), recent=64) == {"recent": 2}
+    assert why(("ahead",)) == {}  # kept: no switch to count
