@@ -22,22 +22,27 @@ from sim.replay_select import ReplaySelect, replay_guard
 GUARDED = "forecast_residual_rl_replay"
 """The registry name of the guarded policy: the README's evaluated learned policy (GUARD_KNOBS' first entry)."""
 _ON_RETURN = {"first": 128, "budget_pct": 0.75, "on_return": True}
-"""The return guard's knobs: GUARDED's since the twenty-seventh session, and `_return`'s under its own name."""
+"""The return guard's knobs: GUARDED's in the twenty-seventh and twenty-eighth sessions, and `_return`'s under its
+own name."""
+_CONFIRM64 = {**_ON_RETURN, "recent": 64}
+"""The return guard's knobs and a recent gain the whole replay confirms: GUARDED's since the twenty-ninth session,
+and `_confirm64`'s under its own name."""
 GUARD_KNOBS: dict[str, dict] = {
-    GUARDED: _ON_RETURN,
+    GUARDED: _CONFIRM64,
     "forecast_residual_rl_replay_early": {"first": 32, "budget_pct": 0.5},
     "forecast_residual_rl_replay_late": {"first": 128, "budget_pct": 0.75},
     "forecast_residual_rl_replay_return": _ON_RETURN,
     "forecast_residual_rl_replay_recent": {**_ON_RETURN, "window": 128},
     "forecast_residual_rl_replay_recent64": {**_ON_RETURN, "first": 64, "window": 64},
-    "forecast_residual_rl_replay_confirm64": {**_ON_RETURN, "recent": 64},
+    "forecast_residual_rl_replay_confirm64": _CONFIRM64,
     "forecast_residual_rl_replay_confirm128": {**_ON_RETURN, "recent": 128},
 }
-"""Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_return`'s knobs since the
-twenty-seventh session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "The return guard
-adopted"). `_return`: its first checkpoint at step 128 and 0.75 point per episode, and also leaving the learned
-policy where an eligible candidate's replayed return beats its own by 2 standard errors of the gain over 8-step
-blocks, as `forecast_peak_replay` chooses (kept under its name so the twenty-sixth session's commands rerun).
+"""Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_confirm64`'s knobs since the
+twenty-ninth session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "A recent gain
+confirmed since step 0"); `_return`'s in the twenty-seventh and twenty-eighth, adopted by theirs ("The return
+guard adopted"). `_return`: its first checkpoint at step 128 and 0.75 point per episode, and also leaving the
+learned policy where an eligible candidate's replayed return beats its own by 2 standard errors of the gain over
+8-step blocks, as `forecast_peak_replay` chooses (kept under its name so the earlier sessions' commands rerun).
 `_late`: the guard on overshoot only, from step 128 with 0.75 point per episode, written down before its fresh
 runs in the twenty-second session and GUARDED from then to the twenty-sixth (the rows of those sessions rerun
 with it). `_early`: the twenty-first session's guard (from step 32, 0.5 point per episode), which cost return on
@@ -48,8 +53,8 @@ shows only late; `_recent64` the same from step 64 over the last 64 steps, rejec
 (fresh 80 % seed 130: it switched on quiet windows of a loaded test set and overshot 0.759 %). `_confirm64` /
 `_confirm128`: GUARDED, and also leaving the learned policy where a candidate's gain over the replay's last 64 /
 128 steps stands 2 standard errors above 0 and its whole replayed return is above the policy's too
-(`ReplaySelect.recent`); `_confirm64` is under a pre-registered test against GUARDED (RESULTS.md, "A recent gain
-confirmed since step 0"). `bench_placer.py --replay-guard` evaluates any of them."""
+(`ReplaySelect.recent`); `_confirm64` passed its pre-registered test against `_return` (4 fresh runs: level at
+M = 50, +0.038 [+0.005, +0.072] at M = 10) and is GUARDED's knobs since. `bench_placer.py --replay-guard` evaluates any of them."""
 
 
 def guard(

@@ -1395,8 +1395,10 @@ def test_the_guarded_placer_is_the_trained_file_under_the_replay_guard(tmp_path)
     )
     on_return = guard(ForecastResidualPolicy(checkpoint=path), variant="forecast_residual_rl_replay_return")
     assert (on_return.first, on_return.budget_pct, on_return.margin, on_return.z) == (128, 0.75, 0.0, 2.0)
-    # adopted by the twenty-seventh session's pre-registered runs: the return guard's knobs
+    # adopted by the twenty-seventh session's pre-registered runs: the return guard's knobs; by the twenty-ninth's,
+    # a recent gain over the replay's last 64 steps that the whole replay confirms
     assert (guard_of_file.margin, guard_of_file.z) == (on_return.margin, on_return.z)
+    assert (guard_of_file.recent, on_return.recent, guard_of_file.window) == (64, 0, 0)
     late = guard(ForecastResidualPolicy(checkpoint=path), variant="forecast_residual_rl_replay_late")
     assert (late.first, late.budget_pct) == (128, 0.75)
     assert np.isinf(late.margin)  # the guard on overshoot only
