@@ -159,6 +159,7 @@ def select(
     gain_z: np.ndarray | None = None,
     z: float = 0.0,
     also: np.ndarray | None = None,
+    why: Counter | None = None,
 ) -> np.ndarray:
     """(B,) index of the candidate to play per env from (B, C) replayed returns and overshoot %. Eligible: overshoot
     at most the `reference` candidate's + `budget_pct` (the reference always is). Where the first candidate (the
@@ -166,7 +167,7 @@ def select(
     return| and, where `gain_z` (`block_gain_z`) is given, by more than `z` standard errors; then the best such by
     return is played (with an infinite `margin` none is). `also` (B, C): further switches allowed where a candidate
     is eligible (`ReplaySelect.recent`'s). Where the first is not eligible, the eligible one with the best return
-    is played."""
+    is played. `why`: counts each env that leaves the first candidate by its cause (`ReplaySelect.why`)."""
     eligible = overshoot <= overshoot[:, [reference]] + budget_pct
     eligible[:, reference] = True
     if np.isinf(margin):  # no return beats the first candidate's: it is left only where it is not eligible
@@ -175,38 +176,17 @@ def select(
         beats = eligible & (returns > returns[:, :1] + margin * np.abs(returns[:, :1]))
     if gain_z is not None:
         beats &= gain_z > z
+    beats[:, 0] = True
+    on_return = np.argmax(np.where(beats, returns, -np.inf), axis=1)  # the switch without `also`
     if also is not None:
         beats |= eligible & also
-    beats[:, 0] = True
     best_switch = np.argmax(np.where(beats, returns, -np.inf), axis=1)
     best_eligible = np.argmax(np.where(eligible, returns, -np.inf), axis=1)
-    return np.where(eligible[:, 0], best_switch, best_eligible)
-
-
-def switch_reasons(
-    chosen: np.ndarray,
-    returns: np.ndarray,
-    overshoot: np.ndarray,
-    reference: int,
-    budget_pct: float,
-    margin: float,
-    gain_z: np.ndarray | None = None,
-    z: float = 0.0,
-) -> list[str]:
-    """Why `select` (with these arguments) left the first candidate, one entry per env that left it (`ReplaySelect.
-    why`): "overshoot" where the first was not eligible, "return" where the chosen one beat it over the whole
-    replay, "recent" where only `also` allowed the switch."""
-    rows = np.arange(chosen.size)
-    eligible_first = overshoot[:, 0] <= overshoot[:, reference] + budget_pct
-    eligible_first |= reference == 0
-    plain = select(returns, overshoot, reference, budget_pct, margin, gain_z, z)  # the choice without `also`
-    reasons = []
-    for b in rows[chosen != 0]:
-        if not eligible_first[b]:
-            reasons.append("overshoot")
-        else:
-            reasons.append("return" if plain[b] == chosen[b] else "recent")
-    return reasons
+    chosen = np.where(eligible[:, 0], best_switch, best_eligible)
+    if why is not None:
+        cause = np.where(~eligible[:, 0], "overshoot", np.where(on_return == chosen, "return", "recent"))
+        why.update(cause[chosen != 0].tolist())
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -350,15 +330,9 @@ class ReplaySelect:
             also = (tail_returns > tail_returns[:, :1]) & (returns > returns[:, :1])
             if self.z > 0:
                 also &= block_gain_z(tail, self.block) > self.z
-        chosen = select(
-            returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z, also
+        return select(
+            returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z, also, self.why
         )
-        self.why.update(
-            switch_reasons(
-                chosen, returns, overshoot, self.reference, self.budget_pct, self.margin, gain_z, self.z
-            )
-        )
-        return chosen
 
     def pick_job(self, cfg: SimConfig, state: State, rng: np.random.Generator) -> np.ndarray:
         choice = self.choices(cfg, state)
