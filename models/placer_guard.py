@@ -54,7 +54,8 @@ shows only late; `_recent64` the same from step 64 over the last 64 steps, rejec
 `_confirm128`: GUARDED, and also leaving the learned policy where a candidate's gain over the replay's last 64 /
 128 steps stands 2 standard errors above 0 and its whole replayed return is above the policy's too
 (`ReplaySelect.recent`); `_confirm64` passed its pre-registered test against `_return` (4 fresh runs: level at
-M = 50, +0.038 [+0.005, +0.072] at M = 10) and is GUARDED's knobs since. `bench_placer.py --replay-guard` evaluates any of them."""
+M = 50, +0.038 [+0.005, +0.072] at M = 10) and is GUARDED's knobs since. `bench_placer.py --replay-guard`
+evaluates any of them."""
 
 
 def guard(

@@ -26,7 +26,8 @@ def test_forecast_residual_trains_publishes_and_loads_back(tmp_path):
         "sources": ["deepplace_synthetic"],
         "forecaster_preset": "sample",
         "tuning_preset": "smoke",  # the asset's wiring, not the grid: one level on validation
-        # a budget n_iterations bounds first: on a loaded machine 30 s went on the base stage and no PG iteration ran
+        # a budget that n_iterations bounds first: on a loaded machine 30 s went on the base stage, and no PG
+        # iteration ran
         "placer": {"n_iterations": 1, "n_sequences": 2, "n_rollouts": 2, "time_budget_s": 600.0},
     }
     with DagsterInstance.ephemeral() as instance:
