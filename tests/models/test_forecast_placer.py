@@ -365,6 +365,60 @@ def test_the_rule_action_set_raises_each_machines_level_with_its_jobs_under_rule
     assert fp.charge_n_ref(None, {"advisor": guard, "base": base_guard}) == 1.5
 
 
+def _noisy_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
+    """Jobs whose CPU is drawn afresh each step from 1..hi (hi 2-6 per job), requests 6: remaining-peak quantiles
+    that differ between levels (the square waves' peaks are certain)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_rows):
+        seq, t = [], 0
+        for _ in range(n_jobs):
+            t += int(rng.integers(0, 2))
+            hi = int(rng.integers(2, 7))
+            usage = [[int(rng.integers(1, hi + 1)), 1] for _ in range(int(rng.integers(6, 30)))]
+            seq.append({"arrival_step": t, "usage": usage, "ec_label": 0, "request": [6, 2]})
+        rows.append(seq)
+    return JobBatch.from_jobs(rows)
+
+
+def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level_is_safe() -> None:
+    """`models.placer_guard.cautious_placer`: the policy bound one (or n) input levels above its `safe_level`,
+    sharing its network and rules; its mask never allows a machine the policy's does not, and forbids some the
+    policy allows; none where no such level exists; the `_cautious` guard offers it as a named candidate."""
+    from models.placer_guard import cautious_placer, guard
+
+    cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
+    table = fit_peak_quantiles(_noisy_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
+    wanted = PlacerConfig(base_bonus=0.5, action_set="rule", rule_charge=True)
+    config = fp.with_rule_level(wanted, 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=4.0)  # up to 4 jobs at 0.75
+    policy = ForecastResidualPolicy(
+        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
+    )
+    _randomise_residual(policy.ready(cfg))
+    cautious = cautious_placer(policy)
+    assert cautious.config == replace(config, safe_level=0.9) and cautious.net is policy.net
+    assert cautious._sums is not policy._sums and policy.config.safe_level == 0.75
+    assert cautious_placer(policy, 2).config.safe_level == 0.99 and cautious_placer(policy, 3) is None
+    assert cautious_placer(ForecastResidualPolicy(config=PlacerConfig(action_set="valid"))) is None
+    counts = {"allowed": 0, "forbidden": 0}
+
+    def check(state, inputs, active) -> None:
+        narrow = cautious.decision_inputs(cfg, state, np.random.default_rng(1))["mask"]
+        assert not (narrow & ~inputs["mask"]).any()  # never a machine the policy's own mask forbids
+        counts["allowed"] += int(narrow[active].sum())
+        counts["forbidden"] += int((inputs["mask"] & ~narrow)[active].sum())
+
+    run_rollout(
+        policy, cfg, _noisy_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
+    )
+    assert counts["allowed"] > 0 and counts["forbidden"] > 0
+    guarded = guard(policy, variant="forecast_residual_rl_replay_cautious")
+    assert guarded.names[-3:] == ("forecast_residual_rl@0.9", "first_fit", "best_fit")
+    assert guarded.candidates[-3].config.safe_level == 0.9 and guarded.recent == 64
+    top = cautious_placer(policy, 2)
+    assert guard(top, variant="forecast_residual_rl_replay_cautious").names[-2:] == ("first_fit", "best_fit")
+
+
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
     jobs = _square_jobs(4, 30, seed=5)
     policy = ForecastResidualPolicy(base=make_policy("first_fit"), config=PlacerConfig(bc_learning_rate=1e-2))
