@@ -40,6 +40,7 @@ GUARD_KNOBS: dict[str, dict] = {
     "forecast_residual_rl_replay_confirm64": _CONFIRM64,
     "forecast_residual_rl_replay_confirm128": {**_ON_RETURN, "recent": 128},
     "forecast_residual_rl_replay_cautious": {**_CONFIRM64, "cautious": 1},
+    "forecast_residual_rl_replay_shift": {**_CONFIRM64, "cautious": 1, "bolder": 1},
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_confirm64`'s knobs since the
 twenty-ninth session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "A recent gain
@@ -59,28 +60,33 @@ shows only late; `_recent64` the same from step 64 over the last 64 steps, rejec
 128 steps stands 2 standard errors above 0 and its whole replayed return is above the policy's too
 (`ReplaySelect.recent`); `_confirm64` passed its pre-registered test against `_return` (4 fresh runs: level at
 M = 50, +0.038 [+0.005, +0.072] at M = 10) and is GUARDED's knobs since. `_cautious` (thirtieth session):
-GUARDED with the learned policy itself one level more cautious (`cautious_placer`) among the candidates, so an
+GUARDED with the learned policy itself one level more cautious (`shifted_placer`) among the candidates, so an
 env whose replay overshoots beyond the budget can keep the learned policy's packing at a safer level instead of
-a request-based rule's (on the loaded seen runs every switch at M = 50 cost return). `bench_placer.py
+a request-based rule's (on the loaded seen runs every switch at M = 50 cost return); `_shift`: also one level
+bolder, for the quiet test sets where First-Fit's tighter packing wins. `bench_placer.py
 --replay-guard` evaluates any of them."""
 
 
-def cautious_placer(policy: ForecastResidualPolicy, steps: int = 1) -> ForecastResidualPolicy | None:
+def shifted_placer(policy: ForecastResidualPolicy, steps: int = 1) -> ForecastResidualPolicy | None:
     """`policy` (the same network, forecaster, base and advisor) with its action set "rule" bound `steps` of its
-    input levels above its own `safe_level` (0.75 -> 0.9 for one step on the levels 0.5, 0.75, 0.9, 0.95, 0.99):
-    it packs beyond requests only as far as that more cautious bound allows (under `rule_charge` each machine's
-    level still rises with the jobs an overshoot there would charge, from the new floor). None where there is no
-    such level (action set not "rule", no bound level, or the top level already). Its own per-rollout sums."""
+    input levels above its own `safe_level` (0.75 -> 0.9 for one step on the levels 0.5, 0.75, 0.9, 0.95, 0.99),
+    or below it for `steps` < 0 (0.75 -> 0.5): it packs beyond requests as far as that more cautious (bolder)
+    bound allows (under `rule_charge` each machine's level still rises with the jobs an overshoot there would
+    charge, from the new floor). None where there is no such level (action set not "rule", no bound level, or
+    too few levels that way) or `steps` is 0. Its own per-rollout sums."""
     pcfg = policy.config
-    if pcfg.action_set != "rule" or pcfg.safe_level is None:
+    if pcfg.action_set != "rule" or pcfg.safe_level is None or steps == 0:
         return None
-    above = [lv for lv in pcfg.levels if lv > pcfg.safe_level + 1e-9]
-    if len(above) < steps:
+    if steps > 0:
+        way = [lv for lv in pcfg.levels if lv > pcfg.safe_level + 1e-9]
+    else:
+        way = [lv for lv in reversed(pcfg.levels) if lv < pcfg.safe_level - 1e-9]
+    if len(way) < abs(steps):
         return None
-    cautious = copy.copy(policy)
-    cautious.config = replace(pcfg, safe_level=above[steps - 1])
-    cautious._sums = RunningSums()
-    return cautious
+    shifted = copy.copy(policy)
+    shifted.config = replace(pcfg, safe_level=way[abs(steps) - 1])
+    shifted._sums = RunningSums()
+    return shifted
 
 
 def guard(
@@ -92,19 +98,19 @@ def guard(
 ) -> ReplaySelect:
     """`policy` guarded by replays: its base rule (`base` overrides it, e.g. the same rule as fitted by a
     benchmark) and `rules` (None: the policy's `guard_rules`) as the other candidates; `seed`: the replays';
-    `variant`: a GUARD_KNOBS name (ValueError naming the known ones otherwise). A variant's `cautious` knob (n):
-    the policy n levels more cautious (`cautious_placer`) is a candidate after `rules`, named
+    `variant`: a GUARD_KNOBS name (ValueError naming the known ones otherwise). A variant's `cautious` / `bolder`
+    knob (n): the policy n levels more cautious / bolder (`shifted_placer`) is a candidate after `rules`, named
     "forecast_residual_rl@<level>" (none where the policy has no such level)."""
     if variant not in GUARD_KNOBS:
         raise ValueError(f"guard variant {variant!r}: not one of {sorted(GUARD_KNOBS)}")
     knobs = dict(GUARD_KNOBS[variant])
     rules = policy.guard_rules if rules is None else tuple(rules)
     names = (policy.name, *(getattr(r, "name", f"other{i}") for i, r in enumerate(rules)))
-    steps = knobs.pop("cautious", 0)
-    cautious = cautious_placer(policy, steps) if steps else None
-    if cautious is not None:
-        rules = (*rules, cautious)
-        names = (*names, f"{policy.name}@{cautious.config.safe_level:g}")
+    for steps in (knobs.pop("cautious", 0), -knobs.pop("bolder", 0)):
+        shifted = shifted_placer(policy, steps)
+        if shifted is not None:
+            rules = (*rules, shifted)
+            names = (*names, f"{policy.name}@{shifted.config.safe_level:g}")
     base = policy.base_policy if base is None else base  # replay_guard names the rules by their own names
     return replay_guard(policy, base, rules, names, seed=seed, name=variant, **knobs)
 

@@ -382,10 +382,11 @@ def _noisy_jobs(n_rows: int, n_jobs: int, seed: int) -> JobBatch:
 
 
 def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level_is_safe() -> None:
-    """`models.placer_guard.cautious_placer`: the policy bound one (or n) input levels above its `safe_level`,
-    sharing its network and rules; its mask never allows a machine the policy's does not, and forbids some the
-    policy allows; none where no such level exists; the `_cautious` guard offers it as a named candidate."""
-    from models.placer_guard import cautious_placer, guard
+    """`models.placer_guard.shifted_placer`: the policy bound one (or n) input levels above (below) its
+    `safe_level`, sharing its network and rules; the cautious one's mask never allows a machine the policy's does
+    not, and forbids some the policy allows; none where no such level exists; the `_cautious` and `_shift` guards
+    offer them as named candidates."""
+    from models.placer_guard import guard, shifted_placer
 
     cfg = SimConfig(n_machines=4, max_steps=400, hold_rule="no_fit")
     table = fit_peak_quantiles(_noisy_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
@@ -395,11 +396,13 @@ def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level
         base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
     )
     _randomise_residual(policy.ready(cfg))
-    cautious = cautious_placer(policy)
+    cautious = shifted_placer(policy)
     assert cautious.config == replace(config, safe_level=0.9) and cautious.net is policy.net
     assert cautious._sums is not policy._sums and policy.config.safe_level == 0.75
-    assert cautious_placer(policy, 2).config.safe_level == 0.99 and cautious_placer(policy, 3) is None
-    assert cautious_placer(ForecastResidualPolicy(config=PlacerConfig(action_set="valid"))) is None
+    assert shifted_placer(policy, 2).config.safe_level == 0.99 and shifted_placer(policy, 3) is None
+    assert shifted_placer(policy, -1).config.safe_level == 0.5 and shifted_placer(policy, -2) is None
+    assert shifted_placer(policy, 0) is None
+    assert shifted_placer(ForecastResidualPolicy(config=PlacerConfig(action_set="valid"))) is None
     counts = {"allowed": 0, "forbidden": 0}
 
     def check(state, inputs, active) -> None:
@@ -415,8 +418,10 @@ def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level
     guarded = guard(policy, variant="forecast_residual_rl_replay_cautious")
     assert guarded.names[-3:] == ("forecast_residual_rl@0.9", "first_fit", "best_fit")
     assert guarded.candidates[-3].config.safe_level == 0.9 and guarded.recent == 64
-    top = cautious_placer(policy, 2)
+    top = shifted_placer(policy, 2)
     assert guard(top, variant="forecast_residual_rl_replay_cautious").names[-2:] == ("first_fit", "best_fit")
+    both = guard(policy, variant="forecast_residual_rl_replay_shift")
+    assert both.names[-4:-2] == ("forecast_residual_rl@0.9", "forecast_residual_rl@0.5")
 
 
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
