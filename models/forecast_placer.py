@@ -236,6 +236,10 @@ class PlacerConfig:
     charge_n_ref: float | None = None
     """`rule_charge`: the mean jobs charged per admission of the fitted `forecast_peak` on the validation
     sequences (`sim.charge_level.fit_peak_charge`'s n_ref), bound at fit time; saved with the checkpoint."""
+    keep_advice: bool = True
+    """Action sets "safe" and "rule": the advisor's action is allowed even where the bound at the machine's level
+    calls it unsafe (the advisor's own rule decided it). False: only where that bound calls it safe, as any other
+    machine (the replay guard's cautious candidate, `models.placer_guard.shifted_placer`)."""
     rise_rate: float | None = None
     """The training fit part's first rises per job-step at risk (`sim.rise_shift.fit_rise_rate`), bound at fit
     time where `rule_shift` is on (`train_forecast_placer`); saved with the checkpoint."""
@@ -1362,7 +1366,8 @@ class ForecastResidualPolicy:
         if self.config.action_set != "valid":
             counts = running_counts(self.config, cfg.n_resources, x) if self.config.rule_charge else None
             levels = rule_levels(self.config, state, counts)
-            mask = safe_action_mask(cfg, self.config, x, base, mask, advice, levels)
+            kept = advice if self.config.keep_advice else None
+            mask = safe_action_mask(cfg, self.config, x, base, mask, kept, levels)
         inputs = {"x": x, "g": g, "base": base, "mask": mask}
         if self.advisor is not None:
             inputs["advice"] = advice

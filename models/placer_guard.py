@@ -72,8 +72,9 @@ def shifted_placer(policy: ForecastResidualPolicy, steps: int = 1) -> ForecastRe
     input levels above its own `safe_level` (0.75 -> 0.9 for one step on the levels 0.5, 0.75, 0.9, 0.95, 0.99),
     or below it for `steps` < 0 (0.75 -> 0.5): it packs beyond requests as far as that more cautious (bolder)
     bound allows (under `rule_charge` each machine's level still rises with the jobs an overshoot there would
-    charge, from the new floor). None where there is no such level (action set not "rule", no bound level, or
-    too few levels that way) or `steps` is 0. Its own per-rollout sums."""
+    charge, from the new floor). A cautious one allows the advisor's action only where that bound does
+    (`PlacerConfig.keep_advice` False); a bolder one keeps it. None where there is no such level (action set not
+    "rule", no bound level, or too few levels that way) or `steps` is 0. Its own per-rollout sums."""
     pcfg = policy.config
     if pcfg.action_set != "rule" or pcfg.safe_level is None or steps == 0:
         return None
@@ -84,7 +85,9 @@ def shifted_placer(policy: ForecastResidualPolicy, steps: int = 1) -> ForecastRe
     if len(way) < abs(steps):
         return None
     shifted = copy.copy(policy)
-    shifted.config = replace(pcfg, safe_level=way[abs(steps) - 1])
+    # a cautious one bounds the advisor's action too: the learned policy plays the advisor's rule exactly while
+    # the advisor's bonus dominates, and that rule's overshoot is what sends an env out of the budget
+    shifted.config = replace(pcfg, safe_level=way[abs(steps) - 1], keep_advice=steps < 0)
     shifted._sums = RunningSums()
     return shifted
 

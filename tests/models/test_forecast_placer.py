@@ -392,29 +392,35 @@ def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level
     table = fit_peak_quantiles(_noisy_jobs(12, 30, seed=1), cfg, levels=(0.5, 0.75, 0.9, 0.99), min_count=3)
     wanted = PlacerConfig(base_bonus=0.5, action_set="rule", rule_charge=True)
     config = fp.with_rule_level(wanted, 0.75, (0.5, 0.75, 0.9, 0.99), n_ref=4.0)  # up to 4 jobs at 0.75
-    policy = ForecastResidualPolicy(
-        base=_hybrid(), forecaster=RemainingPeakQuantiles(table, 12), config=config
-    )
+    forecaster, advisor = RemainingPeakQuantiles(table, 12), _charge_guard(table)
+    policy = ForecastResidualPolicy(base=_hybrid(), forecaster=forecaster, config=config, advisor=advisor)
     _randomise_residual(policy.ready(cfg))
     cautious = shifted_placer(policy)
-    assert cautious.config == replace(config, safe_level=0.9) and cautious.net is policy.net
+    assert (
+        cautious.config == replace(config, safe_level=0.9, keep_advice=False) and cautious.net is policy.net
+    )
     assert cautious._sums is not policy._sums and policy.config.safe_level == 0.75
     assert shifted_placer(policy, 2).config.safe_level == 0.99 and shifted_placer(policy, 3) is None
-    assert shifted_placer(policy, -1).config.safe_level == 0.5 and shifted_placer(policy, -2) is None
+    assert (
+        shifted_placer(policy, -1).config == replace(config, safe_level=0.5)
+        and shifted_placer(policy, -2) is None
+    )
     assert shifted_placer(policy, 0) is None
     assert shifted_placer(ForecastResidualPolicy(config=PlacerConfig(action_set="valid"))) is None
-    counts = {"allowed": 0, "forbidden": 0}
+    counts = {"allowed": 0, "forbidden": 0, "advice_forbidden": 0}
 
     def check(state, inputs, active) -> None:
         narrow = cautious.decision_inputs(cfg, state, np.random.default_rng(1))["mask"]
         assert not (narrow & ~inputs["mask"]).any()  # never a machine the policy's own mask forbids
         counts["allowed"] += int(narrow[active].sum())
         counts["forbidden"] += int((inputs["mask"] & ~narrow)[active].sum())
+        rows = np.flatnonzero(active)  # the policy's mask always keeps the advice; the cautious one's not
+        counts["advice_forbidden"] += int((~narrow[rows, inputs["advice"][rows]]).sum())
 
     run_rollout(
         policy, cfg, _noisy_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
     )
-    assert counts["allowed"] > 0 and counts["forbidden"] > 0
+    assert counts["allowed"] > 0 and counts["forbidden"] > 0 and counts["advice_forbidden"] > 0
     guarded = guard(policy, variant="forecast_residual_rl_replay_cautious")
     assert guarded.names[-3:] == ("forecast_residual_rl@0.9", "first_fit", "best_fit")
     assert guarded.candidates[-3].config.safe_level == 0.9 and guarded.recent == 64
