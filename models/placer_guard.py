@@ -41,6 +41,7 @@ GUARD_KNOBS: dict[str, dict] = {
     "forecast_residual_rl_replay_confirm128": {**_ON_RETURN, "recent": 128},
     "forecast_residual_rl_replay_cautious": {**_CONFIRM64, "cautious": 1},
     "forecast_residual_rl_replay_shift": {**_CONFIRM64, "cautious": 1, "bolder": 1},
+    "forecast_residual_rl_replay_bold": {**_CONFIRM64, "bolder": 1},
 }
 """Guard variants: row name -> `ReplaySelect` knobs. GUARDED, the evaluated one: `_confirm64`'s knobs since the
 twenty-ninth session, whose pre-registered fresh runs adopted them (benchmarks/RESULTS.md, "A recent gain
@@ -63,7 +64,9 @@ M = 50, +0.038 [+0.005, +0.072] at M = 10) and is GUARDED's knobs since. `_cauti
 GUARDED with the learned policy itself one level more cautious (`shifted_placer`) among the candidates, so an
 env whose replay overshoots beyond the budget can keep the learned policy's packing at a safer level instead of
 a request-based rule's (on the loaded seen runs every switch at M = 50 cost return); `_shift`: also one level
-bolder, for the quiet test sets where First-Fit's tighter packing wins. `bench_placer.py
+bolder, for the quiet test sets where First-Fit's tighter packing wins; `_bold`: GUARDED with the bolder one only
+(the cautious one, chosen on its replay at step 128, cost more at M = 50 on the seen 80 % seed 132 than the
+request-based rules it displaced: benchmarks/RESULTS.md, thirtieth session). `bench_placer.py
 --replay-guard` evaluates any of them."""
 
 

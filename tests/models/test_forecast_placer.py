@@ -428,6 +428,8 @@ def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level
     assert guard(top, variant="forecast_residual_rl_replay_cautious").names[-2:] == ("first_fit", "best_fit")
     both = guard(policy, variant="forecast_residual_rl_replay_shift")
     assert both.names[-4:-2] == ("forecast_residual_rl@0.9", "forecast_residual_rl@0.5")
+    bold = guard(policy, variant="forecast_residual_rl_replay_bold")
+    assert bold.names[-3] == "forecast_residual_rl@0.5" and bold.candidates[-3].config.keep_advice
 
 
 def test_behaviour_cloning_reaches_the_teachers_action_on_a_toy_problem() -> None:
