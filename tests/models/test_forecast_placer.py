@@ -36,7 +36,7 @@ from sim.config import SimConfig
 from sim.forecast import ExactForecaster
 from sim.jobs import JobBatch
 from sim.peak_forecast import RemainingPeakQuantiles, fit_peak_quantiles
-from sim.policies import Tetris, decide, make_policy
+from sim.policies import FirstFit, Tetris, decide, make_policy
 from sim.risk import PersistenceForecaster, RequestForecaster, RiskAwarePacking, RiskConfig
 from sim.tuning import sequence_outcomes, sequence_returns, split_validation
 
@@ -407,20 +407,31 @@ def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level
     )
     assert shifted_placer(policy, 0) is None
     assert shifted_placer(ForecastResidualPolicy(config=PlacerConfig(action_set="valid"))) is None
-    counts = {"allowed": 0, "forbidden": 0, "advice_forbidden": 0}
 
-    def check(state, inputs, active) -> None:
-        narrow = cautious.decision_inputs(cfg, state, np.random.default_rng(1))["mask"]
-        assert not (narrow & ~inputs["mask"]).any()  # never a machine the policy's own mask forbids
-        counts["allowed"] += int(narrow[active].sum())
-        counts["forbidden"] += int((inputs["mask"] & ~narrow)[active].sum())
-        rows = np.flatnonzero(active)  # the policy's mask always keeps the advice; the cautious one's not
-        counts["advice_forbidden"] += int((~narrow[rows, inputs["advice"][rows]]).sum())
+    def masks_compared(policy: ForecastResidualPolicy) -> dict[str, int]:
+        """Over a rollout of `policy`, the machines its cautious copy allows, those it forbids that the policy
+        allows, and the advisor's actions among them (the policy's mask always keeps the advisor's action)."""
+        cautious, counts = shifted_placer(policy), {"allowed": 0, "forbidden": 0, "advice_forbidden": 0}
 
-    run_rollout(
-        policy, cfg, _noisy_jobs(4, 30, seed=4), 0, "sample", np.random.default_rng(0), on_decision=check
-    )
-    assert counts["allowed"] > 0 and counts["forbidden"] > 0 and counts["advice_forbidden"] > 0
+        def check(state, inputs, active) -> None:
+            narrow = cautious.decision_inputs(cfg, state, np.random.default_rng(1))["mask"]
+            assert not (narrow & ~inputs["mask"]).any()  # never a machine the policy's own mask forbids
+            counts["allowed"] += int(narrow[active].sum())
+            counts["forbidden"] += int((inputs["mask"] & ~narrow)[active].sum())
+            rows = np.flatnonzero(active)
+            advice = inputs["advice"][rows]
+            counts["advice_forbidden"] += int((inputs["mask"][rows, advice] & ~narrow[rows, advice]).sum())
+
+        jobs = _noisy_jobs(4, 30, seed=4)
+        run_rollout(policy, cfg, jobs, 0, "sample", np.random.default_rng(0), on_decision=check)
+        return counts
+
+    counts = masks_compared(policy)
+    assert counts["allowed"] > 0 and counts["forbidden"] > 0
+    # an advisor that packs on what it sees now (First-Fit) advises machines the cautious bound forbids
+    eager = ForecastResidualPolicy(base=_hybrid(), forecaster=forecaster, config=config, advisor=FirstFit())
+    _randomise_residual(eager.ready(cfg))
+    assert masks_compared(eager)["advice_forbidden"] > 0
     guarded = guard(policy, variant="forecast_residual_rl_replay_cautious")
     assert guarded.names[-3:] == ("forecast_residual_rl@0.9", "first_fit", "best_fit")
     assert guarded.candidates[-3].config.safe_level == 0.9 and guarded.recent == 64
