@@ -1324,6 +1324,16 @@ class ForecastResidualPolicy:
             advised=self.advisor is not None,
         )
 
+    def variant(self, config: PlacerConfig, name: str) -> ForecastResidualPolicy:
+        """This policy (the same trained network, forecaster, base and advisor) under `config`, named `name`, with
+        its own per-rollout sums: e.g. the replay guard's bolder or more cautious copy
+        (`models.placer_guard.shifted_placer`). ValueError where `config` changes the inputs the network reads."""
+        if feature_names(config, 2) != feature_names(self.config, 2):
+            raise ValueError(f"forecast placer variant {name!r}: its config changes the network's inputs")
+        copied = copy.copy(self)
+        copied.config, copied.name, copied._sums = config, name, RunningSums()
+        return copied
+
     def ready(self, cfg: SimConfig) -> ResidualPlacerNet:
         """The network for `cfg` (built on first use; a checkpoint's D must match)."""
         if self.net is None:

@@ -14,13 +14,11 @@ is built from `forecast_residual_rl`'s trained file: no training of its own.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from pathlib import Path
 
 from models.forecast_placer import ForecastResidualPolicy
 from sim.replay_select import ReplaySelect, replay_guard
-from sim.running_sums import RunningSums
 
 GUARDED = "forecast_residual_rl_replay"
 """The registry name of the guarded policy: the README's evaluated learned policy (GUARD_KNOBS' first entry)."""
@@ -77,7 +75,8 @@ def shifted_placer(policy: ForecastResidualPolicy, steps: int = 1) -> ForecastRe
     bound allows (under `rule_charge` each machine's level still rises with the jobs an overshoot there would
     charge, from the new floor). A cautious one allows the advisor's action only where that bound does
     (`PlacerConfig.keep_advice` False); a bolder one keeps it. None where there is no such level (action set not
-    "rule", no bound level, or too few levels that way) or `steps` is 0. Its own per-rollout sums."""
+    "rule", no bound level, or too few levels that way) or `steps` is 0. Named "<policy>@<level>"
+    (`ForecastResidualPolicy.variant`: its own per-rollout sums)."""
     pcfg = policy.config
     if pcfg.action_set != "rule" or pcfg.safe_level is None or steps == 0:
         return None
@@ -87,12 +86,11 @@ def shifted_placer(policy: ForecastResidualPolicy, steps: int = 1) -> ForecastRe
         way = [lv for lv in reversed(pcfg.levels) if lv < pcfg.safe_level - 1e-9]
     if len(way) < abs(steps):
         return None
-    shifted = copy.copy(policy)
+    level = way[abs(steps) - 1]
     # a cautious one bounds the advisor's action too: the learned policy plays the advisor's rule exactly while
     # the advisor's bonus dominates, and that rule's overshoot is what sends an env out of the budget
-    shifted.config = replace(pcfg, safe_level=way[abs(steps) - 1], keep_advice=steps < 0)
-    shifted._sums = RunningSums()
-    return shifted
+    config = replace(pcfg, safe_level=level, keep_advice=steps < 0)
+    return policy.variant(config, f"{policy.name}@{level:g}")
 
 
 def guard(
@@ -111,14 +109,10 @@ def guard(
         raise ValueError(f"guard variant {variant!r}: not one of {sorted(GUARD_KNOBS)}")
     knobs = dict(GUARD_KNOBS[variant])
     rules = policy.guard_rules if rules is None else tuple(rules)
-    names = (policy.name, *(getattr(r, "name", f"other{i}") for i, r in enumerate(rules)))
-    for steps in (knobs.pop("cautious", 0), -knobs.pop("bolder", 0)):
-        shifted = shifted_placer(policy, steps)
-        if shifted is not None:
-            rules = (*rules, shifted)
-            names = (*names, f"{policy.name}@{shifted.config.safe_level:g}")
+    shifted = (shifted_placer(policy, steps) for steps in (knobs.pop("cautious", 0), -knobs.pop("bolder", 0)))
+    rules = (*rules, *(s for s in shifted if s is not None))
     base = policy.base_policy if base is None else base  # replay_guard names the rules by their own names
-    return replay_guard(policy, base, rules, names, seed=seed, name=variant, **knobs)
+    return replay_guard(policy, base, rules, (policy.name,), seed=seed, name=variant, **knobs)
 
 
 def guarded_placer(

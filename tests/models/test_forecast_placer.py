@@ -405,7 +405,9 @@ def test_a_cautious_placer_is_the_same_network_packing_only_where_a_higher_level
         shifted_placer(policy, -1).config == replace(config, safe_level=0.5)
         and shifted_placer(policy, -2) is None
     )
-    assert shifted_placer(policy, 0) is None
+    assert shifted_placer(policy, 0) is None and cautious.name == "forecast_residual_rl@0.9"
+    with pytest.raises(ValueError, match="changes the network's inputs"):
+        policy.variant(replace(config, levels=(0.5, 0.75, 0.99)), "fewer inputs")
     assert shifted_placer(ForecastResidualPolicy(config=PlacerConfig(action_set="valid"))) is None
 
     def masks_compared(policy: ForecastResidualPolicy) -> dict[str, int]:
